@@ -1,0 +1,46 @@
+# Two commands do all the set-up on a fresh machine with python3:
+#   make demo   fine-tunes the real all-MiniLM-L6-v2 on the shipped support-ticket data (offline, CPU)
+#   make test   runs the offline test suite
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+# Offline by default: the demo and the tests never touch the Hugging Face Hub.
+OFFLINE := HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 TRANSFORMERS_OFFLINE=1 WANDB_MODE=offline
+PYTEST_ARGS ?= -m "not slow and not gpu"
+
+.PHONY: install demo test test-all lint format clean
+
+# Without a GPU, install PyTorch's CPU build first (a plain `torch` requirement pulls a multi-GB CUDA
+# build); with one, pip picks the build that matches the machine. torch is never pinned for GPU users.
+$(BIN)/.installed: setup.cfg pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	if ! command -v nvidia-smi >/dev/null 2>&1 && ! $(BIN)/python -c "import torch" 2>/dev/null; then \
+		$(BIN)/python -m pip install --quiet "torch==2.13.0"; \
+	fi
+	$(BIN)/python -m pip install --quiet -e ".[dev]"
+	touch $@
+
+install: $(BIN)/.installed
+
+demo: $(BIN)/.installed
+	$(OFFLINE) $(BIN)/accelerate launch --config_file accelerate_configs/cpu.yaml \
+		recipes/full_ft.py --config recipes/configs/demo.yaml
+	$(BIN)/python -m recipes_lib.cli show outputs/demo/full_ft
+
+test: $(BIN)/.installed
+	$(OFFLINE) $(BIN)/python -m pytest $(PYTEST_ARGS)
+
+test-all: PYTEST_ARGS = -m "not gpu"
+test-all: test
+
+lint: $(BIN)/.installed
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+format: $(BIN)/.installed
+	$(BIN)/ruff format .
+	$(BIN)/ruff check --fix .
+
+clean:
+	rm -rf outputs wandb .pytest_cache .ruff_cache

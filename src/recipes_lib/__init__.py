@@ -1,0 +1,1 @@
+"""Shared library behind the fine-tuning recipes."""

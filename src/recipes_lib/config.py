@@ -1,0 +1,448 @@
+"""Typed arguments for every recipe: YAML first, command line second, unknown keys are errors.
+
+Three dataclasses are shared by all recipes (model, data, training); a recipe may add its own
+(LoRA settings, say). The `help` metadata of each field is the documentation: `--help` prints it.
+
+    recipes/full_ft.py --config recipes/configs/demo.yaml --learning_rate 3e-5
+
+reads the YAML file, then lets the command line override any key. A key that no dataclass knows,
+in the file or on the command line, stops the run before anything expensive happens and names the
+closest valid key.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import difflib
+import os
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+from transformers import HfArgumentParser, TrainingArguments
+
+from recipes_lib.errors import ConfigError
+
+SUPPORTED_DATA_EXTENSIONS = (".csv", ".tsv", ".json", ".jsonl")
+
+# With no dataset and no files, a recipe trains on GLUE SST-2 (binary sentiment, 67k sentences).
+DEFAULT_DATASET = ("glue", "sst2")
+
+
+@dataclass
+class ModelArguments:
+    model_name_or_path: str = field(
+        default="bert-base-uncased",
+        metadata={"help": "Hub model id or local directory of a BERT-sized encoder (config.json + weights)."},
+    )
+    tokenizer_name: str | None = field(
+        default=None, metadata={"help": "Tokenizer id or path, if different from model_name_or_path."}
+    )
+    model_revision: str = field(default="main", metadata={"help": "Hub branch, tag or commit of the model."})
+    cache_dir: str | None = field(
+        default=None, metadata={"help": "Where downloaded models and data are kept."}
+    )
+    trust_remote_code: bool = field(
+        default=False,
+        metadata={
+            "help": "Run Python code shipped with a Hub model. Off by default: only enable it for repos you trust."
+        },
+    )
+    attn_implementation: str = field(
+        default="sdpa",
+        metadata={"help": "Attention kernel: 'sdpa' (PyTorch scaled_dot_product_attention) or 'eager'."},
+    )
+
+
+@dataclass
+class DataArguments:
+    dataset_name: str | None = field(
+        default=None,
+        metadata={
+            "help": "Hub dataset name, e.g. 'glue'. When neither this nor train_file is given: glue/sst2."
+        },
+    )
+    dataset_config_name: str | None = field(
+        default=None, metadata={"help": "Hub dataset configuration, e.g. 'sst2' or 'mnli'."}
+    )
+    train_file: str | None = field(
+        default=None,
+        metadata={"help": "Local training data: .csv, .tsv, .json or .jsonl (format from the extension)."},
+    )
+    validation_file: str | None = field(
+        default=None,
+        metadata={
+            "help": "Local validation data, same format as train_file. Without it, a split is held out."
+        },
+    )
+    validation_split_name: str = field(
+        default="validation", metadata={"help": "Name of the Hub dataset's split used for evaluation."}
+    )
+    validation_split_percentage: int = field(
+        default=10,
+        metadata={
+            "help": "Percent of train held out for evaluation when there is no validation split or file."
+        },
+    )
+    text_column_names: str | None = field(
+        default=None,
+        metadata={
+            "help": "Text column, or two comma-separated columns for sentence pairs. "
+            "Default: the dataset's string columns other than the label (one or two)."
+        },
+    )
+    label_column_name: str = field(default="label", metadata={"help": "Column holding the class label."})
+    max_seq_length: int = field(
+        default=128,
+        metadata={
+            "help": "Truncate inputs to this many tokens. Batches are padded only to their longest input."
+        },
+    )
+    max_train_samples: int | None = field(
+        default=None, metadata={"help": "Use only the first N training examples (quick runs, debugging)."}
+    )
+    max_eval_samples: int | None = field(
+        default=None, metadata={"help": "Use only the first N validation examples."}
+    )
+    pad_to_multiple_of: int | None = field(
+        default=None,
+        metadata={
+            "help": "Pad batch length to a multiple of this. Default: 8 on GPU (tensor cores), none on CPU."
+        },
+    )
+    preprocessing_num_workers: int | None = field(
+        default=None, metadata={"help": "Processes used to tokenize the dataset."}
+    )
+    overwrite_cache: bool = field(
+        default=False, metadata={"help": "Re-tokenize even if a cached result exists."}
+    )
+
+
+def _cuda_supports_bf16() -> bool:
+    import torch
+
+    return torch.cuda.is_available() and torch.cuda.is_bf16_supported()
+
+
+@dataclass
+class RecipeTrainingArguments(TrainingArguments):
+    """`TrainingArguments` with the recipe defaults (BERT fine-tuning on GLUE, after Devlin et al.)."""
+
+    output_dir: str | None = field(
+        default=None, metadata={"help": "Where checkpoints, the final model and results.json go."}
+    )
+    overwrite_output_dir: bool = field(
+        default=False,
+        metadata={
+            "help": "Allow writing into an output_dir that holds another run's results (they are replaced)."
+        },
+    )
+    per_device_train_batch_size: int = field(default=32, metadata={"help": "Training batch size per device."})
+    # Evaluation keeps no activations for backward, so a larger batch fits in the same memory.
+    per_device_eval_batch_size: int = field(
+        default=64, metadata={"help": "Evaluation batch size per device."}
+    )
+    learning_rate: float = field(default=2e-5, metadata={"help": "Peak learning rate of AdamW."})
+    num_train_epochs: float = field(default=3.0, metadata={"help": "Passes over the training data."})
+    # A float below 1 is a fraction of the total steps (transformers 5 dropped `warmup_ratio`).
+    warmup_steps: float = field(
+        default=0.1, metadata={"help": "Linear warmup: steps, or a fraction of all steps if below 1."}
+    )
+    weight_decay: float = field(
+        default=0.01, metadata={"help": "AdamW weight decay (not applied to biases/LayerNorm)."}
+    )
+    eval_strategy: str = field(
+        default="epoch", metadata={"help": "When to evaluate: 'no', 'steps' or 'epoch'."}
+    )
+    save_strategy: str = field(
+        default="epoch", metadata={"help": "When to checkpoint: 'no', 'steps' or 'epoch'."}
+    )
+    save_total_limit: int | None = field(default=2, metadata={"help": "Keep at most this many checkpoints."})
+    # A fraction of the total steps: about 50 points on every loss curve whatever the run length.
+    logging_steps: float = field(
+        default=0.02, metadata={"help": "Log every N steps, or a fraction of all steps if below 1."}
+    )
+    # Batches of similar length waste little compute on padding (transformers 5 name for group_by_length).
+    train_sampling_strategy: str = field(
+        default="group_by_length",
+        metadata={
+            "help": "'group_by_length' (batches of similar length, little padding), 'random' or 'sequential'."
+        },
+    )
+    bf16: bool | None = field(
+        default=None,
+        metadata={"help": "bfloat16 mixed precision. Default: on where the GPU supports it, off on CPU."},
+    )
+
+    # Pinned host memory speeds up copies to a GPU and does nothing (but warn) without one.
+    dataloader_pin_memory: bool | None = field(
+        default=None, metadata={"help": "Pin host memory for faster GPU transfers. Default: on with a GPU."}
+    )
+
+    def __post_init__(self):
+        if self.dataloader_pin_memory is None:
+            import torch
+
+            self.dataloader_pin_memory = torch.cuda.is_available() and not self.use_cpu
+        if self.bf16 is None:
+            self.bf16 = (
+                not self.use_cpu
+                and not self.fp16
+                and os.environ.get("ACCELERATE_USE_CPU", "false").lower() != "true"
+                and _cuda_supports_bf16()
+            )
+        super().__post_init__()
+
+
+SHARED_ARGUMENT_CLASSES = (ModelArguments, DataArguments)
+
+
+@dataclass
+class ParsedArguments:
+    model: ModelArguments
+    data: DataArguments
+    training: RecipeTrainingArguments
+    # Recipe-specific argument objects, keyed by dataclass name (e.g. "LoraArguments").
+    extra: dict[str, Any]
+    config_file: str | None
+    show_traceback: bool
+
+    def to_dict(self) -> dict[str, Any]:
+        """The full resolved configuration, as saved in results.json and the W&B run config."""
+        resolved = {**dataclasses.asdict(self.model), **dataclasses.asdict(self.data)}
+        for extra in self.extra.values():
+            resolved.update(dataclasses.asdict(extra))
+        # TrainingArguments.to_dict redacts tokens and turns enums into strings.
+        resolved.update(self.training.to_dict())
+        resolved["config_file"] = self.config_file
+        return resolved
+
+
+class _RecipeArgumentParser(HfArgumentParser):
+    """HfArgumentParser that raises ConfigError instead of printing a 200-line usage and exiting."""
+
+    def error(self, message):
+        raise ConfigError(
+            f"Bad command-line arguments: {message}. Run the recipe with --help to list every option."
+        )
+
+
+def _closest(key: str, valid: list[str]) -> str:
+    matches = difflib.get_close_matches(key, valid, n=1, cutoff=0.6)
+    return f" Did you mean '{matches[0]}'?" if matches else ""
+
+
+def _pop_option(argv: list[str], name: str) -> tuple[str | None, list[str]]:
+    """Remove `--name VALUE` or `--name=VALUE` from argv; return VALUE."""
+    remaining, value, i = [], None, 0
+    while i < len(argv):
+        token = argv[i]
+        if token == name:
+            if i + 1 >= len(argv):
+                raise ConfigError(f"{name} needs a value, e.g. {name} recipes/configs/demo.yaml.")
+            value, i = argv[i + 1], i + 2
+            continue
+        if token.startswith(name + "="):
+            value = token.split("=", 1)[1]
+        else:
+            remaining.append(token)
+        i += 1
+    return value, remaining
+
+
+def _pop_bare_debug(argv: list[str]) -> tuple[bool, list[str]]:
+    """`--debug` alone means "show tracebacks"; `--debug VALUE` stays TrainingArguments.debug."""
+    for i, token in enumerate(argv):
+        if token == "--debug" and (i + 1 == len(argv) or argv[i + 1].startswith("--")):
+            return True, argv[:i] + argv[i + 1 :]
+    return False, argv
+
+
+def load_config_file(path: str) -> dict[str, Any]:
+    config_path = Path(path)
+    if not config_path.is_file():
+        raise ConfigError(
+            f"Config file '{path}' does not exist (looked in {config_path.resolve().parent}). "
+            "Pass a YAML file, e.g. --config recipes/configs/demo.yaml, or leave --config out to use the defaults."
+        )
+    try:
+        values = yaml.safe_load(config_path.read_text())
+    except yaml.YAMLError as error:
+        mark = getattr(error, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        problem = getattr(error, "problem", None) or str(error).splitlines()[0]
+        raise ConfigError(
+            f"Config file '{path}' is not valid YAML{where}: {problem}. Fix that line; every entry is 'key: value'."
+        ) from None
+    if values is None:
+        return {}
+    if not isinstance(values, dict):
+        raise ConfigError(
+            f"Config file '{path}' must be a mapping of 'key: value' lines, but it holds a {type(values).__name__}."
+        )
+    return values
+
+
+def _convert_file_value(action: argparse.Action, key: str, value: Any, path: str, accepts_list: bool) -> Any:
+    """Check a YAML value as argparse would check the same value typed on the command line."""
+    if value is None or isinstance(value, dict):
+        return value
+    if isinstance(value, list):
+        if not accepts_list:
+            raise ConfigError(
+                f"Config file '{path}': key '{key}' takes a single value, but the file gives a list {value}."
+            )
+        element = argparse.Action([], key, type=action.type, choices=action.choices)
+        return [_convert_file_value(element, key, item, path, accepts_list=False) for item in value]
+    text = str(value).lower() if isinstance(value, bool) else str(value)
+    converted = text
+    if action.type is not None:
+        try:
+            converted = action.type(text)
+        except (TypeError, ValueError, argparse.ArgumentTypeError):
+            type_name = getattr(action.type, "__name__", str(action.type))
+            raise ConfigError(
+                f"Config file '{path}': key '{key}' has value {value!r}, which is not a valid {type_name}. "
+                f"Write a {type_name} there, e.g. the default: {action.default!r}."
+            ) from None
+    if action.choices is not None and converted not in action.choices:
+        choices = ", ".join(str(getattr(c, "value", c)) for c in action.choices)
+        raise ConfigError(f"Config file '{path}': key '{key}' is {value!r}; choose one of: {choices}.")
+    return converted
+
+
+def parse_recipe_arguments(
+    recipe_name: str,
+    argv: list[str] | None = None,
+    extra_argument_classes: tuple[type, ...] = (),
+    recipe_defaults: dict[str, Any] | None = None,
+) -> ParsedArguments:
+    """Parse `--config FILE.yaml` plus command-line overrides into typed, validated arguments.
+
+    Precedence, lowest first: dataclass defaults, `recipe_defaults` (what the recipe script sets,
+    e.g. a higher learning rate for LoRA), the YAML file, the command line.
+    """
+    argv = list(sys.argv[1:] if argv is None else argv)
+    show_traceback, argv = _pop_bare_debug(argv)
+    show_traceback = show_traceback or os.environ.get("RECIPES_DEBUG", "") not in ("", "0")
+    config_file, argv = _pop_option(argv, "--config")
+
+    argument_classes = (*SHARED_ARGUMENT_CLASSES, *extra_argument_classes, RecipeTrainingArguments)
+    parser = _RecipeArgumentParser(argument_classes, allow_abbrev=False)
+    parser.prog = f"{recipe_name}.py"
+    actions = {action.dest: action for action in parser._actions if action.dest != "help"}
+    list_keys = {
+        f.name for cls in argument_classes for f in dataclasses.fields(cls) if "list" in str(f.type).lower()
+    }
+    valid_keys = sorted(actions)
+
+    defaults: dict[str, Any] = {"output_dir": f"outputs/{recipe_name}"}
+    defaults.update(recipe_defaults or {})
+    if config_file is not None:
+        file_values = load_config_file(config_file)
+        for key, value in file_values.items():
+            if key not in actions:
+                raise ConfigError(
+                    f"Config file '{config_file}' has an unknown key '{key}'.{_closest(key, valid_keys)} "
+                    "Every key must be an argument of the recipe; run it with --help to list them."
+                )
+            defaults[key] = _convert_file_value(actions[key], key, value, config_file, key in list_keys)
+    parser.set_defaults(**defaults)
+
+    try:
+        *parsed, remaining = parser.parse_args_into_dataclasses(
+            args=argv, return_remaining_strings=True, look_for_args_file=False
+        )
+    except (ValueError, TypeError) as error:
+        # TrainingArguments.__post_init__ rejects inconsistent settings with a ValueError.
+        raise ConfigError(f"Invalid training arguments: {error}") from None
+    if remaining:
+        unknown = next((token for token in remaining if token.startswith("-")), remaining[0])
+        key = unknown.lstrip("-").split("=", 1)[0]
+        raise ConfigError(
+            f"Unknown command-line argument '{unknown}'.{_closest(key, valid_keys)} "
+            "Run the recipe with --help to list every option."
+        )
+
+    model_args, data_args, *extra_args, training_args = parsed
+    arguments = ParsedArguments(
+        model=model_args,
+        data=data_args,
+        training=training_args,
+        extra={type(extra).__name__: extra for extra in extra_args},
+        config_file=config_file,
+        show_traceback=show_traceback,
+    )
+    validate_arguments(arguments)
+    return arguments
+
+
+def validate_arguments(arguments: ParsedArguments) -> None:
+    """Checks that need no download: fail here, not after an hour of tokenization."""
+    data = arguments.data
+    if data.train_file is None and data.validation_file is not None:
+        raise ConfigError(
+            f"validation_file '{data.validation_file}' was given without train_file. Pass --train_file too."
+        )
+    if data.train_file is not None and data.dataset_name is not None:
+        raise ConfigError(
+            f"Both dataset_name '{data.dataset_name}' and train_file '{data.train_file}' were given. "
+            "Use one source: a Hub dataset or local files."
+        )
+    if data.dataset_config_name is not None and data.dataset_name is None and data.train_file is None:
+        raise ConfigError(
+            f"dataset_config_name '{data.dataset_config_name}' was given without dataset_name. "
+            "Pass --dataset_name too (e.g. --dataset_name glue)."
+        )
+    for name in ("train_file", "validation_file"):
+        path = getattr(data, name)
+        if path is None:
+            continue
+        if Path(path).suffix.lower() not in SUPPORTED_DATA_EXTENSIONS:
+            raise ConfigError(
+                f"{name} '{path}' has an unsupported extension. Use one of {', '.join(SUPPORTED_DATA_EXTENSIONS)}; "
+                "the extension decides how the file is read."
+            )
+        if not Path(path).is_file():
+            raise ConfigError(
+                f"{name} '{path}' does not exist (looked in {Path(path).resolve().parent}). Check the path."
+            )
+    if data.text_column_names is not None:
+        columns = [c.strip() for c in data.text_column_names.split(",") if c.strip()]
+        if not 1 <= len(columns) <= 2:
+            raise ConfigError(
+                f"text_column_names '{data.text_column_names}' names {len(columns)} columns; give one column, "
+                "or two separated by a comma for sentence pairs (e.g. 'sentence1,sentence2')."
+            )
+    positive = {
+        "max_seq_length": data.max_seq_length,
+        "max_train_samples": data.max_train_samples,
+        "max_eval_samples": data.max_eval_samples,
+        "per_device_train_batch_size": arguments.training.per_device_train_batch_size,
+    }
+    for name, value in positive.items():
+        if value is not None and value <= 0:
+            raise ConfigError(f"{name} is {value}; it must be a positive integer.")
+    if not 0 < data.validation_split_percentage < 100:
+        raise ConfigError(
+            f"validation_split_percentage is {data.validation_split_percentage}; it must be between 1 and 99."
+        )
+    if arguments.model.trust_remote_code:
+        import logging
+
+        logging.getLogger(__name__).warning(
+            "trust_remote_code is on: Python code from '%s' will run on this machine.",
+            arguments.model.model_name_or_path,
+        )
+
+
+def dataset_source(data: DataArguments) -> tuple[str | None, str | None]:
+    """The Hub dataset (name, config) a run reads, or (None, None) for local files."""
+    if data.train_file is not None:
+        return None, None
+    if data.dataset_name is None:
+        return DEFAULT_DATASET
+    return data.dataset_name, data.dataset_config_name

