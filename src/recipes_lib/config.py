@@ -107,6 +107,13 @@ class DataArguments:
     max_eval_samples: int | None = field(
         default=None, metadata={"help": "Use only the first N validation examples."}
     )
+    pad_to_max_length: bool = field(
+        default=False,
+        metadata={
+            "help": "Pad every example to max_seq_length (the run_glue.py way). Off: pad each batch to its "
+            "longest example, which on SST-2 (13 tokens on average) skips most of the work."
+        },
+    )
     pad_to_multiple_of: int | None = field(
         default=None,
         metadata={
@@ -121,10 +128,24 @@ class DataArguments:
     )
 
 
+def _cuda_available() -> bool:
+    import torch
+
+    return torch.cuda.is_available()
+
+
 def _cuda_supports_bf16() -> bool:
     import torch
 
     return torch.cuda.is_available() and torch.cuda.is_bf16_supported()
+
+
+def _cuda_supports_tf32() -> bool | None:
+    import torch
+
+    if not torch.cuda.is_available():
+        return None  # leave torch's setting alone
+    return torch.cuda.get_device_capability()[0] >= 8
 
 
 @dataclass
@@ -182,7 +203,20 @@ class RecipeTrainingArguments(TrainingArguments):
         default=None, metadata={"help": "Pin host memory for faster GPU transfers. Default: on with a GPU."}
     )
 
+    tf32: bool | None = field(
+        default=None,
+        metadata={
+            "help": "TF32 matmuls for the fp32 parts (Ampere or newer GPUs: ~8x the fp32 rate, 10-bit mantissa). "
+            "Default: on where supported."
+        },
+    )
+
     def __post_init__(self):
+        if int(os.environ.get("WORLD_SIZE", "1")) > 1 and not _cuda_available():
+            # Several processes and no GPU (accelerate_configs/multi_cpu.yaml): DDP over gloo on the CPU.
+            self.use_cpu = True
+        if self.tf32 is None:
+            self.tf32 = _cuda_supports_tf32() if not self.use_cpu else None
         if self.dataloader_pin_memory is None:
             import torch
 

@@ -258,13 +258,14 @@ def tokenize(
 ) -> DatasetDict:
     """Tokenize both splits with `datasets.map` (cached on disk, so a rerun skips it).
 
-    No padding here: the collator pads each batch to its own longest example.
+    No padding here (unless pad_to_max_length): the collator pads each batch to its longest example.
     """
     text_columns, label_column, to_id = data.text_columns, data.label_column, data.labels.to_id
 
     def encode(batch):
         texts = [["" if text is None else str(text) for text in batch[column]] for column in text_columns]
-        encoded = tokenizer(*texts, truncation=True, max_length=data_args.max_seq_length)
+        padding = "max_length" if data_args.pad_to_max_length else False
+        encoded = tokenizer(*texts, truncation=True, max_length=data_args.max_seq_length, padding=padding)
         encoded[LABEL_COLUMN] = [to_id[_normalise(value)] for value in batch[label_column]]
         encoded[LENGTH_COLUMN] = [len(ids) for ids in encoded["input_ids"]]
         return encoded
