@@ -1,5 +1,5 @@
 # Two commands do all the set-up on a fresh machine with python3:
-#   make demo   fine-tunes the real all-MiniLM-L6-v2 on the shipped support-ticket data (offline, CPU)
+#   make demo   fine-tunes the real all-MiniLM-L6-v2 with every CPU recipe on the shipped support-ticket data (offline)
 #   make test   runs the offline test suite
 PYTHON ?= python3
 VENV ?= .venv
@@ -23,10 +23,16 @@ $(BIN)/.installed: setup.cfg pyproject.toml
 
 install: $(BIN)/.installed
 
+# Every recipe that runs on CPU, with the same config; each writes outputs/demo/<recipe>.
+DEMO_RECIPES ?= full_ft adamw_8bit lora qlora
+
 demo: $(BIN)/.installed
-	$(OFFLINE) $(BIN)/accelerate launch --config_file accelerate_configs/cpu.yaml \
-		recipes/full_ft.py --config recipes/configs/demo.yaml
-	$(BIN)/python -m recipes_lib.cli show outputs/demo/full_ft
+	for recipe in $(DEMO_RECIPES); do \
+		$(OFFLINE) $(BIN)/accelerate launch --config_file accelerate_configs/cpu.yaml \
+			recipes/$$recipe.py --config recipes/configs/demo.yaml || exit 1; \
+	done
+	# The runs side by side: memory (and what holds it), speed, accuracy; chart in outputs/demo/memory_comparison.png.
+	$(BIN)/python -m recipes_lib.cli compare $(addprefix outputs/demo/,$(DEMO_RECIPES))
 
 test: $(BIN)/.installed
 	$(OFFLINE) $(BIN)/python -m pytest $(PYTEST_ARGS)

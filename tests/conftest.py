@@ -109,14 +109,19 @@ def learnable_data(tmp_path_factory) -> dict[str, Path]:
     }
 
 
-def run_recipe_process(recipe: str, args: list[str], accelerate_config: str = "cpu.yaml", timeout: int = 600):
-    """Run a recipe the way a user does: `accelerate launch --config_file ... recipes/X.py ARGS`."""
+def run_recipe_process(
+    recipe: str, args: list[str], accelerate_config: str = "cpu.yaml", timeout: int = 600, env=None
+):
+    """Run a recipe the way a user does: `accelerate launch --config_file ... recipes/X.py ARGS`.
+
+    `env`: the process's whole environment (default: this one's).
+    """
     command = [
         sys.executable, "-m", "accelerate.commands.launch",
         "--config_file", str(REPO_ROOT / "accelerate_configs" / accelerate_config),
         str(REPO_ROOT / "recipes" / f"{recipe}.py"), *args,
     ]  # fmt: skip
-    return subprocess.run(command, capture_output=True, text=True, timeout=timeout, cwd=REPO_ROOT)
+    return subprocess.run(command, capture_output=True, text=True, timeout=timeout, cwd=REPO_ROOT, env=env)
 
 
 def tiny_run_args(tiny_bert: Path, data: dict[str, Path], output_dir: Path, *extra: str) -> list[str]:

@@ -1,6 +1,8 @@
-"""`recipes-lib` console entry point: tools that work on finished runs.
+"""`recipes-lib` console entry point: tools that work on finished runs, and the memory planner.
 
-recipes-lib show outputs/demo/full_ft [outputs/demo/lora ...]
+recipes-lib compare outputs/demo/full_ft outputs/demo/lora [--markdown] [--chart FILE.png]
+recipes-lib plan --model bert-base-uncased --recipe all --per_device_train_batch_size 32 --max_seq_length 128 --bf16
+recipes-lib show outputs/demo/full_ft [outputs/demo/lora ...]   (a shorter table, no chart)
 """
 
 from __future__ import annotations
@@ -66,10 +68,130 @@ def main(argv: list[str] | None = None) -> int:
     commands = parser.add_subparsers(dest="command", required=True)
     show_parser = commands.add_parser("show", help="Print the results of finished runs as a table.")
     show_parser.add_argument("run_dirs", nargs="+", help="output directories holding results.json")
+    add_compare_parser(commands)
+    add_plan_parser(commands)
     args = parser.parse_args(argv)
     if args.command == "show":
         return show(args.run_dirs)
+    if args.command == "compare":
+        from recipes_lib.compare import compare
+
+        return compare(args.run_dirs, chart=args.chart, markdown=args.markdown, draw=not args.no_chart)
+    if args.command == "plan":
+        return plan(args)
     return 2
+
+
+def add_compare_parser(commands) -> None:
+    compare_parser = commands.add_parser(
+        "compare",
+        help="Compare finished runs: one table (memory, speed, accuracy) and a stacked-bar memory chart.",
+    )
+    compare_parser.add_argument("run_dirs", nargs="+", help="output directories holding results.json")
+    compare_parser.add_argument(
+        "--chart", help="where to write the PNG chart (default: memory_comparison.png next to the runs)"
+    )
+    compare_parser.add_argument("--no_chart", action="store_true", help="print the table only")
+    compare_parser.add_argument("--markdown", action="store_true", help="print the table as Markdown")
+
+
+def add_plan_parser(commands) -> None:
+    from recipes_lib.planner import DEFAULT_CUDA_OVERHEAD_GIB, RECIPES, SHARDED_PARTS
+
+    plan_parser = commands.add_parser(
+        "plan",
+        help="Predict peak training memory from the model config alone (no weights, no GPU).",
+        description="Predict peak training memory from the model config alone (no weights, no GPU). "
+        "See src/recipes_lib/planner.py for the arithmetic.",
+    )
+    plan_parser.add_argument(
+        "--model",
+        nargs="+",
+        required=True,
+        help="Hub id, local model directory or config.json (several: one table)",
+    )
+    plan_parser.add_argument("--recipe", choices=[*RECIPES, "all"], default="all")
+    plan_parser.add_argument("--per_device_train_batch_size", type=int, default=32)
+    plan_parser.add_argument("--max_seq_length", type=int, default=128)
+    plan_parser.add_argument("--bf16", action="store_true", help="bf16 mixed precision (autocast)")
+    plan_parser.add_argument("--gradient_checkpointing", action="store_true")
+    plan_parser.add_argument("--budget_gib", type=float, default=24.0, help="memory of the GPU (default 24)")
+    plan_parser.add_argument(
+        "--device", choices=["cuda", "cpu"], default="cuda", help="where it trains: kernels and masks differ"
+    )
+    plan_parser.add_argument("--attn_implementation", choices=["sdpa", "eager"], default="sdpa")
+    plan_parser.add_argument("--lora_r", type=int, default=8)
+    plan_parser.add_argument("--lora_target_modules", nargs="+", default=["query", "value"])
+    plan_parser.add_argument("--lora_dropout", type=float, default=0.1)
+    plan_parser.add_argument("--embedding_optimizer_bits", type=int, choices=[8, 32], default=32)
+    plan_parser.add_argument(
+        "--cuda_overhead_gib",
+        type=float,
+        default=DEFAULT_CUDA_OVERHEAD_GIB,
+        help="CUDA context + cuBLAS workspace, outside PyTorch's allocator (an assumption; measure yours)",
+    )
+    plan_parser.add_argument(
+        "--num_processes", type=int, default=1, help="processes (GPUs) training together (default 1)"
+    )
+    plan_parser.add_argument(
+        "--sharding",
+        choices=list(SHARDED_PARTS),
+        default="none",
+        help="what the processes shard: none (DDP), zero1, zero2, zero3 (DeepSpeed), fsdp_shard_grad_op, "
+        "fsdp_full_shard; each process then holds 1/num_processes of those parts (planner.py lists them)",
+    )
+    plan_parser.add_argument(
+        "--no_family", action="store_true", help="skip the largest-BERT-family-configuration answer"
+    )
+    plan_parser.add_argument("--markdown", action="store_true", help="print the table as Markdown")
+
+
+def plan(args) -> int:
+    import logging
+    import warnings
+
+    from recipes_lib.errors import RecipeError
+    from recipes_lib.planner import RECIPES, Setup, format_family, format_plan, format_plan_table, plan_models
+
+    logging.basicConfig(level=logging.WARNING, format="%(message)s")
+    warnings.filterwarnings("ignore", category=FutureWarning)  # peft/transformers deprecation notes
+    for name, value in (("per_device_train_batch_size", args.per_device_train_batch_size),
+                        ("max_seq_length", args.max_seq_length), ("num_processes", args.num_processes)):  # fmt: skip
+        if value <= 0:
+            print(f"error: --{name} is {value}; it must be a positive integer.", file=sys.stderr)
+            return 2
+    setup = Setup(
+        batch_size=args.per_device_train_batch_size,
+        seq_length=args.max_seq_length,
+        bf16=args.bf16,
+        gradient_checkpointing=args.gradient_checkpointing,
+        device=args.device,
+        attention=args.attn_implementation,
+        lora_r=args.lora_r,
+        lora_target_modules=tuple(args.lora_target_modules),
+        lora_dropout=args.lora_dropout,
+        embedding_optimizer_bits=args.embedding_optimizer_bits,
+        cuda_overhead_gib=args.cuda_overhead_gib,
+        num_processes=args.num_processes,
+        sharding=args.sharding,
+    )
+    recipes = RECIPES if args.recipe == "all" else (args.recipe,)
+    try:
+        rows = plan_models(args.model, recipes, setup, args.budget_gib)
+    except RecipeError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    if len(rows) == 1:
+        print(format_plan(*rows[0], args.budget_gib))
+    else:
+        from recipes_lib.planner import describe_setup
+
+        print(f"Predicted peak training memory (GiB): {describe_setup(setup, args.budget_gib)}")
+        print(format_plan_table(rows, args.budget_gib, markdown=args.markdown))
+    if not args.no_family:
+        print()
+        print(format_family(recipes, setup, args.budget_gib))
+    return 0
 
 
 if __name__ == "__main__":

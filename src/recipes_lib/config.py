@@ -148,12 +148,36 @@ def _cuda_supports_tf32() -> bool | None:
     return torch.cuda.get_device_capability()[0] >= 8
 
 
+def _refuse_sharding_without_gpu() -> None:
+    """FSDP and DeepSpeed need CUDA GPUs: on a CPU accelerate would quietly run plain DDP instead.
+
+    accelerate 1.15 picks FSDP or DeepSpeed only for GPU-type processes; CPU processes stay
+    MULTI_CPU (DDP over gloo) and the sharding settings of the config are ignored.
+    """
+    launched_with = [
+        name
+        for name, variable in (("FSDP", "ACCELERATE_USE_FSDP"), ("DeepSpeed", "ACCELERATE_USE_DEEPSPEED"))
+        if os.environ.get(variable, "false").lower() == "true"
+    ]
+    if launched_with and not _cuda_available():
+        raise ConfigError(
+            f"This run was launched with {launched_with[0]} (the accelerate --config_file asks for it), but "
+            "this machine has no CUDA GPU. On CPU processes accelerate ignores the sharding and runs plain "
+            "DDP, so the run would not be what the config says. On a CPU, launch with --config_file "
+            "accelerate_configs/multi_cpu.yaml (or cpu.yaml); use the FSDP and DeepSpeed configs on GPUs."
+        )
+
+
 @dataclass
 class RecipeTrainingArguments(TrainingArguments):
     """`TrainingArguments` with the recipe defaults (BERT fine-tuning on GLUE, after Devlin et al.)."""
 
     output_dir: str | None = field(
-        default=None, metadata={"help": "Where checkpoints, the final model and results.json go."}
+        default=None,
+        metadata={
+            "help": "Where checkpoints, the final model and results.json go. Default: outputs/<recipe>; "
+            "'{recipe}' in the path becomes the recipe's name (e.g. outputs/demo/{recipe})."
+        },
     )
     overwrite_output_dir: bool = field(
         default=False,
@@ -211,7 +235,49 @@ class RecipeTrainingArguments(TrainingArguments):
         },
     )
 
+    # W&B (tracking.py). transformers 5 reports to nothing by default; every recipe logs a run.
+    report_to: None | str | list[str] = field(
+        default="wandb",
+        metadata={
+            "help": "Where to log: 'wandb' (offline when there is no API key), 'none', or another "
+            "Trainer integration ('tensorboard', 'all'). WANDB_MODE=disabled also turns W&B off."
+        },
+    )
+    wandb_project: str | None = field(
+        default=None, metadata={"help": "W&B project. Default: $WANDB_PROJECT, else 'bert-recipes'."}
+    )
+    experiment: str | None = field(
+        default=None,
+        metadata={
+            "help": "W&B group: runs in one group are compared side by side. Default: '<model>_<dataset>', "
+            "so every recipe run on the same model and data lands in the same group."
+        },
+    )
+    wandb_tags: str | None = field(
+        default=None,
+        metadata={
+            "help": "Extra W&B tags, comma-separated; recipe, model, precision and device kind are always tags."
+        },
+    )
+
+    # Memory (memory.py, planner.py).
+    track_memory: bool = field(
+        default=True,
+        metadata={
+            "help": "Count every tensor of the training steps that can set a memory peak (the first two, then "
+            "each larger batch) for memory_breakdown_gib and the CPU peaks. false: CUDA figures and RSS only."
+        },
+    )
+    auto_batch_size: bool = field(
+        default=False,
+        metadata={
+            "help": "Train with the largest per-device batch that fits (planner first, out-of-memory back-off "
+            "as the safety net), raising gradient_accumulation_steps so the effective batch stays the same."
+        },
+    )
+
     def __post_init__(self):
+        _refuse_sharding_without_gpu()
         if int(os.environ.get("WORLD_SIZE", "1")) > 1 and not _cuda_available():
             # Several processes and no GPU (accelerate_configs/multi_cpu.yaml): DDP over gloo on the CPU.
             self.use_cpu = True
@@ -269,6 +335,39 @@ def _closest(key: str, valid: list[str]) -> str:
     return f" Did you mean '{matches[0]}'?" if matches else ""
 
 
+def _recipes_accepting(key: str) -> list[str]:
+    """The recipe scripts (next to the one running, or in this checkout's recipes/) that know `key`.
+
+    Runs only on the error path: it imports the other recipe scripts to read their argument classes.
+    """
+    import importlib.util
+
+    folders = {Path(sys.argv[0]).resolve().parent, Path(__file__).resolve().parents[2] / "recipes"}
+    scripts = sorted({path for folder in folders if folder.is_dir() for path in folder.glob("*.py")})
+    accepting = []
+    for script in scripts:
+        if "RECIPE = Recipe(" not in script.read_text():
+            continue
+        try:
+            spec = importlib.util.spec_from_file_location(f"_recipe_{script.stem}", script)
+            module = importlib.util.module_from_spec(spec)
+            spec.loader.exec_module(module)
+            classes = module.RECIPE.argument_classes
+        except Exception:  # a hint is not worth a second error
+            continue
+        if any(key == f.name for cls in classes for f in dataclasses.fields(cls)):
+            accepting.append(script.name)
+    return accepting
+
+
+def _unknown_key_hint(key: str, valid: list[str], recipe_name: str) -> str:
+    """Which other recipe takes the key (lora_r given to full_ft), else the closest valid key, if any."""
+    others = _recipes_accepting(key)
+    if others:
+        return f" It is an option of {', '.join(others)}, not of {recipe_name}.py: run that recipe, or drop the key."
+    return _closest(key, valid)
+
+
 def _pop_option(argv: list[str], name: str) -> tuple[str | None, list[str]]:
     """Remove `--name VALUE` or `--name=VALUE` from argv; return VALUE."""
     remaining, value, i = [], None, 0
@@ -312,7 +411,11 @@ def load_config_file(path: str) -> dict[str, Any]:
             f"Config file '{path}' is not valid YAML{where}: {problem}. Fix that line; every entry is 'key: value'."
         ) from None
     if values is None:
-        return {}
+        # Often the wrong file (or one saved before it was written); the defaults need no --config.
+        raise ConfigError(
+            f"Config file '{path}' is empty (no 'key: value' lines). Add settings to it, or leave --config "
+            "out to run with the recipe's defaults."
+        )
     if not isinstance(values, dict):
         raise ConfigError(
             f"Config file '{path}' must be a mapping of 'key: value' lines, but it holds a {type(values).__name__}."
@@ -380,7 +483,7 @@ def parse_recipe_arguments(
         for key, value in file_values.items():
             if key not in actions:
                 raise ConfigError(
-                    f"Config file '{config_file}' has an unknown key '{key}'.{_closest(key, valid_keys)} "
+                    f"Config file '{config_file}' has an unknown key '{key}'.{_unknown_key_hint(key, valid_keys, recipe_name)} "
                     "Every key must be an argument of the recipe; run it with --help to list them."
                 )
             defaults[key] = _convert_file_value(actions[key], key, value, config_file, key in list_keys)
@@ -397,11 +500,13 @@ def parse_recipe_arguments(
         unknown = next((token for token in remaining if token.startswith("-")), remaining[0])
         key = unknown.lstrip("-").split("=", 1)[0]
         raise ConfigError(
-            f"Unknown command-line argument '{unknown}'.{_closest(key, valid_keys)} "
+            f"Unknown command-line argument '{unknown}'.{_unknown_key_hint(key, valid_keys, recipe_name)} "
             "Run the recipe with --help to list every option."
         )
 
     model_args, data_args, *extra_args, training_args = parsed
+    # One config for every recipe: `output_dir: outputs/demo/{recipe}` gives each its own directory.
+    training_args.output_dir = training_args.output_dir.replace("{recipe}", recipe_name)
     arguments = ParsedArguments(
         model=model_args,
         data=data_args,
@@ -435,6 +540,14 @@ def validate_arguments(arguments: ParsedArguments) -> None:
         path = getattr(data, name)
         if path is None:
             continue
+        if Path(path).is_dir():
+            inside = sorted(
+                p.name for p in Path(path).iterdir() if p.suffix.lower() in SUPPORTED_DATA_EXTENSIONS
+            )
+            raise ConfigError(
+                f"{name} '{path}' is a directory; pass one file in it"
+                + (f" (it holds: {', '.join(inside[:5])})." if inside else ".")
+            )
         if Path(path).suffix.lower() not in SUPPORTED_DATA_EXTENSIONS:
             raise ConfigError(
                 f"{name} '{path}' has an unsupported extension. Use one of {', '.join(SUPPORTED_DATA_EXTENSIONS)}; "
@@ -451,15 +564,33 @@ def validate_arguments(arguments: ParsedArguments) -> None:
                 f"text_column_names '{data.text_column_names}' names {len(columns)} columns; give one column, "
                 "or two separated by a comma for sentence pairs (e.g. 'sentence1,sentence2')."
             )
+    training = arguments.training
     positive = {
         "max_seq_length": data.max_seq_length,
         "max_train_samples": data.max_train_samples,
         "max_eval_samples": data.max_eval_samples,
-        "per_device_train_batch_size": arguments.training.per_device_train_batch_size,
+        "per_device_train_batch_size": training.per_device_train_batch_size,
+        "per_device_eval_batch_size": training.per_device_eval_batch_size,
+        "gradient_accumulation_steps": training.gradient_accumulation_steps,
     }
     for name, value in positive.items():
         if value is not None and value <= 0:
             raise ConfigError(f"{name} is {value}; it must be a positive integer.")
+    # The Trainer accepts these and fails later (AdamW on a negative rate) or trains for zero steps.
+    if not training.learning_rate > 0:
+        raise ConfigError(
+            f"learning_rate is {training.learning_rate:g}; it must be positive (BERT fine-tuning: 2e-5 to 5e-5)."
+        )
+    if training.max_steps <= 0 and not training.num_train_epochs > 0:
+        raise ConfigError(
+            f"num_train_epochs is {training.num_train_epochs:g}, so the run would train for no step. "
+            "Give a positive number of epochs, or --max_steps N."
+        )
+    if training.max_grad_norm is not None and training.max_grad_norm < 0:
+        raise ConfigError(
+            f"max_grad_norm is {training.max_grad_norm:g}; give a positive norm to clip gradients to "
+            "(default 1.0), or 0 to turn clipping off."
+        )
     if not 0 < data.validation_split_percentage < 100:
         raise ConfigError(
             f"validation_split_percentage is {data.validation_split_percentage}; it must be between 1 and 99."

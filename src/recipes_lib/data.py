@@ -61,10 +61,35 @@ def describe_source(data_args: DataArguments) -> str:
     return f"{name}/{config}" if config else name
 
 
+def _has_rows(path: str) -> bool:
+    """Whether a local data file holds at least one example. Reads a few lines, not the whole file."""
+    extension = Path(path).suffix.lower()
+    with open(path, encoding="utf-8", errors="replace") as handle:
+        if extension == ".json":
+            start = handle.read(64).strip()
+            return bool(start) and not (start.startswith("[") and start[1:].strip().startswith("]"))
+        lines_needed = 2 if extension in (".csv", ".tsv") else 1  # a header, then a row
+        found = 0
+        for line in handle:
+            found += bool(line.strip())
+            if found >= lines_needed:
+                return True
+    return False
+
+
 def _read_local_files(data_args: DataArguments, cache_dir: str | None) -> DatasetDict:
     files = {"train": data_args.train_file}
     if data_args.validation_file:
         files["validation"] = data_args.validation_file
+    # datasets reports an empty file as 'Instruction "train" corresponds to no data!'; say it plainly.
+    for split, path in files.items():
+        if not _has_rows(path):
+            role = "training" if split == "train" else "validation"
+            raise DataError(
+                f"The {role} data ({path}) is empty: it holds no examples"
+                f"{' below the header' if Path(path).suffix.lower() in ('.csv', '.tsv') else ''}. "
+                f"Point --{split}_file at a file with rows."
+            )
     extensions = {Path(path).suffix.lower() for path in files.values()}
     if len(extensions) > 1:
         raise DataError(

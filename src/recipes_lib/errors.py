@@ -13,6 +13,9 @@ class RecipeError(Exception):
     """An error the user can fix. The message names the bad value and says how to fix it."""
 
     exit_code = 2
+    # How the one paragraph on stderr starts, and whether it offers `--debug` for the traceback.
+    heading = "error"
+    offer_traceback = True
 
 
 class ConfigError(RecipeError):
@@ -29,3 +32,28 @@ class ModelError(RecipeError):
 
 class OutputDirError(RecipeError):
     """The output directory holds another run that would be overwritten."""
+
+
+class TrainingDiverged(RecipeError):
+    """The loss or the weights became NaN or infinite: the run stops before saving them as a model.
+
+    Exit code 3, not 2: the input was valid, the optimisation was not (scripts that sweep
+    learning rates can tell the two apart).
+    """
+
+    exit_code = 3
+
+
+class TrainingInterrupted(RecipeError):
+    """SIGINT or SIGTERM stopped training after a checkpoint was saved; the run can be resumed.
+
+    The exit code follows the shell convention for a process ended by a signal: 128 + the signal
+    number, so 130 for SIGINT (Ctrl-C) and 143 for SIGTERM.
+    """
+
+    heading = "interrupted"
+    offer_traceback = False
+
+    def __init__(self, message: str, signal_number: int):
+        super().__init__(message)
+        self.exit_code = 128 + signal_number

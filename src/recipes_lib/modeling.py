@@ -78,14 +78,20 @@ def load_tokenizer(model_args: ModelArguments):
         raise _not_found(model_args, error) from None
 
 
-def load_model_config(model_args: ModelArguments, labels: LabelMapping):
-    """The model's config with the label names, so the saved model predicts class names."""
+def load_model_config(model_args: ModelArguments, labels: LabelMapping | None = None):
+    """The model's config with the label names, so the saved model predicts class names.
+
+    Without `labels`: the config as published, for checks that run before the data is read.
+    """
+    label_settings = (
+        {"num_labels": labels.num_labels, "id2label": labels.id2label, "label2id": labels.label2id}
+        if labels is not None
+        else {}
+    )
     try:
         return AutoConfig.from_pretrained(
             resolve_model_path(model_args.model_name_or_path),
-            num_labels=labels.num_labels,
-            id2label=labels.id2label,
-            label2id=labels.label2id,
+            **label_settings,
             cache_dir=model_args.cache_dir,
             revision=model_args.model_revision,
             trust_remote_code=model_args.trust_remote_code,
@@ -127,9 +133,38 @@ def count_parameters(model) -> tuple[int, int]:
         if id(parameter) in seen:
             continue
         seen.add(id(parameter))
-        # 4-bit bitsandbytes weights pack two values per byte; ds/quant_state know the real count.
-        count = parameter.numel() * (2 if getattr(parameter, "quant_state", None) is not None else 1)
+        count = _logical_numel(parameter)
         total += count
         if parameter.requires_grad:
             trainable += count
     return total, trainable
+
+
+def _logical_numel(parameter) -> int:
+    """Elements of the weight the parameter stands for.
+
+    A quantized bitsandbytes 4-bit weight is stored packed (two 4-bit values per uint8, shape
+    (n/2, 1)); its quant_state remembers the original shape, which gives the exact count.
+    """
+    quant_state = getattr(parameter, "quant_state", None)
+    if quant_state is not None and getattr(quant_state, "shape", None) is not None:
+        return quant_state.shape.numel()
+    return parameter.numel()
+
+
+def count_parameters_from_config(model_config, lora_arguments=None) -> tuple[int, int]:
+    """(total, trainable) parameters of the model a recipe trains, from its config, with no weights.
+
+    The model is built on the meta device (shapes only, no memory, no download), so bert-large
+    counts in a second. With `lora_arguments`, LoRA adapters are added as the lora and qlora
+    recipes add them (the 4-bit base of qlora holds the same number of parameters, packed).
+    """
+    import torch
+
+    with torch.device("meta"):
+        model = AutoModelForSequenceClassification.from_config(model_config)
+    if lora_arguments is not None:
+        from recipes_lib.adapters import add_lora
+
+        model = add_lora(model, lora_arguments)
+    return count_parameters(model)

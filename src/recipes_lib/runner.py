@@ -18,10 +18,12 @@ import datasets
 import transformers
 from transformers import DataCollatorWithPadding, set_seed
 
+from recipes_lib.autofit import choose_batch_size, train_with_out_of_memory_backoff
+from recipes_lib.checkpoints import clear_previous_run, resolve_resume_checkpoint, resume_requested
 from recipes_lib.config import ParsedArguments, parse_recipe_arguments
 from recipes_lib.data import load_classification_data, tokenize
 from recipes_lib.errors import OutputDirError, RecipeError
-from recipes_lib.memory import peak_memory
+from recipes_lib.memory import GIB, MemoryCallback, MemoryMonitor, peak_memory
 from recipes_lib.metrics import build_compute_metrics
 from recipes_lib.modeling import (
     check_sequence_length,
@@ -30,7 +32,9 @@ from recipes_lib.modeling import (
     load_model_config,
     load_tokenizer,
 )
+from recipes_lib.optimizers import optimizer_state_summary
 from recipes_lib.results import RESULTS_FILE, describe_device, library_versions, timestamp, write_results
+from recipes_lib.tracking import start_tracking
 from recipes_lib.trainer import RecipeTrainer
 
 logger = logging.getLogger("recipes_lib")
@@ -53,6 +57,12 @@ class Recipe:
     build_model: Callable[[ParsedArguments, Any], Any] = default_build_model
     # (model, arguments) -> optimizer; None lets the Trainer build the one `--optim` names.
     create_optimizer: Callable[[Any, ParsedArguments], Any] | None = None
+    # (arguments, model config, trainer) -> None: files the recipe adds to output_dir after the
+    # model is saved (LoRA: the task config, the merged model). Runs on the main process only.
+    save_extras: Callable[[ParsedArguments, Any, Any], None] | None = None
+    # (arguments) -> None, raising a RecipeError: what the recipe needs from the machine, checked
+    # before any data or weights load (QLoRA: bitsandbytes can run 4-bit on the training device).
+    preflight: Callable[[ParsedArguments], None] | None = None
 
 
 def setup_logging(arguments: ParsedArguments) -> None:
@@ -74,7 +84,10 @@ def check_output_dir(arguments: ParsedArguments) -> None:
     """Refuse to write over another run unless asked to resume it or to overwrite it."""
     training = arguments.training
     output_dir = Path(training.output_dir)
-    if not output_dir.is_dir() or training.overwrite_output_dir or training.resume_from_checkpoint:
+    if output_dir.exists() and not output_dir.is_dir():
+        raise OutputDirError(f"--output_dir '{output_dir}' is a file, not a directory. Pick another path.")
+    resuming = resume_requested(training.resume_from_checkpoint)
+    if not output_dir.is_dir() or training.overwrite_output_dir or resuming:
         return
     found = sorted({path.name for marker in _RUN_MARKERS for path in output_dir.glob(marker)})
     if found:
@@ -85,23 +98,24 @@ def check_output_dir(arguments: ParsedArguments) -> None:
         )
 
 
-def _resume_target(value: str | None):
-    # `--resume_from_checkpoint last` (or true) resumes from the newest checkpoint in output_dir.
-    if value is None or str(value).lower() in ("", "none", "false"):
-        return None
-    return True if str(value).lower() in ("last", "true") else value
-
-
 def train_and_evaluate(recipe: Recipe, arguments: ParsedArguments) -> dict[str, Any]:
     model_args, data_args, training_args = arguments.model, arguments.data, arguments.training
     check_output_dir(arguments)
+    # `last` means the newest complete checkpoint (checkpoints.py); a bad value fails here, not after loading.
+    resume_from = resolve_resume_checkpoint(
+        training_args.resume_from_checkpoint, training_args.output_dir, RESULTS_FILE
+    )
+    if recipe.preflight is not None:
+        recipe.preflight(arguments)
     set_seed(training_args.seed)
 
-    # Data first: every check on columns and labels runs before the model weights are fetched.
+    # Cheapest checks first. The tokenizer and config.json are small: a wrong model name or a
+    # max_seq_length the model cannot take fails before a dataset download. Then every check on
+    # columns and labels runs before tokenization and before the model weights are fetched.
     tokenizer = load_tokenizer(model_args)
+    check_sequence_length(data_args.max_seq_length, load_model_config(model_args), tokenizer)
     data = load_classification_data(data_args, cache_dir=model_args.cache_dir, seed=training_args.seed)
     model_config = load_model_config(model_args, data.labels)
-    check_sequence_length(data_args.max_seq_length, model_config, tokenizer)
     logger.info(
         "Data: %s, %d train / %d validation examples, %d classes (%s), text: %s",
         data.description,
@@ -113,7 +127,18 @@ def train_and_evaluate(recipe: Recipe, arguments: ParsedArguments) -> dict[str, 
     )
     tokenized = tokenize(data, tokenizer, data_args, training_args.main_process_first)
 
+    # The W&B run starts before the Trainer, whose WandbCallback then logs into it (tracking.py), and
+    # before the memory phases, so that starting it is not counted as loading the model.
+    tracker = start_tracking(arguments, recipe)
+    # Memory per phase (memory.py); the model-load phase lasts until the first training step.
+    memory = MemoryMonitor(training_args.device, track_tensors=training_args.track_memory)
+    memory.start_phase("model_load")
     model = recipe.build_model(arguments, model_config)
+    memory.model_loaded(model)
+    # --auto_batch_size: the largest per-device batch that fits, same effective batch (autofit.py).
+    auto_batch = None
+    if training_args.auto_batch_size:
+        auto_batch = choose_batch_size(arguments, recipe.name, model_config)
     params_total, params_trainable = count_parameters(model)
     logger.info(
         "Model: %s, %s parameters, %s trainable",
@@ -136,13 +161,31 @@ def train_and_evaluate(recipe: Recipe, arguments: ParsedArguments) -> dict[str, 
         data_collator=DataCollatorWithPadding(tokenizer, pad_to_multiple_of=pad_to_multiple_of),
         compute_metrics=build_compute_metrics(data.labels.num_labels),
         optimizers=(optimizer, None),
+        callbacks=[MemoryCallback(memory)],
     )
+    tracker.watch(trainer)
 
-    train_result = trainer.train(resume_from_checkpoint=_resume_target(training_args.resume_from_checkpoint))
+    if training_args.overwrite_output_dir and resume_from is None and trainer.is_world_process_zero():
+        clear_previous_run(training_args.output_dir, RESULTS_FILE)  # every check has passed by now
+    # SIGINT/SIGTERM or a NaN loss end train() with a RecipeError: no final model, no results.json.
+    if auto_batch is not None:
+        train_result = train_with_out_of_memory_backoff(
+            trainer,
+            auto_batch,
+            resume_from,
+            on_out_of_memory=lambda: memory.stop_tracking(keep_breakdown=False),
+        )
+    else:
+        train_result = trainer.train(resume_from_checkpoint=resume_from)
     trainer.save_model()  # model (safetensors) + tokenizer in output_dir, on the main process
+    if recipe.save_extras is not None and trainer.is_world_process_zero():
+        recipe.save_extras(arguments, model_config, trainer)
     trainer.log_metrics("train", train_result.metrics)
     eval_metrics = trainer.evaluate()
     trainer.log_metrics("eval", eval_metrics)
+    memory_results = memory.finish()
+    for line in memory.summary_lines(memory_results):
+        logger.info(line)
 
     real_tokens, all_tokens = trainer.token_counts()
     runtime = train_result.metrics["train_runtime"]
@@ -154,7 +197,9 @@ def train_and_evaluate(recipe: Recipe, arguments: ParsedArguments) -> dict[str, 
         "eval_accuracy": eval_metrics.get("eval_accuracy"),
         "eval_f1": eval_metrics.get("eval_f1"),
         "eval_loss": eval_metrics.get("eval_loss"),
-        "eval_samples": len(tokenized["validation"]),
+        # Counted from the predictions gathered over all processes (metrics.py), not len(dataset): a
+        # duplicated or dropped validation example under several processes would show here.
+        "eval_samples": eval_metrics["eval_samples"],
         "train_samples": len(tokenized["train"]),
         "train_loss": train_result.metrics.get("train_loss"),
         "train_steps": trainer.state.global_step,
@@ -165,7 +210,11 @@ def train_and_evaluate(recipe: Recipe, arguments: ParsedArguments) -> dict[str, 
         "pad_ratio": round(1 - real_tokens / all_tokens, 4) if all_tokens else None,
         "params_total": params_total,
         "params_trainable": params_trainable,
-        **peak_memory(training_args.device),
+        # What the optimizer's state tensors hold after training, measured (see optimizers.py).
+        **optimizer_state_summary(trainer.optimizer, trainer.model),
+        **peak_memory(training_args.device, memory.process_peak_rss / GIB),
+        **memory_results,
+        "auto_batch_size": auto_batch.to_dict() if auto_batch is not None else None,
         "device": describe_device(training_args.device),
         "num_processes": training_args.world_size,
         "precision": "bf16" if training_args.bf16 else "fp16" if training_args.fp16 else "fp32",
@@ -185,13 +234,15 @@ def train_and_evaluate(recipe: Recipe, arguments: ParsedArguments) -> dict[str, 
             path.name,
             training_args.output_dir,
         )
+    tracker.finish(results)  # every results.json key into the W&B summary, same names
     return results
 
 
 def _report_error(error: RecipeError, show_traceback: bool) -> None:
     if show_traceback:
         raise error
-    print(f"\nerror: {error}\n(run again with --debug for the traceback)", file=sys.stderr)
+    hint = "\n(run again with --debug for the traceback)" if error.offer_traceback else ""
+    print(f"\n{error.heading}: {error}{hint}", file=sys.stderr)
     sys.exit(error.exit_code)
 
 
@@ -211,3 +262,7 @@ def run_recipe(recipe: Recipe, argv: list[str] | None = None) -> dict[str, Any] 
         return train_and_evaluate(recipe, arguments)
     except RecipeError as error:
         _report_error(error, show_traceback)
+    except KeyboardInterrupt:
+        # Ctrl-C before training started (nothing to save yet), or a second Ctrl-C during it.
+        print("\ninterrupted: stopped at once; no new checkpoint was written.", file=sys.stderr)
+        sys.exit(130)

@@ -1,9 +1,19 @@
-"""The Trainer every recipe uses: the stock Trainer plus token accounting and length grouping."""
+"""The Trainer every recipe uses: the stock Trainer plus token accounting, length grouping that
+resumes exactly, and the safeguards that keep a run from being lost (stop on signals and NaN)."""
 
 from __future__ import annotations
 
+import signal
+from pathlib import Path
+
 import torch
 from transformers import Trainer
+from transformers.trainer_pt_utils import LengthGroupedSampler
+from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, rotate_checkpoints
+
+from recipes_lib.checkpoints import COMPLETE_MARKER, last_complete_checkpoint, mark_complete
+from recipes_lib.errors import TrainingDiverged, TrainingInterrupted
+from recipes_lib.safeguards import StopOnSignal, divergence_hint, first_non_finite_parameter
 
 
 class RecipeTrainer(Trainer):
@@ -11,19 +21,107 @@ class RecipeTrainer(Trainer):
 
     Counting happens in `training_step`, in the training process itself (dataloader workers would
     lose the counts), and costs two reductions of the attention mask per micro-batch.
+
+    It also keeps runs from being lost (safeguards.py, checkpoints.py): SIGINT/SIGTERM save a
+    checkpoint and stop, a non-finite loss stops the run, weights holding NaN are never saved, and
+    every checkpoint ends with a completion marker that resuming relies on.
     """
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
+        # Sequence-classification models take **kwargs in forward, so the Trainer assumes their loss is
+        # a sum divided by `num_items_in_batch` counted over all processes, and multiplies it by the
+        # number of processes (and skips the division by gradient_accumulation_steps). Their loss is
+        # a plain mean over the local batch, so under 2 processes the logged loss and the gradients
+        # came out 2x (measured: 1.386 = 2 x ln 2 at the first step instead of 0.693). Treat the loss
+        # as the mean it is: DDP then averages gradients across processes as it should.
+        self.model_accepts_loss_kwargs = False
         self.real_tokens_seen = 0
         self.padded_tokens_seen = 0
+        self.stop_on_signal = StopOnSignal()
+        self.add_callback(self.stop_on_signal)
 
     def training_step(self, model, inputs, num_items_in_batch=None):
         attention_mask = inputs.get("attention_mask")
         if attention_mask is not None:
             self.real_tokens_seen += int(attention_mask.sum())
             self.padded_tokens_seen += attention_mask.numel()
-        return super().training_step(model, inputs, num_items_in_batch)
+        loss = super().training_step(model, inputs, num_items_in_batch)
+        # The Trainer already reads the loss on the host every micro-batch (its logging NaN filter,
+        # on by default), so this check adds no GPU sync. It runs after backward and before the optimizer step: the
+        # weights have not taken this batch's NaN gradients yet.
+        if not bool(torch.isfinite(loss)):
+            raise TrainingDiverged(
+                f"The training loss became {float(loss)} at step {self.state.global_step + 1} "
+                f"(epoch {self.state.epoch or 0:.2f}); the run stopped there and saved no final model. "
+                f"{divergence_hint(self.args)}{self._last_checkpoint_note()}"
+            )
+        return loss
+
+    def _last_checkpoint_note(self) -> str:
+        checkpoint = last_complete_checkpoint(self.args.output_dir)
+        return f" The last complete checkpoint, from before the fault, is {checkpoint}." if checkpoint else ""
+
+    def train(self, *args, **kwargs):
+        """Trainer.train, stopping cleanly on SIGINT/SIGTERM: checkpoint saved, TrainingInterrupted raised."""
+        with self.stop_on_signal.installed():
+            output = super().train(*args, **kwargs)
+            # A signal that came after the last step (during the final evaluation, say) has not been
+            # acted on yet; every process takes part in this last agreement, as in each step.
+            signal_number = self.stop_on_signal.agree(self.args)
+            if signal_number is not None and self.stop_on_signal.checkpoint_step != self.state.global_step:
+                self._save_checkpoint(self.model, trial=None)
+        if signal_number is None:
+            return output
+        checkpoint = Path(self.args.output_dir) / f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}"
+        raise TrainingInterrupted(
+            f"{signal.Signals(signal_number).name} stopped training at step {self.state.global_step} of "
+            f"{self.state.max_steps} (epoch {self.state.epoch or 0:.2f}). Checkpoint saved: {checkpoint}. "
+            "No final model and no results.json were written. To continue, run the same command with "
+            "--resume_from_checkpoint last.",
+            signal_number,
+        )
+
+    def save_model(self, output_dir=None, _internal_call=False):
+        """Save the model (final, or inside a checkpoint), unless its weights hold NaN or inf."""
+        broken = first_non_finite_parameter(self.model)
+        if broken is not None:
+            raise TrainingDiverged(
+                f"The weights became non-finite (NaN or inf, first in '{broken}') by step "
+                f"{self.state.global_step}; they were not saved. {divergence_hint(self.args)}"
+                f"{self._last_checkpoint_note()}"
+            )
+        super().save_model(output_dir, _internal_call)
+
+    def _save_checkpoint(self, model, trial):
+        """Trainer's checkpoint, then a completion marker, then the deletion of old checkpoints.
+
+        The Trainer deletes checkpoints beyond save_total_limit at the end of its save. Here that
+        waits until the new checkpoint is marked complete, so a kill between the two can never
+        leave a directory without any complete checkpoint.
+        """
+        run_dir = Path(self._get_output_dir(trial=trial))
+        checkpoint_dir = run_dir / f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}"
+        if self.args.should_save:
+            # Saving again into an existing checkpoint-N (a resumed run reaching the step where the
+            # last one was cut short): it is not complete until the new marker says so.
+            (checkpoint_dir / COMPLETE_MARKER).unlink(missing_ok=True)
+        save_total_limit = self.args.save_total_limit
+        self.args.save_total_limit = None  # rotate_checkpoints does nothing with None
+        try:
+            super()._save_checkpoint(model, trial)
+        finally:
+            self.args.save_total_limit = save_total_limit
+        # Every process has written its own files (each saves its RNG state) before the marker.
+        self.accelerator.wait_for_everyone()
+        if self.args.should_save:
+            mark_complete(checkpoint_dir, self.state.global_step)
+            rotate_checkpoints(
+                output_dir=str(run_dir),
+                save_total_limit=save_total_limit,
+                best_model_checkpoint=self.state.best_model_checkpoint,
+                use_mtime=True,
+            )
 
     def _get_train_sampler(self, train_dataset=None):
         # The Trainer drops unused columns before building the sampler, which throws away the
@@ -31,10 +129,62 @@ class RecipeTrainer(Trainer):
         # to measure it. The rows are the same, so hand it the dataset that still has the column.
         if self.args.train_sampling_strategy == "group_by_length" and self.train_dataset is not None:
             train_dataset = self.train_dataset
-        return super()._get_train_sampler(train_dataset)
+        sampler = super()._get_train_sampler(train_dataset)
+        if isinstance(sampler, LengthGroupedSampler):
+            seed = self.args.data_seed if self.args.data_seed is not None else self.args.seed
+            return EpochSeededSampler(sampler, seed)
+        return sampler
 
     def token_counts(self) -> tuple[int, int]:
         """(real tokens, all tokens) over every process's training batches."""
         counts = torch.tensor([self.real_tokens_seen, self.padded_tokens_seen], device=self.args.device)
         counts = self.accelerator.reduce(counts, reduction="sum")
         return int(counts[0]), int(counts[1])
+
+    def evaluation_loop(self, *args, metric_key_prefix: str = "eval", **kwargs):
+        """The stock loop, with the loss recomputed from the gathered predictions: each example once.
+
+        The Trainer averages each batch's mean loss, taken before accelerate drops the examples
+        repeated to give every process an equal share. With 63 validation examples on 2 processes,
+        the second process's last batch holds 31 examples and a repeat of the first, which then
+        weighs 1/32 of that batch's loss (measured: eval_loss 0.780 vs 0.792 in one process, same
+        weights). The gathered logits and labels hold each example exactly once.
+        """
+        output = super().evaluation_loop(*args, metric_key_prefix=metric_key_prefix, **kwargs)
+        logits, labels = output.predictions, output.label_ids
+        if isinstance(logits, tuple):
+            logits = logits[0]
+        if logits is not None and labels is not None and logits.ndim == 2 and labels.ndim == 1:
+            # Mean cross-entropy, as the classifier computes it (with the same label smoothing, if any).
+            output.metrics[f"{metric_key_prefix}_loss"] = torch.nn.functional.cross_entropy(
+                torch.as_tensor(logits, dtype=torch.float32),
+                torch.as_tensor(labels, dtype=torch.long),
+                label_smoothing=self.args.label_smoothing_factor,
+            ).item()
+        return output
+
+
+class EpochSeededSampler(torch.utils.data.Sampler):
+    """A length-grouped sampler whose order in epoch e depends only on (seed, e).
+
+    The Trainer's LengthGroupedSampler shuffles with the global torch RNG at the start of each
+    epoch. A run resumed in the middle of epoch 2 builds that epoch's order from the RNG of a
+    fresh process (checkpointed RNG states are restored only after the order is drawn), so it
+    would train on other batches than the uninterrupted run did. Seeding each epoch with
+    seed + epoch makes the order the same in both, on every process. accelerate's dataloader
+    calls `set_epoch` (torch's RandomSampler gets the same treatment from accelerate's seedable
+    sampler).
+    """
+
+    def __init__(self, sampler: LengthGroupedSampler, seed: int):
+        self.sampler, self.seed, self.epoch = sampler, seed, 0
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = epoch
+
+    def __len__(self) -> int:
+        return len(self.sampler)
+
+    def __iter__(self):
+        self.sampler.generator = torch.Generator().manual_seed(self.seed + self.epoch)
+        return iter(self.sampler)

@@ -1,0 +1,259 @@
+"""LoRA adapters (peft) and the 4-bit NF4 base of QLoRA, shared by recipes/lora.py and recipes/qlora.py.
+
+LoRA freezes the encoder and learns, next to each targeted weight W (d_out x d_in), a low-rank
+update W + (alpha / r) * B A with A (r x d_in) and B (d_out x r). For bert-base with r=8 on the
+query and value projections of its 12 layers:
+
+    12 layers x 2 projections x (768 x 8 + 8 x 768) = 294,912 adapter parameters
+    + classification head 768 x 2 + 2                 =   1,538 (trained in full, saved with the adapter)
+    = 296,450 trainable of 109,483,778 (0.27%)
+
+Only those carry gradients and AdamW state (16 B each), so memory is the frozen weights (4 B per
+parameter in fp32; 0.5 B + block constants in 4-bit NF4 for QLoRA) plus activations.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from recipes_lib.config import ModelArguments
+from recipes_lib.errors import ConfigError, ModelError
+
+logger = logging.getLogger(__name__)
+
+ADAPTER_CONFIG_FILE = "adapter_config.json"
+# Only 0.3% of the weights move, each through a rank-8 bottleneck, so LoRA wants a learning rate
+# far above full fine-tuning's 2e-5: the LoRA paper used 4e-4 to 5e-4 for RoBERTa-base on GLUE.
+LORA_LEARNING_RATE = 5e-4
+MERGED_SUBDIR = "merged"
+
+
+@dataclass
+class LoraArguments:
+    lora_r: int = field(
+        default=8, metadata={"help": "Rank r of the LoRA update B A (r x d_in and d_out x r)."}
+    )
+    lora_alpha: float = field(
+        default=16,
+        metadata={"help": "LoRA scaling numerator: the update is multiplied by alpha / r (16/8 = 2)."},
+    )
+    lora_dropout: float = field(default=0.1, metadata={"help": "Dropout on the LoRA branch's input."})
+    lora_target_modules: list[str] = field(
+        default_factory=lambda: ["query", "value"],
+        metadata={
+            "help": "Names of the linear layers that get adapters (BERT: query key value dense), or "
+            "'all-linear' for every linear layer except the classification head."
+        },
+    )
+    lora_train_pooler: bool = field(
+        default=False,
+        metadata={
+            "help": "Also train the pooler (the dense layer before the head) in full and save it with the adapter."
+        },
+    )
+    merge_adapter: bool = field(
+        default=False,
+        metadata={
+            "help": f"Also save a plain model with the adapter merged into the weights, in output_dir/{MERGED_SUBDIR}."
+        },
+    )
+
+    def __post_init__(self):
+        validate_lora_arguments(self)  # before any data or weights are loaded
+
+
+def validate_lora_arguments(lora: LoraArguments) -> None:
+    if lora.lora_r <= 0:
+        raise ConfigError(
+            f"lora_r is {lora.lora_r}; the rank must be a positive integer (8 and 16 are usual)."
+        )
+    if lora.lora_alpha <= 0:
+        raise ConfigError(f"lora_alpha is {lora.lora_alpha}; it must be positive (usually 2 x lora_r).")
+    if not 0 <= lora.lora_dropout < 1:
+        raise ConfigError(f"lora_dropout is {lora.lora_dropout}; it must be in [0, 1).")
+    if not target_modules(lora):
+        raise ConfigError("lora_target_modules is empty; name at least one layer, e.g. query value.")
+
+
+def target_modules(lora: LoraArguments) -> list[str] | str:
+    """The targets as peft wants them: a list of names, or the string 'all-linear'."""
+    names = [name.strip() for item in lora.lora_target_modules for name in item.split(",") if name.strip()]
+    return "all-linear" if [n.lower() for n in names] == ["all-linear"] else names
+
+
+def lora_config(lora: LoraArguments):
+    from peft import LoraConfig, TaskType
+
+    return LoraConfig(
+        # SEQ_CLS makes peft add the head ('classifier' or 'score') to modules_to_save: trained in
+        # full and saved with the adapter, so a reloaded model does not get a random head.
+        task_type=TaskType.SEQ_CLS,
+        r=lora.lora_r,
+        lora_alpha=lora.lora_alpha,
+        lora_dropout=lora.lora_dropout,
+        target_modules=target_modules(lora),
+        modules_to_save=["pooler"] if lora.lora_train_pooler else None,
+    )
+
+
+def _linear_layer_names(model: nn.Module) -> list[str]:
+    return sorted({name.rsplit(".", 1)[-1] for name, m in model.named_modules() if isinstance(m, nn.Linear)})
+
+
+def add_lora(model, lora: LoraArguments):
+    """Freeze `model` and wrap it in a peft model with LoRA adapters and a trainable head."""
+    from peft import get_peft_model
+
+    config = lora_config(lora)
+    if lora.lora_train_pooler and not any(name.endswith("pooler") for name, _ in model.named_modules()):
+        raise ConfigError(
+            f"lora_train_pooler is on, but this {model.config.model_type} model has no module named 'pooler'. "
+            "Leave the option off for it."
+        )
+    try:
+        return get_peft_model(model, config)
+    except ValueError as error:
+        # peft 0.21 raises NoMatchingPeftModuleError (a ValueError); older versions a plain ValueError.
+        message = f"{type(error).__name__}: {error}"
+        if "NoMatchingPeftModuleError" not in message and "not found in the base model" not in message:
+            raise
+        raise ConfigError(
+            f"lora_target_modules {lora.lora_target_modules} names no layer of this {model.config.model_type} "
+            f"model. Its linear layers are called: {', '.join(_linear_layer_names(model))} (or use all-linear)."
+        ) from None
+
+
+def compute_dtype_4bit() -> torch.dtype:
+    # bf16 keeps fp32's exponent range (no loss scaling). GPUs older than Ampere lack fast bf16: fp16.
+    if torch.cuda.is_available() and not torch.cuda.is_bf16_supported():
+        return torch.float16
+    return torch.bfloat16
+
+
+def nf4_quantization_config(lora: LoraArguments):
+    """QLoRA's 4-bit base: NF4 weights, double quantization, bf16 matmuls.
+
+    NF4 stores 4 bits per weight plus one fp32 absmax per 64-weight block; double quantization
+    stores those absmax values in 8 bits with one fp32 constant per 256 blocks:
+        4 + 32 / 64 = 4.5 bits per weight  ->  4 + 8 / 64 + 32 / (64 x 256) = 4.127 bits per weight.
+    The classification head (and the pooler, when it trains) stays in full precision: it trains.
+    """
+    from transformers import BitsAndBytesConfig
+
+    keep = ["classifier", "score"] + (["pooler"] if lora.lora_train_pooler else [])
+    return BitsAndBytesConfig(
+        load_in_4bit=True,
+        bnb_4bit_quant_type="nf4",
+        bnb_4bit_use_double_quant=True,
+        bnb_4bit_compute_dtype=compute_dtype_4bit(),
+        llm_int8_skip_modules=keep,
+    )
+
+
+def check_4bit_support(arguments) -> None:
+    """QLoRA's preflight: fail in seconds, before data or weights load, where 4-bit cannot run.
+
+    Quantizes and dequantizes 64 values in NF4 on the training device, through the bitsandbytes
+    kernels the model's weights will go through (a missing or mismatched native library, or a
+    device bitsandbytes has no 4-bit backend for, fails here).
+    """
+    device = arguments.training.device
+    try:
+        import bitsandbytes.functional as bnb_functional
+
+        probe = torch.linspace(-1, 1, 64, device=device)
+        packed, state = bnb_functional.quantize_4bit(probe, quant_type="nf4")
+        bnb_functional.dequantize_4bit(packed, state)
+    except Exception as error:  # ImportError, RuntimeError, NotImplementedError: all mean "not here"
+        detail = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        raise ModelError(
+            f"QLoRA needs bitsandbytes' 4-bit NF4 on {device}, and it fails here: {detail}. Install a "
+            "bitsandbytes built for this machine (pip install -U bitsandbytes; 0.45+ runs 4-bit on CUDA and "
+            "CPU), or run recipes/lora.py: the same adapters on a full-precision base, with more memory."
+        ) from None
+
+
+def load_4bit_model(model_args: ModelArguments, model_config, lora: LoraArguments, device: torch.device):
+    """The encoder with its linear layers in NF4, prepared for k-bit training (peft)."""
+    from peft import prepare_model_for_kbit_training
+
+    from recipes_lib.modeling import load_model
+
+    # Weights are quantized as they land on the device; the Trainer cannot move a 4-bit model later.
+    model = load_model(
+        model_args,
+        model_config,
+        quantization_config=nf4_quantization_config(lora),
+        device_map={"": device},
+    )
+    if device.type == "cpu":
+        # bitsandbytes 0.50 repacks a 4-bit weight for its CPU inference kernel the first time the
+        # layer runs in eval mode and keeps that layout when training resumes, where the next
+        # forward fails ("a view of a leaf Variable that requires grad ..."). Evaluation runs
+        # between epochs, so keep the training layout throughout.
+        for module in model.modules():
+            if hasattr(module, "support_avx512bf16_for_cpu"):
+                module.support_avx512bf16_for_cpu = False
+    # Freezes the base and casts its remaining fp16/bf16 parameters (LayerNorm, embeddings) to fp32.
+    # Gradient checkpointing follows --gradient_checkpointing, as in every other recipe, so the
+    # recipes differ only in what makes them that recipe.
+    return prepare_model_for_kbit_training(model, use_gradient_checkpointing=False)
+
+
+def save_adapter_extras(arguments, model_config, trainer) -> None:
+    """After the adapter is saved: the task's model config next to it and, if asked, the merged model.
+
+    config.json carries the label names (id2label), which the adapter files do not: with it,
+    `load_trained_model(output_dir)` rebuilds the exact classifier the adapter was trained for.
+    """
+    output_dir = trainer.args.output_dir
+    model_config.save_pretrained(output_dir)
+    if arguments.extra["LoraArguments"].merge_adapter:
+        merged_dir = Path(output_dir) / MERGED_SUBDIR
+        merge_adapter(arguments.model, model_config, output_dir, merged_dir)
+        trainer.processing_class.save_pretrained(merged_dir)
+        logger.info("Merged model (adapter folded into the weights) saved in %s", merged_dir)
+
+
+def merge_adapter(model_args: ModelArguments, model_config, adapter_dir, merged_dir) -> None:
+    """Fold the adapter into a full-precision copy of the base: W + (alpha / r) B A, saved as a plain model.
+
+    The base is reloaded in full precision (for QLoRA too: merging into 4-bit weights would
+    re-quantize them), so the merged model gives the adapter model's outputs to float rounding.
+    """
+    from peft import PeftModel
+
+    from recipes_lib.modeling import load_model
+
+    base = load_model(model_args, model_config)
+    merged = PeftModel.from_pretrained(base, str(adapter_dir)).merge_and_unload()
+    merged.save_pretrained(merged_dir)
+
+
+def load_trained_model(output_dir: str | Path):
+    """The model a recipe saved: a plain model, or (LoRA, QLoRA) the base with its adapter applied."""
+    from transformers import AutoConfig, AutoModelForSequenceClassification
+
+    output_dir = Path(output_dir)
+    adapter_config_path = output_dir / ADAPTER_CONFIG_FILE
+    if not adapter_config_path.is_file():
+        return AutoModelForSequenceClassification.from_pretrained(output_dir)
+    from peft import PeftModel
+
+    base_path = json.loads(adapter_config_path.read_text())["base_model_name_or_path"]
+    config = AutoConfig.from_pretrained(output_dir)
+    try:
+        base = AutoModelForSequenceClassification.from_pretrained(base_path, config=config)
+    except OSError as error:
+        raise ModelError(
+            f"The adapter in '{output_dir}' was trained on the base model '{base_path}', which cannot be "
+            f"loaded here ({error}). Make that model available, or use the merged model in "
+            f"{output_dir / MERGED_SUBDIR} (saved with --merge_adapter)."
+        ) from None
+    return PeftModel.from_pretrained(base, str(output_dir))

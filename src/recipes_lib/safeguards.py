@@ -1,0 +1,118 @@
+"""What keeps a long run from being lost: stop cleanly on SIGINT/SIGTERM, stop on a NaN loss.
+
+Interruption: a scheduler (SLURM, Kubernetes, a spot-instance notice) sends SIGTERM and waits a
+grace period; a user presses Ctrl-C (SIGINT). Either way the Trainer finishes the optimizer step
+it is in, saves a checkpoint, and stops; the recipe then exits with 128 + the signal number and
+says how to resume. A second Ctrl-C stops at once, without that checkpoint.
+
+Non-finite values: the Trainer's default `logging_nan_inf_filter` hides a NaN loss from the logs
+(it logs the running mean instead), and training then carries on with NaN weights, saves them and
+reports a "best" model. RecipeTrainer instead stops at the first non-finite loss, and refuses to
+save weights that hold NaN or inf, as a checkpoint or as the final model.
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+import threading
+from contextlib import contextmanager
+
+import torch
+from transformers import TrainerCallback
+
+logger = logging.getLogger(__name__)
+
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+
+class StopOnSignal(TrainerCallback):
+    """On SIGINT or SIGTERM, ask the Trainer to save a checkpoint at the end of the step and stop.
+
+    The signal handler only records the signal; the Trainer acts on it at the next `on_step_end`,
+    where saving is safe (no backward pass half done). Under several processes every process
+    learns of a signal that reached any of them (one all-reduce of a single number per optimizer
+    step), so all stop at the same step: one that carried on would wait forever for the others in
+    its next gradient all-reduce.
+    """
+
+    def __init__(self):
+        self.signal_number: int | None = None  # the signal that asked to stop, once agreed
+        self._received: int | None = None  # the signal this process received, if any
+        self.checkpoint_step: int | None = None  # the step at which the stop checkpoint was asked for
+
+    @contextmanager
+    def installed(self):
+        """Handle SIGINT/SIGTERM in this process for the duration of the block (training)."""
+        if threading.current_thread() is not threading.main_thread():
+            yield self  # Python only delivers signals to the main thread
+            return
+        previous = {number: signal.signal(number, self._handle) for number in STOP_SIGNALS}
+        try:
+            yield self
+        finally:
+            for number, handler in previous.items():
+                signal.signal(number, handler)
+
+    def _handle(self, number, frame):
+        if self._received is not None and number == signal.SIGINT:
+            raise KeyboardInterrupt  # a second Ctrl-C: stop now, without a checkpoint
+        self._received = number
+        logger.warning(
+            "Received %s: training stops after this step and saves a checkpoint "
+            "(press Ctrl-C again to stop at once, without saving).",
+            signal.Signals(number).name,
+        )
+
+    def agree(self, args) -> int | None:
+        """The stop signal, if any process received one. A collective: every process must call it."""
+        received = self._received or 0
+        if args.world_size > 1 and torch.distributed.is_available() and torch.distributed.is_initialized():
+            flag = torch.tensor([received], device=args.device, dtype=torch.int32)
+            torch.distributed.all_reduce(flag, op=torch.distributed.ReduceOp.MAX)
+            received = int(flag.item())
+        if received:
+            self.signal_number = received
+        return self.signal_number
+
+    def on_step_end(self, args, state, control, **kwargs):
+        if self.agree(args) is not None:
+            control.should_save = True
+            control.should_training_stop = True
+            self.checkpoint_step = state.global_step
+        return control
+
+    def on_epoch_end(self, args, state, control, **kwargs):
+        if self.checkpoint_step is not None and self.checkpoint_step == state.global_step:
+            # Stopped mid-epoch with the checkpoint already written: skip the end-of-epoch
+            # evaluation and a second save of the same step (time a SIGTERM grace period lacks).
+            control.should_evaluate = False
+            control.should_save = False
+        return control
+
+
+def first_non_finite_parameter(model) -> str | None:
+    """The name of the first floating-point parameter holding NaN or inf, or None.
+
+    Integer parameters (bitsandbytes' packed 4-bit weights) cannot hold either and are skipped.
+    """
+    for name, parameter in model.named_parameters():
+        if parameter.is_floating_point() and not bool(torch.isfinite(parameter).all()):
+            return name
+    return None
+
+
+def divergence_hint(args) -> str:
+    """What usually brings a diverging run back, with the values this run used."""
+    hints = [f"a lower --learning_rate (this run: {args.learning_rate:g})"]
+    if args.fp16:
+        hints.append("--bf16 instead of --fp16 (bf16 has fp32's range; fp16 overflows above 65,504)")
+    else:
+        hints.append(
+            "--bf16 rather than --fp16 if you train in mixed precision (fp16 overflows above 65,504)"
+        )
+    if not args.max_grad_norm:
+        hints.append("gradient clipping, which this run turned off: --max_grad_norm 1.0")
+    else:
+        hints.append(f"stronger gradient clipping (this run: --max_grad_norm {args.max_grad_norm:g})")
+    return "Try " + ", ".join(hints[:-1]) + f", or {hints[-1]}."

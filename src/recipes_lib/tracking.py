@@ -1,0 +1,409 @@
+"""W&B tracking: every recipe logs one comparable run, and no run dies for want of an API key.
+
+Identity. Runs of different recipes on the same model and data share a group, so the dashboard
+shows them side by side:
+
+    project   --wandb_project, else $WANDB_PROJECT, else "bert-recipes"
+    group     --experiment, else "<model>_<dataset>", e.g. "bert-base-uncased_glue-sst2"
+    name      --run_name, else recipe + model + the settings that differ from the recipe's
+              defaults, e.g. "lora bert-base-uncased lr=0.001 lora_r=16"
+    tags      recipe, model, precision (fp32/bf16/fp16), device kind (cuda/cpu), --wandb_tags
+    job_type  "fine-tune"
+    config    the full resolved configuration (as in results.json), "recipe", and "environment"
+              (device, CUDA and driver versions, library versions)
+
+Logged. The Trainer's WandbCallback logs its curves (train/loss, train/learning_rate,
+train/grad_norm, eval/accuracy, eval/f1, ...); `ThroughputCallback` adds throughput/* and memory/*
+at every training log; at the end every results.json key goes into the run summary under the same
+name, except `config`, which is the run's config already (the same keys and values).
+`WANDB_LOG_MODEL=end` (or `checkpoint`) uploads the final model, or the adapter for LoRA recipes,
+as an artifact: WandbCallback implements it and we leave it to it.
+
+Offline. With no API key (WANDB_API_KEY, `wandb login`'s ~/.netrc entry or settings file), the run
+is logged offline from the start instead of letting `wandb.init` raise; with a key but no network,
+`wandb.init` gives up after its init_timeout (90 s, WANDB_INIT_TIMEOUT) and the run goes offline
+then. Either way one line says where the run was written and how to upload it (`wandb sync DIR`).
+`--report_to none` or WANDB_MODE=disabled turn tracking off. Only the main process talks to W&B.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+import shutil
+import subprocess
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import torch
+from transformers import TrainerCallback
+
+from recipes_lib.config import (
+    DataArguments,
+    ModelArguments,
+    ParsedArguments,
+    RecipeTrainingArguments,
+    dataset_source,
+)
+from recipes_lib.errors import ConfigError
+from recipes_lib.memory import GIB, peak_rss_gib
+from recipes_lib.results import describe_device, library_versions
+
+if TYPE_CHECKING:
+    from recipes_lib.runner import Recipe
+
+logger = logging.getLogger("recipes_lib")
+
+DEFAULT_PROJECT = "bert-recipes"
+JOB_TYPE = "fine-tune"
+WANDB_MODES = ("online", "offline", "disabled", "dryrun", "shared", "run")
+# W&B rejects tags longer than 64 characters.
+MAX_TAG_LENGTH = 64
+
+# Shared settings that name a run when they differ from the recipe's defaults, with their label.
+# Every field of a recipe's own argument classes (LoRA rank, say) is a naming setting too.
+NAME_SETTINGS = {
+    "learning_rate": "lr",
+    "per_device_train_batch_size": "bs",
+    "gradient_accumulation_steps": "accum",
+    "num_train_epochs": "epochs",
+    "max_steps": "steps",
+    "max_seq_length": "seq",
+    "warmup_steps": "warmup",
+    "weight_decay": "wd",
+    "lr_scheduler_type": "sched",
+    "optim": "optim",
+    "max_train_samples": "train_samples",
+    "seed": "seed",
+}
+
+
+@dataclass(frozen=True)
+class RunIdentity:
+    project: str
+    group: str
+    name: str
+    tags: tuple[str, ...]
+    job_type: str = JOB_TYPE
+
+
+def short_model_name(model_name_or_path: str) -> str:
+    """'sentence-transformers/all-MiniLM-L6-v2' -> 'all-MiniLM-L6-v2'; a local directory -> its name."""
+    return Path(model_name_or_path.rstrip("/\\")).name or model_name_or_path
+
+
+def short_dataset_name(data: DataArguments) -> str:
+    """'glue-sst2' for a Hub dataset; the directory holding train_file for local files."""
+    name, config = dataset_source(data)
+    if name is not None:
+        return f"{name}-{config}".replace("/", "-") if config else name.replace("/", "-")
+    train_file = Path(data.train_file).resolve()
+    return train_file.parent.name or train_file.stem
+
+
+def default_experiment(arguments: ParsedArguments) -> str:
+    """Model and data, not the recipe: swapping the recipe script keeps a run in the same group."""
+    return f"{short_model_name(arguments.model.model_name_or_path)}_{short_dataset_name(arguments.data)}"
+
+
+def precision_name(training: RecipeTrainingArguments) -> str:
+    return "bf16" if training.bf16 else "fp16" if training.fp16 else "fp32"
+
+
+def _plain(value: Any) -> Any:
+    # Enums (optim, lr_scheduler_type) compare and print as their string values.
+    return getattr(value, "value", value)
+
+
+def _format_setting(value: Any) -> str:
+    value = _plain(value)
+    if isinstance(value, float):
+        # 2e-05 -> 2e-5, 3.0 -> 3
+        return f"{value:g}".replace("e-0", "e-").replace("e+0", "e+")
+    if isinstance(value, (list, tuple)):
+        return "+".join(str(item) for item in value)
+    return str(value)
+
+
+def _same(a: Any, b: Any) -> bool:
+    a, b = _plain(a), _plain(b)
+    if isinstance(a, (int, float)) and isinstance(b, (int, float)) and not isinstance(a, bool):
+        return float(a) == float(b)
+    return a == b
+
+
+def _field_defaults(argument_classes) -> dict[str, Any]:
+    defaults = {}
+    for cls in argument_classes:
+        for item in dataclasses.fields(cls):
+            if item.default is not dataclasses.MISSING:
+                defaults[item.name] = item.default
+            elif item.default_factory is not dataclasses.MISSING:
+                defaults[item.name] = item.default_factory()
+    return defaults
+
+
+def run_name(recipe: Recipe, arguments: ParsedArguments) -> str:
+    """recipe + model + every naming setting whose value differs from the recipe's default."""
+    recipe_classes = tuple(recipe.argument_classes)
+    defaults = _field_defaults((ModelArguments, DataArguments, *recipe_classes, RecipeTrainingArguments))
+    defaults.update(recipe.training_defaults)
+    settings = dict(NAME_SETTINGS)
+    settings.update({item.name: item.name for cls in recipe_classes for item in dataclasses.fields(cls)})
+
+    resolved = arguments.to_dict()
+    differences = [
+        f"{label}={_format_setting(resolved[key])}"
+        for key, label in settings.items()
+        if key in resolved and not _same(resolved[key], defaults.get(key))
+    ]
+    return " ".join([recipe.name, short_model_name(arguments.model.model_name_or_path), *differences])
+
+
+def run_identity(recipe: Recipe, arguments: ParsedArguments) -> RunIdentity:
+    training = arguments.training
+    extra_tags = [tag.strip() for tag in (training.wandb_tags or "").split(",") if tag.strip()]
+    tags = [
+        recipe.name,
+        short_model_name(arguments.model.model_name_or_path),
+        precision_name(training),
+        training.device.type,
+        *extra_tags,
+    ]
+    return RunIdentity(
+        project=training.wandb_project or os.environ.get("WANDB_PROJECT") or DEFAULT_PROJECT,
+        group=training.experiment or default_experiment(arguments),
+        name=training.run_name or run_name(recipe, arguments),
+        tags=tuple(dict.fromkeys(tag[:MAX_TAG_LENGTH] for tag in tags)),  # unique, in order
+    )
+
+
+def _nvidia_driver_version() -> str | None:
+    if shutil.which("nvidia-smi") is None:
+        return None
+    try:
+        completed = subprocess.run(
+            ["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+            capture_output=True,
+            text=True,
+            timeout=10,
+        )
+    except (OSError, subprocess.SubprocessError):
+        return None
+    lines = completed.stdout.strip().splitlines()
+    return lines[0].strip() if completed.returncode == 0 and lines else None
+
+
+def describe_environment(training: RecipeTrainingArguments) -> dict[str, Any]:
+    device = training.device
+    environment = {
+        "device": describe_device(device),
+        "device_kind": device.type,
+        "num_processes": training.world_size,
+        "precision": precision_name(training),
+        "cuda_version": torch.version.cuda,
+        "nvidia_driver_version": None,
+        "versions": library_versions(),
+    }
+    if device.type == "cuda":
+        properties = torch.cuda.get_device_properties(device)
+        environment["gpu_name"] = properties.name
+        environment["gpu_memory_gib"] = round(properties.total_memory / GIB, 2)
+        environment["gpu_compute_capability"] = f"{properties.major}.{properties.minor}"
+        environment["nvidia_driver_version"] = _nvidia_driver_version()
+    return environment
+
+
+def tracking_requested(training: RecipeTrainingArguments) -> bool:
+    """W&B is on unless report_to leaves it out or WANDB_MODE=disabled."""
+    if "wandb" not in (training.report_to or []):
+        return False
+    mode = os.environ.get("WANDB_MODE")
+    if mode is not None and mode not in WANDB_MODES:
+        # wandb itself would fail later with a pydantic traceback; say it here, in one paragraph.
+        raise ConfigError(
+            f"WANDB_MODE is '{mode}', which W&B does not know. Use online, offline or disabled, "
+            "or unset it (then the run is online with an API key and offline without one)."
+        )
+    return mode != "disabled"
+
+
+def _has_credentials(settings) -> bool:
+    """Whether wandb.init would find credentials (env, ~/.netrc, settings file) without prompting."""
+    try:
+        from wandb.sdk.lib import wbauth
+    except ImportError:  # another wandb layout: check the two usual places ourselves
+        import netrc
+        from urllib.parse import urlsplit
+
+        if os.environ.get("WANDB_API_KEY"):
+            return True
+        try:
+            return netrc.netrc().authenticators(urlsplit(settings.base_url).netloc) is not None
+        except (OSError, netrc.NetrcParseError):
+            return False
+    from wandb.errors import AuthenticationError
+
+    host = wbauth.HostUrl(settings.base_url, app_url=settings.app_url)
+    try:
+        found = wbauth.authenticate_session(
+            host=host, source="recipes_lib", prompt=False, update_session=False
+        )
+    except AuthenticationError:  # a malformed key: wandb.init would raise on it
+        return False
+    return found is not None
+
+
+NO_KEY_REASON = "no W&B API key found (set WANDB_API_KEY or run `wandb login`)"
+
+
+def _start_run(identity: RunIdentity, config: dict[str, Any]):
+    """wandb.init, online only when it can work. Returns (run or None, why it fell back to offline).
+
+    The mode is passed to wandb.init explicitly, so it must first honour what the user set in
+    WANDB_MODE or with `wandb offline` / `wandb disabled` (wandb's settings hold both).
+    """
+    import wandb
+
+    settings = wandb.setup().settings  # environment + settings files, as wandb.init reads them
+    if settings.mode == "disabled":
+        return None, None
+    if settings.mode in ("offline", "dryrun"):
+        mode, fallback_reason = "offline", None
+    elif not _has_credentials(settings):
+        mode, fallback_reason = "offline", NO_KEY_REASON
+    else:
+        mode, fallback_reason = "online", None
+
+    init_kwargs = {
+        "project": identity.project,
+        "group": identity.group,
+        "name": identity.name,
+        "tags": list(identity.tags),
+        "job_type": identity.job_type,
+        "config": config,
+        # wandb's end-of-run printout repeats the whole summary; results.json and our log say it once.
+        "settings": wandb.Settings(quiet=True) if "WANDB_QUIET" not in os.environ else None,
+    }
+    try:
+        return wandb.init(mode=mode, **init_kwargs), fallback_reason
+    except wandb.errors.Error as error:
+        if mode == "offline":
+            raise
+        # No network, an invalid key, a server error: keep training and log offline.
+        first_line = (str(error).strip().splitlines() or [type(error).__name__])[0]
+        fallback_reason = f"could not start an online W&B run ({first_line[:200]})"
+        return wandb.init(mode="offline", **init_kwargs), fallback_reason
+
+
+def memory_figures(device: torch.device) -> dict[str, float]:
+    """Memory at a training log, for the curves (results.json has the whole run's peaks).
+
+    CUDA: what tensors hold now, the allocator's peak counter and what the caching allocator holds
+    now. CPU: the kernel's peak resident-set counter for the process (getrusage ru_maxrss). Both
+    peak counters run from their last reset: memory.py resets them when a measured phase begins.
+    """
+    if device.type == "cuda":
+        return {
+            "memory/allocated_gib": torch.cuda.memory_allocated(device) / GIB,
+            "memory/max_allocated_gib": torch.cuda.max_memory_allocated(device) / GIB,
+            "memory/reserved_gib": torch.cuda.memory_reserved(device) / GIB,
+        }
+    return {"memory/peak_rss_gib": peak_rss_gib()}
+
+
+class ThroughputCallback(TrainerCallback):
+    """Logs throughput and memory next to the Trainer's curves, at every training log.
+
+    Each figure covers the interval since the previous training log and counts only training steps:
+    the clock starts at the first step after a log, so evaluation and checkpointing in between are
+    left out. Tokens are counted by RecipeTrainer on this (the main) process and multiplied by the
+    number of processes; samples are optimizer steps x the global batch (per-device batch x
+    accumulation x processes), so a short last batch of an epoch counts as full. results.json has
+    the exact whole-run figures.
+    """
+
+    def __init__(self, run, trainer):
+        self.run = run
+        self.trainer = trainer
+        self.interval_start: float | None = None
+        self.tokens_at_start = (0, 0)
+        self.step_at_start = 0
+
+    def on_step_begin(self, args, state, control, **kwargs):
+        if self.interval_start is None:
+            self.interval_start = time.perf_counter()
+            self.tokens_at_start = (self.trainer.real_tokens_seen, self.trainer.padded_tokens_seen)
+            self.step_at_start = state.global_step
+
+    def on_log(self, args, state, control, logs=None, **kwargs):
+        # Training logs carry "loss"; evaluation logs ("eval_loss") and the final summary do not.
+        if not state.is_world_process_zero or "loss" not in (logs or {}) or self.interval_start is None:
+            return
+        seconds = time.perf_counter() - self.interval_start
+        real = self.trainer.real_tokens_seen - self.tokens_at_start[0]
+        padded = self.trainer.padded_tokens_seen - self.tokens_at_start[1]
+        steps = state.global_step - self.step_at_start
+        global_batch = args.per_device_train_batch_size * args.gradient_accumulation_steps * args.world_size
+        figures = {"train/global_step": state.global_step}
+        if seconds > 0 and padded > 0:
+            figures["throughput/samples_per_second"] = steps * global_batch / seconds
+            figures["throughput/real_tokens_per_second"] = real * args.world_size / seconds
+            figures["throughput/pad_ratio"] = 1 - real / padded
+        figures.update(memory_figures(args.device))
+        self.run.log(figures)
+        self.interval_start = None
+
+
+class Tracker:
+    """The W&B run of one recipe run; every method does nothing when tracking is off."""
+
+    def __init__(self, run=None):
+        self.run = run
+
+    @property
+    def active(self) -> bool:
+        return self.run is not None
+
+    def watch(self, trainer) -> None:
+        """Add the throughput and memory curves to the Trainer's logs."""
+        if self.active:
+            trainer.add_callback(ThroughputCallback(self.run, trainer))
+
+    def finish(self, results: Mapping[str, Any]) -> None:
+        """Put every results.json key into the summary (same names), then close the run."""
+        if not self.active:
+            return
+        self.run.summary.update({key: value for key, value in results.items() if key != "config"})
+        self.run.finish()
+        self.run = None
+
+
+def start_tracking(arguments: ParsedArguments, recipe: Recipe) -> Tracker:
+    """Start the W&B run on the main process, before the Trainer: its WandbCallback then reuses it."""
+    training = arguments.training
+    if not tracking_requested(training) or training.process_index != 0:
+        return Tracker()
+    identity = run_identity(recipe, arguments)
+    config = {
+        "recipe": recipe.name,
+        **arguments.to_dict(),
+        "environment": describe_environment(training),
+    }
+    run, fallback_reason = _start_run(identity, config)
+    if run is not None and run.offline:
+        # One line: why offline (when the user did not ask for it), where the run is, how to upload it.
+        run_dir = Path(run.settings.sync_dir).resolve()
+        why = f"{fallback_reason}, so " if fallback_reason else "W&B offline mode: "
+        (logger.warning if fallback_reason else logger.info)(
+            "%srun '%s' is logged in %s; upload it later with: wandb sync %s",
+            why,
+            identity.name,
+            run_dir,
+            run_dir,
+        )
+    return Tracker(run)

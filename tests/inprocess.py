@@ -1,0 +1,63 @@
+"""Run a recipe inside the test process: the recipe's own Recipe object, arguments and runner.
+
+Faster than `accelerate launch` (no new interpreter, no second import of torch), so the memory
+tests can afford a run per recipe and model. It is the same code path after argument parsing:
+`train_and_evaluate`, the Trainer, the MemoryCallback, results.json.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+from typing import Any
+
+from tests.conftest import REPO_ROOT
+
+CPU_RECIPES = ("full_ft", "adamw_8bit", "lora", "qlora")
+
+
+def load_recipe(name: str):
+    """The RECIPE object of recipes/<name>.py (the script's `__main__` block does not run)."""
+    path = REPO_ROOT / "recipes" / f"{name}.py"
+    spec = importlib.util.spec_from_file_location(f"recipe_under_test_{name}", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.RECIPE
+
+
+def available_recipes() -> list[str]:
+    return [name for name in CPU_RECIPES if (REPO_ROOT / "recipes" / f"{name}.py").is_file()]
+
+
+def run_in_process(recipe_name: str, args: list[str]) -> dict[str, Any]:
+    from recipes_lib.config import parse_recipe_arguments
+    from recipes_lib.runner import train_and_evaluate
+
+    recipe = load_recipe(recipe_name)
+    arguments = parse_recipe_arguments(
+        recipe.name,
+        args,
+        extra_argument_classes=recipe.argument_classes,
+        recipe_defaults=recipe.training_defaults,
+    )
+    return train_and_evaluate(recipe, arguments)
+
+
+def quick_args(model: Path | str, data: dict[str, Path], output_dir: Path, *extra: str) -> list[str]:
+    """A short run: two optimizer steps of 8 examples, a small evaluation, nothing saved but the model."""
+    return [
+        "--model_name_or_path", str(model),
+        "--train_file", str(data["train"]),
+        "--validation_file", str(data["validation"]),
+        "--output_dir", str(output_dir),
+        "--overwrite_output_dir", "true",
+        "--max_seq_length", "32",
+        "--per_device_train_batch_size", "8",
+        "--max_steps", "2",
+        "--max_eval_samples", "16",
+        "--eval_strategy", "no",
+        "--save_strategy", "no",
+        "--report_to", "none",
+        "--disable_tqdm", "true",
+        *extra,
+    ]  # fmt: skip

@@ -1,0 +1,199 @@
+"""Every accelerate config is read by accelerate's own code, as `accelerate launch` reads it.
+
+No GPU and no DeepSpeed needed: `accelerate launch` runs for real up to the point where it would
+start the processes (the launcher functions are replaced by ones that record what they were given),
+and the FSDP / DeepSpeed plugins are then built from the environment the launcher would pass on.
+"""
+
+from __future__ import annotations
+
+import configparser
+import os
+from unittest import mock
+
+import pytest
+import yaml
+
+from tests.conftest import REPO_ROOT
+
+CONFIG_DIR = REPO_ROOT / "accelerate_configs"
+CONFIGS = sorted(path.name for path in CONFIG_DIR.glob("*.yaml"))
+REQUIRED = {"cpu.yaml", "single_gpu.yaml", "multi_cpu.yaml", "multi_gpu.yaml", "fsdp.yaml"}
+REQUIRED |= {"deepspeed_zero2.yaml", "deepspeed_zero3.yaml", "multi_node.yaml"}
+
+
+def launch_without_starting(config: str, *options: str) -> dict:
+    """Run `accelerate launch --config_file CONFIG OPTIONS script.py`; return the launcher and its env."""
+    import accelerate.commands.launch as launch
+    from accelerate.utils.launch import (
+        prepare_deepspeed_cmd_env,
+        prepare_multi_gpu_env,
+        prepare_simple_launcher_cmd_env,
+    )
+
+    captured = {}
+
+    def recorder(name, prepare):
+        def record(args):
+            environment = prepare(args)
+            captured.update(
+                launcher=name, args=args, env=environment[1] if name != "torchrun" else environment
+            )
+
+        return record
+
+    argv = ["--config_file", str(CONFIG_DIR / config), *options, "script.py"]
+    with (
+        mock.patch.object(launch, "simple_launcher", recorder("simple", prepare_simple_launcher_cmd_env)),
+        mock.patch.object(launch, "multi_gpu_launcher", recorder("torchrun", prepare_multi_gpu_env)),
+        mock.patch.object(launch, "deepspeed_launcher", recorder("deepspeed", prepare_deepspeed_cmd_env)),
+    ):
+        launch.launch_command(launch.launch_command_parser().parse_args(argv))
+    return captured
+
+
+def accelerate_variables(environment: dict) -> dict:
+    return {k: v for k, v in environment.items() if k.startswith(("ACCELERATE_", "FSDP_"))}
+
+
+def test_every_config_the_readme_and_issue_name_is_shipped():
+    assert set(CONFIGS) >= REQUIRED
+
+
+@pytest.mark.parametrize("config", CONFIGS)
+def test_every_config_starts_with_when_to_use_it_and_how_to_launch_it(config):
+    text = (CONFIG_DIR / config).read_text()
+    header = text[: text.index("\n" + next(line for line in text.splitlines() if not line.startswith("#")))]
+    assert header.startswith("# ") and len(header.splitlines()) >= 2
+    assert f"accelerate launch --config_file accelerate_configs/{config}" in header
+    yaml.safe_load(text)
+
+
+@pytest.mark.parametrize("config", CONFIGS)
+def test_every_config_loads_with_accelerates_config_class(config):
+    from accelerate.commands.config.config_args import ClusterConfig, load_config_from_file
+
+    loaded = load_config_from_file(str(CONFIG_DIR / config))
+    assert isinstance(loaded, ClusterConfig)
+    assert loaded.num_processes >= 1 and loaded.num_processes % loaded.num_machines == 0
+
+
+@pytest.mark.parametrize(
+    "config, launcher, processes",
+    [
+        ("cpu.yaml", "simple", 1),
+        ("single_gpu.yaml", "simple", 1),
+        ("multi_cpu.yaml", "torchrun", 2),
+        ("multi_gpu.yaml", "torchrun", 2),
+        ("fsdp.yaml", "torchrun", 2),
+        ("deepspeed_zero2.yaml", "deepspeed", 2),
+        ("deepspeed_zero3.yaml", "deepspeed", 2),
+    ],
+)
+def test_accelerate_launch_picks_the_launcher_and_process_count_the_config_says(config, launcher, processes):
+    launched = launch_without_starting(config, "--main_process_port", "0")
+    assert launched["launcher"] == launcher
+    assert launched["args"].num_processes == processes
+    sharding = accelerate_variables(launched["env"])
+    assert ("ACCELERATE_USE_FSDP" in sharding) == (config == "fsdp.yaml")
+    assert ("ACCELERATE_USE_DEEPSPEED" in sharding) == config.startswith("deepspeed")
+
+
+@pytest.mark.parametrize("config, section", [("fsdp.yaml", "fsdp_config")] + [
+    (name, "deepspeed_config") for name in ("deepspeed_zero2.yaml", "deepspeed_zero3.yaml")
+])  # fmt: skip
+def test_every_sharding_key_is_an_option_accelerate_launch_knows(config, section):
+    """accelerate copies unknown keys onto its arguments and ignores them: a typo would silently fall back."""
+    import accelerate.commands.launch as launch
+
+    options = {action.dest for action in launch.launch_command_parser()._actions}
+    keys = yaml.safe_load((CONFIG_DIR / config).read_text())[section]
+    assert keys and set(keys) <= options, set(keys) - options
+
+
+def test_fsdp_config_gives_full_shard_fsdp2_wrapping_each_bert_layer(tiny_bert):
+    from accelerate.utils import FullyShardedDataParallelPlugin
+    from torch.distributed.fsdp import StateDictType
+    from transformers import AutoModelForSequenceClassification
+
+    environment = accelerate_variables(
+        launch_without_starting("fsdp.yaml", "--main_process_port", "0")["env"]
+    )
+    with mock.patch.dict(os.environ, environment):
+        plugin = FullyShardedDataParallelPlugin()
+    assert plugin.fsdp_version == 2
+    assert plugin.reshard_after_forward is True  # full shard: parameters freed after each forward
+    assert plugin.state_dict_type == StateDictType.FULL_STATE_DICT  # one model.safetensors at the end
+    assert environment["ACCELERATE_MIXED_PRECISION"] == "bf16"
+
+    model = AutoModelForSequenceClassification.from_pretrained(tiny_bert)
+    plugin.set_auto_wrap_policy(model)
+    wrapped = [name for name, module in model.named_modules() if plugin.auto_wrap_policy(module, False, 0)]
+    assert wrapped == [f"bert.encoder.layer.{i}" for i in range(model.config.num_hidden_layers)]
+
+
+@pytest.mark.parametrize("config, stage", [("deepspeed_zero2.yaml", 2), ("deepspeed_zero3.yaml", 3)])
+def test_deepspeed_configs_give_their_zero_stage_and_leave_batch_and_clipping_to_the_recipe(config, stage):
+    """Values the Trainer fills from the recipe's arguments must stay "auto", or they would disagree."""
+    from accelerate.utils import DeepSpeedPlugin
+
+    environment = accelerate_variables(launch_without_starting(config, "--main_process_port", "0")["env"])
+    with mock.patch.dict(os.environ, environment):
+        plugin = DeepSpeedPlugin()  # reads the ACCELERATE_DEEPSPEED_* variables; needs no DeepSpeed
+    settings = plugin.deepspeed_config
+    assert settings["zero_optimization"]["stage"] == stage
+    assert settings["zero_optimization"]["offload_optimizer"]["device"] == "none"
+    for key in ("train_batch_size", "train_micro_batch_size_per_gpu", "gradient_accumulation_steps"):
+        assert settings[key] == "auto", key
+    assert settings.get("gradient_clipping", "auto") == "auto"
+    assert environment["ACCELERATE_MIXED_PRECISION"] == "bf16"
+    if stage == 3:
+        # The recipe saves one model.safetensors: ZeRO-3 must gather the shards for it.
+        assert settings["zero_optimization"]["stage3_gather_16bit_weights_on_model_save"] is True
+        assert plugin.zero3_init_flag is True
+
+
+def test_deepspeed_is_an_optional_extra():
+    setup = configparser.ConfigParser()
+    setup.read(REPO_ROOT / "setup.cfg")
+    extra = setup["options.extras_require"]["deepspeed"].split()
+    assert any(requirement.startswith("deepspeed") for requirement in extra)
+    assert not any("deepspeed" in line for line in setup["options"]["install_requires"].splitlines())
+
+
+def test_multi_node_template_marks_what_to_fill_in_and_splits_processes_per_machine():
+    lines = (CONFIG_DIR / "multi_node.yaml").read_text().splitlines()
+    to_fill = {
+        lines[i + 1].split(":")[0]
+        for i, line in enumerate(lines[:-1])
+        if line.startswith("# FILL IN") and not lines[i + 1].startswith("#")
+    }
+    assert to_fill == {
+        "num_machines",
+        "num_processes",
+        "machine_rank",
+        "main_process_ip",
+        "main_process_port",
+    }
+
+    launched = launch_without_starting("multi_node.yaml", "--machine_rank", "1")
+    args = launched["args"]
+    # 16 processes over 2 machines: torchrun starts 8 on this one, which is node 1 of 2.
+    assert (args.nnodes, args.nproc_per_node, args.node_rank) == ("2", "8", 1)
+    assert args.rdzv_endpoint == "10.0.0.1:29500"
+
+
+@pytest.mark.parametrize(
+    "variable, name", [("ACCELERATE_USE_FSDP", "FSDP"), ("ACCELERATE_USE_DEEPSPEED", "DeepSpeed")]
+)
+def test_fsdp_or_deepspeed_without_a_gpu_is_refused_before_anything_loads(
+    monkeypatch, tmp_path, variable, name
+):
+    """accelerate runs CPU processes as plain DDP whatever the config says: the recipe says so and stops."""
+    from recipes_lib import config
+    from recipes_lib.errors import ConfigError
+
+    monkeypatch.setenv(variable, "true")
+    monkeypatch.setattr(config, "_cuda_available", lambda: False)
+    with pytest.raises(ConfigError, match=f"launched with {name}.*multi_cpu.yaml"):
+        config.parse_recipe_arguments("full_ft", ["--output_dir", str(tmp_path)])

@@ -1,0 +1,58 @@
+"""`recipes-lib compare`: the table and the chart, from real runs of two recipes."""
+
+from __future__ import annotations
+
+import pytest
+
+from recipes_lib.cli import main
+from recipes_lib.compare import CHART_FILE
+from tests.inprocess import quick_args, run_in_process
+
+
+@pytest.fixture(scope="module")
+def two_runs(tiny_bert, learnable_data, tmp_path_factory):
+    root = tmp_path_factory.mktemp("compare")
+    for recipe in ("full_ft", "lora"):
+        run_in_process(recipe, quick_args(tiny_bert, learnable_data, root / recipe))
+    return root
+
+
+def test_compare_prints_one_row_per_run_and_writes_the_chart(two_runs, capsys):
+    code = main(["compare", str(two_runs / "full_ft"), str(two_runs / "lora")])
+    output = capsys.readouterr().out
+    assert code == 0
+    header, _rule, *rows = output.splitlines()[:4]
+    for title in ("recipe", "weights", "gradients", "optimizer", "activations", "trainable params",
+                  "optimizer state MiB", "samples/s", "tokens/s", "accuracy", "macro-F1", "train s"):  # fmt: skip
+        assert title in header
+    assert rows[0].startswith("full_ft") and rows[1].startswith("lora")
+    chart = two_runs / CHART_FILE
+    assert f"chart: {chart}" in output
+    import matplotlib.image
+
+    image = matplotlib.image.imread(chart)
+    assert image.shape[0] > 300 and image.shape[1] > 500
+
+
+def test_lora_shows_less_gradient_and_optimizer_memory_than_full_fine_tuning(two_runs, capsys):
+    main(["compare", "--no_chart", str(two_runs / "full_ft"), str(two_runs / "lora")])
+    header, _rule, full, lora = capsys.readouterr().out.splitlines()[:4]
+    columns = [title.strip() for title in header.split("  ") if title.strip()]
+    gradients = columns.index("gradients MiB")
+    assert float(lora.split()[gradients + 1]) < float(full.split()[gradients + 1])  # + 1: "model" is one word
+
+
+def test_markdown_table_for_a_readme(two_runs, capsys, tmp_path):
+    chart = tmp_path / "chart.png"
+    code = main(
+        ["compare", "--markdown", "--chart", str(chart), str(two_runs / "full_ft"), str(two_runs / "lora")]
+    )
+    lines = capsys.readouterr().out.splitlines()
+    assert code == 0 and chart.is_file()
+    assert lines[0].startswith("| recipe | model |") and lines[1].startswith("|---|")
+    assert lines[2].startswith("| full_ft |") and lines[3].startswith("| lora |")
+
+
+def test_a_directory_without_results_is_refused(tmp_path, capsys):
+    assert main(["compare", str(tmp_path)]) == 2
+    assert "no results.json" in capsys.readouterr().err
