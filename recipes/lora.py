@@ -3,7 +3,7 @@
     accelerate launch --config_file accelerate_configs/single_gpu.yaml recipes/lora.py
     accelerate launch --config_file accelerate_configs/single_gpu.yaml recipes/lora.py --config recipes/configs/lora.yaml
 
-Same defaults as full_ft.py except the learning rate, 5e-4 instead of 2e-5. r=8, alpha=16, dropout 0.1 on
+Same defaults as full_ft.py except the learning rate, 1e-3 instead of 2e-5. r=8, alpha=16, dropout 0.1 on
 `query` and `value`; `--lora_target_modules all-linear` adapts every linear layer. bert-base:
 296,450 trainable parameters (0.27%), so gradients and AdamW state (4 + 8 B each) are 3.4 MiB;
 the frozen weights still take 4 B per parameter: 109.5M x 4 B = 418 MiB.
@@ -24,7 +24,7 @@ def build_model(arguments, model_config):
 RECIPE = Recipe(
     name="lora",
     argument_classes=(LoraArguments,),
-    training_defaults={"learning_rate": LORA_LEARNING_RATE},  # 5e-4, see adapters.py for why
+    training_defaults={"learning_rate": LORA_LEARNING_RATE},  # 1e-3, see adapters.py for why
     build_model=build_model,
     save_extras=save_adapter_extras,
 )

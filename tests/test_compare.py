@@ -23,7 +23,7 @@ def test_compare_prints_one_row_per_run_and_writes_the_chart(two_runs, capsys):
     assert code == 0
     header, _rule, *rows = output.splitlines()[:4]
     for title in ("recipe", "weights", "gradients", "optimizer", "activations", "trainable params",
-                  "optimizer state MiB", "samples/s", "tokens/s", "accuracy", "macro-F1", "train s"):  # fmt: skip
+                  "optimizer state bytes", "samples/s", "tokens/s", "accuracy", "macro-F1", "train s"):  # fmt: skip
         assert title in header
     assert rows[0].startswith("full_ft") and rows[1].startswith("lora")
     chart = two_runs / CHART_FILE

@@ -424,3 +424,29 @@ def test_all_linear_and_pooler_options_train_what_they_say():
         assert any(f"{layer}.lora_A" in name for name in trainable), layer
     assert any("pooler" in name and "modules_to_save" in name for name in trainable)
     assert not any("classifier.lora" in name for name in trainable)  # the head trains in full, no adapter
+
+
+def test_qlora_base_is_nf4_with_double_quantization_and_the_head_stays_full_precision(bert256):
+    from transformers import AutoConfig, AutoModelForSequenceClassification
+
+    from recipes_lib.adapters import LoraArguments, add_lora, load_4bit_model
+    from recipes_lib.config import ModelArguments
+    from recipes_lib.modeling import count_parameters
+
+    config = AutoConfig.from_pretrained(bert256, num_labels=2)
+    lora = LoraArguments(lora_train_pooler=True)
+    model = add_lora(load_4bit_model(ModelArguments(str(bert256)), config, lora, torch.device("cpu")), lora)
+    query = model.base_model.model.bert.encoder.layer[0].attention.self.query
+    weight = query.base_layer.weight
+    assert type(weight).__name__ == "Params4bit" and weight.dtype == torch.uint8
+    assert weight.quant_state.quant_type == "nf4" and weight.quant_state.nested  # double quantization
+    assert query.base_layer.compute_dtype == torch.bfloat16
+    assert weight.numel() * 2 == 256 * 256  # two 4-bit values per byte
+    for name in ("classifier", "pooler"):
+        trained = [p for n, p in model.named_parameters() if name in n and p.requires_grad]
+        assert trained and all(p.dtype == torch.float32 for p in trained), name
+    total, trainable = count_parameters(model)
+    full_precision = add_lora(
+        AutoModelForSequenceClassification.from_pretrained(bert256, config=config), lora
+    )
+    assert (total, trainable) == count_parameters(full_precision)

@@ -29,8 +29,11 @@ logger = logging.getLogger(__name__)
 
 ADAPTER_CONFIG_FILE = "adapter_config.json"
 # Only 0.3% of the weights move, each through a rank-8 bottleneck, so LoRA wants a learning rate
-# far above full fine-tuning's 2e-5: the LoRA paper used 4e-4 to 5e-4 for RoBERTa-base on GLUE.
-LORA_LEARNING_RATE = 5e-4
+# far above full fine-tuning's 2e-5 (published LoRA runs on BERT-sized encoders use 4e-4 to 1e-3).
+# Measured on all-MiniLM-L6-v2, SST-2, 4,000 training sentences, 1 epoch (125 steps), dev accuracy
+# (full_ft at its 2e-5: 0.742): 5e-4 -> 0.619, 1e-3 -> 0.768 (0.790 with seed 7), 2e-3 -> 0.813
+# (0.809). 1e-3 clears full_ft on that short budget and stays at the usual end for long runs.
+LORA_LEARNING_RATE = 1e-3
 MERGED_SUBDIR = "merged"
 
 
@@ -146,7 +149,8 @@ def nf4_quantization_config(lora: LoraArguments):
     """
     from transformers import BitsAndBytesConfig
 
-    keep = ["classifier", "score"] + (["pooler"] if lora.lora_train_pooler else [])
+    # Module names, matched from the start or as a suffix: the pooler is bert.pooler.dense.
+    keep = ["classifier", "score"] + (["pooler", "pooler.dense"] if lora.lora_train_pooler else [])
     return BitsAndBytesConfig(
         load_in_4bit=True,
         bnb_4bit_quant_type="nf4",

@@ -113,6 +113,7 @@ def add_plan_parser(commands) -> None:
     plan_parser.add_argument("--recipe", choices=[*RECIPES, "all"], default="all")
     plan_parser.add_argument("--per_device_train_batch_size", type=int, default=32)
     plan_parser.add_argument("--max_seq_length", type=int, default=128)
+    plan_parser.add_argument("--num_labels", type=int, default=2, help="classes of the task (the head's size)")
     plan_parser.add_argument("--bf16", action="store_true", help="bf16 mixed precision (autocast)")
     plan_parser.add_argument("--gradient_checkpointing", action="store_true")
     plan_parser.add_argument("--budget_gib", type=float, default=24.0, help="memory of the GPU (default 24)")
@@ -177,7 +178,7 @@ def plan(args) -> int:
     )
     recipes = RECIPES if args.recipe == "all" else (args.recipe,)
     try:
-        rows = plan_models(args.model, recipes, setup, args.budget_gib)
+        rows = plan_models(args.model, recipes, setup, args.budget_gib, num_labels=args.num_labels)
     except RecipeError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2

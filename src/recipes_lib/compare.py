@@ -23,8 +23,15 @@ PART_LABELS = {
     "weights": "weights",
     "gradients": "gradients",
     "optimizer_state": "optimizer state",
-    "activations": "activations (peak)",
+    "activations": "activations",
     "other": "other (inputs, optimizer temporaries)",
+}
+COLUMN_NAMES = {
+    "weights": "weights",
+    "gradients": "gradients",
+    "optimizer_state": "optimizer",
+    "activations": "activations",
+    "other": "other",
 }
 # Colour-blind-safe (Okabe-Ito), one per breakdown part.
 PART_COLOURS = {
@@ -58,9 +65,9 @@ def short_model_name(name: str | None) -> str:
 
 
 def _unit(runs: list[dict[str, Any]]) -> tuple[str, float]:
-    """GiB, or MiB when every figure is under 1 GiB (a small model would read 0.00 GiB throughout)."""
+    """GiB, or MiB when every tensor figure is under 1 GiB (a small model would read 0.0x GiB)."""
     largest = max(
-        [run.get("peak_memory_gib") or 0 for run in runs]
+        [run.get("tensor_peak_gib") or 0 for run in runs]
         + [value or 0 for run in runs for value in (run.get("memory_breakdown_gib") or {}).values()]
     )
     return ("GiB", 1.0) if largest >= 1 else ("MiB", 1024.0)
@@ -81,21 +88,21 @@ def table_columns(unit: str, scale: float) -> list[tuple[str, Callable[[dict[str
 
         return cell
 
-    def optimizer_state(run: dict[str, Any]) -> str:
+    def optimizer_state_bytes(run: dict[str, Any]) -> str:
         measured = run.get("optimizer_state_bytes")
-        if measured is None:
+        if measured is None:  # a run from before optimizer_state_bytes existed
             gib = (run.get("memory_breakdown_gib") or {}).get("optimizer_state")
-            measured = None if gib is None else gib * 2**30
-        return _number(None if measured is None else measured / 2**20, "{:.1f}")
+            measured = None if gib is None else round(gib * 2**30)
+        return _number(measured, "{:,}")
 
     return [
         ("recipe", lambda run: str(run.get("recipe", "-"))),
         ("model", lambda run: short_model_name(run.get("model_name_or_path"))),
-        (f"peak {unit}", memory("peak_memory_gib")),
+        ("peak GiB", lambda run: _number(run.get("peak_memory_gib"), "{:.2f}")),
         (f"tensor peak {unit}", memory("tensor_peak_gib")),
-        *[(f"{PART_LABELS[key].split(' (')[0]} {unit}", part(key)) for key in BREAKDOWN_KEYS],
+        *[(f"{COLUMN_NAMES[key]} {unit}", part(key)) for key in BREAKDOWN_KEYS],
         ("trainable params", lambda run: _number(run.get("params_trainable"), "{:,}")),
-        ("optimizer state MiB", optimizer_state),
+        ("optimizer state bytes", optimizer_state_bytes),
         ("samples/s", lambda run: _number(run.get("train_samples_per_s"), "{:.1f}")),
         ("tokens/s", lambda run: _number(run.get("train_tokens_per_s"), "{:,.0f}")),
         ("accuracy", lambda run: _number(run.get("eval_accuracy"), "{:.4f}")),
@@ -142,16 +149,23 @@ def _run_label(run: dict[str, Any], runs: list[dict[str, Any]]) -> str:
 
 
 def write_chart(runs: list[dict[str, Any]], path: str | os.PathLike) -> Path:
-    """One stacked bar per run (where the memory went) and its accuracy on a second axis."""
+    """Top: one stacked bar per run (where the training memory went). Below it, in the same
+    column: the run's accuracy. Reading down a column gives the trade-off."""
     import matplotlib
 
     matplotlib.use("Agg")  # files only: no display needed (servers, CI)
     import matplotlib.pyplot as plt
 
     unit, scale = _unit(runs)
-    labels = [_run_label(run, runs) for run in runs]
     positions = list(range(len(runs)))
-    figure, memory_axis = plt.subplots(figsize=(max(6.0, 1.6 * len(runs) + 3), 5.2), layout="constrained")
+    figure, (memory_axis, accuracy_axis) = plt.subplots(
+        2,
+        1,
+        sharex=True,
+        figsize=(max(6.5, 1.5 * len(runs) + 4.5), 6.2),
+        gridspec_kw={"height_ratios": [3, 1]},
+        layout="constrained",
+    )
     bottoms = [0.0] * len(runs)
     for key in BREAKDOWN_KEYS:
         heights = [((run.get("memory_breakdown_gib") or {}).get(key) or 0) * scale for run in runs]
@@ -159,73 +173,75 @@ def write_chart(runs: list[dict[str, Any]], path: str | os.PathLike) -> Path:
             positions, heights, 0.55, bottom=bottoms, color=PART_COLOURS[key], label=PART_LABELS[key]
         )
         bottoms = [bottom + height for bottom, height in zip(bottoms, heights, strict=True)]
+    number = "{:.2f}" if unit == "GiB" else "{:.0f}"
     for position, total in zip(positions, bottoms, strict=True):
         memory_axis.annotate(
-            f"{total:.2f}" if unit == "GiB" else f"{total:.0f}",
+            number.format(total),
             (position, total),
             ha="center",
             va="bottom",
-            fontsize=9,
-            xytext=(0, 2),
+            xytext=(0, 3),
             textcoords="offset points",
         )
     peaks = [(position, run.get("tensor_peak_gib")) for position, run in zip(positions, runs, strict=True)]
     peaks = [(position, peak * scale) for position, peak in peaks if peak is not None]
     if peaks:
         memory_axis.scatter(
-            [p for p, _ in peaks],
-            [v for _, v in peaks],
+            [position for position, _ in peaks],
+            [value for _, value in peaks],
             marker="_",
-            s=900,
+            s=1400,
             linewidths=2.5,
             color="black",
             zorder=3,
-            label="all tensors at once (measured peak)",
+            label="all tensors at once\n(measured peak)",
         )
-    memory_axis.set_ylabel(f"training memory, {unit} (peak of each kind)")
-    memory_axis.set_xticks(positions, labels)
-    memory_axis.set_ylim(0, max(bottoms + [v for _, v in peaks] + [1e-9]) * 1.25)
-    memory_axis.spines[["top"]].set_visible(False)
-
-    accuracy_axis = memory_axis.twinx()
-    accuracies = [(position, run.get("eval_accuracy")) for position, run in zip(positions, runs, strict=True)]
-    accuracies = [(position, value) for position, value in accuracies if value is not None]
-    if accuracies:
-        accuracy_axis.plot(
-            [p for p, _ in accuracies],
-            [v for _, v in accuracies],
-            linestyle="none",
-            marker="D",
-            markersize=9,
-            color="#D55E00",
-            markeredgecolor="white",
-            label="accuracy (right axis)",
-            zorder=4,
-        )
-        for position, value in accuracies:
-            accuracy_axis.annotate(
-                f"{value:.3f}",
-                (position, value),
-                xytext=(10, -3),
-                textcoords="offset points",
-                color="#D55E00",
-                fontsize=9,
-                fontweight="bold",
-            )
-    accuracy_axis.set_ylim(0, 1.05)
-    accuracy_axis.set_ylabel("validation accuracy", color="#D55E00")
-    accuracy_axis.tick_params(axis="y", colors="#D55E00")
-    accuracy_axis.spines[["top"]].set_visible(False)
-
+    memory_axis.set_ylabel(f"training memory, {unit}")
+    memory_axis.set_ylim(0, max(bottoms + [value for _, value in peaks] + [1e-9]) * 1.15)
+    memory_axis.spines[["top", "right"]].set_visible(False)
     handles, names = memory_axis.get_legend_handles_labels()
-    more_handles, more_names = accuracy_axis.get_legend_handles_labels()
+    # Legend top to bottom in the order the parts stack (top part first), the peak marker last.
+    order = [names.index(PART_LABELS[key]) for key in reversed(BREAKDOWN_KEYS)] + [
+        index for index, name in enumerate(names) if name not in PART_LABELS.values()
+    ]
     memory_axis.legend(
-        handles[::-1] + more_handles, names[::-1] + more_names, loc="upper right", fontsize=8, framealpha=0.9
+        [handles[i] for i in order],
+        [names[i] for i in order],
+        loc="upper left",
+        bbox_to_anchor=(1.01, 1.0),
+        fontsize=8,
+        frameon=False,
+        title="peak of each kind",
+        title_fontsize=8,
+        markerscale=0.35,  # the peak marker is a wide bar-width tick; a short one in the legend
     )
+
+    accuracies = [run.get("eval_accuracy") for run in runs]
+    known = [
+        (position, value) for position, value in zip(positions, accuracies, strict=True) if value is not None
+    ]
+    accuracy_axis.scatter(
+        [p for p, _ in known], [v for _, v in known], marker="D", s=60, color="#D55E00", zorder=3
+    )
+    for position, value in known:
+        accuracy_axis.annotate(
+            f"{value:.3f}", (position, value), xytext=(9, -4), textcoords="offset points", color="#D55E00"
+        )
+    if known:
+        low, high = min(v for _, v in known), max(v for _, v in known)
+        margin = max(0.02, (high - low) * 0.35)
+        accuracy_axis.set_ylim(max(0.0, low - margin), min(1.0, high + margin) + 0.005)
+    accuracy_axis.set_ylabel("validation\naccuracy", color="#D55E00")
+    accuracy_axis.tick_params(axis="y", colors="#D55E00")
+    accuracy_axis.grid(axis="y", alpha=0.3)
+    accuracy_axis.spines[["top", "right"]].set_visible(False)
+    accuracy_axis.set_xticks(positions, [_run_label(run, runs) for run in runs])
+    accuracy_axis.set_xlim(-0.6, len(runs) - 0.4)
+
     models = sorted({short_model_name(run.get("model_name_or_path")) for run in runs})
     devices = sorted({str(run.get("device", "")).split(" (")[0] for run in runs if run.get("device")})
     memory_axis.set_title(
-        f"Memory and accuracy by recipe: {', '.join(models)}"
+        f"Training memory and accuracy by recipe: {', '.join(models)}"
         + (f" ({', '.join(devices)})" if devices else ""),
         fontsize=11,
     )

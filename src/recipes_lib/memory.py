@@ -31,10 +31,11 @@ so their sum is an upper bound of the real peak; `tensor_peak_gib` is the real p
 together. The planner (planner.py) predicts the same five figures from the model config alone.
 
 Cost: the tracker runs Python code for every tensor operation, so it watches only the steps that
-can set a new peak: the first two optimizer steps (the first creates the optimizer state) and every
-later batch that is larger (more rows or a longer padded length) than all the batches watched
-before. With length-grouped batches that is a handful of steps per run. `--track_memory false`
-turns it off (CUDA figures and RSS stay; the breakdown keeps what costs nothing to measure).
+can set a new peak: the first optimizer step (it creates the optimizer state), then every batch
+that is larger (more rows or a longer padded length) than all the batches watched since the
+optimizer state exists. With length-grouped batches that is a handful of steps per run
+(benchmarks/memory_overhead.py measures the cost). `--track_memory false` turns it off (CUDA
+figures and RSS stay; the breakdown keeps what costs nothing to measure).
 """
 
 from __future__ import annotations
@@ -61,9 +62,6 @@ BREAKDOWN_KEYS = ("weights", "gradients", "optimizer_state", "activations", "oth
 # The CUDA caching allocator hands out blocks in multiples of 512 bytes; counting tensors the same
 # way makes the tracker's figures comparable with torch.cuda.max_memory_allocated.
 CUDA_BLOCK_BYTES = 512
-# How many optimizer steps are always watched: the first creates the optimizer state, the second
-# is the first to run with it in place (the steady state of every later step).
-ALWAYS_TRACKED_STEPS = 2
 # How many allocations a storage may wait before it changes kind and still change it everywhere
 # (see TensorMemoryTracker._open_window). A weight's gradient reaches its parameter within 2-3.
 PENDING_WINDOWS = 16
@@ -75,25 +73,26 @@ def peak_rss_gib() -> float:
     return peak / GIB if sys.platform == "darwin" else peak * 1024 / GIB
 
 
-def peak_memory(
-    device: torch.device, process_peak_rss_gib: float | None = None
-) -> dict[str, float | str | None]:
+def peak_memory(device: torch.device, monitor: MemoryMonitor | None = None) -> dict[str, float | str | None]:
     """The whole run's peak: CUDA max allocated / reserved, or on CPU the process's peak RSS.
 
-    `process_peak_rss_gib` is the MemoryMonitor's figure: it resets the kernel's peak per phase,
-    so after it ran the kernel alone no longer knows the whole run's peak.
+    The MemoryMonitor resets the peak counters (CUDA's and the kernel's RSS peak) as each phase
+    begins, so the whole run's peak is the highest of its phases' peaks and of the counters now.
     """
+    phases = list(monitor.phases.values()) if monitor is not None else []
     if device.type == "cuda":
+        allocated = max([torch.cuda.max_memory_allocated(device)] + [p.max_allocated or 0 for p in phases])
+        reserved = max([torch.cuda.max_memory_reserved(device)] + [p.max_reserved or 0 for p in phases])
         return {
-            "peak_memory_gib": round(torch.cuda.max_memory_allocated(device) / GIB, 4),
-            "peak_memory_reserved_gib": round(torch.cuda.max_memory_reserved(device) / GIB, 4),
+            "peak_memory_gib": round(allocated / GIB, 4),
+            "peak_memory_reserved_gib": round(reserved / GIB, 4),
             "peak_memory_source": "torch.cuda.max_memory_allocated (tensors, whole run)",
         }
-    rss = max(peak_rss_gib(), process_peak_rss_gib or 0.0)
+    rss = max(peak_rss_gib(), (monitor.process_peak_rss if monitor is not None else 0) / GIB)
     return {
         "peak_memory_gib": round(rss, 4),
         "peak_memory_reserved_gib": None,
-        "peak_memory_source": "process peak RSS (getrusage ru_maxrss, whole process)",
+        "peak_memory_source": "process peak RSS (the kernel's peak resident set size, whole run)",
     }
 
 
@@ -155,7 +154,7 @@ def storage_bytes(tensors, device_type: str | None = None) -> int:
     seen, total = set(), 0
     for tensor in tensors:
         storage = _storage(tensor)
-        if storage is None or storage.data_ptr() in seen and storage.data_ptr() != 0:
+        if storage is None or storage.nbytes() == 0 or storage.data_ptr() in seen:
             continue
         seen.add(storage.data_ptr())
         total += _block_bytes(storage.nbytes(), device_type or tensor.device.type)
@@ -202,7 +201,8 @@ class TensorMemoryTracker(TorchDispatchMode):
         self.live_total = 0
         self.peak_total = 0
         self.optimizer_state_bytes = 0
-        # id(storage) -> [kind, bytes, weakref]; the weakref's callback subtracts the bytes.
+        # id(storage) -> [kind, bytes, weak reference, window it was created in]; the weak
+        # reference's callback subtracts the bytes when the storage is freed.
         self._records: dict[int, list] = {}
         self._in_optimizer_step = 0
         self._hooks: list = []
@@ -312,11 +312,16 @@ class TensorMemoryTracker(TorchDispatchMode):
         return result
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if any(getattr(subclass, "__name__", "") == "DTensor" for subclass in types):
+            # FSDP2's sharded tensors: let DTensor turn the op into ops on its local shards first;
+            # those come back here with plain tensors (as PyTorch's MemTracker does).
+            return NotImplemented
         out = func(*args, **(kwargs or {}))
         kind = "optimizer" if self._in_optimizer_step else self.new_tensors
         tensors = [tensor for tensor in tree_leaves(out) if isinstance(tensor, torch.Tensor)]
+        storages = [_storage(tensor) for tensor in tensors]
         # A new window opens only when new memory arrives (views and in-place ops bring none).
-        if any(id(_storage(tensor)) not in self._records for tensor in tensors):
+        if any(storage is not None and id(storage) not in self._records for storage in storages):
             self._open_window()
         for tensor in tensors:
             self._track(tensor, kind)
@@ -466,10 +471,13 @@ class MemoryMonitor:
         if not self.track_tensors or self.tracker is not None:
             return
         shape = _batch_shape(inputs)
-        first_steps = training and self.tracked_optimizer_steps < ALWAYS_TRACKED_STEPS
-        if shape is None or (not first_steps and _dominated(shape, self.tracked_shapes[phase])):
+        # The first step runs without optimizer state, so a batch like it with the state in place
+        # holds more: it does not count as covering later batches.
+        first_step = training and self.tracked_optimizer_steps == 0
+        if shape is None or (not first_step and _dominated(shape, self.tracked_shapes[phase])):
             return
-        self.tracked_shapes[phase].append(shape)
+        if not first_step:
+            self.tracked_shapes[phase].append(shape)
         self.current.tracked_batches += 1
         mask = inputs.get("attention_mask")
         padded = isinstance(mask, torch.Tensor) and bool((mask == 0).any())
@@ -576,10 +584,15 @@ def format_gib(gib: float) -> str:
 class MemoryCallback(TrainerCallback):
     """Feeds the Trainer's events to a MemoryMonitor: phase switches, tracked steps, evaluation."""
 
+    # Gradients and optimizer state keep their size after the first step: walking them on the first
+    # two steps (free, and what --track_memory false still reports) is enough.
+    WALKED_STEPS = 2
+
     def __init__(self, monitor: MemoryMonitor):
         self.monitor = monitor
         self.optimizer = None
         self._hook = None
+        self._steps_seen = 0
 
     def on_init_end(self, args, state, control, model=None, **kwargs):
         if model is not None and self._hook is None:
@@ -598,12 +611,13 @@ class MemoryCallback(TrainerCallback):
 
     def on_pre_optimizer_step(self, args, state, control, model=None, optimizer=None, **kwargs):
         # Gradients are complete here; walking them is free, and it covers untracked runs.
-        if state.global_step < ALWAYS_TRACKED_STEPS and model is not None:
+        if self._steps_seen < self.WALKED_STEPS and model is not None:
             self.monitor.measure_untracked(model, None)
 
     def on_step_end(self, args, state, control, model=None, optimizer=None, **kwargs):
-        if state.global_step <= ALWAYS_TRACKED_STEPS and model is not None:
+        if self._steps_seen < self.WALKED_STEPS and model is not None:
             self.monitor.measure_untracked(model, optimizer)
+        self._steps_seen += 1
         self.monitor.stop_tracking(optimizer_stepped=True)
 
     def on_prediction_step(self, args, state, control, **kwargs):

@@ -329,10 +329,10 @@ def _fused_attention(encoder: Encoder, setup: Setup) -> bool:
     return setup.device == "cuda" or encoder.attention_dropout == 0
 
 
-def activation_terms(encoder: Encoder, setup: Setup) -> dict[str, int]:
-    """Bytes of what forward keeps for backward, and the backward transient, by name."""
+def layer_activation_terms(encoder: Encoder, setup: Setup) -> dict[str, int]:
+    """Bytes that one encoder layer's forward keeps for backward, by what they are."""
     B, S, H, F, A = setup.batch_size, setup.seq_length, encoder.hidden, encoder.intermediate, encoder.heads
-    L, r = encoder.layers, setup.lora_r
+    r = setup.lora_r
     T = B * S
     autocast = setup.bf16
     e = 2 if autocast else 4  # outputs of matmuls, GELU and attention
@@ -393,9 +393,16 @@ def activation_terms(encoder: Encoder, setup: Setup) -> dict[str, int]:
         # Autocast's bf16 copy of every linear weight, kept for the input gradient. QLoRA's NF4
         # weights are dequantized again in backward instead.
         layer["linear weights, bf16 copies"] = 2 * _linear_weight_elements(encoder)
+    return layer
 
+
+def activation_terms(encoder: Encoder, setup: Setup) -> dict[str, int]:
+    """Bytes of what forward keeps for backward, and the backward transient, by name."""
+    L, T, H = encoder.layers, setup.batch_size * setup.seq_length, encoder.hidden
+    fused = _fused_attention(encoder, setup)
+    frozen_base = setup.uses_lora
     terms: dict[str, int] = {}
-    per_layer = sum(layer.values())
+    per_layer = sum(layer_activation_terms(encoder, setup).values())
     transient = _backward_transient(encoder, setup, fused)
     if setup.gradient_checkpointing:
         # Only each layer's input is kept; backward recomputes one layer at a time.
@@ -497,6 +504,7 @@ class MemoryPlan:
     activations: int
     other: int
     activation_terms: dict[str, int]
+    config: Any = None  # the model config the plan was made from
 
     @property
     def cuda_overhead(self) -> int:
@@ -575,6 +583,7 @@ def plan_memory(
         activations=sum(terms.values()),
         other=input_bytes(setup),
         activation_terms=terms,
+        config=config,
     )
 
 
@@ -664,12 +673,12 @@ def load_config_and_source(name_or_path: str, num_labels: int = 2) -> tuple[Any,
 
 
 def plan_models(
-    models: Iterable[str], recipes: Iterable[str], setup: Setup, budget_gib: float
+    models: Iterable[str], recipes: Iterable[str], setup: Setup, budget_gib: float, num_labels: int = 2
 ) -> list[tuple[MemoryPlan, int]]:
     """A plan and the largest batch that fits, for every (model, recipe)."""
     rows = []
     for model in models:
-        config, source = load_config_and_source(model)
+        config, source = load_config_and_source(model, num_labels)
         print(f"{model}: {source}")
         for recipe in recipes:
             recipe_setup = replace(setup, recipe=recipe)
@@ -756,6 +765,11 @@ def format_plan(plan: MemoryPlan, max_batch: int, budget_gib: float) -> str:
     lines.append("")
     lines.append("  activations, by what forward keeps for backward:")
     lines += [f"    {name:<50} {value / 2**20:>10.1f} MiB" for name, value in plan.activation_terms.items()]
+    encoder = Encoder.from_config(plan.config) if plan.config is not None else None
+    if encoder is not None:
+        lines.append(f"  one encoder layer (of {encoder.layers}):")
+        layer = layer_activation_terms(encoder, plan.setup)
+        lines += [f"    {name:<50} {value / 2**20:>10.1f} MiB" for name, value in layer.items()]
     verdict = "fits" if plan.total <= budget_gib * GIB else "does NOT fit"
     lines += ["", f"{verdict} in {budget_gib:g} GiB; largest batch that fits: {max_batch or 'none'}"]
     return "\n".join(lines)

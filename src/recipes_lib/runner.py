@@ -23,7 +23,7 @@ from recipes_lib.checkpoints import clear_previous_run, resolve_resume_checkpoin
 from recipes_lib.config import ParsedArguments, parse_recipe_arguments
 from recipes_lib.data import load_classification_data, tokenize
 from recipes_lib.errors import OutputDirError, RecipeError
-from recipes_lib.memory import GIB, MemoryCallback, MemoryMonitor, peak_memory
+from recipes_lib.memory import MemoryCallback, MemoryMonitor, peak_memory
 from recipes_lib.metrics import build_compute_metrics
 from recipes_lib.modeling import (
     check_sequence_length,
@@ -212,7 +212,7 @@ def train_and_evaluate(recipe: Recipe, arguments: ParsedArguments) -> dict[str, 
         "params_trainable": params_trainable,
         # What the optimizer's state tensors hold after training, measured (see optimizers.py).
         **optimizer_state_summary(trainer.optimizer, trainer.model),
-        **peak_memory(training_args.device, memory.process_peak_rss / GIB),
+        **peak_memory(training_args.device, memory),
         **memory_results,
         "auto_batch_size": auto_batch.to_dict() if auto_batch is not None else None,
         "device": describe_device(training_args.device),
