@@ -56,3 +56,10 @@ def test_markdown_table_for_a_readme(two_runs, capsys, tmp_path):
 def test_a_directory_without_results_is_refused(tmp_path, capsys):
     assert main(["compare", str(tmp_path)]) == 2
     assert "no results.json" in capsys.readouterr().err
+
+
+def test_the_chart_stacks_every_part_of_the_measured_breakdown():
+    import recipes_lib.compare
+    import recipes_lib.memory
+
+    assert recipes_lib.compare.BREAKDOWN_KEYS == recipes_lib.memory.BREAKDOWN_KEYS

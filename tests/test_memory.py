@@ -163,3 +163,57 @@ def test_track_memory_false_keeps_what_costs_nothing(tiny_bert, learnable_data, 
     assert results["memory_phases"]["train"]["max_allocated_gib"] is None  # CPU: only the tracker knows
     assert results["memory_phases"]["train"]["peak_rss_gib"] > 0
     assert results["memory_tracked_steps"] == 0
+
+
+def test_cuda_figures_come_from_the_allocator_with_peaks_reset_per_phase(monkeypatch):
+    """The CUDA branch, run without a GPU: the allocator's counters are stood in for, phase by phase."""
+    from recipes_lib.memory import peak_memory
+
+    counters = {"allocated": 0, "reserved": 0, "active": 0}
+    peaks = dict(counters)
+    resets = []
+
+    def allocate(allocated, reserved):
+        counters.update(allocated=allocated, reserved=reserved, active=allocated)
+        for key in counters:
+            peaks[key] = max(peaks[key], counters[key])
+
+    def reset_peaks(device=None):
+        resets.append(dict(counters))
+        peaks.update(counters)
+
+    def memory_stats(device=None):
+        return {
+            "allocated_bytes.all.peak": peaks["allocated"],
+            "reserved_bytes.all.peak": peaks["reserved"],
+            "active_bytes.all.peak": peaks["active"],
+            "allocated_bytes.all.current": counters["allocated"],
+            "reserved_bytes.all.current": counters["reserved"],
+        }
+
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda device=None: None)
+    monkeypatch.setattr(torch.cuda, "reset_peak_memory_stats", reset_peaks)
+    monkeypatch.setattr(torch.cuda, "memory_stats", memory_stats)
+    monkeypatch.setattr(torch.cuda, "mem_get_info", lambda device=None: (80 * GIB, 100 * GIB))
+    monkeypatch.setattr(torch.cuda, "max_memory_allocated", lambda device=None: peaks["allocated"])
+    monkeypatch.setattr(torch.cuda, "max_memory_reserved", lambda device=None: peaks["reserved"])
+
+    monitor = MemoryMonitor(torch.device("cuda"), track_tensors=False)
+    monitor.start_phase("model_load")
+    allocate(1 * GIB, 2 * GIB)
+    monitor.start_phase("train")  # ends model_load
+    allocate(9 * GIB, 12 * GIB)
+    allocate(3 * GIB, 12 * GIB)
+    monitor.start_phase("evaluation")
+    allocate(4 * GIB, 12 * GIB)
+    results = monitor.finish()
+    phases = results["memory_phases"]
+    assert len(resets) == 3  # each phase starts from the counters as they are
+    assert (
+        phases["model_load"]["max_allocated_gib"] == 1 and phases["model_load"]["allocated_at_end_gib"] == 1
+    )
+    assert phases["train"]["max_allocated_gib"] == 9 and phases["train"]["max_reserved_gib"] == 12
+    assert phases["evaluation"]["max_allocated_gib"] == 4  # the training peak was reset away
+    assert phases["evaluation"]["device_used_gib"] == 20 and phases["evaluation"]["reserved_at_end_gib"] == 12
+    # The whole run's peak survives the resets.
+    assert peak_memory(torch.device("cuda"), monitor)["peak_memory_gib"] == 9

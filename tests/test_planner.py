@@ -39,18 +39,8 @@ def _bert_config(name: str):
     return BertConfig(**KNOWN_CONFIGS[name], num_labels=2)
 
 
-def _cases():
-    """Every recipe on the tiny BERT and on MiniLM; MiniLM runs of the slower recipes (bitsandbytes
-    and peft on CPU, ~20 s each here) only with the slow tests."""
-    for model_kind in ("tiny", "minilm"):
-        for recipe in available_recipes():
-            slow = model_kind == "minilm" and recipe != "full_ft"
-            yield pytest.param(
-                recipe, model_kind, marks=[pytest.mark.slow] if slow else [], id=f"{model_kind}-{recipe}"
-            )
-
-
-@pytest.mark.parametrize(("recipe", "model_kind"), list(_cases()))
+@pytest.mark.parametrize("recipe", available_recipes())
+@pytest.mark.parametrize("model_kind", ["tiny", "minilm"])
 def test_planner_predicts_the_measured_tensor_memory_of_every_recipe(
     recipe, model_kind, tiny_bert, minilm_dir, learnable_data, tmp_path
 ):

@@ -113,7 +113,7 @@ def add_plan_parser(commands) -> None:
     plan_parser.add_argument("--recipe", choices=[*RECIPES, "all"], default="all")
     plan_parser.add_argument("--per_device_train_batch_size", type=int, default=32)
     plan_parser.add_argument("--max_seq_length", type=int, default=128)
-    plan_parser.add_argument("--num_labels", type=int, default=2, help="classes of the task (the head's size)")
+    plan_parser.add_argument("--num_labels", type=int, default=2, help="classes of the task (sizes the head)")
     plan_parser.add_argument("--bf16", action="store_true", help="bf16 mixed precision (autocast)")
     plan_parser.add_argument("--gradient_checkpointing", action="store_true")
     plan_parser.add_argument("--budget_gib", type=float, default=24.0, help="memory of the GPU (default 24)")
@@ -187,7 +187,7 @@ def plan(args) -> int:
     else:
         from recipes_lib.planner import describe_setup
 
-        print(f"Predicted peak training memory (GiB): {describe_setup(setup, args.budget_gib)}")
+        print(f"Predicted peak training memory: {describe_setup(setup, args.budget_gib)}")
         print(format_plan_table(rows, args.budget_gib, markdown=args.markdown))
     if not args.no_family:
         print()

@@ -15,10 +15,12 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from recipes_lib.memory import BREAKDOWN_KEYS
 from recipes_lib.results import RESULTS_FILE, read_results
 
 CHART_FILE = "memory_comparison.png"
+# The keys of results.json's memory_breakdown_gib (memory.BREAKDOWN_KEYS, not imported: memory.py
+# pulls in the Trainer, and with it bitsandbytes, which a table does not need), bottom of a bar first.
+BREAKDOWN_KEYS = ("weights", "gradients", "optimizer_state", "activations", "other")
 PART_LABELS = {
     "weights": "weights",
     "gradients": "gradients",

@@ -370,7 +370,11 @@ class PhaseMemory:
     max_reserved: int | None = None
     max_active: int | None = None
     allocated_at_end: int | None = None
+    reserved_at_end: int | None = None
     peak_rss: int | None = None
+    # CUDA: total - free device memory at the end of the phase (cudaMemGetInfo): this process's
+    # reserved memory + the CUDA context and workspace + any other process on the GPU.
+    device_used: int | None = None
     tensor_peak: int | None = None  # from the tracker, both devices
     tracked_batches: int = 0
 
@@ -384,7 +388,9 @@ class PhaseMemory:
             "max_reserved_gib": gib(self.max_reserved),
             "max_active_gib": gib(self.max_active),
             "allocated_at_end_gib": gib(self.allocated_at_end),
+            "reserved_at_end_gib": gib(self.reserved_at_end),
             "peak_rss_gib": gib(self.peak_rss),
+            "device_used_gib": gib(self.device_used),
             "tensor_peak_gib": gib(self.tensor_peak),
             "tracked_batches": self.tracked_batches,
         }
@@ -446,6 +452,9 @@ class MemoryMonitor:
             phase.max_reserved = max(phase.max_reserved or 0, stats.get("reserved_bytes.all.peak", 0))
             phase.max_active = max(phase.max_active or 0, stats.get("active_bytes.all.peak", 0))
             phase.allocated_at_end = stats.get("allocated_bytes.all.current", 0)
+            phase.reserved_at_end = stats.get("reserved_bytes.all.current", 0)
+            free, total = torch.cuda.mem_get_info(self.device)
+            phase.device_used = total - free
         rss = _read_kernel_peak_rss()
         if rss is not None:
             phase.peak_rss = max(phase.peak_rss or 0, rss)

@@ -71,8 +71,9 @@ NF4_BLOCK = 64
 NF4_SCALE_BLOCK = 256
 NF4_CONSTANT_BYTES = 16 * 4 + 256 * 4 + 4
 # The CUDA context and cuBLAS workspace live outside PyTorch's allocator, so max_memory_allocated
-# never shows them. This default is an assumption, not a measurement made here: the GPU check
-# (benchmarks/memory_check.py) measures it on the card it runs on; pass that with --cuda_overhead_gib.
+# never shows them. This default is an assumption, not a measurement made here: on a GPU, a run's
+# results.json gives device_used_gib - reserved_at_end_gib per phase (memory.py): the context and
+# workspace, on a GPU no other process uses. Pass that with --cuda_overhead_gib.
 DEFAULT_CUDA_OVERHEAD_GIB = 0.5
 
 # Several processes (accelerate_configs/): the parts of the training state each process keeps only
@@ -776,20 +777,26 @@ def format_plan(plan: MemoryPlan, max_batch: int, budget_gib: float) -> str:
 
 
 def format_plan_table(rows: list[tuple[MemoryPlan, int]], budget_gib: float, markdown: bool = False) -> str:
+    """One row per (model, recipe), in GiB, or MiB when every plan is under 1 GiB (small models)."""
     from recipes_lib.compare import format_table
+
+    unit, scale = ("GiB", 1 / GIB) if max(plan.total for plan, _ in rows) >= GIB else ("MiB", 1 / 2**20)
+
+    def size(value: int) -> str:
+        return f"{value * scale:.2f}" if unit == "GiB" else f"{value * scale:.1f}"
 
     header = [
         "model",
         "recipe",
         "params",
         "trainable",
-        "weights",
+        f"weights {unit}",
         "gradients",
         "optimizer",
         "activations",
         "other",
         "CUDA ctx",
-        "peak GiB",
+        f"peak {unit}",
         f"fits {budget_gib:g} GiB",
         "max batch",
     ]
@@ -799,13 +806,13 @@ def format_plan_table(rows: list[tuple[MemoryPlan, int]], budget_gib: float, mar
             plan.setup.recipe,
             f"{plan.params_total / 1e6:.1f}M",
             f"{plan.params_trainable / 1e6:.2f}M",
-            _gib(plan.weights),
-            _gib(plan.gradients),
-            _gib(plan.optimizer_state),
-            _gib(plan.activations),
-            _gib(plan.other),
-            _gib(plan.cuda_overhead),
-            _gib(plan.total),
+            size(plan.weights),
+            size(plan.gradients),
+            size(plan.optimizer_state),
+            size(plan.activations),
+            size(plan.other),
+            size(plan.cuda_overhead),
+            size(plan.total),
             "yes" if plan.total <= budget_gib * GIB else "NO",
             str(max_batch),
         ]
