@@ -3,10 +3,10 @@
     accelerate launch --config_file accelerate_configs/single_gpu.yaml recipes/lora.py
     accelerate launch --config_file accelerate_configs/single_gpu.yaml recipes/lora.py --config recipes/configs/lora.yaml
 
-Same defaults as full_ft.py except the learning rate, 1e-3 instead of 2e-5. r=8, alpha=16, dropout 0.1 on
-`query` and `value`; `--lora_target_modules all-linear` adapts every linear layer. bert-base:
-296,450 trainable parameters (0.27%), so gradients and AdamW state (4 + 8 B each) are 3.4 MiB;
-the frozen weights still take 4 B per parameter: 109.5M x 4 B = 418 MiB.
+Same defaults as full_ft.py except the learning rate, 1e-3 instead of 2e-5. r=8, alpha=16,
+dropout 0.1 on `query` and `value`; `--lora_target_modules all-linear` adapts every linear layer.
+bert-base: 296,450 trainable parameters (0.27%), so gradients and AdamW state (4 + 8 B each) are
+3.4 MiB; the frozen weights still take 4 B per parameter: 109.5M x 4 B = 418 MiB.
 
 output_dir holds the adapter (adapter_model.safetensors, with the head) and the tokenizer;
 `--merge_adapter` also writes a plain model to output_dir/merged.

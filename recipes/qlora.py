@@ -6,7 +6,7 @@
 Everything as in lora.py (same options, learning rate and saved adapter), but the encoder's linear
 weights are NF4 with double quantization (4.13 bits per weight) and their matmuls run in bf16.
 bert-base: its 85.5M linear weights take 326 MiB in fp32 and 42 MiB in NF4; embeddings, biases,
-LayerNorm and the head stay fp32. Add --gradient_checkpointing to also trade compute for
+LayerNorm and the head stay fp32. Add --activation_checkpointing to also trade compute for
 activation memory, as the QLoRA paper does. Runs on CPU too (bitsandbytes 0.50), slowly.
 """
 

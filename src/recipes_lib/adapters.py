@@ -206,7 +206,7 @@ def load_4bit_model(model_args: ModelArguments, model_config, lora: LoraArgument
             if hasattr(module, "support_avx512bf16_for_cpu"):
                 module.support_avx512bf16_for_cpu = False
     # Freezes the base and casts its remaining fp16/bf16 parameters (LayerNorm, embeddings) to fp32.
-    # Gradient checkpointing follows --gradient_checkpointing, as in every other recipe, so the
+    # Checkpointing follows --activation_checkpointing, as in every other recipe, so the
     # recipes differ only in what makes them that recipe.
     return prepare_model_for_kbit_training(model, use_gradient_checkpointing=False)
 

@@ -86,7 +86,8 @@ def planner_setup(arguments, recipe_name: str, device: torch.device) -> Setup:
         batch_size=training.per_device_train_batch_size,
         seq_length=arguments.data.max_seq_length,
         bf16=bool(training.bf16),
-        gradient_checkpointing=bool(training.gradient_checkpointing),
+        # transformers 5 renamed gradient_checkpointing (a deprecated alias until v6).
+        gradient_checkpointing=bool(training.activation_checkpointing),
         device="cuda" if device.type == "cuda" else "cpu",
         attention=arguments.model.attn_implementation
         if arguments.model.attn_implementation == "eager"

@@ -115,7 +115,12 @@ def add_plan_parser(commands) -> None:
     plan_parser.add_argument("--max_seq_length", type=int, default=128)
     plan_parser.add_argument("--num_labels", type=int, default=2, help="classes of the task (sizes the head)")
     plan_parser.add_argument("--bf16", action="store_true", help="bf16 mixed precision (autocast)")
-    plan_parser.add_argument("--gradient_checkpointing", action="store_true")
+    plan_parser.add_argument(
+        "--gradient_checkpointing",
+        "--activation_checkpointing",
+        action="store_true",
+        dest="gradient_checkpointing",
+    )
     plan_parser.add_argument("--budget_gib", type=float, default=24.0, help="memory of the GPU (default 24)")
     plan_parser.add_argument(
         "--device", choices=["cuda", "cpu"], default="cuda", help="where it trains: kernels and masks differ"
