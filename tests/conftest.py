@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import importlib.util
 import os
 import random
 import subprocess
@@ -140,3 +141,29 @@ def tiny_run_args(tiny_bert: Path, data: dict[str, Path], output_dir: Path, *ext
         "--disable_tqdm", "true",
         *extra,
     ]  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def one_thread():
+    """One CPU thread in this process and in the recipe processes it starts (for the whole module).
+
+    Runs are then bit-for-bit repeatable (resumed == uninterrupted), and bitsandbytes' CPU 8-bit
+    optimizer, which issues many small ops per tensor, does not stall on OpenMP threads
+    competing for the two shared cores of the test machine.
+    """
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("OMP_NUM_THREADS", "1")
+        yield
+    torch.set_num_threads(threads)
+
+
+def load_recipe(name: str):
+    """The `RECIPE` that recipes/<name>.py defines, imported from its file."""
+    spec = importlib.util.spec_from_file_location(f"recipe_{name}", REPO_ROOT / "recipes" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.RECIPE

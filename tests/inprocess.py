@@ -7,22 +7,12 @@ tests can afford a run per recipe and model. It is the same code path after argu
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 from typing import Any
 
-from tests.conftest import REPO_ROOT
+from tests.conftest import REPO_ROOT, load_recipe
 
 CPU_RECIPES = ("full_ft", "adamw_8bit", "lora", "qlora")
-
-
-def load_recipe(name: str):
-    """The RECIPE object of recipes/<name>.py (the script's `__main__` block does not run)."""
-    path = REPO_ROOT / "recipes" / f"{name}.py"
-    spec = importlib.util.spec_from_file_location(f"recipe_under_test_{name}", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module.RECIPE
 
 
 def available_recipes() -> list[str]:

@@ -13,7 +13,6 @@ a few representatives (one per stage where errors arise) run by default.
 from __future__ import annotations
 
 import hashlib
-import importlib.util
 import json
 import logging
 import os
@@ -25,7 +24,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import REPO_ROOT, tiny_run_args, write_csv
+from tests.conftest import REPO_ROOT, load_recipe, tiny_run_args, write_csv
 
 
 @dataclass(frozen=True)
@@ -152,13 +151,6 @@ def prepare(case: Case, files, tiny_bert, learnable_data, tmp_path) -> tuple[lis
     if case.output_dir == "previous":
         argv.append("--overwrite_output_dir")
     return [*argv, *case.argv(files, tiny_bert)], output_dir
-
-
-def load_recipe(name: str):
-    spec = importlib.util.spec_from_file_location(f"recipe_{name}", REPO_ROOT / "recipes" / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module.RECIPE
 
 
 def check_report(case: Case, exit_code: int, stderr: str) -> None:

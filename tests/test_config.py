@@ -9,7 +9,7 @@ import pytest
 from recipes_lib.config import parse_recipe_arguments
 from recipes_lib.errors import ConfigError
 from recipes_lib.runner import Recipe
-from tests.conftest import REPO_ROOT
+from tests.conftest import REPO_ROOT, load_recipe
 
 
 def write_yaml(tmp_path: Path, text: str) -> str:
@@ -127,8 +127,6 @@ SHIPPED_CONFIGS = sorted((REPO_ROOT / "recipes" / "configs").glob("*.yaml"))
 @pytest.mark.parametrize("config_path", SHIPPED_CONFIGS, ids=lambda p: p.name)
 def test_every_shipped_config_loads_and_shows_how_to_launch_it(config_path, monkeypatch):
     """Each shipped YAML parses against the installed transformers/peft and starts with a launch line."""
-    import importlib.util
-
     header = config_path.read_text().splitlines()[0]
     assert header.startswith("#"), f"{config_path.name} must start with a comment"
     assert "accelerate launch" in config_path.read_text().split("\n\n")[0] or "make " in header
@@ -136,11 +134,7 @@ def test_every_shipped_config_loads_and_shows_how_to_launch_it(config_path, monk
     launch_line = next(
         line for line in config_path.read_text().splitlines() if "recipes/" in line and ".py" in line
     )
-    recipe_file = launch_line.split("recipes/")[1].split(".py")[0] + ".py"
-    spec = importlib.util.spec_from_file_location("shipped_recipe", REPO_ROOT / "recipes" / recipe_file)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    recipe: Recipe = module.RECIPE
+    recipe: Recipe = load_recipe(launch_line.split("recipes/")[1].split(".py")[0])
     monkeypatch.chdir(REPO_ROOT)  # configs name data paths relative to the repository root
     arguments = parse_recipe_arguments(
         recipe.name, ["--config", str(config_path)], recipe.argument_classes, recipe.training_defaults

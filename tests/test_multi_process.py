@@ -15,7 +15,6 @@ coin flip), so accuracy stays below 1 and a repeated or dropped example changes 
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import random
@@ -25,7 +24,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import NOISE, REPO_ROOT, build_tiny_bert, learnable_rows, write_csv
+from tests.conftest import NOISE, REPO_ROOT, build_tiny_bert, learnable_rows, load_recipe, write_csv
 
 VALIDATION_LEARNABLE, VALIDATION_COLOURLESS = 48, 15
 VALIDATION_SIZE = VALIDATION_LEARNABLE + VALIDATION_COLOURLESS  # 63
@@ -35,17 +34,6 @@ DEFAULT_RECIPES = ("full_ft", "lora")
 RECIPES = sorted(path.stem for path in (REPO_ROOT / "recipes").glob("*.py"))
 # 256 training examples / (8 per process x 2 processes) = 16 steps per epoch, 160 steps in all.
 PER_DEVICE_BATCH, EPOCHS = 8, 10
-
-
-@pytest.fixture
-def one_thread():
-    """One torch thread in this process: on 2 shared, busy cores two threads stall each other."""
-    import torch
-
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
 
 
 def recipe_param(name: str):
@@ -134,13 +122,6 @@ def two_process_run(recipe: str, model: Path, data: dict[str, Path], tmp_path_fa
             "results": json.loads((output_dir / "results.json").read_text()),
         }
     return _two_process_runs[recipe]
-
-
-def load_recipe(name: str):
-    spec = importlib.util.spec_from_file_location(f"ddp_recipe_{name}", REPO_ROOT / "recipes" / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module.RECIPE
 
 
 def evaluate_in_one_process(recipe_name: str, model: Path, data, checkpoint: Path, scratch: Path) -> dict:

@@ -8,7 +8,6 @@ share of the parameters is what it is on real encoders (~1.4% here, 0.27% on ber
 
 from __future__ import annotations
 
-import importlib.util
 import inspect
 import json
 import shutil
@@ -19,7 +18,7 @@ import torch
 from safetensors.torch import load_file
 
 from recipes_lib.optimizers import MIN_8BIT_SIZE, create_adamw_8bit, decay_parameter_groups
-from tests.conftest import REPO_ROOT, build_tiny_bert, run_recipe_process, tiny_run_args
+from tests.conftest import REPO_ROOT, build_tiny_bert, load_recipe, run_recipe_process, tiny_run_args
 
 CPU_RECIPES = ("full_ft", "adamw_8bit", "lora", "qlora")
 # Identical for every recipe. 256 examples / 32 = 8 steps per epoch, 48 steps in all.
@@ -32,29 +31,6 @@ def bert256(tmp_path_factory) -> Path:
     return build_tiny_bert(
         tmp_path_factory.mktemp("bert256"), hidden_size=256, layers=2, intermediate_size=512
     )
-
-
-@pytest.fixture(scope="module")
-def one_thread():
-    """One CPU thread in this process and in the recipe processes it starts.
-
-    Runs are then bit-for-bit repeatable (resumed == uninterrupted), and bitsandbytes' CPU 8-bit
-    optimizer, which issues many small ops per tensor, does not stall on OpenMP threads
-    competing for the two shared cores of the test machine.
-    """
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setenv("OMP_NUM_THREADS", "1")
-        yield
-    torch.set_num_threads(threads)
-
-
-def load_recipe(name: str):
-    spec = importlib.util.spec_from_file_location(f"recipe_{name}", REPO_ROOT / "recipes" / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module.RECIPE
 
 
 def probe_logits(model, tokenizer) -> torch.Tensor:

@@ -10,7 +10,6 @@ full_ft runs by default; adamw_8bit, lora and qlora (CPU-capable too) are marked
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import logging
 import os
@@ -35,7 +34,7 @@ from recipes_lib.checkpoints import (
     resolve_resume_checkpoint,
 )
 from recipes_lib.errors import OutputDirError
-from tests.conftest import REPO_ROOT, tiny_run_args
+from tests.conftest import REPO_ROOT, load_recipe, tiny_run_args
 
 # 256 examples / 16 per batch = 16 steps per epoch: 40 steps cross two epoch boundaries, and a
 # checkpoint every 4 steps lands both mid-epoch and on an epoch end.
@@ -116,21 +115,6 @@ def uninterrupted(tiny_bert, learnable_data, tmp_path_factory):
         return runs[recipe]
 
     return run
-
-
-@pytest.fixture
-def one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
-def load_recipe(name: str):
-    spec = importlib.util.spec_from_file_location(f"recipe_{name}", REPO_ROOT / "recipes" / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module.RECIPE
 
 
 # --- kill -9, SIGTERM, SIGINT ------------------------------------------------------------------------
