@@ -11,10 +11,15 @@ hyperparameters and seed; only the batching differs:
     (b) dynamic  each batch padded to its longest example, random batches
     (c) recipe   the recipe defaults: dynamic padding + batches grouped by length
 
-`--recipes full_ft adamw_8bit lora` instead compares step time across recipes (all with the recipe
-defaults). Reported from each run's results.json: samples/s, real (non-pad) tokens/s, pad ratio,
-wall time, accuracy, and the ratio of each to the first row. Results are written as JSON and as a
-Markdown table to --report_dir, with the machine they ran on.
+`--seeds 42 43 44` runs every way once per seed and reports means (accuracy also per seed, with
+its spread): one seed's accuracy on SST-2's 872 dev sentences moves by about a point with the
+batch order alone. `--recipes full_ft adamw_8bit lora` compares step time across recipes (all with
+the recipe defaults) instead, and `--switches` the cost of each throughput switch against
+full_ft's defaults (eager instead of SDPA attention, activation checkpointing, torch.compile).
+
+Reported from each run's results.json: samples/s, real (non-pad) tokens/s, pad ratio, wall time,
+accuracy, and the ratio of each to the first row. Results are written as JSON and as a Markdown
+table to --report_dir, with the machine they ran on.
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ from __future__ import annotations
 import argparse
 import json
 import platform
+import statistics
 import subprocess
 import sys
 import time
@@ -34,6 +40,13 @@ BATCHING_WAYS = {
     "usual": ["--pad_to_max_length", "true", "--train_sampling_strategy", "random"],
     "dynamic": ["--train_sampling_strategy", "random"],
     "recipe": [],
+}
+# Each switch flipped away from its default, one at a time, on full_ft with the recipe defaults.
+SWITCHES = {
+    "defaults": [],
+    "eager_attention": ["--attn_implementation", "eager"],
+    "activation_checkpointing": ["--activation_checkpointing", "true"],
+    "torch_compile": ["--torch_compile", "true"],
 }
 MINILM = "sentence-transformers/all-MiniLM-L6-v2"
 
@@ -49,11 +62,18 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--per_device_train_batch_size", type=int, default=32)
     parser.add_argument("--learning_rate", type=float, default=5e-5)
     parser.add_argument("--num_train_epochs", type=float, default=1)
-    parser.add_argument("--seed", type=int, default=42)
+    parser.add_argument(
+        "--seeds", type=int, nargs="+", default=[42], help="run every way once per seed; report the means"
+    )
     parser.add_argument(
         "--recipes",
         nargs="+",
         help="compare these recipes (recipe defaults) instead of the three batching ways",
+    )
+    parser.add_argument(
+        "--switches",
+        action="store_true",
+        help="measure each throughput switch against full_ft's defaults instead of the batching ways",
     )
     parser.add_argument(
         "--accelerate_config", default=None, help="default: cpu.yaml without a GPU, else single_gpu.yaml"
@@ -64,7 +84,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
-def common_recipe_args(args: argparse.Namespace, output_dir: Path) -> list[str]:
+def common_recipe_args(args: argparse.Namespace, seed: int, output_dir: Path) -> list[str]:
     data = (
         ["--train_file", args.train_file, "--validation_file", args.validation_file]
         if args.train_file
@@ -78,19 +98,19 @@ def common_recipe_args(args: argparse.Namespace, output_dir: Path) -> list[str]:
         "--per_device_train_batch_size", str(args.per_device_train_batch_size),
         "--learning_rate", str(args.learning_rate),
         "--num_train_epochs", str(args.num_train_epochs),
-        "--seed", str(args.seed),
+        "--seed", str(seed),
         "--eval_strategy", "no", "--save_strategy", "no", "--report_to", "none",
         "--output_dir", str(output_dir), "--overwrite_output_dir", "true", "--disable_tqdm", "true",
         *args.extra,
     ]  # fmt: skip
 
 
-def run_one(recipe: str, extra: list[str], args: argparse.Namespace, output_dir: Path) -> dict:
+def run_one(recipe: str, extra: list[str], seed: int, args: argparse.Namespace, output_dir: Path) -> dict:
     config = args.accelerate_config or ("single_gpu.yaml" if _has_cuda() else "cpu.yaml")
     command = [
         sys.executable, "-m", "accelerate.commands.launch",
         "--config_file", str(REPO_ROOT / "accelerate_configs" / config),
-        str(REPO_ROOT / "recipes" / f"{recipe}.py"), *common_recipe_args(args, output_dir), *extra,
+        str(REPO_ROOT / "recipes" / f"{recipe}.py"), *common_recipe_args(args, seed, output_dir), *extra,
     ]  # fmt: skip
     started = time.perf_counter()
     completed = subprocess.run(command, capture_output=True, text=True, cwd=REPO_ROOT)
@@ -121,42 +141,64 @@ def machine_description() -> str:
 
 
 def summarise(rows: list[dict]) -> list[dict]:
-    base = rows[0]
-    summary = []
+    """One line per way (or recipe): means over its seeds, and ratios of those means to the first way's."""
+    groups: dict[str, list[dict]] = {}
     for row in rows:
-        step_s = row["train_runtime_s"] / max(row["train_steps"], 1)
-        base_step_s = base["train_runtime_s"] / max(base["train_steps"], 1)
+        groups.setdefault(row["benchmark_name"], []).append(row)
+
+    def mean(group, key):
+        return statistics.mean(row[key] for row in group)
+
+    summary = []
+    for name, group in groups.items():
+        accuracies = [row["eval_accuracy"] for row in group]
         summary.append(
             {
-                "name": row["benchmark_name"],
-                "samples_per_s": row["train_samples_per_s"],
-                "real_tokens_per_s": row["train_tokens_per_s"],
-                "pad_ratio": row["pad_ratio"],
-                "train_runtime_s": row["train_runtime_s"],
-                "step_time_s": round(step_s, 4),
-                "eval_accuracy": row["eval_accuracy"],
-                "samples_per_s_ratio": round(row["train_samples_per_s"] / base["train_samples_per_s"], 2),
-                "real_tokens_per_s_ratio": round(row["train_tokens_per_s"] / base["train_tokens_per_s"], 2),
-                "step_time_ratio": round(step_s / base_step_s, 3),
-                "accuracy_delta_points": round(100 * (row["eval_accuracy"] - base["eval_accuracy"]), 2),
+                "name": name,
+                "seeds": [row["seed"] for row in group],
+                "samples_per_s": round(mean(group, "train_samples_per_s"), 2),
+                "real_tokens_per_s": round(mean(group, "train_tokens_per_s"), 1),
+                "pad_ratio": round(mean(group, "pad_ratio"), 4),
+                "train_runtime_s": round(mean(group, "train_runtime_s"), 1),
+                "step_time_s": round(
+                    statistics.mean(r["train_runtime_s"] / max(r["train_steps"], 1) for r in group), 4
+                ),
+                "eval_accuracy": round(statistics.mean(accuracies), 4),
+                "eval_accuracy_by_seed": accuracies,
+                # Sample standard deviation across seeds: how much accuracy moves with the seed alone.
+                "eval_accuracy_std": round(statistics.stdev(accuracies), 4) if len(accuracies) > 1 else None,
             }
         )
+    base = summary[0]
+    for line in summary:
+        line["samples_per_s_ratio"] = round(line["samples_per_s"] / base["samples_per_s"], 2)
+        line["real_tokens_per_s_ratio"] = round(line["real_tokens_per_s"] / base["real_tokens_per_s"], 2)
+        line["step_time_ratio"] = round(line["step_time_s"] / base["step_time_s"], 3)
+        line["accuracy_delta_points"] = round(100 * (line["eval_accuracy"] - base["eval_accuracy"]), 2)
     return summary
 
 
 def markdown(summary: list[dict], title: str) -> str:
+    seeds = len(summary[0]["seeds"])
+    accuracy = "accuracy" if seeds == 1 else f"accuracy (mean ± std of {seeds} seeds)"
     header = (
-        "| run | samples/s | real tokens/s | pad ratio | train s | step s | accuracy "
+        f"| run | samples/s | real tokens/s | pad ratio | train s | step s | {accuracy} "
         "| samples/s ratio | tokens/s ratio | step time ratio | accuracy Δ (points) |"
     )
     lines = [f"**{title}**", "", header, "|" + "---|" * 11]
     for s in summary:
+        spread = f" ± {s['eval_accuracy_std']:.4f}" if s["eval_accuracy_std"] is not None else ""
         lines.append(
             f"| {s['name']} | {s['samples_per_s']:.1f} | {s['real_tokens_per_s']:.0f} | {s['pad_ratio']:.3f} "
-            f"| {s['train_runtime_s']:.1f} | {s['step_time_s']:.3f} | {s['eval_accuracy']:.4f} "
+            f"| {s['train_runtime_s']:.1f} | {s['step_time_s']:.3f} | {s['eval_accuracy']:.4f}{spread} "
             f"| {s['samples_per_s_ratio']:.2f}x | {s['real_tokens_per_s_ratio']:.2f}x | {s['step_time_ratio']:.3f} "
             f"| {s['accuracy_delta_points']:+.2f} |"
         )
+    if seeds > 1:
+        lines += ["", "Accuracy by seed (" + ", ".join(str(seed) for seed in summary[0]["seeds"]) + "):", ""]
+        lines += [
+            f"- {s['name']}: " + ", ".join(f"{a:.4f}" for a in s["eval_accuracy_by_seed"]) for s in summary
+        ]
     return "\n".join(lines)
 
 
@@ -166,20 +208,25 @@ def main(argv=None) -> int:
     if args.recipes:
         plan = [(recipe, recipe, []) for recipe in args.recipes]
         kind = "recipes"
+    elif args.switches:
+        plan = [(name, "full_ft", extra) for name, extra in SWITCHES.items()]
+        kind = "switches"
     else:
         plan = [(name, "full_ft", extra) for name, extra in BATCHING_WAYS.items()]
         kind = "batching"
     rows = []
-    for name, recipe, extra in plan:
-        print(f"running {name} ({recipe} {' '.join(extra)}) ...", flush=True)
-        row = run_one(recipe, extra, args, work_dir / f"{kind}-{name}")
-        row["benchmark_name"] = name
-        rows.append(row)
-        print(
-            f"  {row['train_samples_per_s']:.1f} samples/s, {row['train_tokens_per_s']:.0f} real tokens/s, "
-            f"pad ratio {row['pad_ratio']:.3f}, accuracy {row['eval_accuracy']:.4f}",
-            flush=True,
-        )
+    # Seeds outermost, so a machine whose speed drifts during the run slows every way alike.
+    for seed in args.seeds:
+        for name, recipe, extra in plan:
+            print(f"running {name}, seed {seed} ({recipe} {' '.join(extra)}) ...", flush=True)
+            row = run_one(recipe, extra, seed, args, work_dir / f"{kind}-{name}-seed{seed}")
+            row["benchmark_name"], row["seed"] = name, seed
+            rows.append(row)
+            print(
+                f"  {row['train_samples_per_s']:.1f} samples/s, {row['train_tokens_per_s']:.0f} real tokens/s, "
+                f"pad ratio {row['pad_ratio']:.3f}, accuracy {row['eval_accuracy']:.4f}",
+                flush=True,
+            )
     summary = summarise(rows)
     stamp = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H%M%SZ")
     machine = machine_description()

@@ -1,0 +1,299 @@
+"""Where a training step's time goes, per recipe: forward, backward and the optimizer step.
+
+    python benchmarks/step_profile.py --train_file ../shared/data/sst2/train.tsv \\
+        --validation_file ../shared/data/sst2/dev.tsv --recipes full_ft adamw_8bit lora
+
+`throughput.py --recipes` gives each recipe's whole step time from a real run; this script says
+why they differ. Each recipe builds its model and optimizer with its own hooks (`RECIPE.build_model`,
+`RECIPE.create_optimizer`, or the Trainer's `--optim` default, fused AdamW), then trains on the
+same batches (the recipe's tokenization and collator, a seeded random order) in a plain loop
+that times each phase, synchronising the GPU when there is one. The first `--warmup_steps` are not
+timed (they allocate optimizer state and warm kernels). Then `torch.profiler` records a few steps
+and the slowest operators are listed by their own (self) time, labelled by phase.
+
+Written to --report_dir as step_profile-<time>.json and .md, with the machine they ran on.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import statistics
+import sys
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO_ROOT / "src"))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+PHASES = ("forward", "backward", "optimizer_step")
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--recipes", nargs="+", default=["full_ft", "adamw_8bit", "lora"])
+    parser.add_argument("--model_name_or_path", default="sentence-transformers/all-MiniLM-L6-v2")
+    parser.add_argument("--train_file", help="local train data; default: the Hub's glue/sst2")
+    parser.add_argument("--validation_file")
+    parser.add_argument("--per_device_train_batch_size", type=int, default=32)
+    parser.add_argument("--max_seq_length", type=int, default=128)
+    parser.add_argument("--warmup_steps", type=int, default=3)
+    parser.add_argument("--steps", type=int, default=20, help="timed steps per recipe")
+    parser.add_argument("--profiled_steps", type=int, default=3)
+    parser.add_argument("--top_ops", type=int, default=8, help="operators listed per recipe")
+    parser.add_argument("--seed", type=int, default=42)
+    parser.add_argument("--report_dir", default=str(REPO_ROOT / "benchmarks" / "results"))
+    return parser.parse_args(argv)
+
+
+def load_recipe(name: str):
+    path = REPO_ROOT / "recipes" / f"{name}.py"
+    if not path.is_file():
+        sys.exit(
+            f"--recipes names '{name}', but there is no {path}. Pick from: full_ft adamw_8bit lora qlora."
+        )
+    spec = importlib.util.spec_from_file_location(f"recipe_{name}", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.RECIPE
+
+
+def recipe_arguments(recipe, args: argparse.Namespace, work_dir: Path):
+    from recipes_lib.config import parse_recipe_arguments
+
+    data = (
+        ["--train_file", args.train_file, "--validation_file", args.validation_file]
+        if args.train_file
+        else ["--dataset_name", "glue", "--dataset_config_name", "sst2"]
+    )
+    argv = [
+        "--model_name_or_path", args.model_name_or_path, *data,
+        "--max_train_samples", str(args.per_device_train_batch_size * (args.warmup_steps + args.steps + args.profiled_steps)),
+        "--max_seq_length", str(args.max_seq_length),
+        "--per_device_train_batch_size", str(args.per_device_train_batch_size),
+        "--seed", str(args.seed), "--report_to", "none", "--output_dir", str(work_dir / recipe.name),
+    ]  # fmt: skip
+    return parse_recipe_arguments(recipe.name, argv, recipe.argument_classes, dict(recipe.training_defaults))
+
+
+def build_optimizer(recipe, model, arguments):
+    """The optimizer the recipe trains with: its own hook, else what the Trainer builds for --optim."""
+    from transformers import Trainer
+
+    from recipes_lib.optimizers import decay_parameter_groups
+
+    if recipe.create_optimizer is not None:
+        return recipe.create_optimizer(model, arguments)
+    optimizer_class, kwargs = Trainer.get_optimizer_cls_and_kwargs(arguments.training, model)
+    groups = decay_parameter_groups(model, arguments.training.weight_decay)
+    return optimizer_class(groups, **kwargs)
+
+
+def training_batches(recipe, arguments, count: int):
+    """`count` batches the way the recipe makes them: its tokenization, its collator, a seeded order."""
+    import torch
+    from transformers import DataCollatorWithPadding
+
+    from recipes_lib.data import LENGTH_COLUMN, load_classification_data, tokenize
+    from recipes_lib.modeling import load_model_config, load_tokenizer
+
+    tokenizer = load_tokenizer(arguments.model)
+    data = load_classification_data(arguments.data, cache_dir=None, seed=arguments.training.seed)
+    tokenized = tokenize(data, tokenizer, arguments.data, arguments.training.main_process_first)
+    train = tokenized["train"].remove_columns(LENGTH_COLUMN)  # the sampler's, not the model's
+    collate = DataCollatorWithPadding(
+        tokenizer, pad_to_multiple_of=8 if arguments.training.device.type == "cuda" else None
+    )
+    order = torch.randperm(len(train), generator=torch.Generator().manual_seed(arguments.training.seed))
+    size = arguments.training.per_device_train_batch_size
+    batches = [
+        collate([train[int(i)] for i in order[step * size : (step + 1) * size]]) for step in range(count)
+    ]
+    return batches, load_model_config(arguments.model, data.labels)
+
+
+class PhaseClock:
+    """Wall time of each phase of each step; waits for the GPU so its time lands in the right phase."""
+
+    def __init__(self, device):
+        import torch
+
+        self.synchronize = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
+        self.times: dict[str, list[float]] = {phase: [] for phase in PHASES}
+
+    def step(self, model, optimizer, batch, record: bool) -> None:
+        self.synchronize()
+        started = time.perf_counter()
+        loss = model(**batch).loss
+        self.synchronize()
+        forward_done = time.perf_counter()
+        loss.backward()
+        self.synchronize()
+        backward_done = time.perf_counter()
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        self.synchronize()
+        finished = time.perf_counter()
+        if record:
+            self.times["forward"].append(forward_done - started)
+            self.times["backward"].append(backward_done - forward_done)
+            self.times["optimizer_step"].append(finished - backward_done)
+
+
+def profiled_step(model, optimizer, batch) -> None:
+    from torch.profiler import record_function
+
+    with record_function("forward"):
+        loss = model(**batch).loss
+    with record_function("backward"):
+        loss.backward()
+    with record_function("optimizer_step"):
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+
+
+def top_operators(profile, count: int, steps: int) -> list[dict]:
+    """The operators with the most self time (time in the operator itself, not in what it calls)."""
+    events = [
+        e for e in profile.key_averages() if e.key not in PHASES and not e.key.startswith("ProfilerStep")
+    ]
+    use_cuda = any(getattr(e, "self_device_time_total", 0) for e in events)
+    attribute = "self_device_time_total" if use_cuda else "self_cpu_time_total"
+    total = sum(getattr(e, attribute) for e in events) or 1
+    ranked = sorted(events, key=lambda e: getattr(e, attribute), reverse=True)[:count]
+    return [
+        {
+            "operator": e.key,
+            "self_ms_per_step": round(getattr(e, attribute) / 1000 / steps, 2),
+            "share": round(getattr(e, attribute) / total, 3),
+            "calls": e.count,
+        }
+        for e in ranked
+    ]
+
+
+def profile_recipe(name: str, args: argparse.Namespace, work_dir: Path) -> dict:
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    from recipes_lib.modeling import count_parameters
+
+    recipe = load_recipe(name)
+    arguments = recipe_arguments(recipe, args, work_dir)
+    torch.manual_seed(args.seed)
+    total_steps = args.warmup_steps + args.steps + args.profiled_steps
+    batches, model_config = training_batches(recipe, arguments, total_steps)
+    device = arguments.training.device
+    model = recipe.build_model(arguments, model_config)
+    if next(model.parameters()).device != device:  # QLoRA's 4-bit model is built on the device
+        model = model.to(device)
+    model.train()
+    optimizer = build_optimizer(recipe, model, arguments)
+    batches = [{key: value.to(device) for key, value in batch.items()} for batch in batches]
+
+    clock = PhaseClock(device)
+    for step, batch in enumerate(batches[: args.warmup_steps + args.steps]):
+        clock.step(model, optimizer, batch, record=step >= args.warmup_steps)
+
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
+    with profile(activities=activities) as recorded:
+        for batch in batches[args.warmup_steps + args.steps :]:
+            profiled_step(model, optimizer, batch)
+
+    medians = {phase: statistics.median(values) for phase, values in clock.times.items()}
+    phase_self = {
+        e.key: e.cpu_time_total / 1000 / args.profiled_steps
+        for e in recorded.key_averages()
+        if e.key in PHASES
+    }
+    _, trainable = count_parameters(model)
+    return {
+        "recipe": name,
+        "optimizer": type(optimizer).__name__ + (" (fused)" if _is_fused(optimizer) else ""),
+        "params_trainable": trainable,
+        "mean_tokens_per_batch": round(statistics.mean(b["attention_mask"].numel() for b in batches)),
+        "median_ms": {phase: round(1000 * value, 2) for phase, value in medians.items()},
+        "median_step_ms": round(1000 * sum(medians.values()), 2),
+        "profiled_phase_ms": {phase: round(value, 2) for phase, value in phase_self.items()},
+        "top_operators": top_operators(recorded, args.top_ops, args.profiled_steps),
+    }
+
+
+def _is_fused(optimizer) -> bool:
+    return any(group.get("fused") for group in optimizer.param_groups)
+
+
+def markdown(rows: list[dict], title: str, command: str) -> str:
+    base = rows[0]
+    lines = [
+        f"`{command}`",
+        "",
+        f"**{title}**",
+        "",
+        "Median milliseconds per step (same batches for every recipe):",
+        "",
+        "| recipe | optimizer | trainable | forward | backward | optimizer step | step | step ratio to "
+        f"{base['recipe']} |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for row in rows:
+        ms = row["median_ms"]
+        lines.append(
+            f"| {row['recipe']} | {row['optimizer']} | {row['params_trainable']:,} | {ms['forward']:.1f} "
+            f"| {ms['backward']:.1f} | {ms['optimizer_step']:.1f} | {row['median_step_ms']:.1f} "
+            f"| {row['median_step_ms'] / base['median_step_ms']:.3f} |"
+        )
+    for row in rows:
+        lines += [
+            "",
+            f"{row['recipe']}: operators with the most self time (torch.profiler)",
+            "",
+            "| operator | ms per step | share | calls |",
+            "|---|---|---|---|",
+        ]
+        lines += [
+            f"| `{op['operator']}` | {op['self_ms_per_step']:.2f} | {op['share']:.1%} | {op['calls']} |"
+            for op in row["top_operators"]
+        ]
+    return "\n".join(lines)
+
+
+def main(argv=None) -> int:
+    from throughput import machine_description
+
+    args = parse_args(argv)
+    work_dir = Path("outputs/benchmarks/step_profile")
+    rows = []
+    for name in args.recipes:
+        print(f"profiling {name} ...", flush=True)
+        row = profile_recipe(name, args, work_dir)
+        rows.append(row)
+        ms = row["median_ms"]
+        print(
+            f"  forward {ms['forward']:.1f} ms, backward {ms['backward']:.1f} ms, "
+            f"optimizer step {ms['optimizer_step']:.1f} ms",
+            flush=True,
+        )
+    machine = machine_description()
+    command = "python benchmarks/step_profile.py " + " ".join(sys.argv[1:] if argv is None else argv)
+    title = (
+        f"step profile, {args.model_name_or_path}, batch {args.per_device_train_batch_size}, "
+        f"{args.steps} timed steps, {machine}"
+    )
+    table = markdown(rows, title, command)
+    stamp = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H%M%SZ")
+    report_dir = Path(args.report_dir)
+    report_dir.mkdir(parents=True, exist_ok=True)
+    report = {"command": command, "machine": machine, "created_at": stamp, "rows": rows}
+    (report_dir / f"step_profile-{stamp}.json").write_text(json.dumps(report, indent=2) + "\n")
+    (report_dir / f"step_profile-{stamp}.md").write_text(table + "\n")
+    print("\n" + table)
+    print(f"\nwritten: {report_dir / f'step_profile-{stamp}.json'} and .md")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

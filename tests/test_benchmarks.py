@@ -1,0 +1,147 @@
+"""The benchmark scripts run end to end on the tiny model, and their ratios are computed right.
+
+They are measuring tools: what is checked here is that they measure what they say (same batches
+for every recipe, padding counted, ratios against the first row), not how fast anything is.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+
+import pytest
+
+from tests.conftest import REPO_ROOT
+
+
+def load_benchmark(name: str):
+    sys.path.insert(0, str(REPO_ROOT / "benchmarks"))
+    spec = importlib.util.spec_from_file_location(
+        f"benchmark_{name}", REPO_ROOT / "benchmarks" / f"{name}.py"
+    )
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def fake_run(name, seed, samples_per_s, tokens_per_s, runtime, steps, accuracy):
+    """What throughput.py keeps of one recipe run's results.json."""
+    return {
+        "benchmark_name": name,
+        "seed": seed,
+        "train_samples_per_s": samples_per_s,
+        "train_tokens_per_s": tokens_per_s,
+        "pad_ratio": 0.5,
+        "train_runtime_s": runtime,
+        "train_steps": steps,
+        "eval_accuracy": accuracy,
+    }
+
+
+def test_throughput_ratios_are_of_seed_means_against_the_first_way():
+    throughput = load_benchmark("throughput")
+    summary = throughput.summarise(
+        [
+            fake_run("usual", 1, 10.0, 200.0, 100.0, 50, 0.80),
+            fake_run("recipe", 1, 40.0, 800.0, 25.0, 50, 0.80),
+            fake_run("usual", 2, 10.0, 200.0, 100.0, 50, 0.81),
+            fake_run("recipe", 2, 50.0, 1000.0, 19.0, 50, 0.82),
+        ]
+    )
+    usual, recipe = summary
+    assert usual["name"] == "usual" and usual["seeds"] == [1, 2]
+    assert usual["real_tokens_per_s_ratio"] == 1.0 and usual["accuracy_delta_points"] == 0.0
+    assert recipe["real_tokens_per_s"] == 900.0 and recipe["real_tokens_per_s_ratio"] == 4.5
+    assert recipe["samples_per_s_ratio"] == 4.5
+    assert recipe["step_time_ratio"] == 0.22
+    assert recipe["eval_accuracy"] == 0.81 and recipe["eval_accuracy_by_seed"] == [0.80, 0.82]
+    assert recipe["eval_accuracy_std"] == pytest.approx(0.0141, abs=1e-4)
+    assert recipe["accuracy_delta_points"] == 0.5
+    table = throughput.markdown(summary, "title")
+    assert "| recipe | 45.0 | 900 |" in table and "4.50x" in table and "0.8100 ± 0.0141" in table
+    assert "- recipe: 0.8000, 0.8200" in table
+
+
+def test_one_seed_reports_no_spread():
+    throughput = load_benchmark("throughput")
+    (line,) = throughput.summarise([fake_run("recipe", 42, 40.0, 800.0, 25.0, 50, 0.80)])
+    assert line["eval_accuracy_std"] is None
+    assert "±" not in throughput.markdown([line], "title")
+
+
+def test_throughput_switches_flip_one_default_each():
+    throughput = load_benchmark("throughput")
+    assert throughput.SWITCHES["defaults"] == []
+    # Every other entry changes exactly one option, so its ratio is that option's cost.
+    assert all(len(extra) == 2 for name, extra in throughput.SWITCHES.items() if name != "defaults")
+    args = throughput.parse_args(["--switches"])
+    assert args.switches and not args.recipes
+
+
+def test_step_profile_times_every_phase_of_each_recipe_on_the_same_batches(
+    tiny_bert, learnable_data, tmp_path, one_thread
+):
+    step_profile = load_benchmark("step_profile")
+    report_dir = tmp_path / "report"
+    argv = [
+        "--model_name_or_path", str(tiny_bert),
+        "--train_file", str(learnable_data["train"]), "--validation_file", str(learnable_data["validation"]),
+        "--recipes", "full_ft", "adamw_8bit", "lora",
+        "--per_device_train_batch_size", "8", "--max_seq_length", "32",
+        "--warmup_steps", "1", "--steps", "3", "--profiled_steps", "1", "--top_ops", "5",
+        "--report_dir", str(report_dir),
+    ]  # fmt: skip
+    assert step_profile.main(argv) == 0
+
+    (report_file,) = report_dir.glob("step_profile-*.json")
+    rows = {row["recipe"]: row for row in json.loads(report_file.read_text())["rows"]}
+    assert set(rows) == {"full_ft", "adamw_8bit", "lora"}
+    # Each recipe trains with its own optimizer: the Trainer's default for full_ft, its hook otherwise.
+    assert rows["full_ft"]["optimizer"] == "AdamW (fused)"
+    assert rows["adamw_8bit"]["optimizer"] == "AdamW8bit"
+    assert rows["lora"]["params_trainable"] < rows["full_ft"]["params_trainable"] / 5
+    assert rows["adamw_8bit"]["params_trainable"] == rows["full_ft"]["params_trainable"]
+    # Same seeded batches for every recipe.
+    assert len({row["mean_tokens_per_batch"] for row in rows.values()}) == 1
+    for row in rows.values():
+        assert all(row["median_ms"][phase] > 0 for phase in step_profile.PHASES)
+        assert row["median_step_ms"] == pytest.approx(sum(row["median_ms"].values()), abs=0.05)
+        assert set(row["profiled_phase_ms"]) == set(step_profile.PHASES)
+        assert 0 < len(row["top_operators"]) <= 5
+        assert all(0 <= op["share"] <= 1 for op in row["top_operators"])
+    assert "| lora |" in next(report_dir.glob("step_profile-*.md")).read_text()
+
+
+@pytest.mark.slow
+def test_throughput_runs_the_three_batching_ways_side_by_side(
+    tiny_bert, learnable_data, tmp_path, one_thread
+):
+    throughput = load_benchmark("throughput")
+    report_dir = tmp_path / "report"
+    argv = [
+        "--model_name_or_path", str(tiny_bert),
+        "--train_file", str(learnable_data["train"]), "--validation_file", str(learnable_data["validation"]),
+        "--max_train_samples", "128", "--max_seq_length", "32", "--per_device_train_batch_size", "16",
+        "--learning_rate", "2e-3", "--work_dir", str(tmp_path / "runs"), "--report_dir", str(report_dir),
+    ]  # fmt: skip
+    assert throughput.main(argv) == 0
+    (report_file,) = report_dir.glob("batching-*.json")
+    summary = {row["name"]: row for row in json.loads(report_file.read_text())["summary"]}
+    assert list(summary) == ["usual", "dynamic", "recipe"]
+    # Padding to max_seq_length wastes most tokens on these short sentences; the other two waste less.
+    assert summary["usual"]["pad_ratio"] > 0.5
+    assert summary["dynamic"]["pad_ratio"] < summary["usual"]["pad_ratio"]
+    assert summary["recipe"]["pad_ratio"] <= summary["dynamic"]["pad_ratio"]
+    assert summary["usual"]["real_tokens_per_s_ratio"] == 1.0
+
+
+@pytest.mark.slow
+def test_gpu_check_runs_every_recipe_in_its_cpu_tiny_mode(tmp_path, one_thread):
+    gpu_check = load_benchmark("gpu_check")
+    out = tmp_path / "out"
+    assert gpu_check.main(["--cpu", "--tiny", "--work_dir", str(tmp_path / "work"), "--out", str(out)]) == 0
+    report = json.loads((out / "gpu_check-cpu-tiny.json").read_text())
+    assert [row["recipe"] for row in report["rows"]] == ["full_ft", "adamw_8bit", "lora", "qlora"]
+    assert all(row["status"] == "ok" and row["samples_per_s"] > 0 for row in report["rows"])
+    assert all(row["predicted_peak_gib"] is not None for row in report["rows"])
