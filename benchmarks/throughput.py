@@ -71,6 +71,13 @@ def parse_args(argv=None) -> argparse.Namespace:
         help="compare these recipes (recipe defaults) instead of the three batching ways",
     )
     parser.add_argument(
+        "--ways",
+        nargs="+",
+        choices=list(BATCHING_WAYS),
+        default=list(BATCHING_WAYS),
+        help="batching ways to run",
+    )
+    parser.add_argument(
         "--switches",
         action="store_true",
         help="measure each throughput switch against full_ft's defaults instead of the batching ways",
@@ -212,7 +219,7 @@ def main(argv=None) -> int:
         plan = [(name, "full_ft", extra) for name, extra in SWITCHES.items()]
         kind = "switches"
     else:
-        plan = [(name, "full_ft", extra) for name, extra in BATCHING_WAYS.items()]
+        plan = [(name, "full_ft", BATCHING_WAYS[name]) for name in args.ways]
         kind = "batching"
     rows = []
     # Seeds outermost, so a machine whose speed drifts during the run slows every way alike.

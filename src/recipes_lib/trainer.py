@@ -132,7 +132,12 @@ class RecipeTrainer(Trainer):
         sampler = super()._get_train_sampler(train_dataset)
         if isinstance(sampler, LengthGroupedSampler):
             seed = self.args.data_seed if self.args.data_seed is not None else self.args.seed
-            return EpochSeededSampler(sampler, seed)
+            # One optimizer step's batches on every process: shuffled as a unit, so the processes
+            # keep getting batches of similar length and none waits long for the others.
+            step_size = (
+                self.args.train_batch_size * self.args.gradient_accumulation_steps * self.args.world_size
+            )
+            return ShuffledLengthGroupedSampler(sampler, seed, step_size)
         return sampler
 
     def token_counts(self) -> tuple[int, int]:
@@ -164,20 +169,31 @@ class RecipeTrainer(Trainer):
         return output
 
 
-class EpochSeededSampler(torch.utils.data.Sampler):
-    """A length-grouped sampler whose order in epoch e depends only on (seed, e).
+class ShuffledLengthGroupedSampler(torch.utils.data.Sampler):
+    """Length-grouped batches in a random order, drawn from (seed, epoch) alone.
 
-    The Trainer's LengthGroupedSampler shuffles with the global torch RNG at the start of each
-    epoch. A run resumed in the middle of epoch 2 builds that epoch's order from the RNG of a
-    fresh process (checkpointed RNG states are restored only after the order is drawn), so it
-    would train on other batches than the uninterrupted run did. Seeding each epoch with
-    seed + epoch makes the order the same in both, on every process. accelerate's dataloader
-    calls `set_epoch` (torch's RandomSampler gets the same treatment from accelerate's seedable
-    sampler).
+    Two changes to the Trainer's LengthGroupedSampler, which cuts random mega-batches of ~50
+    batches, sorts each by length and emits it longest first:
+
+    - Batch order. Emitted as is, every mega-batch is a sweep from the longest sentences to the
+      shortest, so the learning rate meets the data in a sawtooth of lengths. On SST-2 (4,000
+      examples, batch 32, 1 epoch, 5 seeds) that cost about a point of accuracy against random
+      batches. Here the batches keep their members (so padding stays as low) but come in a
+      random order; the one holding the longest example stays first, so a batch that does not fit
+      in memory fails at the first step, and an incomplete last batch stays last.
+    - Seeding. The stock sampler draws from the global torch RNG at the start of each epoch; a
+      run resumed in the middle of epoch 2 draws that order in a fresh process (checkpointed RNG
+      states are restored only after the order is drawn) and would train on other batches than
+      the uninterrupted run. Seeding each epoch with seed + epoch makes the order the same in
+      both, on every process. accelerate's dataloader calls `set_epoch`.
+
+    What moves as one unit is `step_size` consecutive examples: one optimizer step's worth
+    (per-device batch x gradient accumulation steps x processes), so the micro-batches of a step,
+    on every process, still come from neighbouring, similar lengths.
     """
 
-    def __init__(self, sampler: LengthGroupedSampler, seed: int):
-        self.sampler, self.seed, self.epoch = sampler, seed, 0
+    def __init__(self, sampler: LengthGroupedSampler, seed: int, step_size: int):
+        self.sampler, self.seed, self.step_size, self.epoch = sampler, seed, step_size, 0
 
     def set_epoch(self, epoch: int) -> None:
         self.epoch = epoch
@@ -186,5 +202,13 @@ class EpochSeededSampler(torch.utils.data.Sampler):
         return len(self.sampler)
 
     def __iter__(self):
-        self.sampler.generator = torch.Generator().manual_seed(self.seed + self.epoch)
-        return iter(self.sampler)
+        generator = torch.Generator().manual_seed(self.seed + self.epoch)
+        self.sampler.generator = generator
+        indices = list(self.sampler)
+        size = self.step_size
+        groups = [indices[start : start + size] for start in range(0, len(indices), size)]
+        first, middle = groups[:1], groups[1:]
+        last = [middle.pop()] if middle and len(middle[-1]) < size else []
+        order = torch.randperm(len(middle), generator=generator).tolist()
+        for group in first + [middle[i] for i in order] + last:
+            yield from group

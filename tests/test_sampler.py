@@ -1,0 +1,79 @@
+"""The default training order: length-grouped batches (little padding), shuffled, seeded per epoch."""
+
+from __future__ import annotations
+
+import random
+from itertools import pairwise
+
+import torch
+from transformers.trainer_pt_utils import LengthGroupedSampler
+
+from recipes_lib.trainer import ShuffledLengthGroupedSampler
+
+STEP = 8
+
+
+def lengths(count: int = 1000, seed: int = 0) -> list[int]:
+    rng = random.Random(seed)
+    return [rng.randint(2, 60) for _ in range(count)]
+
+
+def sampler(example_lengths: list[int], seed: int = 42) -> ShuffledLengthGroupedSampler:
+    return ShuffledLengthGroupedSampler(LengthGroupedSampler(STEP, lengths=example_lengths), seed, STEP)
+
+
+def groups(order: list[int]) -> list[list[int]]:
+    return [order[start : start + STEP] for start in range(0, len(order), STEP)]
+
+
+def test_every_example_once_in_groups_the_stock_sampler_made():
+    example_lengths = lengths()
+    ours = list(sampler(example_lengths))
+    assert sorted(ours) == list(range(len(example_lengths)))
+    # Same groups as the stock sampler with the same generator: as little padding, only reordered.
+    stock = LengthGroupedSampler(STEP, lengths=example_lengths, generator=torch.Generator().manual_seed(42))
+    assert sorted(map(sorted, groups(ours))) == sorted(map(sorted, groups(list(stock))))
+
+
+def test_groups_come_in_random_order_not_longest_to_shortest():
+    example_lengths = lengths()
+    group_maxima = [
+        max(example_lengths[i] for i in group) for group in groups(list(sampler(example_lengths)))
+    ]
+    stock_order = list(
+        LengthGroupedSampler(STEP, lengths=example_lengths, generator=torch.Generator().manual_seed(42))
+    )
+    stock_maxima = [max(example_lengths[i] for i in group) for group in groups(stock_order)]
+    # The stock order: 1,000 examples make mega-batches of 31 groups, each one sorted sweep from
+    # long to short (group 0 swaps its longest example for the overall longest, so start at 1).
+    assert all(a >= b for a, b in pairwise(stock_maxima[1:31]))
+    ours_descents = sum(a >= b for a, b in pairwise(group_maxima[1:]))
+    assert ours_descents < 0.75 * (len(group_maxima) - 2)  # random order: about half
+
+
+def test_longest_example_first_and_incomplete_group_last():
+    example_lengths = lengths(1003)  # 125 full groups of 8, then 3 examples
+    order = list(sampler(example_lengths))
+    assert max(example_lengths[i] for i in order[:STEP]) == max(example_lengths)
+    stock = list(
+        LengthGroupedSampler(STEP, lengths=example_lengths, generator=torch.Generator().manual_seed(42))
+    )
+    assert sorted(order[-3:]) == sorted(stock[-3:])
+
+
+def test_order_depends_only_on_seed_and_epoch():
+    example_lengths = lengths()
+    first, again, other_seed = (
+        sampler(example_lengths),
+        sampler(example_lengths),
+        sampler(example_lengths, seed=7),
+    )
+    torch.manual_seed(123)  # the global RNG plays no part
+    assert list(first) == list(again)
+    assert list(first) != list(other_seed)
+    first.set_epoch(1)
+    epoch_1 = list(first)
+    assert epoch_1 != list(again)
+    again.set_epoch(1)
+    torch.manual_seed(999)
+    assert list(again) == epoch_1
