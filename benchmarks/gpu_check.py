@@ -11,7 +11,9 @@ batch x seq real tokens. Random weights change nothing about speed or memory.
 Each recipe runs as the user runs it (`accelerate launch recipes/<recipe>.py`, bf16, batch 32,
 seq 128, a fixed number of steps) and its results.json gives throughput and measured memory. The
 table printed last has, per model and recipe: samples/s, tokens/s, MFU and peak memory measured vs
-predicted by `recipes-lib plan`.
+predicted by `recipes-lib plan`. Before it, `step_profile.py` times forward, backward and the
+optimizer step of full_ft, adamw_8bit and lora on the first model (bert-base), for the step-time
+targets (8-bit AdamW's step against fused AdamW's, LoRA's step against full fine-tuning's).
 
 MFU = tokens/s x FLOPs per token / peak FLOP/s, with FLOPs per token = 6 x (non-embedding
 parameters) + 12 x layers x hidden x seq (attention scores and weighted values, forward and
@@ -137,6 +139,42 @@ def run_recipe(recipe: str, model_dir: Path, data: dict[str, Path], out: Path, a
     return json.loads((out / "results.json").read_text())
 
 
+def profile_steps(model_dir: Path, data: dict[str, Path], out_dir: Path, args) -> None:
+    """Forward, backward and optimizer-step times per recipe (step_profile.py) on the first model.
+
+    The step-time targets compare these: 8-bit AdamW's step against fused AdamW's, LoRA's whole
+    step against full fine-tuning's. A failure here is reported and does not lose the table.
+    """
+    sys.path.insert(0, str(REPO_ROOT / "benchmarks"))
+    import step_profile
+
+    steps = ["--warmup_steps", "1", "--steps", "2", "--profiled_steps", "1"] if args.tiny else []
+    recipes = [recipe for recipe in ("full_ft", "adamw_8bit", "lora") if recipe in args.recipes]
+    print(f"step profile on {model_dir.name}: {' '.join(recipes)} ...", flush=True)
+    try:
+        step_profile.main(
+            [
+                "--model_name_or_path",
+                str(model_dir),
+                "--recipes",
+                *recipes,
+                "--train_file",
+                str(data["train"]),
+                "--validation_file",
+                str(data["validation"]),
+                "--max_seq_length",
+                str(args.seq),
+                "--per_device_train_batch_size",
+                str(args.batch),
+                *steps,
+                "--report_dir",
+                str(out_dir),
+            ]  # fmt: skip
+        )
+    except Exception as error:  # a measurement that failed, not a reason to lose the others
+        print(f"step profile failed: {type(error).__name__}: {error}", flush=True)
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--cpu", action="store_true", help="run on the CPU (checks the script, not the GPU)")
@@ -146,6 +184,12 @@ def main(argv=None) -> int:
     parser.add_argument("--batch", type=int, default=32)
     parser.add_argument("--seq", type=int, default=128)
     parser.add_argument("--steps", type=int, default=40)
+    parser.add_argument(
+        "--step_profile",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="also time forward/backward/optimizer step per recipe (benchmarks/step_profile.py)",
+    )
     parser.add_argument("--work_dir", default="/tmp/gpu_check")
     parser.add_argument("--out", default=os.environ.get("OUT", "benchmarks/results"))
     args = parser.parse_args(argv)
@@ -210,6 +254,8 @@ def main(argv=None) -> int:
     table = "\n".join(lines)
     out_dir = Path(args.out)
     out_dir.mkdir(parents=True, exist_ok=True)
+    if args.step_profile and "full_ft" in args.recipes:
+        profile_steps(work / models[0], data, out_dir, args)
     stem = "gpu_check-cpu-tiny" if args.cpu else "gpu_check"
     (out_dir / f"{stem}.json").write_text(
         json.dumps({"device": device_name, "args": vars(args), "rows": rows}, indent=2)

@@ -125,16 +125,18 @@ def training_batches(recipe, arguments, count: int):
 class PhaseClock:
     """Wall time of each phase of each step; waits for the GPU so its time lands in the right phase."""
 
-    def __init__(self, device):
+    def __init__(self, device, bf16: bool):
         import torch
 
         self.synchronize = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
+        self.autocast = lambda: torch.autocast(device.type, dtype=torch.bfloat16, enabled=bf16)
         self.times: dict[str, list[float]] = {phase: [] for phase in PHASES}
 
     def step(self, model, optimizer, batch, record: bool) -> None:
         self.synchronize()
         started = time.perf_counter()
-        loss = model(**batch).loss
+        with self.autocast():  # the Trainer's mixed precision, as accelerate applies it
+            loss = model(**batch).loss
         self.synchronize()
         forward_done = time.perf_counter()
         loss.backward()
@@ -150,10 +152,10 @@ class PhaseClock:
             self.times["optimizer_step"].append(finished - backward_done)
 
 
-def profiled_step(model, optimizer, batch) -> None:
+def profiled_step(model, optimizer, batch, clock: PhaseClock) -> None:
     from torch.profiler import record_function
 
-    with record_function("forward"):
+    with record_function("forward"), clock.autocast():
         loss = model(**batch).loss
     with record_function("backward"):
         loss.backward()
@@ -201,14 +203,14 @@ def profile_recipe(name: str, args: argparse.Namespace, work_dir: Path) -> dict:
     optimizer = build_optimizer(recipe, model, arguments)
     batches = [{key: value.to(device) for key, value in batch.items()} for batch in batches]
 
-    clock = PhaseClock(device)
+    clock = PhaseClock(device, bool(arguments.training.bf16))
     for step, batch in enumerate(batches[: args.warmup_steps + args.steps]):
         clock.step(model, optimizer, batch, record=step >= args.warmup_steps)
 
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
     with profile(activities=activities) as recorded:
         for batch in batches[args.warmup_steps + args.steps :]:
-            profiled_step(model, optimizer, batch)
+            profiled_step(model, optimizer, batch, clock)
 
     medians = {phase: statistics.median(values) for phase, values in clock.times.items()}
     phase_self = {
@@ -220,6 +222,7 @@ def profile_recipe(name: str, args: argparse.Namespace, work_dir: Path) -> dict:
     return {
         "recipe": name,
         "optimizer": type(optimizer).__name__ + (" (fused)" if _is_fused(optimizer) else ""),
+        "bf16": bool(arguments.training.bf16),
         "params_trainable": trainable,
         "mean_tokens_per_batch": round(statistics.mean(b["attention_mask"].numel() for b in batches)),
         "median_ms": {phase: round(1000 * value, 2) for phase, value in medians.items()},

@@ -49,6 +49,7 @@ SWITCHES = {
     "torch_compile": ["--torch_compile", "true"],
 }
 MINILM = "sentence-transformers/all-MiniLM-L6-v2"
+TRAINER_DEFAULT_LEARNING_RATE = 5e-5  # TrainingArguments' and run_glue.py's
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -60,7 +61,13 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--max_eval_samples", type=int)
     parser.add_argument("--max_seq_length", type=int, default=128)
     parser.add_argument("--per_device_train_batch_size", type=int, default=32)
-    parser.add_argument("--learning_rate", type=float, default=5e-5)
+    parser.add_argument(
+        "--learning_rate",
+        type=float,
+        default=None,
+        help="default: 5e-5 (the Trainer's and run_glue.py's) for the batching ways and switches; "
+        "with --recipes each recipe's own default (LoRA's 1e-3 would not learn at 5e-5, nor full_ft at 1e-3)",
+    )
     parser.add_argument("--num_train_epochs", type=float, default=1)
     parser.add_argument(
         "--seeds", type=int, nargs="+", default=[42], help="run every way once per seed; report the means"
@@ -97,13 +104,17 @@ def common_recipe_args(args: argparse.Namespace, seed: int, output_dir: Path) ->
         if args.train_file
         else ["--dataset_name", "glue", "--dataset_config_name", "sst2"]
     )
-    extra_eval = ["--max_eval_samples", str(args.max_eval_samples)] if args.max_eval_samples else []
+    optional = ["--max_eval_samples", str(args.max_eval_samples)] if args.max_eval_samples else []
+    learning_rate = args.learning_rate
+    if learning_rate is None and not args.recipes:
+        learning_rate = TRAINER_DEFAULT_LEARNING_RATE  # one model, so one rate: the usual way's
+    if learning_rate is not None:  # else each recipe trains at its own default
+        optional += ["--learning_rate", str(learning_rate)]
     return [
-        "--model_name_or_path", args.model_name_or_path, *data, *extra_eval,
+        "--model_name_or_path", args.model_name_or_path, *data, *optional,
         "--max_train_samples", str(args.max_train_samples),
         "--max_seq_length", str(args.max_seq_length),
         "--per_device_train_batch_size", str(args.per_device_train_batch_size),
-        "--learning_rate", str(args.learning_rate),
         "--num_train_epochs", str(args.num_train_epochs),
         "--seed", str(seed),
         "--eval_strategy", "no", "--save_strategy", "no", "--report_to", "none",

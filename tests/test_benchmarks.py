@@ -146,3 +146,26 @@ def test_gpu_check_runs_every_recipe_in_its_cpu_tiny_mode(tmp_path, one_thread):
     assert [row["recipe"] for row in report["rows"]] == ["full_ft", "adamw_8bit", "lora", "qlora"]
     assert all(row["status"] == "ok" and row["samples_per_s"] > 0 for row in report["rows"])
     assert all(row["predicted_peak_gib"] is not None for row in report["rows"])
+    (profile,) = out.glob("step_profile-*.json")
+    assert [row["recipe"] for row in json.loads(profile.read_text())["rows"]] == [
+        "full_ft",
+        "adamw_8bit",
+        "lora",
+    ]
+
+
+def test_recipes_train_at_their_own_learning_rate_unless_one_is_given(tmp_path):
+    throughput = load_benchmark("throughput")
+
+    def learning_rate(argv):
+        recipe_args = throughput.common_recipe_args(throughput.parse_args(argv), 42, tmp_path)
+        return (
+            recipe_args[recipe_args.index("--learning_rate") + 1]
+            if "--learning_rate" in recipe_args
+            else None
+        )
+
+    assert learning_rate([]) == "5e-05"  # the batching ways: one model, the usual way's rate
+    assert learning_rate(["--switches"]) == "5e-05"
+    assert learning_rate(["--recipes", "full_ft", "lora"]) is None  # LoRA would not learn at 5e-5
+    assert learning_rate(["--recipes", "lora", "--learning_rate", "2e-3"]) == "0.002"

@@ -211,10 +211,12 @@ class RecipeTrainingArguments(TrainingArguments):
         default=0.02, metadata={"help": "Log every N steps, or a fraction of all steps if below 1."}
     )
     # Batches of similar length waste little compute on padding (transformers 5 name for group_by_length).
+    # The batches then come in a seeded random order, longest first (trainer.ShuffledLengthGroupedSampler).
     train_sampling_strategy: str = field(
         default="group_by_length",
         metadata={
-            "help": "'group_by_length' (batches of similar length, little padding), 'random' or 'sequential'."
+            "help": "'group_by_length' (batches of similar length, little padding, in random order), "
+            "'random' or 'sequential'."
         },
     )
     bf16: bool | None = field(
