@@ -62,15 +62,12 @@ def load_recipe(name: str):
 
 
 def recipe_arguments(recipe, args: argparse.Namespace, work_dir: Path):
+    from throughput import data_arguments
+
     from recipes_lib.config import parse_recipe_arguments
 
-    data = (
-        ["--train_file", args.train_file, "--validation_file", args.validation_file]
-        if args.train_file
-        else ["--dataset_name", "glue", "--dataset_config_name", "sst2"]
-    )
     argv = [
-        "--model_name_or_path", args.model_name_or_path, *data,
+        "--model_name_or_path", args.model_name_or_path, *data_arguments(args),
         "--max_train_samples", str(args.per_device_train_batch_size * (args.warmup_steps + args.steps + args.profiled_steps)),
         "--max_seq_length", str(args.max_seq_length),
         "--per_device_train_batch_size", str(args.per_device_train_batch_size),

@@ -98,12 +98,16 @@ def parse_args(argv=None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
+def data_arguments(args: argparse.Namespace) -> list[str]:
+    """Local files when given (without a validation file the recipe holds out part of train), else SST-2."""
+    if not args.train_file:
+        return ["--dataset_name", "glue", "--dataset_config_name", "sst2"]
+    validation = ["--validation_file", args.validation_file] if args.validation_file else []
+    return ["--train_file", args.train_file, *validation]
+
+
 def common_recipe_args(args: argparse.Namespace, seed: int, output_dir: Path) -> list[str]:
-    data = (
-        ["--train_file", args.train_file, "--validation_file", args.validation_file]
-        if args.train_file
-        else ["--dataset_name", "glue", "--dataset_config_name", "sst2"]
-    )
+    data = data_arguments(args)
     optional = ["--max_eval_samples", str(args.max_eval_samples)] if args.max_eval_samples else []
     learning_rate = args.learning_rate
     if learning_rate is None and not args.recipes:

@@ -36,6 +36,12 @@ def test_no_arguments_means_bert_base_on_sst2_with_the_recipe_defaults():
     assert arguments.model.trust_remote_code is False
 
 
+def test_torch_compile_turns_off_the_tensor_tracker_that_would_keep_it_from_compiling():
+    assert parse_recipe_arguments("full_ft", []).training.track_memory is True
+    compiled = parse_recipe_arguments("full_ft", ["--torch_compile", "true"]).training
+    assert compiled.torch_compile is True and compiled.track_memory is False
+
+
 def test_command_line_overrides_the_file_and_the_file_overrides_recipe_defaults(tmp_path):
     config = write_yaml(tmp_path, "learning_rate: 1.0e-4\nnum_train_epochs: 2\nmax_seq_length: 64\n")
     arguments = parse_recipe_arguments(

@@ -18,12 +18,12 @@ def lengths(count: int = 1000, seed: int = 0) -> list[int]:
     return [rng.randint(2, 60) for _ in range(count)]
 
 
-def sampler(example_lengths: list[int], seed: int = 42) -> ShuffledLengthGroupedSampler:
-    return ShuffledLengthGroupedSampler(LengthGroupedSampler(STEP, lengths=example_lengths), seed, STEP)
+def sampler(example_lengths: list[int], seed: int = 42, step: int = STEP) -> ShuffledLengthGroupedSampler:
+    return ShuffledLengthGroupedSampler(example_lengths, step, seed)
 
 
-def groups(order: list[int]) -> list[list[int]]:
-    return [order[start : start + STEP] for start in range(0, len(order), STEP)]
+def groups(order: list[int], step: int = STEP) -> list[list[int]]:
+    return [order[start : start + step] for start in range(0, len(order), step)]
 
 
 def test_every_example_once_in_groups_the_stock_sampler_made():
@@ -77,3 +77,33 @@ def test_order_depends_only_on_seed_and_epoch():
     again.set_epoch(1)
     torch.manual_seed(999)
     assert list(again) == epoch_1
+
+
+def test_one_optimizer_step_is_the_unit_under_accumulation_and_several_processes():
+    # Batch 8 x 2 accumulation steps x 2 processes = 32 examples per optimizer step: grouped from
+    # one sorted stretch of the stock order built at that size, and kept together when shuffled.
+    example_lengths = lengths(1024)
+    step = 8 * 2 * 2
+    order = list(sampler(example_lengths, step=step))
+    stock = list(
+        LengthGroupedSampler(step, lengths=example_lengths, generator=torch.Generator().manual_seed(42))
+    )
+    assert sorted(map(sorted, groups(order, step))) == sorted(map(sorted, groups(stock, step)))
+    assert order[:step] == stock[:step]  # the longest example's step first
+
+
+def test_the_trainer_gives_the_sampler_each_epoch_itself(monkeypatch):
+    """accelerate's set_epoch does not reach a sampler under several processes; RecipeTrainer does."""
+    from transformers import Trainer
+
+    from recipes_lib.trainer import RecipeTrainer
+
+    epochs_seen = []
+    monkeypatch.setattr(
+        Trainer, "_run_epoch", lambda self, **kwargs: epochs_seen.append(self.epoch_seeded_sampler.epoch)
+    )
+    trainer = RecipeTrainer.__new__(RecipeTrainer)  # only the epoch hook is under test
+    trainer.epoch_seeded_sampler = sampler(lengths())
+    for epoch in (0, 1, 2):
+        trainer._run_epoch(model=None, epoch=epoch)
+    assert epochs_seen == [0, 1, 2]

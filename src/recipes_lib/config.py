@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import difflib
+import logging
 import os
 import sys
 from dataclasses import dataclass, field
@@ -267,7 +268,8 @@ class RecipeTrainingArguments(TrainingArguments):
         default=True,
         metadata={
             "help": "Count every tensor of the training steps that can set a memory peak (the first two, then "
-            "each larger batch) for memory_breakdown_gib and the CPU peaks. false: CUDA figures and RSS only."
+            "each larger batch) for memory_breakdown_gib and the CPU peaks. false: CUDA figures and RSS only. "
+            "Off under --torch_compile, which it would keep from compiling."
         },
     )
     auto_batch_size: bool = field(
@@ -289,6 +291,15 @@ class RecipeTrainingArguments(TrainingArguments):
             import torch
 
             self.dataloader_pin_memory = torch.cuda.is_available() and not self.use_cpu
+        if self.torch_compile and self.track_memory:
+            # The tensor tracker's dispatch mode keeps dynamo from compiling the model at all
+            # (measured: such a run trained eagerly, loss equal to the bit). Measure memory with
+            # CUDA's figures and the RSS only.
+            logging.getLogger("recipes_lib").warning(
+                "--torch_compile true turns off --track_memory (per-tensor memory tracking stops "
+                "the model from being compiled); CUDA memory figures and the process RSS remain."
+            )
+            self.track_memory = False
         if self.bf16 is None:
             self.bf16 = (
                 not self.use_cpu

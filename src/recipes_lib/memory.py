@@ -607,6 +607,10 @@ class MemoryCallback(TrainerCallback):
         if model is not None and self._hook is None:
             self._hook = model.register_forward_pre_hook(self._before_forward, with_kwargs=True)
 
+    # Under --torch_compile the hook runs inside the compiled call: dynamo would trace this
+    # bookkeeping (Python state, data-dependent checks), break the graph on it and recompile as
+    # the state changes. Run it as plain Python instead.
+    @torch.compiler.disable
     def _before_forward(self, module, args, kwargs):
         inputs = kwargs if kwargs else (args[0] if args and isinstance(args[0], dict) else {})
         training = module.training and torch.is_grad_enabled()

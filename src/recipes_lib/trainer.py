@@ -132,13 +132,23 @@ class RecipeTrainer(Trainer):
         sampler = super()._get_train_sampler(train_dataset)
         if isinstance(sampler, LengthGroupedSampler):
             seed = self.args.data_seed if self.args.data_seed is not None else self.args.seed
-            # One optimizer step's batches on every process: shuffled as a unit, so the processes
-            # keep getting batches of similar length and none waits long for the others.
+            # One optimizer step's batches on every process: grouped and shuffled as a unit, so the
+            # processes keep getting batches of similar length and none waits long for the others.
             step_size = (
                 self.args.train_batch_size * self.args.gradient_accumulation_steps * self.args.world_size
             )
-            return ShuffledLengthGroupedSampler(sampler, seed, step_size)
+            sampler = ShuffledLengthGroupedSampler(sampler.lengths, step_size, seed)
+        self.epoch_seeded_sampler = sampler if isinstance(sampler, ShuffledLengthGroupedSampler) else None
         return sampler
+
+    def _run_epoch(self, *args, **kwargs):
+        # accelerate's `set_epoch` reaches the sampler in one process but not through the
+        # `BatchSamplerShard` of several; without this, every epoch of a multi-process run would
+        # replay epoch 0's order. (The Trainer passes `epoch` by keyword.)
+        sampler = getattr(self, "epoch_seeded_sampler", None)
+        if sampler is not None and "epoch" in kwargs:
+            sampler.set_epoch(kwargs["epoch"])
+        return super()._run_epoch(*args, **kwargs)
 
     def token_counts(self) -> tuple[int, int]:
         """(real tokens, all tokens) over every process's training batches."""
@@ -172,39 +182,42 @@ class RecipeTrainer(Trainer):
 class ShuffledLengthGroupedSampler(torch.utils.data.Sampler):
     """Length-grouped batches in a random order, drawn from (seed, epoch) alone.
 
-    Two changes to the Trainer's LengthGroupedSampler, which cuts random mega-batches of ~50
-    batches, sorts each by length and emits it longest first:
+    Two changes to the Trainer's LengthGroupedSampler, which cuts random mega-batches of up to 50
+    batches (31 for 4,000 examples in batches of 32), sorts each by length and emits it longest
+    first:
 
     - Batch order. Emitted as is, every mega-batch is a sweep from the longest sentences to the
       shortest, so the learning rate meets the data in a sawtooth of lengths. On SST-2 (4,000
       examples, batch 32, 1 epoch) that order scored 0.9 points below the same batches shuffled,
       lower on each of 5 seeds (benchmarks/RESULTS.md). Here the batches keep their members (so
-      padding stays as low) but come in a random order; the one holding the longest example stays first, so a batch that does not fit
-      in memory fails at the first step, and an incomplete last batch stays last.
+      padding stays as low) but come in a random order; the one holding the longest example
+      stays first, so a batch that does not fit in memory fails at the first step, and an
+      incomplete last batch stays last.
     - Seeding. The stock sampler draws from the global torch RNG at the start of each epoch; a
       run resumed in the middle of epoch 2 draws that order in a fresh process (checkpointed RNG
       states are restored only after the order is drawn) and would train on other batches than
       the uninterrupted run. Seeding each epoch with seed + epoch makes the order the same in
-      both, on every process. accelerate's dataloader calls `set_epoch`.
+      both, on every process. RecipeTrainer sets the epoch before each one (`_run_epoch`).
 
-    What moves as one unit is `step_size` consecutive examples: one optimizer step's worth
-    (per-device batch x gradient accumulation steps x processes), so the micro-batches of a step,
-    on every process, still come from neighbouring, similar lengths.
+    The unit grouped and moved is `step_size` examples: one optimizer step's worth (per-device
+    batch x gradient accumulation steps x processes), so the micro-batches of a step, on every
+    process, come from neighbouring, similar lengths.
     """
 
-    def __init__(self, sampler: LengthGroupedSampler, seed: int, step_size: int):
-        self.sampler, self.seed, self.step_size, self.epoch = sampler, seed, step_size, 0
+    def __init__(self, lengths: list[int], step_size: int, seed: int):
+        self.grouped = LengthGroupedSampler(step_size, lengths=lengths)
+        self.step_size, self.seed, self.epoch = step_size, seed, 0
 
     def set_epoch(self, epoch: int) -> None:
         self.epoch = epoch
 
     def __len__(self) -> int:
-        return len(self.sampler)
+        return len(self.grouped)
 
     def __iter__(self):
         generator = torch.Generator().manual_seed(self.seed + self.epoch)
-        self.sampler.generator = generator
-        indices = list(self.sampler)
+        self.grouped.generator = generator
+        indices = list(self.grouped)
         size = self.step_size
         groups = [indices[start : start + size] for start in range(0, len(indices), size)]
         first, middle = groups[:1], groups[1:]
