@@ -43,6 +43,8 @@ MODEL_SHAPES = {
     "bert-large": (1024, 24, 16, 4096),
     "bert-tiny": (64, 2, 2, 256),
 }
+# Batches the step profile trains on by default: 3 warm-up + 20 timed + 3 profiled.
+PROFILE_STEPS = 26
 VOCAB_SIZE = 30522  # bert-base-uncased's, so embedding sizes match the real models
 DENSE_BF16_PEAK_FLOPS = {"H100": 989e12, "H200": 989e12, "A100": 312e12, "L4": 121e12, "4090": 165e12}
 
@@ -200,7 +202,10 @@ def main(argv=None) -> int:
     work = Path(args.work_dir)
     device_name, peak_flops = device_peak_flops()
     data = write_synthetic_data(
-        work / "data", rows=args.batch * args.steps, words=args.seq - 2, vocab_size=vocab_size
+        work / "data",
+        rows=args.batch * max(args.steps, PROFILE_STEPS),
+        words=args.seq - 2,
+        vocab_size=vocab_size,
     )
 
     rows = []
@@ -254,13 +259,14 @@ def main(argv=None) -> int:
     table = "\n".join(lines)
     out_dir = Path(args.out)
     out_dir.mkdir(parents=True, exist_ok=True)
-    if args.step_profile and "full_ft" in args.recipes:
-        profile_steps(work / models[0], data, out_dir, args)
     stem = "gpu_check-cpu-tiny" if args.cpu else "gpu_check"
     (out_dir / f"{stem}.json").write_text(
         json.dumps({"device": device_name, "args": vars(args), "rows": rows}, indent=2)
     )
     (out_dir / f"{stem}.txt").write_text(table + "\n")
+    # After the table is saved (a crash here loses nothing), before it is printed (it comes last).
+    if args.step_profile and "full_ft" in args.recipes:
+        profile_steps(work / models[0], data, out_dir, args)
     print("\n" + table)
     return 0 if all(row["status"] == "ok" for row in rows) or args.cpu else 1
 

@@ -7,7 +7,8 @@
 why they differ. Each recipe builds its model and optimizer with its own hooks (`RECIPE.build_model`,
 `RECIPE.create_optimizer`, or the Trainer's `--optim` default, fused AdamW), then trains on the
 same batches (the recipe's tokenization and collator, a seeded random order) in a plain loop
-that times each phase, synchronising the GPU when there is one. The first `--warmup_steps` are not
+that times each phase, synchronising the GPU when there is one. (The Trainer also clips gradients,
+max_grad_norm 1.0, before each optimizer step; that is not timed here.) The first `--warmup_steps` are not
 timed (they allocate optimizer state and warm kernels). Then `torch.profiler` records a few steps
 and the slowest operators are listed by their own (self) time, labelled by phase.
 
@@ -110,6 +111,11 @@ def training_batches(recipe, arguments, count: int):
     )
     order = torch.randperm(len(train), generator=torch.Generator().manual_seed(arguments.training.seed))
     size = arguments.training.per_device_train_batch_size
+    if len(train) < count * size:
+        sys.exit(
+            f"step_profile needs {count * size} training examples ({count} batches of {size}: warm-up, "
+            f"timed and profiled steps) and the data has {len(train)}. Give more data or fewer --steps."
+        )
     batches, collate_seconds = [], []
     for step in range(count):
         examples = [train[int(i)] for i in order[step * size : (step + 1) * size]]
@@ -162,9 +168,20 @@ def profiled_step(model, optimizer, batch, clock: PhaseClock) -> None:
 
 
 def top_operators(profile, count: int, steps: int) -> list[dict]:
-    """The operators with the most self time (time in the operator itself, not in what it calls)."""
+    """The operators with the most self time (time in the operator itself, not in what it calls).
+
+    On a GPU, the device time of the kernels each operator launched; the kernels' own entries and
+    the phase labels are left out, so no time is counted twice.
+    """
+    from torch.autograd import DeviceType
+
     events = [
-        e for e in profile.key_averages() if e.key not in PHASES and not e.key.startswith("ProfilerStep")
+        e
+        for e in profile.key_averages()
+        if e.device_type == DeviceType.CPU
+        and not getattr(e, "is_user_annotation", False)
+        and e.key not in PHASES
+        and not e.key.startswith("ProfilerStep")
     ]
     use_cuda = any(getattr(e, "self_device_time_total", 0) for e in events)
     attribute = "self_device_time_total" if use_cuda else "self_cpu_time_total"
@@ -175,7 +192,7 @@ def top_operators(profile, count: int, steps: int) -> list[dict]:
             "operator": e.key,
             "self_ms_per_step": round(getattr(e, attribute) / 1000 / steps, 2),
             "share": round(getattr(e, attribute) / total, 3),
-            "calls": e.count,
+            "calls": e.count,  # over all profiled steps
         }
         for e in ranked
     ]
@@ -210,11 +227,6 @@ def profile_recipe(name: str, args: argparse.Namespace, work_dir: Path) -> dict:
             profiled_step(model, optimizer, batch, clock)
 
     medians = {phase: statistics.median(values) for phase, values in clock.times.items()}
-    phase_self = {
-        e.key: e.cpu_time_total / 1000 / args.profiled_steps
-        for e in recorded.key_averages()
-        if e.key in PHASES
-    }
     _, trainable = count_parameters(model)
     return {
         "recipe": name,
@@ -225,7 +237,6 @@ def profile_recipe(name: str, args: argparse.Namespace, work_dir: Path) -> dict:
         "median_ms": {phase: round(1000 * value, 2) for phase, value in medians.items()},
         "median_step_ms": round(1000 * sum(medians.values()), 2),
         "median_collate_ms": round(1000 * collate_seconds, 3),
-        "profiled_phase_ms": {phase: round(value, 2) for phase, value in phase_self.items()},
         "top_operators": top_operators(recorded, args.top_ops, args.profiled_steps),
     }
 
@@ -234,7 +245,7 @@ def _is_fused(optimizer) -> bool:
     return any(group.get("fused") for group in optimizer.param_groups)
 
 
-def markdown(rows: list[dict], title: str, command: str) -> str:
+def markdown(rows: list[dict], title: str, command: str, profiled_steps: int) -> str:
     base = rows[0]
     lines = [
         f"`{command}`",
@@ -259,7 +270,7 @@ def markdown(rows: list[dict], title: str, command: str) -> str:
             "",
             f"{row['recipe']}: operators with the most self time (torch.profiler)",
             "",
-            "| operator | ms per step | share | calls |",
+            f"| operator | ms per step | share | calls in {profiled_steps} steps |",
             "|---|---|---|---|",
         ]
         lines += [
@@ -291,7 +302,7 @@ def main(argv=None) -> int:
         f"step profile, {args.model_name_or_path}, batch {args.per_device_train_batch_size}, "
         f"{args.steps} timed steps, {machine}"
     )
-    table = markdown(rows, title, command)
+    table = markdown(rows, title, command, args.profiled_steps)
     stamp = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H%M%SZ")
     report_dir = Path(args.report_dir)
     report_dir.mkdir(parents=True, exist_ok=True)

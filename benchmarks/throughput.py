@@ -42,6 +42,7 @@ BATCHING_WAYS = {
     "recipe": [],
 }
 # Each switch flipped away from its default, one at a time, on full_ft with the recipe defaults.
+# (--torch_compile also turns off --track_memory, whose tensor tracking would keep it from compiling.)
 SWITCHES = {
     "defaults": [],
     "eager_attention": ["--attn_implementation", "eager"],
@@ -72,22 +73,23 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument(
         "--seeds", type=int, nargs="+", default=[42], help="run every way once per seed; report the means"
     )
-    parser.add_argument(
-        "--recipes",
-        nargs="+",
-        help="compare these recipes (recipe defaults) instead of the three batching ways",
-    )
-    parser.add_argument(
+    what = parser.add_mutually_exclusive_group()
+    what.add_argument(
         "--ways",
         nargs="+",
         choices=list(BATCHING_WAYS),
         default=list(BATCHING_WAYS),
         help="batching ways to run",
     )
-    parser.add_argument(
+    what.add_argument(
+        "--recipes",
+        nargs="+",
+        help="compare these recipes (recipe defaults, each at its own learning rate) instead of the batching ways",
+    )
+    what.add_argument(
         "--switches",
         action="store_true",
-        help="measure each throughput switch against full_ft's defaults instead of the batching ways",
+        help="flip each throughput switch alone on full_ft (recipe defaults at learning rate 5e-5) instead",
     )
     parser.add_argument(
         "--accelerate_config", default=None, help="default: cpu.yaml without a GPU, else single_gpu.yaml"
@@ -171,32 +173,47 @@ def summarise(rows: list[dict]) -> list[dict]:
     def mean(group, key):
         return statistics.mean(row[key] for row in group)
 
-    summary = []
+    means = []
     for name, group in groups.items():
         accuracies = [row["eval_accuracy"] for row in group]
-        summary.append(
+        means.append(
             {
                 "name": name,
                 "seeds": [row["seed"] for row in group],
-                "samples_per_s": round(mean(group, "train_samples_per_s"), 2),
-                "real_tokens_per_s": round(mean(group, "train_tokens_per_s"), 1),
-                "pad_ratio": round(mean(group, "pad_ratio"), 4),
-                "train_runtime_s": round(mean(group, "train_runtime_s"), 1),
-                "step_time_s": round(
-                    statistics.mean(r["train_runtime_s"] / max(r["train_steps"], 1) for r in group), 4
+                "samples_per_s": mean(group, "train_samples_per_s"),
+                "real_tokens_per_s": mean(group, "train_tokens_per_s"),
+                "pad_ratio": mean(group, "pad_ratio"),
+                "train_runtime_s": mean(group, "train_runtime_s"),
+                "step_time_s": statistics.mean(
+                    r["train_runtime_s"] / max(r["train_steps"], 1) for r in group
                 ),
-                "eval_accuracy": round(statistics.mean(accuracies), 4),
+                "eval_accuracy": statistics.mean(accuracies),
                 "eval_accuracy_by_seed": accuracies,
                 # Sample standard deviation across seeds: how much accuracy moves with the seed alone.
-                "eval_accuracy_std": round(statistics.stdev(accuracies), 4) if len(accuracies) > 1 else None,
+                "eval_accuracy_std": statistics.stdev(accuracies) if len(accuracies) > 1 else None,
             }
         )
-    base = summary[0]
-    for line in summary:
-        line["samples_per_s_ratio"] = round(line["samples_per_s"] / base["samples_per_s"], 2)
-        line["real_tokens_per_s_ratio"] = round(line["real_tokens_per_s"] / base["real_tokens_per_s"], 2)
-        line["step_time_ratio"] = round(line["step_time_s"] / base["step_time_s"], 3)
-        line["accuracy_delta_points"] = round(100 * (line["eval_accuracy"] - base["eval_accuracy"]), 2)
+    base = means[0]
+    summary = []
+    for line in means:  # ratios from the unrounded means; rounding is for the report only
+        summary.append(
+            {
+                **line,
+                "samples_per_s": round(line["samples_per_s"], 2),
+                "real_tokens_per_s": round(line["real_tokens_per_s"], 1),
+                "pad_ratio": round(line["pad_ratio"], 4),
+                "train_runtime_s": round(line["train_runtime_s"], 1),
+                "step_time_s": round(line["step_time_s"], 4),
+                "eval_accuracy": round(line["eval_accuracy"], 4),
+                "eval_accuracy_std": None
+                if line["eval_accuracy_std"] is None
+                else round(line["eval_accuracy_std"], 4),
+                "samples_per_s_ratio": round(line["samples_per_s"] / base["samples_per_s"], 2),
+                "real_tokens_per_s_ratio": round(line["real_tokens_per_s"] / base["real_tokens_per_s"], 2),
+                "step_time_ratio": round(line["step_time_s"] / base["step_time_s"], 3),
+                "accuracy_delta_points": round(100 * (line["eval_accuracy"] - base["eval_accuracy"]), 2),
+            }
+        )
     return summary
 
 

@@ -108,7 +108,6 @@ def test_step_profile_times_every_phase_of_each_recipe_on_the_same_batches(
         assert all(row["median_ms"][phase] > 0 for phase in step_profile.PHASES)
         assert row["median_collate_ms"] > 0
         assert row["median_step_ms"] == pytest.approx(sum(row["median_ms"].values()), abs=0.05)
-        assert set(row["profiled_phase_ms"]) == set(step_profile.PHASES)
         assert 0 < len(row["top_operators"]) <= 5
         assert all(0 <= op["share"] <= 1 for op in row["top_operators"])
     assert "| lora |" in next(report_dir.glob("step_profile-*.md")).read_text()

@@ -40,6 +40,9 @@ def test_torch_compile_turns_off_the_tensor_tracker_that_would_keep_it_from_comp
     assert parse_recipe_arguments("full_ft", []).training.track_memory is True
     compiled = parse_recipe_arguments("full_ft", ["--torch_compile", "true"]).training
     assert compiled.torch_compile is True and compiled.track_memory is False
+    # A compile mode alone turns compiling on (TrainingArguments), and so the tracker off.
+    by_mode = parse_recipe_arguments("full_ft", ["--torch_compile_mode", "reduce-overhead"]).training
+    assert by_mode.torch_compile is True and by_mode.track_memory is False
 
 
 def test_command_line_overrides_the_file_and_the_file_overrides_recipe_defaults(tmp_path):

@@ -291,6 +291,15 @@ class RecipeTrainingArguments(TrainingArguments):
             import torch
 
             self.dataloader_pin_memory = torch.cuda.is_available() and not self.use_cpu
+        if self.bf16 is None:
+            self.bf16 = (
+                not self.use_cpu
+                and not self.fp16
+                and os.environ.get("ACCELERATE_USE_CPU", "false").lower() != "true"
+                and _cuda_supports_bf16()
+            )
+        super().__post_init__()
+        # After the Trainer's own checks: --torch_compile_mode or _backend alone also turn compiling on.
         if self.torch_compile and self.track_memory:
             # The tensor tracker's dispatch mode keeps dynamo from compiling the model at all
             # (measured: such a run trained eagerly, loss equal to the bit). Measure memory with
@@ -300,14 +309,6 @@ class RecipeTrainingArguments(TrainingArguments):
                 "the model from being compiled); CUDA memory figures and the process RSS remain."
             )
             self.track_memory = False
-        if self.bf16 is None:
-            self.bf16 = (
-                not self.use_cpu
-                and not self.fp16
-                and os.environ.get("ACCELERATE_USE_CPU", "false").lower() != "true"
-                and _cuda_supports_bf16()
-            )
-        super().__post_init__()
 
 
 SHARED_ARGUMENT_CLASSES = (ModelArguments, DataArguments)

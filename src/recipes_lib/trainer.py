@@ -3,6 +3,7 @@ resumes exactly, and the safeguards that keep a run from being lost (stop on sig
 
 from __future__ import annotations
 
+import inspect
 import signal
 from pathlib import Path
 
@@ -14,6 +15,9 @@ from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, rotate_checkpoints
 from recipes_lib.checkpoints import COMPLETE_MARKER, last_complete_checkpoint, mark_complete
 from recipes_lib.errors import TrainingDiverged, TrainingInterrupted
 from recipes_lib.safeguards import StopOnSignal, divergence_hint, first_non_finite_parameter
+
+# Where `_run_epoch` takes its epoch, whether the Trainer passes it by keyword (5.x) or position.
+_RUN_EPOCH_SIGNATURE = inspect.signature(Trainer._run_epoch)
 
 
 class RecipeTrainer(Trainer):
@@ -38,6 +42,7 @@ class RecipeTrainer(Trainer):
         self.model_accepts_loss_kwargs = False
         self.real_tokens_seen = 0
         self.padded_tokens_seen = 0
+        self.shuffled_sampler = None  # set by _get_train_sampler under group_by_length
         self.stop_on_signal = StopOnSignal()
         self.add_callback(self.stop_on_signal)
 
@@ -134,20 +139,20 @@ class RecipeTrainer(Trainer):
             seed = self.args.data_seed if self.args.data_seed is not None else self.args.seed
             # One optimizer step's batches on every process: grouped and shuffled as a unit, so the
             # processes keep getting batches of similar length and none waits long for the others.
-            step_size = (
-                self.args.train_batch_size * self.args.gradient_accumulation_steps * self.args.world_size
-            )
+            # (`_train_batch_size`: what the Trainer trains with, after any automatic back-off.)
+            step_size = self._train_batch_size * self.args.gradient_accumulation_steps * self.args.world_size
             sampler = ShuffledLengthGroupedSampler(sampler.lengths, step_size, seed)
-        self.epoch_seeded_sampler = sampler if isinstance(sampler, ShuffledLengthGroupedSampler) else None
+        self.shuffled_sampler = sampler if isinstance(sampler, ShuffledLengthGroupedSampler) else None
         return sampler
 
     def _run_epoch(self, *args, **kwargs):
-        # accelerate's `set_epoch` reaches the sampler in one process but not through the
-        # `BatchSamplerShard` of several; without this, every epoch of a multi-process run would
-        # replay epoch 0's order. (The Trainer passes `epoch` by keyword.)
-        sampler = getattr(self, "epoch_seeded_sampler", None)
-        if sampler is not None and "epoch" in kwargs:
-            sampler.set_epoch(kwargs["epoch"])
+        # accelerate's `set_epoch` does not reach the sampler in every case: not through the
+        # SkipBatchSampler(BatchSamplerShard(...)) of a multi-process run resumed mid-epoch, and
+        # older accelerate versions not through BatchSamplerShard at all. Without the epoch, the
+        # order would replay epoch 0's. So set it here, where the Trainer names the epoch.
+        if self.shuffled_sampler is not None:
+            bound = _RUN_EPOCH_SIGNATURE.bind_partial(self, *args, **kwargs)
+            self.shuffled_sampler.set_epoch(bound.arguments["epoch"])
         return super()._run_epoch(*args, **kwargs)
 
     def token_counts(self) -> tuple[int, int]:
@@ -205,7 +210,8 @@ class ShuffledLengthGroupedSampler(torch.utils.data.Sampler):
     """
 
     def __init__(self, lengths: list[int], step_size: int, seed: int):
-        self.grouped = LengthGroupedSampler(step_size, lengths=lengths)
+        # A plain list: a datasets column read one element at a time is slow to sort.
+        self.grouped = LengthGroupedSampler(step_size, lengths=list(lengths))
         self.step_size, self.seed, self.epoch = step_size, seed, 0
 
     def set_epoch(self, epoch: int) -> None:
