@@ -18,7 +18,6 @@ Written to --report_dir as step_profile-<time>.json and .md, with the machine th
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import statistics
 import sys
@@ -56,10 +55,9 @@ def load_recipe(name: str):
         sys.exit(
             f"--recipes names '{name}', but there is no {path}. Pick from: full_ft adamw_8bit lora qlora."
         )
-    spec = importlib.util.spec_from_file_location(f"recipe_{name}", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module.RECIPE
+    from recipes_lib.runner import load_recipe_script
+
+    return load_recipe_script(path)
 
 
 def recipe_arguments(recipe, args: argparse.Namespace, work_dir: Path):
@@ -97,18 +95,15 @@ def training_batches(recipe, arguments, count: int):
     would take off the training loop.
     """
     import torch
-    from transformers import DataCollatorWithPadding
 
-    from recipes_lib.data import LENGTH_COLUMN, load_classification_data, tokenize
+    from recipes_lib.data import LENGTH_COLUMN, load_classification_data, padding_collator, tokenize
     from recipes_lib.modeling import load_model_config, load_tokenizer
 
     tokenizer = load_tokenizer(arguments.model)
     data = load_classification_data(arguments.data, cache_dir=None, seed=arguments.training.seed)
     tokenized = tokenize(data, tokenizer, arguments.data, arguments.training.main_process_first)
     train = tokenized["train"].remove_columns(LENGTH_COLUMN)  # the sampler's, not the model's
-    collate = DataCollatorWithPadding(
-        tokenizer, pad_to_multiple_of=8 if arguments.training.device.type == "cuda" else None
-    )
+    collate = padding_collator(tokenizer, arguments.data, arguments.training.device)
     order = torch.randperm(len(train), generator=torch.Generator().manual_seed(arguments.training.seed))
     size = arguments.training.per_device_train_batch_size
     if len(train) < count * size:

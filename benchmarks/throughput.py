@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import platform
 import statistics
 import subprocess
@@ -157,8 +158,6 @@ def machine_description() -> str:
 
     if torch.cuda.is_available():
         return f"{torch.cuda.get_device_name(0)}, torch {torch.__version__}"
-    import os
-
     return (
         f"{os.cpu_count()} CPU cores ({platform.machine()}), torch {torch.__version__}, {platform.platform()}"
     )

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import csv
-import importlib.util
 import os
 import random
 import subprocess
@@ -163,7 +162,6 @@ def one_thread():
 
 def load_recipe(name: str):
     """The `RECIPE` that recipes/<name>.py defines, imported from its file."""
-    spec = importlib.util.spec_from_file_location(f"recipe_{name}", REPO_ROOT / "recipes" / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module.RECIPE
+    from recipes_lib.runner import load_recipe_script
+
+    return load_recipe_script(REPO_ROOT / "recipes" / f"{name}.py")

@@ -354,7 +354,7 @@ def _recipes_accepting(key: str) -> list[str]:
 
     Runs only on the error path: it imports the other recipe scripts to read their argument classes.
     """
-    import importlib.util
+    from recipes_lib.runner import load_recipe_script  # runner imports this module
 
     folders = {Path(sys.argv[0]).resolve().parent, Path(__file__).resolve().parents[2] / "recipes"}
     scripts = sorted({path for folder in folders if folder.is_dir() for path in folder.glob("*.py")})
@@ -363,10 +363,7 @@ def _recipes_accepting(key: str) -> list[str]:
         if "RECIPE = Recipe(" not in script.read_text():
             continue
         try:
-            spec = importlib.util.spec_from_file_location(f"_recipe_{script.stem}", script)
-            module = importlib.util.module_from_spec(spec)
-            spec.loader.exec_module(module)
-            classes = module.RECIPE.argument_classes
+            classes = load_recipe_script(script).argument_classes
         except Exception:  # a hint is not worth a second error
             continue
         if any(key == f.name for cls in classes for f in dataclasses.fields(cls)):

@@ -16,12 +16,12 @@ from typing import Any
 
 import datasets
 import transformers
-from transformers import DataCollatorWithPadding, set_seed
+from transformers import set_seed
 
 from recipes_lib.autofit import choose_batch_size, train_with_out_of_memory_backoff
 from recipes_lib.checkpoints import clear_previous_run, resolve_resume_checkpoint, resume_requested
 from recipes_lib.config import ParsedArguments, parse_recipe_arguments
-from recipes_lib.data import load_classification_data, tokenize
+from recipes_lib.data import load_classification_data, padding_collator, tokenize
 from recipes_lib.errors import OutputDirError, RecipeError
 from recipes_lib.memory import MemoryCallback, MemoryMonitor, peak_memory
 from recipes_lib.metrics import build_compute_metrics
@@ -63,6 +63,17 @@ class Recipe:
     # (arguments) -> None, raising a RecipeError: what the recipe needs from the machine, checked
     # before any data or weights load (QLoRA: bitsandbytes can run 4-bit on the training device).
     preflight: Callable[[ParsedArguments], None] | None = None
+
+
+def load_recipe_script(path: str | os.PathLike) -> Recipe:
+    """The `RECIPE` a recipe script defines, imported from its file (its `__main__` block does not run)."""
+    import importlib.util
+
+    path = Path(path)
+    spec = importlib.util.spec_from_file_location(f"_recipe_{path.stem}", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.RECIPE
 
 
 def setup_logging(arguments: ParsedArguments) -> None:
@@ -147,10 +158,6 @@ def train_and_evaluate(recipe: Recipe, arguments: ParsedArguments) -> dict[str, 
         f"{params_trainable:,}",
     )
 
-    # Padding to a multiple of 8 lets GPU tensor cores run at full rate; on CPU it only adds work.
-    pad_to_multiple_of = data_args.pad_to_multiple_of
-    if pad_to_multiple_of is None and training_args.device.type == "cuda":
-        pad_to_multiple_of = 8
     optimizer = recipe.create_optimizer(model, arguments) if recipe.create_optimizer else None
     trainer = RecipeTrainer(
         model=model,
@@ -158,7 +165,7 @@ def train_and_evaluate(recipe: Recipe, arguments: ParsedArguments) -> dict[str, 
         train_dataset=tokenized["train"],
         eval_dataset=tokenized["validation"],
         processing_class=tokenizer,
-        data_collator=DataCollatorWithPadding(tokenizer, pad_to_multiple_of=pad_to_multiple_of),
+        data_collator=padding_collator(tokenizer, data_args, training_args.device),
         compute_metrics=build_compute_metrics(data.labels.num_labels),
         optimizers=(optimizer, None),
         callbacks=[MemoryCallback(memory)],
