@@ -141,8 +141,8 @@ class RecipeTrainer(Trainer):
             # processes keep getting batches of similar length and none waits long for the others.
             # (`_train_batch_size`: what the Trainer trains with, after any automatic back-off.)
             step_size = self._train_batch_size * self.args.gradient_accumulation_steps * self.args.world_size
-            sampler = ShuffledLengthGroupedSampler(sampler.lengths, step_size, seed)
-        self.shuffled_sampler = sampler if isinstance(sampler, ShuffledLengthGroupedSampler) else None
+            self.shuffled_sampler = ShuffledLengthGroupedSampler(sampler.lengths, step_size, seed)
+            return self.shuffled_sampler
         return sampler
 
     def _run_epoch(self, *args, **kwargs):
