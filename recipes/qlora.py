@@ -4,7 +4,8 @@
     accelerate launch --config_file accelerate_configs/single_gpu.yaml recipes/qlora.py --config recipes/configs/qlora.yaml
 
 Everything as in lora.py (same options, learning rate and saved adapter), but the encoder's linear
-weights are NF4 with double quantization (4.13 bits per weight) and their matmuls run in bf16.
+weights are NF4 with double quantization (4.13 bits per weight) and their matmuls run in the run's
+precision (bf16 on GPUs that have it natively, fp16 on older ones, fp32 on CPUs).
 bert-base: its 85.5M linear weights take 326 MiB in fp32 and 42 MiB in NF4; embeddings, biases,
 LayerNorm and the head stay fp32. Add --activation_checkpointing to also trade compute for
 activation memory, as the QLoRA paper does. Runs on CPU too (bitsandbytes 0.50), slowly.
@@ -23,7 +24,8 @@ from recipes_lib.runner import Recipe, run_recipe
 
 def build_model(arguments, model_config):
     lora = arguments.extra["LoraArguments"]
-    model = load_4bit_model(arguments.model, model_config, lora, device=arguments.training.device)
+    training = arguments.training
+    model = load_4bit_model(arguments.model, model_config, lora, training.device, training.precision)
     return add_lora(model, lora)
 
 

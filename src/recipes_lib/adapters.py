@@ -24,6 +24,7 @@ from torch import nn
 
 from recipes_lib.config import ModelArguments
 from recipes_lib.errors import ConfigError, ModelError
+from recipes_lib.precision import TORCH_DTYPES
 
 logger = logging.getLogger(__name__)
 
@@ -133,15 +134,11 @@ def add_lora(model, lora: LoraArguments):
         ) from None
 
 
-def compute_dtype_4bit() -> torch.dtype:
-    # bf16 keeps fp32's exponent range (no loss scaling). GPUs older than Ampere lack fast bf16: fp16.
-    if torch.cuda.is_available() and not torch.cuda.is_bf16_supported():
-        return torch.float16
-    return torch.bfloat16
+def nf4_quantization_config(lora: LoraArguments, compute_dtype: torch.dtype):
+    """QLoRA's 4-bit base: NF4 weights, double quantization, matmuls in the run's precision.
 
-
-def nf4_quantization_config(lora: LoraArguments):
-    """QLoRA's 4-bit base: NF4 weights, double quantization, bf16 matmuls.
+    `compute_dtype` is the dtype the run computes in (precision.py): bf16 on GPUs with native bf16,
+    fp16 on older GPUs, fp32 on CPUs (bf16 there is tens of times slower without AVX-512 BF16).
 
     NF4 stores 4 bits per weight plus one fp32 absmax per 64-weight block; double quantization
     stores those absmax values in 8 bits with one fp32 constant per 256 blocks:
@@ -156,7 +153,7 @@ def nf4_quantization_config(lora: LoraArguments):
         load_in_4bit=True,
         bnb_4bit_quant_type="nf4",
         bnb_4bit_use_double_quant=True,
-        bnb_4bit_compute_dtype=compute_dtype_4bit(),
+        bnb_4bit_compute_dtype=compute_dtype,
         llm_int8_skip_modules=keep,
     )
 
@@ -184,8 +181,10 @@ def check_4bit_support(arguments) -> None:
         ) from None
 
 
-def load_4bit_model(model_args: ModelArguments, model_config, lora: LoraArguments, device: torch.device):
-    """The encoder with its linear layers in NF4, prepared for k-bit training (peft)."""
+def load_4bit_model(
+    model_args: ModelArguments, model_config, lora: LoraArguments, device: torch.device, precision: str
+):
+    """The encoder with its linear layers in NF4 computing in `precision`, prepared for k-bit training (peft)."""
     from peft import prepare_model_for_kbit_training
 
     from recipes_lib.modeling import load_model
@@ -194,7 +193,7 @@ def load_4bit_model(model_args: ModelArguments, model_config, lora: LoraArgument
     model = load_model(
         model_args,
         model_config,
-        quantization_config=nf4_quantization_config(lora),
+        quantization_config=nf4_quantization_config(lora, TORCH_DTYPES[precision]),
         device_map={"": device},
     )
     if device.type == "cpu":

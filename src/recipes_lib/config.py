@@ -24,8 +24,17 @@ from typing import Any
 
 import yaml
 from transformers import HfArgumentParser, TrainingArguments
+from transformers.hf_argparser import string_to_bool
 
 from recipes_lib.errors import ConfigError
+from recipes_lib.precision import (
+    FP16_UNSAFE_MODEL_TYPES,
+    PrecisionChoice,
+    choose_precision,
+    detect_capability,
+    emulation_warning,
+    launcher_mixed_precision,
+)
 
 SUPPORTED_DATA_EXTENSIONS = (".csv", ".tsv", ".json", ".jsonl")
 
@@ -135,10 +144,10 @@ def _cuda_available() -> bool:
     return torch.cuda.is_available()
 
 
-def _cuda_supports_bf16() -> bool:
+def _mps_available() -> bool:
     import torch
 
-    return torch.cuda.is_available() and torch.cuda.is_bf16_supported()
+    return torch.backends.mps.is_available()
 
 
 def _cuda_supports_tf32() -> bool | None:
@@ -220,9 +229,21 @@ class RecipeTrainingArguments(TrainingArguments):
             "'random' or 'sequential'."
         },
     )
+    # None = automatic (precision.py): bf16 where the GPU has it natively, else fp16 (fp32 for
+    # DeBERTa); fp32 on CPU. An explicit true/false wins, and must agree with the accelerate config.
     bf16: bool | None = field(
         default=None,
-        metadata={"help": "bfloat16 mixed precision. Default: on where the GPU supports it, off on CPU."},
+        metadata={
+            "help": "bfloat16 mixed precision. Default: on where the GPU has native bf16 (Ampere or newer), "
+            "else fp16 on GPUs and fp32 on CPUs. false: train in fp32."
+        },
+    )
+    fp16: bool | None = field(
+        default=None,
+        metadata={
+            "help": "float16 mixed precision with loss scaling. Default: on for GPUs without native bf16 "
+            "(T4, V100, RTX 20xx), except DeBERTa (overflows in fp16). false: train in fp32."
+        },
     )
 
     # Pinned host memory speeds up copies to a GPU and does nothing (but warn) without one.
@@ -282,8 +303,9 @@ class RecipeTrainingArguments(TrainingArguments):
 
     def __post_init__(self):
         _refuse_sharding_without_gpu()
-        if int(os.environ.get("WORLD_SIZE", "1")) > 1 and not _cuda_available():
-            # Several processes and no GPU (accelerate_configs/multi_cpu.yaml): DDP over gloo on the CPU.
+        if not _cuda_available() and not _mps_available():
+            # No accelerator: train on the CPU, and say so to the Trainer, whose bf16 check would
+            # otherwise look for a GPU (and, under several processes, run DDP over gloo).
             self.use_cpu = True
         if self.tf32 is None:
             self.tf32 = _cuda_supports_tf32() if not self.use_cpu else None
@@ -291,14 +313,17 @@ class RecipeTrainingArguments(TrainingArguments):
             import torch
 
             self.dataloader_pin_memory = torch.cuda.is_available() and not self.use_cpu
-        if self.bf16 is None:
-            self.bf16 = (
-                not self.use_cpu
-                and not self.fp16
-                and os.environ.get("ACCELERATE_USE_CPU", "false").lower() != "true"
-                and _cuda_supports_bf16()
+        on_cpu = self.use_cpu or os.environ.get("ACCELERATE_USE_CPU", "false").lower() == "true"
+        self.capability = detect_capability(use_cpu=on_cpu)
+        self._apply_precision(
+            choose_precision(
+                self.capability, bf16=self.bf16, fp16=self.fp16, launcher=launcher_mixed_precision()
             )
+        )
         super().__post_init__()
+        # TrainingArguments takes the launcher's mixed_precision whenever bf16 and fp16 are both
+        # false, so `--bf16 false` under a bf16 accelerate config would still train in bf16.
+        self.mixed_precision = self.precision_choice.mixed_precision
         # After the Trainer's own checks: --torch_compile_mode or _backend alone also turn compiling on.
         if self.torch_compile and self.track_memory:
             # The tensor tracker's dispatch mode keeps dynamo from compiling the model at all
@@ -309,6 +334,32 @@ class RecipeTrainingArguments(TrainingArguments):
                 "the model from being compiled); CUDA memory figures and the process RSS remain."
             )
             self.track_memory = False
+
+    def _apply_precision(self, choice: PrecisionChoice) -> None:
+        self.precision_choice = choice
+        self.bf16 = choice.precision == "bf16"
+        self.fp16 = choice.precision == "fp16"
+        warning = emulation_warning(choice, self.capability) if choice.explicit else None
+        if warning:
+            logging.getLogger("recipes_lib").warning(warning)
+
+    @property
+    def precision(self) -> str:
+        """'bf16', 'fp16' or 'fp32': what the run computes in (precision.py decides)."""
+        return self.precision_choice.precision
+
+    def settle_precision(self, model_type: str) -> None:
+        """The automatic choice, revisited once the model family is known (before the Trainer exists).
+
+        Only one case changes: automatic fp16 (a GPU without native bf16) for a family that
+        overflows in fp16 becomes fp32. Explicit choices are never changed.
+        """
+        if self.precision_choice.explicit or model_type not in FP16_UNSAFE_MODEL_TYPES:
+            return
+        choice = choose_precision(self.capability, bf16=None, fp16=None, launcher=None, model_type=model_type)
+        if choice.precision != self.precision:
+            self._apply_precision(choice)
+            self.mixed_precision = choice.mixed_precision
 
 
 SHARED_ARGUMENT_CLASSES = (ModelArguments, DataArguments)
@@ -462,6 +513,49 @@ def _convert_file_value(action: argparse.Action, key: str, value: Any, path: str
     return converted
 
 
+# An interval that only counts under one strategy: `--save_steps 20` does nothing under the
+# default `save_strategy: epoch`.
+STRATEGY_OF_INTERVAL = {
+    "save_steps": "save_strategy",
+    "eval_steps": "eval_strategy",
+    "logging_steps": "logging_strategy",
+}
+
+
+def _command_line_values(argv: list[str]) -> dict[str, str | None]:
+    """{key: the text after it} for every `--key VALUE`, `--key=VALUE` or bare `--key` in argv."""
+    values = {}
+    for i, token in enumerate(argv):
+        if token.startswith("--"):
+            key, _, value = token[2:].partition("=")
+            following = argv[i + 1] if i + 1 < len(argv) and not argv[i + 1].startswith("--") else None
+            values[key] = value or following
+    return values
+
+
+def _implied_strategies(given: dict[str, Any]) -> dict[str, str]:
+    """`--save_steps N` alone switches save_strategy to steps; with a contradicting strategy, an error."""
+    implied = {}
+    for interval, strategy in STRATEGY_OF_INTERVAL.items():
+        if interval not in given:
+            continue
+        if strategy not in given:
+            implied[strategy] = "steps"
+        elif str(given[strategy]) != "steps":
+            raise ConfigError(
+                f"{interval} {given[interval]} was given with {strategy} '{given[strategy]}', under which "
+                f"{interval} is ignored. Drop {strategy} (giving {interval} alone switches it to 'steps'), "
+                f"set {strategy} steps, or drop {interval}."
+            )
+    if implied:
+        logging.getLogger("recipes_lib").warning(
+            "%s set to 'steps': its interval was given (%s).",
+            " and ".join(implied),
+            ", ".join(f"{k} {given[k]}" for k, v in STRATEGY_OF_INTERVAL.items() if v in implied),
+        )
+    return implied
+
+
 def parse_recipe_arguments(
     recipe_name: str,
     argv: list[str] | None = None,
@@ -482,6 +576,11 @@ def parse_recipe_arguments(
     parser = _RecipeArgumentParser(argument_classes, allow_abbrev=False)
     parser.prog = f"{recipe_name}.py"
     actions = {action.dest: action for action in parser._actions if action.dest != "help"}
+    for action in actions.values():
+        # HfArgumentParser gives `bool | None` options (--bf16, --fp16: None means automatic) no
+        # value-less form; `--fp16` alone then failed. Alone, it means true, as for plain bools.
+        if action.type is string_to_bool and action.nargs is None and not action.required:
+            action.nargs, action.const = "?", True
     list_keys = {
         f.name for cls in argument_classes for f in dataclasses.fields(cls) if "list" in str(f.type).lower()
     }
@@ -498,6 +597,8 @@ def parse_recipe_arguments(
                     "Every key must be an argument of the recipe; run it with --help to list them."
                 )
             defaults[key] = _convert_file_value(actions[key], key, value, config_file, key in list_keys)
+    given = {**(file_values if config_file is not None else {}), **_command_line_values(argv)}
+    defaults.update(_implied_strategies(given))
     parser.set_defaults(**defaults)
 
     try:

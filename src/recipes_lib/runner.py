@@ -33,6 +33,7 @@ from recipes_lib.modeling import (
     load_tokenizer,
 )
 from recipes_lib.optimizers import optimizer_state_summary
+from recipes_lib.precision import AutocastProbe
 from recipes_lib.results import RESULTS_FILE, describe_device, library_versions, timestamp, write_results
 from recipes_lib.tracking import start_tracking
 from recipes_lib.trainer import RecipeTrainer
@@ -124,7 +125,10 @@ def train_and_evaluate(recipe: Recipe, arguments: ParsedArguments) -> dict[str, 
     # max_seq_length the model cannot take fails before a dataset download. Then every check on
     # columns and labels runs before tokenization and before the model weights are fetched.
     tokenizer = load_tokenizer(model_args)
-    check_sequence_length(data_args.max_seq_length, load_model_config(model_args), tokenizer)
+    base_config = load_model_config(model_args)
+    check_sequence_length(data_args.max_seq_length, base_config, tokenizer)
+    training_args.settle_precision(base_config.model_type)  # DeBERTa stays out of automatic fp16
+    logger.info("Precision: %s (%s)", training_args.precision, training_args.precision_choice.reason)
     data = load_classification_data(data_args, cache_dir=model_args.cache_dir, seed=training_args.seed)
     model_config = load_model_config(model_args, data.labels)
     logger.info(
@@ -146,6 +150,8 @@ def train_and_evaluate(recipe: Recipe, arguments: ParsedArguments) -> dict[str, 
     memory.start_phase("model_load")
     model = recipe.build_model(arguments, model_config)
     memory.model_loaded(model)
+    # What the layers really compute in, read during the first training step (precision.py).
+    precision_probe = AutocastProbe(model, training_args.device.type)
     # --auto_batch_size: the largest per-device batch that fits, same effective batch (autofit.py).
     auto_batch = None
     if training_args.auto_batch_size:
@@ -191,6 +197,10 @@ def train_and_evaluate(recipe: Recipe, arguments: ParsedArguments) -> dict[str, 
     eval_metrics = trainer.evaluate()
     trainer.log_metrics("eval", eval_metrics)
     memory_results = memory.finish()
+    precision_probe.remove()
+    precision = precision_probe.observed or training_args.precision  # resumed at the end: nothing ran
+    if precision != training_args.precision:
+        logger.warning("Asked for %s, but the model computed in %s.", training_args.precision, precision)
     for line in memory.summary_lines(memory_results):
         logger.info(line)
 
@@ -224,7 +234,11 @@ def train_and_evaluate(recipe: Recipe, arguments: ParsedArguments) -> dict[str, 
         "auto_batch_size": auto_batch.to_dict() if auto_batch is not None else None,
         "device": describe_device(training_args.device),
         "num_processes": training_args.world_size,
-        "precision": "bf16" if training_args.bf16 else "fp16" if training_args.fp16 else "fp32",
+        # Read from the autocast state inside the model during training, not from the flags.
+        "precision": precision,
+        "precision_reason": training_args.precision_choice.reason,
+        # QLoRA: the dtype of the 4-bit layers' matmuls (bitsandbytes' compute dtype); else None.
+        "quantized_compute_dtype": precision_probe.quantized_compute,
         "versions": library_versions(),
         "created_at": timestamp(),
         "output_dir": str(training_args.output_dir),

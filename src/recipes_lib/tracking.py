@@ -110,10 +110,6 @@ def default_experiment(arguments: ParsedArguments) -> str:
     return f"{short_model_name(arguments.model.model_name_or_path)}_{short_dataset_name(arguments.data)}"
 
 
-def precision_name(training: RecipeTrainingArguments) -> str:
-    return "bf16" if training.bf16 else "fp16" if training.fp16 else "fp32"
-
-
 def _plain(value: Any) -> Any:
     # Enums (optim, lr_scheduler_type) compare and print as their string values.
     return getattr(value, "value", value)
@@ -170,7 +166,7 @@ def run_identity(recipe: Recipe, arguments: ParsedArguments) -> RunIdentity:
     tags = [
         recipe.name,
         short_model_name(arguments.model.model_name_or_path),
-        precision_name(training),
+        training.precision,
         training.device.type,
         *extra_tags,
     ]
@@ -204,7 +200,7 @@ def describe_environment(training: RecipeTrainingArguments) -> dict[str, Any]:
         "device": describe_device(device),
         "device_kind": device.type,
         "num_processes": training.world_size,
-        "precision": precision_name(training),
+        "precision": training.precision,
         "cuda_version": torch.version.cuda,
         "nvidia_driver_version": None,
         "versions": library_versions(),
