@@ -8,7 +8,7 @@ BIN := $(VENV)/bin
 OFFLINE := HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 TRANSFORMERS_OFFLINE=1 WANDB_MODE=offline
 PYTEST_ARGS ?= -m "not slow and not gpu"
 
-.PHONY: install demo test test-all lint format clean
+.PHONY: install demo test test-all test-oldest lint format clean
 
 # Without a GPU, install PyTorch's CPU build first (a plain `torch` requirement pulls a multi-GB CUDA
 # build); with one, pip picks the build that matches the machine. torch is never pinned for GPU users.
@@ -40,6 +40,24 @@ test: $(BIN)/.installed
 
 test-all: PYTEST_ARGS = -m "not gpu"
 test-all: test
+
+# The default suite on the oldest supported versions: setup.cfg's lower bounds pinned exactly
+# (tools/oldest_requirements.py), in a virtual environment of its own, made afresh each time. torch is
+# installed as for `make install` (the CPU build without a GPU) and left as it is by the pins.
+OLDEST_VENV ?= .venv-oldest
+OLDEST_BIN := $(OLDEST_VENV)/bin
+
+test-oldest:
+	$(PYTHON) -m venv --clear $(OLDEST_VENV)
+	$(OLDEST_BIN)/python -m pip install --quiet --upgrade pip
+	if ! command -v nvidia-smi >/dev/null 2>&1; then \
+		$(OLDEST_BIN)/python -m pip install --quiet "torch==2.13.0"; \
+	fi
+	$(OLDEST_BIN)/python tools/oldest_requirements.py > $(OLDEST_VENV)/oldest-requirements.txt
+	# One resolve: the package with its test extras, and every pinned lower bound.
+	$(OLDEST_BIN)/python -m pip install --quiet -e ".[test]" -r $(OLDEST_VENV)/oldest-requirements.txt
+	$(OLDEST_BIN)/python -m pip list --format=freeze > $(OLDEST_VENV)/installed.txt
+	$(OFFLINE) $(OLDEST_BIN)/python -m pytest $(PYTEST_ARGS)
 
 lint: $(BIN)/.installed
 	$(BIN)/ruff check .

@@ -109,12 +109,14 @@ def device_peak_flops() -> tuple[str, float | None]:
 
 
 def predicted_peak_gib(model_dir: Path, recipe: str, batch: int, seq: int, bf16: bool) -> float | None:
-    """The planner's prediction for this run, or None if the planner is not available."""
+    """The planner's prediction for this run (the recipe with its default options, as run_recipe
+    runs it), or None if the planner is not available."""
     try:
-        from recipes_lib import planner
+        from recipes_lib import catalog, planner
     except ImportError:
         return None
-    return planner.predict_for_check(str(model_dir), recipe, batch, seq, bf16)
+    shape = catalog.recipe_specs()[recipe].default_shape()
+    return planner.predict_for_check(str(model_dir), shape, batch, seq, bf16)
 
 
 def run_recipe(recipe: str, model_dir: Path, data: dict[str, Path], out: Path, args) -> dict | None:

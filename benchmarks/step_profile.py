@@ -4,9 +4,9 @@
         --validation_file ../shared/data/sst2/dev.tsv --recipes full_ft adamw_8bit lora
 
 `throughput.py --recipes` gives each recipe's whole step time from a real run; this script says
-why they differ. Each recipe builds its model and optimizer with its own hooks (`RECIPE.build_model`,
-`RECIPE.create_optimizer`, or the Trainer's `--optim` default, fused AdamW), then trains on the
-same batches (the recipe's tokenization and collator, a seeded random order) in a plain loop
+why they differ. Each recipe builds its model and optimizer with its own code: its `main()` runs
+up to the Trainer, and the model and optimizer it hands to `run.trainer` are taken (no optimizer:
+what the Trainer builds for `--optim`, fused AdamW). Then each trains on the same batches (the recipe's tokenization and collator, a seeded random order) in a plain loop
 that times each phase, synchronising the GPU when there is one. (The Trainer also clips gradients,
 max_grad_norm 1.0, before each optimizer step; that is not timed here.) The first `--warmup_steps` are not
 timed (they allocate optimizer state and warm kernels). Then `torch.profiler` records a few steps
@@ -18,6 +18,7 @@ Written to --report_dir as step_profile-<time>.json and .md, with the machine th
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import statistics
 import sys
@@ -52,43 +53,58 @@ def parse_args(argv=None) -> argparse.Namespace:
 def load_recipe(name: str):
     path = REPO_ROOT / "recipes" / f"{name}.py"
     if not path.is_file():
-        sys.exit(
-            f"--recipes names '{name}', but there is no {path}. Pick from: full_ft adamw_8bit lora qlora."
-        )
-    from recipes_lib.runner import load_recipe_script
+        sys.exit(f"--recipes names '{name}', but there is no {path}. Pick a script of recipes/.")
+    from recipes_lib.catalog import load_recipe_module
 
-    return load_recipe_script(path)
+    return load_recipe_module(path)
 
 
-def recipe_arguments(recipe, args: argparse.Namespace, work_dir: Path):
+class _ReachedTrainer(Exception):
+    """Raised where the recipe builds its Trainer: everything before it has run."""
+
+
+def recipe_model_and_optimizer(recipe, argv: list[str]):
+    """The model and optimizer the recipe's own main() builds, and its run (arguments, data, config)."""
+    from unittest import mock
+
+    from recipes_lib.run import RecipeRun
+
+    handed = {}
+
+    def take(run, model, optimizer=None):
+        handed.update(run=run, model=model, optimizer=optimizer)
+        raise _ReachedTrainer
+
+    with mock.patch.object(RecipeRun, "trainer", take), contextlib.suppress(_ReachedTrainer):
+        recipe.main(argv)
+    return handed["run"], handed["model"], handed["optimizer"]
+
+
+def recipe_argv(recipe, args: argparse.Namespace, work_dir: Path) -> list[str]:
     from throughput import data_arguments
 
-    from recipes_lib.config import parse_recipe_arguments
-
-    argv = [
+    return [
         "--model_name_or_path", args.model_name_or_path, *data_arguments(args),
         "--max_train_samples", str(args.per_device_train_batch_size * (args.warmup_steps + args.steps + args.profiled_steps)),
         "--max_seq_length", str(args.max_seq_length),
         "--per_device_train_batch_size", str(args.per_device_train_batch_size),
-        "--seed", str(args.seed), "--report_to", "none", "--output_dir", str(work_dir / recipe.name),
+        "--seed", str(args.seed), "--report_to", "none", "--output_dir", str(work_dir / recipe.SPEC.name),
+        "--overwrite_output_dir", "true", "--track_memory", "false",
     ]  # fmt: skip
-    return parse_recipe_arguments(recipe.name, argv, recipe.argument_classes, dict(recipe.training_defaults))
 
 
-def build_optimizer(recipe, model, arguments):
-    """The optimizer the recipe trains with: its own hook, else what the Trainer builds for --optim."""
+def trainer_optimizer(model, arguments):
+    """What the Trainer builds for --optim when the recipe hands it no optimizer."""
     from transformers import Trainer
 
     from recipes_lib.optimizers import decay_parameter_groups
 
-    if recipe.create_optimizer is not None:
-        return recipe.create_optimizer(model, arguments)
     optimizer_class, kwargs = Trainer.get_optimizer_cls_and_kwargs(arguments.training, model)
     groups = decay_parameter_groups(model, arguments.training.weight_decay)
     return optimizer_class(groups, **kwargs)
 
 
-def training_batches(recipe, arguments, count: int):
+def training_batches(run, count: int):
     """`count` batches the way the recipe makes them: its tokenization, its collator, a seeded order.
 
     Also returns the median time the collator took per batch: the work that dataloader workers
@@ -96,14 +112,11 @@ def training_batches(recipe, arguments, count: int):
     """
     import torch
 
-    from recipes_lib.data import LENGTH_COLUMN, load_classification_data, padding_collator, tokenize
-    from recipes_lib.modeling import load_model_config, load_tokenizer
+    from recipes_lib.data import LENGTH_COLUMN, padding_collator
 
-    tokenizer = load_tokenizer(arguments.model)
-    data = load_classification_data(arguments.data, cache_dir=None, seed=arguments.training.seed)
-    tokenized = tokenize(data, tokenizer, arguments.data, arguments.training.main_process_first)
-    train = tokenized["train"].remove_columns(LENGTH_COLUMN)  # the sampler's, not the model's
-    collate = padding_collator(tokenizer, arguments.data, arguments.training.device)
+    arguments = run.arguments
+    train = run.tokenized["train"].remove_columns(LENGTH_COLUMN)  # the sampler's, not the model's
+    collate = padding_collator(run.tokenizer, arguments.data, arguments.training.device)
     order = torch.randperm(len(train), generator=torch.Generator().manual_seed(arguments.training.seed))
     size = arguments.training.per_device_train_batch_size
     if len(train) < count * size:
@@ -117,7 +130,7 @@ def training_batches(recipe, arguments, count: int):
         started = time.perf_counter()  # what a DataLoader worker would do: pad one batch
         batches.append(collate(examples))
         collate_seconds.append(time.perf_counter() - started)
-    return batches, statistics.median(collate_seconds), load_model_config(arguments.model, data.labels)
+    return batches, statistics.median(collate_seconds)
 
 
 class PhaseClock:
@@ -200,16 +213,16 @@ def profile_recipe(name: str, args: argparse.Namespace, work_dir: Path) -> dict:
     from recipes_lib.modeling import count_parameters
 
     recipe = load_recipe(name)
-    arguments = recipe_arguments(recipe, args, work_dir)
     torch.manual_seed(args.seed)
+    run, model, optimizer = recipe_model_and_optimizer(recipe, recipe_argv(recipe, args, work_dir))
+    arguments = run.arguments
     total_steps = args.warmup_steps + args.steps + args.profiled_steps
-    batches, collate_seconds, model_config = training_batches(recipe, arguments, total_steps)
+    batches, collate_seconds = training_batches(run, total_steps)
     device = arguments.training.device
-    model = recipe.build_model(arguments, model_config)
     if next(model.parameters()).device != device:  # QLoRA's 4-bit model is built on the device
         model = model.to(device)
     model.train()
-    optimizer = build_optimizer(recipe, model, arguments)
+    optimizer = optimizer or trainer_optimizer(model, arguments)
     batches = [{key: value.to(device) for key, value in batch.items()} for batch in batches]
 
     clock = PhaseClock(device, bool(arguments.training.bf16))

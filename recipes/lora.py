@@ -5,29 +5,45 @@
 
 Same defaults as full_ft.py except the learning rate, 1e-3 instead of 2e-5. r=8, alpha=16,
 dropout 0.1 on `query` and `value`; `--lora_target_modules all-linear` adapts every linear layer.
-bert-base: 296,450 trainable parameters (0.27%), so gradients and AdamW state (4 + 8 B each) are
-3.4 MiB; the frozen weights still take 4 B per parameter: 109.5M x 4 B = 418 MiB.
-
-output_dir holds the adapter (adapter_model.safetensors, with the head) and the tokenizer;
-`--merge_adapter` also writes a plain model to output_dir/merged.
+output_dir holds the adapter with the head; `--merge_adapter` also writes a plain model to
+output_dir/merged. The lines marked NEW are what LoRA changes in full_ft.py.
 """
 
-from recipes_lib.adapters import LORA_LEARNING_RATE, LoraArguments, add_lora, save_adapter_extras
-from recipes_lib.modeling import load_model
-from recipes_lib.runner import Recipe, run_recipe
+from recipes_lib.adapters import LORA_LEARNING_RATE, LoraArguments, add_lora, save_adapter_extras  # NEW
+from recipes_lib.parsing import parse_arguments
+from recipes_lib.recipe_spec import RecipeSpec, TrainingShape
+from recipes_lib.run import RecipeRun, run_main
 
-
-def build_model(arguments, model_config):
-    return add_lora(load_model(arguments.model, model_config), arguments.extra["LoraArguments"])
-
-
-RECIPE = Recipe(
+SPEC = RecipeSpec(
     name="lora",
-    argument_classes=(LoraArguments,),
-    training_defaults={"learning_rate": LORA_LEARNING_RATE},  # 1e-3, see adapters.py for why
-    build_model=build_model,
-    save_extras=save_adapter_extras,
+    options=LoraArguments,  # NEW: lora_r, lora_alpha, lora_target_modules, ...
+    training_defaults={"learning_rate": LORA_LEARNING_RATE},  # NEW: 1e-3 (adapters.py says why)
+    shape=lambda lora: TrainingShape(adapters=lora.shape()),  # NEW: what trains, for the planner
 )
 
+
+def main(argv=None):
+    # Arguments: model, data and training options; the --config YAML first, the command line wins
+    args = parse_arguments(SPEC, argv)
+    lora = args.options(LoraArguments)  # NEW
+    with RecipeRun(args, SPEC) as run:
+        # Data: load, map labels to ids, tokenize (checks on config.json and columns come first)
+        run.load_data()
+        # Model: the pretrained encoder with a new classification head
+        model = run.load_model()
+        model = add_lora(model, lora)  # NEW: freeze it; adapters and the head train
+        # Trainer: AdamW over every weight (--optim), length-grouped batches, the run's callbacks
+        run.trainer(model)
+        # Train
+        run.train()
+        # Save: the model and the tokenizer in output_dir
+        run.save()
+        if run.is_main_process:  # NEW: config.json (label names) beside the adapter; the merged model
+            save_adapter_extras(args, run.model_config, run.tokenizer, lora)
+        # Evaluate: accuracy and macro-F1 on the validation split; results.json on leaving the block
+        run.evaluate()
+    return run.results
+
+
 if __name__ == "__main__":
-    run_recipe(RECIPE)
+    run_main(main)

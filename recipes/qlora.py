@@ -4,39 +4,55 @@
     accelerate launch --config_file accelerate_configs/single_gpu.yaml recipes/qlora.py --config recipes/configs/qlora.yaml
 
 Everything as in lora.py (same options, learning rate and saved adapter), but the encoder's linear
-weights are NF4 with double quantization (4.13 bits per weight) and their matmuls run in the run's
-precision (bf16 on GPUs that have it natively, fp16 on older ones, fp32 on CPUs).
-bert-base: its 85.5M linear weights take 326 MiB in fp32 and 42 MiB in NF4; embeddings, biases,
-LayerNorm and the head stay fp32. Add --activation_checkpointing to also trade compute for
-activation memory, as the QLoRA paper does. Runs on CPU too (bitsandbytes 0.50), slowly.
+weights are NF4 with double quantization (4.13 bits per weight), their matmuls in the run's
+precision (bf16 on GPUs that have it natively, fp16 on older ones, fp32 on CPUs). Runs on CPU too.
+The lines marked NEW are what QLoRA changes in full_ft.py.
 """
 
-from recipes_lib.adapters import (
+from recipes_lib.adapters import (  # NEW
     LORA_LEARNING_RATE,
     LoraArguments,
     add_lora,
     check_4bit_support,
-    load_4bit_model,
+    nf4_quantization_config,
+    prepare_4bit_model,
     save_adapter_extras,
 )
-from recipes_lib.runner import Recipe, run_recipe
+from recipes_lib.parsing import parse_arguments
+from recipes_lib.recipe_spec import RecipeSpec, TrainingShape
+from recipes_lib.run import RecipeRun, run_main
 
-
-def build_model(arguments, model_config):
-    lora = arguments.extra["LoraArguments"]
-    training = arguments.training
-    model = load_4bit_model(arguments.model, model_config, lora, training.device, training.precision)
-    return add_lora(model, lora)
-
-
-RECIPE = Recipe(
+SPEC = RecipeSpec(
     name="qlora",
-    argument_classes=(LoraArguments,),
-    training_defaults={"learning_rate": LORA_LEARNING_RATE},
-    build_model=build_model,
-    save_extras=save_adapter_extras,
-    preflight=check_4bit_support,  # bitsandbytes 4-bit works on this device, checked before anything loads
+    options=LoraArguments,  # NEW: the same options as lora.py
+    training_defaults={"learning_rate": LORA_LEARNING_RATE},  # NEW: 1e-3 (adapters.py says why)
+    shape=lambda lora: TrainingShape(adapters=lora.shape(), quantized_base=True),  # NEW: for the planner
 )
 
+
+def main(argv=None):
+    # Arguments: model, data and training options; the --config YAML first, the command line wins
+    args = parse_arguments(SPEC, argv)
+    lora = args.options(LoraArguments)  # NEW
+    check_4bit_support(args.training.device)  # NEW: 4-bit runs on this device, before anything loads
+    with RecipeRun(args, SPEC) as run:
+        # Data: load, map labels to ids, tokenize (checks on config.json and columns come first)
+        run.load_data()
+        # Model: the pretrained encoder with a new classification head
+        model = run.load_model(quantization_config=nf4_quantization_config(lora, run.precision))  # NEW
+        model = add_lora(prepare_4bit_model(model), lora)  # NEW: frozen 4-bit base; adapters and head train
+        # Trainer: AdamW over every weight (--optim), length-grouped batches, the run's callbacks
+        run.trainer(model)
+        # Train
+        run.train()
+        # Save: the model and the tokenizer in output_dir
+        run.save()
+        if run.is_main_process:  # NEW: config.json (label names) beside the adapter; the merged model
+            save_adapter_extras(args, run.model_config, run.tokenizer, lora)
+        # Evaluate: accuracy and macro-F1 on the validation split; results.json on leaving the block
+        run.evaluate()
+    return run.results
+
+
 if __name__ == "__main__":
-    run_recipe(RECIPE)
+    run_main(main)

@@ -161,7 +161,7 @@ def one_thread():
 
 
 def load_recipe(name: str):
-    """The `RECIPE` that recipes/<name>.py defines, imported from its file."""
-    from recipes_lib.runner import load_recipe_script
+    """recipes/<name>.py imported from its file: its `SPEC` and its `main(argv)`."""
+    from recipes_lib.catalog import load_recipe_module
 
-    return load_recipe_script(REPO_ROOT / "recipes" / f"{name}.py")
+    return load_recipe_module(REPO_ROOT / "recipes" / f"{name}.py")

@@ -1,8 +1,7 @@
-"""Run a recipe inside the test process: the recipe's own Recipe object, arguments and runner.
+"""Run a recipe inside the test process: the recipe script's own `main()`.
 
 Faster than `accelerate launch` (no new interpreter, no second import of torch), so the memory
-tests can afford a run per recipe and model. It is the same code path after argument parsing:
-`train_and_evaluate`, the Trainer, the MemoryCallback, results.json.
+tests can afford a run per recipe and model. It is the same code the launched script runs.
 """
 
 from __future__ import annotations
@@ -20,17 +19,8 @@ def available_recipes() -> list[str]:
 
 
 def run_in_process(recipe_name: str, args: list[str]) -> dict[str, Any]:
-    from recipes_lib.config import parse_recipe_arguments
-    from recipes_lib.runner import train_and_evaluate
-
-    recipe = load_recipe(recipe_name)
-    arguments = parse_recipe_arguments(
-        recipe.name,
-        args,
-        extra_argument_classes=recipe.argument_classes,
-        recipe_defaults=recipe.training_defaults,
-    )
-    return train_and_evaluate(recipe, arguments)
+    """The recipe script's own main(args): results.json's contents."""
+    return load_recipe(recipe_name).main(args)
 
 
 def quick_args(model: Path | str, data: dict[str, Path], output_dir: Path, *extra: str) -> list[str]:

@@ -190,10 +190,12 @@ def test_fsdp_or_deepspeed_without_a_gpu_is_refused_before_anything_loads(
     monkeypatch, tmp_path, variable, name
 ):
     """accelerate runs CPU processes as plain DDP whatever the config says: the recipe says so and stops."""
-    from recipes_lib import config
+    from recipes_lib import arguments as config
     from recipes_lib.errors import ConfigError
+    from recipes_lib.parsing import parse_arguments
+    from recipes_lib.recipe_spec import RecipeSpec
 
     monkeypatch.setenv(variable, "true")
     monkeypatch.setattr(config, "_cuda_available", lambda: False)
     with pytest.raises(ConfigError, match=f"launched with {name}.*multi_cpu.yaml"):
-        config.parse_recipe_arguments("full_ft", ["--output_dir", str(tmp_path)])
+        parse_arguments(RecipeSpec("full_ft"), ["--output_dir", str(tmp_path)])

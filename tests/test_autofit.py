@@ -11,6 +11,7 @@ from transformers import BertForSequenceClassification
 import recipes_lib.autofit as autofit
 from recipes_lib.autofit import batch_for
 from recipes_lib.planner import Setup, load_config, plan_memory
+from recipes_lib.recipe_spec import TrainingShape
 from tests.inprocess import quick_args, run_in_process
 
 
@@ -74,7 +75,9 @@ def test_the_planner_picks_the_batch_before_anything_runs_out(
     # A budget that holds the batch of 4 (with the gradients kept through accumulation) and not the
     # batch of 8, by the planner's own arithmetic.
     config = load_config(str(tiny_bert))
-    four = Setup(recipe="full_ft", batch_size=4, seq_length=32, device="cpu", gradient_accumulation_steps=4)
+    four = Setup(
+        shape=TrainingShape(), batch_size=4, seq_length=32, device="cpu", gradient_accumulation_steps=4
+    )
     fits_four = plan_memory(config, four).total
     monkeypatch.setattr(autofit, "device_budget_bytes", lambda device: fits_four)
     args = quick_args(tiny_bert, learnable_data, tmp_path / "run", "--auto_batch_size", "true")
@@ -85,3 +88,44 @@ def test_the_planner_picks_the_batch_before_anything_runs_out(
     assert (chosen["per_device_train_batch_size"], chosen["gradient_accumulation_steps"]) == (4, 4)
     assert chosen["out_of_memory_at_batch_sizes"] == []
     assert set(attempts) == {4}
+
+
+def _arguments(batch_size: int, seq_length: int):
+    """The parts of a run's arguments the planner reads."""
+    from types import SimpleNamespace
+
+    training = SimpleNamespace(
+        per_device_train_batch_size=batch_size,
+        gradient_accumulation_steps=1,
+        bf16=False,
+        activation_checkpointing=False,
+        device=torch.device("cpu"),
+    )
+    return SimpleNamespace(
+        training=training,
+        data=SimpleNamespace(max_seq_length=seq_length),
+        model=SimpleNamespace(attn_implementation=None),
+    )
+
+
+def test_the_batch_is_planned_for_the_shape_the_recipe_gives(tiny_bert):
+    """choose_batch_size plans what it is handed: the same budget fits a larger batch under LoRA."""
+    from recipes_lib.recipe_spec import LoraShape
+
+    config = load_config(str(tiny_bert))
+    lora = TrainingShape(adapters=LoraShape())
+    setup = autofit.planner_setup(_arguments(4, 32), lora, torch.device("cpu"))
+    assert (setup.shape, setup.batch_size, setup.seq_length, setup.device) == (lora, 4, 32, "cpu")
+    # A budget that holds full fine-tuning's batch of 4 with the gradients kept through accumulation.
+    budget = plan_memory(
+        config, Setup(batch_size=4, seq_length=32, device="cpu", gradient_accumulation_steps=2)
+    ).total
+    full_choice = autofit.choose_batch_size(_arguments(64, 32), TrainingShape(), config, budget_bytes=budget)
+    lora_choice = autofit.choose_batch_size(_arguments(64, 32), lora, config, budget_bytes=budget)
+    assert full_choice.planner_largest_batch in (4, 5, 6, 7) and full_choice.batch_size == 4
+    assert lora_choice.planner_largest_batch > full_choice.planner_largest_batch
+    assert (
+        lora_choice.batch_size * lora_choice.accumulation
+        == full_choice.batch_size * full_choice.accumulation
+        == 64
+    )

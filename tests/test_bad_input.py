@@ -166,7 +166,7 @@ def check_report(case: Case, exit_code: int, stderr: str) -> None:
 
 @pytest.mark.parametrize("case", CASES, ids=lambda case: case.name)
 def test_bad_input_in_process(case, files, tiny_bert, learnable_data, tmp_path, capsys, monkeypatch):
-    from recipes_lib import runner
+    from recipes_lib import run as runner
 
     argv, output_dir = prepare(case, files, tiny_bert, learnable_data, tmp_path)
     before = snapshot(output_dir)
@@ -189,7 +189,7 @@ def test_bad_input_in_process(case, files, tiny_bert, learnable_data, tmp_path, 
             if type(handler) is logging.StreamHandler:
                 monkeypatch.setattr(handler, "stream", sys.stderr)
     with pytest.raises(SystemExit) as exited:
-        runner.run_recipe(recipe, argv)
+        runner.run_main(recipe.main, argv)
     check_report(case, exited.value.code, capsys.readouterr().err)
     assert snapshot(output_dir) == before
     assert output_dir.exists() == bool(before)  # a fresh output_dir is not even created
@@ -214,11 +214,11 @@ def test_bad_input_as_a_separate_process(case, files, tiny_bert, learnable_data,
 
 def test_debug_flag_shows_the_traceback_of_the_same_error(files, tiny_bert, learnable_data, tmp_path):
     from recipes_lib.errors import DataError
-    from recipes_lib.runner import run_recipe
+    from recipes_lib.run import run_main
 
     argv = tiny_run_args(tiny_bert, learnable_data, tmp_path / "output", "--label_column_name", "category")
     with pytest.raises(DataError, match="Label column 'category'"):
-        run_recipe(load_recipe("full_ft"), [*argv, "--debug"])
+        run_main(load_recipe("full_ft").main, [*argv, "--debug"])
 
 
 def test_qlora_where_4bit_cannot_run_fails_before_data_and_weights(
@@ -228,7 +228,7 @@ def test_qlora_where_4bit_cannot_run_fails_before_data_and_weights(
     NF4 quantization kernel raises as it does on a device bitsandbytes has no 4-bit backend for."""
     import bitsandbytes.functional
 
-    from recipes_lib import runner
+    from recipes_lib import run as runner
 
     def no_backend(*args, **kwargs):
         raise NotImplementedError("No 4-bit NF4 kernel is registered for device type 'cpu'")
@@ -240,7 +240,7 @@ def test_qlora_where_4bit_cannot_run_fails_before_data_and_weights(
     monkeypatch.setattr(runner, "load_classification_data", too_late)
     output_dir = tmp_path / "output"
     with pytest.raises(SystemExit) as exited:
-        runner.run_recipe(load_recipe("qlora"), tiny_run_args(tiny_bert, learnable_data, output_dir))
+        runner.run_main(load_recipe("qlora").main, tiny_run_args(tiny_bert, learnable_data, output_dir))
     stderr = capsys.readouterr().err
     assert exited.value.code == 2 and "Traceback" not in stderr
     assert "QLoRA needs bitsandbytes' 4-bit NF4 on cpu, and it fails here: No 4-bit NF4 kernel" in stderr

@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from recipes_lib.config import parse_recipe_arguments
 from recipes_lib.errors import ConfigError
-from recipes_lib.runner import Recipe
+from recipes_lib.parsing import parse_arguments
+from recipes_lib.recipe_spec import RecipeSpec
 from tests.conftest import REPO_ROOT, load_recipe
 
 
@@ -19,7 +19,7 @@ def write_yaml(tmp_path: Path, text: str) -> str:
 
 
 def test_no_arguments_means_bert_base_on_sst2_with_the_recipe_defaults():
-    arguments = parse_recipe_arguments("full_ft", [])
+    arguments = parse_arguments(RecipeSpec("full_ft"), [])
     training = arguments.training
     assert arguments.model.model_name_or_path == "bert-base-uncased"
     assert arguments.data.dataset_name is None and arguments.data.train_file is None  # -> glue/sst2
@@ -37,20 +37,19 @@ def test_no_arguments_means_bert_base_on_sst2_with_the_recipe_defaults():
 
 
 def test_torch_compile_turns_off_the_tensor_tracker_that_would_keep_it_from_compiling():
-    assert parse_recipe_arguments("full_ft", []).training.track_memory is True
-    compiled = parse_recipe_arguments("full_ft", ["--torch_compile", "true"]).training
+    assert parse_arguments(RecipeSpec("full_ft"), []).training.track_memory is True
+    compiled = parse_arguments(RecipeSpec("full_ft"), ["--torch_compile", "true"]).training
     assert compiled.torch_compile is True and compiled.track_memory is False
     # A compile mode alone turns compiling on (TrainingArguments), and so the tracker off.
-    by_mode = parse_recipe_arguments("full_ft", ["--torch_compile_mode", "reduce-overhead"]).training
+    by_mode = parse_arguments(RecipeSpec("full_ft"), ["--torch_compile_mode", "reduce-overhead"]).training
     assert by_mode.torch_compile is True and by_mode.track_memory is False
 
 
 def test_command_line_overrides_the_file_and_the_file_overrides_recipe_defaults(tmp_path):
     config = write_yaml(tmp_path, "learning_rate: 1.0e-4\nnum_train_epochs: 2\nmax_seq_length: 64\n")
-    arguments = parse_recipe_arguments(
-        "lora",
+    arguments = parse_arguments(
+        RecipeSpec("lora", training_defaults={"learning_rate": 3e-4, "seed": 7}),
         ["--config", config, "--num_train_epochs", "5"],
-        recipe_defaults={"learning_rate": 3e-4, "seed": 7},
     )
     assert arguments.training.learning_rate == 1e-4  # file beats recipe default
     assert arguments.training.num_train_epochs == 5  # command line beats file
@@ -73,13 +72,13 @@ def test_command_line_overrides_the_file_and_the_file_overrides_recipe_defaults(
 )
 def test_bad_config_files_are_errors_that_name_the_key(tmp_path, yaml_text, expected):
     with pytest.raises(ConfigError) as caught:
-        parse_recipe_arguments("full_ft", ["--config", write_yaml(tmp_path, yaml_text)])
+        parse_arguments(RecipeSpec("full_ft"), ["--config", write_yaml(tmp_path, yaml_text)])
     assert expected in str(caught.value)
 
 
 def test_missing_config_file_is_an_error_naming_it():
     with pytest.raises(ConfigError, match="Config file 'nope.yaml' does not exist"):
-        parse_recipe_arguments("full_ft", ["--config", "nope.yaml"])
+        parse_arguments(RecipeSpec("full_ft"), ["--config", "nope.yaml"])
 
 
 @pytest.mark.parametrize(
@@ -100,17 +99,17 @@ def test_missing_config_file_is_an_error_naming_it():
 )
 def test_bad_command_line_values_are_errors_that_name_them(argv, expected):
     with pytest.raises(ConfigError) as caught:
-        parse_recipe_arguments("full_ft", argv)
+        parse_arguments(RecipeSpec("full_ft"), argv)
     assert expected in str(caught.value)
 
 
 def test_abbreviated_options_are_not_silently_accepted():
     with pytest.raises(ConfigError, match="--learning"):
-        parse_recipe_arguments("full_ft", ["--learning", "1e-4"])
+        parse_arguments(RecipeSpec("full_ft"), ["--learning", "1e-4"])
 
 
 def test_bare_debug_flag_asks_for_tracebacks_and_is_not_a_training_argument():
-    arguments = parse_recipe_arguments("full_ft", ["--debug", "--seed", "3"])
+    arguments = parse_arguments(RecipeSpec("full_ft"), ["--debug", "--seed", "3"])
     assert arguments.show_traceback and arguments.training.seed == 3
 
 
@@ -122,12 +121,9 @@ def test_recipe_extra_argument_classes_are_parsed_from_file_and_command_line(tmp
         toy_rank: int = 8
 
     config = write_yaml(tmp_path, "toy_rank: 4\n")
-    arguments = parse_recipe_arguments("toy", ["--config", config], extra_argument_classes=(ToyArguments,))
-    assert arguments.extra["ToyArguments"].toy_rank == 4
-    assert (
-        parse_recipe_arguments("toy", ["--toy_rank", "2"], (ToyArguments,)).extra["ToyArguments"].toy_rank
-        == 2
-    )
+    toy = RecipeSpec("toy", options=ToyArguments)
+    assert parse_arguments(toy, ["--config", config]).options(ToyArguments).toy_rank == 4
+    assert parse_arguments(toy, ["--toy_rank", "2"]).options(ToyArguments).toy_rank == 2
 
 
 SHIPPED_CONFIGS = sorted((REPO_ROOT / "recipes" / "configs").glob("*.yaml"))
@@ -143,9 +139,7 @@ def test_every_shipped_config_loads_and_shows_how_to_launch_it(config_path, monk
     launch_line = next(
         line for line in config_path.read_text().splitlines() if "recipes/" in line and ".py" in line
     )
-    recipe: Recipe = load_recipe(launch_line.split("recipes/")[1].split(".py")[0])
+    recipe = load_recipe(launch_line.split("recipes/")[1].split(".py")[0])
     monkeypatch.chdir(REPO_ROOT)  # configs name data paths relative to the repository root
-    arguments = parse_recipe_arguments(
-        recipe.name, ["--config", str(config_path)], recipe.argument_classes, recipe.training_defaults
-    )
+    arguments = parse_arguments(recipe.SPEC, ["--config", str(config_path)])
     assert arguments.training.output_dir

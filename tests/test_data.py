@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from transformers import AutoTokenizer
 
-from recipes_lib.config import DataArguments
+from recipes_lib.arguments import DataArguments
 from recipes_lib.data import load_classification_data, tokenize
 from recipes_lib.errors import DataError
 from tests.conftest import write_csv

@@ -9,14 +9,9 @@ import pytest
 import torch
 from transformers import BertConfig, BertForSequenceClassification
 
-from recipes_lib.memory import (
-    GIB,
-    MemoryMonitor,
-    TensorMemoryTracker,
-    optimizer_state_tensors,
-    storage_bytes,
-    weight_tensors,
-)
+from recipes_lib.memory import MemoryMonitor, TensorMemoryTracker, storage_bytes, weight_tensors
+from recipes_lib.optimizers import optimizer_state_tensors
+from recipes_lib.units import GIB
 from tests.conftest import run_recipe_process, tiny_run_args
 from tests.inprocess import quick_args, run_in_process
 

@@ -130,23 +130,30 @@ def evaluate_in_one_process(recipe_name: str, model: Path, data, checkpoint: Pat
     from safetensors.torch import load_file
     from transformers import DataCollatorWithPadding
 
-    from recipes_lib.config import parse_recipe_arguments
+    from recipes_lib.adapters import LoraArguments, add_lora, nf4_quantization_config, prepare_4bit_model
     from recipes_lib.data import load_classification_data, tokenize
     from recipes_lib.metrics import build_compute_metrics
-    from recipes_lib.modeling import load_model_config, load_tokenizer
+    from recipes_lib.modeling import load_model, load_model_config, load_tokenizer
+    from recipes_lib.parsing import parse_arguments
     from recipes_lib.trainer import RecipeTrainer
 
-    recipe = load_recipe(recipe_name)
-    arguments = parse_recipe_arguments(
-        recipe.name,
-        run_args(model, data, scratch),
-        extra_argument_classes=recipe.argument_classes,
-        recipe_defaults=recipe.training_defaults,
-    )
+    arguments = parse_arguments(load_recipe(recipe_name).SPEC, run_args(model, data, scratch))
     tokenizer = load_tokenizer(arguments.model)
     classification = load_classification_data(arguments.data, seed=arguments.training.seed)
     tokenized = tokenize(classification, tokenizer, arguments.data, arguments.training.main_process_first)
-    trained = recipe.build_model(arguments, load_model_config(arguments.model, classification.labels))
+    # The model as the recipe script builds it.
+    model_config = load_model_config(arguments.model, classification.labels)
+    if recipe_name == "qlora":
+        lora = arguments.options(LoraArguments)
+        quantization = nf4_quantization_config(lora, arguments.training.precision)
+        base = load_model(
+            arguments.model, model_config, quantization_config=quantization, device_map={"": "cpu"}
+        )
+        trained = add_lora(prepare_4bit_model(base), lora)
+    elif recipe_name == "lora":
+        trained = add_lora(load_model(arguments.model, model_config), arguments.options(LoraArguments))
+    else:
+        trained = load_model(arguments.model, model_config)
     if (checkpoint / "adapter_model.safetensors").is_file():  # lora, qlora: the adapter and the head
         from peft import set_peft_model_state_dict
 
@@ -296,7 +303,7 @@ def test_training_loss_is_a_mean_whatever_the_gradient_accumulation(tiny_bert, t
     from datasets import Dataset
     from transformers import AutoModelForSequenceClassification, AutoTokenizer, DataCollatorWithPadding
 
-    from recipes_lib.config import RecipeTrainingArguments
+    from recipes_lib.arguments import RecipeTrainingArguments
     from recipes_lib.trainer import RecipeTrainer
 
     tokenizer = AutoTokenizer.from_pretrained(tiny_bert)

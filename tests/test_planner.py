@@ -7,24 +7,30 @@ from pathlib import Path
 
 import pytest
 
+from recipes_lib.catalog import recipe_specs
 from recipes_lib.cli import main
-from recipes_lib.memory import GIB
 from recipes_lib.planner import (
     KNOWN_CONFIGS,
     MIN_8BIT_SIZE,
-    RECIPES,
     Setup,
     count_parameters_on_meta,
     largest_batch,
     load_config,
     plan_memory,
 )
+from recipes_lib.recipe_spec import LoraShape, TrainingShape
+from recipes_lib.units import GIB
 from tests.inprocess import available_recipes, quick_args, run_in_process
 
 # Predicted tensor memory (weights + gradients + optimizer state + activations) must be within
 # this fraction of what the run measured, in total and part by part.
 TOLERANCE = 0.10
 TENSOR_PARTS = ("weights", "gradients", "optimizer_state", "activations")
+# The four ways to train the planner knows, as data (the shipped recipes declare these by default).
+FULL_FT = TrainingShape()
+ADAMW_8BIT = TrainingShape(optimizer_bits=8)
+LORA = TrainingShape(adapters=LoraShape())
+QLORA = TrainingShape(adapters=LoraShape(), quantized_base=True)
 
 
 @pytest.fixture(scope="session")
@@ -50,7 +56,8 @@ def test_planner_predicts_the_measured_tensor_memory_of_every_recipe(
     measured = {part: results["memory_breakdown_gib"][part] * GIB for part in TENSOR_PARTS}
     batch = results["memory_peak_batch"]
     setup = Setup(
-        recipe=recipe,
+        shape=recipe_specs()[recipe].default_shape(),  # the recipe's own, with the options it ran with
+        label=recipe,
         batch_size=batch["rows"],
         seq_length=batch["length"],
         padded=batch["padded"],
@@ -69,15 +76,15 @@ def test_planner_predicts_the_measured_tensor_memory_of_every_recipe(
 
 def test_bert_parameter_counts_are_exact_from_the_config_alone():
     base, large = _bert_config("bert-base-uncased"), _bert_config("bert-large-uncased")
-    assert count_parameters_on_meta(base, Setup(recipe="full_ft")).total == 109_483_778
-    assert count_parameters_on_meta(large, Setup(recipe="full_ft")).total == 335_143_938
-    assert count_parameters_on_meta(base, Setup(recipe="lora")).trainable == 296_450
-    assert count_parameters_on_meta(large, Setup(recipe="qlora")).trainable == 788_482
+    assert count_parameters_on_meta(base, FULL_FT).total == 109_483_778
+    assert count_parameters_on_meta(large, FULL_FT).total == 335_143_938
+    assert count_parameters_on_meta(base, LORA).trainable == 296_450
+    assert count_parameters_on_meta(large, QLORA).trainable == 788_482
 
 
 def test_full_fine_tuning_costs_16_bytes_per_parameter_before_activations():
     """The published arithmetic: 4 B weights + 4 B gradients + 2 x 4 B AdamW moments."""
-    plan = plan_memory(_bert_config("bert-base-uncased"), Setup(recipe="full_ft"))
+    plan = plan_memory(_bert_config("bert-base-uncased"), Setup(shape=FULL_FT))
     per_parameter = (plan.weights + plan.gradients + plan.optimizer_state) / plan.params_total
     assert per_parameter == pytest.approx(16, abs=0.01)
     assert plan.activations > 0 and plan.total > plan.tensor_bytes  # activations and the CUDA context on top
@@ -90,8 +97,8 @@ def test_8bit_adamw_saves_about_6_bytes_per_8bit_eligible_parameter():
     from transformers import AutoModelForSequenceClassification
 
     config = _bert_config("bert-base-uncased")
-    full = plan_memory(config, Setup(recipe="full_ft"))
-    eight_bit = plan_memory(config, Setup(recipe="adamw_8bit"))
+    full = plan_memory(config, Setup(shape=FULL_FT))
+    eight_bit = plan_memory(config, Setup(shape=ADAMW_8BIT))
     with torch.device("meta"):
         model = AutoModelForSequenceClassification.from_config(config)
     embeddings = {id(m.weight) for m in model.modules() if isinstance(m, torch.nn.Embedding)}
@@ -104,7 +111,8 @@ def test_8bit_adamw_saves_about_6_bytes_per_8bit_eligible_parameter():
 
 def test_lora_and_qlora_shrink_what_full_fine_tuning_needs():
     config = _bert_config("bert-base-uncased")
-    plans = {recipe: plan_memory(config, Setup(recipe=recipe, bf16=True)) for recipe in RECIPES}
+    shapes = {"full_ft": FULL_FT, "adamw_8bit": ADAMW_8BIT, "lora": LORA, "qlora": QLORA}
+    plans = {recipe: plan_memory(config, Setup(shape=shape, bf16=True)) for recipe, shape in shapes.items()}
     assert plans["lora"].gradients < plans["full_ft"].gradients / 100
     assert plans["qlora"].weights < plans["lora"].weights / 3  # NF4 linears: ~0.52 B instead of 4 B
     assert plans["adamw_8bit"].optimizer_state < plans["full_ft"].optimizer_state / 2
@@ -113,14 +121,14 @@ def test_lora_and_qlora_shrink_what_full_fine_tuning_needs():
 
 def test_gradient_checkpointing_keeps_only_layer_inputs():
     config = _bert_config("bert-base-uncased")
-    plain = plan_memory(config, Setup(recipe="full_ft", bf16=True))
-    checkpointed = plan_memory(config, Setup(recipe="full_ft", bf16=True, gradient_checkpointing=True))
+    plain = plan_memory(config, Setup(shape=FULL_FT, bf16=True))
+    checkpointed = plan_memory(config, Setup(shape=FULL_FT, bf16=True, gradient_checkpointing=True))
     assert checkpointed.activations < plain.activations / 3
 
 
 def test_largest_batch_is_the_edge_of_the_budget():
     config = _bert_config("bert-base-uncased")
-    setup = Setup(recipe="full_ft", bf16=True)
+    setup = Setup(shape=FULL_FT, bf16=True)
     budget = 8 * GIB
     batch = largest_batch(config, setup, budget)
     assert batch > 1
@@ -139,11 +147,13 @@ def test_plan_command_prints_one_table_for_several_models_and_recipes(tmp_path, 
     )  # fmt: skip
     output = capsys.readouterr().out
     assert code == 0
-    table_rows = [line for line in output.splitlines() if line.split()[1:2] and line.split()[1] in RECIPES]
-    assert len(table_rows) == 2 * len(RECIPES)
+    recipes = list(recipe_specs())  # every script in recipes/
+    assert set(recipes) >= {"full_ft", "adamw_8bit", "lora", "qlora"}
+    table_rows = [line for line in output.splitlines() if line.split()[1:2] and line.split()[1] in recipes]
+    assert len(table_rows) == 2 * len(recipes)
     assert "weights" in output and "optimizer" in output and "activations" in output and "CUDA ctx" in output
     family = output.split("Largest BERT-family configuration")[1]
-    assert all(f"  {recipe} " in family for recipe in RECIPES)
+    assert all(f"  {recipe} " in family for recipe in recipes)
 
 
 def test_plan_command_for_one_recipe_explains_the_activations(tmp_path, capsys):
@@ -162,3 +172,69 @@ def test_plan_command_refuses_an_unknown_model_with_a_hint(tmp_path, capsys):
     code = main(["plan", "--model", str(tmp_path / "missing"), "--no_family"])
     assert code == 2
     assert "built-in configs: bert-base-uncased" in capsys.readouterr().err
+
+
+def test_all_linear_adapters_count_every_linear_layer():
+    """12 layers x (Q, K, V, attention output: 4 x (768 x 8 + 8 x 768) + FFN in and out: 2 x (768 x 8 +
+    8 x 3072)) + the pooler's adapter 768 x 8 + 8 x 768 + the head 768 x 2 + 2 = 1,340,930."""
+    all_linear = TrainingShape(adapters=LoraShape(target_modules="all-linear"))
+    assert count_parameters_on_meta(_bert_config("bert-base-uncased"), all_linear).trainable == 1_340_930
+    assert Setup(shape=all_linear).adapted_attention == {"query", "key", "value"}
+
+
+def test_the_label_names_a_plan_and_changes_none_of_its_numbers():
+    from recipes_lib.planner_report import format_plan
+
+    config = _bert_config("bert-base-uncased")
+    named, unnamed = (
+        plan_memory(config, Setup(shape=QLORA, label="qlora")),
+        plan_memory(config, Setup(shape=QLORA)),
+    )
+    assert named.breakdown_gib() == unnamed.breakdown_gib()
+    assert named.activation_terms == unnamed.activation_terms
+    assert format_plan(named, 8, 24).startswith("bert-base-uncased, qlora: ")
+    # Without a label, the report says what the shape trains.
+    assert format_plan(unnamed, 8, 24).startswith("bert-base-uncased, LoRA r=8 on query, value, 4-bit base: ")
+
+
+def test_plan_models_plans_every_row_it_can_and_says_why_not_for_the_others(tmp_path):
+    from recipes_lib.errors import ConfigError
+    from recipes_lib.planner import plan_models
+
+    shapes = {"full_ft": FULL_FT, "broken": ConfigError("lora_r is 0; the rank must be a positive integer.")}
+    rows = plan_models(["bert-base-uncased", str(tmp_path / "missing")], shapes, Setup(bf16=True), 24)
+    assert [(row.model, row.label) for row in rows] == [
+        ("bert-base-uncased", "full_ft"),
+        ("bert-base-uncased", "broken"),
+        (str(tmp_path / "missing"), "full_ft"),
+        (str(tmp_path / "missing"), "broken"),
+    ]
+    planned, broken, *missing = rows
+    assert planned.error is None and planned.plan.params_total == 109_483_778 and planned.max_batch > 0
+    assert broken.plan is None and broken.error == "lora_r is 0; the rank must be a positive integer."
+    assert all(row.plan is None and row.error.startswith("No config for") for row in missing)
+
+
+def test_plan_command_prints_every_row_it_can_and_why_the_others_have_none(capsys):
+    code = main(
+        ["plan", "--model", "bert-base-uncased", "--recipe", "all", "--lora_target_modules", "no_such_layer",
+         "--no_family", "--bf16"]
+    )  # fmt: skip
+    output = capsys.readouterr().out
+    assert code == 2  # not every row could be planned
+    rows = {line.split()[1]: line for line in output.splitlines() if line.startswith("bert-base-uncased  ")}
+    for name in ("full_ft", "adamw_8bit"):  # planned in full: bert-base at batch 32 x 128 fits 24 GiB
+        assert rows[name].split()[-2] == "yes" and int(rows[name].split()[-1]) >= 32, rows[name]
+    adapted = [name for name, spec in recipe_specs().items() if spec.default_shape().adapters is not None]
+    assert set(adapted) >= {"lora", "qlora"}
+    reasons = {line.split(":")[0]: line for line in output.splitlines() if ": not planned: " in line}
+    for name in adapted:
+        assert "not planned" in rows[name]
+        reason = reasons[f"bert-base-uncased, {name}"]
+        assert "no_such_layer" in reason and "names no layer" in reason, reason
+
+
+def test_plan_command_refuses_an_unknown_recipe_and_lists_the_recipes(capsys):
+    assert main(["plan", "--model", "bert-base-uncased", "--recipe", "lorra", "--no_family"]) == 2
+    error = capsys.readouterr().err
+    assert "--recipe lorra is not a recipe of recipes/" in error and "full_ft" in error and "qlora" in error

@@ -9,6 +9,7 @@ import pytest
 
 from recipes_lib.cli import main
 from recipes_lib.planner import KNOWN_CONFIGS, SHARDED_PARTS, Setup, load_config, plan_memory
+from recipes_lib.recipe_spec import LoraShape, TrainingShape
 
 # bert-base: 12 layers of 4 x (768 x 768 + 768) + 2 x 768 x 3072 + 3072 + 768 + 2 x 2 x 768 parameters.
 BERT_BASE_LAYER_PARAMETERS = 7_087_872
@@ -23,10 +24,12 @@ def bert_base():
 
 
 @pytest.mark.parametrize("sharding", list(SHARDED_PARTS))
-@pytest.mark.parametrize("recipe", ["full_ft", "lora"])
-def test_each_process_holds_one_nth_of_what_its_strategy_shards(bert_base, sharding, recipe):
-    alone = plan_memory(bert_base, Setup(recipe=recipe))
-    four = plan_memory(bert_base, Setup(recipe=recipe, num_processes=4, sharding=sharding))
+@pytest.mark.parametrize(
+    "shape", [TrainingShape(), TrainingShape(adapters=LoraShape())], ids=["full_ft", "lora"]
+)
+def test_each_process_holds_one_nth_of_what_its_strategy_shards(bert_base, sharding, shape):
+    alone = plan_memory(bert_base, Setup(shape=shape))
+    four = plan_memory(bert_base, Setup(shape=shape, num_processes=4, sharding=sharding))
     for part in PARTS:
         whole = getattr(alone, part)
         if part not in SHARDED_PARTS[sharding]:
@@ -96,5 +99,5 @@ def test_plan_command_refuses_zero_processes(tiny_bert, capsys):
 def test_plan_for_a_tiny_model_matches_its_config(tiny_bert):
     """load_config reads the tiny test model's directory: the planner sees its real sizes."""
     config = load_config(str(tiny_bert))
-    plan = plan_memory(config, Setup(recipe="full_ft", num_processes=2, sharding="zero3"))
+    plan = plan_memory(config, Setup(shape=TrainingShape(), num_processes=2, sharding="zero3"))
     assert plan.params_total > 0 and plan.weights < 4 * plan.params_total

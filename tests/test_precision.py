@@ -102,9 +102,10 @@ def test_an_explicit_choice_the_hardware_emulates_runs_with_a_warning():
 
 
 def _parse(argv, **kwargs):
-    from recipes_lib.config import parse_recipe_arguments
+    from recipes_lib.parsing import parse_arguments
+    from recipes_lib.recipe_spec import RecipeSpec
 
-    return parse_recipe_arguments("full_ft", ["--output_dir", "unused", *argv], **kwargs).training
+    return parse_arguments(RecipeSpec("full_ft"), ["--output_dir", "unused", *argv], **kwargs).training
 
 
 def test_bf16_false_under_a_bf16_launcher_config_is_an_error_naming_both(monkeypatch):
@@ -128,7 +129,7 @@ def test_fp32_by_default_on_cpu_even_under_a_launcher_that_set_no(monkeypatch):
 
 
 def test_a_gpu_that_only_emulates_bf16_gets_fp16_and_deberta_fp32(monkeypatch):
-    import recipes_lib.config as config
+    import recipes_lib.arguments as config
 
     monkeypatch.setattr(config, "detect_capability", lambda use_cpu: TURING)
     training = _parse([])

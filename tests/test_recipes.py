@@ -115,9 +115,9 @@ def test_optimizer_state_figures_add_up_in_every_results_file(swap_runs):
 def lora_run(bert256, learnable_data, tmp_path_factory, one_thread) -> Path:
     output_dir = tmp_path_factory.mktemp("lora-merge")
     args = tiny_run_args(bert256, learnable_data, output_dir, "--max_steps", "8", "--eval_strategy", "no")
-    from recipes_lib.runner import run_recipe
+    from recipes_lib.run import run_main
 
-    run_recipe(load_recipe("lora"), [*args, "--merge_adapter", "true"])
+    run_main(load_recipe("lora").main, [*args, "--merge_adapter", "true"])
     return output_dir
 
 
@@ -169,18 +169,20 @@ def test_merged_model_is_a_plain_model_with_the_adapter_models_logits(lora_run):
 def test_a_resumed_run_ends_with_the_weights_of_an_uninterrupted_one(
     recipe, bert256, learnable_data, tmp_path, one_thread
 ):
-    from recipes_lib.runner import run_recipe
+    from recipes_lib.run import run_main
 
     # Dropout off everywhere (the tiny BERT has none; LoRA's is an option) so runs are repeatable.
     extra = ["--lora_dropout", "0"] if recipe == "lora" else []
     common = ["--max_steps", "6", "--save_strategy", "steps", "--save_steps", "3", "--eval_strategy", "no"]
     uninterrupted, resumed = tmp_path / "uninterrupted", tmp_path / "resumed"
-    run_recipe(load_recipe(recipe), tiny_run_args(bert256, learnable_data, uninterrupted, *common, *extra))
+    run_main(load_recipe(recipe).main, tiny_run_args(bert256, learnable_data, uninterrupted, *common, *extra))
 
     # An interrupted run: only the checkpoint at step 3 survived. Resume it in its own output_dir.
     shutil.copytree(uninterrupted / "checkpoint-3", resumed / "checkpoint-3")
     resume = ["--resume_from_checkpoint", "last"]
-    run_recipe(load_recipe(recipe), tiny_run_args(bert256, learnable_data, resumed, *common, *extra, *resume))
+    run_main(
+        load_recipe(recipe).main, tiny_run_args(bert256, learnable_data, resumed, *common, *extra, *resume)
+    )
 
     weights_file = "adapter_model.safetensors" if recipe == "lora" else "model.safetensors"
     expected, actual = load_file(uninterrupted / weights_file), load_file(resumed / weights_file)
@@ -328,11 +330,14 @@ def test_parameter_counts_of_bert_base_and_large_from_their_configs(shape, total
     from transformers import BertConfig
 
     from recipes_lib.adapters import LoraArguments
-    from recipes_lib.modeling import count_parameters_from_config
+    from recipes_lib.planner import count_parameters_on_meta
+    from recipes_lib.recipe_spec import TrainingShape
 
     config = BertConfig(num_labels=2, **shape)
-    assert count_parameters_from_config(config) == (total, total)
-    lora_total, trainable = count_parameters_from_config(config, LoraArguments())
+    full = count_parameters_on_meta(config)
+    assert (full.total, full.trainable) == (total, total)
+    lora = count_parameters_on_meta(config, TrainingShape(adapters=LoraArguments().shape()))
+    lora_total, trainable = lora.total, lora.trainable
     assert trainable == lora_trainable
     assert lora_total == total + lora_trainable  # adapters + the trained copy of the head
 
@@ -342,13 +347,10 @@ def test_parameter_counts_of_bert_base_and_large_from_their_configs(shape, total
 
 @pytest.mark.parametrize("recipe", CPU_RECIPES)
 def test_the_demo_config_works_for_every_recipe_and_gives_each_its_own_output_dir(recipe, monkeypatch):
-    from recipes_lib.config import parse_recipe_arguments
+    from recipes_lib.parsing import parse_arguments
 
     monkeypatch.chdir(REPO_ROOT)
-    spec = load_recipe(recipe)
-    arguments = parse_recipe_arguments(
-        spec.name, ["--config", "recipes/configs/demo.yaml"], spec.argument_classes, spec.training_defaults
-    )
+    arguments = parse_arguments(load_recipe(recipe).SPEC, ["--config", "recipes/configs/demo.yaml"])
     assert arguments.training.output_dir == f"outputs/demo/{recipe}"
 
 
@@ -361,26 +363,27 @@ def test_the_demo_config_works_for_every_recipe_and_gives_each_its_own_output_di
     ],
 )
 def test_bad_lora_arguments_fail_before_anything_loads(argv, expected):
-    from recipes_lib.config import parse_recipe_arguments
     from recipes_lib.errors import ConfigError
+    from recipes_lib.parsing import parse_arguments
 
-    recipe = load_recipe("lora")
     with pytest.raises(ConfigError, match=expected):
-        parse_recipe_arguments(recipe.name, argv, recipe.argument_classes, recipe.training_defaults)
+        parse_arguments(load_recipe("lora").SPEC, argv)
 
 
 def test_lora_defaults_and_target_module_forms():
     from recipes_lib.adapters import LoraArguments, lora_config
 
-    config = lora_config(LoraArguments())
+    config = lora_config(LoraArguments().shape())
     assert (config.r, config.lora_alpha, config.lora_dropout) == (8, 16, 0.1)
     assert set(config.target_modules) == {"query", "value"}
-    assert lora_config(LoraArguments(lora_target_modules=["all-linear"])).target_modules == "all-linear"
-    assert set(lora_config(LoraArguments(lora_target_modules=["query,key", "value"])).target_modules) == {
+    assert (
+        lora_config(LoraArguments(lora_target_modules=["all-linear"]).shape()).target_modules == "all-linear"
+    )
+    assert set(lora_config(LoraArguments(lora_target_modules=["query,key", "value"]).shape()).target_modules) == {
         "query", "key", "value",
     }  # fmt: skip
-    assert lora_config(LoraArguments(lora_train_pooler=True)).modules_to_save[0] == "pooler"
-    assert load_recipe("lora").training_defaults["learning_rate"] > 10 * 2e-5
+    assert lora_config(LoraArguments(lora_train_pooler=True).shape()).modules_to_save[0] == "pooler"
+    assert load_recipe("lora").SPEC.training_defaults["learning_rate"] > 10 * 2e-5
 
 
 def test_unknown_lora_target_names_the_layers_that_exist():
@@ -405,15 +408,17 @@ def test_all_linear_and_pooler_options_train_what_they_say():
 def test_qlora_base_is_nf4_with_double_quantization_and_the_head_stays_full_precision(bert256):
     from transformers import AutoConfig, AutoModelForSequenceClassification
 
-    from recipes_lib.adapters import LoraArguments, add_lora, load_4bit_model
-    from recipes_lib.config import ModelArguments
-    from recipes_lib.modeling import count_parameters
+    from recipes_lib.adapters import LoraArguments, add_lora, nf4_quantization_config, prepare_4bit_model
+    from recipes_lib.arguments import ModelArguments
+    from recipes_lib.modeling import count_parameters, load_model
 
     config = AutoConfig.from_pretrained(bert256, num_labels=2)
     lora = LoraArguments(lora_train_pooler=True)
-    model = add_lora(
-        load_4bit_model(ModelArguments(str(bert256)), config, lora, torch.device("cpu"), "fp32"), lora
+    quantization = nf4_quantization_config(lora, "fp32")  # the run's precision: fp32 on CPU
+    base = load_model(
+        ModelArguments(str(bert256)), config, quantization_config=quantization, device_map={"": "cpu"}
     )
+    model = add_lora(prepare_4bit_model(base), lora)
     query = model.base_model.model.bert.encoder.layer[0].attention.self.query
     weight = query.base_layer.weight
     assert type(weight).__name__ == "Params4bit" and weight.dtype == torch.uint8

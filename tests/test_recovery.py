@@ -214,7 +214,7 @@ def test_resume_skips_a_checkpoint_cut_short_while_saving(
     The run resumes in-process, so torch.load can be watched: everything the Trainer reads back
     (optimizer, scheduler, RNG states) must be loaded with weights_only=True, no arbitrary unpickling.
     """
-    from recipes_lib.runner import run_recipe
+    from recipes_lib.run import run_main
 
     reference = uninterrupted("full_ft")  # keeps checkpoint-36 and checkpoint-40 (save_total_limit 2)
     output_dir = tmp_path / "cut-short"
@@ -234,8 +234,8 @@ def test_resume_skips_a_checkpoint_cut_short_while_saving(
 
     monkeypatch.setattr(torch, "load", watched_load)
     caplog.set_level(logging.WARNING, logger="recipes_lib.checkpoints")
-    run_recipe(
-        load_recipe("full_ft"),
+    run_main(
+        load_recipe("full_ft").main,
         recipe_args("full_ft", tiny_bert, learnable_data, output_dir, "--resume_from_checkpoint", "last"),
     )
     assert "Skipping" in caplog.text and "checkpoint-40 (no completion marker" in caplog.text
@@ -288,7 +288,7 @@ def test_a_nan_loss_stops_the_run_naming_the_step_and_saves_no_nan_model(
     overflows. The Trainer's default would log the NaN away, keep training and save the NaN
     weights as the model.
     """
-    from recipes_lib.runner import run_recipe
+    from recipes_lib.run import run_main
 
     output_dir = tmp_path / "diverged"
     args = tiny_run_args(
@@ -297,7 +297,7 @@ def test_a_nan_loss_stops_the_run_naming_the_step_and_saves_no_nan_model(
         "--save_strategy", "steps", "--save_steps", "1", "--eval_strategy", "no",
     )  # fmt: skip
     with pytest.raises(SystemExit) as exited:
-        run_recipe(load_recipe("full_ft"), args)
+        run_main(load_recipe("full_ft").main, args)
     stderr = capsys.readouterr().err
     assert exited.value.code == 3, stderr[-3000:]
     message = stderr.rsplit("\nerror: ", 1)[1]
@@ -319,7 +319,7 @@ def test_weights_holding_nan_are_never_saved(tiny_bert, learnable_data, tmp_path
     """The second guard: a model whose weights went NaN (with a finite loss, say) is refused at save time."""
     from transformers import AutoModelForSequenceClassification
 
-    from recipes_lib.config import RecipeTrainingArguments
+    from recipes_lib.arguments import RecipeTrainingArguments
     from recipes_lib.errors import TrainingDiverged
     from recipes_lib.trainer import RecipeTrainer
 
@@ -336,9 +336,10 @@ def test_weights_holding_nan_are_never_saved(tiny_bert, learnable_data, tmp_path
 
 
 def test_gradient_clipping_is_on_by_default():
-    from recipes_lib.config import parse_recipe_arguments
+    from recipes_lib.parsing import parse_arguments
+    from recipes_lib.recipe_spec import RecipeSpec
 
-    assert parse_recipe_arguments("full_ft", []).training.max_grad_norm == 1.0  # the Trainer's default
+    assert parse_arguments(RecipeSpec("full_ft"), []).training.max_grad_norm == 1.0  # the Trainer's default
 
 
 # --- repeatability ------------------------------------------------------------------------------------
@@ -347,7 +348,7 @@ def test_gradient_clipping_is_on_by_default():
 def test_the_same_seed_gives_the_same_metrics_and_another_seed_different_ones(
     tiny_bert, learnable_data, tmp_path, one_thread
 ):
-    from recipes_lib.runner import run_recipe
+    from recipes_lib.run import run_main
 
     def metrics(name: str, seed: str) -> dict:
         args = tiny_run_args(
@@ -361,7 +362,7 @@ def test_the_same_seed_gives_the_same_metrics_and_another_seed_different_ones(
             "--seed",
             seed,
         )
-        results = run_recipe(load_recipe("full_ft"), args)
+        results = run_main(load_recipe("full_ft").main, args)
         return {key: results[key] for key in ("eval_accuracy", "eval_f1", "eval_loss", "train_loss")}
 
     first, again, other = metrics("first", "42"), metrics("again", "42"), metrics("other", "7")
@@ -394,12 +395,13 @@ def test_weights_are_safetensors_and_checkpoint_state_loads_with_weights_only(un
 
 
 def test_trust_remote_code_is_off_unless_asked_and_warns_when_on(caplog):
-    from recipes_lib.config import parse_recipe_arguments
+    from recipes_lib.parsing import parse_arguments
+    from recipes_lib.recipe_spec import RecipeSpec
 
     with caplog.at_level(logging.WARNING):
-        assert parse_recipe_arguments("full_ft", []).model.trust_remote_code is False
+        assert parse_arguments(RecipeSpec("full_ft"), []).model.trust_remote_code is False
         assert "trust_remote_code" not in caplog.text
-        assert parse_recipe_arguments("full_ft", ["--trust_remote_code", "true"]).model.trust_remote_code
+        assert parse_arguments(RecipeSpec("full_ft"), ["--trust_remote_code", "true"]).model.trust_remote_code
     assert (
         "trust_remote_code is on: Python code from 'bert-base-uncased' will run on this machine"
         in caplog.text

@@ -17,16 +17,16 @@ from pathlib import Path
 
 import pytest
 
-from recipes_lib.config import parse_recipe_arguments
 from recipes_lib.errors import ConfigError
-from recipes_lib.runner import Recipe
+from recipes_lib.parsing import parse_arguments
+from recipes_lib.recipe_spec import RecipeSpec
 from recipes_lib.tracking import DEFAULT_PROJECT, JOB_TYPE, run_identity, start_tracking
 from tests.conftest import REPO_ROOT, run_recipe_process, tiny_run_args
 
 # Shaped like a real key (40+ word characters), so wandb accepts it and would use it if it could.
 FAKE_API_KEY = "local0fake0key0for0tests0" + "7" * 24
-FULL_FT = Recipe(name="full_ft")
-LORA_LIKE = Recipe(name="lora", training_defaults={"learning_rate": 5e-4})
+FULL_FT = RecipeSpec(name="full_ft")
+LORA_LIKE = RecipeSpec(name="lora", training_defaults={"learning_rate": 5e-4})
 
 
 def wandb_cli() -> str:
@@ -280,11 +280,9 @@ def test_with_two_processes_only_the_main_process_logs_a_run(tiny_bert, learnabl
 # --- identity and switches, in this process ----------------------------------------------------------
 
 
-def parse(recipe: Recipe, data: dict[str, Path], *args: str):
-    return parse_recipe_arguments(
-        recipe.name,
-        ["--train_file", str(data["train"]), "--validation_file", str(data["validation"]), *args],
-        recipe_defaults=recipe.training_defaults,
+def parse(recipe: RecipeSpec, data: dict[str, Path], *args: str):
+    return parse_arguments(
+        recipe, ["--train_file", str(data["train"]), "--validation_file", str(data["validation"]), *args]
     )
 
 
@@ -303,7 +301,7 @@ def test_group_is_model_and_dataset_unless_an_experiment_is_given(learnable_data
     full_ft = run_identity(FULL_FT, parse(FULL_FT, learnable_data))
     lora = run_identity(LORA_LIKE, parse(LORA_LIKE, learnable_data, "--seed", "7"))
     assert full_ft.group == lora.group == f"bert-base-uncased_{learnable_data['train'].parent.name}"
-    hub = parse_recipe_arguments("full_ft", ["--dataset_name", "glue", "--dataset_config_name", "mnli"])
+    hub = parse_arguments(RecipeSpec("full_ft"), ["--dataset_name", "glue", "--dataset_config_name", "mnli"])
     assert run_identity(FULL_FT, hub).group == "bert-base-uncased_glue-mnli"
     named = run_identity(FULL_FT, parse(FULL_FT, learnable_data, "--experiment", "lr-sweep"))
     assert named.group == "lr-sweep"
@@ -344,5 +342,7 @@ def test_an_unknown_wandb_mode_is_a_config_error_not_a_traceback(learnable_data,
 
 def test_the_repository_demo_config_logs_to_wandb():
     """`make demo` leaves an offline run to look at with `wandb leet ./wandb` (Makefile: WANDB_MODE=offline)."""
-    arguments = parse_recipe_arguments("full_ft", ["--config", str(REPO_ROOT / "recipes/configs/demo.yaml")])
+    arguments = parse_arguments(
+        RecipeSpec("full_ft"), ["--config", str(REPO_ROOT / "recipes/configs/demo.yaml")]
+    )
     assert arguments.training.report_to == ["wandb"]

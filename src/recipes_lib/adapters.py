@@ -22,9 +22,11 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from recipes_lib.config import ModelArguments
+from recipes_lib.arguments import ModelArguments
 from recipes_lib.errors import ConfigError, ModelError
+from recipes_lib.modeling import load_model
 from recipes_lib.precision import TORCH_DTYPES
+from recipes_lib.recipe_spec import LoraShape
 
 logger = logging.getLogger(__name__)
 
@@ -72,6 +74,16 @@ class LoraArguments:
     def __post_init__(self):
         validate_lora_arguments(self)  # before any data or weights are loaded
 
+    def shape(self) -> LoraShape:
+        """The adapters these options describe, as the planner and `add_lora` take them."""
+        return LoraShape(
+            r=self.lora_r,
+            alpha=self.lora_alpha,
+            target_modules=target_modules(self),
+            dropout=self.lora_dropout,
+            train_pooler=self.lora_train_pooler,
+        )
+
 
 def validate_lora_arguments(lora: LoraArguments) -> None:
     if lora.lora_r <= 0:
@@ -86,24 +98,25 @@ def validate_lora_arguments(lora: LoraArguments) -> None:
         raise ConfigError("lora_target_modules is empty; name at least one layer, e.g. query value.")
 
 
-def target_modules(lora: LoraArguments) -> list[str] | str:
-    """The targets as peft wants them: a list of names, or the string 'all-linear'."""
+def target_modules(lora: LoraArguments) -> tuple[str, ...] | str:
+    """The targets as peft wants them: layer names, or the string 'all-linear'."""
     names = [name.strip() for item in lora.lora_target_modules for name in item.split(",") if name.strip()]
-    return "all-linear" if [n.lower() for n in names] == ["all-linear"] else names
+    return "all-linear" if [n.lower() for n in names] == ["all-linear"] else tuple(names)
 
 
-def lora_config(lora: LoraArguments):
+def lora_config(shape: LoraShape):
     from peft import LoraConfig, TaskType
 
+    targets = shape.target_modules
     return LoraConfig(
         # SEQ_CLS makes peft add the head ('classifier' or 'score') to modules_to_save: trained in
         # full and saved with the adapter, so a reloaded model does not get a random head.
         task_type=TaskType.SEQ_CLS,
-        r=lora.lora_r,
-        lora_alpha=lora.lora_alpha,
-        lora_dropout=lora.lora_dropout,
-        target_modules=target_modules(lora),
-        modules_to_save=["pooler"] if lora.lora_train_pooler else None,
+        r=shape.r,
+        lora_alpha=shape.alpha,
+        lora_dropout=shape.dropout,
+        target_modules=targets if isinstance(targets, str) else list(targets),
+        modules_to_save=["pooler"] if shape.train_pooler else None,
     )
 
 
@@ -111,12 +124,13 @@ def _linear_layer_names(model: nn.Module) -> list[str]:
     return sorted({name.rsplit(".", 1)[-1] for name, m in model.named_modules() if isinstance(m, nn.Linear)})
 
 
-def add_lora(model, lora: LoraArguments):
+def add_lora(model, lora: LoraShape | LoraArguments):
     """Freeze `model` and wrap it in a peft model with LoRA adapters and a trainable head."""
     from peft import get_peft_model
 
-    config = lora_config(lora)
-    if lora.lora_train_pooler and not any(name.endswith("pooler") for name, _ in model.named_modules()):
+    shape = lora.shape() if isinstance(lora, LoraArguments) else lora
+    config = lora_config(shape)
+    if shape.train_pooler and not any(name.endswith("pooler") for name, _ in model.named_modules()):
         raise ConfigError(
             f"lora_train_pooler is on, but this {model.config.model_type} model has no module named 'pooler'. "
             "Leave the option off for it."
@@ -129,20 +143,19 @@ def add_lora(model, lora: LoraArguments):
         if "NoMatchingPeftModuleError" not in message and "not found in the base model" not in message:
             raise
         raise ConfigError(
-            f"lora_target_modules {lora.lora_target_modules} names no layer of this {model.config.model_type} "
+            f"lora_target_modules {shape.target_modules} names no layer of this {model.config.model_type} "
             f"model. Its linear layers are called: {', '.join(_linear_layer_names(model))} (or use all-linear)."
         ) from None
 
 
-def nf4_quantization_config(lora: LoraArguments, compute_dtype: torch.dtype):
+def nf4_quantization_config(lora: LoraArguments, precision: str):
     """QLoRA's 4-bit base: NF4 weights, double quantization, matmuls in the run's precision.
-
-    `compute_dtype` is the dtype the run computes in (precision.py): bf16 on GPUs with native bf16,
-    fp16 on older GPUs, fp32 on CPUs (bf16 there is tens of times slower without AVX-512 BF16).
 
     NF4 stores 4 bits per weight plus one fp32 absmax per 64-weight block; double quantization
     stores those absmax values in 8 bits with one fp32 constant per 256 blocks:
         4 + 32 / 64 = 4.5 bits per weight  ->  4 + 8 / 64 + 32 / (64 x 256) = 4.127 bits per weight.
+    The matmuls run in `precision` (precision.py): bf16 on GPUs with native bf16, fp16 on older
+    GPUs, fp32 on CPUs, where bf16 is tens of times slower without AVX-512 BF16.
     The classification head (and the pooler, when it trains) stays in full precision: it trains.
     """
     from transformers import BitsAndBytesConfig
@@ -153,19 +166,18 @@ def nf4_quantization_config(lora: LoraArguments, compute_dtype: torch.dtype):
         load_in_4bit=True,
         bnb_4bit_quant_type="nf4",
         bnb_4bit_use_double_quant=True,
-        bnb_4bit_compute_dtype=compute_dtype,
+        bnb_4bit_compute_dtype=TORCH_DTYPES[precision],
         llm_int8_skip_modules=keep,
     )
 
 
-def check_4bit_support(arguments) -> None:
+def check_4bit_support(device: torch.device) -> None:
     """QLoRA's preflight: fail in seconds, before data or weights load, where 4-bit cannot run.
 
     Quantizes and dequantizes 64 values in NF4 on the training device, through the bitsandbytes
     kernels the model's weights will go through (a missing or mismatched native library, or a
     device bitsandbytes has no 4-bit backend for, fails here).
     """
-    device = arguments.training.device
     try:
         import bitsandbytes.functional as bnb_functional
 
@@ -181,22 +193,11 @@ def check_4bit_support(arguments) -> None:
         ) from None
 
 
-def load_4bit_model(
-    model_args: ModelArguments, model_config, lora: LoraArguments, device: torch.device, precision: str
-):
-    """The encoder with its linear layers in NF4 computing in `precision`, prepared for k-bit training (peft)."""
+def prepare_4bit_model(model):
+    """A model loaded with `nf4_quantization_config`, made ready to train adapters on (peft)."""
     from peft import prepare_model_for_kbit_training
 
-    from recipes_lib.modeling import load_model
-
-    # Weights are quantized as they land on the device; the Trainer cannot move a 4-bit model later.
-    model = load_model(
-        model_args,
-        model_config,
-        quantization_config=nf4_quantization_config(lora, TORCH_DTYPES[precision]),
-        device_map={"": device},
-    )
-    if device.type == "cpu":
+    if next(model.parameters()).device.type == "cpu":
         # bitsandbytes 0.50 repacks a 4-bit weight for its CPU inference kernel the first time the
         # layer runs in eval mode and keeps that layout when training resumes, where the next
         # forward fails ("a view of a leaf Variable that requires grad ..."). Evaluation runs
@@ -210,18 +211,19 @@ def load_4bit_model(
     return prepare_model_for_kbit_training(model, use_gradient_checkpointing=False)
 
 
-def save_adapter_extras(arguments, model_config, trainer) -> None:
+def save_adapter_extras(arguments, model_config, tokenizer, lora: LoraArguments) -> None:
     """After the adapter is saved: the task's model config next to it and, if asked, the merged model.
 
     config.json carries the label names (id2label), which the adapter files do not: with it,
     `load_trained_model(output_dir)` rebuilds the exact classifier the adapter was trained for.
+    Call it on the main process only.
     """
-    output_dir = trainer.args.output_dir
+    output_dir = arguments.training.output_dir
     model_config.save_pretrained(output_dir)
-    if arguments.extra["LoraArguments"].merge_adapter:
+    if lora.merge_adapter:
         merged_dir = Path(output_dir) / MERGED_SUBDIR
         merge_adapter(arguments.model, model_config, output_dir, merged_dir)
-        trainer.processing_class.save_pretrained(merged_dir)
+        tokenizer.save_pretrained(merged_dir)
         logger.info("Merged model (adapter folded into the weights) saved in %s", merged_dir)
 
 
@@ -232,8 +234,6 @@ def merge_adapter(model_args: ModelArguments, model_config, adapter_dir, merged_
     re-quantize them), so the merged model gives the adapter model's outputs to float rounding.
     """
     from peft import PeftModel
-
-    from recipes_lib.modeling import load_model
 
     base = load_model(model_args, model_config)
     merged = PeftModel.from_pretrained(base, str(adapter_dir)).merge_and_unload()

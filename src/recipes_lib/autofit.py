@@ -22,7 +22,9 @@ from typing import Any
 
 import torch
 
-from recipes_lib.planner import GIB, Setup, largest_batch
+from recipes_lib.planner import Setup, largest_batch
+from recipes_lib.recipe_spec import TrainingShape
+from recipes_lib.units import GIB
 
 logger = logging.getLogger("recipes_lib")
 
@@ -76,13 +78,11 @@ def device_budget_bytes(device: torch.device) -> int:
     return psutil.virtual_memory().available + psutil.Process().memory_info().rss
 
 
-def planner_setup(arguments, recipe_name: str, device: torch.device) -> Setup:
-    """The planner's view of this run, from the run's own arguments."""
+def planner_setup(arguments, shape: TrainingShape, device: torch.device) -> Setup:
+    """The planner's view of this run: the recipe's training shape and the run's own arguments."""
     training = arguments.training
-    lora = arguments.extra.get("LoraArguments")
-    adam8bit = arguments.extra.get("Adam8bitArguments")
-    setup = Setup(
-        recipe=recipe_name,
+    return Setup(
+        shape=shape,
         batch_size=training.per_device_train_batch_size,
         seq_length=arguments.data.max_seq_length,
         bf16=bool(training.bf16),
@@ -94,31 +94,22 @@ def planner_setup(arguments, recipe_name: str, device: torch.device) -> Setup:
         else "sdpa",
         cuda_overhead_gib=0.0,  # already inside the budget: the context exists when the budget is read
     )
-    if lora is not None:
-        from recipes_lib.adapters import target_modules
-
-        targets = target_modules(lora)
-        setup = replace(
-            setup,
-            lora_r=lora.lora_r,
-            lora_dropout=lora.lora_dropout,
-            lora_target_modules=("query", "key", "value") if targets == "all-linear" else tuple(targets),
-        )
-    if adam8bit is not None:
-        setup = replace(setup, embedding_optimizer_bits=adam8bit.embedding_optimizer_bits)
-    return setup
 
 
 def choose_batch_size(
-    arguments, recipe_name: str, model_config, budget_bytes: int | None = None
+    arguments, shape: TrainingShape, model_config, budget_bytes: int | None = None
 ) -> BatchChoice:
-    """Set per_device_train_batch_size and gradient_accumulation_steps from the planner's answer."""
+    """Set per_device_train_batch_size and gradient_accumulation_steps from the planner's answer.
+
+    `shape` is what the recipe trains (its `RecipeSpec.shape(options)`); `budget_bytes` defaults to
+    what this device has free (`device_budget_bytes`).
+    """
     training = arguments.training
     device = training.device
     requested, accumulation = training.per_device_train_batch_size, training.gradient_accumulation_steps
     effective = requested * accumulation
     budget = device_budget_bytes(device) if budget_bytes is None else budget_bytes
-    setup = planner_setup(arguments, recipe_name, device)
+    setup = planner_setup(arguments, shape, device)
     try:
         largest = largest_batch(
             model_config, replace(setup, gradient_accumulation_steps=1), budget, limit=effective

@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 from recipes_lib.results import RESULTS_FILE, read_results
+from recipes_lib.units import format_table
 
 # (results.json key, column title, format)
 SHOW_COLUMNS = (
@@ -27,16 +28,6 @@ SHOW_COLUMNS = (
     ("train_runtime_s", "train s", "{:.1f}"),
     ("device", "device", "{}"),
 )
-
-
-def format_table(rows: list[list[str]], header: list[str]) -> str:
-    widths = [max(len(str(cell)) for cell in column) for column in zip(header, *rows, strict=True)]
-    lines = [
-        "  ".join(str(cell).ljust(width) for cell, width in zip(line, widths, strict=True))
-        for line in [header, *rows]
-    ]
-    lines.insert(1, "  ".join("-" * width for width in widths))
-    return "\n".join(lines)
 
 
 def _cell(results: dict, key: str, fmt: str) -> str:
@@ -57,7 +48,7 @@ def show(run_dirs: list[str]) -> int:
         results = read_results(path)
         rows.append([_cell(results, key, fmt) for key, _, fmt in SHOW_COLUMNS])
         memory_note = results.get("peak_memory_source")
-    print(format_table(rows, [title for _, title, _ in SHOW_COLUMNS]))
+    print(format_table([title for _, title, _ in SHOW_COLUMNS], rows))
     if memory_note:
         print(f"peak GiB: {memory_note}")
     return 0
@@ -96,7 +87,7 @@ def add_compare_parser(commands) -> None:
 
 
 def add_plan_parser(commands) -> None:
-    from recipes_lib.planner import DEFAULT_CUDA_OVERHEAD_GIB, RECIPES, SHARDED_PARTS
+    from recipes_lib.planner import DEFAULT_CUDA_OVERHEAD_GIB, SHARDED_PARTS
 
     plan_parser = commands.add_parser(
         "plan",
@@ -110,7 +101,12 @@ def add_plan_parser(commands) -> None:
         required=True,
         help="Hub id, local model directory or config.json (several: one table)",
     )
-    plan_parser.add_argument("--recipe", choices=[*RECIPES, "all"], default="all")
+    plan_parser.add_argument(
+        "--recipe",
+        default="all",
+        help="a recipe of recipes/ (its SPEC's name: full_ft, lora, ...) or all (default): the training "
+        "shape it declares with its default options",
+    )
     plan_parser.add_argument("--per_device_train_batch_size", type=int, default=32)
     plan_parser.add_argument("--max_seq_length", type=int, default=128)
     plan_parser.add_argument("--num_labels", type=int, default=2, help="classes of the task (sizes the head)")
@@ -126,10 +122,18 @@ def add_plan_parser(commands) -> None:
         "--device", choices=["cuda", "cpu"], default="cuda", help="where it trains: kernels and masks differ"
     )
     plan_parser.add_argument("--attn_implementation", choices=["sdpa", "eager"], default="sdpa")
-    plan_parser.add_argument("--lora_r", type=int, default=8)
-    plan_parser.add_argument("--lora_target_modules", nargs="+", default=["query", "value"])
-    plan_parser.add_argument("--lora_dropout", type=float, default=0.1)
-    plan_parser.add_argument("--embedding_optimizer_bits", type=int, choices=[8, 32], default=32)
+    # These change the shapes of the recipes that have them (default: each recipe's own).
+    plan_parser.add_argument("--lora_r", type=int, help="LoRA rank, for the recipes with adapters")
+    plan_parser.add_argument(
+        "--lora_target_modules", nargs="+", help="layers that get adapters, or all-linear"
+    )
+    plan_parser.add_argument("--lora_dropout", type=float, help="dropout on the adapters' input")
+    plan_parser.add_argument(
+        "--embedding_optimizer_bits",
+        type=int,
+        choices=[8, 32],
+        help="AdamW state bits of nn.Embedding weights, for the recipes with 8-bit optimizer state",
+    )
     plan_parser.add_argument(
         "--cuda_overhead_gib",
         type=float,
@@ -152,12 +156,68 @@ def add_plan_parser(commands) -> None:
     plan_parser.add_argument("--markdown", action="store_true", help="print the table as Markdown")
 
 
+def recipe_shapes(recipe: str, args) -> dict:
+    """{name: TrainingShape} of the recipes to plan, from recipes/ (catalog.py), with the command
+    line's LoRA and optimizer overrides applied; a recipe whose shape cannot be made maps to the error."""
+    from dataclasses import replace
+
+    from recipes_lib.catalog import recipe_specs
+    from recipes_lib.errors import ConfigError
+    from recipes_lib.planner import PLANNING_ERRORS
+
+    specs = recipe_specs()
+    if recipe != "all" and recipe not in specs:
+        raise ConfigError(
+            f"--recipe {recipe} is not a recipe of recipes/; use one of {', '.join(specs)}, or all."
+        )
+    lora_changes = {
+        field: value
+        for field, value in (
+            ("r", args.lora_r),
+            ("target_modules", _target_modules(args.lora_target_modules)),
+            ("dropout", args.lora_dropout),
+        )
+        if value is not None
+    }
+    shapes = {}
+    for name, spec in specs.items():
+        if recipe not in ("all", name):
+            continue
+        try:
+            shape = spec.default_shape()
+        except PLANNING_ERRORS as error:
+            shapes[name] = error
+            continue
+        if shape.adapters is not None and lora_changes:
+            shape = replace(shape, adapters=replace(shape.adapters, **lora_changes))
+        if shape.optimizer_bits == 8 and args.embedding_optimizer_bits is not None:
+            shape = replace(shape, embedding_optimizer_bits=args.embedding_optimizer_bits)
+        shapes[name] = shape
+    return shapes
+
+
+def _target_modules(names: list[str] | None) -> tuple[str, ...] | str | None:
+    """--lora_target_modules as a LoraShape holds them: names (commas split too), or 'all-linear'."""
+    if names is None:
+        return None
+    names = [name.strip() for item in names for name in item.split(",") if name.strip()]
+    return "all-linear" if [name.lower() for name in names] == ["all-linear"] else tuple(names)
+
+
 def plan(args) -> int:
     import logging
     import warnings
 
     from recipes_lib.errors import RecipeError
-    from recipes_lib.planner import RECIPES, Setup, format_family, format_plan, format_plan_table, plan_models
+    from recipes_lib.planner import Setup, plan_models
+    from recipes_lib.planner_report import (
+        describe_setup,
+        format_family,
+        format_not_planned,
+        format_plan,
+        format_plan_table,
+        format_sources,
+    )
 
     logging.basicConfig(level=logging.WARNING, format="%(message)s")
     warnings.filterwarnings("ignore", category=FutureWarning)  # peft/transformers deprecation notes
@@ -173,31 +233,34 @@ def plan(args) -> int:
         gradient_checkpointing=args.gradient_checkpointing,
         device=args.device,
         attention=args.attn_implementation,
-        lora_r=args.lora_r,
-        lora_target_modules=tuple(args.lora_target_modules),
-        lora_dropout=args.lora_dropout,
-        embedding_optimizer_bits=args.embedding_optimizer_bits,
         cuda_overhead_gib=args.cuda_overhead_gib,
         num_processes=args.num_processes,
         sharding=args.sharding,
     )
-    recipes = RECIPES if args.recipe == "all" else (args.recipe,)
     try:
-        rows = plan_models(args.model, recipes, setup, args.budget_gib, num_labels=args.num_labels)
+        shapes = recipe_shapes(args.recipe, args)
     except RecipeError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
+    rows = plan_models(args.model, shapes, setup, args.budget_gib, num_labels=args.num_labels)
+    not_planned = format_not_planned(rows)
+    if len(not_planned) == len(rows):  # nothing to show: say why, once per reason
+        for reason in dict.fromkeys(row.error for row in rows):
+            print(f"error: {reason}", file=sys.stderr)
+        return 2
+    if format_sources(rows):
+        print(format_sources(rows))
     if len(rows) == 1:
-        print(format_plan(*rows[0], args.budget_gib))
+        print(format_plan(rows[0].plan, rows[0].max_batch, args.budget_gib))
     else:
-        from recipes_lib.planner import describe_setup
-
         print(f"Predicted peak training memory: {describe_setup(setup, args.budget_gib)}")
         print(format_plan_table(rows, args.budget_gib, markdown=args.markdown))
+        for line in not_planned:
+            print(f"{'- ' if args.markdown else ''}{line}")
     if not args.no_family:
         print()
-        print(format_family(recipes, setup, args.budget_gib))
-    return 0
+        print(format_family(shapes, setup, args.budget_gib))
+    return 2 if not_planned else 0
 
 
 if __name__ == "__main__":

@@ -16,11 +16,9 @@ from pathlib import Path
 from typing import Any
 
 from recipes_lib.results import RESULTS_FILE, read_results
+from recipes_lib.units import BREAKDOWN_KEYS, GIB, format_table, short_model_name
 
 CHART_FILE = "memory_comparison.png"
-# The keys of results.json's memory_breakdown_gib (memory.BREAKDOWN_KEYS, not imported: memory.py
-# pulls in the Trainer, and with it bitsandbytes, which a table does not need), bottom of a bar first.
-BREAKDOWN_KEYS = ("weights", "gradients", "optimizer_state", "activations", "other")
 PART_LABELS = {
     "weights": "weights",
     "gradients": "gradients",
@@ -59,13 +57,6 @@ def load_runs(run_dirs: list[str]) -> list[dict[str, Any]]:
     return runs
 
 
-def short_model_name(name: str | None) -> str:
-    """The last part of a Hub id or path: 'all-MiniLM-L6-v2', not a site-packages path."""
-    if not name:
-        return "-"
-    return Path(name.rstrip("/")).name or name
-
-
 def _unit(runs: list[dict[str, Any]]) -> tuple[str, float]:
     """GiB, or MiB when every tensor figure is under 1 GiB (a small model would read 0.0x GiB)."""
     largest = max(
@@ -94,7 +85,7 @@ def table_columns(unit: str, scale: float) -> list[tuple[str, Callable[[dict[str
         measured = run.get("optimizer_state_bytes")
         if measured is None:  # a run from before optimizer_state_bytes existed
             gib = (run.get("memory_breakdown_gib") or {}).get("optimizer_state")
-            measured = None if gib is None else round(gib * 2**30)
+            measured = None if gib is None else round(gib * GIB)
         return _number(measured, "{:,}")
 
     return [
@@ -111,20 +102,6 @@ def table_columns(unit: str, scale: float) -> list[tuple[str, Callable[[dict[str
         ("macro-F1", lambda run: _number(run.get("eval_f1"), "{:.4f}")),
         ("train s", lambda run: _number(run.get("train_runtime_s"), "{:.1f}")),
     ]
-
-
-def format_table(header: list[str], rows: list[list[str]], markdown: bool = False) -> str:
-    if markdown:
-        lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
-        lines += ["| " + " | ".join(row) + " |" for row in rows]
-        return "\n".join(lines)
-    widths = [max(len(cell) for cell in column) for column in zip(header, *rows, strict=True)]
-    lines = [
-        "  ".join(cell.ljust(width) for cell, width in zip(line, widths, strict=True))
-        for line in [header, *rows]
-    ]
-    lines.insert(1, "  ".join("-" * width for width in widths))
-    return "\n".join(lines)
 
 
 def comparison_table(runs: list[dict[str, Any]], markdown: bool = False) -> str:

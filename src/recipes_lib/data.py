@@ -14,7 +14,7 @@ from pathlib import Path
 import datasets
 from datasets import ClassLabel, Dataset, DatasetDict
 
-from recipes_lib.config import DataArguments, dataset_source
+from recipes_lib.arguments import DataArguments, dataset_source
 from recipes_lib.errors import DataError
 
 logger = logging.getLogger(__name__)

@@ -55,10 +55,11 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
 from transformers import TrainerCallback
 
+from recipes_lib.optimizers import optimizer_state_tensors, tensors_in, unwrap_optimizer
+from recipes_lib.units import BREAKDOWN_KEYS, GIB
+
 logger = logging.getLogger(__name__)
 
-GIB = 2**30
-BREAKDOWN_KEYS = ("weights", "gradients", "optimizer_state", "activations", "other")
 # The CUDA caching allocator hands out blocks in multiples of 512 bytes; counting tensors the same
 # way makes the tracker's figures comparable with torch.cuda.max_memory_allocated.
 CUDA_BLOCK_BYTES = 512
@@ -109,44 +110,18 @@ def _storage(tensor: torch.Tensor) -> torch.UntypedStorage | None:
         return None
 
 
-def _tensors_in(value: Any):
-    """Every tensor in a nested structure of dicts, lists and bitsandbytes QuantState objects."""
-    if isinstance(value, torch.Tensor):
-        yield value
-    elif isinstance(value, dict):
-        for item in value.values():
-            yield from _tensors_in(item)
-    elif isinstance(value, (list, tuple)):
-        for item in value:
-            yield from _tensors_in(item)
-    elif type(value).__name__ == "QuantState":  # 4-bit block scales, and the scales of those scales
-        yield from _tensors_in(vars(value))
-
-
 def weight_tensors(model: torch.nn.Module):
     """Parameters, buffers and, for 4-bit bitsandbytes weights, their quantization constants."""
     for parameter in model.parameters():
         yield parameter
         quant_state = getattr(parameter, "quant_state", None)
         if quant_state is not None:
-            yield from _tensors_in(quant_state)
+            yield from tensors_in(quant_state)
     yield from model.buffers()
 
 
 def gradient_tensors(model: torch.nn.Module):
     return (p.grad for p in model.parameters() if p.grad is not None)
-
-
-def unwrap_optimizer(optimizer):
-    # accelerate's AcceleratedOptimizer (what Trainer.optimizer is) keeps the real one in `.optimizer`.
-    while isinstance(getattr(optimizer, "optimizer", None), torch.optim.Optimizer):
-        optimizer = optimizer.optimizer
-    return optimizer
-
-
-def optimizer_state_tensors(optimizer):
-    optimizer = unwrap_optimizer(optimizer)
-    return _tensors_in(list(getattr(optimizer, "state", {}).values())) if optimizer is not None else iter(())
 
 
 def storage_bytes(tensors, device_type: str | None = None) -> int:
@@ -288,7 +263,7 @@ class TensorMemoryTracker(TorchDispatchMode):
         for tensor in optimizer_state_tensors(self.optimizer):
             self._track(tensor, "optimizer")
         self.optimizer_state_bytes = storage_bytes(optimizer_state_tensors(self.optimizer))
-        for tensor in _tensors_in(self.inputs):
+        for tensor in tensors_in(self.inputs):
             self._track(tensor, "other")
         self._hooks = [
             parameter.register_post_accumulate_grad_hook(self._gradient_stored)

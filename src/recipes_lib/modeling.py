@@ -8,7 +8,7 @@ from pathlib import Path
 
 from transformers import AutoConfig, AutoModelForSequenceClassification, AutoTokenizer
 
-from recipes_lib.config import ModelArguments
+from recipes_lib.arguments import ModelArguments
 from recipes_lib.data import LabelMapping
 from recipes_lib.errors import ModelError
 
@@ -127,7 +127,10 @@ def load_model(model_args: ModelArguments, model_config, **from_pretrained_kwarg
 
 
 def count_parameters(model) -> tuple[int, int]:
-    """(total, trainable) parameters; shared (tied) tensors counted once."""
+    """(total, trainable) parameters; shared (tied) tensors counted once.
+
+    From a config alone, with no weights: `planner.count_parameters_on_meta(config, shape)`.
+    """
     seen, total, trainable = set(), 0, 0
     for parameter in model.parameters():
         if id(parameter) in seen:
@@ -150,21 +153,3 @@ def _logical_numel(parameter) -> int:
     if quant_state is not None and getattr(quant_state, "shape", None) is not None:
         return quant_state.shape.numel()
     return parameter.numel()
-
-
-def count_parameters_from_config(model_config, lora_arguments=None) -> tuple[int, int]:
-    """(total, trainable) parameters of the model a recipe trains, from its config, with no weights.
-
-    The model is built on the meta device (shapes only, no memory, no download), so bert-large
-    counts in a second. With `lora_arguments`, LoRA adapters are added as the lora and qlora
-    recipes add them (the 4-bit base of qlora holds the same number of parameters, packed).
-    """
-    import torch
-
-    with torch.device("meta"):
-        model = AutoModelForSequenceClassification.from_config(model_config)
-    if lora_arguments is not None:
-        from recipes_lib.adapters import add_lora
-
-        model = add_lora(model, lora_arguments)
-    return count_parameters(model)

@@ -14,6 +14,7 @@ Parameters under `MIN_8BIT_SIZE` elements (biases, LayerNorm) keep fp32 state in
 from __future__ import annotations
 
 from collections import defaultdict
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -23,6 +24,23 @@ from transformers import Trainer, TrainingArguments
 # bitsandbytes' default `min_8bit_size`: smaller tensors keep 32-bit state (quantizing a bias of
 # 768 values saves 4.5 KiB and costs precision). A test checks it against the installed version.
 MIN_8BIT_SIZE = 4096
+
+
+@dataclass
+class Adam8bitArguments:
+    """The options of recipes/adamw_8bit.py."""
+
+    embedding_optimizer_bits: int = field(
+        default=32,
+        metadata={
+            "help": "Bits of AdamW state for nn.Embedding weights: 32 (bitsandbytes' advice) or 8.",
+            "choices": [8, 32],
+        },
+    )
+    paged_optimizer: bool = field(
+        default=False,
+        metadata={"help": "PagedAdamW8bit: state pages out to CPU memory when the GPU runs short."},
+    )
 
 
 def decay_parameter_groups(model: nn.Module, weight_decay: float) -> list[dict[str, Any]]:
@@ -79,22 +97,33 @@ def create_adamw_8bit(
     return optimizer
 
 
-def _unwrap(optimizer):
-    # accelerate's AcceleratedOptimizer (what trainer.optimizer is) keeps the real one in `.optimizer`.
+def unwrap_optimizer(optimizer):
+    """The torch optimizer itself: accelerate's AcceleratedOptimizer (what trainer.optimizer is)
+    keeps the real one in `.optimizer`."""
     while isinstance(getattr(optimizer, "optimizer", None), torch.optim.Optimizer):
         optimizer = optimizer.optimizer
     return optimizer
 
 
-def _state_tensors(value):
+def tensors_in(value: Any):
+    """Every tensor in a nested structure of dicts, lists, tuples and bitsandbytes QuantState objects
+    (an optimizer's state; a 4-bit weight's block scales, and the scales of those scales)."""
     if isinstance(value, torch.Tensor):
         yield value
     elif isinstance(value, dict):
         for item in value.values():
-            yield from _state_tensors(item)
+            yield from tensors_in(item)
     elif isinstance(value, (list, tuple)):
         for item in value:
-            yield from _state_tensors(item)
+            yield from tensors_in(item)
+    elif type(value).__name__ == "QuantState":
+        yield from tensors_in(vars(value))
+
+
+def optimizer_state_tensors(optimizer):
+    """The tensors in `optimizer.state` (Adam moments, 8-bit quantization maps, step counters)."""
+    optimizer = unwrap_optimizer(optimizer)
+    return tensors_in(list(getattr(optimizer, "state", {}).values())) if optimizer is not None else iter(())
 
 
 def parameter_kind(parameter: torch.Tensor, embedding_ids: set[int]) -> str:
@@ -112,7 +141,7 @@ def optimizer_state_summary(optimizer, model: nn.Module | None = None) -> dict[s
     ('embedding', 'large', 'small', see `parameter_kind`) let recipes be compared on the parameters
     bitsandbytes can quantize; a shared tensor counts under the first parameter that holds it.
     """
-    optimizer = _unwrap(optimizer)
+    optimizer = unwrap_optimizer(optimizer)
     state = getattr(optimizer, "state", None)
     if optimizer is None or state is None:
         return {
@@ -128,7 +157,7 @@ def optimizer_state_summary(optimizer, model: nn.Module | None = None) -> dict[s
     by_kind: dict[str, int] = defaultdict(int)
     for parameter, parameter_state in state.items():
         kind = parameter_kind(parameter, embedding_ids) if isinstance(parameter, torch.Tensor) else "small"
-        for tensor in _state_tensors(parameter_state):
+        for tensor in tensors_in(parameter_state):
             key = (tensor.untyped_storage().data_ptr(), tensor.nbytes)
             if tensor.nbytes == 0 or key in seen_storages:
                 continue

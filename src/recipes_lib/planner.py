@@ -2,15 +2,20 @@
 
     recipes-lib plan --model bert-base-uncased --recipe all --per_device_train_batch_size 32 --max_seq_length 128 --bf16
 
+What a recipe changes reaches the planner as data, its `TrainingShape` (recipe_spec.py): LoRA
+adapters or none, a 4-bit base or not, 8-bit or 32-bit optimizer state. This module is the
+arithmetic; planner_report.py prints it.
+
 The prediction has the five parts that results.json measures (memory.py), plus the CUDA context:
 
-    weights          parameters and buffers: 4 B each in fp32; QLoRA's NF4 linear weights
+    weights          parameters and buffers: 4 B each in fp32; a quantized base's NF4 linear weights
                      0.5 B + 1/64 B (8-bit block scale per 64 weights) + 4/16,384 B (fp32 scale of
                      the scales per 256 blocks), about 0.516 B
     gradients        4 B per trainable parameter (fp32, as the weights that train are fp32)
-    optimizer_state  AdamW: 2 moments x 4 B + a 4 B step counter per tensor; 8-bit AdamW: 2 x 1 B +
-                     2 x 4 B of absmax per 256-element block = 2.03 B for tensors of >= 4,096
-                     elements (the embeddings stay 32-bit unless embedding_optimizer_bits is 8)
+    optimizer_state  AdamW: 2 moments x 4 B + a 4 B step counter per tensor; 8-bit AdamW
+                     (optimizer_bits 8): 2 x 1 B + 2 x 4 B of absmax per 256-element block = 2.03 B
+                     for tensors of >= 4,096 elements (the embeddings stay 32-bit unless
+                     embedding_optimizer_bits is 8)
     activations      what forward saves for backward, layer by layer (below), at the peak of backward
     other            the input batch (int64 ids, token types, mask)
     cuda_overhead    CUDA context + cuBLAS workspace, outside PyTorch's allocator (--cuda_overhead_gib)
@@ -21,7 +26,7 @@ state + the larger of activations and gradients (both, with gradient accumulatio
 plus the CUDA context; the plain sum of the parts is shown as an upper bound.
 
 Parameters are counted exactly by building the model on PyTorch's meta device (shapes, no memory)
-and, for LoRA and QLoRA, wrapping it with the recipe's own `add_lora`.
+and, with adapters, wrapping it with the same `adapters.add_lora` the recipes train with.
 
 Activations, per encoder layer, for T = batch x length tokens, hidden H, FFN width F, A heads
 (e = 4 B in fp32, 2 B in bf16 mixed precision; m = dropout mask: 1 B on CUDA (bool), the tensor's
@@ -38,7 +43,7 @@ own size on CPU, where PyTorch draws a float noise tensor; LayerNorm and residua
     FFN                               T x F x e GELU input + T x F x e GELU output
     under bf16 autocast               each linear keeps its own bf16 copy of its input and weight
 
-LoRA freezes the base, so a frozen linear keeps neither its input nor (past layer 0) gradients
+Adapters (LoRA) freeze the base, so a frozen linear keeps neither its input nor (past layer 0) gradients
 flow into the embeddings; each adapter keeps its dropout mask, its dropped input and its
 T x r down-projection. The peak comes early in backward, in the top layer, when the gradient of
 the FFN (or, for long sequences, of the attention probabilities) joins the saved tensors; that
@@ -53,13 +58,15 @@ from __future__ import annotations
 import json
 import logging
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-GIB = 2**30
-RECIPES = ("full_ft", "adamw_8bit", "lora", "qlora")
+from recipes_lib.errors import ConfigError, ModelError, RecipeError
+from recipes_lib.recipe_spec import LoraShape, TrainingShape
+from recipes_lib.units import BREAKDOWN_KEYS, GIB
+
 # bitsandbytes' defaults: 8-bit optimizer state only for tensors of at least this many elements,
 # quantized in blocks of 256 values (one fp32 absmax each); two 256-entry fp32 quantization maps.
 MIN_8BIT_SIZE = 4096
@@ -159,7 +166,10 @@ BERT_FAMILY: tuple[tuple[str, dict[str, Any]], ...] = (
 class Setup:
     """How the model trains: what changes the memory besides the model itself."""
 
-    recipe: str = "full_ft"
+    # What the recipe changes (adapters, a 4-bit base, 8-bit optimizer state): all the arithmetic reads.
+    shape: TrainingShape = TrainingShape()
+    # The recipe's name, or any words: shown in reports, never read by the arithmetic.
+    label: str = ""
     batch_size: int = 32
     seq_length: int = 128
     bf16: bool = False
@@ -168,10 +178,6 @@ class Setup:
     attention: str = "sdpa"  # or "eager"
     # Padded batches give the fused attention kernel a mask, which it makes float per layer.
     padded: bool = True
-    lora_r: int = 8
-    lora_target_modules: tuple[str, ...] = ("query", "value")
-    lora_dropout: float = 0.1
-    embedding_optimizer_bits: int = 32
     # Above 1, gradients stay from one micro-batch to the next, so they meet the activations.
     gradient_accumulation_steps: int = 1
     cuda_overhead_gib: float = DEFAULT_CUDA_OVERHEAD_GIB
@@ -185,8 +191,24 @@ class Setup:
         return SHARDED_PARTS[self.sharding] if self.num_processes > 1 else ()
 
     @property
-    def uses_lora(self) -> bool:
-        return self.recipe in ("lora", "qlora")
+    def adapters(self) -> LoraShape | None:
+        return self.shape.adapters
+
+    @property
+    def adapted_attention(self) -> set[str]:
+        """The attention projections (query, key, value) that carry adapters: the ones the
+        activation arithmetic models ('all-linear' adapts all three, and the FFN too)."""
+        if self.shape.adapters is None:
+            return set()
+        targets = self.shape.adapters.target_modules
+        names = {"query", "key", "value"} if _is_all_linear(targets) else set(targets)
+        return names & {"query", "key", "value"}
+
+
+def _is_all_linear(targets: tuple[str, ...] | str) -> bool:
+    if isinstance(targets, str):
+        return targets.lower() == "all-linear"
+    return [name.lower() for name in targets] == ["all-linear"]
 
 
 @dataclass(frozen=True)
@@ -210,8 +232,6 @@ class Encoder:
             if getattr(config, name, None) is None
         ]
         if missing:
-            from recipes_lib.errors import ModelError
-
             raise ModelError(
                 f"The planner knows BERT-like encoders (BERT, RoBERTa, ELECTRA, MiniLM); this "
                 f"{config.model_type} config has no {', '.join(missing)}. Use a BERT-like model."
@@ -238,34 +258,40 @@ class Parameters:
     trainable: int
     trainable_tensors: list[tuple[int, bool]]  # (elements, is an nn.Embedding weight)
     buffer_bytes: int
-    quantized_linears: list[int] = field(default_factory=list)  # QLoRA: elements of each NF4 weight
+    quantized_linears: list[int] = field(default_factory=list)  # a 4-bit base: elements of each NF4 weight
 
 
-def count_parameters_on_meta(config, setup: Setup) -> Parameters:
-    """Build the recipe's model on the meta device and count what it holds, by kind."""
+def count_parameters_on_meta(config, shape: TrainingShape | None = None) -> Parameters:
+    """Build the model a recipe of this shape trains on the meta device and count what it holds, by kind.
+
+    Shapes only, no memory, no download: bert-large counts in a second. `.total` and `.trainable`
+    are what `modeling.count_parameters` gives for the real model (a 4-bit base holds the same
+    number of parameters, packed).
+    """
     import torch
     from torch import nn
     from transformers import AutoModelForSequenceClassification
 
+    shape = shape or TrainingShape()
     with torch.device("meta"):
         model = AutoModelForSequenceClassification.from_config(config)
     quantized = []
-    if setup.recipe == "qlora":
-        # The qlora recipe stores every linear layer of the encoder in NF4 except the head it trains.
+    if shape.quantized_base:
+        # Every linear layer of the encoder in NF4 except what trains in full: the head, and the
+        # pooler when the adapters train it. These are adapters.nf4_quantization_config's
+        # llm_int8_skip_modules, which transformers matches as parts of the module name.
+        keep = ["classifier", "score"]
+        if shape.adapters is not None and shape.adapters.train_pooler:
+            keep.append("pooler")
         quantized = [
             module.weight.numel()
             for name, module in model.named_modules()
-            if isinstance(module, nn.Linear) and name.rsplit(".", 1)[-1] not in ("classifier", "score")
+            if isinstance(module, nn.Linear) and not any(key in name for key in keep)
         ]
-    if setup.uses_lora:
-        from recipes_lib.adapters import LoraArguments, add_lora
+    if shape.adapters is not None:
+        from recipes_lib.adapters import add_lora
 
-        lora = LoraArguments(
-            lora_r=setup.lora_r,
-            lora_target_modules=list(setup.lora_target_modules),
-            lora_dropout=setup.lora_dropout,
-        )
-        model = add_lora(model, lora)
+        model = add_lora(model, shape.adapters)
     embedding_ids = {id(m.weight) for m in model.modules() if isinstance(m, nn.Embedding)}
     seen, total, trainable, tensors = set(), 0, 0, []
     for parameter in model.parameters():
@@ -300,12 +326,12 @@ def gradient_bytes(parameters: Parameters) -> int:
 
 
 def optimizer_bytes(parameters: Parameters, setup: Setup) -> int:
-    if setup.recipe != "adamw_8bit":
+    if setup.shape.optimizer_bits == 32:
         # torch AdamW: exp_avg and exp_avg_sq in fp32, and a 4 B step tensor per parameter tensor.
         return 8 * parameters.trainable + 4 * len(parameters.trainable_tensors)
     total = OPTIMIZER_8BIT_MAPS_BYTES
     for elements, is_embedding in parameters.trainable_tensors:
-        keep_32bit = elements < MIN_8BIT_SIZE or (is_embedding and setup.embedding_optimizer_bits == 32)
+        keep_32bit = elements < MIN_8BIT_SIZE or (is_embedding and setup.shape.embedding_optimizer_bits == 32)
         if keep_32bit:
             total += 8 * elements
         else:
@@ -333,7 +359,7 @@ def _fused_attention(encoder: Encoder, setup: Setup) -> bool:
 def layer_activation_terms(encoder: Encoder, setup: Setup) -> dict[str, int]:
     """Bytes that one encoder layer's forward keeps for backward, by what they are."""
     B, S, H, F, A = setup.batch_size, setup.seq_length, encoder.hidden, encoder.intermediate, encoder.heads
-    r = setup.lora_r
+    lora = setup.adapters
     T = B * S
     autocast = setup.bf16
     e = 2 if autocast else 4  # outputs of matmuls, GELU and attention
@@ -345,8 +371,7 @@ def layer_activation_terms(encoder: Encoder, setup: Setup) -> dict[str, int]:
         return elements * (1 if setup.device == "cuda" else element_bytes)
 
     hidden_drop, attention_drop = encoder.hidden_dropout > 0, encoder.attention_dropout > 0
-    frozen_base = setup.uses_lora
-    targets = set(setup.lora_target_modules) if frozen_base else set()
+    frozen_base = lora is not None
 
     # One encoder layer.
     layer: dict[str, int] = {}
@@ -380,19 +405,19 @@ def layer_activation_terms(encoder: Encoder, setup: Setup) -> dict[str, int]:
             layer["linear inputs, bf16 copies"] = 4 * T * H * 2
         else:
             layer["LayerNorm outputs (next linears' input)"] = 2 * T * H * 4
-    adapters = len(targets & {"query", "key", "value"})
+    adapters = len(setup.adapted_attention)
     if adapters:
         # Each adapter's first linear keeps its input: its own dropout output (fp32), or its own
         # bf16 copy under autocast; without LoRA dropout in fp32, the shared LayerNorm output.
         lora_input = T * H * (2 if autocast else 4)
-        if setup.lora_dropout > 0:
+        if lora.dropout > 0:
             layer["LoRA dropout masks + inputs"] = adapters * (mask(T * H, 4) + lora_input)
         else:
             layer["LoRA inputs"] = adapters * lora_input if autocast else lora_input
-        layer["LoRA down-projections (T x r)"] = adapters * T * r * e
-    if autocast and setup.recipe != "qlora":
-        # Autocast's bf16 copy of every linear weight, kept for the input gradient. QLoRA's NF4
-        # weights are dequantized again in backward instead.
+        layer["LoRA down-projections (T x r)"] = adapters * T * lora.r * e
+    if autocast and not setup.shape.quantized_base:
+        # Autocast's bf16 copy of every linear weight, kept for the input gradient. A quantized
+        # base's NF4 weights are dequantized again in backward instead.
         layer["linear weights, bf16 copies"] = 2 * _linear_weight_elements(encoder)
     return layer
 
@@ -401,7 +426,7 @@ def activation_terms(encoder: Encoder, setup: Setup) -> dict[str, int]:
     """Bytes of what forward keeps for backward, and the backward transient, by name."""
     L, T, H = encoder.layers, setup.batch_size * setup.seq_length, encoder.hidden
     fused = _fused_attention(encoder, setup)
-    frozen_base = setup.uses_lora
+    frozen_base = setup.adapters is not None
     terms: dict[str, int] = {}
     per_layer = sum(layer_activation_terms(encoder, setup).values())
     transient = _backward_transient(encoder, setup, fused)
@@ -449,14 +474,14 @@ def _head_terms(encoder: Encoder, setup: Setup) -> dict[str, int]:
 
 
 def _first_layer_savings(encoder: Encoder, setup: Setup, fused: bool) -> int:
-    """LoRA: the first layer's input needs no gradient, so it keeps less than the others."""
+    """Adapters: the first layer's input needs no gradient, so it keeps less than the others."""
     T, H = setup.batch_size * setup.seq_length, encoder.hidden
     e = 2 if setup.bf16 else 4
     savings = 0
-    if not fused and "key" not in setup.lora_target_modules:
+    if not fused and "key" not in setup.adapted_attention:
         savings += T * H * e  # K needs no gradient there, so the copy of Q its gradient would use is not kept
-    adapters = len(set(setup.lora_target_modules) & {"query", "key", "value"})
-    if setup.lora_dropout > 0:
+    adapters = len(setup.adapted_attention)
+    if setup.adapters.dropout > 0:
         savings += adapters * T * H * (1 if setup.device == "cuda" else 4)  # dropout masks of the adapters
     return savings
 
@@ -468,19 +493,19 @@ def _backward_transient(encoder: Encoder, setup: Setup, fused: bool) -> int:
     tensors are still there (full fine-tuning frees the GELU output it kept for the weight
     gradient at the same time; LoRA kept none, so it also holds the GELU input's gradient).
     The attention moment (eager or math kernel only): the gradients of the probabilities
-    (B x A x S x S, one or two of them) after the FFN's saved tensors are gone. QLoRA adds a
-    moment of its own, when a 4-bit weight is dequantized (for small batches the largest).
+    (B x A x S x S, one or two of them) after the FFN's saved tensors are gone. A quantized base
+    adds a moment of its own, when a 4-bit weight is dequantized (for small batches the largest).
     Fitted to the measured CPU order of frees (tests/test_planner.py checks it).
     """
     B, S, H, F, A = setup.batch_size, setup.seq_length, encoder.hidden, encoder.intermediate, encoder.heads
-    T, r = B * S, setup.lora_r
+    T = B * S
     e = 2 if setup.bf16 else 4
     probabilities = B * A * S * S * 4
     copies_of_probabilities = 1 if encoder.attention_dropout > 0 else 2
-    if setup.uses_lora:
-        ffn = 2 * T * F * e + T * H * 4 + 4 * T * r * e
+    if setup.adapters is not None:
+        ffn = 2 * T * F * e + T * H * 4 + 4 * T * setup.adapters.r * e
         attention = copies_of_probabilities * probabilities - T * F * e - T * H * 4
-        if setup.recipe == "qlora":
+        if setup.shape.quantized_base:
             # The input gradient of an NF4 linear needs its weight back: bitsandbytes dequantizes
             # the largest one (H x F) to fp32 and copies it to bf16, 6 B per weight, for a moment.
             ffn = max(ffn, 6 * H * F - T * H * 2)
@@ -541,30 +566,37 @@ class MemoryPlan:
         return self.peak_tensors + self.cuda_overhead
 
     def breakdown_gib(self) -> dict[str, float]:
-        parts = {
-            "weights": self.weights,
-            "gradients": self.gradients,
-            "optimizer_state": self.optimizer_state,
-            "activations": self.activations,
-            "other": self.other,
-            "cuda_overhead": self.cuda_overhead,
-            "total": self.total,
-        }
+        """The parts under results.json's memory_breakdown_gib keys, the CUDA context and the peak."""
+        parts = {key: getattr(self, key) for key in BREAKDOWN_KEYS}
+        parts.update(cuda_overhead=self.cuda_overhead, total=self.total)
         return {key: value / GIB for key, value in parts.items()}
+
+
+def check_shape(shape: TrainingShape) -> None:
+    """Refuse a shape the arithmetic has no answer for, naming the value."""
+    for name in ("optimizer_bits", "embedding_optimizer_bits"):
+        if getattr(shape, name) not in (8, 32):
+            raise ConfigError(
+                f"{name} is {getattr(shape, name)}; the planner knows 32-bit and 8-bit AdamW state."
+            )
+    lora = shape.adapters
+    if lora is not None and (lora.r <= 0 or not 0 <= lora.dropout < 1 or not lora.target_modules):
+        raise ConfigError(
+            f"The adapters {lora} need a positive r, a dropout in [0, 1) and at least one target module."
+        )
 
 
 def plan_memory(
     config, setup: Setup, model_name: str = "", parameters: Parameters | None = None
 ) -> MemoryPlan:
-    if setup.recipe not in RECIPES:
-        raise ValueError(f"recipe must be one of {', '.join(RECIPES)}, not {setup.recipe!r}")
+    check_shape(setup.shape)
     if setup.sharding not in SHARDED_PARTS or setup.num_processes < 1:
         raise ValueError(
             f"sharding must be one of {', '.join(SHARDED_PARTS)} (not {setup.sharding!r}) and "
             f"num_processes at least 1 (not {setup.num_processes})"
         )
     encoder = Encoder.from_config(config)
-    parameters = parameters or count_parameters_on_meta(config, setup)
+    parameters = parameters or count_parameters_on_meta(config, setup.shape)
     terms = activation_terms(encoder, setup)
     parts = {
         "weights": weight_bytes(parameters, setup),
@@ -593,7 +625,7 @@ def _gathered_layer_bytes(encoder: Encoder, parameters: Parameters, setup: Setup
 
     Per layer: Q, K, V and output projections 4 (H x H + H), FFN H x F + F + F x H + H, two
     LayerNorms 2 x 2H (bert-base: 7,087,872 parameters). Bytes per weight: the model's average
-    (NF4 for QLoRA), at most 2 under bf16 mixed precision, which gathers in bf16.
+    (NF4 for a quantized base), at most 2 under bf16 mixed precision, which gathers in bf16.
     """
     H, F = encoder.hidden, encoder.intermediate
     layer_parameters = 4 * (H * H + H) + 2 * H * F + F + H + 4 * H
@@ -609,7 +641,7 @@ def largest_batch(config, setup: Setup, budget_bytes: int, limit: int = 4096) ->
     Every part but the activations is fixed, and the activations grow with the batch, so
     doubling then bisecting finds the edge in a few dozen evaluations of the arithmetic.
     """
-    parameters = count_parameters_on_meta(config, setup)
+    parameters = count_parameters_on_meta(config, setup.shape)
 
     def fits(batch: int) -> bool:
         return (
@@ -644,7 +676,6 @@ def load_config_and_source(name_or_path: str, num_labels: int = 2) -> tuple[Any,
     """(config, where it came from, in words)."""
     from transformers import AutoConfig, BertConfig
 
-    from recipes_lib.errors import ModelError
     from recipes_lib.modeling import resolve_model_path
 
     path = Path(name_or_path)
@@ -673,173 +704,81 @@ def load_config_and_source(name_or_path: str, num_labels: int = 2) -> tuple[Any,
         ) from None
 
 
+@dataclass
+class PlanRow:
+    """One (model, recipe) of `plan_models`: the plan and the largest batch that fits, or why there is none."""
+
+    model: str
+    label: str
+    source: str = ""  # where the model's config came from, in words
+    plan: MemoryPlan | None = None
+    max_batch: int = 0
+    error: str | None = None  # set when there is no plan
+
+
+def error_reason(error: Exception) -> str:
+    """An error as one line: a RecipeError's message is written for the user; anything else is named."""
+    text = str(error).strip()
+    if isinstance(error, RecipeError):
+        return text or type(error).__name__
+    return f"{type(error).__name__}: {text.splitlines()[0]}" if text else type(error).__name__
+
+
+# What plan_models and the CLI report as a reason a row has no plan rather than stop on: errors the
+# user can fix (RecipeError) and transformers' or peft's ValueError for a model or target they lack.
+PLANNING_ERRORS = (RecipeError, ValueError)
+
+
 def plan_models(
-    models: Iterable[str], recipes: Iterable[str], setup: Setup, budget_gib: float, num_labels: int = 2
-) -> list[tuple[MemoryPlan, int]]:
-    """A plan and the largest batch that fits, for every (model, recipe)."""
+    models: Iterable[str],
+    shapes: Mapping[str, TrainingShape | Exception],
+    setup: Setup,
+    budget_gib: float,
+    num_labels: int = 2,
+) -> list[PlanRow]:
+    """A plan and the largest batch that fits, for every model and every {label: shape}.
+
+    Every row that can be planned is; one that cannot says why in its `error`: a config that does
+    not load, a model the planner does not know, adapters that name no layer of the model, or a
+    shape that could not be made (given as the exception that stopped it, e.g. a recipe's options
+    that failed validation).
+    """
     rows = []
     for model in models:
-        config, source = load_config_and_source(model, num_labels)
-        print(f"{model}: {source}")
-        for recipe in recipes:
-            recipe_setup = replace(setup, recipe=recipe)
-            plan = plan_memory(config, recipe_setup, model_name=model)
-            rows.append((plan, largest_batch(config, recipe_setup, int(budget_gib * GIB))))
+        try:
+            config, source = load_config_and_source(model, num_labels)
+        except PLANNING_ERRORS as error:
+            rows += [PlanRow(model, label, error=error_reason(error)) for label in shapes]
+            continue
+        for label, shape in shapes.items():
+            row = PlanRow(model, label, source)
+            try:
+                if isinstance(shape, Exception):
+                    raise shape
+                labelled = replace(setup, shape=shape, label=label)
+                row.plan = plan_memory(config, labelled, model_name=model)
+                row.max_batch = largest_batch(config, labelled, int(budget_gib * GIB))
+            except PLANNING_ERRORS as error:
+                row.plan, row.error = None, error_reason(error)
+            rows.append(row)
     return rows
 
 
-def largest_family_member(recipe: str, setup: Setup, budget_gib: float) -> tuple[str, MemoryPlan, int] | None:
+def largest_family_member(setup: Setup, budget_gib: float) -> tuple[str, MemoryPlan, int] | None:
     """The largest BERT_FAMILY configuration whose plan fits the budget at the setup's batch size."""
     from transformers import BertConfig
 
     best = None
     for name, values in BERT_FAMILY:
         config = BertConfig(**values, num_labels=2)
-        recipe_setup = replace(setup, recipe=recipe)
-        plan = plan_memory(config, recipe_setup, model_name=name)
+        plan = plan_memory(config, setup, model_name=name)
         if plan.total > budget_gib * GIB:
             break
-        best = (name, plan, largest_batch(config, recipe_setup, int(budget_gib * GIB)))
+        best = (name, plan, largest_batch(config, setup, int(budget_gib * GIB)))
     return best
 
 
-# --- printing ---------------------------------------------------------------------------------------
-
-
-def _gib(value: int) -> str:
-    return f"{value / GIB:.2f}"
-
-
-def describe_setup(setup: Setup, budget_gib: float) -> str:
-    precision = "bf16 mixed precision" if setup.bf16 else "fp32"
-    attention = {"sdpa": "SDPA attention", "eager": "eager attention"}[setup.attention]
-    extras = [precision, attention, setup.device.upper() if setup.device == "cuda" else "CPU"]
-    if setup.gradient_checkpointing:
-        extras.append("gradient checkpointing")
-    if setup.num_processes > 1:
-        extras.append(describe_sharding(setup))
-    return (
-        f"batch {setup.batch_size} x {setup.seq_length} tokens per device, {', '.join(extras)}; "
-        f"budget {budget_gib:g} GiB"
-    )
-
-
-def describe_sharding(setup: Setup) -> str:
-    """e.g. '4 processes, zero2: each holds 1/4 of the optimizer state and gradients'."""
-    parts = [part.replace("_", " ") for part in setup.sharded_parts]
-    if not parts:
-        return f"{setup.num_processes} processes, {setup.sharding}: each holds all of the training state"
-    listed = " and ".join([", ".join(parts[:-1]), parts[-1]] if len(parts) > 1 else parts)
-    gathered = " (+ one layer gathered)" if "weights" in setup.sharded_parts else ""
-    return (
-        f"{setup.num_processes} processes, {setup.sharding}: each holds 1/{setup.num_processes} of the "
-        f"{listed}{gathered}"
-    )
-
-
-def _shard_label(name: str, part: str, setup: Setup) -> str:
-    if part not in setup.sharded_parts:
-        return name
-    gathered = " + 1 layer" if part == "weights" else ""
-    return f"{name} (1/{setup.num_processes}{gathered})"
-
-
-def format_plan(plan: MemoryPlan, max_batch: int, budget_gib: float) -> str:
-    """One model and recipe: every part, the activation arithmetic, the verdict."""
-    rows = [
-        (_shard_label("weights", "weights", plan.setup), plan.weights),
-        (_shard_label("gradients", "gradients", plan.setup), plan.gradients),
-        (_shard_label("optimizer state", "optimizer_state", plan.setup), plan.optimizer_state),
-        ("activations", plan.activations),
-        ("other (input batch)", plan.other),
-    ]
-    if plan.cuda_overhead:
-        rows.append(("CUDA context + workspace (assumed)", plan.cuda_overhead))
-    lines = [
-        f"{plan.model}, {plan.setup.recipe}: {plan.params_total:,} parameters, {plan.params_trainable:,} trainable",
-        describe_setup(plan.setup, budget_gib),
-        "",
-    ]
-    lines += [f"  {name:<36} {_gib(value):>8} GiB" for name, value in rows]
-    lines.append(f"  {'sum of the parts (upper bound)':<36} {_gib(plan.sum_of_parts):>8} GiB")
-    lines.append(f"  {'predicted peak (all at once)':<36} {_gib(plan.total):>8} GiB")
-    lines.append("")
-    lines.append("  activations, by what forward keeps for backward:")
-    lines += [f"    {name:<50} {value / 2**20:>10.1f} MiB" for name, value in plan.activation_terms.items()]
-    encoder = Encoder.from_config(plan.config) if plan.config is not None else None
-    if encoder is not None:
-        lines.append(f"  one encoder layer (of {encoder.layers}):")
-        layer = layer_activation_terms(encoder, plan.setup)
-        lines += [f"    {name:<50} {value / 2**20:>10.1f} MiB" for name, value in layer.items()]
-    verdict = "fits" if plan.total <= budget_gib * GIB else "does NOT fit"
-    lines += ["", f"{verdict} in {budget_gib:g} GiB; largest batch that fits: {max_batch or 'none'}"]
-    return "\n".join(lines)
-
-
-def format_plan_table(rows: list[tuple[MemoryPlan, int]], budget_gib: float, markdown: bool = False) -> str:
-    """One row per (model, recipe), in GiB, or MiB when every plan is under 1 GiB (small models)."""
-    from recipes_lib.compare import format_table
-
-    unit, scale = ("GiB", 1 / GIB) if max(plan.total for plan, _ in rows) >= GIB else ("MiB", 1 / 2**20)
-
-    def size(value: int) -> str:
-        return f"{value * scale:.2f}" if unit == "GiB" else f"{value * scale:.1f}"
-
-    header = [
-        "model",
-        "recipe",
-        "params",
-        "trainable",
-        f"weights {unit}",
-        "gradients",
-        "optimizer",
-        "activations",
-        "other",
-        "CUDA ctx",
-        f"peak {unit}",
-        f"fits {budget_gib:g} GiB",
-        "max batch",
-    ]
-    body = [
-        [
-            plan.model,
-            plan.setup.recipe,
-            f"{plan.params_total / 1e6:.1f}M",
-            f"{plan.params_trainable / 1e6:.2f}M",
-            size(plan.weights),
-            size(plan.gradients),
-            size(plan.optimizer_state),
-            size(plan.activations),
-            size(plan.other),
-            size(plan.cuda_overhead),
-            size(plan.total),
-            "yes" if plan.total <= budget_gib * GIB else "NO",
-            str(max_batch),
-        ]
-        for plan, max_batch in rows
-    ]
-    return format_table(header, body, markdown)
-
-
-def format_family(recipes: Iterable[str], setup: Setup, budget_gib: float) -> str:
-    lines = [
-        f"Largest BERT-family configuration that fits {budget_gib:g} GiB at batch {setup.batch_size} x "
-        f"{setup.seq_length} (family: {', '.join(name.split(' (')[0] for name, _ in BERT_FAMILY)}):"
-    ]
-    for recipe in recipes:
-        found = largest_family_member(recipe, setup, budget_gib)
-        if found is None:
-            lines.append(f"  {recipe:<11} none (even {BERT_FAMILY[0][0]} does not fit)")
-            continue
-        name, plan, max_batch = found
-        lines.append(
-            f"  {recipe:<11} {name:<24} {plan.params_total / 1e6:>8.1f}M params  {_gib(plan.total):>6} GiB  "
-            f"largest batch {max_batch}"
-        )
-    return "\n".join(lines)
-
-
-def predict_for_check(model_dir: str, recipe: str, batch: int, seq: int, bf16: bool) -> float:
+def predict_for_check(model_dir: str, shape: TrainingShape, batch: int, seq: int, bf16: bool) -> float:
     """The predicted peak of all tensors, in GiB, for benchmarks/gpu_check.py's runs.
 
     Those runs pad every example to `seq` (no padding mask) and train on CUDA with bf16 (on the
@@ -847,5 +786,5 @@ def predict_for_check(model_dir: str, recipe: str, batch: int, seq: int, bf16: b
     which never includes the CUDA context, so neither does this figure.
     """
     device = "cuda" if bf16 else "cpu"
-    setup = Setup(recipe=recipe, batch_size=batch, seq_length=seq, bf16=bf16, device=device, padded=False)
+    setup = Setup(shape=shape, batch_size=batch, seq_length=seq, bf16=bf16, device=device, padded=False)
     return plan_memory(load_config(model_dir), setup).peak_tensors / GIB

@@ -174,10 +174,9 @@ def emulation_warning(choice: PrecisionChoice, capability: DeviceCapability) -> 
         return None
     if capability.kind == "cpu":
         return (
-            f"{choice.precision} was asked for, but this CPU ({capability.name}) has no native "
-            f"{choice.precision} (AVX-512 BF16/AMX for bf16, AVX-512 FP16/AMX-FP16 for fp16): its matmuls "
-            "are emulated, typically 20-60x slower than fp32 (python benchmarks/precision.py measures it). "
-            "Drop the flag to train in fp32."
+            f"{choice.precision} was asked for, but this CPU ({capability.name}) has no native bf16 (AVX-512 "
+            "BF16 or AMX): its bf16 matmuls are emulated, many times slower than fp32 (python "
+            "benchmarks/precision.py measures how much on this machine). Drop the flag to train in fp32."
         )
     return (
         f"{choice.precision} was asked for, but {capability.name} only emulates it: expect it to be "

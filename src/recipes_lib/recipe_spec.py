@@ -19,6 +19,7 @@ class LoraShape:
     """The adapters a LoRA recipe adds: rank, which linear layers, dropout on their input."""
 
     r: int = 8
+    alpha: float = 16  # the update is scaled by alpha / r
     # Layer names, or "all-linear" for every linear layer except the classification head.
     target_modules: tuple[str, ...] | str = ("query", "value")
     dropout: float = 0.1

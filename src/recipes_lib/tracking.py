@@ -37,12 +37,12 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 from transformers import TrainerCallback
 
-from recipes_lib.config import (
+from recipes_lib.arguments import (
     DataArguments,
     ModelArguments,
     ParsedArguments,
@@ -50,11 +50,10 @@ from recipes_lib.config import (
     dataset_source,
 )
 from recipes_lib.errors import ConfigError
-from recipes_lib.memory import GIB, peak_rss_gib
+from recipes_lib.memory import peak_rss_gib
+from recipes_lib.recipe_spec import RecipeSpec
 from recipes_lib.results import describe_device, library_versions
-
-if TYPE_CHECKING:
-    from recipes_lib.runner import Recipe
+from recipes_lib.units import GIB, short_model_name
 
 logger = logging.getLogger("recipes_lib")
 
@@ -89,11 +88,6 @@ class RunIdentity:
     name: str
     tags: tuple[str, ...]
     job_type: str = JOB_TYPE
-
-
-def short_model_name(model_name_or_path: str) -> str:
-    """'sentence-transformers/all-MiniLM-L6-v2' -> 'all-MiniLM-L6-v2'; a local directory -> its name."""
-    return Path(model_name_or_path.rstrip("/\\")).name or model_name_or_path
 
 
 def short_dataset_name(data: DataArguments) -> str:
@@ -143,9 +137,9 @@ def _field_defaults(argument_classes) -> dict[str, Any]:
     return defaults
 
 
-def run_name(recipe: Recipe, arguments: ParsedArguments) -> str:
+def run_name(recipe: RecipeSpec, arguments: ParsedArguments) -> str:
     """recipe + model + every naming setting whose value differs from the recipe's default."""
-    recipe_classes = tuple(recipe.argument_classes)
+    recipe_classes = (recipe.options,) if recipe.options is not None else ()
     defaults = _field_defaults((ModelArguments, DataArguments, *recipe_classes, RecipeTrainingArguments))
     defaults.update(recipe.training_defaults)
     settings = dict(NAME_SETTINGS)
@@ -160,7 +154,7 @@ def run_name(recipe: Recipe, arguments: ParsedArguments) -> str:
     return " ".join([recipe.name, short_model_name(arguments.model.model_name_or_path), *differences])
 
 
-def run_identity(recipe: Recipe, arguments: ParsedArguments) -> RunIdentity:
+def run_identity(recipe: RecipeSpec, arguments: ParsedArguments) -> RunIdentity:
     training = arguments.training
     extra_tags = [tag.strip() for tag in (training.wandb_tags or "").split(",") if tag.strip()]
     tags = [
@@ -379,7 +373,7 @@ class Tracker:
         self.run = None
 
 
-def start_tracking(arguments: ParsedArguments, recipe: Recipe) -> Tracker:
+def start_tracking(arguments: ParsedArguments, recipe: RecipeSpec) -> Tracker:
     """Start the W&B run on the main process, before the Trainer: its WandbCallback then reuses it."""
     training = arguments.training
     if not tracking_requested(training) or training.process_index != 0:

@@ -1,4 +1,4 @@
-"""Units and names shared by every report: bytes per GiB, plain-text and Markdown tables, short names."""
+"""Units and names shared by every report: bytes per GiB, the memory breakdown's parts, tables, short names."""
 
 from __future__ import annotations
 
@@ -6,6 +6,9 @@ from pathlib import Path
 
 GIB = 2**30
 MIB = 2**20
+# What held the training memory, as results.json's memory_breakdown_gib names it (memory.py measures
+# it, planner.py predicts it, compare.py stacks it in this order, bottom of a bar first).
+BREAKDOWN_KEYS = ("weights", "gradients", "optimizer_state", "activations", "other")
 
 
 def format_table(header: list[str], rows: list[list[str]], markdown: bool = False) -> str:

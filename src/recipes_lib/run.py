@@ -1,0 +1,340 @@
+"""The bookkeeping of one recipe run, behind the steps a recipe script calls.
+
+A recipe script's `main()` reads as the recipe: parse the arguments, load the data, build the
+model, build the Trainer, train, save, evaluate. Each step is a call on a `RecipeRun`, which keeps
+what a run must do around those steps out of the script:
+
+    with RecipeRun(arguments, SPEC) as run:   refuse to overwrite another run, resolve --resume_from_checkpoint,
+                                              seed, logging
+        run.load_data()                       tokenizer and config.json checks first, then the data, labels,
+                                              tokenization; the precision once the model family is known
+        run.load_model()                      W&B run started, memory phases begin
+        run.trainer(model, optimizer)         --auto_batch_size, the RecipeTrainer with its callbacks
+        run.train()                           out-of-memory back-off under --auto_batch_size
+        run.save()                            model (or adapter) and tokenizer in output_dir
+        run.evaluate()
+    (leaving the block)                       results.json, the W&B summary with the same keys
+
+Leaving the block through an exception writes no results.json: a results file always belongs to a
+finished run. `run_main(main)` turns a user error into one paragraph on stderr and an exit code.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+from collections.abc import Callable
+from typing import Any
+
+import datasets
+import transformers
+from transformers import set_seed
+
+from recipes_lib.arguments import ParsedArguments
+from recipes_lib.autofit import choose_batch_size, train_with_out_of_memory_backoff
+from recipes_lib.checkpoints import clear_previous_run, resolve_resume_checkpoint, resume_requested
+from recipes_lib.data import load_classification_data, padding_collator, tokenize
+from recipes_lib.errors import OutputDirError, RecipeError
+from recipes_lib.memory import MemoryCallback, MemoryMonitor, peak_memory
+from recipes_lib.metrics import build_compute_metrics
+from recipes_lib.modeling import (
+    check_sequence_length,
+    count_parameters,
+    load_model,
+    load_model_config,
+    load_tokenizer,
+)
+from recipes_lib.optimizers import optimizer_state_summary
+from recipes_lib.parsing import wants_traceback
+from recipes_lib.precision import AutocastProbe
+from recipes_lib.recipe_spec import RecipeSpec
+from recipes_lib.results import RESULTS_FILE, describe_device, library_versions, timestamp, write_results
+from recipes_lib.tracking import Tracker, start_tracking
+from recipes_lib.trainer import RecipeTrainer
+
+logger = logging.getLogger("recipes_lib")
+
+# Files that mean "another run lives here".
+_RUN_MARKERS = (RESULTS_FILE, "model.safetensors", "adapter_model.safetensors", "checkpoint-*")
+
+
+def setup_logging(arguments: ParsedArguments) -> None:
+    logging.basicConfig(
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s", datefmt="%H:%M:%S", stream=sys.stdout
+    )
+    # Only the main process talks at INFO; the others would print every line N times.
+    logger.setLevel(logging.INFO if arguments.training.should_log else logging.WARNING)
+    log_level = arguments.training.get_process_log_level()
+    datasets.utils.logging.set_verbosity(log_level)
+    transformers.utils.logging.set_verbosity(log_level)
+
+
+def check_output_dir(arguments: ParsedArguments) -> None:
+    """Refuse to write over another run unless asked to resume it or to overwrite it."""
+    from pathlib import Path
+
+    training = arguments.training
+    output_dir = Path(training.output_dir)
+    if output_dir.exists() and not output_dir.is_dir():
+        raise OutputDirError(f"--output_dir '{output_dir}' is a file, not a directory. Pick another path.")
+    resuming = resume_requested(training.resume_from_checkpoint)
+    if not output_dir.is_dir() or training.overwrite_output_dir or resuming:
+        return
+    found = sorted({path.name for marker in _RUN_MARKERS for path in output_dir.glob(marker)})
+    if found:
+        raise OutputDirError(
+            f"The output directory '{output_dir}' already holds a run ({', '.join(found[:3])}). Nothing was "
+            "changed. Pick another --output_dir, continue that run with --resume_from_checkpoint last, or "
+            "replace it with --overwrite_output_dir."
+        )
+
+
+class RecipeRun:
+    """One run of a recipe: the steps are its methods, the bookkeeping happens around them."""
+
+    def __init__(self, arguments: ParsedArguments, spec: RecipeSpec):
+        self.arguments = arguments
+        self.spec = spec
+        options = arguments.recipe_options.get(spec.options) if spec.options is not None else None
+        # What the planner and --auto_batch_size need of this recipe (recipe_spec.py).
+        self.shape = spec.shape(options)
+        self.tracker = Tracker()
+        self.memory: MemoryMonitor | None = None
+        self.results: dict[str, Any] | None = None
+        self._trainer: RecipeTrainer | None = None
+        self._train_result = None
+        self._eval_metrics: dict[str, Any] | None = None
+
+    # -- shortcuts the recipe scripts use ------------------------------------------------------------
+
+    @property
+    def training(self):
+        return self.arguments.training
+
+    @property
+    def device(self):
+        return self.training.device
+
+    @property
+    def precision(self) -> str:
+        """'bf16', 'fp16' or 'fp32' (precision.py), final once `load_data` has read the model family."""
+        return self.training.precision
+
+    @property
+    def is_main_process(self) -> bool:
+        return self.training.process_index == 0
+
+    # -- the steps -----------------------------------------------------------------------------------
+
+    def __enter__(self) -> RecipeRun:
+        setup_logging(self.arguments)
+        check_output_dir(self.arguments)
+        # `last` means the newest complete checkpoint (checkpoints.py); a bad value fails here, not after loading.
+        self.resume_from = resolve_resume_checkpoint(
+            self.training.resume_from_checkpoint, self.training.output_dir, RESULTS_FILE
+        )
+        set_seed(self.training.seed)
+        return self
+
+    def load_data(self):
+        """Tokenized train and validation splits (a DatasetDict), after every check that needs no weights.
+
+        Cheapest checks first. The tokenizer and config.json are small: a wrong model name or a
+        max_seq_length the model cannot take fails before a dataset download. Then every check on
+        columns and labels runs before tokenization and before the model weights are fetched.
+        """
+        model_args, data_args = self.arguments.model, self.arguments.data
+        self.tokenizer = load_tokenizer(model_args)
+        base_config = load_model_config(model_args)
+        check_sequence_length(data_args.max_seq_length, base_config, self.tokenizer)
+        self.training.settle_precision(base_config.model_type)  # DeBERTa stays out of automatic fp16
+        logger.info("Precision: %s (%s)", self.precision, self.training.precision_choice.reason)
+        self.data = load_classification_data(
+            data_args, cache_dir=model_args.cache_dir, seed=self.training.seed
+        )
+        self.model_config = load_model_config(model_args, self.data.labels)
+        logger.info(
+            "Data: %s, %d train / %d validation examples, %d classes (%s), text: %s",
+            self.data.description,
+            len(self.data.raw["train"]),
+            len(self.data.raw["validation"]),
+            self.data.labels.num_labels,
+            ", ".join(self.data.labels.names[:10]),
+            " + ".join(self.data.text_columns),
+        )
+        self.tokenized = tokenize(self.data, self.tokenizer, data_args, self.training.main_process_first)
+        return self.tokenized
+
+    def load_model(self, **from_pretrained_kwargs):
+        """The pretrained encoder with a new classification head for this data's labels.
+
+        `quantization_config` (QLoRA's 4-bit base) loads the weights straight onto the training
+        device, quantized as they land: the Trainer cannot move a quantized model afterwards.
+        """
+        # The W&B run starts before the model (its WandbCallback then logs into it, tracking.py),
+        # and so before the memory phases: starting it is not counted as loading the model.
+        self.tracker = start_tracking(self.arguments, self.spec)
+        self.memory = MemoryMonitor(self.device, track_tensors=self.training.track_memory)
+        self.memory.start_phase("model_load")  # lasts until the first training step
+        if from_pretrained_kwargs.get("quantization_config") is not None:
+            from_pretrained_kwargs.setdefault("device_map", {"": self.device})
+        return load_model(self.arguments.model, self.model_config, **from_pretrained_kwargs)
+
+    def trainer(self, model, optimizer=None) -> RecipeTrainer:
+        """The Trainer for `model` (and `optimizer`; None: the one --optim names), with the run's callbacks."""
+        training = self.training
+        self.memory.model_loaded(model)
+        # What the layers really compute in, read during the first training step (precision.py).
+        self.precision_probe = AutocastProbe(model, self.device.type)
+        # --auto_batch_size: the largest per-device batch that fits, same effective batch (autofit.py).
+        self.auto_batch = (
+            choose_batch_size(self.arguments, self.shape, self.model_config)
+            if training.auto_batch_size
+            else None
+        )
+        self.params_total, self.params_trainable = count_parameters(model)
+        logger.info(
+            "Model: %s, %s parameters, %s trainable",
+            self.arguments.model.model_name_or_path,
+            f"{self.params_total:,}",
+            f"{self.params_trainable:,}",
+        )
+        trainer = RecipeTrainer(
+            model=model,
+            args=training,
+            train_dataset=self.tokenized["train"],
+            eval_dataset=self.tokenized["validation"],
+            processing_class=self.tokenizer,
+            data_collator=padding_collator(self.tokenizer, self.arguments.data, self.device),
+            compute_metrics=build_compute_metrics(self.data.labels.num_labels),
+            optimizers=(optimizer, None),
+            callbacks=[MemoryCallback(self.memory)],
+        )
+        self.tracker.watch(trainer)
+        self._trainer = trainer
+        return trainer
+
+    def train(self) -> None:
+        """Train; SIGINT/SIGTERM or a NaN loss end it with a RecipeError (no final model, no results.json)."""
+        trainer = self._trainer
+        if (
+            self.training.overwrite_output_dir
+            and self.resume_from is None
+            and trainer.is_world_process_zero()
+        ):
+            clear_previous_run(self.training.output_dir, RESULTS_FILE)  # every check has passed by now
+        if self.auto_batch is not None:
+            self._train_result = train_with_out_of_memory_backoff(
+                trainer,
+                self.auto_batch,
+                self.resume_from,
+                on_out_of_memory=lambda: self.memory.stop_tracking(keep_breakdown=False),
+            )
+        else:
+            self._train_result = trainer.train(resume_from_checkpoint=self.resume_from)
+        trainer.log_metrics("train", self._train_result.metrics)
+
+    def save(self) -> None:
+        """The model (for LoRA: the adapter and the head) and the tokenizer in output_dir, on the main process."""
+        self._trainer.save_model()
+
+    def evaluate(self) -> dict[str, Any]:
+        self._eval_metrics = self._trainer.evaluate()
+        self._trainer.log_metrics("eval", self._eval_metrics)
+        return self._eval_metrics
+
+    def __exit__(self, error_type, error, traceback) -> bool:
+        if error_type is None:
+            self._finish()
+        elif self.memory is not None and self._trainer is not None:
+            self.precision_probe.remove()
+        return False  # an exception goes on to run_main (or the caller)
+
+    # -- the bookkeeping -----------------------------------------------------------------------------
+
+    def _finish(self) -> None:
+        """results.json and the W&B summary, from a finished run."""
+        trainer, training = self._trainer, self.training
+        if trainer is None or self._train_result is None or self._eval_metrics is None:
+            raise RuntimeError("A recipe's main() must build the Trainer, train and evaluate inside the run.")
+        memory_results = self.memory.finish()
+        for line in self.memory.summary_lines(memory_results):
+            logger.info(line)
+        self.precision_probe.remove()
+        precision = self.precision_probe.observed or self.precision  # resumed at the end: nothing ran
+        if precision != self.precision:
+            logger.warning("Asked for %s, but the model computed in %s.", self.precision, precision)
+
+        real_tokens, all_tokens = trainer.token_counts()
+        train_metrics, eval_metrics = self._train_result.metrics, self._eval_metrics
+        runtime = train_metrics["train_runtime"]
+        results = {
+            "recipe": self.spec.name,
+            "model_name_or_path": self.arguments.model.model_name_or_path,
+            "dataset": self.data.description,
+            "num_labels": self.data.labels.num_labels,
+            "eval_accuracy": eval_metrics.get("eval_accuracy"),
+            "eval_f1": eval_metrics.get("eval_f1"),
+            "eval_loss": eval_metrics.get("eval_loss"),
+            # Counted from the predictions gathered over all processes (metrics.py), not len(dataset): a
+            # duplicated or dropped validation example under several processes would show here.
+            "eval_samples": eval_metrics["eval_samples"],
+            "train_samples": len(self.tokenized["train"]),
+            "train_loss": train_metrics.get("train_loss"),
+            "train_steps": trainer.state.global_step,
+            "epochs": trainer.state.epoch,
+            "train_runtime_s": round(runtime, 3),
+            "train_samples_per_s": train_metrics.get("train_samples_per_second"),
+            "train_tokens_per_s": round(real_tokens / runtime, 2) if runtime > 0 else None,
+            "pad_ratio": round(1 - real_tokens / all_tokens, 4) if all_tokens else None,
+            "params_total": self.params_total,
+            "params_trainable": self.params_trainable,
+            # What the optimizer's state tensors hold after training, measured (see optimizers.py).
+            **optimizer_state_summary(trainer.optimizer, trainer.model),
+            **peak_memory(self.device, self.memory),
+            **memory_results,
+            "auto_batch_size": self.auto_batch.to_dict() if self.auto_batch is not None else None,
+            "device": describe_device(self.device),
+            "num_processes": training.world_size,
+            # Read from the autocast state inside the model during training, not from the flags.
+            "precision": precision,
+            "precision_reason": training.precision_choice.reason,
+            # QLoRA: the dtype of the 4-bit layers' matmuls (bitsandbytes' compute dtype); else None.
+            "quantized_compute_dtype": self.precision_probe.quantized_compute,
+            "versions": library_versions(),
+            "created_at": timestamp(),
+            "output_dir": str(training.output_dir),
+            "config": self.arguments.to_dict(),
+        }
+        if trainer.is_world_process_zero():
+            path = write_results(training.output_dir, results)
+            logger.info(
+                "Done: accuracy %.4f, macro-F1 %.4f, %.1f samples/s, peak memory %.2f GiB. Model and %s in %s",
+                results["eval_accuracy"],
+                results["eval_f1"],
+                results["train_samples_per_s"],
+                results["peak_memory_gib"],
+                path.name,
+                training.output_dir,
+            )
+        self.tracker.finish(results)  # every results.json key into the W&B summary, same names
+        self.results = results
+
+
+def run_main(main: Callable[[list[str] | None], Any], argv: list[str] | None = None) -> Any:
+    """Call a recipe's `main(argv)`; a user error becomes one paragraph on stderr and its exit code."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    try:
+        return main(argv)
+    except RecipeError as error:
+        if wants_traceback(argv):
+            raise
+        hint = "\n(run again with --debug for the traceback)" if error.offer_traceback else ""
+        print(f"\n{error.heading}: {error}{hint}", file=sys.stderr)
+        sys.exit(error.exit_code)
+    except KeyboardInterrupt:
+        # Ctrl-C before training started (nothing to save yet), or a second Ctrl-C during it.
+        print("\ninterrupted: stopped at once; no new checkpoint was written.", file=sys.stderr)
+        sys.exit(130)
