@@ -24,8 +24,10 @@ $(BIN)/.installed: setup.cfg pyproject.toml
 
 install: $(BIN)/.installed
 
-# Every recipe that runs on CPU, with the same config; each writes outputs/demo/<recipe>.
-DEMO_RECIPES ?= full_ft adamw_8bit lora qlora
+# Every recipe script in recipes/ (the one list, as in catalog.py), all of which run on CPU, with the
+# same config; each writes outputs/demo/<recipe>. full_ft first: the others are compared with it.
+ALL_RECIPES := $(basename $(notdir $(shell grep -l "^SPEC = RecipeSpec" recipes/*.py)))
+DEMO_RECIPES ?= full_ft $(filter-out full_ft,$(ALL_RECIPES))
 
 demo: $(BIN)/.installed
 	for recipe in $(DEMO_RECIPES); do \
@@ -59,9 +61,11 @@ test-oldest:
 	$(OLDEST_BIN)/python -m pip list --format=freeze > $(OLDEST_VENV)/installed.txt
 	$(OFFLINE) $(OLDEST_BIN)/python -m pytest $(PYTEST_ARGS)
 
+# ruff, then the library's import layers (setup.cfg [importlinter]): imports point down, no cycles.
 lint: $(BIN)/.installed
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
+	$(BIN)/lint-imports
 
 format: $(BIN)/.installed
 	$(BIN)/ruff format .

@@ -39,7 +39,9 @@ def main(argv=None):
         # Data: load, map labels to ids, tokenize (checks on config.json and columns come first)
         run.load_data()
         # Model: the pretrained encoder with a new classification head
-        model = run.load_model(quantization_config=nf4_quantization_config(lora, run.precision))  # NEW
+        model = run.load_model(
+            quantization_config=nf4_quantization_config(run.model_config, run.precision)
+        )  # NEW
         model = add_lora(prepare_4bit_model(model), lora)  # NEW: frozen 4-bit base; adapters and head train
         # Trainer: AdamW over every weight (--optim), length-grouped batches, the run's callbacks
         run.trainer(model)

@@ -12,6 +12,12 @@ from pathlib import Path
 import pytest
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
+# Every recipe script in recipes/: the same list the CLI and the Makefile read (catalog.py).
+RECIPES = tuple(
+    path.stem
+    for path in sorted((REPO_ROOT / "recipes").glob("*.py"))
+    if "SPEC = RecipeSpec(" in path.read_text()
+)
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 os.environ.setdefault("WANDB_MODE", "offline")

@@ -111,25 +111,61 @@ def test_every_sharding_key_is_an_option_accelerate_launch_knows(config, section
     assert keys and set(keys) <= options, set(keys) - options
 
 
-def test_fsdp_config_gives_full_shard_fsdp2_wrapping_each_bert_layer(tiny_bert):
+FAMILIES = (
+    "bert",
+    "roberta",
+    "xlm-roberta",
+    "distilbert",
+    "albert",
+    "electra",
+    "deberta",
+    "deberta-v2",
+    "modernbert",
+    "mpnet",
+)
+
+
+@pytest.mark.parametrize("model_type", FAMILIES)
+def test_fsdp_config_gives_full_shard_fsdp2_wrapping_each_layer_of_every_family(model_type):
     from accelerate.utils import FullyShardedDataParallelPlugin
     from torch.distributed.fsdp import StateDictType
-    from transformers import AutoModelForSequenceClassification
+    from transformers import AutoConfig
+
+    from recipes_lib.families import meta_model, profile_for
+    from recipes_lib.run import name_fsdp_layer_classes
 
     environment = accelerate_variables(
         launch_without_starting("fsdp.yaml", "--main_process_port", "0")["env"]
     )
+    config = AutoConfig.for_model(model_type, num_hidden_layers=2)
     with mock.patch.dict(os.environ, environment):
+        name_fsdp_layer_classes(profile_for(config))  # what the recipe does before the Trainer
         plugin = FullyShardedDataParallelPlugin()
     assert plugin.fsdp_version == 2
     assert plugin.reshard_after_forward is True  # full shard: parameters freed after each forward
     assert plugin.state_dict_type == StateDictType.FULL_STATE_DICT  # one model.safetensors at the end
     assert environment["ACCELERATE_MIXED_PRECISION"] == "no"  # the recipe picks from the hardware
 
-    model = AutoModelForSequenceClassification.from_pretrained(tiny_bert)
+    model = meta_model(config)
     plugin.set_auto_wrap_policy(model)
     wrapped = [name for name, module in model.named_modules() if plugin.auto_wrap_policy(module, False, 0)]
-    assert wrapped == [f"bert.encoder.layer.{i}" for i in range(model.config.num_hidden_layers)]
+    layers = profile_for(config).layer_modules[0]
+    expected_layers = len(model.get_submodule(layers))
+    assert [name for name in wrapped if name.startswith(layers + ".")] == [
+        f"{layers}.{i}" for i in range(expected_layers)
+    ]
+
+
+def test_an_fsdp_layer_class_named_in_the_accelerate_config_wins(monkeypatch):
+    from transformers import AutoConfig
+
+    from recipes_lib.families import profile_for
+    from recipes_lib.run import name_fsdp_layer_classes
+
+    monkeypatch.setenv("ACCELERATE_USE_FSDP", "true")
+    monkeypatch.setenv("FSDP_TRANSFORMER_CLS_TO_WRAP", "BertAttention")
+    name_fsdp_layer_classes(profile_for(AutoConfig.for_model("bert")))
+    assert os.environ["FSDP_TRANSFORMER_CLS_TO_WRAP"] == "BertAttention"
 
 
 @pytest.mark.parametrize("config, stage", [("deepspeed_zero2.yaml", 2), ("deepspeed_zero3.yaml", 3)])

@@ -24,14 +24,13 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import NOISE, REPO_ROOT, build_tiny_bert, learnable_rows, load_recipe, write_csv
+from tests.conftest import NOISE, RECIPES, REPO_ROOT, build_tiny_bert, learnable_rows, load_recipe, write_csv
 
 VALIDATION_LEARNABLE, VALIDATION_COLOURLESS = 48, 15
 VALIDATION_SIZE = VALIDATION_LEARNABLE + VALIDATION_COLOURLESS  # 63
 # full_ft and lora run by default (10 to 25 s each on the 2-core test machine, with its load); the
 # others are marked slow.
 DEFAULT_RECIPES = ("full_ft", "lora")
-RECIPES = sorted(path.stem for path in (REPO_ROOT / "recipes").glob("*.py"))
 # 256 training examples / (8 per process x 2 processes) = 16 steps per epoch, 160 steps in all.
 PER_DEVICE_BATCH, EPOCHS = 8, 10
 
@@ -145,7 +144,7 @@ def evaluate_in_one_process(recipe_name: str, model: Path, data, checkpoint: Pat
     model_config = load_model_config(arguments.model, classification.labels)
     if recipe_name == "qlora":
         lora = arguments.options(LoraArguments)
-        quantization = nf4_quantization_config(lora, arguments.training.precision)
+        quantization = nf4_quantization_config(model_config, arguments.training.precision)
         base = load_model(
             arguments.model, model_config, quantization_config=quantization, device_map={"": "cpu"}
         )

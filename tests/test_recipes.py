@@ -18,9 +18,9 @@ import torch
 from safetensors.torch import load_file
 
 from recipes_lib.optimizers import MIN_8BIT_SIZE, create_adamw_8bit, decay_parameter_groups
-from tests.conftest import REPO_ROOT, build_tiny_bert, load_recipe, run_recipe_process, tiny_run_args
+from tests.conftest import RECIPES, REPO_ROOT, build_tiny_bert, load_recipe, run_recipe_process, tiny_run_args
 
-CPU_RECIPES = ("full_ft", "adamw_8bit", "lora", "qlora")
+CPU_RECIPES = RECIPES  # every recipe runs on CPU
 # Identical for every recipe. 256 examples / 32 = 8 steps per epoch, 48 steps in all.
 SWAP_ARGS = ("--per_device_train_batch_size", "32", "--num_train_epochs", "6", "--eval_strategy", "no")
 PROBE_TEXTS = ["the red cat sat", "a blue dog ran today", "it was very yellow", "green chair under the table"]
@@ -414,7 +414,7 @@ def test_qlora_base_is_nf4_with_double_quantization_and_the_head_stays_full_prec
 
     config = AutoConfig.from_pretrained(bert256, num_labels=2)
     lora = LoraArguments(lora_train_pooler=True)
-    quantization = nf4_quantization_config(lora, "fp32")  # the run's precision: fp32 on CPU
+    quantization = nf4_quantization_config(config, "fp32")  # the run's precision: fp32 on CPU
     base = load_model(
         ModelArguments(str(bert256)), config, quantization_config=quantization, device_map={"": "cpu"}
     )

@@ -34,7 +34,7 @@ from recipes_lib.checkpoints import (
     resolve_resume_checkpoint,
 )
 from recipes_lib.errors import OutputDirError
-from tests.conftest import REPO_ROOT, load_recipe, tiny_run_args
+from tests.conftest import RECIPES, REPO_ROOT, load_recipe, tiny_run_args
 
 # 256 examples / 16 per batch = 16 steps per epoch: 40 steps cross two epoch boundaries, and a
 # checkpoint every 4 steps lands both mid-epoch and on an epoch end.
@@ -46,7 +46,7 @@ def recipe_param(name: str):
     return pytest.param(name, marks=() if name == "full_ft" else pytest.mark.slow)
 
 
-RECIPES = [recipe_param(name) for name in ("full_ft", "adamw_8bit", "lora", "qlora")]
+RECIPE_PARAMS = [recipe_param(name) for name in RECIPES]
 
 
 def recipe_args(recipe: str, tiny_bert: Path, data, output_dir: Path, *extra: str) -> list[str]:
@@ -120,7 +120,7 @@ def uninterrupted(tiny_bert, learnable_data, tmp_path_factory):
 # --- kill -9, SIGTERM, SIGINT ------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("recipe", RECIPES)
+@pytest.mark.parametrize("recipe", RECIPE_PARAMS)
 def test_kill_9_at_a_random_step_then_resume_last_ends_with_the_uninterrupted_weights(
     recipe, uninterrupted, tiny_bert, learnable_data, tmp_path
 ):

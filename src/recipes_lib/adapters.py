@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import json
 import logging
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import torch
@@ -24,6 +24,7 @@ from torch import nn
 
 from recipes_lib.arguments import ModelArguments
 from recipes_lib.errors import ConfigError, ModelError
+from recipes_lib.families import default_lora_targets, linear_layer_names, linears_outside_layers
 from recipes_lib.modeling import load_model
 from recipes_lib.precision import TORCH_DTYPES
 from recipes_lib.recipe_spec import LoraShape
@@ -52,10 +53,12 @@ class LoraArguments:
     )
     lora_dropout: float = field(default=0.1, metadata={"help": "Dropout on the LoRA branch's input."})
     lora_target_modules: list[str] = field(
-        default_factory=lambda: ["query", "value"],
+        default_factory=lambda: ["auto"],
         metadata={
-            "help": "Names of the linear layers that get adapters (BERT: query key value dense), or "
-            "'all-linear' for every linear layer except the classification head."
+            "help": "Names of the linear layers that get adapters (BERT: query key value dense), "
+            "'all-linear' for every linear layer except the classification head, or 'auto': the family's "
+            "attention query and value projections (BERT, RoBERTa, ELECTRA, ALBERT: query value; DeBERTa-v2/v3: "
+            "query_proj value_proj; DeBERTa: in_proj; DistilBERT: q_lin v_lin; ModernBERT: Wqkv; MPNet: q v)."
         },
     )
     lora_train_pooler: bool = field(
@@ -99,15 +102,50 @@ def validate_lora_arguments(lora: LoraArguments) -> None:
 
 
 def target_modules(lora: LoraArguments) -> tuple[str, ...] | str:
-    """The targets as peft wants them: layer names, or the string 'all-linear'."""
+    """The targets as given: layer names, or one of the strings 'all-linear' and 'auto'."""
     names = [name.strip() for item in lora.lora_target_modules for name in item.split(",") if name.strip()]
-    return "all-linear" if [n.lower() for n in names] == ["all-linear"] else tuple(names)
+    lowered = [name.lower() for name in names]
+    return lowered[0] if lowered in (["all-linear"], ["auto"]) else tuple(names)
 
 
-def lora_config(shape: LoraShape):
+def resolve_lora_targets(shape: LoraShape, model_type: str) -> LoraShape:
+    """'auto' replaced by the family's query and value projections (families.py); other targets as given."""
+    if shape.target_modules != "auto":
+        return shape
+    targets, _ = default_lora_targets(model_type)
+    if not targets:
+        raise ConfigError(
+            f"There are no default LoRA targets for {model_type} models. Name the attention projections "
+            "with --lora_target_modules (or use all-linear)."
+        )
+    return replace(shape, target_modules=targets)
+
+
+def check_lora_targets(shape: LoraShape, model_config) -> LoraShape:
+    """The resolved adapters, after checking on config.json alone that each target names a linear layer.
+
+    Runs before data or weights load; peft would only find out when wrapping the loaded model.
+    """
+    shape = resolve_lora_targets(shape, model_config.model_type)
+    if shape.target_modules == "all-linear":
+        return shape
+    linear = linear_layer_names(model_config)
+    unknown = [name for name in shape.target_modules if name not in linear]
+    if unknown:
+        raise ConfigError(
+            f"lora_target_modules names {', '.join(unknown)}, which this {model_config.model_type} model has no "
+            f"linear layer called. Its linear layers are called: {', '.join(linear)}. Name some of those "
+            "(or use all-linear, or leave the option out for the family's query and value projections)."
+        )
+    return shape
+
+
+def lora_config(shape: LoraShape, train_in_full: tuple[str, ...] = ()):
+    """peft's LoraConfig for resolved adapters; `train_in_full`: modules trained and saved whole."""
     from peft import LoraConfig, TaskType
 
     targets = shape.target_modules
+    in_full = [*train_in_full, *(["pooler"] if shape.train_pooler else [])]
     return LoraConfig(
         # SEQ_CLS makes peft add the head ('classifier' or 'score') to modules_to_save: trained in
         # full and saved with the adapter, so a reloaded model does not get a random head.
@@ -116,7 +154,7 @@ def lora_config(shape: LoraShape):
         lora_alpha=shape.alpha,
         lora_dropout=shape.dropout,
         target_modules=targets if isinstance(targets, str) else list(targets),
-        modules_to_save=["pooler"] if shape.train_pooler else None,
+        modules_to_save=in_full or None,
     )
 
 
@@ -124,12 +162,30 @@ def _linear_layer_names(model: nn.Module) -> list[str]:
     return sorted({name.rsplit(".", 1)[-1] for name, m in model.named_modules() if isinstance(m, nn.Linear)})
 
 
+# peft's SEQ_CLS task trains and saves the head under these names itself.
+PEFT_HEAD_NAMES = ("classifier", "score")
+
+
+def _new_modules_outside_the_head(model) -> tuple[str, ...]:
+    """The outermost newly initialised modules, less the head peft already trains (a wrapper inside a
+    wrapper would not reload: RoBERTa's head is classifier.dense + classifier.out_proj)."""
+    paths = sorted(getattr(model, "newly_initialized_modules", ()))
+    outermost = [p for p in paths if not any(p.startswith(f"{other}.") for other in paths if other != p)]
+    return tuple(path for path in outermost if not any(part in PEFT_HEAD_NAMES for part in path.split(".")))
+
+
 def add_lora(model, lora: LoraShape | LoraArguments):
-    """Freeze `model` and wrap it in a peft model with LoRA adapters and a trainable head."""
+    """Freeze `model` and wrap it in a peft model with LoRA adapters and a trainable head.
+
+    Every module the checkpoint did not provide (`model.newly_initialized_modules`, set by
+    modeling.load_model: the head, DeBERTa's pooler, DistilBERT's pre_classifier) trains in full
+    and is saved with the adapter: frozen, it would stay random, and a reload would draw another.
+    """
     from peft import get_peft_model
 
     shape = lora.shape() if isinstance(lora, LoraArguments) else lora
-    config = lora_config(shape)
+    shape = resolve_lora_targets(shape, model.config.model_type)
+    config = lora_config(shape, train_in_full=_new_modules_outside_the_head(model))
     if shape.train_pooler and not any(name.endswith("pooler") for name, _ in model.named_modules()):
         raise ConfigError(
             f"lora_train_pooler is on, but this {model.config.model_type} model has no module named 'pooler'. "
@@ -148,7 +204,7 @@ def add_lora(model, lora: LoraShape | LoraArguments):
         ) from None
 
 
-def nf4_quantization_config(lora: LoraArguments, precision: str):
+def nf4_quantization_config(model_config, precision: str):
     """QLoRA's 4-bit base: NF4 weights, double quantization, matmuls in the run's precision.
 
     NF4 stores 4 bits per weight plus one fp32 absmax per 64-weight block; double quantization
@@ -156,12 +212,13 @@ def nf4_quantization_config(lora: LoraArguments, precision: str):
         4 + 32 / 64 = 4.5 bits per weight  ->  4 + 8 / 64 + 32 / (64 x 256) = 4.127 bits per weight.
     The matmuls run in `precision` (precision.py): bf16 on GPUs with native bf16, fp16 on older
     GPUs, fp32 on CPUs, where bf16 is tens of times slower without AVX-512 BF16.
-    The classification head (and the pooler, when it trains) stays in full precision: it trains.
+    Only the linear layers of the repeated encoder layers are quantized: the head, the pooler and
+    other projections outside them stay in full precision, small as they are, since the ones the
+    checkpoint lacks must train (families.linears_outside_layers).
     """
     from transformers import BitsAndBytesConfig
 
-    # Module names, matched from the start or as a suffix: the pooler is bert.pooler.dense.
-    keep = ["classifier", "score"] + (["pooler", "pooler.dense"] if lora.lora_train_pooler else [])
+    keep = linears_outside_layers(model_config)
     return BitsAndBytesConfig(
         load_in_4bit=True,
         bnb_4bit_quant_type="nf4",

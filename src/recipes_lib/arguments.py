@@ -51,9 +51,12 @@ class ModelArguments:
             "help": "Run Python code shipped with a Hub model. Off by default: only enable it for repos you trust."
         },
     )
-    attn_implementation: str = field(
-        default="sdpa",
-        metadata={"help": "Attention kernel: 'sdpa' (PyTorch scaled_dot_product_attention) or 'eager'."},
+    attn_implementation: str | None = field(
+        default=None,
+        metadata={
+            "help": "Attention kernel: 'sdpa' (PyTorch scaled_dot_product_attention) or 'eager'. Default: the "
+            "best one the model's family supports (sdpa; eager for DeBERTa and MPNet, which have no sdpa)."
+        },
     )
 
 

@@ -244,9 +244,10 @@ def plan(args) -> int:
         return 2
     rows = plan_models(args.model, shapes, setup, args.budget_gib, num_labels=args.num_labels)
     not_planned = format_not_planned(rows)
-    if len(not_planned) == len(rows):  # nothing to show: say why, once per reason
-        for reason in dict.fromkeys(row.error for row in rows):
-            print(f"error: {reason}", file=sys.stderr)
+    if all(row.plan is None for row in rows):  # nothing to show: say why (naming the rows if they differ)
+        reasons = {row.error for row in rows}
+        for line in [rows[0].error] if len(reasons) == 1 else not_planned:
+            print(f"error: {line}", file=sys.stderr)
         return 2
     if format_sources(rows):
         print(format_sources(rows))

@@ -11,6 +11,7 @@ from transformers import AutoConfig, AutoModelForSequenceClassification, AutoTok
 from recipes_lib.arguments import ModelArguments
 from recipes_lib.data import LabelMapping
 from recipes_lib.errors import ModelError
+from recipes_lib.families import ArchitectureProfile, profile_for
 
 logger = logging.getLogger(__name__)
 
@@ -100,30 +101,74 @@ def load_model_config(model_args: ModelArguments, labels: LabelMapping | None = 
         raise _not_found(model_args, error) from None
 
 
-def check_sequence_length(max_seq_length: int, model_config, tokenizer) -> None:
-    """A longer sequence than the position embeddings only fails deep inside forward(); catch it here."""
-    limit = getattr(model_config, "max_position_embeddings", None)
-    if limit is not None and max_seq_length > limit:
+def check_model_support(model_args: ModelArguments, model_config, max_seq_length: int) -> ArchitectureProfile:
+    """What the model's family supports, checked on config.json alone, before data or weights load.
+
+    Resolves `attn_implementation` (None: the best kernel the family has) and refuses a
+    max_seq_length longer than the positions a sequence can use.
+    """
+    profile = profile_for(model_config)
+    supported = profile.attention_implementations
+    if model_args.attn_implementation is None:
+        model_args.attn_implementation = profile.default_attention
+    elif model_args.attn_implementation not in supported:
         raise ModelError(
-            f"max_seq_length {max_seq_length} is longer than this model accepts ({limit} positions, "
-            f"max_position_embeddings of {model_config.model_type}). Use --max_seq_length {limit} or less."
+            f"attn_implementation '{model_args.attn_implementation}' is not supported by {profile.family} "
+            f"({model_config.model_type}); it supports: {', '.join(supported)}. Pass one of those, or leave "
+            f"the option out to use {profile.default_attention}."
         )
+    limit = profile.max_length
+    if limit is not None and max_seq_length > limit:
+        offset = model_config.max_position_embeddings - limit
+        why = (
+            f"{model_config.max_position_embeddings} position embeddings less {offset} below its first position, "
+            "which starts after the padding index"
+            if offset
+            else f"max_position_embeddings of {model_config.model_type}"
+        )
+        raise ModelError(
+            f"max_seq_length {max_seq_length} is longer than this model accepts: {limit} tokens ({why}). "
+            f"Use --max_seq_length {limit} or less."
+        )
+    return profile
 
 
 def load_model(model_args: ModelArguments, model_config, **from_pretrained_kwargs):
-    """AutoModelForSequenceClassification with a freshly initialised head for this task's labels."""
+    """AutoModelForSequenceClassification with a freshly initialised head for this task's labels.
+
+    The modules the checkpoint did not provide (the head, DeBERTa's pooler: any newly initialised
+    weight) are listed in `model.newly_initialized_modules`, so that adapters can train and save them.
+    """
     try:
-        return AutoModelForSequenceClassification.from_pretrained(
+        model, loading = AutoModelForSequenceClassification.from_pretrained(
             resolve_model_path(model_args.model_name_or_path),
             config=model_config,
             cache_dir=model_args.cache_dir,
             revision=model_args.model_revision,
             trust_remote_code=model_args.trust_remote_code,
             attn_implementation=model_args.attn_implementation,
+            output_loading_info=True,
             **from_pretrained_kwargs,
         )
     except OSError as error:
         raise _not_found(model_args, error) from None
+    model.newly_initialized_modules = _modules_of(model, loading["missing_keys"])
+    return model
+
+
+def _modules_of(model, parameter_names) -> tuple[str, ...]:
+    """The module paths that hold these parameters ('pooler.dense.weight' -> the module 'pooler.dense')."""
+    paths = set()
+    for name in parameter_names:
+        path = name.rsplit(".", 1)[0]
+        for candidate in (path, f"{model.base_model_prefix}.{path}"):
+            try:
+                model.get_submodule(candidate)
+            except AttributeError:
+                continue
+            paths.add(candidate)
+            break
+    return tuple(sorted(paths))
 
 
 def count_parameters(model) -> tuple[int, int]:

@@ -176,8 +176,13 @@ def format_plan_table(rows: list[PlanRow], budget_gib: float, markdown: bool = F
 
 
 def format_not_planned(rows: list[PlanRow]) -> list[str]:
-    """Why each row without a plan has none, one line per row."""
-    return [f"{row.model}, {row.label}: not planned: {row.error}" for row in rows if row.plan is None]
+    """Why each row without a plan has none: one line per model and reason, naming its rows
+    ('bert-base-uncased, lora, qlora: not planned: lora_target_modules ... names no layer ...')."""
+    labels: dict[tuple[str, str], list[str]] = {}
+    for row in rows:
+        if row.plan is None:
+            labels.setdefault((row.model, row.error), []).append(row.label)
+    return [f"{model}, {', '.join(names)}: not planned: {error}" for (model, error), names in labels.items()]
 
 
 def format_family(shapes: Mapping[str, TrainingShape | Exception], setup: Setup, budget_gib: float) -> str:

@@ -20,8 +20,9 @@ class LoraShape:
 
     r: int = 8
     alpha: float = 16  # the update is scaled by alpha / r
-    # Layer names, or "all-linear" for every linear layer except the classification head.
-    target_modules: tuple[str, ...] | str = ("query", "value")
+    # Layer names; "all-linear" for every linear layer except the classification head; "auto" for the
+    # family's attention query and value projections (families.default_lora_targets).
+    target_modules: tuple[str, ...] | str = "auto"
     dropout: float = 0.1
     train_pooler: bool = False
 

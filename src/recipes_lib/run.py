@@ -25,21 +25,24 @@ import logging
 import os
 import sys
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 import datasets
 import transformers
 from transformers import set_seed
 
+from recipes_lib.adapters import check_lora_targets
 from recipes_lib.arguments import ParsedArguments
 from recipes_lib.autofit import choose_batch_size, train_with_out_of_memory_backoff
 from recipes_lib.checkpoints import clear_previous_run, resolve_resume_checkpoint, resume_requested
 from recipes_lib.data import load_classification_data, padding_collator, tokenize
 from recipes_lib.errors import OutputDirError, RecipeError
+from recipes_lib.families import ArchitectureProfile
 from recipes_lib.memory import MemoryCallback, MemoryMonitor, peak_memory
 from recipes_lib.metrics import build_compute_metrics
 from recipes_lib.modeling import (
-    check_sequence_length,
+    check_model_support,
     count_parameters,
     load_model,
     load_model_config,
@@ -90,6 +93,16 @@ def check_output_dir(arguments: ParsedArguments) -> None:
         )
 
 
+def name_fsdp_layer_classes(profile: ArchitectureProfile) -> None:
+    """Under an FSDP launch, make the family's repeated layer the unit FSDP wraps.
+
+    accelerate wraps the layer classes a model declares (_no_split_modules), and most encoders
+    declare none. An fsdp_transformer_layer_cls_to_wrap in the accelerate config still wins.
+    """
+    if os.environ.get("ACCELERATE_USE_FSDP", "false").lower() == "true":
+        os.environ.setdefault("FSDP_TRANSFORMER_CLS_TO_WRAP", ",".join(profile.layer_classes))
+
+
 class RecipeRun:
     """One run of a recipe: the steps are its methods, the bookkeeping happens around them."""
 
@@ -122,6 +135,11 @@ class RecipeRun:
         return self.training.precision
 
     @property
+    def adapted_modules(self) -> tuple[str, ...] | str:
+        """The layers LoRA adapts, resolved for the model's family ('all-linear' as given)."""
+        return self.shape.adapters.target_modules
+
+    @property
     def is_main_process(self) -> bool:
         return self.training.process_index == 0
 
@@ -147,9 +165,21 @@ class RecipeRun:
         model_args, data_args = self.arguments.model, self.arguments.data
         self.tokenizer = load_tokenizer(model_args)
         base_config = load_model_config(model_args)
-        check_sequence_length(data_args.max_seq_length, base_config, self.tokenizer)
+        # What the model's family supports (families.py), from config.json alone: attention kernel,
+        # sequence length, LoRA targets, precision.
+        self.profile = check_model_support(model_args, base_config, data_args.max_seq_length)
+        if self.shape.adapters is not None:
+            self.shape = replace(self.shape, adapters=check_lora_targets(self.shape.adapters, base_config))
         self.training.settle_precision(base_config.model_type)  # DeBERTa stays out of automatic fp16
-        logger.info("Precision: %s (%s)", self.precision, self.training.precision_choice.reason)
+        logger.info(
+            "%s (%s): attention %s, precision %s (%s)%s",
+            self.profile.family,
+            base_config.model_type,
+            model_args.attn_implementation,
+            self.precision,
+            self.training.precision_choice.reason,
+            f", LoRA on {', '.join(self.adapted_modules)}" if self.shape.adapters is not None else "",
+        )
         self.data = load_classification_data(
             data_args, cache_dir=model_args.cache_dir, seed=self.training.seed
         )
@@ -200,6 +230,7 @@ class RecipeRun:
             f"{self.params_total:,}",
             f"{self.params_trainable:,}",
         )
+        name_fsdp_layer_classes(self.profile)
         trainer = RecipeTrainer(
             model=model,
             args=training,
@@ -290,6 +321,11 @@ class RecipeRun:
             "pad_ratio": round(1 - real_tokens / all_tokens, 4) if all_tokens else None,
             "params_total": self.params_total,
             "params_trainable": self.params_trainable,
+            "model_type": self.model_config.model_type,
+            "attn_implementation": self.arguments.model.attn_implementation,
+            # LoRA: the layers adapted (resolved for the family) and the modules trained whole.
+            "lora_target_modules": _listed(self.adapted_modules) if self.shape.adapters is not None else None,
+            "modules_trained_in_full": list(getattr(trainer.model, "modules_to_save", None) or []) or None,
             # What the optimizer's state tensors hold after training, measured (see optimizers.py).
             **optimizer_state_summary(trainer.optimizer, trainer.model),
             **peak_memory(self.device, self.memory),
@@ -320,6 +356,11 @@ class RecipeRun:
             )
         self.tracker.finish(results)  # every results.json key into the W&B summary, same names
         self.results = results
+
+
+def _listed(value):
+    """A tuple as the list JSON writes (results.json and the returned results agree); a string as is."""
+    return list(value) if isinstance(value, tuple) else value
 
 
 def run_main(main: Callable[[list[str] | None], Any], argv: list[str] | None = None) -> Any:

@@ -1,0 +1,257 @@
+"""Every BERT-sized encoder family in every recipe, on tiny random configs built here (families.py).
+
+Each family's model is built from its config (2 layers, hidden 32) and saved as its base model, the
+way a pretrained checkpoint is published: the classification head (and DeBERTa's pooler,
+DistilBERT's pre_classifier) are not in it and start random. All share one WordPiece vocabulary
+of the test words. LoRA runs for every family by default; the other recipes are marked slow.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from unittest import mock
+
+import pytest
+import torch
+
+from recipes_lib.errors import RecipeError
+from tests.conftest import COLOURS, NOISE, SPECIAL_TOKENS
+from tests.inprocess import quick_args, run_in_process
+
+FAMILIES = (
+    "bert",
+    "roberta",
+    "xlm-roberta",
+    "distilbert",
+    "albert",
+    "electra",
+    "deberta",
+    "deberta-v2",
+    "modernbert",
+    "mpnet",
+)
+SMALL = {"hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 2, "intermediate_size": 64}
+SHAPES = {
+    "bert": SMALL,
+    "roberta": SMALL,
+    "xlm-roberta": SMALL,
+    "electra": {**SMALL, "embedding_size": 16},
+    "albert": {**SMALL, "embedding_size": 16},
+    "distilbert": {"dim": 32, "n_layers": 2, "n_heads": 2, "hidden_dim": 64},
+    # DeBERTa-v1 base: disentangled attention over relative positions.
+    "deberta": {
+        **SMALL,
+        "relative_attention": True,
+        "pos_att_type": ["c2p", "p2c"],
+        "max_relative_positions": -1,
+    },
+    # DeBERTa-v3: relative position buckets, shared attention keys, no absolute positions.
+    "deberta-v2": {
+        **SMALL,
+        "relative_attention": True,
+        "pos_att_type": ["p2c", "c2p"],
+        "position_buckets": 32,
+        "norm_rel_ebd": "layer_norm",
+        "share_att_key": True,
+        "position_biased_input": False,
+    },
+    "modernbert": {**SMALL, "global_attn_every_n_layers": 2, "local_attention": 16},
+    "mpnet": SMALL,
+}
+
+
+def build_tiny_family(model_type: str, directory: Path) -> Path:
+    from transformers import AutoConfig, AutoModel, BertTokenizerFast
+
+    directory.mkdir(parents=True, exist_ok=True)
+    words = sorted(set(COLOURS) | set(NOISE) | set("abcdefghijklmnopqrstuvwxyz0123456789.,!?'"))
+    vocab = {token: i for i, token in enumerate(SPECIAL_TOKENS + words)}
+    tokenizer = BertTokenizerFast(vocab=vocab, do_lower_case=True, model_max_length=128)
+    ids = {"pad_token_id": vocab["[PAD]"], "bos_token_id": vocab["[CLS]"], "eos_token_id": vocab["[SEP]"]}
+    if model_type == "modernbert":
+        ids.update(cls_token_id=vocab["[CLS]"], sep_token_id=vocab["[SEP]"])
+    config = AutoConfig.for_model(
+        model_type,
+        vocab_size=len(vocab),
+        max_position_embeddings=130,  # 128 tokens, and RoBERTa-style offsets of up to 2
+        **SHAPES[model_type],
+        **ids,
+    )
+    torch.manual_seed(0)
+    AutoModel.from_config(config).save_pretrained(directory)
+    if not getattr(config, "type_vocab_size", 0):
+        tokenizer.model_input_names = ["input_ids", "attention_mask"]  # as the family's own tokenizer does
+    tokenizer.save_pretrained(directory)
+    return directory
+
+
+@pytest.fixture(scope="module")
+def family_models(tmp_path_factory) -> dict[str, Path]:
+    root = tmp_path_factory.mktemp("families")
+    return {family: build_tiny_family(family, root / family) for family in FAMILIES}
+
+
+def run_capturing_the_evaluated_model(recipe: str, args: list[str]):
+    """Run the recipe in this process; return its results and the model it evaluated."""
+    from recipes_lib.run import RecipeRun
+
+    evaluated = {}
+    original = RecipeRun.evaluate
+
+    def evaluate(run):
+        evaluated["model"] = run._trainer.model
+        return original(run)
+
+    with mock.patch.object(RecipeRun, "evaluate", evaluate):
+        results = run_in_process(recipe, args)
+    return results, evaluated["model"]
+
+
+def logits(model, tokenizer_dir: Path) -> torch.Tensor:
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir)
+    batch = tokenizer(["the red cat sat on a table", "a blue dog ran"], padding=True, return_tensors="pt")
+    model.eval()
+    with torch.no_grad():
+        return model(**batch).logits.float()
+
+
+def few_steps(model_dir: Path, data, output_dir: Path, *extra: str) -> list[str]:
+    return quick_args(model_dir, data, output_dir, "--max_steps", "3", "--learning_rate", "5e-3", *extra)
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_lora_trains_saves_reloads_and_merges_to_the_evaluated_logits(
+    family, family_models, learnable_data, tmp_path
+):
+    from transformers import AutoModelForSequenceClassification
+
+    from recipes_lib.adapters import MERGED_SUBDIR, load_trained_model
+    from recipes_lib.families import profile_for
+
+    output_dir = tmp_path / "run"
+    args = few_steps(family_models[family], learnable_data, output_dir, "--merge_adapter", "true")
+    results, evaluated = run_capturing_the_evaluated_model("lora", args)
+    profile = profile_for(evaluated.config)
+    assert results["lora_target_modules"] == list(profile.lora_targets)
+    assert results["attn_implementation"] == profile.default_attention
+    expected = logits(evaluated, output_dir)
+    reloaded = load_trained_model(output_dir)
+    merged = AutoModelForSequenceClassification.from_pretrained(output_dir / MERGED_SUBDIR)
+    torch.testing.assert_close(logits(reloaded, output_dir), expected, atol=1e-4, rtol=0)
+    torch.testing.assert_close(logits(merged, output_dir), expected, atol=1e-4, rtol=0)
+    # Everything the checkpoint lacked trained and was saved with the adapter.
+    assert "classifier" in " ".join(results["modules_trained_in_full"])
+    if family.startswith("deberta"):
+        assert any("pooler" in name for name in results["modules_trained_in_full"])
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("recipe", ["full_ft", "adamw_8bit", "qlora"])
+@pytest.mark.parametrize("family", FAMILIES)
+def test_every_recipe_trains_every_family(recipe, family, family_models, learnable_data, tmp_path):
+    from recipes_lib.adapters import load_trained_model
+
+    output_dir = tmp_path / "run"
+    results, evaluated = run_capturing_the_evaluated_model(
+        recipe, few_steps(family_models[family], learnable_data, output_dir)
+    )
+    assert results["train_steps"] == 3 and results["eval_accuracy"] is not None
+    if recipe != "qlora":  # QLoRA's evaluated model has a 4-bit base; a plain reload is fp32
+        torch.testing.assert_close(
+            logits(load_trained_model(output_dir), output_dir),
+            logits(evaluated, output_dir),
+            atol=1e-4,
+            rtol=0,
+        )
+
+
+def too_late(*args, **kwargs):
+    raise AssertionError("this error should come before tokenization and before the weights load")
+
+
+def stop_before_work(monkeypatch):
+    from recipes_lib import run
+
+    monkeypatch.setattr(run, "tokenize", too_late)
+    monkeypatch.setattr(run, "load_model", too_late)
+    monkeypatch.setattr(run, "load_classification_data", too_late)
+
+
+@pytest.mark.parametrize(
+    "family, recipe, extra, expected",
+    [
+        (
+            "deberta-v2",
+            "full_ft",
+            ["--attn_implementation", "sdpa"],
+            "attn_implementation 'sdpa' is not supported by DeBERTa-v2/v3 .* supports: eager",
+        ),
+        ("mpnet", "lora", ["--attn_implementation", "sdpa"], "not supported by MPNet"),
+        (
+            "distilbert",
+            "lora",
+            ["--lora_target_modules", "query", "value"],
+            "names query, value, which this distilbert model has no linear layer called. Its linear layers are called: .*q_lin",
+        ),
+        ("modernbert", "qlora", ["--lora_target_modules", "q_proj"], "Its linear layers are called: .*Wqkv"),
+        (
+            "roberta",
+            "full_ft",
+            ["--max_seq_length", "130"],
+            "max_seq_length 130 is longer than this model accepts: 129 tokens .*less 1 below",
+        ),
+    ],
+)
+def test_bad_choices_for_a_family_stop_before_data_and_weights_load(
+    family, recipe, extra, expected, family_models, learnable_data, tmp_path, monkeypatch
+):
+    stop_before_work(monkeypatch)
+    output_dir = tmp_path / "run"
+    with pytest.raises(RecipeError, match=expected):
+        run_in_process(recipe, quick_args(family_models[family], learnable_data, output_dir, *extra))
+    assert not output_dir.exists()
+
+
+def test_a_non_default_attention_kernel_runs_and_is_reported(family_models, learnable_data, tmp_path):
+    args = few_steps(
+        family_models["bert"], learnable_data, tmp_path / "run", "--attn_implementation", "eager"
+    )
+    results, evaluated = run_capturing_the_evaluated_model("full_ft", args)
+    assert results["attn_implementation"] == "eager" == evaluated.config._attn_implementation
+
+
+def test_roberta_accepts_its_full_length(family_models, learnable_data, tmp_path):
+    results = run_in_process(
+        "full_ft",
+        few_steps(family_models["roberta"], learnable_data, tmp_path / "run", "--max_seq_length", "129"),
+    )
+    assert results["train_steps"] == 3
+
+
+@pytest.mark.parametrize("family", ["roberta", "xlm-roberta", "mpnet"])
+def test_roberta_style_positions_leave_512_of_514(family):
+    from transformers import AutoConfig
+
+    from recipes_lib.arguments import ModelArguments
+    from recipes_lib.errors import ModelError
+    from recipes_lib.modeling import check_model_support
+
+    config = AutoConfig.for_model(family, max_position_embeddings=514, pad_token_id=1)  # roberta-base's
+    check_model_support(ModelArguments(), config, 512)
+    with pytest.raises(ModelError, match="Use --max_seq_length 512 or less"):
+        check_model_support(ModelArguments(), config, 513)
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_every_family_has_a_profile_with_lora_targets_that_exist(family):
+    from transformers import AutoConfig
+
+    from recipes_lib.families import linear_layer_names, profile_for
+
+    config = AutoConfig.for_model(family)
+    profile = profile_for(config)
+    assert profile.lora_targets and set(profile.lora_targets) <= set(linear_layer_names(config))
+    assert profile.layer_classes and profile.layer_modules
+    assert "eager" in profile.attention_implementations
