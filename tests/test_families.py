@@ -255,3 +255,38 @@ def test_every_family_has_a_profile_with_lora_targets_that_exist(family):
     assert profile.lora_targets and set(profile.lora_targets) <= set(linear_layer_names(config))
     assert profile.layer_classes and profile.layer_modules
     assert "eager" in profile.attention_implementations
+
+
+def test_a_sentencepiece_tokenizer_without_its_package_is_a_clear_error_before_data_loads(
+    family_models, learnable_data, tmp_path, monkeypatch
+):
+    """DeBERTa-v3's tokenizer ships as spm.model; without sentencepiece transformers blames tiktoken."""
+    import json
+    import shutil
+    import sys
+
+    import sentencepiece
+
+    text = tmp_path / "text.txt"
+    text.write_text(
+        "\n".join(["the red cat sat on a table", "a blue dog ran quickly", "green purple yellow"] * 50)
+    )
+    sentencepiece.SentencePieceTrainer.train(
+        input=str(text), model_prefix=str(tmp_path / "spm"), vocab_size=30, minloglevel=2,
+        user_defined_symbols=["[CLS]", "[SEP]", "[MASK]"],
+    )  # fmt: skip
+    tokenizer_dir = tmp_path / "deberta-v3-tokenizer"
+    tokenizer_dir.mkdir()
+    shutil.copy(tmp_path / "spm.model", tokenizer_dir / "spm.model")
+    (tokenizer_dir / "tokenizer_config.json").write_text(
+        json.dumps({"tokenizer_class": "DebertaV2Tokenizer"})
+    )
+    stop_before_work(monkeypatch)
+    monkeypatch.setitem(sys.modules, "sentencepiece", None)  # as if it were not installed
+    argv = quick_args(
+        family_models["deberta-v2"], learnable_data, tmp_path / "run", "--tokenizer_name", str(tokenizer_dir)
+    )
+    with pytest.raises(
+        RecipeError, match="needs sentencepiece, which is not installed: pip install sentencepiece"
+    ):
+        run_in_process("full_ft", argv)

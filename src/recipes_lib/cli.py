@@ -3,6 +3,7 @@
 recipes-lib compare outputs/demo/full_ft outputs/demo/lora [--markdown] [--chart FILE.png]
 recipes-lib plan --model bert-base-uncased --recipe all --per_device_train_batch_size 32 --max_seq_length 128 --bf16
 recipes-lib show outputs/demo/full_ft [outputs/demo/lora ...]   (a shorter table, no chart)
+recipes-lib families [--markdown]   (what each encoder family gets: LoRA targets, attention, FSDP unit)
 """
 
 from __future__ import annotations
@@ -61,7 +62,17 @@ def main(argv: list[str] | None = None) -> int:
     show_parser.add_argument("run_dirs", nargs="+", help="output directories holding results.json")
     add_compare_parser(commands)
     add_plan_parser(commands)
+    families_parser = commands.add_parser(
+        "families",
+        help="What each encoder family gets: LoRA targets, attention kernel, precision, FSDP unit.",
+    )
+    families_parser.add_argument("--markdown", action="store_true", help="print the table as Markdown")
     args = parser.parse_args(argv)
+    if args.command == "families":
+        from recipes_lib.families import describe_families
+
+        print(format_table(*describe_families(), markdown=args.markdown))
+        return 0
     if args.command == "show":
         return show(args.run_dirs)
     if args.command == "compare":

@@ -164,3 +164,36 @@ def linears_outside_layers(config) -> list[str]:
         for name, module in meta_model(config).named_modules()
         if isinstance(module, nn.Linear) and not name.startswith(inside)
     )
+
+
+def describe_families(model_types=tuple(FAMILY_NAMES)) -> tuple[list[str], list[list[str]]]:
+    """(header, rows): each family's profile as `recipes-lib families` prints it (from its default config)."""
+    from transformers import AutoConfig
+
+    from recipes_lib.precision import FP16_UNSAFE_MODEL_TYPES
+
+    header = [
+        "family",
+        "model_type",
+        "LoRA targets (auto)",
+        "attention",
+        "GPU without bf16",
+        "max length",
+        "FSDP unit",
+    ]
+    rows = []
+    for model_type in model_types:
+        profile = profile_for(AutoConfig.for_model(model_type))
+        offset = model_type in PADDING_OFFSET_POSITIONS
+        rows.append(
+            [
+                profile.family,
+                model_type,
+                f"{' '.join(profile.lora_targets)} ({profile.lora_targets_source})",
+                " > ".join(profile.attention_implementations),
+                "fp32 (fp16 overflows)" if model_type in FP16_UNSAFE_MODEL_TYPES else "fp16",
+                "positions - (pad id + 1)" if offset else "positions",
+                ", ".join(profile.layer_classes),
+            ]
+        )
+    return header, rows

@@ -75,8 +75,31 @@ def load_tokenizer(model_args: ModelArguments):
             revision=model_args.model_revision,
             trust_remote_code=model_args.trust_remote_code,
         )
-    except (OSError, ValueError) as error:
+    except (OSError, ValueError, ImportError) as error:
+        missing = _missing_tokenizer_packages(error)
+        if missing:
+            raise ModelError(
+                f"The tokenizer of '{source}' is a SentencePiece model (DeBERTa-v3, XLM-R, ALBERT use one), and "
+                f"reading it needs {' and '.join(missing)}, which {'is' if len(missing) == 1 else 'are'} not "
+                f"installed: pip install {' '.join(missing)} (recipes-lib depends on both; a plain "
+                "`pip install -e .` brings them)."
+            ) from None
         raise _not_found(model_args, error) from None
+
+
+def _missing_tokenizer_packages(error: Exception) -> list[str]:
+    """The SentencePiece packages a failed tokenizer load was missing (transformers' own message then
+    blames tiktoken, or names a converter), empty when the failure was something else."""
+    text = str(error).lower()
+    if not any(word in text for word in ("sentencepiece", "tiktoken", "protobuf")):
+        return []
+    missing = []
+    for package, module in (("sentencepiece", "sentencepiece"), ("protobuf", "google.protobuf")):
+        try:
+            __import__(module)
+        except ImportError:
+            missing.append(package)
+    return missing
 
 
 def load_model_config(model_args: ModelArguments, labels: LabelMapping | None = None):
