@@ -14,6 +14,7 @@ from unittest import mock
 import pytest
 import yaml
 
+from recipes_lib.families import FAMILY_NAMES
 from tests.conftest import REPO_ROOT
 
 CONFIG_DIR = REPO_ROOT / "accelerate_configs"
@@ -111,18 +112,7 @@ def test_every_sharding_key_is_an_option_accelerate_launch_knows(config, section
     assert keys and set(keys) <= options, set(keys) - options
 
 
-FAMILIES = (
-    "bert",
-    "roberta",
-    "xlm-roberta",
-    "distilbert",
-    "albert",
-    "electra",
-    "deberta",
-    "deberta-v2",
-    "modernbert",
-    "mpnet",
-)
+FAMILIES = tuple(FAMILY_NAMES)  # every family the project supports
 
 
 @pytest.mark.parametrize("model_type", FAMILIES)

@@ -15,21 +15,11 @@ import pytest
 import torch
 
 from recipes_lib.errors import RecipeError
+from recipes_lib.families import FAMILY_NAMES
 from tests.conftest import COLOURS, NOISE, SPECIAL_TOKENS
 from tests.inprocess import quick_args, run_in_process
 
-FAMILIES = (
-    "bert",
-    "roberta",
-    "xlm-roberta",
-    "distilbert",
-    "albert",
-    "electra",
-    "deberta",
-    "deberta-v2",
-    "modernbert",
-    "mpnet",
-)
+FAMILIES = tuple(FAMILY_NAMES)  # every family the project supports
 SMALL = {"hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 2, "intermediate_size": 64}
 SHAPES = {
     "bert": SMALL,

@@ -371,11 +371,16 @@ def test_bad_lora_arguments_fail_before_anything_loads(argv, expected):
 
 
 def test_lora_defaults_and_target_module_forms():
-    from recipes_lib.adapters import LoraArguments, lora_config
+    from recipes_lib.adapters import LoraArguments, lora_config, resolve_lora_targets
 
-    config = lora_config(LoraArguments().shape())
+    assert LoraArguments().shape().target_modules == "auto"  # the family's query and value projections
+    config = lora_config(resolve_lora_targets(LoraArguments().shape(), "bert"))
     assert (config.r, config.lora_alpha, config.lora_dropout) == (8, 16, 0.1)
     assert set(config.target_modules) == {"query", "value"}
+    assert resolve_lora_targets(LoraArguments().shape(), "deberta-v2").target_modules == (
+        "query_proj",
+        "value_proj",
+    )
     assert (
         lora_config(LoraArguments(lora_target_modules=["all-linear"]).shape()).target_modules == "all-linear"
     )
