@@ -74,7 +74,7 @@ CASES = [
     Case("mixed-label-types", lambda f, m: ["--train_file", str(f["mixed_labels"]), "--validation_file", str(f["mixed_labels"])], ("mixes value types (int, str)", "all integers")),
     Case("empty-train-split", lambda f, m: ["--train_file", str(f["header_only"])], ("training data", "is empty")),
     Case("empty-validation-split", lambda f, m: ["--validation_file", str(f["header_only"])], ("validation data", "is empty")),
-    Case("ragged-csv", lambda f, m: ["--train_file", str(f["ragged"])], ("ragged.csv", "same number of fields")),
+    Case("ragged-csv", lambda f, m: ["--train_file", str(f["ragged"])], ("ragged.csv", "line 3", "header")),
     Case("malformed-jsonl", lambda f, m: ["--train_file", str(f["malformed"]), "--validation_file", str(f["malformed"])], ("malformed.jsonl", "one JSON object")),
     Case("a-single-class", lambda f, m: ["--train_file", str(f["one_class"])], ("1 distinct label", "at least 2")),
     # the model

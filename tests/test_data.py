@@ -151,3 +151,173 @@ def test_shipped_demo_data_has_four_balanced_classes_and_unseen_validation_reque
     assert data.labels.names == ["account", "billing", "shipping", "technical"]
     assert len(data.raw["train"]) == 1200 and len(data.raw["validation"]) == 400
     assert not set(data.raw["train"]["text"]) & set(data.raw["validation"]["text"])
+
+
+# --- how a delimited file was written, read back as its writer meant (datafiles.py) ----------------------
+
+
+def write_quoted_tsv(path: Path, rows) -> Path:
+    """As Python's csv module (and pandas.to_csv(sep="\\t")) write it: fields with tabs or newlines quoted."""
+    import csv
+
+    with open(path, "w", newline="") as handle:
+        writer = csv.writer(handle, delimiter="\t")
+        writer.writerow(["text", "label"])
+        writer.writerows(rows)
+    return path
+
+
+def tricky_rows(count: int):
+    """Every 7th text holds a tab and a newline, as pasted support tickets do."""
+    rows = []
+    for i in range(count):
+        text, label = ROWS[i % len(ROWS)]
+        rows.append((f"{text}\tfirst line\nsecond line {i}" if i % 7 == 0 else f"{text} {i}", label))
+    return rows
+
+
+def test_a_quoted_tsv_with_tabs_and_newlines_inside_texts_reads_one_row_per_record(tmp_path):
+    train = write_quoted_tsv(tmp_path / "train.tsv", tricky_rows(300))
+    validation = write_quoted_tsv(tmp_path / "validation.tsv", tricky_rows(21))
+    data = load_classification_data(DataArguments(train_file=str(train), validation_file=str(validation)))
+    assert len(data.raw["train"]) == 300 and len(data.raw["validation"]) == 21
+    assert data.labels.names == ["cool", "warm"]  # no fragment of a text became a class
+    assert data.raw["train"][0]["text"] == "a red cat\tfirst line\nsecond line 0"
+
+
+def test_a_glue_style_tsv_with_stray_quotes_is_read_unquoted(tmp_path):
+    lines = [
+        "sentence\tlabel",
+        '"the cat sat\t1',
+        'a "quoted" word and a lone " here\t0',
+        "it's \"fine\t1",
+        "plain\t0",
+    ]
+    train = tmp_path / "train.tsv"
+    train.write_text("\n".join(lines) + "\n")
+    data = load_classification_data(DataArguments(train_file=str(train), validation_split_percentage=50))
+    texts = sorted(list(data.raw["train"]["sentence"]) + list(data.raw["validation"]["sentence"]))
+    assert texts == sorted(['"the cat sat', 'a "quoted" word and a lone " here', "it's \"fine", "plain"])
+
+
+def test_a_file_quoted_in_full_is_read_quoted_and_an_ambiguous_one_is_an_error_naming_the_option(tmp_path):
+    import csv
+
+    quoted_in_full = tmp_path / "full.tsv"
+    with open(quoted_in_full, "w", newline="") as handle:  # unquoted, the quotes would stay in the text
+        writer = csv.writer(handle, delimiter="\t", quoting=csv.QUOTE_ALL)
+        writer.writerow(["text", "label"])
+        writer.writerows(ROWS)
+    data = load_classification_data(
+        DataArguments(train_file=str(quoted_in_full), validation_split_percentage=50)
+    )
+    assert sorted(list(data.raw["train"]["text"]) + list(data.raw["validation"]["text"])) == sorted(
+        t for t, _ in ROWS
+    )
+    # Some fields quoted that need no quotes, others not: no csv writer does that, and '"red cat"' may
+    # be a text in quotes. Both readings fit the header; the run stops and asks.
+    ambiguous = tmp_path / "ambiguous.tsv"
+    ambiguous.write_text('text\tlabel\n"red cat"\twarm\nblue dog\tcool\ngreen\tcool\nred\twarm\n')
+    with pytest.raises(DataError, match="--csv_quoting quoted or --csv_quoting none"):
+        load_classification_data(DataArguments(train_file=str(ambiguous), validation_split_percentage=50))
+    data = load_classification_data(
+        DataArguments(train_file=str(ambiguous), validation_split_percentage=50, csv_quoting="none")
+    )
+    assert '"red cat"' in list(data.raw["train"]["text"]) + list(data.raw["validation"]["text"])
+    # A stray quote inside a text (GLUE style): the quoted reading fails, so the file is unquoted.
+    stray = tmp_path / "stray.tsv"
+    stray.write_text('text\tlabel\n"a" red cat\twarm\nblue dog\tcool\ngreen\tcool\nred\twarm\n')
+    data = load_classification_data(DataArguments(train_file=str(stray), validation_split_percentage=50))
+    assert '"a" red cat' in list(data.raw["train"]["text"]) + list(data.raw["validation"]["text"])
+
+
+def test_a_row_error_names_the_file_and_the_line_an_editor_shows(tmp_path):
+    train = write_quoted_tsv(tmp_path / "train.tsv", [*tricky_rows(8), ("no label here", "")])
+    # Line numbers count the newlines inside quoted texts: rows 0 and 7 span two lines each.
+    with pytest.raises(DataError, match=r"train.tsv line 12 has no label"):
+        load_classification_data(DataArguments(train_file=str(train), validation_split_percentage=50))
+
+
+@pytest.mark.parametrize(
+    "values, names",
+    [
+        ([True, False, True, False], ["False", "True"]),  # JSON booleans
+        ([1.0, 0.0, 1.0, 0.0], ["0", "1"]),  # integers written as floats
+        (["billing ", "billing", " shipping", "shipping"], ["billing", "shipping"]),  # stray whitespace
+    ],
+)
+def test_labels_are_normalised_to_classes(tmp_path, values, names):
+    records = [{"text": text, "label": value} for (text, _), value in zip(ROWS, values, strict=True)]
+    train = tmp_path / "train.jsonl"
+    train.write_text("\n".join(json.dumps(record) for record in records) + "\n")
+    data = load_classification_data(DataArguments(train_file=str(train), validation_file=str(train)))
+    assert data.labels.names == names
+    tokenizer = AutoTokenizer.from_pretrained(_tokenizer_dir(tmp_path))
+    tokenized = tokenize(data, tokenizer, DataArguments(train_file=str(train)), _NoBarrier())
+    assert set(tokenized["train"]["labels"]) == {0, 1}
+    assert all(type(label) is int for label in tokenized["train"]["labels"])
+
+
+def _tokenizer_dir(tmp_path: Path) -> Path:
+    from tests.conftest import build_tiny_bert
+
+    return build_tiny_bert(tmp_path / "tokenizer-model")
+
+
+def test_a_csv_with_true_false_labels_trains(tmp_path, tiny_bert):
+    from tests.inprocess import quick_args, run_in_process
+
+    train = write_csv(tmp_path / "train.csv", [(text, str(label == "warm")) for text, label in ROWS * 8])
+    results = run_in_process(
+        "full_ft", quick_args(tiny_bert, {"train": train, "validation": train}, tmp_path / "run")
+    )
+    assert results["num_labels"] == 2 and set(results["per_class"]) == {"False", "True"}
+
+
+def test_a_hub_dataset_without_the_chosen_evaluation_split_is_an_error_listing_its_splits():
+    from datasets import Dataset, DatasetDict
+
+    from recipes_lib.data import choose_hub_splits
+
+    rows = Dataset.from_dict({"premise": ["a"], "hypothesis": ["b"], "label": [0]})
+    mnli = DatasetDict(
+        {"train": rows, "validation_matched": rows, "validation_mismatched": rows, "test_matched": rows}
+    )
+    with pytest.raises(
+        DataError, match="other splits are: validation_matched, validation_mismatched, test_matched"
+    ):
+        choose_hub_splits(mnli, DataArguments(dataset_name="glue", dataset_config_name="mnli"))
+    chosen = choose_hub_splits(
+        mnli,
+        DataArguments(
+            dataset_name="glue", validation_split_name="validation_matched", test_split_name="test_matched"
+        ),
+    )
+    assert set(chosen) == {"train", "validation", "test"}
+    # Only a train split: holding out part of it is the one way to evaluate, and it is said.
+    assert set(choose_hub_splits(DatasetDict({"train": rows}), DataArguments(dataset_name="x"))) == {"train"}
+
+
+def test_a_run_reports_per_class_scores_a_confusion_matrix_and_test_predictions(
+    tmp_path, tiny_bert, learnable_data
+):
+    from recipes_lib.predictions import CONFUSION_MATRIX_PNG, EVAL_PREDICTIONS_FILE, TEST_PREDICTIONS_FILE
+    from tests.inprocess import quick_args, run_in_process
+
+    unlabelled = tmp_path / "test.csv"
+    unlabelled.write_text("text\nthe red cat\na blue dog\n")
+    output_dir = tmp_path / "run"
+    args = quick_args(
+        tiny_bert, learnable_data, output_dir, "--test_file", str(unlabelled), "--max_eval_samples", "64"
+    )
+    results = run_in_process("full_ft", args)
+    assert results["eval_split"] == "validation.csv" and results["test_split"] == "test.csv"
+    matrix = results["confusion_matrix"]
+    assert matrix["labels"] == ["cool", "warm"] and sum(map(sum, matrix["matrix"])) == results["eval_samples"]
+    assert sum(scores["support"] for scores in results["per_class"].values()) == results["eval_samples"]
+    assert (output_dir / CONFUSION_MATRIX_PNG).stat().st_size > 0
+    evaluated = (output_dir / EVAL_PREDICTIONS_FILE).read_text().splitlines()
+    assert len(evaluated) == results["eval_samples"]
+    test_rows = [json.loads(line) for line in (output_dir / TEST_PREDICTIONS_FILE).read_text().splitlines()]
+    assert len(test_rows) == 2 and set(test_rows[0]["probabilities"]) == {"cool", "warm"}
+    assert not any(key.startswith("test_accuracy") for key in results)  # unlabelled: predicted, not scored

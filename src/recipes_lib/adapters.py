@@ -40,6 +40,8 @@ ADAPTER_CONFIG_FILE = "adapter_config.json"
 # budget and stays within the usual range for long runs.
 LORA_LEARNING_RATE = 1e-3
 MERGED_SUBDIR = "merged"
+# QLoRA: the 4-bit settings of the base the adapter was trained on (save_adapter_extras).
+BASE_QUANTIZATION_FILE = "base_quantization_config.json"
 
 
 @dataclass
@@ -268,53 +270,118 @@ def prepare_4bit_model(model):
     return prepare_model_for_kbit_training(model, use_gradient_checkpointing=False)
 
 
-def save_adapter_extras(arguments, model_config, tokenizer, lora: LoraArguments) -> None:
-    """After the adapter is saved: the task's model config next to it and, if asked, the merged model.
+def save_adapter_extras(
+    arguments, model_config, tokenizer, lora: LoraArguments, quantization_config=None
+) -> None:
+    """After the adapter is saved: what a reload needs next to it and, if asked, the merged model.
 
-    config.json carries the label names (id2label), which the adapter files do not: with it,
-    `load_trained_model(output_dir)` rebuilds the exact classifier the adapter was trained for.
+    config.json carries the label names (id2label), which the adapter files do not. QLoRA passes
+    its base's `quantization_config` (`nf4_quantization_config`), saved as
+    base_quantization_config.json: the adapter was trained and evaluated on that 4-bit NF4 base, so
+    `load_trained_model(output_dir)` rebuilds it (same NF4 settings, same compute dtype) before
+    applying the adapter, and reloads the evaluated model rather than the adapter on an fp32 base.
     Call it on the main process only.
     """
-    output_dir = arguments.training.output_dir
+    output_dir = Path(arguments.training.output_dir)
     model_config.save_pretrained(output_dir)
+    quantization_path = output_dir / BASE_QUANTIZATION_FILE
+    if quantization_config is not None:
+        quantization_path.write_text(quantization_config.to_json_string(use_diff=False))
+    else:
+        quantization_path.unlink(missing_ok=True)  # a LoRA run over an old QLoRA run's output_dir
     if lora.merge_adapter:
-        merged_dir = Path(output_dir) / MERGED_SUBDIR
-        merge_adapter(arguments.model, model_config, output_dir, merged_dir)
+        merged_dir = output_dir / MERGED_SUBDIR
+        what = merge_adapter(
+            arguments.model, model_config, output_dir, merged_dir, device=arguments.training.device
+        )
         tokenizer.save_pretrained(merged_dir)
-        logger.info("Merged model (adapter folded into the weights) saved in %s", merged_dir)
+        logger.info("Merged model saved in %s: %s", merged_dir, what)
 
 
-def merge_adapter(model_args: ModelArguments, model_config, adapter_dir, merged_dir) -> None:
-    """Fold the adapter into a full-precision copy of the base: W + (alpha / r) B A, saved as a plain model.
+def read_base_quantization(adapter_dir: str | Path):
+    """The BitsAndBytesConfig of the 4-bit base an adapter was trained on (QLoRA), or None (LoRA)."""
+    path = Path(adapter_dir) / BASE_QUANTIZATION_FILE
+    if not path.is_file():
+        return None
+    from transformers import BitsAndBytesConfig
 
-    The base is reloaded in full precision (for QLoRA too: merging into 4-bit weights would
-    re-quantize them), so the merged model gives the adapter model's outputs to float rounding.
+    return BitsAndBytesConfig.from_dict(json.loads(path.read_text()))
+
+
+def _compute_dtype_name(quantization) -> str:
+    return str(quantization.bnb_4bit_compute_dtype).removeprefix("torch.")
+
+
+def merge_adapter(model_args: ModelArguments, model_config, adapter_dir, merged_dir, device=None) -> str:
+    """Fold the adapter into an fp32 copy of the base, W + (alpha / r) B A, saved as a plain model.
+
+    LoRA: the base's full-precision weights, so the merged model gives the adapter model's outputs
+    to float rounding. QLoRA (base_quantization_config.json in `adapter_dir`): the base is loaded in
+    4-bit NF4 as in training (on `device`) and dequantized to fp32, so the adapter is folded into
+    the weights it was trained on, not the original fp32 ones (merging into the 4-bit weights would
+    re-quantize them). That model is close to, but not, the evaluated one, which ran its 4-bit
+    matmuls in the compute dtype through bitsandbytes. Returns what the merged model is, in words.
     """
     from peft import PeftModel
 
-    base = load_model(model_args, model_config)
+    quantization = read_base_quantization(adapter_dir)
+    if quantization is None:
+        base = load_model(model_args, model_config)
+        what = (
+            "a plain fp32 model, the adapter folded into the base's weights (same outputs to float rounding)"
+        )
+    else:
+        quantized = load_model(
+            model_args, model_config, quantization_config=quantization, device_map={"": device or "cpu"}
+        )
+        base = quantized.dequantize(dtype=torch.float32)
+        what = (
+            "a plain fp32 model, the adapter folded into the base's 4-bit NF4 weights dequantized to fp32 "
+            "(the weights QLoRA trained on, not the original full-precision ones). It is not the evaluated "
+            f"model, which ran its 4-bit matmuls in {_compute_dtype_name(quantization)} through bitsandbytes: "
+            "its outputs differ from eval_predictions.jsonl by rounding (more under bf16/fp16). "
+            "recipes-lib predict OUTPUT_DIR runs the evaluated model itself"
+        )
     merged = PeftModel.from_pretrained(base, str(adapter_dir)).merge_and_unload()
     merged.save_pretrained(merged_dir)
+    return what
 
 
-def load_trained_model(output_dir: str | Path):
-    """The model a recipe saved: a plain model, or (LoRA, QLoRA) the base with its adapter applied."""
+def load_trained_model(output_dir: str | Path, device: str | torch.device | None = None):
+    """The model a recipe saved, as it was evaluated: a plain model, or the base with its adapter.
+
+    LoRA: the base in full precision, then the adapter. QLoRA (base_quantization_config.json beside
+    the adapter): the base in 4-bit NF4 with the saved settings and compute dtype, prepared as in
+    training (`prepare_4bit_model`), then the adapter. `device`: where the weights go (default: CPU).
+    """
     from transformers import AutoConfig, AutoModelForSequenceClassification
 
     output_dir = Path(output_dir)
     adapter_config_path = output_dir / ADAPTER_CONFIG_FILE
     if not adapter_config_path.is_file():
-        return AutoModelForSequenceClassification.from_pretrained(output_dir)
+        model = AutoModelForSequenceClassification.from_pretrained(output_dir)
+        return model.to(device) if device is not None else model
     from peft import PeftModel
 
     base_path = json.loads(adapter_config_path.read_text())["base_model_name_or_path"]
     config = AutoConfig.from_pretrained(output_dir)
+    quantization = read_base_quantization(output_dir)
+    # A 4-bit base is quantized as its weights land on the device: it cannot be moved afterwards.
+    placement = (
+        {"quantization_config": quantization, "device_map": {"": device or "cpu"}}
+        if quantization is not None
+        else {}
+    )
     try:
-        base = AutoModelForSequenceClassification.from_pretrained(base_path, config=config)
+        base = AutoModelForSequenceClassification.from_pretrained(base_path, config=config, **placement)
     except OSError as error:
         raise ModelError(
             f"The adapter in '{output_dir}' was trained on the base model '{base_path}', which cannot be "
             f"loaded here ({error}). Make that model available, or use the merged model in "
             f"{output_dir / MERGED_SUBDIR} (saved with --merge_adapter)."
         ) from None
+    if quantization is not None:
+        base = prepare_4bit_model(base)
+    elif device is not None:
+        base = base.to(device)
     return PeftModel.from_pretrained(base, str(output_dir))

@@ -26,7 +26,7 @@ from recipes_lib.precision import (
     launcher_mixed_precision,
 )
 
-SUPPORTED_DATA_EXTENSIONS = (".csv", ".tsv", ".json", ".jsonl")
+SUPPORTED_DATA_EXTENSIONS = (".csv", ".tsv", ".json", ".jsonl", ".parquet")
 
 # With no dataset and no files, a recipe trains on GLUE SST-2 (binary sentiment, 67k sentences).
 DEFAULT_DATASET = ("glue", "sst2")
@@ -73,7 +73,9 @@ class DataArguments:
     )
     train_file: str | None = field(
         default=None,
-        metadata={"help": "Local training data: .csv, .tsv, .json or .jsonl (format from the extension)."},
+        metadata={
+            "help": "Local training data: .csv, .tsv, .json, .jsonl or .parquet (format from the extension)."
+        },
     )
     validation_file: str | None = field(
         default=None,
@@ -81,8 +83,30 @@ class DataArguments:
             "help": "Local validation data, same format as train_file. Without it, a split is held out."
         },
     )
+    test_file: str | None = field(
+        default=None,
+        metadata={
+            "help": "Local test data, same format as train_file: evaluated after training (when it has labels) "
+            "and predicted, into output_dir/test_predictions.jsonl."
+        },
+    )
     validation_split_name: str = field(
-        default="validation", metadata={"help": "Name of the Hub dataset's split used for evaluation."}
+        default="validation",
+        metadata={
+            "help": "The Hub dataset's split used for evaluation (e.g. validation_matched for MNLI, test for imdb)."
+        },
+    )
+    test_split_name: str | None = field(
+        default=None,
+        metadata={"help": "A Hub dataset's split evaluated and predicted after training, like --test_file."},
+    )
+    csv_quoting: str = field(
+        default="auto",
+        metadata={
+            "help": "How .csv/.tsv fields are quoted: 'auto' (read both ways, decide, stop if both fit), 'quoted' "
+            "(as Python's csv and pandas write: fields may hold tabs and newlines) or 'none' (GLUE style).",
+            "choices": ["auto", "quoted", "none"],
+        },
     )
     validation_split_percentage: int = field(
         default=10,

@@ -1,6 +1,7 @@
 """`recipes-lib` console entry point: tools that work on finished runs, and the memory planner.
 
-recipes-lib compare outputs/demo/full_ft outputs/demo/lora [--markdown] [--chart FILE.png]
+recipes-lib compare outputs/demo/full_ft outputs/demo/lora [--markdown] [--chart FILE.png] [--wandb]
+recipes-lib wandb-dashboard --project bert-recipes [--entity E] [--group G] [--report]   (a saved W&B view)
 recipes-lib plan --model bert-base-uncased --recipe all --per_device_train_batch_size 32 --max_seq_length 128 --bf16
 recipes-lib show outputs/demo/full_ft [outputs/demo/lora ...]   (a shorter table, no chart)
 recipes-lib families [--markdown]   (what each encoder family gets: LoRA targets, attention, FSDP unit)
@@ -61,6 +62,7 @@ def main(argv: list[str] | None = None) -> int:
     show_parser = commands.add_parser("show", help="Print the results of finished runs as a table.")
     show_parser.add_argument("run_dirs", nargs="+", help="output directories holding results.json")
     add_compare_parser(commands)
+    add_dashboard_parser(commands)
     add_plan_parser(commands)
     families_parser = commands.add_parser(
         "families",
@@ -78,7 +80,24 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "compare":
         from recipes_lib.compare import compare
 
-        return compare(args.run_dirs, chart=args.chart, markdown=args.markdown, draw=not args.no_chart)
+        code = compare(args.run_dirs, chart=args.chart, markdown=args.markdown, draw=not args.no_chart)
+        if code == 0 and args.wandb:
+            from recipes_lib.dashboard import log_comparison
+
+            code = log_comparison(
+                args.run_dirs,
+                chart=args.chart,
+                draw=not args.no_chart,
+                project=args.wandb_project,
+                group=args.experiment,
+            )
+        return code
+    if args.command == "wandb-dashboard":
+        from recipes_lib.dashboard import wandb_dashboard
+
+        return wandb_dashboard(
+            args.project, entity=args.entity, group=args.group, report=args.report, spec_file=args.spec_file
+        )
     if args.command == "plan":
         return plan(args)
     return 2
@@ -95,6 +114,38 @@ def add_compare_parser(commands) -> None:
     )
     compare_parser.add_argument("--no_chart", action="store_true", help="print the table only")
     compare_parser.add_argument("--markdown", action="store_true", help="print the table as Markdown")
+    compare_parser.add_argument(
+        "--wandb",
+        action="store_true",
+        help="also log the table and chart into the runs' W&B group as one comparison run (offline "
+        "without an API key; docs/wandb.md)",
+    )
+    compare_parser.add_argument(
+        "--wandb_project", help="with --wandb: the W&B project (default: the runs' own)"
+    )
+    compare_parser.add_argument("--experiment", help="with --wandb: the W&B group (default: the runs' own)")
+
+
+def add_dashboard_parser(commands) -> None:
+    dashboard_parser = commands.add_parser(
+        "wandb-dashboard",
+        help="Save a W&B workspace view comparing the recipes of a group (needs the 'dashboard' extra).",
+        description="Build a saved W&B workspace view of a recipe comparison (runs grouped by recipe, a runs "
+        "table, bar charts and a scatter of memory against accuracy, the training curves), check it offline, "
+        "save it and print its URL. Needs `pip install -e '.[dashboard]'`, and an API key and the network to "
+        "save. Runs logged offline: `wandb sync` them first (docs/wandb.md).",
+    )
+    dashboard_parser.add_argument("--project", required=True, help="the W&B project of the runs")
+    dashboard_parser.add_argument("--entity", help="the W&B user or team (default: your default entity)")
+    dashboard_parser.add_argument(
+        "--group", help="the runs' group (their --experiment, by default '<model>_<dataset>'); default: all"
+    )
+    dashboard_parser.add_argument(
+        "--report", action="store_true", help="also save a W&B Report of the comparison, for sharing"
+    )
+    dashboard_parser.add_argument(
+        "--spec_file", help="also write the view as W&B stores it (JSON) to this file, to read it offline"
+    )
 
 
 def add_plan_parser(commands) -> None:

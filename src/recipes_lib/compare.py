@@ -4,7 +4,8 @@ Reads each run's results.json and prints one table (memory and what holds it, tr
 parameters, optimizer state, speed, accuracy), then draws one chart: a stacked bar per run of
 weights / gradients / optimizer state / activations / other, with the run's accuracy marked, so
 the memory-for-accuracy trade-off reads at a glance. `--markdown` prints the table as Markdown
-(for a README or a W&B report).
+(for a README or a W&B report). `--wandb` also logs the table and the chart into the runs' W&B
+group as one comparison run (dashboard.log_comparison).
 """
 
 from __future__ import annotations

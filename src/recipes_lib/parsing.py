@@ -271,9 +271,15 @@ def parse_arguments(spec: RecipeSpec, argv: list[str] | None = None) -> ParsedAr
 def validate_arguments(arguments: ParsedArguments) -> None:
     """Checks that need no download: fail here, not after an hour of tokenization."""
     data = arguments.data
-    if data.train_file is None and data.validation_file is not None:
+    for name in ("validation_file", "test_file"):
+        if data.train_file is None and getattr(data, name) is not None:
+            raise ConfigError(
+                f"{name} '{getattr(data, name)}' was given without train_file. Pass --train_file too."
+            )
+    if data.test_split_name is not None and data.train_file is not None:
         raise ConfigError(
-            f"validation_file '{data.validation_file}' was given without train_file. Pass --train_file too."
+            f"test_split_name '{data.test_split_name}' names a Hub dataset's split, but the data is local "
+            f"(train_file '{data.train_file}'). Use --test_file for a local test file."
         )
     if data.train_file is not None and data.dataset_name is not None:
         raise ConfigError(
@@ -285,7 +291,7 @@ def validate_arguments(arguments: ParsedArguments) -> None:
             f"dataset_config_name '{data.dataset_config_name}' was given without dataset_name. "
             "Pass --dataset_name too (e.g. --dataset_name glue)."
         )
-    for name in ("train_file", "validation_file"):
+    for name in ("train_file", "validation_file", "test_file"):
         path = getattr(data, name)
         if path is None:
             continue

@@ -212,8 +212,102 @@ def _is_all_linear(targets: tuple[str, ...] | str) -> bool:
 
 
 @dataclass(frozen=True)
+class FamilyForward:
+    """What an encoder family's forward keeps for backward that neither its config nor its modules say.
+
+    Read off transformers' modeling_<family>.py (5.x) and checked against measured training steps
+    of a tiny model of every family (tests/test_planner_families.py). Everything that has a size
+    comes from the config and the model built on the meta device (`Encoder.from_config`).
+    """
+
+    # Which layer arithmetic: "post-norm" (BERT: LayerNorm after each residual sum), "deberta"
+    # (disentangled attention over relative positions) or "modernbert" (pre-norm, gated FFN, rotary).
+    layer: str = "post-norm"
+    # The attention's query, key and value projections (a fused projection: its name three times).
+    qkv: tuple[str, str, str] = ("query", "key", "value")
+    # Dropouts on the T x H stream in one layer: BERT after attention and after the FFN; DistilBERT
+    # only after the FFN.
+    hidden_dropouts: int = 2
+    # B x H tensors the pooler and the classification head keep: always, and more with dropout.
+    # BERT: the pooler's tanh output, then the dropout's mask and output; RoBERTa's head drops out
+    # twice, around its dense layer.
+    head: tuple[int, int] = (1, 2)
+    # The head's first linear reads hidden_states[:, 0], a view: when it trains, the whole last
+    # T x H output stays with it (BERT's pooler, DistilBERT's pre_classifier, ModernBERT's head).
+    head_reads_a_view: bool = True
+    # DeBERTa v1 writes its LayerNorm as separate ops: it keeps x - mean twice and the normalized
+    # output (3 T x H) and sqrt(var + eps) (T) instead of PyTorch's input, mean and rstd.
+    layer_norm_ops: bool = False
+    # The family's tokenizer gives token_type_ids, part of the input batch.
+    token_type_ids: bool = True
+    # Token-sized int64 indices the embeddings make and keep for their backward: RoBERTa numbers
+    # positions from the tokens (and, given no token_type_ids, gathers token types for them).
+    embedding_indices: int = 0
+    # MPNet: one relative position bias per forward, from an embedding of S x S bucket ids.
+    relative_bias: bool = False
+
+
+_ROBERTA_HEAD = dict(head=(1, 4), head_reads_a_view=False)  # dropout, dense, tanh, dropout, out_proj
+FAMILY_FORWARDS: dict[str, FamilyForward] = {
+    "bert": FamilyForward(),
+    "roberta": FamilyForward(**_ROBERTA_HEAD, token_type_ids=False, embedding_indices=2),
+    "xlm-roberta": FamilyForward(**_ROBERTA_HEAD, token_type_ids=False, embedding_indices=2),
+    "electra": FamilyForward(**_ROBERTA_HEAD),  # the same head with GELU: it keeps the dense output
+    "mpnet": FamilyForward(
+        **_ROBERTA_HEAD, qkv=("q", "k", "v"), token_type_ids=False, embedding_indices=1, relative_bias=True
+    ),
+    "distilbert": FamilyForward(qkv=("q_lin", "k_lin", "v_lin"), hidden_dropouts=1, token_type_ids=False),
+    "albert": FamilyForward(),
+    # ContextPooler: dense and GELU on the first token (GELU keeps the dense output), then dropout.
+    "deberta": FamilyForward(layer="deberta", qkv=("in_proj",) * 3, layer_norm_ops=True),
+    "deberta-v2": FamilyForward(layer="deberta", qkv=("query_proj", "key_proj", "value_proj")),
+    # head: dense, GELU (keeps the dense output), LayerNorm (keeps GELU's output), then dropout.
+    "modernbert": FamilyForward(layer="modernbert", qkv=("Wqkv",) * 3, head=(3, 1), token_type_ids=False),
+}
+
+
+@dataclass(frozen=True)
+class Adapter:
+    """A LoRA-adapted linear layer of one encoder layer."""
+
+    name: str  # its path inside the layer, e.g. attention.self.query
+    inputs: int
+    outputs: int
+    role: str  # "qkv" (reads the attention's input, as Q, K and V do) or "other"
+    projections: frozenset[str] = frozenset()  # which of query, key, value it computes
+
+
+@dataclass(frozen=True)
+class RelativePositions:
+    """DeBERTa's disentangled attention: content-to-position (c2p) and position-to-content (p2c)
+    scores against a table of relative position embeddings."""
+
+    c2p: bool
+    p2c: bool
+    max_relative_positions: int  # the table holds 2 x this many rows (v1), or of the buckets (v2)
+    position_buckets: int  # v2/v3: log buckets (256 for v3); 0: one row per distance
+    table_rows: int  # rows of rel_embeddings
+    table_norm: bool  # v2/v3 normalizes the table once per forward (norm_rel_ebd="layer_norm")
+    separate_projections: bool  # v1 (pos_proj, pos_q_proj) or v2 without share_att_key
+
+    def span(self, seq_length: int) -> int:
+        """Half the positions a score row looks at: c2p and p2c scores are S x 2 span wide."""
+        if self.position_buckets > 0:
+            return self.position_buckets
+        return min(seq_length, self.max_relative_positions)
+
+
+@dataclass(frozen=True)
 class Encoder:
-    """The sizes of a BERT-like encoder that decide its activation memory."""
+    """What decides an encoder's activation memory: sizes from its config, structure from its modules.
+
+    `from_config` builds the model on the meta device (shapes only, no memory) and reads off what the
+    config does not say under BERT's names: the FFN width (DistilBERT's hidden_dim; ModernBERT's gated
+    FFN, whose first linear is twice as wide), the token embedding width (ALBERT and ELECTRA project
+    a narrower embedding up), one layer's weights, what the FFN activation keeps for backward (run
+    once on a small tensor), whether the class has a fused attention kernel, and, for a LoRA shape,
+    which linears of a layer carry adapters. What the forward keeps beyond that is its FamilyForward.
+    """
 
     model_type: str
     hidden: int
@@ -223,31 +317,245 @@ class Encoder:
     hidden_dropout: float
     attention_dropout: float
     classifier_dropout: float
+    # The defaults below are BERT's: an Encoder built by hand with the fields above is bert-base-like.
+    embedding: int = 0  # token embedding width; 0: the hidden size
+    embedding_dropout: float | None = None  # None: hidden_dropout
+    family: FamilyForward = FamilyForward()
+    sdpa: bool = True  # the model class runs PyTorch's SDPA (DeBERTa and MPNet: eager attention only)
+    activation_keeps: int = 1  # T x F tensors the FFN activation keeps (GELU: its input; tanh-GELU: 4)
+    activation_keeps_output: bool = False  # ReLU keeps its output, which the next linear reads anyway
+    gated_ffn: bool = False  # the first FFN linear is 2F wide: activation(one half) x the other half
+    layer_parameters: int = 0  # one layer's parameters; 0: BERT's
+    layer_linear_weights: int = 0  # one layer's linear weights; 0: BERT's
+    adapters: tuple[Adapter, ...] = ()  # the LoRA-adapted linears of one layer
+    head_trains: bool = True  # the head's first linear trains (with adapters: when it is new, or asked)
+    relative: RelativePositions | None = None  # DeBERTa
+    sliding_layers: int = 0  # ModernBERT: layers with local (sliding-window) attention
+
+    @property
+    def embedding_width(self) -> int:
+        return self.embedding or self.hidden
+
+    @property
+    def embedding_drop(self) -> float:
+        return self.hidden_dropout if self.embedding_dropout is None else self.embedding_dropout
+
+    @property
+    def adapted_projections(self) -> set[str]:
+        """Which of query, key, value carry adapters (a fused projection: all three)."""
+        return set().union(*(adapter.projections for adapter in self.adapters)) if self.adapters else set()
 
     @classmethod
-    def from_config(cls, config) -> Encoder:
-        missing = [
-            name
-            for name in ("hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size")
-            if getattr(config, name, None) is None
-        ]
-        if missing:
-            raise ModelError(
-                f"The planner knows BERT-like encoders (BERT, RoBERTa, ELECTRA, MiniLM); this "
-                f"{config.model_type} config has no {', '.join(missing)}. Use a BERT-like model."
-            )
-        hidden_dropout = float(getattr(config, "hidden_dropout_prob", 0.1) or 0.0)
-        classifier_dropout = getattr(config, "classifier_dropout", None)
-        return cls(
-            model_type=config.model_type,
-            hidden=config.hidden_size,
-            layers=config.num_hidden_layers,
-            heads=config.num_attention_heads,
-            intermediate=config.intermediate_size,
-            hidden_dropout=hidden_dropout,
-            attention_dropout=float(getattr(config, "attention_probs_dropout_prob", 0.1) or 0.0),
-            classifier_dropout=hidden_dropout if classifier_dropout is None else float(classifier_dropout),
+    def from_config(cls, config, adapters: LoraShape | None = None) -> Encoder:
+        """The encoder of `config`; with `adapters`, which linears of a layer they wrap (cached per config)."""
+        key = (config.to_json_string(use_diff=False), type(config), adapters)
+        if key not in _ENCODERS:
+            if len(_ENCODERS) > 64:
+                _ENCODERS.clear()
+            _ENCODERS[key] = _describe_encoder(config, adapters)
+        return _ENCODERS[key]
+
+
+_ENCODERS: dict[tuple, Encoder] = {}
+
+
+def _family_of(config) -> FamilyForward:
+    family = FAMILY_FORWARDS.get(config.model_type)
+    if family is not None:
+        return family
+    missing = [
+        name
+        for name in ("hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size")
+        if getattr(config, name, None) is None
+    ]
+    if missing:
+        known = ", ".join(FAMILY_FORWARDS)
+        raise ModelError(
+            f"The planner knows these encoder families: {known}, and BERT-like configs; this "
+            f"{config.model_type} config has no {', '.join(missing)}."
         )
+    return FamilyForward()  # an unknown family with BERT's config names: planned as BERT
+
+
+def _layer_path(model) -> str:
+    """The module path of the first of the repeated encoder layers (families.py finds the stack)."""
+    from recipes_lib.families import profile_for
+
+    paths = profile_for(model.config).layer_modules
+    if not paths:
+        raise ModelError(
+            f"The planner found no stack of encoder layers in this {model.config.model_type} model."
+        )
+    return f"{paths[0]}.0"
+
+
+def _activation_module(layer):
+    from transformers.activations import ACT2CLS
+
+    classes = tuple(
+        {entry[0] if isinstance(entry, tuple) else entry for entry in ACT2CLS.values()} | {type(None)}
+    )
+    for module in layer.modules():
+        if isinstance(module, classes) and not isinstance(module, type(None)):
+            return module
+    return None
+
+
+def what_activation_keeps(activation) -> tuple[int, bool]:
+    """(how many tensors of its input's size the activation keeps for backward, whether its output is one).
+
+    Measured by running it once on a small tensor: GELU keeps its input; the tanh approximation
+    written out in Python (ALBERT's gelu_new) keeps its input, tanh, 1 + tanh and x / 2; ReLU its output.
+    """
+    import torch
+
+    if activation is None:
+        return 1, False
+    kept: dict[int, torch.Tensor] = {}
+
+    def pack(tensor):
+        if tensor.numel() == 32:
+            kept[tensor.untyped_storage().data_ptr()] = tensor
+        return tensor
+
+    with torch.device("cpu"):
+        x = torch.linspace(-2, 2, 32, requires_grad=True) * 1.0  # a non-leaf, as a linear's output is
+        with torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor):
+            y = activation(x)
+    return len(kept), y.untyped_storage().data_ptr() in kept
+
+
+def _describe_encoder(config, adapters: LoraShape | None) -> Encoder:
+    from torch import nn
+
+    from recipes_lib.families import meta_model, profile_for
+
+    family = _family_of(config)
+    model = meta_model(config)
+    layer_path = _layer_path(model)
+    layer = model.get_submodule(layer_path)
+    linears = {name: module for name, module in layer.named_modules() if isinstance(module, nn.Linear)}
+    embeddings = [
+        m for m in model.modules() if isinstance(m, nn.Embedding) and m.num_embeddings == config.vocab_size
+    ]
+    heads = config.num_attention_heads
+    hidden = config.hidden_size
+    intermediate = getattr(config, "intermediate_size", None) or getattr(config, "hidden_dim", None)
+    gated = False
+    if family.layer == "modernbert":  # Wi projects to 2 x intermediate: GELU(one half) x the other half
+        gated = linears["mlp.Wi"].out_features == 2 * linears["mlp.Wo"].in_features
+        intermediate = linears["mlp.Wo"].in_features
+    keeps, keeps_output = what_activation_keeps(_activation_module(layer))
+    relative = None
+    if family.layer == "deberta" and getattr(config, "relative_attention", False):
+        pos_att_type = getattr(config, "pos_att_type", None) or []
+        max_relative = getattr(config, "max_relative_positions", -1)
+        max_relative = config.max_position_embeddings if max_relative < 1 else max_relative
+        table = model.get_submodule(layer_path.rsplit(".layer.", 1)[0]).rel_embeddings
+        relative = RelativePositions(
+            c2p="c2p" in pos_att_type,
+            p2c="p2c" in pos_att_type,
+            max_relative_positions=max_relative,
+            position_buckets=max(getattr(config, "position_buckets", -1), 0),
+            table_rows=table.num_embeddings,
+            table_norm="layer_norm" in getattr(config, "norm_rel_ebd", "none"),
+            separate_projections=config.model_type == "deberta"
+            or not getattr(config, "share_att_key", False),
+        )
+    classifier_dropout = next(
+        (
+            float(value)
+            for value in (getattr(config, name, None) for name in _CLASSIFIER_DROPOUTS)
+            if value is not None
+        ),
+        None,
+    )
+    hidden_dropout = float(_first(config, _HIDDEN_DROPOUTS, 0.1) or 0.0)
+    return Encoder(
+        model_type=config.model_type,
+        hidden=hidden,
+        layers=config.num_hidden_layers,
+        heads=heads,
+        intermediate=intermediate,
+        hidden_dropout=hidden_dropout,
+        attention_dropout=float(_first(config, _ATTENTION_DROPOUTS, 0.1) or 0.0),
+        classifier_dropout=hidden_dropout if classifier_dropout is None else classifier_dropout,
+        embedding=embeddings[0].embedding_dim if embeddings else hidden,
+        embedding_dropout=float(_first(config, ("embedding_dropout",), hidden_dropout) or 0.0),
+        family=family,
+        sdpa=bool(getattr(type(model), "_supports_sdpa", False)),
+        activation_keeps=keeps,
+        activation_keeps_output=keeps_output,
+        gated_ffn=gated,
+        layer_parameters=sum(p.numel() for p in layer.parameters()),
+        layer_linear_weights=sum(m.weight.numel() for m in linears.values()),
+        **(_adapters_and_head(config, model, layer_path, family, adapters) if adapters else {}),
+        relative=relative,
+        sliding_layers=sum(
+            kind == "sliding_attention" for kind in getattr(config, "layer_types", None) or ()
+        ),
+    )
+
+
+# Config names of the dropout probabilities, by family (the first that is set wins).
+_HIDDEN_DROPOUTS = ("hidden_dropout_prob", "dropout", "mlp_dropout")
+_ATTENTION_DROPOUTS = ("attention_probs_dropout_prob", "attention_dropout")
+_CLASSIFIER_DROPOUTS = ("classifier_dropout", "classifier_dropout_prob", "seq_classif_dropout", "cls_dropout")
+
+
+def _first(config, names: tuple[str, ...], default):
+    for name in names:
+        value = getattr(config, name, None)
+        if value is not None:
+            return value
+    return default
+
+
+def _adapters_and_head(config, model, layer_path: str, family: FamilyForward, shape: LoraShape) -> dict:
+    """The linears of one encoder layer that these adapters wrap, as peft matches them, and whether the
+    head's first linear (pooler, pre_classifier: hidden x hidden) trains, on the meta model."""
+    from torch import nn
+
+    from recipes_lib.adapters import add_lora
+
+    stack = layer_path.rsplit(".", 1)[0] + "."
+    head = [
+        name
+        for name, module in model.named_modules()
+        if isinstance(module, nn.Linear)
+        and stack not in f"{name}."
+        and module.in_features == module.out_features == config.hidden_size
+    ]
+    model.newly_initialized_modules = modules_the_checkpoint_lacks(config, model)
+    wrapped = add_lora(model, shape)
+    trained = {name for name, parameter in wrapped.named_parameters() if parameter.requires_grad}
+    # Its own weight trains (in full), or an adapter reads its input as it is (no LoRA dropout).
+    head_trains = any(
+        f"{path}." in f".{name}" and ("lora_" not in name or shape.dropout == 0) for name in trained for path in head
+    )
+    marker = f"{layer_path}."
+    found = []
+    for name, module in wrapped.named_modules():
+        if (
+            marker not in name
+            or not hasattr(module, "lora_A")
+            or not isinstance(module.base_layer, nn.Linear)
+        ):
+            continue
+        inside = name.split(marker, 1)[1]
+        last = inside.rsplit(".", 1)[-1]
+        projections = frozenset(
+            role
+            for role, projection in zip(("query", "key", "value"), family.qkv, strict=True)
+            if projection == last
+        )
+        base = module.base_layer
+        found.append(
+            Adapter(
+                inside, base.in_features, base.out_features, "qkv" if projections else "other", projections
+            )
+        )
+    return {"adapters": tuple(found), "head_trains": head_trains}
 
 
 @dataclass
@@ -266,31 +574,30 @@ def count_parameters_on_meta(config, shape: TrainingShape | None = None) -> Para
 
     Shapes only, no memory, no download: bert-large counts in a second. `.total` and `.trainable`
     are what `modeling.count_parameters` gives for the real model (a 4-bit base holds the same
-    number of parameters, packed).
+    number of parameters, packed), for every family: the adapters wrap the layers `add_lora` wraps
+    ("auto": the family's own), and train in full what the checkpoint lacks, as in a recipe
+    (`modules_the_checkpoint_lacks`).
     """
-    import torch
     from torch import nn
-    from transformers import AutoModelForSequenceClassification
+
+    from recipes_lib.families import linears_outside_layers, meta_model
 
     shape = shape or TrainingShape()
-    with torch.device("meta"):
-        model = AutoModelForSequenceClassification.from_config(config)
+    model = meta_model(config)
     quantized = []
     if shape.quantized_base:
-        # Every linear layer of the encoder in NF4 except what trains in full: the head, and the
-        # pooler when the adapters train it. These are adapters.nf4_quantization_config's
-        # llm_int8_skip_modules, which transformers matches as parts of the module name.
-        keep = ["classifier", "score"]
-        if shape.adapters is not None and shape.adapters.train_pooler:
-            keep.append("pooler")
+        # The linears of the repeated encoder layers in NF4; the head, the pooler and other
+        # projections stay in full precision, as adapters.nf4_quantization_config keeps them.
+        keep = set(linears_outside_layers(config))
         quantized = [
             module.weight.numel()
             for name, module in model.named_modules()
-            if isinstance(module, nn.Linear) and not any(key in name for key in keep)
+            if isinstance(module, nn.Linear) and name not in keep
         ]
     if shape.adapters is not None:
         from recipes_lib.adapters import add_lora
 
+        model.newly_initialized_modules = modules_the_checkpoint_lacks(config, model)
         model = add_lora(model, shape.adapters)
     embedding_ids = {id(m.weight) for m in model.modules() if isinstance(m, nn.Embedding)}
     seen, total, trainable, tensors = set(), 0, 0, []
@@ -304,6 +611,45 @@ def count_parameters_on_meta(config, shape: TrainingShape | None = None) -> Para
             tensors.append((parameter.numel(), id(parameter) in embedding_ids))
     buffer_bytes = sum(buffer.numel() * buffer.element_size() for buffer in model.buffers())
     return Parameters(total, trainable, tensors, buffer_bytes, quantized)
+
+
+def modules_the_checkpoint_lacks(config, model) -> tuple[str, ...]:
+    """The modules of the classification model that a checkpoint with this config has no weights for.
+
+    What `modeling.load_model` reads from the loading report, told from config.json alone: the
+    modules outside the base model (the head; DeBERTa's pooler; DistilBERT's pre_classifier) less
+    those the class config.json names (`architectures`) has too: ModernBertForMaskedLM brings the
+    head's dense layer and norm, a ...ForSequenceClassification checkpoint everything. A config
+    that names no class (or the base model) is a base model's: everything outside it is new.
+    """
+    import transformers
+
+    def outside_base(network) -> set[str]:
+        prefix = network.base_model_prefix
+        return {
+            path
+            for path, module in network.named_modules()
+            if path
+            and path != prefix
+            and not path.startswith(f"{prefix}.")
+            and any(True for _ in module.parameters(recurse=False))
+        }
+
+    lacking = outside_base(model)
+    for name in getattr(config, "architectures", None) or ():
+        checkpoint_class = getattr(transformers, name, None)
+        if checkpoint_class is None or not hasattr(checkpoint_class, "base_model_prefix"):
+            continue
+        try:
+            import torch
+
+            with torch.device("meta"):
+                checkpoint = checkpoint_class(config)
+        except Exception:  # a class that cannot be built from this config: assume a base model's weights
+            break
+        lacking -= outside_base(checkpoint)
+        break
+    return tuple(sorted(lacking))
 
 
 # --- the five parts -------------------------------------------------------------------------------
@@ -339,9 +685,11 @@ def optimizer_bytes(parameters: Parameters, setup: Setup) -> int:
     return total
 
 
-def input_bytes(setup: Setup) -> int:
-    # input_ids, token_type_ids, attention_mask (int64, batch x length) and the labels.
-    return 3 * 8 * setup.batch_size * setup.seq_length + 8 * setup.batch_size
+def input_bytes(setup: Setup, encoder: Encoder | None = None) -> int:
+    # input_ids, attention_mask and, where the family's tokenizer gives them, token_type_ids
+    # (int64, batch x length), and the labels.
+    tensors = 3 if encoder is None or encoder.family.token_type_ids else 2
+    return tensors * 8 * setup.batch_size * setup.seq_length + 8 * setup.batch_size
 
 
 def _fused_attention(encoder: Encoder, setup: Setup) -> bool:
@@ -349,76 +697,240 @@ def _fused_attention(encoder: Encoder, setup: Setup) -> bool:
 
     SDPA on CUDA always does (flash or memory-efficient kernel, dropout included). On CPU PyTorch's
     fused kernel has no dropout, so training with attention dropout falls back to the math kernel,
-    which stores what eager attention stores.
+    which stores what eager attention stores. DeBERTa and MPNet have no SDPA path: always eager.
     """
-    if setup.attention != "sdpa":
+    if setup.attention != "sdpa" or not encoder.sdpa:
         return False
     return setup.device == "cuda" or encoder.attention_dropout == 0
 
 
+class _Sizes:
+    """The letters of the arithmetic for one setup: B, S, T = B x S tokens, H, F, A, E and e, the bytes
+    of a matmul output (4 in fp32, 2 under bf16 autocast)."""
+
+    def __init__(self, encoder: Encoder, setup: Setup):
+        self.B, self.S, self.H, self.F, self.A = (
+            setup.batch_size,
+            setup.seq_length,
+            encoder.hidden,
+            encoder.intermediate,
+            encoder.heads,
+        )
+        self.T = self.B * self.S
+        self.E = encoder.embedding_width
+        self.P = self.B * self.A * self.S * self.S  # attention probabilities
+        self.e = 2 if setup.bf16 else 4
+        self.cuda = setup.device == "cuda"
+
+    def mask(self, elements: int, element_bytes: int) -> int:
+        # A CUDA dropout keeps a bool mask; a CPU dropout keeps the float noise it multiplied by.
+        return elements * (1 if self.cuda else element_bytes)
+
+
 def layer_activation_terms(encoder: Encoder, setup: Setup) -> dict[str, int]:
     """Bytes that one encoder layer's forward keeps for backward, by what they are."""
-    B, S, H, F, A = setup.batch_size, setup.seq_length, encoder.hidden, encoder.intermediate, encoder.heads
-    lora = setup.adapters
-    T = B * S
-    autocast = setup.bf16
-    e = 2 if autocast else 4  # outputs of matmuls, GELU and attention
-    e_softmax = 4  # softmax runs in fp32 under autocast
+    kind = encoder.family.layer
+    if kind == "deberta":
+        return _deberta_layer_terms(encoder, setup)
+    if kind == "modernbert":
+        return _modernbert_layer_terms(encoder, setup)
+    return _post_norm_layer_terms(encoder, setup)
+
+
+def _post_norm_layer_terms(encoder: Encoder, setup: Setup) -> dict[str, int]:
+    """BERT's layer, and RoBERTa's, XLM-R's, ELECTRA's, MPNet's, DistilBERT's and ALBERT's: attention
+    and FFN, each followed by dropout, a residual sum and LayerNorm."""
+    z = _Sizes(encoder, setup)
+    T, H, e = z.T, z.H, z.e
     fused = _fused_attention(encoder, setup)
-
-    def mask(elements: int, element_bytes: int) -> int:
-        # A CUDA dropout keeps a bool mask; a CPU dropout keeps the float noise it multiplied by.
-        return elements * (1 if setup.device == "cuda" else element_bytes)
-
-    hidden_drop, attention_drop = encoder.hidden_dropout > 0, encoder.attention_dropout > 0
-    frozen_base = lora is not None
-
-    # One encoder layer.
+    frozen_base = setup.adapters is not None
     layer: dict[str, int] = {}
     if fused:
         layer["attention Q, K, V, output"] = 4 * T * H * e
-        layer["attention log-sum-exp"] = B * A * S * 4
+        layer["attention log-sum-exp"] = z.B * z.A * z.S * 4
         if setup.padded:
-            layer["attention mask, float"] = B * S * S * e
+            layer["attention mask, float"] = z.B * z.S * z.S * e
     else:
         layer["Q, K, V contiguous copies"] = 3 * T * H * e
-        probabilities = B * A * S * S
-        layer["attention probabilities"] = probabilities * e_softmax
-        if attention_drop:
-            layer["attention dropout mask + output"] = (
-                mask(probabilities, e_softmax) + probabilities * e_softmax
-            )
-        if autocast:
-            layer["attention probabilities, bf16 copy"] = probabilities * 2
+        layer.update(_probability_terms(encoder, setup))
         if not frozen_base:
             layer["context (output projection input)"] = T * H * e
-    if hidden_drop:
-        layer["dropout masks after attention and FFN"] = 2 * mask(T * H, e)
+    if encoder.hidden_dropout > 0:
+        layer["dropout masks on the hidden states"] = encoder.family.hidden_dropouts * z.mask(T * H, e)
     layer["residual sums kept by LayerNorm"] = 2 * T * H * 4
     layer["LayerNorm mean and rstd"] = 2 * 2 * T * 4
-    layer["FFN GELU input"] = T * F * e
+    layer.update(_ffn_terms(encoder, setup))
     if not frozen_base:
-        layer["FFN GELU output"] = T * F * e
-        if autocast:
-            # Each linear keeps its own bf16 copy of its input: Q, K, V share one fp32 input, the
-            # FFN's first linear takes the attention block's LayerNorm output.
-            layer["linear inputs, bf16 copies"] = 4 * T * H * 2
-        else:
-            layer["LayerNorm outputs (next linears' input)"] = 2 * T * H * 4
-    adapters = len(setup.adapted_attention)
-    if adapters:
-        # Each adapter's first linear keeps its input: its own dropout output (fp32), or its own
-        # bf16 copy under autocast; without LoRA dropout in fp32, the shared LayerNorm output.
-        lora_input = T * H * (2 if autocast else 4)
-        if lora.dropout > 0:
-            layer["LoRA dropout masks + inputs"] = adapters * (mask(T * H, 4) + lora_input)
-        else:
-            layer["LoRA inputs"] = adapters * lora_input if autocast else lora_input
-        layer["LoRA down-projections (T x r)"] = adapters * T * lora.r * e
-    if autocast and not setup.shape.quantized_base:
+        layer.update(_linear_input_terms(encoder, setup))
+    layer.update(_lora_terms(encoder, setup))
+    layer.update(_bf16_weight_terms(encoder, setup))
+    return layer
+
+
+def _probability_terms(encoder: Encoder, setup: Setup) -> dict[str, int]:
+    """The S x S attention probabilities an eager (or math-kernel) attention keeps, per layer."""
+    z = _Sizes(encoder, setup)
+    terms = {"attention probabilities": z.P * 4}  # softmax runs in fp32 under autocast
+    if encoder.attention_dropout > 0:
+        terms["attention dropout mask + output"] = z.mask(z.P, 4) + z.P * 4
+    if setup.bf16:
+        terms["attention probabilities, bf16 copy"] = z.P * 2
+    return terms
+
+
+def _ffn_terms(encoder: Encoder, setup: Setup) -> dict[str, int]:
+    """The FFN activation's kept tensors, and its output when the next linear trains (reads it)."""
+    z = _Sizes(encoder, setup)
+    T, F, e = z.T, z.F, z.e
+    keeps = encoder.activation_keeps
+    terms = {
+        "FFN activation input" if keeps == 1 else f"FFN activation: the {keeps} tensors it keeps": keeps
+        * T
+        * F
+        * e
+    }
+    if setup.adapters is None and not encoder.activation_keeps_output:
+        terms["FFN activation output (next linear's input)"] = T * F * e
+    return terms
+
+
+def _linear_input_terms(encoder: Encoder, setup: Setup) -> dict[str, int]:
+    """Full fine-tuning: the inputs of the linears that read the fp32 stream (attention, FFN), kept
+    for their weight gradients. The LayerNorm outputs, or under autocast one bf16 copy per linear."""
+    T, H = setup.batch_size * setup.seq_length, encoder.hidden
+    if setup.bf16:
+        # Each linear keeps its own bf16 copy of its input: Q, K, V share one fp32 input, the
+        # FFN's first linear takes the attention block's LayerNorm output.
+        linears = len(set(encoder.family.qkv)) + 1
+        return {"linear inputs, bf16 copies": linears * T * H * 2}
+    return {"LayerNorm outputs (next linears' input)": 2 * T * H * 4}
+
+
+def _bf16_weight_terms(encoder: Encoder, setup: Setup) -> dict[str, int]:
+    if setup.bf16 and not setup.shape.quantized_base:
         # Autocast's bf16 copy of every linear weight, kept for the input gradient. A quantized
         # base's NF4 weights are dequantized again in backward instead.
-        layer["linear weights, bf16 copies"] = 2 * _linear_weight_elements(encoder)
+        return {"linear weights, bf16 copies": 2 * _linear_weight_elements(encoder)}
+    return {}
+
+
+def _lora_terms(encoder: Encoder, setup: Setup) -> dict[str, int]:
+    """What the adapters of one layer keep: each its dropout mask and dropped input (or, without LoRA
+    dropout, the input it shares with its frozen linear) and its T x r down-projection."""
+    lora = setup.adapters
+    if lora is None or not encoder.adapters:
+        return {}
+    z = _Sizes(encoder, setup)
+    T = z.T
+    terms = {}
+    adapters = encoder.adapters
+    if lora.dropout > 0:
+        terms["LoRA dropout masks + inputs"] = sum(
+            z.mask(T * a.inputs, 4) + T * a.inputs * (2 if setup.bf16 else 4) for a in adapters
+        )
+    elif setup.bf16:  # each adapter's own bf16 copy of its input
+        terms["LoRA inputs"] = sum(T * a.inputs * 2 for a in adapters)
+    else:  # the frozen linear's input, kept for the adapter: once per input (Q, K, V share theirs)
+        qkv = [a for a in adapters if a.role == "qkv"]
+        terms["LoRA inputs"] = (T * qkv[0].inputs * 4 if qkv else 0) + sum(
+            T * a.inputs * 4 for a in adapters if a.role != "qkv"
+        )
+    terms["LoRA down-projections (T x r)"] = sum(T * lora.r * z.e for _ in adapters)
+    return terms
+
+
+def _deberta_layer_terms(encoder: Encoder, setup: Setup) -> dict[str, int]:
+    """DeBERTa's (v1) and DeBERTa-v2/v3's layer: BERT's, with disentangled attention.
+
+    The content scores Q K^T get two more: content-to-position, Q against the projected relative
+    position embeddings (a table of 2k rows, k = the span: min(S, max_relative_positions), or the
+    position buckets of v2/v3), and position-to-content, K against them. Each is a B x A x S x 2k
+    matmul output that torch.gather keeps to pick S of its 2k columns, and each matmul keeps the
+    projected table expanded to the batch (B x 2k x H). The table itself goes through dropout in
+    every layer. v1 copies Q and K once more for those matmuls, and writes LayerNorm as separate ops.
+    """
+    z = _Sizes(encoder, setup)
+    B, S, T, H, A, e = z.B, z.S, z.T, z.H, z.A, z.e
+    frozen_base = setup.adapters is not None
+    relative = encoder.relative
+    v1 = encoder.family.layer_norm_ops
+    layer: dict[str, int] = {"Q and K copies (content scores)": 2 * T * H * e}
+    if relative is not None:
+        k = relative.span(S)
+        rows = relative.table_rows
+        terms = int(relative.c2p) + int(relative.p2c)
+        if not frozen_base:
+            # c2p keeps Q for the projected positions' gradient (v1 copies it again), p2c keeps K.
+            copies = (int(relative.c2p) if v1 else 0) + int(relative.p2c)
+        else:
+            # Frozen position projections need no gradient, unless they are the adapted query and
+            # key projections themselves (v2/v3 share them): then p2c keeps K, c2p keeps Q.
+            adapted = encoder.adapted_projections if not relative.separate_projections else set()
+            copies = int(relative.p2c and "query" in adapted) + int(relative.c2p and "key" in adapted)
+        if copies:
+            layer["Q / K kept for the relative scores"] = copies * T * H * e
+        layer["projected positions, expanded to the batch"] = terms * B * 2 * k * H * e
+        layer["c2p / p2c scores kept by gather (S x 2k)"] = terms * B * A * S * 2 * k * e
+        layer["c2p / p2c position indices"] = terms * S * S * 8
+        if not frozen_base and encoder.hidden_dropout > 0:
+            layer["position table: dropout mask + output"] = z.mask(rows * H, 4) + rows * H * 4
+        if frozen_base and not relative.separate_projections:
+            # The query and key adapters also project the table: their input and down-projection.
+            shared = [a for a in encoder.adapters if a.projections & {"query", "key"}]
+            if shared:
+                layer["LoRA on the position table"] = len(shared) * rows * (H + setup.adapters.r) * 4
+    layer["attention mask (bool)"] = B * S * S
+    layer.update(_probability_terms(encoder, setup))
+    layer["V copy"] = T * H * e
+    if not frozen_base:
+        layer["context (output projection input)"] = T * H * e
+    if encoder.hidden_dropout > 0:
+        layer["dropout masks on the hidden states"] = encoder.family.hidden_dropouts * z.mask(T * H, e)
+    if v1:
+        # x - mean twice and sqrt(var + eps); and the normalized output when the weight trains.
+        kept = 2 if frozen_base else 3
+        layer[f"LayerNorm as ops: {kept} x T x H and sqrt(var)"] = 2 * (kept * T * H * 4 + T * 4)
+    else:
+        layer["residual sums kept by LayerNorm"] = 2 * T * H * 4
+        layer["LayerNorm mean and rstd"] = 2 * 2 * T * 4
+    layer.update(_ffn_terms(encoder, setup))
+    if not frozen_base:
+        layer.update(_linear_input_terms(encoder, setup))
+    layer.update(_lora_terms(encoder, setup))
+    layer.update(_bf16_weight_terms(encoder, setup))
+    return layer
+
+
+def _modernbert_layer_terms(encoder: Encoder, setup: Setup) -> dict[str, int]:
+    """ModernBERT's layer: pre-norm (LayerNorm before attention and before the FFN; none before the
+    first layer's attention), fused QKV projection with rotary positions, and a gated FFN:
+    Wi projects to 2F, GELU of one half times the other, Wo back to H."""
+    z = _Sizes(encoder, setup)
+    B, S, T, H, F, e = z.B, z.S, z.T, z.H, z.F, z.e
+    frozen_base = setup.adapters is not None
+    layer: dict[str, int] = {
+        "LayerNorm inputs (the residual stream) + stats": 2 * (T * H * 4 + 2 * T * 4),
+    }
+    if not frozen_base:
+        layer["LayerNorm outputs (Wqkv's and Wi's input)"] = 2 * T * H * e
+    # Q, K, V are views of Wqkv's output (3 T x H), which SDPA keeps for V; Q and K are rotated copies.
+    layer["Wqkv output, rotated Q and K"] = 5 * T * H * e
+    if _fused_attention(encoder, setup):
+        layer["attention output"] = T * H * e
+        layer["attention log-sum-exp"] = B * z.A * S * 4
+    else:
+        layer.update(_probability_terms(encoder, setup))
+        layer["attention output"] = T * H * e
+    if encoder.attention_dropout > 0:
+        layer["attention output dropout mask"] = z.mask(T * H, e)
+    layer["Wi output (2F: GELU's input and the gate)"] = 2 * T * F * e
+    layer["GELU output (the gate's factor)"] = max(encoder.activation_keeps, 1) * T * F * e
+    if encoder.hidden_dropout > 0:
+        layer["FFN dropout mask"] = z.mask(T * F, e)
+    if not frozen_base:
+        layer["gated product (Wo's input)"] = T * F * e
+    layer.update(_lora_terms(encoder, setup))
+    layer.update(_bf16_weight_terms(encoder, setup))
     return layer
 
 
@@ -438,51 +950,109 @@ def activation_terms(encoder: Encoder, setup: Setup) -> dict[str, int]:
         terms.update(_embedding_terms(encoder, setup, trainable=True))
     else:
         terms["encoder layers"] = L * per_layer
-        if frozen_base:
-            terms["first layer (no gradient into the embeddings)"] = -_first_layer_savings(
-                encoder, setup, fused
-            )
+        first = _first_layer_difference(encoder, setup, fused)
+        if first:
+            terms["first layer (no gradient into the embeddings)" if frozen_base else "first layer"] = -first
         terms["backward transient"] = transient
         terms.update(_embedding_terms(encoder, setup, trainable=not frozen_base))
+    terms.update(_encoder_terms(encoder, setup))
     terms.update(_head_terms(encoder, setup))
     return terms
 
 
 def _linear_weight_elements(encoder: Encoder) -> int:
     H, F = encoder.hidden, encoder.intermediate
-    return 4 * H * H + 2 * H * F
+    return encoder.layer_linear_weights or 4 * H * H + 2 * H * F
 
 
 def _embedding_terms(encoder: Encoder, setup: Setup, trainable: bool) -> dict[str, int]:
     if not trainable:
         return {}  # frozen embeddings: nothing there needs a gradient
-    T, H = setup.batch_size * setup.seq_length, encoder.hidden
-    terms = {"embeddings: LayerNorm input + stats": T * H * 4 + 2 * T * 4}
-    if encoder.hidden_dropout > 0:
-        terms["embeddings: dropout mask"] = T * H * (1 if setup.device == "cuda" else 4)
-    if not setup.bf16:  # under autocast the first layer's linears keep bf16 copies instead
+    z = _Sizes(encoder, setup)
+    T, H, E = z.T, z.H, z.E
+    if encoder.family.layer_norm_ops:
+        terms = {"embeddings: LayerNorm as ops": 3 * T * E * 4 + T * 4}
+    else:
+        terms = {"embeddings: LayerNorm input + stats": T * E * 4 + 2 * T * 4}
+    if encoder.family.layer == "deberta":
+        terms["embeddings: padding mask, float"] = T * 4  # the LayerNorm output is multiplied by it
+    if encoder.family.embedding_indices:
+        terms["embeddings: position (and token type) ids, int64"] = encoder.family.embedding_indices * T * 8
+    if encoder.embedding_drop > 0:
+        terms["embeddings: dropout mask"] = z.mask(T * E, 4)
+    if E != H:  # ALBERT and ELECTRA project the narrower embeddings up to the hidden size
+        terms["embeddings: projection input"] = T * E * (2 if setup.bf16 else 4)
+    if not setup.bf16 and encoder.family.layer != "modernbert":
+        # Under autocast the first layer's linears keep bf16 copies instead; ModernBERT's first
+        # layer counts its Wqkv input itself.
         terms["embeddings: output (first layer's input)"] = T * H * 4
     return terms
 
 
+def _encoder_terms(encoder: Encoder, setup: Setup) -> dict[str, int]:
+    """What the encoder keeps once per forward, outside its layers."""
+    z = _Sizes(encoder, setup)
+    terms = {}
+    relative = encoder.relative
+    if relative is not None and relative.table_norm:
+        rows = relative.table_rows
+        terms["position table LayerNorm: stats"] = 2 * rows * 4
+        if encoder.hidden_dropout == 0:
+            terms["position table, normalized"] = rows * z.H * 4
+    if encoder.family.relative_bias and setup.adapters is None:
+        terms["relative position bucket ids, int64"] = z.S * z.S * 8
+    if encoder.family.layer == "modernbert":
+        # Sliding-window layers always get a mask, the global ones only for padded batches; the
+        # fused kernel makes each float.
+        masked = encoder.sliding_layers + (encoder.layers - encoder.sliding_layers if setup.padded else 0)
+        if _fused_attention(encoder, setup) and masked:
+            terms["attention masks, float"] = masked * z.B * z.S * z.S * z.e
+        terms["rotary cos and sin"] = encoder.layers * 2 * z.S * (z.H // z.A) * z.e
+        terms["final LayerNorm input + stats"] = z.T * z.H * 4 + 2 * z.T * 4
+    if not setup.bf16 and not setup.gradient_checkpointing:
+        # The last hidden states stay whole when the head's first linear trains on a view of their
+        # first token. BERT's and DeBERTa's layers count them already (as the next layer's input)
+        # under full fine-tuning. (A head that drops out first, RoBERTa's, keeps none of them, but
+        # the peak comes before they go: at the last LayerNorm, with them just made.)
+        counted = encoder.family.layer != "modernbert" and setup.adapters is None
+        if encoder.family.head_reads_a_view and encoder.head_trains and not counted:
+            terms["last hidden states (the trained head reads their first token)"] = z.T * z.H * 4
+    return terms
+
+
 def _head_terms(encoder: Encoder, setup: Setup) -> dict[str, int]:
-    # Pooler tanh output, classifier dropout mask and output: batch x hidden each.
+    # The pooler's and classifier's tensors: batch x hidden each (FamilyForward.head).
     B, H = setup.batch_size, encoder.hidden
     e = 2 if setup.bf16 else 4
-    pieces = 1 + (2 if encoder.classifier_dropout > 0 else 0)
+    always, with_dropout = encoder.family.head
+    pieces = always + (with_dropout if encoder.classifier_dropout > 0 else 0)
     return {"pooler and classifier": pieces * B * H * e}
 
 
-def _first_layer_savings(encoder: Encoder, setup: Setup, fused: bool) -> int:
-    """Adapters: the first layer's input needs no gradient, so it keeps less than the others."""
+def _first_layer_difference(encoder: Encoder, setup: Setup, fused: bool) -> int:
+    """What the first layer keeps less than the others.
+
+    Adapters: the first layer's input needs no gradient. ModernBERT: its first layer has no
+    LayerNorm before the attention.
+    """
     T, H = setup.batch_size * setup.seq_length, encoder.hidden
     e = 2 if setup.bf16 else 4
     savings = 0
-    if not fused and "key" not in setup.adapted_attention:
+    if encoder.family.layer == "modernbert":
+        savings += T * H * 4 + 2 * T * 4
+    if setup.adapters is None:
+        return savings
+    adapted = encoder.adapted_projections
+    if encoder.family.layer != "modernbert" and not fused and adapted and "key" not in adapted:
         savings += T * H * e  # K needs no gradient there, so the copy of Q its gradient would use is not kept
-    adapters = len(setup.adapted_attention)
-    if setup.adapters.dropout > 0:
-        savings += adapters * T * H * (1 if setup.device == "cuda" else 4)  # dropout masks of the adapters
+        relative = encoder.relative
+        if relative is not None and relative.p2c:
+            # Nor does p2c keep the projected positions for K's gradient.
+            savings += setup.batch_size * 2 * relative.span(setup.seq_length) * H * e
+    if setup.adapters.dropout > 0:  # dropout masks of the adapters that read the layer's input
+        savings += sum(
+            T * a.inputs * (1 if setup.device == "cuda" else 4) for a in encoder.adapters if a.role == "qkv"
+        )
     return savings
 
 
@@ -495,8 +1065,20 @@ def _backward_transient(encoder: Encoder, setup: Setup, fused: bool) -> int:
     The attention moment (eager or math kernel only): the gradients of the probabilities
     (B x A x S x S, one or two of them) after the FFN's saved tensors are gone. A quantized base
     adds a moment of its own, when a 4-bit weight is dequantized (for small batches the largest).
-    Fitted to the measured CPU order of frees (tests/test_planner.py checks it).
+    Fitted to the measured CPU order of frees (tests/test_planner.py checks it). Other families
+    hold more or less at those moments (`_family_transient`).
     """
+    B, S, H, F, A = setup.batch_size, setup.seq_length, encoder.hidden, encoder.intermediate, encoder.heads
+    T = B * S
+    e = 2 if setup.bf16 else 4
+    if encoder.family.layer == "modernbert":
+        # The gated FFN's backward: the gradients of Wi's 2F-wide output (LoRA: and of the gate's
+        # product) while the layer's saved tensors are there. Measured on CPU.
+        return (2 if setup.adapters is not None else 1) * T * F * e + T * H * 4
+    return _bert_transient(encoder, setup, fused) + _family_transient(encoder, setup)
+
+
+def _bert_transient(encoder: Encoder, setup: Setup, fused: bool) -> int:
     B, S, H, F, A = setup.batch_size, setup.seq_length, encoder.hidden, encoder.intermediate, encoder.heads
     T = B * S
     e = 2 if setup.bf16 else 4
@@ -515,6 +1097,41 @@ def _backward_transient(encoder: Encoder, setup: Setup, fused: bool) -> int:
     return max(ffn, 0 if fused else attention)
 
 
+def _family_transient(encoder: Encoder, setup: Setup) -> int:
+    """What a family holds at BERT's highest moment beyond BERT (0 for BERT itself), measured on CPU.
+
+    The highest moment is often the end of forward, at the last LayerNorm, when what the forward
+    made once (masks, position tables) is still there and the last layer's own outputs are being
+    made; under LoRA the frozen layer's outputs, kept by no one, are still referenced there.
+    """
+    B, S, T, H, F = (
+        setup.batch_size,
+        setup.seq_length,
+        setup.batch_size * setup.seq_length,
+        encoder.hidden,
+        encoder.intermediate,
+    )
+    e = 2 if setup.bf16 else 4
+    family = encoder.family
+    lora = setup.adapters is not None
+    extra = 0
+    if encoder.activation_keeps > 1 and not lora:
+        extra += T * F * e  # an activation written as ops (ALBERT's gelu_new) makes a gradient per op
+    if lora:
+        # Fewer dropouts on the hidden states (DistilBERT) and a ReLU, whose output the frozen
+        # layer keeps anyway, leave less of the last layer referenced at the end of forward.
+        extra -= max(0, 2 - family.hidden_dropouts) * T * H * 4
+        if encoder.activation_keeps_output:
+            extra -= T * F * e
+    if family.relative_bias:  # MPNet: the position bias of the whole forward, and a float padding mask
+        extra += B * encoder.heads * S * S * 4 + (3 * B * S * S if setup.padded else 0)
+    if family.layer == "deberta":
+        # DeBERTa: an int64 attention mask (B x S x S) and the relative positions (S x S), made once
+        # per forward; v1's LayerNorm, written as ops, has two more T x H temporaries.
+        extra += B * S * S * 8 + S * S * 8 + (2 * T * H * 4 if family.layer_norm_ops else 0)
+    return extra
+
+
 # --- the plan --------------------------------------------------------------------------------------
 
 
@@ -531,6 +1148,7 @@ class MemoryPlan:
     other: int
     activation_terms: dict[str, int]
     config: Any = None  # the model config the plan was made from
+    encoder: Encoder | None = None  # what the activation arithmetic read from it
 
     @property
     def cuda_overhead(self) -> int:
@@ -595,7 +1213,12 @@ def plan_memory(
             f"sharding must be one of {', '.join(SHARDED_PARTS)} (not {setup.sharding!r}) and "
             f"num_processes at least 1 (not {setup.num_processes})"
         )
-    encoder = Encoder.from_config(config)
+    if setup.adapters is not None:  # "auto": the family's own targets, so the plan says what it planned
+        from recipes_lib.adapters import resolve_lora_targets
+
+        lora = resolve_lora_targets(setup.adapters, config.model_type)
+        setup = replace(setup, shape=replace(setup.shape, adapters=lora))
+    encoder = Encoder.from_config(config, setup.adapters)
     parameters = parameters or count_parameters_on_meta(config, setup.shape)
     terms = activation_terms(encoder, setup)
     parts = {
@@ -614,21 +1237,23 @@ def plan_memory(
         params_trainable=parameters.trainable,
         **parts,
         activations=sum(terms.values()),
-        other=input_bytes(setup),
+        other=input_bytes(setup, encoder),
         activation_terms=terms,
         config=config,
+        encoder=encoder,
     )
 
 
 def _gathered_layer_bytes(encoder: Encoder, parameters: Parameters, setup: Setup) -> int:
     """One encoder layer's full weights, gathered for compute when the weights are sharded.
 
-    Per layer: Q, K, V and output projections 4 (H x H + H), FFN H x F + F + F x H + H, two
-    LayerNorms 2 x 2H (bert-base: 7,087,872 parameters). Bytes per weight: the model's average
-    (NF4 for a quantized base), at most 2 under bf16 mixed precision, which gathers in bf16.
+    Counted on the meta model's first layer; BERT's: Q, K, V and output projections 4 (H x H + H),
+    FFN H x F + F + F x H + H, two LayerNorms 2 x 2H (bert-base: 7,087,872 parameters). Bytes per
+    weight: the model's average (NF4 for a quantized base), at most 2 under bf16 mixed precision,
+    which gathers in bf16.
     """
     H, F = encoder.hidden, encoder.intermediate
-    layer_parameters = 4 * (H * H + H) + 2 * H * F + F + H + 4 * H
+    layer_parameters = encoder.layer_parameters or 4 * (H * H + H) + 2 * H * F + F + H + 4 * H
     bytes_per_weight = (weight_bytes(parameters, setup) - parameters.buffer_bytes) / parameters.total
     if setup.bf16:
         bytes_per_weight = min(bytes_per_weight, 2)
@@ -690,7 +1315,7 @@ def load_config_and_source(name_or_path: str, num_labels: int = 2) -> tuple[Any,
     try:
         resolved = resolve_model_path(name_or_path)
         config = AutoConfig.from_pretrained(resolved, num_labels=num_labels, local_files_only=known)
-        return config, ("local directory " + resolved) if Path(
+        return config, ("local directory " + str(resolved)) if Path(
             resolved
         ).is_dir() else "Hugging Face Hub (config.json only)"
     except (OSError, ValueError) as error:

@@ -106,7 +106,7 @@ def format_plan(plan: MemoryPlan, max_batch: int, budget_gib: float) -> str:
     lines.append("")
     lines.append("  activations, by what forward keeps for backward:")
     lines += [f"    {name:<50} {value / MIB:>10.1f} MiB" for name, value in plan.activation_terms.items()]
-    encoder = Encoder.from_config(plan.config) if plan.config is not None else None
+    encoder = plan.encoder or (Encoder.from_config(plan.config) if plan.config is not None else None)
     if encoder is not None:
         lines.append(f"  one encoder layer (of {encoder.layers}):")
         layer = layer_activation_terms(encoder, plan.setup)

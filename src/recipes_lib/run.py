@@ -51,6 +51,14 @@ from recipes_lib.modeling import (
 from recipes_lib.optimizers import optimizer_state_summary
 from recipes_lib.parsing import wants_traceback
 from recipes_lib.precision import AutocastProbe
+from recipes_lib.predictions import (
+    CONFUSION_MATRIX_PNG,
+    EVAL_PREDICTIONS_FILE,
+    TEST_PREDICTIONS_FILE,
+    draw_confusion_matrix,
+    per_class_report,
+    prediction_rows,
+)
 from recipes_lib.recipe_spec import RecipeSpec
 from recipes_lib.results import RESULTS_FILE, describe_device, library_versions, timestamp, write_results
 from recipes_lib.tracking import Tracker, start_tracking
@@ -271,8 +279,20 @@ class RecipeRun:
         self._trainer.save_model()
 
     def evaluate(self) -> dict[str, Any]:
-        self._eval_metrics = self._trainer.evaluate()
-        self._trainer.log_metrics("eval", self._eval_metrics)
+        """Validation metrics; then the test split (--test_file, --test_split_name), scored if labelled."""
+        trainer, names = self._trainer, self.data.labels.names
+        self._eval_metrics = trainer.evaluate()
+        trainer.log_metrics("eval", self._eval_metrics)
+        evaluation = trainer.last_evaluation  # each validation example once, gathered from every process
+        self._eval_logits = _logits(evaluation.predictions)
+        self._report = per_class_report(self._eval_logits.argmax(-1), evaluation.label_ids, names)
+        self._test_metrics, self._test_logits = {}, None
+        if "test" in self.tokenized:
+            test = trainer.predict(self.tokenized["test"], metric_key_prefix="test")
+            self._test_logits = _logits(test.predictions)
+            if self.data.test_has_labels:
+                self._test_metrics = test.metrics
+                trainer.log_metrics("test", test.metrics)
         return self._eval_metrics
 
     def __exit__(self, error_type, error, traceback) -> bool:
@@ -311,6 +331,11 @@ class RecipeRun:
             # Counted from the predictions gathered over all processes (metrics.py), not len(dataset): a
             # duplicated or dropped validation example under several processes would show here.
             "eval_samples": eval_metrics["eval_samples"],
+            "eval_split": self.data.split_sources["validation"],
+            # Per class on the validation split: precision, recall, F1, support; rows true, columns predicted.
+            **self._report,
+            **({"test_split": self.data.split_sources["test"]} if "test" in self.tokenized else {}),
+            **{key: value for key, value in self._test_metrics.items() if key.startswith("test_")},
             "train_samples": len(self.tokenized["train"]),
             "train_loss": train_metrics.get("train_loss"),
             "train_steps": trainer.state.global_step,
@@ -344,6 +369,7 @@ class RecipeRun:
             "config": self.arguments.to_dict(),
         }
         if trainer.is_world_process_zero():
+            self._write_predictions()
             path = write_results(training.output_dir, results)
             logger.info(
                 "Done: accuracy %.4f, macro-F1 %.4f, %.1f samples/s, peak memory %.2f GiB. Model and %s in %s",
@@ -356,6 +382,23 @@ class RecipeRun:
             )
         self.tracker.finish(results)  # every results.json key into the W&B summary, same names
         self.results = results
+
+    def _write_predictions(self) -> None:
+        """Validation (and test) predictions as JSON Lines, and the validation confusion matrix as a PNG."""
+        from pathlib import Path
+
+        from recipes_lib.datafiles import write_jsonl
+
+        output_dir, names = Path(self.training.output_dir), self.data.labels.names
+        write_jsonl(output_dir / EVAL_PREDICTIONS_FILE, prediction_rows(self._eval_logits, names))
+        if self._test_logits is not None:
+            write_jsonl(output_dir / TEST_PREDICTIONS_FILE, prediction_rows(self._test_logits, names))
+        title = f"{self.spec.name}, {self.data.split_sources['validation']}"
+        draw_confusion_matrix(self._report["confusion_matrix"], output_dir / CONFUSION_MATRIX_PNG, title)
+
+
+def _logits(predictions):
+    return predictions[0] if isinstance(predictions, tuple) else predictions
 
 
 def _listed(value):

@@ -16,6 +16,10 @@ Logged. The Trainer's WandbCallback logs its curves (train/loss, train/learning_
 train/grad_norm, eval/accuracy, eval/f1, ...); `ThroughputCallback` adds throughput/* and memory/*
 at every training log; at the end every results.json key goes into the run summary under the same
 name, except `config`, which is the run's config already (the same keys and values).
+At the end the run also logs what reads better as a picture than as numbers: its results as one
+W&B table row (so a table panel lists several runs side by side), the memory breakdown as a bar
+chart, and, once results.json has them, the confusion matrix and the per-class metrics. Every name
+logged comes from metric_names.py, which the dashboard (dashboard.py) reads too.
 `WANDB_LOG_MODEL=end` (or `checkpoint`) uploads the final model, or the adapter for LoRA recipes,
 as an artifact: WandbCallback implements it and we leave it to it.
 
@@ -37,11 +41,13 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import torch
 from transformers import TrainerCallback
 
+from recipes_lib import metric_names as names
 from recipes_lib.arguments import (
     DataArguments,
     ModelArguments,
@@ -53,12 +59,14 @@ from recipes_lib.errors import ConfigError
 from recipes_lib.memory import peak_rss_gib
 from recipes_lib.recipe_spec import RecipeSpec
 from recipes_lib.results import describe_device, library_versions
-from recipes_lib.units import GIB, short_model_name
+from recipes_lib.units import BREAKDOWN_KEYS, GIB, short_model_name
 
 logger = logging.getLogger("recipes_lib")
 
 DEFAULT_PROJECT = "bert-recipes"
 JOB_TYPE = "fine-tune"
+# The run `recipes-lib compare --wandb` logs into the group: the comparison table and chart.
+COMPARE_JOB_TYPE = "compare"
 WANDB_MODES = ("online", "offline", "disabled", "dryrun", "shared", "run")
 # W&B rejects tags longer than 64 characters.
 MAX_TAG_LENGTH = 64
@@ -102,6 +110,21 @@ def short_dataset_name(data: DataArguments) -> str:
 def default_experiment(arguments: ParsedArguments) -> str:
     """Model and data, not the recipe: swapping the recipe script keeps a run in the same group."""
     return f"{short_model_name(arguments.model.model_name_or_path)}_{short_dataset_name(arguments.data)}"
+
+
+def project_of(config: Mapping[str, Any]) -> str:
+    """The W&B project of a finished run, from its resolved configuration (results.json's `config`)."""
+    return config.get("wandb_project") or os.environ.get("WANDB_PROJECT") or DEFAULT_PROJECT
+
+
+def experiment_of(config: Mapping[str, Any]) -> str:
+    """The W&B group of a finished run, from its resolved configuration, as `run_identity` names it."""
+    if config.get("experiment"):
+        return config["experiment"]
+    data = SimpleNamespace(
+        **{key: config.get(key) for key in ("train_file", "dataset_name", "dataset_config_name")}
+    )
+    return f"{short_model_name(config.get('model_name_or_path'))}_{short_dataset_name(data)}"
 
 
 def _plain(value: Any) -> Any:
@@ -222,7 +245,7 @@ def tracking_requested(training: RecipeTrainingArguments) -> bool:
     return mode != "disabled"
 
 
-def _has_credentials(settings) -> bool:
+def has_credentials(settings) -> bool:
     """Whether wandb.init would find credentials (env, ~/.netrc, settings file) without prompting."""
     try:
         from wandb.sdk.lib import wbauth
@@ -251,7 +274,7 @@ def _has_credentials(settings) -> bool:
 NO_KEY_REASON = "no W&B API key found (set WANDB_API_KEY or run `wandb login`)"
 
 
-def _start_run(identity: RunIdentity, config: dict[str, Any]):
+def start_run(identity: RunIdentity, config: dict[str, Any]):
     """wandb.init, online only when it can work. Returns (run or None, why it fell back to offline).
 
     The mode is passed to wandb.init explicitly, so it must first honour what the user set in
@@ -264,7 +287,7 @@ def _start_run(identity: RunIdentity, config: dict[str, Any]):
         return None, None
     if settings.mode in ("offline", "dryrun"):
         mode, fallback_reason = "offline", None
-    elif not _has_credentials(settings):
+    elif not has_credentials(settings):
         mode, fallback_reason = "offline", NO_KEY_REASON
     else:
         mode, fallback_reason = "online", None
@@ -298,12 +321,14 @@ def memory_figures(device: torch.device) -> dict[str, float]:
     peak counters run from their last reset: memory.py resets them when a measured phase begins.
     """
     if device.type == "cuda":
+        allocated, max_allocated, reserved = names.CUDA_MEMORY_CURVES
         return {
-            "memory/allocated_gib": torch.cuda.memory_allocated(device) / GIB,
-            "memory/max_allocated_gib": torch.cuda.max_memory_allocated(device) / GIB,
-            "memory/reserved_gib": torch.cuda.memory_reserved(device) / GIB,
+            allocated: torch.cuda.memory_allocated(device) / GIB,
+            max_allocated: torch.cuda.max_memory_allocated(device) / GIB,
+            reserved: torch.cuda.memory_reserved(device) / GIB,
         }
-    return {"memory/peak_rss_gib": peak_rss_gib()}
+    (peak_rss,) = names.CPU_MEMORY_CURVES
+    return {peak_rss: peak_rss_gib()}
 
 
 class ThroughputCallback(TrainerCallback):
@@ -339,14 +364,89 @@ class ThroughputCallback(TrainerCallback):
         padded = self.trainer.padded_tokens_seen - self.tokens_at_start[1]
         steps = state.global_step - self.step_at_start
         global_batch = args.per_device_train_batch_size * args.gradient_accumulation_steps * args.world_size
-        figures = {"train/global_step": state.global_step}
+        figures = {names.STEP: state.global_step}
         if seconds > 0 and padded > 0:
-            figures["throughput/samples_per_second"] = steps * global_batch / seconds
-            figures["throughput/real_tokens_per_second"] = real * args.world_size / seconds
-            figures["throughput/pad_ratio"] = 1 - real / padded
+            figures[names.SAMPLES_PER_SECOND_CURVE] = steps * global_batch / seconds
+            figures[names.TOKENS_PER_SECOND_CURVE] = real * args.world_size / seconds
+            figures[names.PAD_RATIO_CURVE] = 1 - real / padded
         figures.update(memory_figures(args.device))
         self.run.log(figures)
         self.interval_start = None
+
+
+def results_row(results: Mapping[str, Any]) -> list[Any]:
+    """One run as a row of the results table: RESULTS_COLUMNS, then each memory part in GiB."""
+    breakdown = results.get(names.MEMORY_BREAKDOWN) or {}
+    return [results.get(key) for key in names.RESULTS_COLUMNS] + [
+        breakdown.get(part) for part in BREAKDOWN_KEYS
+    ]
+
+
+def results_table(runs: list[Mapping[str, Any]]):
+    """A W&B table of finished runs, one row each (a run logs itself; compare --wandb logs them all)."""
+    import wandb
+
+    columns = [*names.RESULTS_COLUMNS, *(names.breakdown_column(part) for part in BREAKDOWN_KEYS)]
+    return wandb.Table(columns=columns, data=[results_row(results) for results in runs])
+
+
+def _chart(chart: names.Chart, table):
+    import wandb
+
+    return wandb.plot_table(chart.vega_spec, table, chart.fields, {"title": chart.title})
+
+
+def _confusion_matrix_rows(confusion: Mapping[str, Any]) -> list[list[Any]] | None:
+    """[true label, predicted label, count] per cell, as wandb.plot.confusion_matrix lays it out."""
+    labels, matrix = confusion.get("labels"), confusion.get("matrix")
+    if (
+        not labels
+        or not matrix
+        or len(matrix) != len(labels)
+        or any(len(row) != len(labels) for row in matrix)
+    ):
+        logger.warning(
+            "results.json's %s is not {labels: [n names], matrix: n x n counts}; not logged as a chart.",
+            names.CONFUSION_MATRIX,
+        )
+        return None
+    return [
+        [str(actual), str(predicted), matrix[row][column]]
+        for row, actual in enumerate(labels)
+        for column, predicted in enumerate(labels)
+    ]
+
+
+def results_pictures(results: Mapping[str, Any]) -> dict[str, Any]:
+    """What a person would rather look at than read, as W&B objects by key (metric_names.py):
+
+    - the results as one table row (a table panel over several runs compares them);
+    - the memory breakdown (weights, gradients, optimizer state, activations, other) as a bar chart;
+    - once results.json has them: the confusion matrix as W&B's confusion-matrix chart, and the
+      per-class precision, recall, F1 and support as a table.
+    """
+    import wandb
+
+    pictures: dict[str, Any] = {names.RESULTS_TABLE: results_table([results])}
+    breakdown = results.get(names.MEMORY_BREAKDOWN)
+    if breakdown:
+        chart = names.MEMORY_BREAKDOWN_CHART
+        label, value = chart.fields["label"], chart.fields["value"]
+        parts = [[part.replace("_", " "), breakdown.get(part)] for part in BREAKDOWN_KEYS]
+        pictures[chart.key] = _chart(chart, wandb.Table(columns=[label, value], data=parts))
+    confusion = results.get(names.CONFUSION_MATRIX)
+    cells = _confusion_matrix_rows(confusion) if confusion else None
+    if cells is not None:
+        chart = names.CONFUSION_MATRIX_CHART
+        pictures[chart.key] = _chart(chart, wandb.Table(columns=list(chart.fields.values()), data=cells))
+    per_class = results.get(names.PER_CLASS)
+    if per_class:
+        rows = [
+            [str(label), *(scores.get(name) for name in names.PER_CLASS_FIELDS)]
+            for label, scores in per_class.items()
+        ]
+        pictures[names.PER_CLASS_TABLE] = wandb.Table(columns=["label", *names.PER_CLASS_FIELDS], data=rows)
+    return pictures
 
 
 class Tracker:
@@ -365,9 +465,11 @@ class Tracker:
             trainer.add_callback(ThroughputCallback(self.run, trainer))
 
     def finish(self, results: Mapping[str, Any]) -> None:
-        """Put every results.json key into the summary (same names), then close the run."""
+        """Log the results as pictures (results_pictures), put every results.json key into the summary
+        (same names), then close the run."""
         if not self.active:
             return
+        self.run.log(results_pictures(results))
         self.run.summary.update({key: value for key, value in results.items() if key != "config"})
         self.run.finish()
         self.run = None
@@ -384,16 +486,18 @@ def start_tracking(arguments: ParsedArguments, recipe: RecipeSpec) -> Tracker:
         **arguments.to_dict(),
         "environment": describe_environment(training),
     }
-    run, fallback_reason = _start_run(identity, config)
-    if run is not None and run.offline:
-        # One line: why offline (when the user did not ask for it), where the run is, how to upload it.
-        run_dir = Path(run.settings.sync_dir).resolve()
-        why = f"{fallback_reason}, so " if fallback_reason else "W&B offline mode: "
-        (logger.warning if fallback_reason else logger.info)(
-            "%srun '%s' is logged in %s; upload it later with: wandb sync %s",
-            why,
-            identity.name,
-            run_dir,
-            run_dir,
-        )
+    run, fallback_reason = start_run(identity, config)
+    note = offline_note(run, fallback_reason, identity.name)
+    if note is not None:
+        (logger.warning if fallback_reason else logger.info)(note)
     return Tracker(run)
+
+
+def offline_note(run, fallback_reason: str | None, name: str) -> str | None:
+    """For an offline run, one line: why offline (when the user did not ask for it), where the run
+    is, how to upload it. None for an online run or none at all."""
+    if run is None or not run.offline:
+        return None
+    run_dir = Path(run.settings.sync_dir).resolve()
+    why = f"{fallback_reason}, so " if fallback_reason else "W&B offline mode: "
+    return f"{why}run '{name}' is logged in {run_dir}; upload it later with: wandb sync {run_dir}"

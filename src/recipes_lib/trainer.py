@@ -171,6 +171,7 @@ class RecipeTrainer(Trainer):
         weights). The gathered logits and labels hold each example exactly once.
         """
         output = super().evaluation_loop(*args, metric_key_prefix=metric_key_prefix, **kwargs)
+        self.last_evaluation = output  # every example once: the run's predictions and per-class scores
         logits, labels = output.predictions, output.label_ids
         if isinstance(logits, tuple):
             logits = logits[0]

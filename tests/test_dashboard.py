@@ -1,0 +1,518 @@
+"""The W&B comparison: the saved view `recipes-lib wandb-dashboard` builds, checked offline against
+what real offline runs of every recipe logged; the pictures each run logs; `compare --wandb`.
+
+Runs are read back from their offline logs with `wandb leet inspect`, as in test_tracking.py.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from recipes_lib import metric_names as names
+from recipes_lib.dashboard import (
+    SECTION_COMPARISON,
+    SECTION_CURVES,
+    SECTION_MEMORY,
+    SECTION_PICTURES,
+    SECTION_THROUGHPUT,
+    build_report,
+    build_view,
+    recipe_colours,
+    report_blocks_spec,
+    view_spec,
+    wandb_dashboard,
+)
+from recipes_lib.tracking import (
+    COMPARE_JOB_TYPE,
+    JOB_TYPE,
+    RunIdentity,
+    Tracker,
+    experiment_of,
+    memory_figures,
+    start_run,
+)
+from recipes_lib.units import BREAKDOWN_KEYS
+from tests.conftest import RECIPES, REPO_ROOT
+from tests.inprocess import quick_args, run_in_process
+from tests.test_tracking import FAKE_API_KEY, isolated_wandb_env, wandb_cli
+
+# The view needs W&B's wandb-workspaces library (the 'dashboard' extra); the runs' own pictures do not.
+needs_extra = pytest.mark.skipif(
+    importlib.util.find_spec("wandb_workspaces") is None,
+    reason="the 'dashboard' extra is not installed: pip install -e '.[dashboard]'",
+)
+
+PER_CLASS = {
+    "cool": {"precision": 0.8, "recall": 0.75, "f1": 0.7742, "support": 32},
+    "warm": {"precision": 0.7647, "recall": 0.8125, "f1": 0.7879, "support": 32},
+}
+CONFUSION = {"labels": ["cool", "warm"], "matrix": [[24, 8], [6, 26]]}
+
+
+@dataclass
+class LoggedRun:
+    """One offline W&B run, read back: what it logged, by key."""
+
+    run_dir: Path
+    summary: dict  # `wandb leet inspect --summary --json`
+    records: list[dict]  # `wandb leet inspect --json`
+
+    @property
+    def run_record(self) -> dict:
+        return next(record["run"] for record in self.records if record["type"] == "run")
+
+    @property
+    def history_keys(self) -> set[str]:
+        return {
+            key for record in self.records if record["type"] == "history" for key in record["history"]["item"]
+        }
+
+    @property
+    def summary_keys(self) -> set[str]:
+        """Every key the summary was given, a null one included (leet's summary view leaves those out)."""
+        updates = [
+            record["summary"].get("update") or {} for record in self.records if record["type"] == "summary"
+        ]
+        return {key for update in updates for key in update} | set(self.summary["summary"])
+
+    @property
+    def logged_keys(self) -> set[str]:
+        return self.history_keys | self.summary_keys
+
+    def table(self, key: str) -> dict:
+        """A logged W&B table's columns and data, from its file in the run directory."""
+        reference = self.summary["summary"][key]
+        assert reference["_type"] == "table-file", reference
+        return json.loads((self.run_dir / "files" / reference["path"]).read_text())
+
+    @property
+    def chart_specs(self) -> dict:
+        """{key: panel config} of the custom charts the run logged (config _wandb.visualize)."""
+        wandb_config = self.summary["config"].get("_wandb") or {}
+        return {key: value["panel_config"] for key, value in (wandb_config.get("visualize") or {}).items()}
+
+
+def read_run(run_dir: Path) -> LoggedRun:
+    inspect = [wandb_cli(), "leet", "inspect"]
+    summary = subprocess.run([*inspect, "--summary", "--json", str(run_dir)], capture_output=True, text=True)
+    assert summary.returncode == 0, summary.stderr
+    records = subprocess.run([*inspect, "--json", str(run_dir)], capture_output=True, text=True)
+    assert records.returncode == 0, records.stderr
+    return LoggedRun(
+        run_dir=run_dir,
+        summary=json.loads(summary.stdout),
+        records=[json.loads(line) for line in records.stdout.splitlines() if line.strip()],
+    )
+
+
+def offline_runs(root: Path) -> list[Path]:
+    return sorted((root / "wandb").glob("offline-run-*"))
+
+
+@pytest.fixture(scope="module")
+def recipe_runs(tiny_bert, learnable_data, tmp_path_factory, one_thread):
+    """A short offline W&B run of every recipe (in this process), and the run with the richer results
+    the data work adds (per-class metrics, confusion matrix): {recipe: (results, LoggedRun)}."""
+    import wandb
+
+    root = tmp_path_factory.mktemp("dashboard-runs")
+    env = isolated_wandb_env(root, WANDB_MODE="offline")
+    runs = {}
+    with pytest.MonkeyPatch.context() as patch:
+        for key in [key for key in os.environ if key.startswith("WANDB_")]:
+            patch.delenv(key)
+        for key, value in env.items():
+            if key.startswith("WANDB_") or key == "NETRC":
+                patch.setenv(key, value)
+        wandb.teardown()  # W&B reads its settings once per process: read this environment
+        try:
+            for recipe in RECIPES:
+                output_dir = root / "out" / recipe
+                args = quick_args(
+                    tiny_bert, learnable_data, output_dir, "--logging_steps", "1", "--report_to", "wandb"
+                )
+                results = run_in_process(recipe, args)
+                (run_dir,) = set(offline_runs(root)) - {run.run_dir for _, run in runs.values()}
+                runs[recipe] = (results, read_run(run_dir))
+            # What the data/task work adds to results.json, logged as a recipe's run logs it.
+            richer = {**runs[RECIPES[0]][0], names.PER_CLASS: PER_CLASS, names.CONFUSION_MATRIX: CONFUSION}
+            identity = RunIdentity(project="dashboard-test", group="richer", name="richer", tags=())
+            run, _ = start_run(identity, {"recipe": richer["recipe"]})
+            Tracker(run).finish(richer)
+            (run_dir,) = set(offline_runs(root)) - {run.run_dir for _, run in runs.values()}
+            runs["richer results"] = (richer, read_run(run_dir))
+        finally:
+            wandb.teardown()
+    return runs
+
+
+@pytest.fixture(scope="module")
+def view():
+    return build_view("bert-recipes", "an-entity", "bert-base-uncased_glue-sst2")
+
+
+@pytest.fixture(scope="module")
+def spec(view):
+    return view_spec(view)
+
+
+def sections(spec: dict) -> dict[str, list[dict]]:
+    return {section["name"]: section["panels"] for section in spec["section"]["panelBankConfig"]["sections"]}
+
+
+def values_at(tree, path_end: tuple[str, ...]) -> list:
+    """Every value in a JSON tree whose path ends with path_end."""
+    found = []
+
+    def walk(node, path):
+        if path[-len(path_end) :] == path_end:
+            found.append(node)
+        if isinstance(node, dict):
+            for key, value in node.items():
+                walk(value, (*path, key))
+        elif isinstance(node, list):
+            for value in node:
+                walk(value, (*path, "[]"))
+
+    walk(tree, ())
+    return found
+
+
+def chart_table_keys(config: dict) -> list[str]:
+    """The table keys a custom chart (Vega2 panel) queries: summaryTable(tableKey: KEY)."""
+    fields = [node for node in values_at(config, ("[]",)) if isinstance(node, dict)]
+    return [
+        argument["value"]
+        for node in fields
+        if node.get("name") == "summaryTable"
+        for argument in node.get("args", [])
+        if argument.get("name") == "tableKey"
+    ]
+
+
+def referenced_keys(spec: dict) -> set[str]:
+    """Every run key the view shows: curves, bars, scatter axes, runs-table columns, tables, charts."""
+    keys = set()
+    for panels in sections(spec).values():
+        for panel in panels:
+            config = panel["config"]
+            keys.update(config.get("metrics") or [])  # line plots (history), bar charts (summary)
+            for axis in ("xAxis", "yAxis"):
+                if panel["viewType"] == "Scatter Plot":
+                    keys.add(config[axis].removeprefix("summary:"))
+                elif panel["viewType"] == "Run History Line Plot":
+                    keys.add(config[axis])
+            keys.update(values_at(config, ("inputs", "key", "val")))  # table panels: runs.summary[key]
+            keys.update(chart_table_keys(config))  # custom charts
+    for run_set in spec["section"]["runSets"]:
+        keys.update(column.removeprefix("summary:") for column in run_set["runFeed"]["columnOrder"])
+    return keys - {"run:displayName"}
+
+
+# --- the view, built offline -------------------------------------------------------------------------
+
+
+@needs_extra
+def test_the_view_groups_the_fine_tune_runs_of_the_group_by_recipe_one_colour_each(spec):
+    (run_set,) = spec["section"]["runSets"]
+    assert run_set["grouping"] == [{"section": "config", "name": "recipe.value"}]
+    filters = {(item["key"]["name"], item["value"]) for item in run_set["filters"]["filters"]}
+    assert filters == {("jobType", JOB_TYPE), ("group", "bert-base-uncased_glue-sst2")}
+    colours = spec["section"]["customRunColors"]
+    assert len(colours) == len(set(colours.values())) == len(RECIPES)
+    for recipe in RECIPES:
+        assert any(f"%22value%22%3A%22{recipe}%22" in key for key in colours), recipe
+    assert set(recipe_colours()) == set(RECIPES)
+
+
+@needs_extra
+def test_the_runs_table_shows_accuracy_memory_parameters_optimizer_state_and_speed(spec):
+    (run_set,) = spec["section"]["runSets"]
+    columns = run_set["runFeed"]["columnOrder"]
+    assert columns == ["run:displayName", *(f"summary:{key}" for key in names.COMPARISON_METRICS)]
+    assert all(run_set["runFeed"]["columnPinned"][column] for column in columns)
+    for key in ("eval_accuracy", "eval_f1", "peak_memory_gib", "peak_memory_reserved_gib", "params_trainable",
+                "optimizer_state_bytes", "train_samples_per_s", "train_tokens_per_s"):  # fmt: skip
+        assert f"summary:{key}" in columns
+
+
+@needs_extra
+def test_bar_charts_of_accuracy_memory_and_optimizer_state_per_recipe_and_a_memory_accuracy_scatter(spec):
+    panels = sections(spec)[SECTION_COMPARISON]
+    bars = {
+        tuple(panel["config"]["metrics"]): panel["config"]
+        for panel in panels
+        if panel["viewType"] == "Bar Chart"
+    }
+    assert set(bars) == {
+        (names.ACCURACY,),
+        (names.PEAK_MEMORY, names.PEAK_MEMORY_RESERVED),
+        (names.OPTIMIZER_STATE_BYTES,),
+    }
+    assert all(config["groupBy"] == "recipe.value" for config in bars.values())
+    (scatter,) = [panel["config"] for panel in panels if panel["viewType"] == "Scatter Plot"]
+    assert (scatter["xAxis"], scatter["yAxis"]) == (
+        f"summary:{names.PEAK_MEMORY}",
+        f"summary:{names.ACCURACY}",
+    )
+    tables = [panel for panel in panels if panel["viewType"] == "Weave"]
+    assert [values_at(table["config"], ("inputs", "key", "val")) for table in tables] == [
+        [names.RESULTS_TABLE]
+    ]
+
+
+@needs_extra
+def test_the_training_curves_side_by_side(spec):
+    curves = {name: panels for name, panels in sections(spec).items() if name != SECTION_COMPARISON}
+    for name in (SECTION_CURVES, SECTION_MEMORY, SECTION_THROUGHPUT):
+        assert all(panel["viewType"] == "Run History Line Plot" for panel in curves[name])
+        assert all(panel["config"]["xAxis"] == names.STEP for panel in curves[name])
+    plotted = {name: [metric for panel in panels for metric in panel["config"].get("metrics", [])]
+               for name, panels in curves.items()}  # fmt: skip
+    assert plotted[SECTION_CURVES] == [
+        "train/loss", "train/learning_rate", "train/grad_norm", "eval/accuracy", "eval/f1", "eval/loss",
+    ]  # fmt: skip
+    assert plotted[SECTION_MEMORY] == list(names.MEMORY_CURVES)
+    assert all(key.startswith("memory/") for key in plotted[SECTION_MEMORY])
+    assert plotted[SECTION_THROUGHPUT] == list(names.THROUGHPUT_CURVES)
+    assert all(key.startswith("throughput/") for key in plotted[SECTION_THROUGHPUT])
+    assert spec["section"]["settings"]["xAxis"] == names.STEP
+
+
+@needs_extra
+def test_each_runs_pictures_are_in_the_view(spec):
+    panels = sections(spec)[SECTION_PICTURES]
+    charts = {
+        panel["config"]["panelDefId"]: panel["config"] for panel in panels if panel["viewType"] == "Vega2"
+    }
+    assert set(charts) == {"wandb/bar/v0", "wandb/confusion_matrix/v1"}
+    assert chart_table_keys(charts["wandb/bar/v0"]) == [names.MEMORY_BREAKDOWN_CHART.table_key]
+    assert chart_table_keys(charts["wandb/confusion_matrix/v1"]) == [names.CONFUSION_MATRIX_CHART.table_key]
+    tables = [
+        values_at(panel["config"], ("inputs", "key", "val"))
+        for panel in panels
+        if panel["viewType"] == "Weave"
+    ]
+    assert tables == [[names.PER_CLASS_TABLE]]
+
+
+@needs_extra
+def test_the_report_holds_the_compare_table_and_chart_and_the_same_panels():
+    import wandb_workspaces.reports.v2 as wr
+
+    report = build_report("bert-recipes", "an-entity", "bert-base-uncased_glue-sst2")
+    grids = [block for block in report.blocks if isinstance(block, wr.PanelGrid)]
+    comparison = next(grid for grid in grids if grid.runsets[0].name == "comparison")
+    assert [type(panel).__name__ for panel in comparison.panels] == ["WeavePanelSummaryTable", "MediaBrowser"]
+    assert comparison.panels[0].table_name == names.COMPARISON_TABLE
+    assert comparison.panels[1].media_keys == [names.COMPARISON_CHART]
+    assert COMPARE_JOB_TYPE in comparison.runsets[0].filters
+    kinds = {type(panel).__name__ for grid in grids for panel in grid.panels}
+    assert {"BarPlot", "ScatterPlot", "LinePlot"} <= kinds
+    assert len(report_blocks_spec(report)) > 20  # every panel and block made into W&B's schema, offline
+
+
+# --- every key the view shows, against real runs --------------------------------------------------------
+
+
+@needs_extra
+def test_every_key_the_view_shows_was_logged_by_a_real_offline_run_of_each_recipe(spec, recipe_runs):
+    """A renamed metric (in run.py, tracking.py or transformers) leaves a key here no run logged."""
+    shown = referenced_keys(spec)
+    assert len(shown) > 25
+    for recipe in RECIPES:
+        results, run = recipe_runs[recipe]
+        assert run.summary["config"]["recipe"] == results["recipe"]
+        logged = run.logged_keys
+        # Only where they can be: CUDA memory curves on a GPU, CPU ones on a CPU; the confusion
+        # matrix and per-class metrics once results.json has them.
+        not_here = set(
+            names.CUDA_MEMORY_CURVES if results["device"].startswith("cpu") else names.CPU_MEMORY_CURVES
+        )
+        not_here |= {key for key, source in names.LOGGED_WHEN.items() if source not in results}
+        assert shown - not_here <= logged, (recipe, sorted(shown - not_here - logged))
+        assert not (not_here & logged), (recipe, sorted(not_here & logged))
+
+
+def test_every_run_logs_its_results_row_and_memory_breakdown_chart(recipe_runs):
+    for recipe, (results, run) in recipe_runs.items():
+        (row,) = run.table(names.RESULTS_TABLE)["data"]
+        columns = run.table(names.RESULTS_TABLE)["columns"]
+        assert columns == [*names.RESULTS_COLUMNS, *(f"{part}_gib" for part in BREAKDOWN_KEYS)]
+        assert row[: len(names.RESULTS_COLUMNS)] == [results[key] for key in names.RESULTS_COLUMNS], recipe
+        assert row[len(names.RESULTS_COLUMNS) :] == [
+            results["memory_breakdown_gib"][part] for part in BREAKDOWN_KEYS
+        ]
+        breakdown = run.table(names.MEMORY_BREAKDOWN_CHART.table_key)
+        assert breakdown["columns"] == ["part", "GiB"]
+        assert [part for part, _ in breakdown["data"]] == [part.replace("_", " ") for part in BREAKDOWN_KEYS]
+        chart = run.chart_specs[names.MEMORY_BREAKDOWN_CHART.key]
+        assert chart["panelDefId"] == "wandb/bar/v0"
+        assert chart["fieldSettings"] == {"label": "part", "value": "GiB"}
+        # The pictures come on top of the summary: every results.json key is still there.
+        assert run.summary["summary"]["eval_accuracy"] == results["eval_accuracy"]
+
+
+def test_the_confusion_matrix_and_per_class_metrics_are_logged_once_results_have_them(recipe_runs):
+    results, run = recipe_runs["richer results"]
+    confusion = run.table(names.CONFUSION_MATRIX_CHART.table_key)
+    assert confusion["columns"] == ["Actual", "Predicted", "nPredictions"]
+    assert confusion["data"] == [
+        ["cool", "cool", 24],
+        ["cool", "warm", 8],
+        ["warm", "cool", 6],
+        ["warm", "warm", 26],
+    ]
+    assert run.chart_specs[names.CONFUSION_MATRIX_CHART.key]["panelDefId"] == "wandb/confusion_matrix/v1"
+    per_class = run.table(names.PER_CLASS_TABLE)
+    assert per_class["columns"] == ["label", "precision", "recall", "f1", "support"]
+    assert per_class["data"] == [[label, *scores.values()] for label, scores in PER_CLASS.items()]
+    # Runs whose results do not have them log neither.
+    for recipe in RECIPES:
+        assert (
+            not {names.PER_CLASS_TABLE, names.CONFUSION_MATRIX_CHART.table_key}
+            & recipe_runs[recipe][1].logged_keys
+        )
+
+
+def test_a_malformed_confusion_matrix_is_not_drawn_and_does_not_end_the_run(caplog):
+    from recipes_lib.tracking import results_pictures
+
+    pictures = results_pictures({"confusion_matrix": {"labels": ["a", "b"], "matrix": [[1, 2]]}})
+    assert names.CONFUSION_MATRIX_CHART.key not in pictures and names.RESULTS_TABLE in pictures
+    assert "not logged as a chart" in caplog.text
+
+
+def test_on_cuda_the_memory_curves_are_the_ones_the_view_shows(monkeypatch):
+    import torch
+
+    for function in ("memory_allocated", "max_memory_allocated", "memory_reserved"):
+        monkeypatch.setattr(torch.cuda, function, lambda device=None: 2**30)
+    assert tuple(memory_figures(torch.device("cuda"))) == names.CUDA_MEMORY_CURVES
+    assert tuple(memory_figures(torch.device("cpu"))) == names.CPU_MEMORY_CURVES
+
+
+@needs_extra
+@pytest.mark.gpu
+@pytest.mark.skipif(not __import__("torch").cuda.is_available(), reason="needs a CUDA GPU")
+def test_on_a_gpu_a_real_run_logs_every_memory_curve_the_view_shows(
+    tiny_bert, learnable_data, tmp_path, spec
+):
+    env = isolated_wandb_env(tmp_path, WANDB_MODE="offline")
+    args = quick_args(
+        tiny_bert, learnable_data, tmp_path / "out", "--logging_steps", "1", "--report_to", "wandb"
+    )
+    command = [sys.executable, str(REPO_ROOT / "recipes" / "full_ft.py"), *args]
+    completed = subprocess.run(command, capture_output=True, text=True, timeout=600, cwd=REPO_ROOT, env=env)
+    assert completed.returncode == 0, completed.stderr[-3000:]
+    (run_dir,) = offline_runs(tmp_path)
+    shown = referenced_keys(spec) - set(names.CPU_MEMORY_CURVES) - set(names.LOGGED_WHEN)
+    assert shown <= read_run(run_dir).logged_keys
+
+
+# --- the command: offline, a missing extra, a missing key, no network --------------------------------
+
+
+def dashboard_command(root: Path, *args: str, **env: str) -> subprocess.CompletedProcess:
+    command = [sys.executable, "-m", "recipes_lib.cli", "wandb-dashboard", "--project", "bert-recipes", *args]
+    return subprocess.run(
+        command,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=REPO_ROOT,
+        env=isolated_wandb_env(root, **env),
+    )
+
+
+@needs_extra
+def test_without_an_api_key_it_builds_the_view_then_stops_with_one_line_saying_what_it_needs(tmp_path, spec):
+    spec_file = tmp_path / "view.json"
+    completed = dashboard_command(
+        tmp_path, "--group", "bert-base-uncased_glue-sst2", "--report", "--spec_file", str(spec_file)
+    )
+    assert completed.returncode == 2
+    assert completed.stdout == ""
+    (line,) = completed.stderr.splitlines()
+    assert line.startswith("error: built the W&B view 'Recipe comparison: bert-base-uncased_glue-sst2'")
+    assert "checked it offline" in line and "needs a W&B API key" in line and "wandb sync" in line
+    # The view it built and checked is the one this module checks.
+    written = json.loads(spec_file.read_text())
+    assert referenced_keys(written) == referenced_keys(spec)
+    assert [name for name in sections(written)] == [name for name in sections(spec)]
+
+
+@needs_extra
+def test_with_a_key_but_no_reachable_server_it_says_it_needs_the_network(tmp_path):
+    # Port 9 on this machine: nothing listens, so the connection is refused at once.
+    completed = dashboard_command(tmp_path, WANDB_API_KEY=FAKE_API_KEY, WANDB_BASE_URL="http://127.0.0.1:9")
+    assert completed.returncode == 2, completed.stderr
+    (line,) = completed.stderr.splitlines()
+    assert "needs the network" in line and "http://127.0.0.1:9" in line
+    assert FAKE_API_KEY not in completed.stderr + completed.stdout
+
+
+def test_without_the_extra_it_names_the_extra_to_install(monkeypatch, capsys):
+    for module in ("wandb_workspaces", "wandb_workspaces.workspaces", "wandb_workspaces.reports.v2"):
+        monkeypatch.setitem(sys.modules, module, None)  # import fails as if not installed
+    assert wandb_dashboard("bert-recipes") == 2
+    (line,) = capsys.readouterr().err.splitlines()
+    assert "wandb-workspaces" in line and "pip install -e '.[dashboard]'" in line
+
+
+# --- recipes-lib compare --wandb -------------------------------------------------------------------------
+
+
+def test_compare_wandb_logs_the_table_and_chart_into_the_runs_group_as_one_comparison_run(
+    recipe_runs, tmp_path
+):
+    runs = [recipe_runs[recipe] for recipe in RECIPES]
+    run_dirs = [results["output_dir"] for results, _ in runs]
+    chart = tmp_path / "chart.png"
+    command = [
+        sys.executable,
+        "-m",
+        "recipes_lib.cli",
+        "compare",
+        *run_dirs,
+        "--chart",
+        str(chart),
+        "--wandb",
+    ]
+    completed = subprocess.run(
+        command, capture_output=True, text=True, timeout=300, cwd=REPO_ROOT, env=isolated_wandb_env(tmp_path)
+    )
+    assert completed.returncode == 0, completed.stderr[-3000:]
+    assert "no W&B API key found" in completed.stdout and "wandb sync" in completed.stdout
+    (run_dir,) = offline_runs(tmp_path)
+    comparison = read_run(run_dir)
+    group = runs[0][1].run_record["run_group"]
+    assert comparison.run_record["run_group"] == group == experiment_of(runs[0][0]["config"])
+    assert comparison.run_record["job_type"] == COMPARE_JOB_TYPE
+    assert comparison.summary["name"] == f"compare {' vs '.join(RECIPES)}"
+    table = comparison.table(names.COMPARISON_TABLE)
+    assert [row[0] for row in table["data"]] == list(RECIPES)
+    assert table["columns"] == runs[0][1].table(names.RESULTS_TABLE)["columns"]
+    assert comparison.summary["summary"][names.COMPARISON_CHART]["_type"] == "image-file"
+
+
+def test_compare_wandb_refuses_runs_of_different_groups_without_experiment(recipe_runs, tmp_path, capsys):
+    from recipes_lib.dashboard import log_comparison
+
+    results = recipe_runs[RECIPES[0]][0]
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "results.json").write_text(
+        json.dumps({**results, "config": {**results["config"], "experiment": "other"}})
+    )
+    assert log_comparison([results["output_dir"], str(other)], draw=False) == 2
+    (line,) = capsys.readouterr().err.splitlines()
+    assert "different W&B groups" in line and "--experiment" in line
