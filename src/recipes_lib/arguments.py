@@ -301,6 +301,22 @@ class RecipeTrainingArguments(TrainingArguments):
         },
     )
 
+    # Imbalanced data and stopping (trainer.py).
+    class_weights: str | None = field(
+        default=None,
+        metadata={
+            "help": "Weight each class's loss: 'balanced' (n / (classes x count of the class), from the training "
+            "labels) or one weight per class in label-id order, comma-separated (e.g. 1,4). Default: unweighted."
+        },
+    )
+    early_stopping_patience: int | None = field(
+        default=None,
+        metadata={
+            "help": "Stop when the validation metric (metric_for_best_model, default the loss) has not improved "
+            "for N evaluations, and end with the best checkpoint's weights (load_best_model_at_end)."
+        },
+    )
+
     # Memory (memory.py, planner.py).
     track_memory: bool = field(
         default=True,
@@ -330,6 +346,8 @@ class RecipeTrainingArguments(TrainingArguments):
             import torch
 
             self.dataloader_pin_memory = torch.cuda.is_available() and not self.use_cpu
+        if self.early_stopping_patience is not None:
+            self._imply_best_model_at_end()
         on_cpu = self.use_cpu or os.environ.get("ACCELERATE_USE_CPU", "false").lower() == "true"
         self.capability = detect_capability(use_cpu=on_cpu)
         self._apply_precision(
@@ -351,6 +369,25 @@ class RecipeTrainingArguments(TrainingArguments):
                 "the model from being compiled); CUDA memory figures and the process RSS remain."
             )
             self.track_memory = False
+
+    def _imply_best_model_at_end(self) -> None:
+        """Early stopping keeps the best evaluation's weights: checkpoints at every evaluation, the best reloaded."""
+        patience = self.early_stopping_patience
+        if patience < 1:
+            raise ConfigError(
+                f"early_stopping_patience is {patience}; give a number of evaluations, 1 or more."
+            )
+        evaluation, saving = (
+            str(getattr(self.eval_strategy, "value", self.eval_strategy)),
+            str(getattr(self.save_strategy, "value", self.save_strategy)),
+        )
+        if evaluation == "no" or saving != evaluation:
+            raise ConfigError(
+                f"early_stopping_patience {patience} needs a checkpoint at every evaluation, to end with the best one, "
+                f"but eval_strategy is '{evaluation}' and save_strategy '{saving}'. Set both to 'epoch' (the defaults) "
+                "or both to 'steps' with the same interval."
+            )
+        self.load_best_model_at_end = True
 
     def _apply_precision(self, choice: PrecisionChoice) -> None:
         self.precision_choice = choice

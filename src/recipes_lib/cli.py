@@ -5,6 +5,7 @@ recipes-lib wandb-dashboard --project bert-recipes [--entity E] [--group G] [--r
 recipes-lib plan --model bert-base-uncased --recipe all --per_device_train_batch_size 32 --max_seq_length 128 --bf16
 recipes-lib show outputs/demo/full_ft [outputs/demo/lora ...]   (a shorter table, no chart)
 recipes-lib families [--markdown]   (what each encoder family gets: LoRA targets, attention, FSDP unit)
+recipes-lib predict outputs/demo/lora --input texts.csv [--output predictions.jsonl] [--batch_size 32]
 """
 
 from __future__ import annotations
@@ -64,6 +65,7 @@ def main(argv: list[str] | None = None) -> int:
     add_compare_parser(commands)
     add_dashboard_parser(commands)
     add_plan_parser(commands)
+    add_predict_parser(commands)
     families_parser = commands.add_parser(
         "families",
         help="What each encoder family gets: LoRA targets, attention kernel, precision, FSDP unit.",
@@ -100,6 +102,8 @@ def main(argv: list[str] | None = None) -> int:
         )
     if args.command == "plan":
         return plan(args)
+    if args.command == "predict":
+        return predict_command(args)
     return 2
 
 
@@ -216,6 +220,61 @@ def add_plan_parser(commands) -> None:
         "--no_family", action="store_true", help="skip the largest-BERT-family-configuration answer"
     )
     plan_parser.add_argument("--markdown", action="store_true", help="print the table as Markdown")
+
+
+def add_predict_parser(commands) -> None:
+    predict_parser = commands.add_parser(
+        "predict",
+        help="Label names and probabilities from a finished run (any recipe) for a file of texts, as JSON Lines.",
+        description="Predict with the model a run saved: a full model, a LoRA or QLoRA adapter (QLoRA on its "
+        "4-bit base), or output_dir/merged. The text columns, max_seq_length and tokenizer come from the "
+        "run; one JSON object per input row, in input order.",
+    )
+    predict_parser.add_argument(
+        "run_dir", help="the output_dir of a finished run (or its merged/ subdirectory)"
+    )
+    predict_parser.add_argument(
+        "--input", required=True, help="texts to predict: a .csv, .tsv, .json, .jsonl or .parquet file"
+    )
+    predict_parser.add_argument("--output", help="where to write the JSON Lines (default: standard output)")
+    predict_parser.add_argument("--batch_size", type=int, default=32, help="examples per batch (default 32)")
+    predict_parser.add_argument(
+        "--csv_quoting",
+        choices=["auto", "quoted", "none"],
+        default="auto",
+        help="how a .csv/.tsv input is quoted (as the recipes' --csv_quoting; default auto)",
+    )
+
+
+def predict_command(args) -> int:
+    import json
+    import logging
+
+    from recipes_lib.datafiles import write_jsonl
+    from recipes_lib.errors import RecipeError
+    from recipes_lib.predict import predict
+
+    # Progress and notes on stderr: stdout carries only the predictions.
+    logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)
+    output = Path(args.output) if args.output else None
+    if output is not None and not output.parent.is_dir():
+        print(
+            f"error: the directory of --output '{output}' does not exist. Create it, or write elsewhere.",
+            file=sys.stderr,
+        )
+        return 2
+    try:
+        rows = predict(args.run_dir, args.input, batch_size=args.batch_size, csv_quoting=args.csv_quoting)
+    except RecipeError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return error.exit_code
+    if output is None:
+        for row in rows:
+            print(json.dumps(row, ensure_ascii=False))
+    else:
+        write_jsonl(output, rows)
+        print(f"Wrote {len(rows)} predictions to {output}", file=sys.stderr)
+    return 0
 
 
 def recipe_shapes(recipe: str, args) -> dict:

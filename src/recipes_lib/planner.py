@@ -531,7 +531,9 @@ def _adapters_and_head(config, model, layer_path: str, family: FamilyForward, sh
     trained = {name for name, parameter in wrapped.named_parameters() if parameter.requires_grad}
     # Its own weight trains (in full), or an adapter reads its input as it is (no LoRA dropout).
     head_trains = any(
-        f"{path}." in f".{name}" and ("lora_" not in name or shape.dropout == 0) for name in trained for path in head
+        f"{path}." in f".{name}" and ("lora_" not in name or shape.dropout == 0)
+        for name in trained
+        for path in head
     )
     marker = f"{layer_path}."
     found = []
@@ -864,9 +866,10 @@ def _deberta_layer_terms(encoder: Encoder, setup: Setup) -> dict[str, int]:
             copies = (int(relative.c2p) if v1 else 0) + int(relative.p2c)
         else:
             # Frozen position projections need no gradient, unless they are the adapted query and
-            # key projections themselves (v2/v3 share them): then p2c keeps K, c2p keeps Q.
+            # key projections themselves (v2/v3 share them): then p2c keeps K (c2p's Q is the one
+            # the content scores keep).
             adapted = encoder.adapted_projections if not relative.separate_projections else set()
-            copies = int(relative.p2c and "query" in adapted) + int(relative.c2p and "key" in adapted)
+            copies = int(relative.p2c and "query" in adapted)
         if copies:
             layer["Q / K kept for the relative scores"] = copies * T * H * e
         layer["projected positions, expanded to the batch"] = terms * B * 2 * k * H * e

@@ -30,7 +30,7 @@ from typing import Any
 
 import datasets
 import transformers
-from transformers import set_seed
+from transformers import EarlyStoppingCallback, set_seed
 
 from recipes_lib.adapters import check_lora_targets
 from recipes_lib.arguments import ParsedArguments
@@ -62,7 +62,7 @@ from recipes_lib.predictions import (
 from recipes_lib.recipe_spec import RecipeSpec
 from recipes_lib.results import RESULTS_FILE, describe_device, library_versions, timestamp, write_results
 from recipes_lib.tracking import Tracker, start_tracking
-from recipes_lib.trainer import RecipeTrainer
+from recipes_lib.trainer import RecipeTrainer, class_weights_from
 
 logger = logging.getLogger("recipes_lib")
 
@@ -239,6 +239,15 @@ class RecipeRun:
             f"{self.params_trainable:,}",
         )
         name_fsdp_layer_classes(self.profile)
+        names = self.data.labels.names
+        self.class_weights = (
+            class_weights_from(training.class_weights, self.tokenized["train"]["labels"], names)
+            if training.class_weights
+            else None
+        )
+        callbacks = [MemoryCallback(self.memory)]
+        if training.early_stopping_patience is not None:
+            callbacks.append(EarlyStoppingCallback(early_stopping_patience=training.early_stopping_patience))
         trainer = RecipeTrainer(
             model=model,
             args=training,
@@ -248,7 +257,8 @@ class RecipeRun:
             data_collator=padding_collator(self.tokenizer, self.arguments.data, self.device),
             compute_metrics=build_compute_metrics(self.data.labels.num_labels),
             optimizers=(optimizer, None),
-            callbacks=[MemoryCallback(self.memory)],
+            callbacks=callbacks,
+            class_weights=self.class_weights,
         )
         self.tracker.watch(trainer)
         self._trainer = trainer
@@ -339,6 +349,14 @@ class RecipeRun:
             "train_samples": len(self.tokenized["train"]),
             "train_loss": train_metrics.get("train_loss"),
             "train_steps": trainer.state.global_step,
+            # --early_stopping_patience: the checkpoint whose weights were kept, and its metric.
+            "best_step": _step_of(trainer.state.best_model_checkpoint)
+            if training.load_best_model_at_end
+            else None,
+            "best_metric": trainer.state.best_metric if training.load_best_model_at_end else None,
+            "class_weights": dict(zip(self.data.labels.names, self.class_weights, strict=True))
+            if self.class_weights
+            else None,
             "epochs": trainer.state.epoch,
             "train_runtime_s": round(runtime, 3),
             "train_samples_per_s": train_metrics.get("train_samples_per_second"),
@@ -395,6 +413,10 @@ class RecipeRun:
             write_jsonl(output_dir / TEST_PREDICTIONS_FILE, prediction_rows(self._test_logits, names))
         title = f"{self.spec.name}, {self.data.split_sources['validation']}"
         draw_confusion_matrix(self._report["confusion_matrix"], output_dir / CONFUSION_MATRIX_PNG, title)
+
+
+def _step_of(checkpoint: str | None) -> int | None:
+    return int(checkpoint.rsplit("-", 1)[-1]) if checkpoint else None
 
 
 def _logits(predictions):

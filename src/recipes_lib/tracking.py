@@ -60,6 +60,7 @@ from recipes_lib.memory import peak_rss_gib
 from recipes_lib.recipe_spec import RecipeSpec
 from recipes_lib.results import describe_device, library_versions
 from recipes_lib.units import BREAKDOWN_KEYS, GIB, short_model_name
+from recipes_lib.wandb_auth import NO_KEY_REASON, has_credentials
 
 logger = logging.getLogger("recipes_lib")
 
@@ -243,35 +244,6 @@ def tracking_requested(training: RecipeTrainingArguments) -> bool:
             "or unset it (then the run is online with an API key and offline without one)."
         )
     return mode != "disabled"
-
-
-def has_credentials(settings) -> bool:
-    """Whether wandb.init would find credentials (env, ~/.netrc, settings file) without prompting."""
-    try:
-        from wandb.sdk.lib import wbauth
-    except ImportError:  # another wandb layout: check the two usual places ourselves
-        import netrc
-        from urllib.parse import urlsplit
-
-        if os.environ.get("WANDB_API_KEY"):
-            return True
-        try:
-            return netrc.netrc().authenticators(urlsplit(settings.base_url).netloc) is not None
-        except (OSError, netrc.NetrcParseError):
-            return False
-    from wandb.errors import AuthenticationError
-
-    host = wbauth.HostUrl(settings.base_url, app_url=settings.app_url)
-    try:
-        found = wbauth.authenticate_session(
-            host=host, source="recipes_lib", prompt=False, update_session=False
-        )
-    except AuthenticationError:  # a malformed key: wandb.init would raise on it
-        return False
-    return found is not None
-
-
-NO_KEY_REASON = "no W&B API key found (set WANDB_API_KEY or run `wandb login`)"
 
 
 def start_run(identity: RunIdentity, config: dict[str, Any]):

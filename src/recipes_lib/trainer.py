@@ -13,7 +13,7 @@ from transformers.trainer_pt_utils import LengthGroupedSampler
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, rotate_checkpoints
 
 from recipes_lib.checkpoints import COMPLETE_MARKER, last_complete_checkpoint, mark_complete
-from recipes_lib.errors import TrainingDiverged, TrainingInterrupted
+from recipes_lib.errors import ConfigError, TrainingDiverged, TrainingInterrupted
 from recipes_lib.safeguards import StopOnSignal, divergence_hint, first_non_finite_parameter
 
 # Where `_run_epoch` takes its epoch, whether the Trainer passes it by keyword (5.x) or position.
@@ -31,7 +31,11 @@ class RecipeTrainer(Trainer):
     every checkpoint ends with a completion marker that resuming relies on.
     """
 
-    def __init__(self, *args, **kwargs):
+    def __init__(self, *args, class_weights: list[float] | None = None, **kwargs):
+        # --class_weights: a weighted cross-entropy, through the Trainer's own compute_loss_func hook.
+        self.class_weights = class_weights
+        if class_weights is not None:
+            kwargs["compute_loss_func"] = self._weighted_cross_entropy
         super().__init__(*args, **kwargs)
         # Sequence-classification models take **kwargs in forward, so the Trainer assumes their loss is
         # a sum divided by `num_items_in_batch` counted over all processes, and multiplies it by the
@@ -62,6 +66,15 @@ class RecipeTrainer(Trainer):
                 f"{divergence_hint(self.args)}{self._last_checkpoint_note()}"
             )
         return loss
+
+    def _weighted_cross_entropy(self, outputs, labels, num_items_in_batch=None):
+        """Each example's loss times its class's weight, summed over the batch, divided by the examples in the
+        whole optimizer step (num_items_in_batch), as the Trainer expects of compute_loss_func."""
+        logits = outputs["logits"] if isinstance(outputs, dict) else outputs[0]
+        weights = torch.tensor(self.class_weights, dtype=torch.float32, device=logits.device)
+        losses = torch.nn.functional.cross_entropy(logits.float(), labels, reduction="none") * weights[labels]
+        count = num_items_in_batch if num_items_in_batch is not None else labels.numel()
+        return losses.sum() / count
 
     def _last_checkpoint_note(self) -> str:
         checkpoint = last_complete_checkpoint(self.args.output_dir)
@@ -177,9 +190,12 @@ class RecipeTrainer(Trainer):
             logits = logits[0]
         if logits is not None and labels is not None and logits.ndim == 2 and labels.ndim == 1:
             # Mean cross-entropy, as the classifier computes it (with the same label smoothing, if any).
+            # Weighted like the training loss under --class_weights (a weighted mean over the examples).
+            weight = torch.tensor(self.class_weights) if self.class_weights is not None else None
             output.metrics[f"{metric_key_prefix}_loss"] = torch.nn.functional.cross_entropy(
                 torch.as_tensor(logits, dtype=torch.float32),
                 torch.as_tensor(labels, dtype=torch.long),
+                weight=weight,
                 label_smoothing=self.args.label_smoothing_factor,
             ).item()
         return output
@@ -232,3 +248,25 @@ class ShuffledLengthGroupedSampler(torch.utils.data.Sampler):
         order = torch.randperm(len(middle), generator=generator).tolist()
         for group in first + [middle[i] for i in order] + last:
             yield from group
+
+
+def class_weights_from(option: str, label_ids: list[int], names: list[str]) -> list[float]:
+    """The per-class loss weights --class_weights asks for: 'balanced' from the label counts, or a list."""
+    if option == "balanced":
+        counts = torch.bincount(torch.tensor(label_ids), minlength=len(names)).tolist()
+        missing = [name for name, count in zip(names, counts, strict=True) if count == 0]
+        if missing:
+            raise ConfigError(
+                f"class_weights balanced needs every class in the training data; {missing} has none."
+            )
+        return [round(len(label_ids) / (len(names) * count), 6) for count in counts]
+    try:
+        weights = [float(value) for value in option.split(",")]
+    except ValueError:
+        weights = []
+    if len(weights) != len(names) or not all(weight > 0 for weight in weights):
+        raise ConfigError(
+            f"class_weights '{option}' is not 'balanced' or {len(names)} positive numbers, one per class in label-id "
+            f"order ({', '.join(names)}), e.g. --class_weights {','.join(['1'] * len(names))}."
+        )
+    return weights

@@ -1,0 +1,97 @@
+"""Imbalanced classes (--class_weights) and stopping early with the best weights kept."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from recipes_lib.errors import RecipeError
+from tests.conftest import COLOURS, NOISE, write_csv
+from tests.inprocess import quick_args, run_in_process
+
+
+def skewed_rows(count: int, minority_share: float, seed: int):
+    """The colour task with 'cool' rare: a learner that ignores the minority still scores well on accuracy."""
+    rng = random.Random(seed)
+    warm = sorted(c for c, kind in COLOURS.items() if kind == "warm")
+    cool = sorted(c for c, kind in COLOURS.items() if kind == "cool")
+    rows = []
+    for _ in range(count):
+        kind = "cool" if rng.random() < minority_share else "warm"
+        words = rng.sample(NOISE, rng.randint(2, 6))
+        words.insert(rng.randint(0, len(words)), rng.choice(cool if kind == "cool" else warm))
+        rows.append((" ".join(words), kind))
+    return rows
+
+
+@pytest.fixture(scope="module")
+def skewed_data(tmp_path_factory):
+    directory = tmp_path_factory.mktemp("skewed")
+    return {
+        "train": write_csv(directory / "train.csv", skewed_rows(160, 0.1, seed=1)),
+        "validation": write_csv(directory / "validation.csv", skewed_rows(80, 0.5, seed=2)),
+    }
+
+
+def minority_recall(tiny_bert, data, output_dir, *extra):
+    args = quick_args(
+        tiny_bert,
+        data,
+        output_dir,
+        "--max_steps",
+        "12",
+        "--learning_rate",
+        "3e-3",
+        "--max_eval_samples",
+        "80",
+        *extra,
+    )
+    results = run_in_process("full_ft", args)
+    return results, results["per_class"]["cool"]["recall"]
+
+
+def test_balanced_class_weights_raise_the_minority_class_recall(tiny_bert, skewed_data, tmp_path):
+    plain, plain_recall = minority_recall(tiny_bert, skewed_data, tmp_path / "plain")
+    weighted, weighted_recall = minority_recall(
+        tiny_bert, skewed_data, tmp_path / "weighted", "--class_weights", "balanced"
+    )
+    assert plain["class_weights"] is None
+    assert weighted["class_weights"]["cool"] > 3 * weighted["class_weights"]["warm"]  # 10% of train
+    assert weighted_recall > plain_recall
+
+
+@pytest.mark.parametrize("option, expected", [("1,2,3", "3 positive numbers"), ("heavy", "not 'balanced'")])
+def test_bad_class_weights_are_refused(option, expected, tiny_bert, skewed_data, tmp_path):
+    with pytest.raises(
+        RecipeError, match=expected if expected != "3 positive numbers" else "is not 'balanced' or 2"
+    ):
+        run_in_process(
+            "full_ft", quick_args(tiny_bert, skewed_data, tmp_path / "run", "--class_weights", option)
+        )
+
+
+def test_early_stopping_ends_with_the_best_evaluation_and_says_which_step(
+    tiny_bert, learnable_data, tmp_path
+):
+    # A learning rate that overshoots after a few steps: the best evaluation is not the last one.
+    args = quick_args(
+        tiny_bert, learnable_data, tmp_path / "run",
+        "--max_steps", "40", "--learning_rate", "2e-2", "--eval_strategy", "steps", "--eval_steps", "4",
+        "--save_strategy", "steps", "--save_steps", "4", "--early_stopping_patience", "2", "--warmup_steps", "0",
+    )  # fmt: skip
+    results = run_in_process("full_ft", args)
+    assert results["best_step"] is not None and results["best_step"] % 4 == 0
+    assert results["best_step"] <= results["train_steps"]
+    # The weights evaluated at the end are the best checkpoint's: the same loss as at that step.
+    assert results["eval_loss"] == pytest.approx(results["best_metric"], abs=1e-5)
+
+
+def test_early_stopping_without_checkpoints_is_refused_before_anything_loads(
+    tiny_bert, learnable_data, tmp_path
+):
+    with pytest.raises(RecipeError, match="early_stopping_patience 2 needs a checkpoint at every evaluation"):
+        run_in_process(
+            "full_ft",
+            quick_args(tiny_bert, learnable_data, tmp_path / "run", "--early_stopping_patience", "2"),
+        )

