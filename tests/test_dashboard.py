@@ -37,6 +37,7 @@ from recipes_lib.tracking import (
     Tracker,
     experiment_of,
     memory_figures,
+    results_pictures,
     start_run,
 )
 from recipes_lib.units import BREAKDOWN_KEYS
@@ -95,9 +96,17 @@ class LoggedRun:
 
     @property
     def chart_specs(self) -> dict:
-        """{key: panel config} of the custom charts the run logged (config _wandb.visualize)."""
-        wandb_config = self.summary["config"].get("_wandb") or {}
-        return {key: value["panel_config"] for key, value in (wandb_config.get("visualize") or {}).items()}
+        """{key: panel config} of the custom charts the run logged (config updates `_wandb.visualize.KEY`)."""
+        prefix = "_wandb.visualize."
+        updates = [
+            record["config"].get("update") or {} for record in self.records if record["type"] == "config"
+        ]
+        return {
+            key.removeprefix(prefix): value["panel_config"]
+            for update in updates
+            for key, value in update.items()
+            if key.startswith(prefix)
+        }
 
 
 def read_run(run_dir: Path) -> LoggedRun:
@@ -205,11 +214,10 @@ def referenced_keys(spec: dict) -> set[str]:
         for panel in panels:
             config = panel["config"]
             keys.update(config.get("metrics") or [])  # line plots (history), bar charts (summary)
-            for axis in ("xAxis", "yAxis"):
-                if panel["viewType"] == "Scatter Plot":
-                    keys.add(config[axis].removeprefix("summary:"))
-                elif panel["viewType"] == "Run History Line Plot":
-                    keys.add(config[axis])
+            if panel["viewType"] == "Scatter Plot":
+                keys.update(config[axis].removeprefix("summary:") for axis in ("xAxis", "yAxis"))
+            elif panel["viewType"] == "Run History Line Plot":
+                keys.add(config["xAxis"])
             keys.update(values_at(config, ("inputs", "key", "val")))  # table panels: runs.summary[key]
             keys.update(chart_table_keys(config))  # custom charts
     for run_set in spec["section"]["runSets"]:
@@ -375,17 +383,22 @@ def test_the_confusion_matrix_and_per_class_metrics_are_logged_once_results_have
     per_class = run.table(names.PER_CLASS_TABLE)
     assert per_class["columns"] == ["label", "precision", "recall", "f1", "support"]
     assert per_class["data"] == [[label, *scores.values()] for label, scores in PER_CLASS.items()]
-    # Runs whose results do not have them log neither.
+    # Real runs log them from their own results.json (predictions.per_class_report).
     for recipe in RECIPES:
-        assert (
-            not {names.PER_CLASS_TABLE, names.CONFUSION_MATRIX_CHART.table_key}
-            & recipe_runs[recipe][1].logged_keys
-        )
+        results, run = recipe_runs[recipe]
+        assert run.table(names.PER_CLASS_TABLE)["data"] == [
+            [label, *scores.values()] for label, scores in results["per_class"].items()
+        ]
+        cells = run.table(names.CONFUSION_MATRIX_CHART.table_key)["data"]
+        assert sum(count for *_, count in cells) == sum(map(sum, results["confusion_matrix"]["matrix"]))
+    # Results without them (runs from before they existed) log neither.
+    older = {
+        key: value for key, value in results.items() if key not in (names.PER_CLASS, names.CONFUSION_MATRIX)
+    }
+    assert not {names.PER_CLASS_TABLE, names.CONFUSION_MATRIX_CHART.key} & set(results_pictures(older))
 
 
 def test_a_malformed_confusion_matrix_is_not_drawn_and_does_not_end_the_run(caplog):
-    from recipes_lib.tracking import results_pictures
-
     pictures = results_pictures({"confusion_matrix": {"labels": ["a", "b"], "matrix": [[1, 2]]}})
     assert names.CONFUSION_MATRIX_CHART.key not in pictures and names.RESULTS_TABLE in pictures
     assert "not logged as a chart" in caplog.text

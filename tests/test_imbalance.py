@@ -29,7 +29,7 @@ def skewed_rows(count: int, minority_share: float, seed: int):
 def skewed_data(tmp_path_factory):
     directory = tmp_path_factory.mktemp("skewed")
     return {
-        "train": write_csv(directory / "train.csv", skewed_rows(160, 0.1, seed=1)),
+        "train": write_csv(directory / "train.csv", skewed_rows(240, 0.12, seed=1)),
         "validation": write_csv(directory / "validation.csv", skewed_rows(80, 0.5, seed=2)),
     }
 
@@ -57,7 +57,7 @@ def test_balanced_class_weights_raise_the_minority_class_recall(tiny_bert, skewe
         tiny_bert, skewed_data, tmp_path / "weighted", "--class_weights", "balanced"
     )
     assert plain["class_weights"] is None
-    assert weighted["class_weights"]["cool"] > 3 * weighted["class_weights"]["warm"]  # 10% of train
+    assert weighted["class_weights"]["cool"] > 3 * weighted["class_weights"]["warm"]  # 12% of train
     assert weighted_recall > plain_recall
 
 

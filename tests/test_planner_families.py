@@ -26,6 +26,8 @@ from recipes_lib.units import GIB
 from tests.inprocess import quick_args, run_in_process
 from tests.test_families import FAMILIES, build_tiny_family
 
+# One CPU thread: tiny models run ~15x faster without OpenMP threads competing for the shared cores.
+pytestmark = pytest.mark.usefixtures("one_thread")
 TOLERANCE = 0.10
 EXACT_PARTS = ("weights", "gradients", "optimizer_state")
 SHAPES = {"full_ft": TrainingShape(), "lora": TrainingShape(adapters=LoraShape())}  # "auto" targets
@@ -100,7 +102,10 @@ def check_plan_against_step(model_dir: Path, shape: TrainingShape, rows: int, le
     assert plan.params_trainable == measured["trainable"]
     for part in EXACT_PARTS:
         assert getattr(plan, part) == measured[part], (part, getattr(plan, part), measured[part])
-    ratios = {"activations": plan.activations / measured["activations"], "peak": plan.peak_tensors / measured["peak"]}
+    ratios = {
+        "activations": plan.activations / measured["activations"],
+        "peak": plan.peak_tensors / measured["peak"],
+    }
     assert all(abs(ratio - 1) <= TOLERANCE for ratio in ratios.values()), (ratios, plan.activation_terms)
 
 
@@ -110,7 +115,7 @@ def test_the_plan_of_every_family_matches_a_measured_training_step(family, recip
     check_plan_against_step(family_dirs[family], SHAPES[recipe], rows=8, length=32)
 
 
-@pytest.mark.parametrize("rows", [8, 32])
+@pytest.mark.parametrize("rows", [4, 16])
 def test_the_plan_of_minilm_matches_a_measured_training_step_at_two_batch_sizes(rows, minilm_dir):
     check_plan_against_step(minilm_dir, SHAPES["full_ft"], rows=rows, length=64)
 
@@ -126,8 +131,10 @@ def test_the_plan_of_every_family_matches_at_other_batch_shapes(family, recipe, 
 @pytest.mark.slow
 @pytest.mark.parametrize("recipe", ["full_ft", "adamw_8bit", "lora", "qlora"])
 @pytest.mark.parametrize("family", FAMILIES)
-def test_the_planner_predicts_every_recipe_run_on_every_family(family, recipe, family_dirs, learnable_data, tmp_path):
-    """The recipes themselves, in this process: two optimizer steps, the plan for the batch that set the peak."""
+def test_the_planner_predicts_every_recipe_run_on_every_family(
+    family, recipe, family_dirs, learnable_data, tmp_path
+):
+    """The recipes themselves, in this process: two optimizer steps, planned for the batch of the peak."""
     from recipes_lib.catalog import recipe_specs
 
     model_dir = family_dirs[family]
@@ -183,8 +190,18 @@ def test_a_config_of_an_unknown_family_without_bert_names_is_refused():
 
     from recipes_lib.errors import ModelError
 
-    with pytest.raises(ModelError, match="encoder families: bert, roberta.*gpt2 config has no intermediate_size"):
+    with pytest.raises(
+        ModelError, match="encoder families: bert, roberta.*gpt2 config has no intermediate_size"
+    ):
         plan_memory(GPT2Config(n_layer=2, n_embd=32, n_head=2), Setup())
+
+
+def table_rows(output: str) -> list[list[str]]:
+    """The plan table's rows: model, recipe, figures, fits, max batch."""
+    recipes = {"full_ft", "adamw_8bit", "lora", "qlora"}
+    return [
+        line.split() for line in output.splitlines() if len(line.split()) > 2 and line.split()[1] in recipes
+    ]
 
 
 def test_plan_all_recipes_plans_every_family_and_says_why_a_row_cannot_be(family_dirs, capsys):
@@ -192,7 +209,7 @@ def test_plan_all_recipes_plans_every_family_and_says_why_a_row_cannot_be(family
     argv = ["plan", "--model", *models, "--recipe", "all", "--no_family", "--device", "cpu",
             "--per_device_train_batch_size", "8", "--max_seq_length", "32", "--budget_gib", "1"]  # fmt: skip
     assert main(argv) == 0
-    rows = [line.split() for line in capsys.readouterr().out.splitlines() if line.startswith(tuple(models))]
+    rows = table_rows(capsys.readouterr().out)
     assert len(rows) == 4 * len(FAMILIES) and all(row[-2] == "yes" for row in rows), rows
 
     # Adapters named the BERT way: the families that call their projections otherwise say so, per row.
@@ -202,8 +219,10 @@ def test_plan_all_recipes_plans_every_family_and_says_why_a_row_cannot_be(family
     refusing = {"distilbert", "deberta", "deberta-v2", "modernbert", "mpnet"}
     assert set(reasons) == {str(family_dirs[family]) for family in refusing}
     for family in refusing:
-        assert "lora, qlora: not planned: lora_target_modules ('query', 'value') names no layer" in reasons[
-            str(family_dirs[family])
-        ]
-    planned = [line.split() for line in output.splitlines() if line.startswith(tuple(models))]
-    assert sum(row[-2] == "yes" for row in planned) == 4 * len(FAMILIES) - 2 * len(refusing)
+        assert (
+            "lora, qlora: not planned: lora_target_modules ('query', 'value') names no layer"
+            in reasons[str(family_dirs[family])]
+        )
+    rows = table_rows(output)
+    assert len(rows) == 4 * len(FAMILIES)
+    assert sum(row[-2] == "yes" for row in rows) == 4 * len(FAMILIES) - 2 * len(refusing)

@@ -27,25 +27,20 @@ with one line that says which, after the check. Offline runs: `wandb sync` them,
 from __future__ import annotations
 
 import json
+import logging
 import sys
 from collections.abc import Mapping
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 from recipes_lib import metric_names as names
 from recipes_lib.catalog import recipe_scripts
-from recipes_lib.compare import CompareError, default_chart_path, load_runs
-from recipes_lib.tracking import (
-    COMPARE_JOB_TYPE,
-    JOB_TYPE,
-    RunIdentity,
-    experiment_of,
-    has_credentials,
-    offline_note,
-    project_of,
-    results_table,
-    start_run,
-)
+from recipes_lib.metric_names import COMPARE_JOB_TYPE, JOB_TYPE
+from recipes_lib.wandb_auth import has_credentials
+
+# compare.py and tracking.py are imported where a comparison run is logged: building and saving a
+# view needs neither the results reader nor the Trainer (whose import pulls in peft and bitsandbytes).
 
 EXTRA = "dashboard"
 INSTALL_HINT = "pip install -e '.[dashboard]' (or: pip install wandb-workspaces)"
@@ -311,10 +306,25 @@ def wandb_dashboard(
 ) -> int:
     """`recipes-lib wandb-dashboard`: build and check the view offline, then save it and print its URL."""
     try:
-        return _wandb_dashboard(project, entity, group, report, spec_file)
+        with _quiet_bitsandbytes():
+            return _wandb_dashboard(project, entity, group, report, spec_file)
     except DashboardError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
+
+
+@contextmanager
+def _quiet_bitsandbytes():
+    """The curve names come from transformers' rewrite_logs, whose module imports peft and so
+    bitsandbytes, whose CPU backend may warn about optional kernels on import: nothing this command
+    uses, and its one line of output is for what it needs."""
+    bnb_logger = logging.getLogger("bitsandbytes")
+    level = bnb_logger.level
+    bnb_logger.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        bnb_logger.setLevel(level)
 
 
 def _wandb_dashboard(project, entity, group, report, spec_file) -> int:
@@ -323,7 +333,7 @@ def _wandb_dashboard(project, entity, group, report, spec_file) -> int:
     spec = view_spec(view)
     built = f"built the W&B view '{view.name}' ({count_panels(view)} panels in {len(view.sections)} sections"
     if report:
-        built += f"; a report of {len(report_blocks_spec(build_report(project, entity or '', group)))} blocks"
+        built += f"; a report of {len(report_blocks_spec(build_report(project, entity or '', group)))} panels and blocks"
     built += ") and checked it offline"
     if spec_file:
         Path(spec_file).write_text(json.dumps(spec, indent=1) + "\n")
@@ -365,6 +375,16 @@ def log_comparison(
     group: str | None = None,
 ) -> int:
     """Log the compare table (and the chart compare drew) into the runs' group as one W&B run."""
+    from recipes_lib.compare import CompareError, default_chart_path, load_runs
+    from recipes_lib.tracking import (
+        RunIdentity,
+        experiment_of,
+        offline_note,
+        project_of,
+        results_table,
+        start_run,
+    )
+
     try:
         runs = load_runs(run_dirs)
         configs: list[Mapping[str, Any]] = [run.get("config") or {} for run in runs]

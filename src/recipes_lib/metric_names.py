@@ -19,6 +19,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+# --- runs ------------------------------------------------------------------------------------------
+
+# W&B job types: a recipe's run, and the run `recipes-lib compare --wandb` logs into the group.
+JOB_TYPE = "fine-tune"
+COMPARE_JOB_TYPE = "compare"
+
 # --- curves ---------------------------------------------------------------------------------------
 
 # The x-axis of every curve: WandbCallback makes it the step metric of everything it logs, and

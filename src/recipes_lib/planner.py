@@ -50,7 +50,27 @@ the FFN (or, for long sequences, of the attention probabilities) joins the saved
 transient is added. Gradient checkpointing keeps only each layer's input (T x H x 4) and
 recomputes one layer at a time, so the peak is all layer inputs + one layer + the transient.
 
-tests/test_planner.py checks the prediction against the measured breakdown on CPU.
+Encoder families. The sizes come from each family's config and from its model built on the meta
+device (Encoder.from_config): FFN width (DistilBERT's hidden_dim, ModernBERT's gated 2F-wide first
+linear), embedding width (ALBERT and ELECTRA project E up to H), one layer's weights, what the
+FFN activation keeps (run once: ALBERT's gelu_new keeps 4 T x F), the attention kernels the class
+has (DeBERTa and MPNet: eager only) and the linears the adapters wrap ("auto": the family's own).
+What each forward keeps beyond BERT's layer is written by hand, per family (FamilyForward):
+
+    RoBERTa, XLM-R, ELECTRA, MPNet   BERT's layer; a head that drops out before its dense layer (no
+                                     pooler); RoBERTa numbers positions from the tokens (int64 ids)
+    MPNet                            one relative position bias (B x A x S x S) per forward
+    DistilBERT                       one dropout per layer (after the FFN); pre_classifier, no pooler
+    ALBERT                           parameters of one shared layer group, activations of every layer
+    DeBERTa, DeBERTa-v2/v3           c2p and p2c scores (B x A x S x 2k each, kept by gather) against
+                                     the relative position table projected and expanded to the batch
+                                     (B x 2k x H each); the table's dropout per layer; an int64 mask
+    ModernBERT                       pre-norm; Wqkv's output (3 T x H) and rotated Q and K kept by SDPA;
+                                     the gated FFN's 2F-wide input; float masks of the sliding-window
+                                     layers; no token types, no biases; the head's dense layer and norm
+
+tests/test_planner.py checks the prediction against the measured breakdown on CPU, and
+tests/test_planner_families.py does for every family.
 """
 
 from __future__ import annotations
@@ -196,8 +216,8 @@ class Setup:
 
     @property
     def adapted_attention(self) -> set[str]:
-        """The attention projections (query, key, value) that carry adapters: the ones the
-        activation arithmetic models ('all-linear' adapts all three, and the FFN too)."""
+        """BERT's attention projections (query, key, value) the target names name ('all-linear': all
+        three). The arithmetic reads the adapted linears off the model itself (Encoder.adapters)."""
         if self.shape.adapters is None:
             return set()
         targets = self.shape.adapters.target_modules
@@ -347,7 +367,7 @@ class Encoder:
 
     @classmethod
     def from_config(cls, config, adapters: LoraShape | None = None) -> Encoder:
-        """The encoder of `config`; with `adapters`, which linears of a layer they wrap (cached per config)."""
+        """The encoder of `config`; with `adapters`, the linears of a layer they wrap (cached per config)."""
         key = (config.to_json_string(use_diff=False), type(config), adapters)
         if key not in _ENCODERS:
             if len(_ENCODERS) > 64:
@@ -390,15 +410,11 @@ def _layer_path(model) -> str:
 
 
 def _activation_module(layer):
+    """The layer's FFN activation: its first module of a class transformers' ACT2FN names."""
     from transformers.activations import ACT2CLS
 
-    classes = tuple(
-        {entry[0] if isinstance(entry, tuple) else entry for entry in ACT2CLS.values()} | {type(None)}
-    )
-    for module in layer.modules():
-        if isinstance(module, classes) and not isinstance(module, type(None)):
-            return module
-    return None
+    classes = tuple({entry[0] if isinstance(entry, tuple) else entry for entry in ACT2CLS.values()})
+    return next((module for module in layer.modules() if isinstance(module, classes)), None)
 
 
 def what_activation_keeps(activation) -> tuple[int, bool]:
@@ -428,7 +444,7 @@ def what_activation_keeps(activation) -> tuple[int, bool]:
 def _describe_encoder(config, adapters: LoraShape | None) -> Encoder:
     from torch import nn
 
-    from recipes_lib.families import meta_model, profile_for
+    from recipes_lib.families import meta_model
 
     family = _family_of(config)
     model = meta_model(config)
@@ -1071,8 +1087,7 @@ def _backward_transient(encoder: Encoder, setup: Setup, fused: bool) -> int:
     Fitted to the measured CPU order of frees (tests/test_planner.py checks it). Other families
     hold more or less at those moments (`_family_transient`).
     """
-    B, S, H, F, A = setup.batch_size, setup.seq_length, encoder.hidden, encoder.intermediate, encoder.heads
-    T = B * S
+    T, H, F = setup.batch_size * setup.seq_length, encoder.hidden, encoder.intermediate
     e = 2 if setup.bf16 else 4
     if encoder.family.layer == "modernbert":
         # The gated FFN's backward: the gradients of Wi's 2F-wide output (LoRA: and of the gate's

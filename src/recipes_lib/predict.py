@@ -92,10 +92,16 @@ def find_run(path: str | Path) -> TrainedRun:
         results_dir = path.parent  # a merged model: the run's settings are one level up
     results_path = results_dir / RESULTS_FILE
     if not results_path.is_file():
+        unfinished = any(results_dir.glob("checkpoint-*"))
         raise ConfigError(
             f"'{path}' holds no {RESULTS_FILE}, so it is not the output_dir of a finished run (a run writes "
             f"{RESULTS_FILE} last, and predict reads the text columns and max_seq_length from it). Pass the "
-            "output_dir of a run that finished, or finish this one with --resume_from_checkpoint last."
+            "output_dir of a run that finished"
+            + (
+                ", or finish this one: run its recipe again with --resume_from_checkpoint last."
+                if unfinished
+                else "."
+            )
         )
     try:
         results = json.loads(results_path.read_text())
@@ -204,7 +210,9 @@ def text_columns(run: TrainedRun, dataset, input_path: str | Path) -> tuple[str,
                 f"{', '.join(columns) or 'none'} (all columns: {', '.join(found)}). Keep only the text column "
                 "(or the two of a sentence pair, in the training data's order) besides any label column."
             )
-        logger.info("Text column(s) %s: the input's string columns other than '%s'.", columns, label_column)
+        logger.info(
+            "Text: %s, the input's string columns other than '%s'.", " + ".join(columns), label_column
+        )
         return columns
     missing = [column for column in columns if column not in found]
     if missing:

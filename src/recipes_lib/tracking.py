@@ -65,9 +65,8 @@ from recipes_lib.wandb_auth import NO_KEY_REASON, has_credentials
 logger = logging.getLogger("recipes_lib")
 
 DEFAULT_PROJECT = "bert-recipes"
-JOB_TYPE = "fine-tune"
-# The run `recipes-lib compare --wandb` logs into the group: the comparison table and chart.
-COMPARE_JOB_TYPE = "compare"
+JOB_TYPE = names.JOB_TYPE
+COMPARE_JOB_TYPE = names.COMPARE_JOB_TYPE
 WANDB_MODES = ("online", "offline", "disabled", "dryrun", "shared", "run")
 # W&B rejects tags longer than 64 characters.
 MAX_TAG_LENGTH = 64

@@ -1,3 +1,15 @@
+"""Whether W&B would find an API key, checked locally: no prompt, no network, no training stack.
+
+tracking.py asks before a run starts (online only with a key, else offline from the start);
+dashboard.py asks before saving a view (without a key it says so instead of failing in wandb.Api).
+It lives apart from tracking.py so that `recipes-lib wandb-dashboard` does not import the Trainer.
+"""
+
+from __future__ import annotations
+
+import os
+
+
 def has_credentials(settings) -> bool:
     """Whether wandb.init would find credentials (env, ~/.netrc, settings file) without prompting."""
     try:
