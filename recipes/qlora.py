@@ -4,9 +4,8 @@
     accelerate launch --config_file accelerate_configs/single_gpu.yaml recipes/qlora.py --config recipes/configs/qlora.yaml
 
 Everything as in lora.py (same options, learning rate and saved adapter), but the encoder's linear
-weights are NF4 with double quantization (4.13 bits per weight), their matmuls in the run's
-precision (bf16 on GPUs that have it natively, fp16 on older ones, fp32 on CPUs). Runs on CPU too.
-The lines marked NEW are what QLoRA changes in full_ft.py.
+weights are NF4 with double quantization (4.13 bits per weight), their matmuls in the run's precision
+(bf16 on GPUs that have it natively, fp16 on older ones, fp32 on CPUs). NEW marks what QLoRA changes.
 """
 
 from recipes_lib.adapters import (  # NEW
@@ -39,9 +38,10 @@ def main(argv=None):
         # Data: load, map labels to ids, tokenize (checks on config.json and columns come first)
         run.load_data()
         # Model: the pretrained encoder with a new classification head
-        model = run.load_model(
-            quantization_config=nf4_quantization_config(run.model_config, run.precision)
-        )  # NEW
+        quantization = nf4_quantization_config(
+            run.model_config, run.precision
+        )  # NEW: NF4, the run's precision
+        model = run.load_model(quantization_config=quantization)  # NEW
         model = add_lora(prepare_4bit_model(model), lora)  # NEW: frozen 4-bit base; adapters and head train
         # Trainer: AdamW over every weight (--optim), length-grouped batches, the run's callbacks
         run.trainer(model)
@@ -49,8 +49,8 @@ def main(argv=None):
         run.train()
         # Save: the model and the tokenizer in output_dir
         run.save()
-        if run.is_main_process:  # NEW: config.json (label names) beside the adapter; the merged model
-            save_adapter_extras(args, run.model_config, run.tokenizer, lora)
+        if run.is_main_process:  # NEW: config.json (label names) and the 4-bit settings; the merged model
+            save_adapter_extras(args, run.model_config, run.tokenizer, lora, quantization)
         # Evaluate: accuracy and macro-F1 on the validation split; results.json on leaving the block
         run.evaluate()
     return run.results

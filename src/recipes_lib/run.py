@@ -342,6 +342,7 @@ class RecipeRun:
             # duplicated or dropped validation example under several processes would show here.
             "eval_samples": eval_metrics["eval_samples"],
             "eval_split": self.data.split_sources["validation"],
+            "text_columns": list(self.data.text_columns),
             # Per class on the validation split: precision, recall, F1, support; rows true, columns predicted.
             **self._report,
             **({"test_split": self.data.split_sources["test"]} if "test" in self.tokenized else {}),

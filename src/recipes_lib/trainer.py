@@ -10,7 +10,7 @@ from pathlib import Path
 import torch
 from transformers import Trainer
 from transformers.trainer_pt_utils import LengthGroupedSampler
-from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, rotate_checkpoints
+from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, has_length, rotate_checkpoints
 
 from recipes_lib.checkpoints import COMPLETE_MARKER, last_complete_checkpoint, mark_complete
 from recipes_lib.errors import ConfigError, TrainingDiverged, TrainingInterrupted
@@ -157,6 +157,14 @@ class RecipeTrainer(Trainer):
             self.shuffled_sampler = ShuffledLengthGroupedSampler(sampler.lengths, step_size, seed)
             return self.shuffled_sampler
         return sampler
+
+    def _get_eval_sampler(self, eval_dataset):
+        # Under group_by_length the stock Trainer groups evaluation batches by length too, in a shuffled
+        # order: predictions would not follow the input rows. One process evaluates in input order;
+        # several take the Trainer's default (None: accelerate shards in order).
+        if eval_dataset is None or not has_length(eval_dataset) or self.args.world_size > 1:
+            return None
+        return torch.utils.data.SequentialSampler(eval_dataset)
 
     def _run_epoch(self, *args, **kwargs):
         # accelerate's `set_epoch` does not reach the sampler in every case: not through the
