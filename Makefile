@@ -35,7 +35,8 @@ demo: $(BIN)/.installed
 			recipes/$$recipe.py --config recipes/configs/demo.yaml || exit 1; \
 	done
 	# The runs side by side: memory (and what holds it), speed, accuracy; chart in outputs/demo/memory_comparison.png.
-	$(BIN)/python -m recipes_lib.cli compare $(addprefix outputs/demo/,$(DEMO_RECIPES))
+	# --wandb: the same table and chart as one comparison run in the demo's W&B group (offline here).
+	$(OFFLINE) $(BIN)/python -m recipes_lib.cli compare --wandb $(addprefix outputs/demo/,$(DEMO_RECIPES))
 
 test: $(BIN)/.installed
 	$(OFFLINE) $(BIN)/python -m pytest $(PYTEST_ARGS)

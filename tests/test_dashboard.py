@@ -529,3 +529,57 @@ def test_compare_wandb_refuses_runs_of_different_groups_without_experiment(recip
     assert log_comparison([results["output_dir"], str(other)], draw=False) == 2
     (line,) = capsys.readouterr().err.splitlines()
     assert "different W&B groups" in line and "--experiment" in line
+
+
+@needs_extra
+def test_with_a_key_and_the_network_it_saves_the_checked_view_and_prints_its_url(monkeypatch, capsys):
+    """The saving step with W&B's server stood in for: what it would send, and what it prints."""
+    import wandb_workspaces.reports.v2 as wr
+    import wandb_workspaces.reports.v2.interface as report_interface
+    import wandb_workspaces.workspaces.interface as workspace_interface
+
+    import wandb
+    from recipes_lib import dashboard
+
+    class FakeApi:
+        default_entity = "my-team"
+
+    sent = {}
+
+    def upsert_view(view):
+        sent["view"] = view
+        return {"upsertView": {"view": {"name": view.name, "id": view.id or "new-id"}}}
+
+    def save_report(report, draft=False, clone=False):
+        sent["report"] = report
+        report.id = "report-id"
+        return report
+
+    monkeypatch.setattr(dashboard, "connect", lambda built: FakeApi())
+    monkeypatch.setattr(dashboard, "_existing_view", lambda api, view: ("nw-abc123-v", "view-id"))
+    monkeypatch.setattr(workspace_interface.internal, "upsert_view2", upsert_view)
+    monkeypatch.setattr(wr.Report, "save", save_report)
+    monkeypatch.setattr(wandb, "Api", FakeApi)
+    monkeypatch.setattr(workspace_interface, "get_app_url", lambda api: "https://wandb.example")
+    monkeypatch.setattr(report_interface, "get_app_url", lambda api: "https://wandb.example")
+    monkeypatch.setattr(report_interface, "_get_api", FakeApi)
+
+    assert wandb_dashboard("bert-recipes", group="bert-base-uncased_glue-sst2", report=True) == 0
+    view = sent["view"]
+    # The entity came from the API; the existing view of the same name is updated, not duplicated.
+    assert (view.entity, view.project, view.id, view.name) == (
+        "my-team",
+        "bert-recipes",
+        "view-id",
+        "nw-abc123-v",
+    )
+    saved = json.loads(view.spec.model_dump_json(by_alias=True, exclude_none=True))
+    checked = view_spec(build_view("bert-recipes", "", "bert-base-uncased_glue-sst2"))
+    assert referenced_keys(saved) == referenced_keys(checked)
+    assert sent["report"].entity == "my-team"
+    lines = capsys.readouterr().out.splitlines()
+    assert lines == [
+        "updated W&B view: https://wandb.example/my-team/bert-recipes?nw=abc123",
+        "saved W&B report: https://wandb.example/my-team/bert-recipes/reports/"
+        "Recipe-comparison:-bert-base-uncased_glue-sst2--report-id",
+    ]

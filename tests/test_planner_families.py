@@ -157,6 +157,10 @@ def test_the_planner_predicts_every_recipe_run_on_every_family(
 
 def test_the_encoder_reads_each_family_under_its_own_names(family_dirs):
     """Sizes from the config and the meta model, whatever the family calls them."""
+    from recipes_lib.families import FAMILY_NAMES
+    from recipes_lib.planner import FAMILY_FORWARDS
+
+    assert set(FAMILY_FORWARDS) == set(FAMILY_NAMES)  # a family the project supports, the planner knows
     encoders = {family: Encoder.from_config(load_config(str(family_dirs[family]))) for family in FAMILIES}
     assert {(e.hidden, e.layers, e.heads, e.intermediate) for e in encoders.values()} == {(32, 2, 2, 64)}
     assert encoders["distilbert"].family.hidden_dropouts == 1  # dropout after the FFN only

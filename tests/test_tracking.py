@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from recipes_lib import metric_names as names
 from recipes_lib.errors import ConfigError
 from recipes_lib.parsing import parse_arguments
 from recipes_lib.recipe_spec import RecipeSpec
@@ -196,6 +197,26 @@ def test_history_has_the_trainer_curves_throughput_and_memory(no_key_run):
         for row in throughput
     )
     assert all(0 < row["memory/peak_rss_gib"] < 24 for row in throughput)
+
+
+def test_at_the_end_the_run_logs_its_results_memory_and_confusion_matrix_as_pictures(no_key_run):
+    """A launched run (accelerate launch, no key): tests/test_dashboard.py checks the contents."""
+    summary = no_key_run.summary["summary"]
+    for key in (
+        names.RESULTS_TABLE,
+        names.MEMORY_BREAKDOWN_CHART.table_key,
+        names.CONFUSION_MATRIX_CHART.table_key,
+        names.PER_CLASS_TABLE,
+    ):
+        assert summary[key]["_type"] == "table-file", key
+    charts = {
+        key
+        for record in no_key_run.records
+        if record["type"] == "config"
+        for key in record["config"]["update"]
+    }
+    assert f"_wandb.visualize.{names.MEMORY_BREAKDOWN_CHART.key}" in charts
+    assert f"_wandb.visualize.{names.CONFUSION_MATRIX_CHART.key}" in charts
 
 
 # --- a second recipe on the same data, with a key in the environment --------------------------------

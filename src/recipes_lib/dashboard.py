@@ -331,10 +331,11 @@ def _wandb_dashboard(project, entity, group, report, spec_file) -> int:
     # 1. Build and check everything offline (the entity is only known from the server without --entity).
     view = build_view(project, entity or "", group)
     spec = view_spec(view)
-    built = f"built the W&B view '{view.name}' ({count_panels(view)} panels in {len(view.sections)} sections"
+    contents = f"{count_panels(view)} panels in {len(view.sections)} sections"
     if report:
-        built += f"; a report of {len(report_blocks_spec(build_report(project, entity or '', group)))} panels and blocks"
-    built += ") and checked it offline"
+        report_parts = report_blocks_spec(build_report(project, entity or "", group))
+        contents += f"; a report of {len(report_parts)} panels and blocks"
+    built = f"built the W&B view '{view.name}' ({contents}) and checked it offline"
     if spec_file:
         Path(spec_file).write_text(json.dumps(spec, indent=1) + "\n")
     # 2. Save it: needs an API key and the network.

@@ -342,6 +342,7 @@ class Encoder:
     embedding_dropout: float | None = None  # None: hidden_dropout
     family: FamilyForward = FamilyForward()
     sdpa: bool = True  # the model class runs PyTorch's SDPA (DeBERTa and MPNet: eager attention only)
+    checkpointing: bool = True  # the class supports activation checkpointing (ALBERT and MPNet do not)
     activation_keeps: int = 1  # T x F tensors the FFN activation keeps (GELU: its input; tanh-GELU: 4)
     activation_keeps_output: bool = False  # ReLU keeps its output, which the next linear reads anyway
     gated_ffn: bool = False  # the first FFN linear is 2F wide: activation(one half) x the other half
@@ -500,6 +501,7 @@ def _describe_encoder(config, adapters: LoraShape | None) -> Encoder:
         embedding_dropout=float(_first(config, ("embedding_dropout",), hidden_dropout) or 0.0),
         family=family,
         sdpa=bool(getattr(type(model), "_supports_sdpa", False)),
+        checkpointing=bool(getattr(type(model), "supports_gradient_checkpointing", False)),
         activation_keeps=keeps,
         activation_keeps_output=keeps_output,
         gated_ffn=gated,
@@ -1237,6 +1239,11 @@ def plan_memory(
         lora = resolve_lora_targets(setup.adapters, config.model_type)
         setup = replace(setup, shape=replace(setup.shape, adapters=lora))
     encoder = Encoder.from_config(config, setup.adapters)
+    if setup.gradient_checkpointing and not encoder.checkpointing:
+        raise ModelError(
+            f"{type(config).__name__.removesuffix('Config')} models do not support activation checkpointing "
+            "in transformers; plan without --gradient_checkpointing."
+        )
     parameters = parameters or count_parameters_on_meta(config, setup.shape)
     terms = activation_terms(encoder, setup)
     parts = {
