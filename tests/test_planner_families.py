@@ -8,7 +8,7 @@ a recipe's (memory.TensorMemoryTracker on the step after the one that creates th
 state): the model loaded by modeling.load_model, adapters added by adapters.add_lora, the Trainer's
 default optimizer (fused torch AdamW) on what trains, gradient clipping. all-MiniLM-L6-v2 (from its
 pip package) is measured the same way at two batch sizes. Marked slow: the recipes themselves,
-every family with every recipe, and two more batch shapes per family.
+every family with every recipe; two more batch shapes per family; activation checkpointing.
 """
 
 from __future__ import annotations
@@ -45,10 +45,13 @@ def minilm_dir() -> Path:
     return Path(package.get_model_path())
 
 
-def measured_training_step(model_dir: Path, shape: TrainingShape, rows: int, length: int) -> dict:
+def measured_training_step(
+    model_dir: Path, shape: TrainingShape, rows: int, length: int, checkpointing: bool = False
+) -> dict:
     """Breakdown and peak of one training step on CPU, measured as a recipe's step is (memory.py).
 
     A padded batch (the first row half padding), as the recipes' dynamically padded batches are.
+    `checkpointing`: activation checkpointing, enabled as the Trainer enables it.
     """
     from transformers import AutoConfig, AutoTokenizer
 
@@ -64,6 +67,8 @@ def measured_training_step(model_dir: Path, shape: TrainingShape, rows: int, len
     model = load_model(model_args, config)
     if shape.adapters is not None:
         model = add_lora(model, shape.adapters)
+    if checkpointing:
+        model.activation_checkpointing_enable()
     model.train()
     trained = [p for p in model.parameters() if p.requires_grad]
     optimizer = torch.optim.AdamW(trained, lr=1e-3, fused=True)
@@ -95,9 +100,18 @@ def measured_training_step(model_dir: Path, shape: TrainingShape, rows: int, len
     }
 
 
-def check_plan_against_step(model_dir: Path, shape: TrainingShape, rows: int, length: int) -> None:
-    measured = measured_training_step(model_dir, shape, rows, length)
-    setup = Setup(shape=shape, batch_size=rows, seq_length=length, padded=True, device="cpu")
+def check_plan_against_step(
+    model_dir: Path, shape: TrainingShape, rows: int, length: int, checkpointing: bool = False
+) -> None:
+    measured = measured_training_step(model_dir, shape, rows, length, checkpointing)
+    setup = Setup(
+        shape=shape,
+        batch_size=rows,
+        seq_length=length,
+        padded=True,
+        device="cpu",
+        gradient_checkpointing=checkpointing,
+    )
     plan = plan_memory(load_config(str(model_dir)), setup)
     assert plan.params_trainable == measured["trainable"]
     for part in EXACT_PARTS:
@@ -126,6 +140,21 @@ def test_the_plan_of_minilm_matches_a_measured_training_step_at_two_batch_sizes(
 @pytest.mark.parametrize("family", FAMILIES)
 def test_the_plan_of_every_family_matches_at_other_batch_shapes(family, recipe, rows, length, family_dirs):
     check_plan_against_step(family_dirs[family], SHAPES[recipe], rows=rows, length=length)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("recipe", list(SHAPES))
+@pytest.mark.parametrize("family", [f for f in FAMILIES if f not in ("albert", "mpnet")])
+def test_the_plan_with_activation_checkpointing_matches_a_measured_training_step(family, recipe, family_dirs):
+    check_plan_against_step(family_dirs[family], SHAPES[recipe], rows=8, length=32, checkpointing=True)
+
+
+@pytest.mark.parametrize("family", ["albert", "mpnet"])
+def test_activation_checkpointing_is_refused_for_the_families_without_it(family, family_dirs):
+    from recipes_lib.errors import ModelError
+
+    with pytest.raises(ModelError, match="do not support activation checkpointing"):
+        plan_memory(load_config(str(family_dirs[family])), Setup(gradient_checkpointing=True))
 
 
 @pytest.mark.slow

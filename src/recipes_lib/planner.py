@@ -934,14 +934,17 @@ def _modernbert_layer_terms(encoder: Encoder, setup: Setup) -> dict[str, int]:
     }
     if not frozen_base:
         layer["LayerNorm outputs (Wqkv's and Wi's input)"] = 2 * T * H * e
-    # Q, K, V are views of Wqkv's output (3 T x H), which SDPA keeps for V; Q and K are rotated copies.
-    layer["Wqkv output, rotated Q and K"] = 5 * T * H * e
     if _fused_attention(encoder, setup):
+        # Q, K, V are views of Wqkv's output (3 T x H), which SDPA keeps for V; Q and K are rotated
+        # copies. Its output is Wo's input.
+        layer["Wqkv output, rotated Q and K"] = 5 * T * H * e
         layer["attention output"] = T * H * e
         layer["attention log-sum-exp"] = B * z.A * S * 4
-    else:
+    else:  # eager, or the math kernel (attention dropout on CPU): copies of Q, K, V
+        layer["Q, K, V contiguous copies"] = 3 * T * H * e
         layer.update(_probability_terms(encoder, setup))
-        layer["attention output"] = T * H * e
+        if not frozen_base:
+            layer["context (Wo's input)"] = T * H * e
     if encoder.attention_dropout > 0:
         layer["attention output dropout mask"] = z.mask(T * H, e)
     layer["Wi output (2F: GELU's input and the gate)"] = 2 * T * F * e
@@ -1037,7 +1040,7 @@ def _encoder_terms(encoder: Encoder, setup: Setup) -> dict[str, int]:
         # the peak comes before they go: at the last LayerNorm, with them just made.)
         counted = encoder.family.layer != "modernbert" and setup.adapters is None
         if encoder.family.head_reads_a_view and encoder.head_trains and not counted:
-            terms["last hidden states (the trained head reads their first token)"] = z.T * z.H * 4
+            terms["last hidden states (kept by the trained head)"] = z.T * z.H * 4
     return terms
 
 

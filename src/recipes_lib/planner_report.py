@@ -49,9 +49,12 @@ def setup_label(setup: Setup) -> str:
     return setup.label or describe_shape(setup.shape)
 
 
-def describe_setup(setup: Setup, budget_gib: float) -> str:
+def describe_setup(setup: Setup, budget_gib: float, encoder: Encoder | None = None) -> str:
+    """The setup in words; with the planned `encoder`, the attention it really runs."""
     precision = "bf16 mixed precision" if setup.bf16 else "fp32"
     attention = {"sdpa": "SDPA attention", "eager": "eager attention"}[setup.attention]
+    if encoder is not None and setup.attention == "sdpa" and not encoder.sdpa:
+        attention = f"eager attention ({encoder.model_type} has no SDPA)"
     extras = [precision, attention, setup.device.upper() if setup.device == "cuda" else "CPU"]
     if setup.gradient_checkpointing:
         extras.append("gradient checkpointing")
@@ -97,7 +100,7 @@ def format_plan(plan: MemoryPlan, max_batch: int, budget_gib: float) -> str:
     lines = [
         f"{plan.model}, {setup_label(plan.setup)}: {plan.params_total:,} parameters, "
         f"{plan.params_trainable:,} trainable",
-        describe_setup(plan.setup, budget_gib),
+        describe_setup(plan.setup, budget_gib, plan.encoder),
         "",
     ]
     lines += [f"  {name:<36} {_gib(value):>8} GiB" for name, value in rows]
