@@ -92,7 +92,7 @@ def test_missing_config_file_is_an_error_naming_it():
         (["--eval_strategy", "sometimes"], "sometimes"),
         (["--max_seq_length", "0"], "max_seq_length is 0"),
         (["--text_column_names", "a,b,c"], "names 3 columns"),
-        (["--train_file", "data.parquet"], "unsupported extension"),
+        (["--train_file", "data.xlsx"], "unsupported extension"),
         (["--train_file", "missing.csv"], "train_file 'missing.csv' does not exist"),
         (["--dataset_config_name", "sst2"], "without dataset_name"),
     ],
