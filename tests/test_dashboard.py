@@ -534,11 +534,11 @@ def test_compare_wandb_refuses_runs_of_different_groups_without_experiment(recip
 @needs_extra
 def test_with_a_key_and_the_network_it_saves_the_checked_view_and_prints_its_url(monkeypatch, capsys):
     """The saving step with W&B's server stood in for: what it would send, and what it prints."""
+    import wandb
     import wandb_workspaces.reports.v2 as wr
     import wandb_workspaces.reports.v2.interface as report_interface
     import wandb_workspaces.workspaces.interface as workspace_interface
 
-    import wandb
     from recipes_lib import dashboard
 
     class FakeApi:
