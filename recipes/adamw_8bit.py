@@ -35,7 +35,7 @@ def main(argv=None):
         optimizer = create_adamw_8bit(  # NEW: bitsandbytes AdamW8bit, the Trainer's parameter groups
             model, args.training, options.embedding_optimizer_bits, paged=options.paged_optimizer
         )
-        # Trainer: AdamW over every weight (--optim), length-grouped batches, the run's callbacks
+        # Trainer: what trains, the optimizer (--optim unless one is handed over), the run's callbacks
         run.trainer(model, optimizer)
         # Train
         run.train()

@@ -23,7 +23,7 @@ def main(argv=None):
         run.load_data()
         # Model: the pretrained encoder with a new classification head
         model = run.load_model()
-        # Trainer: AdamW over every weight (--optim), length-grouped batches, the run's callbacks
+        # Trainer: what trains, the optimizer (--optim unless one is handed over), the run's callbacks
         run.trainer(model)
         # Train
         run.train()

@@ -32,7 +32,7 @@ def main(argv=None):
         # Model: the pretrained encoder with a new classification head
         model = run.load_model()
         model = add_lora(model, lora)  # NEW: freeze it; adapters and the head train
-        # Trainer: AdamW over every weight (--optim), length-grouped batches, the run's callbacks
+        # Trainer: what trains, the optimizer (--optim unless one is handed over), the run's callbacks
         run.trainer(model)
         # Train
         run.train()

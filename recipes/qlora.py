@@ -43,7 +43,7 @@ def main(argv=None):
         )  # NEW: NF4, the run's precision
         model = run.load_model(quantization_config=quantization)  # NEW
         model = add_lora(prepare_4bit_model(model), lora)  # NEW: frozen 4-bit base; adapters and head train
-        # Trainer: AdamW over every weight (--optim), length-grouped batches, the run's callbacks
+        # Trainer: what trains, the optimizer (--optim unless one is handed over), the run's callbacks
         run.trainer(model)
         # Train
         run.train()

@@ -321,3 +321,25 @@ def test_a_run_reports_per_class_scores_a_confusion_matrix_and_test_predictions(
     test_rows = [json.loads(line) for line in (output_dir / TEST_PREDICTIONS_FILE).read_text().splitlines()]
     assert len(test_rows) == 2 and set(test_rows[0]["probabilities"]) == {"cool", "warm"}
     assert not any(key.startswith("test_accuracy") for key in results)  # unlabelled: predicted, not scored
+
+
+def test_a_hub_test_split_whose_labels_are_minus_one_is_predicted_not_scored(monkeypatch):
+    """GLUE's test splits hide their labels as -1 in a ClassLabel column."""
+    import datasets as hf_datasets
+    from datasets import ClassLabel, Dataset, DatasetDict, Features, Value
+
+    features = Features({"sentence": Value("string"), "label": ClassLabel(names=["negative", "positive"])})
+    rows = {"sentence": ["good", "bad", "fine", "awful"], "label": [1, 0, 1, 0]}
+    hidden = {"sentence": ["so so", "great"], "label": [-1, -1]}
+    glue = DatasetDict(
+        {
+            "train": Dataset.from_dict(rows, features=features),
+            "validation": Dataset.from_dict(rows, features=features),
+            "test": Dataset.from_dict(hidden, features=features),
+        }
+    )
+    monkeypatch.setattr(hf_datasets, "load_dataset", lambda *args, **kwargs: glue)
+    data = load_classification_data(
+        DataArguments(dataset_name="glue", dataset_config_name="sst2", test_split_name="test")
+    )
+    assert data.test_has_labels is False and len(data.raw["test"]) == 2

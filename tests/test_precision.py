@@ -41,11 +41,11 @@ def test_automatic_precision_is_what_the_device_does_natively(capability, model_
     [
         ({"bf16": True}, None, "bf16"),
         ({"fp16": True}, "no", "fp16"),
-        ({"bf16": False}, None, "fp32"),
-        ({"fp16": False}, None, "fp32"),
         ({}, "bf16", "bf16"),
         ({}, "fp16", "fp16"),
         ({"bf16": True}, "bf16", "bf16"),  # both ask for the same: fine
+        ({"bf16": False, "fp16": False}, None, "fp32"),
+        ({"fp16": False}, "bf16", "bf16"),  # a lone false only rules fp16 out
         ({"fp16": True, "bf16": False}, "fp16", "fp16"),
     ],
 )
@@ -55,6 +55,21 @@ def test_explicit_choices_win_over_the_device(flags, launcher, expected):
             capability, bf16=flags.get("bf16"), fp16=flags.get("fp16"), launcher=launcher
         )
         assert choice.precision == expected and choice.explicit
+
+
+@pytest.mark.parametrize(
+    "capability, flags, expected",
+    [
+        (AMPERE, {"fp16": False}, "bf16"),  # `fp16: false` in a Hugging Face config changes nothing here
+        (AMPERE, {"bf16": False}, "fp16"),  # no bf16: the next mixed precision the GPU has
+        (TURING, {"fp16": False}, "fp32"),
+        (TURING, {"bf16": False}, "fp16"),
+        (AVX2_CPU, {"bf16": False}, "fp32"),
+    ],
+)
+def test_a_lone_false_rules_out_one_precision_and_leaves_the_rest_automatic(capability, flags, expected):
+    choice = choose_precision(capability, bf16=flags.get("bf16"), fp16=flags.get("fp16"), launcher=None)
+    assert choice.precision == expected and not choice.explicit
 
 
 @pytest.mark.parametrize(

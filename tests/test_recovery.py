@@ -406,3 +406,17 @@ def test_trust_remote_code_is_off_unless_asked_and_warns_when_on(caplog):
         "trust_remote_code is on: Python code from 'bert-base-uncased' will run on this machine"
         in caplog.text
     )
+
+
+def test_overwriting_a_lora_run_with_full_ft_leaves_no_adapter_to_load_by_mistake(
+    tiny_bert, learnable_data, tmp_path
+):
+    from recipes_lib.adapters import load_trained_model
+    from tests.inprocess import quick_args, run_in_process
+
+    output_dir = tmp_path / "run"
+    run_in_process("lora", quick_args(tiny_bert, learnable_data, output_dir, "--merge_adapter", "true"))
+    assert (output_dir / "adapter_config.json").is_file() and (output_dir / "merged").is_dir()
+    run_in_process("full_ft", quick_args(tiny_bert, learnable_data, output_dir))  # quick_args overwrites
+    assert not (output_dir / "adapter_config.json").exists() and not (output_dir / "merged").exists()
+    assert type(load_trained_model(output_dir)).__name__ == "BertForSequenceClassification"

@@ -350,6 +350,7 @@ class RecipeTrainingArguments(TrainingArguments):
             self._imply_best_model_at_end()
         on_cpu = self.use_cpu or os.environ.get("ACCELERATE_USE_CPU", "false").lower() == "true"
         self.capability = detect_capability(use_cpu=on_cpu)
+        self._flags = (self.bf16, self.fp16)  # as given: settle_precision decides again with them
         self._apply_precision(
             choose_precision(
                 self.capability, bf16=self.bf16, fp16=self.fp16, launcher=launcher_mixed_precision()
@@ -388,6 +389,8 @@ class RecipeTrainingArguments(TrainingArguments):
                 "or both to 'steps' with the same interval."
             )
         self.load_best_model_at_end = True
+        # A resumed run continues the patience count where it stopped.
+        self.restore_callback_states_from_checkpoint = True
 
     def _apply_precision(self, choice: PrecisionChoice) -> None:
         self.precision_choice = choice
@@ -410,7 +413,9 @@ class RecipeTrainingArguments(TrainingArguments):
         """
         if self.precision_choice.explicit or model_type not in FP16_UNSAFE_MODEL_TYPES:
             return
-        choice = choose_precision(self.capability, bf16=None, fp16=None, launcher=None, model_type=model_type)
+        choice = choose_precision(
+            self.capability, bf16=self._flags[0], fp16=self._flags[1], launcher=None, model_type=model_type
+        )
         if choice.precision != self.precision:
             self._apply_precision(choice)
             self.mixed_precision = choice.mixed_precision

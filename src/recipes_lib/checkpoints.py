@@ -164,17 +164,35 @@ def resolve_resume_checkpoint(value: str | None, output_dir: str, results_file: 
     return str(checkpoint)
 
 
+# Files and folders a finished run writes besides results.json and checkpoints (run.py, adapters.py).
+RUN_ARTIFACTS = (
+    "adapter_config.json",
+    "adapter_model.safetensors",
+    "model*.safetensors",
+    "base_quantization_config.json",
+    "merged",
+    "eval_predictions.jsonl",
+    "test_predictions.jsonl",
+    "confusion_matrix.png",
+)
+
+
 def clear_previous_run(output_dir: str | Path, results_file: str) -> None:
     """With --overwrite_output_dir, just before training: drop the old run's checkpoints and results.
 
     Left in place, they would mislead: `--resume_from_checkpoint last` after an interruption would
     pick the old run's higher-numbered checkpoint, or refuse because the old results.json says the
-    run finished. The old final model is simply overwritten at the end.
+    run finished. The old run's model, adapter, merged model and predictions go too (RUN_ARTIFACTS).
     """
     output_dir = Path(output_dir)
     stale = checkpoints_in(output_dir)
     for checkpoint in stale:
         shutil.rmtree(checkpoint)
     (output_dir / results_file).unlink(missing_ok=True)
+    # What another recipe's run leaves that this one may not write again: an old adapter would be
+    # loaded instead of a new full model (load_trained_model looks for adapter_config.json first).
+    for name in RUN_ARTIFACTS:
+        for path in output_dir.glob(name):
+            shutil.rmtree(path) if path.is_dir() else path.unlink()
     if stale:
         logger.info("--overwrite_output_dir: removed %d checkpoint(s) of the previous run.", len(stale))

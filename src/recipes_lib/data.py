@@ -254,8 +254,16 @@ def _checked(mapping: LabelMapping, raw: DatasetDict, label_column: str, locate:
         name for name in ("validation", "test") if name in raw and label_column in raw[name].column_names
     ]:
         values = [normalise_label(v) for v in raw[split][label_column]]
-        if split == "test" and all(v is None or v == "" for v in values):
-            continue  # an unlabelled test file: predicted, not scored
+        if split == "test":
+            unlabelled = [unlabelled_value(v, raw["test"].features[label_column]) for v in values]
+            if all(unlabelled):
+                continue  # an unlabelled test split: predicted, not scored
+            if any(unlabelled):
+                first = unlabelled.index(True)
+                raise DataError(
+                    f"{_where(locate, split, first)} has no label, but other test rows have one. Label every "
+                    "test row (it is then scored) or none (it is then only predicted)."
+                )
         unseen = [(i, v) for i, v in enumerate(values) if v not in mapping.to_id]
         if unseen:
             first, value = unseen[0]
@@ -273,6 +281,12 @@ def _where(locate: dict, split: str, index: int) -> str:
     if split in locate:
         return locate[split](index)
     return f"{split} row {index + 1}"
+
+
+def unlabelled_value(value, feature) -> bool:
+    """Whether a raw label value means "no label": empty, or -1 in a ClassLabel (GLUE's test splits)."""
+    value = normalise_label(value)
+    return value is None or value == "" or (isinstance(feature, ClassLabel) and value == -1)
 
 
 def normalise_label(value):
@@ -329,7 +343,10 @@ def load_classification_data(
     test_has_labels = (
         "test" in raw
         and data_args.label_column_name in raw["test"].column_names
-        and any(normalise_label(v) not in (None, "") for v in raw["test"][data_args.label_column_name])
+        and not all(
+            unlabelled_value(v, raw["test"].features[data_args.label_column_name])
+            for v in raw["test"][data_args.label_column_name]
+        )
     )
     for split, dataset in raw.items():
         if split != "test" or test_has_labels:

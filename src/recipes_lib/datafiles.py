@@ -90,8 +90,11 @@ def decide_quoting(path: str, requested: str = "auto") -> tuple[bool, list[int]]
     if requested != "auto":
         reading = read_delimited(path, delimiter, quoted=requested == "quoted")
         if reading.bad_line is not None:
+            width = (
+                f"the header's {len(reading.records[0])} fields" if reading.records else "a readable header"
+            )
             raise DataError(
-                f"{path} line {reading.bad_line} does not have the header's {len(reading.records[0])} fields when "
+                f"{path} line {reading.bad_line} does not have {width} when "
                 f"read with --csv_quoting {requested}. Fix that line, or try --csv_quoting "
                 f"{'none' if requested == 'quoted' else 'quoted'}."
             )

@@ -4,8 +4,9 @@ Every recipe and QLoRA's 4-bit compute dtype follow the one `PrecisionChoice` th
 
 The rule, in order:
 
-1. An explicit choice wins. `--bf16 true` means bf16, `--fp16 true` means fp16, and `--bf16 false`
-   or `--fp16 false` (with neither set true) means fp32. The accelerate config's `mixed_precision:
+1. An explicit choice wins. `--bf16 true` means bf16, `--fp16 true` means fp16, and both false
+   means fp32. One `false` alone (`fp16: false`, common in Hugging Face configs) only rules that
+   precision out: the accelerate config or the automatic choice picks among the rest. The accelerate config's `mixed_precision:
    bf16` or `fp16` is an explicit choice too; its `no` (accelerate's default) expresses none.
    When the command line (or YAML) and the accelerate config both choose and disagree, the run
    stops with an error naming both: neither silently overrides the other.
@@ -89,19 +90,21 @@ class PrecisionChoice:
         return "no" if self.precision == "fp32" else self.precision
 
 
-def _flag_choice(bf16: bool | None, fp16: bool | None) -> str | None:
+def _flag_choice(bf16: bool | None, fp16: bool | None) -> tuple[str | None, set[str]]:
+    """(the precision the flags choose, or None; the precisions a lone `false` rules out)."""
     if bf16 and fp16:
         raise ConfigError(
             "Both --bf16 and --fp16 are true; a run computes in one precision. Keep one of them "
             "(bf16 where the GPU has it natively, Ampere or newer; fp16 on older GPUs)."
         )
     if bf16:
-        return "bf16"
+        return "bf16", set()
     if fp16:
-        return "fp16"
-    if bf16 is False or fp16 is False:
-        return "fp32"
-    return None
+        return "fp16", set()
+    if bf16 is False and fp16 is False:
+        return "fp32", set()
+    # `fp16: false` alone (common in Hugging Face configs) rules fp16 out and chooses nothing else.
+    return None, {name for name, flag in (("bf16", bf16), ("fp16", fp16)) if flag is False}
 
 
 def _launcher_choice(launcher: str | None) -> str | None:
@@ -125,20 +128,16 @@ def choose_precision(
     model_type: str | None = None,
 ) -> PrecisionChoice:
     """The precision a run computes in (see the module docstring for the rule)."""
-    from_flags, from_launcher = _flag_choice(bf16, fp16), _launcher_choice(launcher)
+    (from_flags, excluded), from_launcher = _flag_choice(bf16, fp16), _launcher_choice(launcher)
+    flag = {"bf16": "--bf16 true", "fp16": "--fp16 true", "fp32": "--bf16 false --fp16 false"}.get(from_flags)
+    if from_launcher in excluded:
+        flag, from_flags = f"--{from_launcher} false", f"not {from_launcher}"
     if from_flags and from_launcher and from_flags != from_launcher:
-        flag = (
-            "--bf16 true"
-            if from_flags == "bf16"
-            else "--fp16 true"
-            if from_flags == "fp16"
-            else ("--bf16 false" if bf16 is False else "--fp16 false")
-        )
         raise ConfigError(
             f"The run asks for {from_flags} ({flag}) but the accelerate config asks for {from_launcher} "
             f"(mixed_precision: {from_launcher}). Make them agree: drop the flag to use the config's "
-            f"{from_launcher}, or launch with a config whose mixed_precision is '{from_flags if from_flags != 'fp32' else 'no'}' "
-            "(accelerate_configs/single_gpu.yaml leaves the choice to the recipe)."
+            f"{from_launcher}, or launch with a config whose mixed_precision is 'no', which leaves the choice "
+            "to the recipe (accelerate_configs/single_gpu.yaml does)."
         )
     explicit = from_flags or from_launcher
     if explicit == "fp16" and capability.kind == "cpu":
@@ -153,18 +152,21 @@ def choose_precision(
     if explicit:
         source = "--bf16/--fp16" if from_flags else "the accelerate config's mixed_precision"
         return PrecisionChoice(explicit, f"asked for by {source}", explicit=True)
+    ruled_out = f" ({', '.join(sorted(excluded))} ruled out by its flag)" if excluded else ""
     if capability.kind == "cuda":
-        if capability.native_bf16:
+        if capability.native_bf16 and "bf16" not in excluded:
             return PrecisionChoice("bf16", f"automatic: native bf16 on {capability.name}", explicit=False)
         if model_type in FP16_UNSAFE_MODEL_TYPES:
             return PrecisionChoice(
                 "fp32",
-                f"automatic: {capability.name} has no native bf16 and {model_type} overflows in fp16",
+                f"automatic: {model_type} overflows in fp16 on {capability.name}{ruled_out}",
                 explicit=False,
             )
-        return PrecisionChoice(
-            "fp16", f"automatic: {capability.name} has no native bf16; fp16 with loss scaling", explicit=False
-        )
+        if "fp16" not in excluded:
+            return PrecisionChoice(
+                "fp16", f"automatic: fp16 with loss scaling on {capability.name}{ruled_out}", explicit=False
+            )
+        return PrecisionChoice("fp32", f"automatic: fp32 on {capability.name}{ruled_out}", explicit=False)
     return PrecisionChoice("fp32", f"automatic: fp32 on the {capability.name}", explicit=False)
 
 

@@ -186,7 +186,7 @@ class RecipeRun:
             model_args.attn_implementation,
             self.precision,
             self.training.precision_choice.reason,
-            f", LoRA on {', '.join(self.adapted_modules)}" if self.shape.adapters is not None else "",
+            f", LoRA on {_listed_text(self.adapted_modules)}" if self.shape.adapters is not None else "",
         )
         self.data = load_classification_data(
             data_args, cache_dir=model_args.cache_dir, seed=self.training.seed
@@ -201,6 +201,8 @@ class RecipeRun:
             ", ".join(self.data.labels.names[:10]),
             " + ".join(self.data.text_columns),
         )
+        if self.training.class_weights:  # a wrong count fails here, before the weights load
+            class_weights_from(self.training.class_weights, [0], self.data.labels.names, check_only=True)
         self.tokenized = tokenize(self.data, self.tokenizer, data_args, self.training.main_process_first)
         return self.tokenized
 
@@ -422,6 +424,10 @@ def _step_of(checkpoint: str | None) -> int | None:
 
 def _logits(predictions):
     return predictions[0] if isinstance(predictions, tuple) else predictions
+
+
+def _listed_text(value) -> str:
+    return ", ".join(value) if isinstance(value, tuple) else str(value)
 
 
 def _listed(value):

@@ -72,7 +72,12 @@ class RecipeTrainer(Trainer):
         whole optimizer step (num_items_in_batch), as the Trainer expects of compute_loss_func."""
         logits = outputs["logits"] if isinstance(outputs, dict) else outputs[0]
         weights = torch.tensor(self.class_weights, dtype=torch.float32, device=logits.device)
-        losses = torch.nn.functional.cross_entropy(logits.float(), labels, reduction="none") * weights[labels]
+        losses = (
+            torch.nn.functional.cross_entropy(
+                logits.float(), labels, reduction="none", label_smoothing=self.args.label_smoothing_factor
+            )
+            * weights[labels]
+        )
         count = num_items_in_batch if num_items_in_batch is not None else labels.numel()
         return losses.sum() / count
 
@@ -198,7 +203,8 @@ class RecipeTrainer(Trainer):
             logits = logits[0]
         if logits is not None and labels is not None and logits.ndim == 2 and labels.ndim == 1:
             # Mean cross-entropy, as the classifier computes it (with the same label smoothing, if any).
-            # Weighted like the training loss under --class_weights (a weighted mean over the examples).
+            # Under --class_weights, the weighted loss as torch reports it: divided by the sum of the
+            # examples' weights (training divides by their number, as the Trainer's accumulation needs).
             weight = torch.tensor(self.class_weights) if self.class_weights is not None else None
             output.metrics[f"{metric_key_prefix}_loss"] = torch.nn.functional.cross_entropy(
                 torch.as_tensor(logits, dtype=torch.float32),
@@ -258,8 +264,13 @@ class ShuffledLengthGroupedSampler(torch.utils.data.Sampler):
             yield from group
 
 
-def class_weights_from(option: str, label_ids: list[int], names: list[str]) -> list[float]:
-    """The per-class loss weights --class_weights asks for: 'balanced' from the label counts, or a list."""
+def class_weights_from(option: str, label_ids, names: list[str], check_only: bool = False) -> list[float]:
+    """The per-class loss weights --class_weights asks for: 'balanced' from the label counts, or a list.
+
+    `check_only`: only check the option's form (before the data is tokenized).
+    """
+    if option == "balanced" and check_only:
+        return []
     if option == "balanced":
         counts = torch.bincount(torch.tensor(label_ids), minlength=len(names)).tolist()
         missing = [name for name, count in zip(names, counts, strict=True) if count == 0]
