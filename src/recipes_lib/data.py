@@ -15,7 +15,7 @@ import datasets
 from datasets import ClassLabel, Dataset, DatasetDict
 
 from recipes_lib.arguments import DataArguments, dataset_source
-from recipes_lib.datafiles import read_local_files
+from recipes_lib.datafiles import has_rows, read_local_files
 from recipes_lib.errors import DataError
 
 logger = logging.getLogger(__name__)
@@ -66,22 +66,6 @@ def describe_source(data_args: DataArguments) -> str:
     return f"{name}/{config}" if config else name
 
 
-def _has_rows(path: str) -> bool:
-    """Whether a local data file holds at least one example. Reads a few lines, not the whole file."""
-    extension = Path(path).suffix.lower()
-    with open(path, encoding="utf-8", errors="replace") as handle:
-        if extension == ".json":
-            start = handle.read(64).strip()
-            return bool(start) and not (start.startswith("[") and start[1:].strip().startswith("]"))
-        lines_needed = 2 if extension in (".csv", ".tsv") else 1  # a header, then a row
-        found = 0
-        for line in handle:
-            found += bool(line.strip())
-            if found >= lines_needed:
-                return True
-    return False
-
-
 def _read_local_files(data_args: DataArguments, cache_dir: str | None) -> tuple[DatasetDict, dict]:
     files = {"train": data_args.train_file}
     if data_args.validation_file:
@@ -90,7 +74,7 @@ def _read_local_files(data_args: DataArguments, cache_dir: str | None) -> tuple[
         files["test"] = data_args.test_file
     # datasets reports an empty file as 'Instruction "train" corresponds to no data!'; say it plainly.
     for split, path in files.items():
-        if not _has_rows(path):
+        if not has_rows(path):
             role = {"train": "training", "validation": "validation", "test": "test"}[split]
             raise DataError(
                 f"The {role} data ({path}) is empty: it holds no examples"

@@ -127,6 +127,25 @@ def decide_quoting(path: str, requested: str = "auto") -> tuple[bool, list[int]]
     )
 
 
+def has_rows(path: str | Path) -> bool:
+    """Whether a data file holds at least one example. Reads a few lines, not the whole file."""
+    path = Path(path)
+    extension = path.suffix.lower()
+    if extension == ".parquet":
+        return path.stat().st_size > 0
+    with open(path, encoding="utf-8", errors="replace") as handle:
+        if extension == ".json":
+            start = handle.read(64).strip()
+            return bool(start) and not (start.startswith("[") and start[1:].strip().startswith("]"))
+        needed = 2 if extension in DELIMITED else 1  # a header, then a row
+        found = 0
+        for line in handle:
+            found += bool(line.strip())
+            if found >= needed:
+                return True
+    return False
+
+
 def _json_lines(path: str) -> list[int]:
     with open(path, encoding="utf-8") as handle:
         return [number for number, line in enumerate(handle, start=1) if line.strip()]

@@ -34,7 +34,7 @@ from recipes_lib.adapters import (
 )
 from recipes_lib.arguments import DataArguments
 from recipes_lib.data import ClassificationData, LabelMapping, padding_collator, tokenize
-from recipes_lib.datafiles import DELIMITED, QUOTING_CHOICES, read_local_files
+from recipes_lib.datafiles import DELIMITED, QUOTING_CHOICES, has_rows, read_local_files
 from recipes_lib.errors import ConfigError, DataError, ModelError
 from recipes_lib.precision import TORCH_DTYPES
 from recipes_lib.predictions import prediction_rows
@@ -129,23 +129,6 @@ def data_arguments(config: dict[str, Any]) -> DataArguments:
     return DataArguments(**{key: value for key, value in config.items() if key in names})
 
 
-def _has_rows(path: Path) -> bool:
-    extension = path.suffix.lower()
-    if extension == ".parquet":
-        return path.stat().st_size > 0
-    with open(path, encoding="utf-8", errors="replace") as handle:
-        if extension == ".json":
-            start = handle.read(64).strip()
-            return bool(start) and not (start.startswith("[") and start[1:].strip().startswith("]"))
-        needed = 2 if extension in DELIMITED else 1  # a header, then a row
-        found = 0
-        for line in handle:
-            found += bool(line.strip())
-            if found >= needed:
-                return True
-    return False
-
-
 def read_input(path: str | Path, quoting: str = "auto", cache_dir: str | None = None):
     """The rows of a .csv, .tsv, .json, .jsonl or .parquet file (datafiles.read_local_files), or a DataError."""
     path = Path(path)
@@ -162,7 +145,7 @@ def read_input(path: str | Path, quoting: str = "auto", cache_dir: str | None = 
     if quoting not in QUOTING_CHOICES:
         raise ConfigError(f"--csv_quoting is '{quoting}'; use one of {', '.join(QUOTING_CHOICES)}.")
     try:
-        if not _has_rows(path):
+        if not has_rows(path):
             raise DataError(
                 f"The input file '{path}' holds no rows{' below the header' if extension in DELIMITED else ''}. "
                 "Pass a file with at least one text to predict."
