@@ -2,24 +2,31 @@
 
 from __future__ import annotations
 
+import warnings
+
+import evaluate
 import numpy as np
 import pytest
-from sklearn.metrics import accuracy_score, f1_score
+from scipy.stats import ConstantInputWarning, pearsonr, spearmanr
+from sklearn.metrics import accuracy_score, f1_score, mean_squared_error
 from transformers import EvalPrediction
 
-from recipes_lib.metrics import build_compute_metrics, load_metric
+from recipes_lib.metrics import TaskMetrics, load_metric
+from recipes_lib.tasks import MULTI_LABEL, REGRESSION, SINGLE_LABEL, tune_thresholds
+
+# Multi-hot rows, one column per label: rows 0 and 2 are exactly right, row 1 misses label 2.
+MULTILABEL_REFERENCES = [[1, 0, 1], [0, 1, 1], [1, 1, 0]]
+MULTILABEL_PREDICTIONS = [[1, 0, 1], [0, 1, 0], [1, 1, 0]]
 
 
 def test_shipped_modules_load_offline_through_evaluate():
-    import evaluate
-
     accuracy = load_metric("accuracy")
     assert isinstance(accuracy, evaluate.EvaluationModule)
     assert accuracy.compute(predictions=[0, 1, 2, 2], references=[0, 1, 1, 2]) == {"accuracy": 0.75}
 
 
 def test_unknown_metric_names_the_available_ones():
-    with pytest.raises(ValueError, match="available: accuracy, f1"):
+    with pytest.raises(ValueError, match="available: accuracy, f1, mse, pearsonr, spearmanr"):
         load_metric("bleu")
 
 
@@ -28,9 +35,105 @@ def test_compute_metrics_matches_sklearn_macro_f1_including_never_predicted_clas
     references = rng.integers(0, 4, size=200)
     logits = rng.normal(size=(200, 4))
     logits[:, 3] -= 10  # class 3 is never predicted: macro-F1 must still count it (as 0)
-    metrics = build_compute_metrics(num_labels=4)(EvalPrediction(predictions=logits, label_ids=references))
+    metrics = TaskMetrics(SINGLE_LABEL, 4)(EvalPrediction(predictions=logits, label_ids=references))
     predictions = logits.argmax(-1)
     assert metrics["accuracy"] == pytest.approx(accuracy_score(references, predictions))
     assert metrics["f1"] == pytest.approx(
         f1_score(references, predictions, average="macro", labels=[0, 1, 2, 3], zero_division=0)
     )
+
+
+def test_single_label_accuracy_and_f1_are_unchanged_by_the_multilabel_config():
+    predictions, references = [0, 1, 2, 2, 1], [0, 1, 1, 2, 0]
+    assert load_metric("accuracy").compute(predictions=predictions, references=references) == {
+        "accuracy": 0.6
+    }
+    f1 = load_metric("f1")
+    assert f1.compute(predictions=predictions, references=references)["f1"] == pytest.approx(
+        f1_score(references, predictions, average="macro", zero_division=0)
+    )
+    assert f1.compute(predictions=[0, 1, 1, 0], references=[0, 1, 0, 0], average="binary") == {"f1": 2 / 3}
+
+
+def test_multilabel_accuracy_is_exact_match():
+    result = load_metric("accuracy", "multilabel").compute(
+        predictions=MULTILABEL_PREDICTIONS, references=MULTILABEL_REFERENCES
+    )
+    assert result["accuracy"] == pytest.approx(2 / 3)
+    assert result["accuracy"] == accuracy_score(
+        np.array(MULTILABEL_REFERENCES), np.array(MULTILABEL_PREDICTIONS)
+    )
+
+
+@pytest.mark.parametrize("average", ["micro", "macro"])
+def test_multilabel_f1_matches_sklearn_on_indicator_arrays(average):
+    result = load_metric("f1", "multilabel").compute(
+        predictions=MULTILABEL_PREDICTIONS, references=MULTILABEL_REFERENCES, average=average
+    )
+    expected = f1_score(
+        np.array(MULTILABEL_REFERENCES), np.array(MULTILABEL_PREDICTIONS), average=average, zero_division=0
+    )
+    assert result == {"f1": pytest.approx(expected)}
+    assert isinstance(result["f1"], float)
+
+
+REGRESSION_REFERENCES = np.array([0.0, 0.3, 0.3, 0.9, 2.5, -1.2])
+REGRESSION_PREDICTIONS = np.array([0.1, 0.2, 0.35, 1.0, 2.0, -0.7])
+
+
+@pytest.mark.parametrize(
+    ("name", "reference_fn"),
+    [
+        ("mse", mean_squared_error),
+        ("pearsonr", lambda references, predictions: pearsonr(references, predictions)[0]),
+        ("spearmanr", lambda references, predictions: spearmanr(references, predictions)[0]),
+    ],
+)
+def test_regression_modules_load_offline_and_match_sklearn_and_scipy(name, reference_fn):
+    metric = load_metric(name)
+    assert isinstance(metric, evaluate.EvaluationModule)
+    result = metric.compute(predictions=REGRESSION_PREDICTIONS.tolist(), references=REGRESSION_REFERENCES)
+    assert list(result) == [name]
+    assert type(result[name]) is float
+    assert result[name] == pytest.approx(reference_fn(REGRESSION_REFERENCES, REGRESSION_PREDICTIONS))
+
+
+@pytest.mark.parametrize("name", ["pearsonr", "spearmanr"])
+def test_correlation_of_a_constant_input_is_nan_without_a_warning(name):
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ConstantInputWarning)
+        result = load_metric(name).compute(predictions=[0.5, 0.5, 0.5], references=[0.0, 0.3, 0.9])
+    assert type(result[name]) is float
+    assert np.isnan(result[name])
+
+
+def test_multi_label_task_metrics_decide_each_class_by_its_threshold():
+    logits = np.log(
+        np.array([[0.9, 0.4, 0.2], [0.6, 0.7, 0.45]]) / (1 - np.array([[0.9, 0.4, 0.2], [0.6, 0.7, 0.45]]))
+    )
+    references = np.array([[1.0, 1.0, 0.0], [1.0, 1.0, 1.0]])
+    metrics = TaskMetrics(MULTI_LABEL, 3)
+    at_half = metrics(EvalPrediction(predictions=logits, label_ids=references))
+    assert at_half["accuracy"] == 0.0  # row 0 misses class 1, row 1 misses class 2
+    metrics.thresholds = [0.5, 0.35, 0.4]
+    tuned = metrics(EvalPrediction(predictions=logits, label_ids=references))
+    assert tuned["accuracy"] == 1.0 and tuned["f1"] == 1.0 and tuned["f1_micro"] == 1.0
+    assert tuned["samples"] == 2
+
+
+def test_regression_task_metrics_score_the_single_output():
+    scores = np.array([0.1, 0.4, 0.35, 0.8])
+    targets = np.array([0.0, 0.5, 0.3, 1.0])
+    metrics = TaskMetrics(REGRESSION, 1)(EvalPrediction(predictions=scores[:, None], label_ids=targets))
+    assert metrics["mse"] == pytest.approx(float(np.mean((scores - targets) ** 2)))
+    assert metrics["pearson"] == pytest.approx(float(np.corrcoef(scores, targets)[0, 1]))
+    assert metrics["spearman"] == pytest.approx(1.0)
+
+
+def test_thresholds_are_tuned_per_class_for_f1_and_a_class_without_positives_keeps_half():
+    probabilities = np.array([[0.30, 0.9, 0.8], [0.32, 0.2, 0.7], [0.10, 0.6, 0.9], [0.05, 0.1, 0.6]])
+    references = np.array([[1, 1, 0], [1, 0, 0], [0, 1, 0], [0, 0, 0]])
+    thresholds = tune_thresholds(probabilities, references)
+    # Class 0: positives at 0.30 and 0.32, negatives at 0.10 and below; any cut in (0.10, 0.30] is perfect,
+    # and the one nearest 0.5 is 0.30. Class 1: any cut in (0.2, 0.6] is perfect; nearest 0.5 is 0.5.
+    assert thresholds == [0.3, 0.5, 0.5]

@@ -131,7 +131,8 @@ def evaluate_in_one_process(recipe_name: str, model: Path, data, checkpoint: Pat
 
     from recipes_lib.adapters import LoraArguments, add_lora, nf4_quantization_config, prepare_4bit_model
     from recipes_lib.data import load_classification_data, tokenize
-    from recipes_lib.metrics import build_compute_metrics
+    from recipes_lib.metrics import TaskMetrics
+    from recipes_lib.tasks import SINGLE_LABEL
     from recipes_lib.modeling import load_model, load_model_config, load_tokenizer
     from recipes_lib.parsing import parse_arguments
     from recipes_lib.trainer import RecipeTrainer
@@ -166,7 +167,7 @@ def evaluate_in_one_process(recipe_name: str, model: Path, data, checkpoint: Pat
         eval_dataset=tokenized["validation"],
         processing_class=tokenizer,
         data_collator=DataCollatorWithPadding(tokenizer),
-        compute_metrics=build_compute_metrics(classification.labels.num_labels),
+        compute_metrics=TaskMetrics(SINGLE_LABEL, classification.labels.num_labels),
     )
     return trainer.evaluate()
 
@@ -241,10 +242,11 @@ def test_compute_metrics_reports_how_many_predictions_it_scored():
     import numpy as np
     from transformers import EvalPrediction
 
-    from recipes_lib.metrics import build_compute_metrics
+    from recipes_lib.metrics import TaskMetrics
+    from recipes_lib.tasks import SINGLE_LABEL
 
     logits = np.array([[2.0, 0.0], [0.0, 1.0], [3.0, 0.0]])
-    metrics = build_compute_metrics(num_labels=2)(
+    metrics = TaskMetrics(SINGLE_LABEL, 2)(
         EvalPrediction(predictions=logits, label_ids=np.array([0, 1, 1]))
     )
     assert metrics["samples"] == 3 and metrics["accuracy"] == pytest.approx(2 / 3)
@@ -264,7 +266,8 @@ def test_recipe_trainer_eval_loss_is_the_stock_trainers_in_one_process(
         TrainingArguments,
     )
 
-    from recipes_lib.metrics import build_compute_metrics
+    from recipes_lib.metrics import TaskMetrics
+    from recipes_lib.tasks import SINGLE_LABEL
     from recipes_lib.trainer import RecipeTrainer
 
     tokenizer = AutoTokenizer.from_pretrained(tiny_bert)
@@ -289,7 +292,7 @@ def test_recipe_trainer_eval_loss_is_the_stock_trainers_in_one_process(
             args=arguments,
             eval_dataset=dataset,
             data_collator=DataCollatorWithPadding(tokenizer),
-            compute_metrics=build_compute_metrics(num_labels=2),
+            compute_metrics=TaskMetrics(SINGLE_LABEL, 2),
         )
         losses[trainer_class.__name__] = trainer.evaluate()["eval_loss"]
     assert losses["RecipeTrainer"] == pytest.approx(losses["Trainer"], rel=1e-6)

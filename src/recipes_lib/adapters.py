@@ -371,7 +371,11 @@ def load_trained_model(output_dir: str | Path, device: str | torch.device | None
         else {}
     )
     try:
-        base = AutoModelForSequenceClassification.from_pretrained(base_path, config=config, **placement)
+        # The head comes from the adapter (modules_to_save); a base that is a classifier of other labels
+        # has one of another shape, replaced as in training (modeling.load_model).
+        base = AutoModelForSequenceClassification.from_pretrained(
+            base_path, config=config, ignore_mismatched_sizes=True, **placement
+        )
     except OSError as error:
         raise ModelError(
             f"The adapter in '{output_dir}' was trained on the base model '{base_path}', which cannot be "

@@ -121,7 +121,29 @@ class DataArguments:
             "Default: the dataset's string columns other than the label (one or two)."
         },
     )
-    label_column_name: str = field(default="label", metadata={"help": "Column holding the class label."})
+    label_column_name: str = field(
+        default="label",
+        metadata={
+            "help": "Column holding the label: a class (name, id or bool), a list of classes (multi-label) or a "
+            "number (regression)."
+        },
+    )
+    problem_type: str = field(
+        default="auto",
+        metadata={
+            "help": "The task: 'auto' (from the labels: lists or --label_delimiter mean multi-label, numbers with a "
+            "fraction mean regression, anything else single-label), or force single_label_classification, "
+            "multi_label_classification or regression (e.g. star ratings 1-5 as a score).",
+            "choices": ["auto", "single_label_classification", "multi_label_classification", "regression"],
+        },
+    )
+    label_delimiter: str | None = field(
+        default=None,
+        metadata={
+            "help": "Split each label on this string to read several classes per row (multi-label), e.g. ';' for "
+            "'billing;shipping'. JSON lists need no delimiter."
+        },
+    )
     max_seq_length: int = field(
         default=128,
         metadata={

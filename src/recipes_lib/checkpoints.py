@@ -174,6 +174,7 @@ RUN_ARTIFACTS = (
     "eval_predictions.jsonl",
     "test_predictions.jsonl",
     "confusion_matrix.png",
+    "label_thresholds.json",
 )
 
 

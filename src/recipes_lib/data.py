@@ -7,6 +7,7 @@ model weights are loaded, so a bad column name costs seconds, not a download.
 from __future__ import annotations
 
 import logging
+import math
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -16,7 +17,8 @@ from datasets import ClassLabel, Dataset, DatasetDict
 
 from recipes_lib.arguments import DataArguments, dataset_source
 from recipes_lib.datafiles import has_rows, read_local_files
-from recipes_lib.errors import DataError
+from recipes_lib.errors import ConfigError, DataError
+from recipes_lib.tasks import AUTO, MULTI_LABEL, REGRESSION, SINGLE_LABEL
 
 logger = logging.getLogger(__name__)
 
@@ -26,11 +28,18 @@ LENGTH_COLUMN = "length"  # tokens per example, read by the length-grouped sampl
 
 @dataclass
 class LabelMapping:
-    """Class names in id order. String labels are sorted, so ids are stable across runs."""
+    """What the labels mean: class names in id order (or the score's name), and the kind of task.
+
+    String labels are sorted, so ids are stable across runs. A regression task has one "class",
+    named after its label column: the model has one output.
+    """
 
     names: list[str]
     # Raw label value -> id. Identity for ClassLabel features and for ints that are already 0..K-1.
     to_id: dict = field(repr=False)
+    problem_type: str = SINGLE_LABEL
+    # Multi-label from strings: the separator between a row's classes ('billing;shipping').
+    delimiter: str | None = None
 
     @property
     def num_labels(self) -> int:
@@ -43,6 +52,26 @@ class LabelMapping:
     @property
     def label2id(self) -> dict[str, int]:
         return {name: i for i, name in enumerate(self.names)}
+
+    def classes_of(self, value) -> list:
+        """A multi-label row's classes, as raw values (normalised): a list as is, a string split, a scalar alone."""
+        if isinstance(value, list | tuple):
+            return [normalise_label(v) for v in value]
+        value = normalise_label(value)
+        if self.delimiter is not None and isinstance(value, str):
+            return [part.strip() for part in value.split(self.delimiter) if part.strip()]
+        return [value]
+
+    def encode(self, value):
+        """What the model is trained on: a class id, a multi-hot row of 0.0/1.0, or a float."""
+        if self.problem_type == REGRESSION:
+            return float(value)
+        if self.problem_type == MULTI_LABEL:
+            row = [0.0] * self.num_labels
+            for raw in self.classes_of(value):
+                row[self.to_id[raw]] = 1.0
+            return row
+        return self.to_id[normalise_label(value)]
 
 
 @dataclass
@@ -170,47 +199,137 @@ def _resolve_text_columns(data_args: DataArguments, train: Dataset) -> tuple[str
     return tuple(candidates)
 
 
-def _label_mapping(raw: DatasetDict, label_column: str, locate: dict) -> LabelMapping:
-    """Class names and the raw-value -> id map, checked on every split that has labels.
+def _label_mapping(raw: DatasetDict, data_args: DataArguments, locate: dict) -> LabelMapping:
+    """The task and its labels, checked on every split that has labels.
 
     Labels are normalised first (`normalise_label`): booleans are classes 0 and 1 (False, True),
     integers written as floats (1.0, from a CSV column with a blank) are integers, and strings lose
     stray whitespace, so 'billing ' and 'billing' are one class.
     """
+    label_column = data_args.label_column_name
     for split in ("train", "validation"):
         if label_column not in raw[split].column_names:
             raise DataError(
                 f"Label column '{label_column}' is not in the {split} data; its columns are: "
                 f"{', '.join(raw[split].column_names)}. Set --label_column_name to the column holding the labels."
             )
-    feature = raw["train"].features[label_column]
+    feature, values = raw["train"].features[label_column], raw["train"][label_column]
+    problem_type = _problem_type(values, feature, data_args, locate)
+    if problem_type == REGRESSION:
+        mapping = LabelMapping(names=[label_column], to_id={}, problem_type=REGRESSION)
+    elif problem_type == MULTI_LABEL:
+        mapping = _multi_label_mapping(values, feature, data_args.label_delimiter, locate)
+    else:
+        mapping = _single_label_mapping(values, feature, label_column, locate)
+    return _checked(mapping, raw, label_column, locate)
+
+
+def _is_list_feature(feature) -> bool:
+    """A datasets feature holding a list per row (List, Sequence, LargeList; [Value] in old releases)."""
+    return isinstance(feature, list) or (hasattr(feature, "feature") and not isinstance(feature, ClassLabel))
+
+
+def _problem_type(values: list, feature, data_args: DataArguments, locate: dict) -> str:
+    """The task the labels describe (lists or a delimiter: multi-label; fractions: regression), or the one asked for."""
+    requested, delimiter = data_args.problem_type, data_args.label_delimiter
+    lists = _is_list_feature(feature) or any(isinstance(value, list | tuple) for value in values)
+    if delimiter is not None and (lists or not any(isinstance(normalise_label(v), str) for v in values)):
+        raise ConfigError(
+            f"--label_delimiter '{delimiter}' splits string labels, but the training labels are "
+            f"{'lists already' if lists else 'not strings'}. Leave --label_delimiter out."
+        )
+    fraction = None if lists else next((i for i, v in enumerate(values) if _is_fraction(v)), None)
+    if requested == AUTO:
+        if lists or delimiter is not None:
+            return MULTI_LABEL
+        return REGRESSION if fraction is not None else SINGLE_LABEL
+    if requested != MULTI_LABEL and (lists or delimiter is not None):
+        raise ConfigError(
+            f"--problem_type {requested} takes one label per row, but the training labels are "
+            f"{'lists' if lists else f'split on --label_delimiter {delimiter!r}'}, which means several classes per "
+            "row. Use --problem_type multi_label_classification (or auto)."
+        )
+    if requested == SINGLE_LABEL and fraction is not None:
+        raise DataError(
+            f"{_where(locate, 'train', fraction)} has the label {values[fraction]!r}, which is not a class: "
+            "--problem_type single_label_classification needs class names, ids or booleans. For a score to "
+            "predict, use --problem_type regression (or auto)."
+        )
+    return requested
+
+
+def _is_fraction(value) -> bool:
+    return isinstance(value, float) and not isinstance(value, bool) and not value.is_integer()
+
+
+def _is_number(value) -> bool:
+    """Whether a label can be a regression target: a finite number (a numeric string, from JSON, too)."""
+    if isinstance(value, bool) or value is None:
+        return False
+    try:
+        return math.isfinite(float(value))
+    except (TypeError, ValueError):
+        return False
+
+
+def _single_label_mapping(values: list, feature, label_column: str, locate: dict) -> LabelMapping:
     if isinstance(feature, ClassLabel):
         names = list(feature.names)
-        return _checked(
-            LabelMapping(names=names, to_id={i: i for i in range(len(names))}), raw, label_column, locate
-        )
-    train_values = [normalise_label(value) for value in raw["train"][label_column]]
+        return LabelMapping(names=names, to_id={i: i for i in range(len(names))})
+    train_values = [normalise_label(value) for value in values]
     kinds = {type(value) for value in train_values}
     if len(kinds) > 1 or not kinds <= {int, str}:
         kind_names = ", ".join(sorted(k.__name__ for k in kinds))
-        first_float = next((i for i, v in enumerate(train_values) if isinstance(v, float)), None)
+        odd = next((i for i, v in enumerate(train_values) if not isinstance(v, int | str)), None)
         example = (
-            f" (e.g. {train_values[first_float]!r} at {_where(locate, 'train', first_float)})"
-            if first_float is not None
-            else ""
+            f" (e.g. {train_values[odd]!r} at {_where(locate, 'train', odd)})" if odd is not None else ""
         )
         raise DataError(
             f"Label column '{label_column}' mixes value types ({kind_names}){example}. Labels must be all integers "
-            "(class ids), all booleans or all strings (class names); regression targets are not supported yet."
+            "(class ids), all booleans or all strings (class names) for classification, or all numbers for "
+            "regression (--problem_type regression)."
         )
     unique = sorted(set(train_values))
     if kinds == {int} and unique == list(range(len(unique))):
         mapping = LabelMapping(names=[str(v) for v in unique], to_id={v: v for v in unique})
     else:
         mapping = LabelMapping(names=[str(v) for v in unique], to_id={v: i for i, v in enumerate(unique)})
-    if all(isinstance(value, bool) for value in raw["train"][label_column]):
+    if all(isinstance(value, bool) for value in values):
         mapping.names = ["False", "True"][: mapping.num_labels]
-    return _checked(mapping, raw, label_column, locate)
+    return mapping
+
+
+def _multi_label_mapping(values: list, feature, delimiter: str | None, locate: dict) -> LabelMapping:
+    """Class names from every class a training row names; a Hub list of ClassLabel keeps its names and order."""
+    inner = getattr(feature, "feature", None)
+    if isinstance(inner, ClassLabel):
+        names = list(inner.names)
+        return LabelMapping(names, {i: i for i in range(len(names))}, MULTI_LABEL, delimiter)
+    probe = LabelMapping([], {}, MULTI_LABEL, delimiter)
+    seen: set = set()
+    for index, value in enumerate(values):
+        classes = probe.classes_of(value)
+        odd = next((c for c in classes if isinstance(c, bool) or not isinstance(c, int | str)), None)
+        if odd is not None:
+            raise DataError(
+                f"{_where(locate, 'train', index)} lists {odd!r} among its classes; a multi-label row lists class "
+                "names (strings) or class ids (integers). Fix that row."
+            )
+        if len(set(classes)) != len(classes):
+            raise DataError(
+                f"{_where(locate, 'train', index)} has the labels {value!r}, which name a class twice. A multi-label "
+                "row lists each of its classes once (['billing', 'shipping']); a row of 0/1 flags per class must be "
+                "written as the names of the classes flagged."
+            )
+        seen.update(classes)
+    if len({type(c) for c in seen}) > 1:
+        raise DataError(
+            "The multi-label rows mix class names and class ids (strings and integers). Use one or the other."
+        )
+    unique = sorted(seen)
+    identity = all(isinstance(c, int) for c in unique) and unique == list(range(len(unique)))
+    to_id = {c: c for c in unique} if identity else {c: i for i, c in enumerate(unique)}
+    return LabelMapping([str(c) for c in unique], to_id, MULTI_LABEL, delimiter)
 
 
 def _check_labels_present(raw: DatasetDict, label_column: str, locate: dict) -> None:
@@ -229,15 +348,16 @@ def _check_labels_present(raw: DatasetDict, label_column: str, locate: dict) -> 
 
 
 def _checked(mapping: LabelMapping, raw: DatasetDict, label_column: str, locate: dict) -> LabelMapping:
-    if mapping.num_labels < 2:
+    """Every labelled split's labels mean something to this mapping: known classes, or numbers for regression."""
+    if mapping.problem_type != REGRESSION and mapping.num_labels < 2:
         raise DataError(
             f"The training data has {mapping.num_labels} distinct label(s) in '{label_column}' "
             f"({mapping.names}); classification needs at least 2."
         )
-    for split in [
-        name for name in ("validation", "test") if name in raw and label_column in raw[name].column_names
-    ]:
-        values = [normalise_label(v) for v in raw[split][label_column]]
+    for split in [name for name in ("train", "validation", "test") if name in raw]:
+        if label_column not in raw[split].column_names:
+            continue
+        values = raw[split][label_column]
         if split == "test":
             unlabelled = [unlabelled_value(v, raw["test"].features[label_column]) for v in values]
             if all(unlabelled):
@@ -248,7 +368,21 @@ def _checked(mapping: LabelMapping, raw: DatasetDict, label_column: str, locate:
                     f"{_where(locate, split, first)} has no label, but other test rows have one. Label every "
                     "test row (it is then scored) or none (it is then only predicted)."
                 )
-        unseen = [(i, v) for i, v in enumerate(values) if v not in mapping.to_id]
+        if mapping.problem_type == REGRESSION:
+            bad = next((i for i, v in enumerate(values) if not _is_number(v)), None)
+            if bad is not None:
+                raise DataError(
+                    f"{_where(locate, split, bad)} has the label {values[bad]!r}, which is not a number; regression "
+                    f"learns a score per row, so every '{label_column}' must be a finite number. Fix that row, or, "
+                    "for classes, use --problem_type auto or single_label_classification."
+                )
+            continue
+        if split == "train":
+            continue  # its classes are the mapping's own
+        classes = (
+            mapping.classes_of if mapping.problem_type == MULTI_LABEL else lambda v: [normalise_label(v)]
+        )
+        unseen = [(i, c) for i, v in enumerate(values) for c in classes(v) if c not in mapping.to_id]
         if unseen:
             first, value = unseen[0]
             others = sorted({repr(v) for _, v in unseen})
@@ -258,6 +392,26 @@ def _checked(mapping: LabelMapping, raw: DatasetDict, label_column: str, locate:
                 f"{', '.join(mapping.names)}. Fix those labels, or add training examples of those classes."
             )
     return mapping
+
+
+def describe_labels(mapping: LabelMapping, values: list) -> str:
+    """One log line's worth: rows per class, classes per row (multi-label), or the range of the scores."""
+    if mapping.problem_type == REGRESSION:
+        scores = [float(v) for v in values]
+        return (
+            f"score '{mapping.names[0]}' mean {sum(scores) / len(scores):.3g}, min {min(scores):.3g}, "
+            f"max {max(scores):.3g}"
+        )
+    classes = mapping.classes_of if mapping.problem_type == MULTI_LABEL else lambda v: [normalise_label(v)]
+    rows = [classes(value) for value in values]
+    counts = Counter(c for row in rows for c in row)
+    described = ", ".join(
+        f"{mapping.names[mapping.to_id[k]]} {n}"
+        for k, n in sorted(counts.items(), key=lambda kv: mapping.to_id[kv[0]])
+    )
+    if mapping.problem_type == MULTI_LABEL:
+        return f"rows with each class: {described}; {sum(map(len, rows)) / len(rows):.2f} classes per row"
+    return f"classes: {described}"
 
 
 def _where(locate: dict, split: str, index: int) -> str:
@@ -274,9 +428,11 @@ def unlabelled_value(value, feature) -> bool:
 
 
 def normalise_label(value):
-    """The class a raw label value means: bools and integral floats as ints, strings stripped."""
+    """The class a raw label value means: bools and integral floats as ints, strings stripped, NaN as none."""
     if isinstance(value, bool):
         return int(value)
+    if isinstance(value, float) and math.isnan(value):
+        return None  # a blank cell in a numeric column
     if isinstance(value, float) and value.is_integer():
         return int(value)
     if isinstance(value, str):
@@ -323,7 +479,7 @@ def load_classification_data(
                     f"Text column '{column}' is in train but not in {split}; {split} columns are: "
                     f"{', '.join(raw[split].column_names)}."
                 )
-    labels = _label_mapping(raw, data_args.label_column_name, locate)
+    labels = _label_mapping(raw, data_args, locate)
     test_has_labels = (
         "test" in raw
         and data_args.label_column_name in raw["test"].column_names
@@ -334,13 +490,12 @@ def load_classification_data(
     )
     for split, dataset in raw.items():
         if split != "test" or test_has_labels:
-            counts = Counter(normalise_label(v) for v in dataset[data_args.label_column_name])
-            described = ", ".join(
-                f"{labels.names[labels.to_id[k]]} {n}"
-                for k, n in sorted(counts.items(), key=lambda kv: labels.to_id[kv[0]])
-            )
             logger.info(
-                "%s (%s): %d rows; classes: %s", split, sources.get(split) or split, len(dataset), described
+                "%s (%s): %d rows; %s",
+                split,
+                sources.get(split) or split,
+                len(dataset),
+                describe_labels(labels, dataset[data_args.label_column_name]),
             )
     return ClassificationData(
         raw=raw,
@@ -360,14 +515,14 @@ def tokenize(
 
     No padding here (unless pad_to_max_length): the collator pads each batch to its longest example.
     """
-    text_columns, label_column, to_id = data.text_columns, data.label_column, data.labels.to_id
+    text_columns, label_column, labels = data.text_columns, data.label_column, data.labels
 
     def encode(batch, with_labels: bool):
         texts = [["" if text is None else str(text) for text in batch[column]] for column in text_columns]
         padding = "max_length" if data_args.pad_to_max_length else False
         encoded = tokenizer(*texts, truncation=True, max_length=data_args.max_seq_length, padding=padding)
         if with_labels:
-            encoded[LABEL_COLUMN] = [to_id[normalise_label(value)] for value in batch[label_column]]
+            encoded[LABEL_COLUMN] = [labels.encode(value) for value in batch[label_column]]
         encoded[LENGTH_COLUMN] = [len(ids) for ids in encoded["input_ids"]]
         return encoded
 

@@ -103,12 +103,18 @@ def _missing_tokenizer_packages(error: Exception) -> list[str]:
 
 
 def load_model_config(model_args: ModelArguments, labels: LabelMapping | None = None):
-    """The model's config with the label names, so the saved model predicts class names.
+    """The model's config with the label names and the task, so the saved model predicts class names.
 
     Without `labels`: the config as published, for checks that run before the data is read.
     """
+    # problem_type picks the head's loss in transformers: cross-entropy, BCE with logits, or MSE.
     label_settings = (
-        {"num_labels": labels.num_labels, "id2label": labels.id2label, "label2id": labels.label2id}
+        {
+            "num_labels": labels.num_labels,
+            "id2label": labels.id2label,
+            "label2id": labels.label2id,
+            "problem_type": labels.problem_type,
+        }
         if labels is not None
         else {}
     )
@@ -171,11 +177,24 @@ def load_model(model_args: ModelArguments, model_config, **from_pretrained_kwarg
             trust_remote_code=model_args.trust_remote_code,
             attn_implementation=model_args.attn_implementation,
             output_loading_info=True,
+            # A checkpoint that is already a classifier (a sentiment model fine-tuned again on other
+            # labels) has a head of another shape: it is initialised afresh, like a missing head.
+            ignore_mismatched_sizes=True,
             **from_pretrained_kwargs,
         )
     except OSError as error:
         raise _not_found(model_args, error) from None
-    model.newly_initialized_modules = _modules_of(model, loading["missing_keys"])
+    mismatched = sorted(key for key, *_ in loading.get("mismatched_keys") or ())
+    if mismatched:
+        logger.warning(
+            "The checkpoint's %s have another shape than this task needs (%s); they start from fresh "
+            "weights, like a new classification head.",
+            ", ".join(mismatched),
+            ", ".join(
+                f"{key} {tuple(old)} -> {tuple(new)}" for key, old, new in sorted(loading["mismatched_keys"])
+            ),
+        )
+    model.newly_initialized_modules = _modules_of(model, [*loading["missing_keys"], *mismatched])
     return model
 
 

@@ -1,4 +1,4 @@
-"""`recipes-lib predict`: label names and probabilities from a finished run, for a file of texts.
+"""`recipes-lib predict`: label names and probabilities (scores for regression) from a finished run.
 
     recipes-lib predict outputs/demo/lora --input new_texts.csv --output predictions.jsonl
 
@@ -37,8 +37,9 @@ from recipes_lib.data import ClassificationData, LabelMapping, padding_collator,
 from recipes_lib.datafiles import DELIMITED, QUOTING_CHOICES, has_rows, read_local_files
 from recipes_lib.errors import ConfigError, DataError, ModelError
 from recipes_lib.precision import TORCH_DTYPES
-from recipes_lib.predictions import prediction_rows
+from recipes_lib.predictions import THRESHOLDS_FILE, prediction_rows, read_thresholds
 from recipes_lib.results import RESULTS_FILE
+from recipes_lib.tasks import DEFAULT_THRESHOLD, MULTI_LABEL, SINGLE_LABEL
 
 logger = logging.getLogger(__name__)
 
@@ -236,7 +237,7 @@ def predict(
     csv_quoting: str = "auto",
     progress: bool = True,
 ) -> list[dict[str, Any]]:
-    """One row per input row, in input order: {"prediction": name, "probabilities": {name: p}}."""
+    """One row per input row, in input order, in the format of predictions.py (by the run's kind of task)."""
     from torch.utils.data import DataLoader
     from tqdm.auto import tqdm
     from transformers import AutoConfig, AutoTokenizer
@@ -259,6 +260,8 @@ def predict(
             f"({str(error).strip().splitlines()[0]}). A finished run saves both next to the model; run it again."
         ) from None
     label_names = [model_config.id2label[i] for i in range(model_config.num_labels)]
+    problem_type = model_config.problem_type or run.results.get("problem_type") or SINGLE_LABEL
+    thresholds = run_thresholds(run, label_names) if problem_type == MULTI_LABEL else None
     logger.info(
         "Predicting %d rows of %s with the %s in %s on %s (text: %s, max_seq_length %d)",
         len(dataset),
@@ -295,4 +298,21 @@ def predict(
         for batch in tqdm(loader, desc="Predicting", unit="batch", disable=not progress):
             batch = {key: value.to(device) for key, value in batch.items()}
             logits.append(model(**batch).logits.float().cpu())
-    return prediction_rows(torch.cat(logits).numpy(), label_names)
+    return prediction_rows(torch.cat(logits).numpy(), label_names, problem_type, thresholds)
+
+
+def run_thresholds(run: TrainedRun, label_names: list[str]) -> list[float]:
+    """A multi-label run's tuned thresholds: saved next to its model (and in results.json); else 0.5 each."""
+    for directory in (run.model_dir, run.results_dir):
+        thresholds = read_thresholds(directory, label_names)
+        if thresholds is not None:
+            return thresholds
+    saved = run.results.get("label_thresholds")
+    if isinstance(saved, dict) and set(saved) == set(label_names):
+        return [float(saved[name]) for name in label_names]
+    logger.warning(
+        "No %s in %s: deciding every class at probability 0.5, not at the thresholds the run tuned.",
+        THRESHOLDS_FILE,
+        run.model_dir,
+    )
+    return [DEFAULT_THRESHOLD] * len(label_names)

@@ -32,15 +32,16 @@ import datasets
 import transformers
 from transformers import EarlyStoppingCallback, set_seed
 
-from recipes_lib.adapters import check_lora_targets
+from recipes_lib.adapters import MERGED_SUBDIR, check_lora_targets
 from recipes_lib.arguments import ParsedArguments
 from recipes_lib.autofit import choose_batch_size, train_with_out_of_memory_backoff
 from recipes_lib.checkpoints import clear_previous_run, resolve_resume_checkpoint, resume_requested
 from recipes_lib.data import load_classification_data, padding_collator, tokenize
-from recipes_lib.errors import OutputDirError, RecipeError
+from recipes_lib.errors import ConfigError, OutputDirError, RecipeError
 from recipes_lib.families import ArchitectureProfile
 from recipes_lib.memory import MemoryCallback, MemoryMonitor, peak_memory
-from recipes_lib.metrics import build_compute_metrics
+from recipes_lib.metric_names import eval_key
+from recipes_lib.metrics import TaskMetrics
 from recipes_lib.modeling import (
     check_model_support,
     count_parameters,
@@ -58,9 +59,19 @@ from recipes_lib.predictions import (
     draw_confusion_matrix,
     per_class_report,
     prediction_rows,
+    write_thresholds,
 )
 from recipes_lib.recipe_spec import RecipeSpec
 from recipes_lib.results import RESULTS_FILE, describe_device, library_versions, timestamp, write_results
+from recipes_lib.tasks import (
+    MULTI_LABEL,
+    REGRESSION,
+    SINGLE_LABEL,
+    TASK_METRICS,
+    predicted_labels,
+    sigmoid,
+    tune_thresholds,
+)
 from recipes_lib.tracking import Tracker, start_tracking
 from recipes_lib.trainer import RecipeTrainer, class_weights_from
 
@@ -201,8 +212,7 @@ class RecipeRun:
             ", ".join(self.data.labels.names[:10]),
             " + ".join(self.data.text_columns),
         )
-        if self.training.class_weights:  # a wrong count fails here, before the weights load
-            class_weights_from(self.training.class_weights, [0], self.data.labels.names, check_only=True)
+        check_task_options(self.training, self.data.labels)  # before tokenizing and loading weights
         self.tokenized = tokenize(self.data, self.tokenizer, data_args, self.training.main_process_first)
         return self.tokenized
 
@@ -247,6 +257,7 @@ class RecipeRun:
             if training.class_weights
             else None
         )
+        self.task_metrics = TaskMetrics(self.data.labels.problem_type, self.data.labels.num_labels)
         callbacks = [MemoryCallback(self.memory)]
         if training.early_stopping_patience is not None:
             callbacks.append(EarlyStoppingCallback(early_stopping_patience=training.early_stopping_patience))
@@ -257,10 +268,11 @@ class RecipeRun:
             eval_dataset=self.tokenized["validation"],
             processing_class=self.tokenizer,
             data_collator=padding_collator(self.tokenizer, self.arguments.data, self.device),
-            compute_metrics=build_compute_metrics(self.data.labels.num_labels),
+            compute_metrics=self.task_metrics,
             optimizers=(optimizer, None),
             callbacks=callbacks,
             class_weights=self.class_weights,
+            problem_type=self.data.labels.problem_type,
         )
         self.tracker.watch(trainer)
         self._trainer = trainer
@@ -291,13 +303,28 @@ class RecipeRun:
         self._trainer.save_model()
 
     def evaluate(self) -> dict[str, Any]:
-        """Validation metrics; then the test split (--test_file, --test_split_name), scored if labelled."""
-        trainer, names = self._trainer, self.data.labels.names
+        """Validation metrics; then the test split (--test_file, --test_split_name), scored if labelled.
+
+        Multi-label: the metrics with every threshold at 0.5 (as in the evaluations during
+        training), then one threshold per class tuned on these validation predictions
+        (tasks.tune_thresholds). The predictions written, the per-class scores and the test split
+        use the tuned thresholds, which are saved with the model.
+        """
+        trainer, labels = self._trainer, self.data.labels
         self._eval_metrics = trainer.evaluate()
         trainer.log_metrics("eval", self._eval_metrics)
         evaluation = trainer.last_evaluation  # each validation example once, gathered from every process
-        self._eval_logits = _logits(evaluation.predictions)
-        self._report = per_class_report(self._eval_logits.argmax(-1), evaluation.label_ids, names)
+        self._eval_logits, references = _logits(evaluation.predictions), evaluation.label_ids
+        self._thresholds, self._tuned_metrics = None, {}
+        if labels.problem_type == MULTI_LABEL:
+            self._thresholds = tune_thresholds(sigmoid(self._eval_logits), references)
+            self.task_metrics.thresholds = self._thresholds
+            tuned = self.task_metrics.scores(self._eval_logits, references)
+            self._tuned_metrics = {f"eval_tuned_{name}": value for name, value in tuned.items()}
+            logger.info(
+                "Thresholds tuned on validation: %s", dict(zip(labels.names, self._thresholds, strict=True))
+            )
+        self._report = _per_class(self._eval_logits, references, labels, self._thresholds)
         self._test_metrics, self._test_logits = {}, None
         if "test" in self.tokenized:
             test = trainer.predict(self.tokenized["test"], metric_key_prefix="test")
@@ -336,10 +363,23 @@ class RecipeRun:
             "recipe": self.spec.name,
             "model_name_or_path": self.arguments.model.model_name_or_path,
             "dataset": self.data.description,
+            "problem_type": self.data.labels.problem_type,
             "num_labels": self.data.labels.num_labels,
+            # Single-label and multi-label (exact match) accuracy and macro-F1; null for regression.
             "eval_accuracy": eval_metrics.get("eval_accuracy"),
             "eval_f1": eval_metrics.get("eval_f1"),
+            # The task's other metrics (tasks.TASK_METRICS): micro-F1, or MSE, Pearson and Spearman.
+            **{
+                eval_key(name): eval_metrics.get(eval_key(name))
+                for name in TASK_METRICS[self.data.labels.problem_type]
+            },
             "eval_loss": eval_metrics.get("eval_loss"),
+            # Multi-label: the thresholds tuned on validation, and the validation metrics at those
+            # thresholds (optimistic: tuned and scored on the same split; the test split is not).
+            "label_thresholds": dict(zip(self.data.labels.names, self._thresholds, strict=True))
+            if self._thresholds
+            else None,
+            **self._tuned_metrics,
             # Counted from the predictions gathered over all processes (metrics.py), not len(dataset): a
             # duplicated or dropped validation example under several processes would show here.
             "eval_samples": eval_metrics["eval_samples"],
@@ -393,9 +433,12 @@ class RecipeRun:
             self._write_predictions()
             path = write_results(training.output_dir, results)
             logger.info(
-                "Done: accuracy %.4f, macro-F1 %.4f, %.1f samples/s, peak memory %.2f GiB. Model and %s in %s",
-                results["eval_accuracy"],
-                results["eval_f1"],
+                "Done: %s, %.1f samples/s, peak memory %.2f GiB. Model and %s in %s",
+                ", ".join(
+                    f"{name} {results[eval_key(name)]:.4f}"
+                    for name in TASK_METRICS[self.data.labels.problem_type]
+                    if results[eval_key(name)] is not None
+                ),
                 results["train_samples_per_s"],
                 results["peak_memory_gib"],
                 path.name,
@@ -405,21 +448,64 @@ class RecipeRun:
         self.results = results
 
     def _write_predictions(self) -> None:
-        """Validation (and test) predictions as JSON Lines, and the validation confusion matrix as a PNG."""
+        """Validation (and test) predictions as JSON Lines; the thresholds of a multi-label model next to it;
+        the validation confusion matrix as a PNG (single-label)."""
         from pathlib import Path
 
         from recipes_lib.datafiles import write_jsonl
 
-        output_dir, names = Path(self.training.output_dir), self.data.labels.names
-        write_jsonl(output_dir / EVAL_PREDICTIONS_FILE, prediction_rows(self._eval_logits, names))
+        output_dir, labels = Path(self.training.output_dir), self.data.labels
+
+        def rows(logits):
+            return prediction_rows(logits, labels.names, labels.problem_type, self._thresholds)
+
+        write_jsonl(output_dir / EVAL_PREDICTIONS_FILE, rows(self._eval_logits))
         if self._test_logits is not None:
-            write_jsonl(output_dir / TEST_PREDICTIONS_FILE, prediction_rows(self._test_logits, names))
-        title = f"{self.spec.name}, {self.data.split_sources['validation']}"
-        draw_confusion_matrix(self._report["confusion_matrix"], output_dir / CONFUSION_MATRIX_PNG, title)
+            write_jsonl(output_dir / TEST_PREDICTIONS_FILE, rows(self._test_logits))
+        if self._thresholds is not None:
+            for directory in (output_dir, output_dir / MERGED_SUBDIR):
+                if directory.is_dir():
+                    write_thresholds(
+                        directory, labels.names, self._thresholds, self.data.split_sources["validation"]
+                    )
+        if self._report["confusion_matrix"] is not None:
+            title = f"{self.spec.name}, {self.data.split_sources['validation']}"
+            draw_confusion_matrix(self._report["confusion_matrix"], output_dir / CONFUSION_MATRIX_PNG, title)
 
 
 def _step_of(checkpoint: str | None) -> int | None:
     return int(checkpoint.rsplit("-", 1)[-1]) if checkpoint else None
+
+
+def _per_class(logits, references, labels, thresholds) -> dict[str, Any]:
+    """Per-class precision, recall, F1 and the confusion matrix (single-label); none for regression."""
+    if labels.problem_type == REGRESSION:
+        return {"per_class": None, "confusion_matrix": None}
+    if labels.problem_type == MULTI_LABEL:
+        predictions = predicted_labels(sigmoid(logits), thresholds)
+        return per_class_report(predictions, references.round().astype(int), labels.names)
+    return per_class_report(logits.argmax(-1), references, labels.names)
+
+
+def check_task_options(training, labels) -> None:
+    """Options that only fit some tasks, refused before the data is tokenized and the weights load."""
+    if training.class_weights and labels.problem_type != SINGLE_LABEL:
+        raise ConfigError(
+            f"--class_weights weights the classes of a single-label task, but this data is {labels.problem_type} "
+            "(from its labels or --problem_type). Leave --class_weights out."
+        )
+    if training.class_weights:  # a wrong count fails here
+        class_weights_from(training.class_weights, [0], labels.names, check_only=True)
+    metric = training.metric_for_best_model
+    allowed = ("loss", *TASK_METRICS[labels.problem_type])
+    if metric is not None and metric.removeprefix("eval_") not in allowed:
+        raise ConfigError(
+            f"--metric_for_best_model is '{metric}', which a {labels.problem_type} run does not compute; it "
+            f"reports: {', '.join(allowed)}. Pick one of those."
+        )
+    if metric is not None and metric.removeprefix("eval_") == "mse":
+        # The Trainer takes every metric but a "*loss" as greater-is-better; a squared error is not.
+        training.greater_is_better = False
 
 
 def _logits(predictions):

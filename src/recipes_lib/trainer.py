@@ -15,6 +15,7 @@ from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, has_length, rotate
 from recipes_lib.checkpoints import COMPLETE_MARKER, last_complete_checkpoint, mark_complete
 from recipes_lib.errors import ConfigError, TrainingDiverged, TrainingInterrupted
 from recipes_lib.safeguards import StopOnSignal, divergence_hint, first_non_finite_parameter
+from recipes_lib.tasks import MULTI_LABEL, REGRESSION, SINGLE_LABEL
 
 # Where `_run_epoch` takes its epoch, whether the Trainer passes it by keyword (5.x) or position.
 _RUN_EPOCH_SIGNATURE = inspect.signature(Trainer._run_epoch)
@@ -31,9 +32,12 @@ class RecipeTrainer(Trainer):
     every checkpoint ends with a completion marker that resuming relies on.
     """
 
-    def __init__(self, *args, class_weights: list[float] | None = None, **kwargs):
+    def __init__(
+        self, *args, class_weights: list[float] | None = None, problem_type: str = SINGLE_LABEL, **kwargs
+    ):
         # --class_weights: a weighted cross-entropy, through the Trainer's own compute_loss_func hook.
         self.class_weights = class_weights
+        self.problem_type = problem_type  # tasks.py: which loss the evaluation recomputes
         if class_weights is not None:
             kwargs["compute_loss_func"] = self._weighted_cross_entropy
         super().__init__(*args, **kwargs)
@@ -201,18 +205,32 @@ class RecipeTrainer(Trainer):
         logits, labels = output.predictions, output.label_ids
         if isinstance(logits, tuple):
             logits = logits[0]
-        if logits is not None and labels is not None and logits.ndim == 2 and labels.ndim == 1:
-            # Mean cross-entropy, as the classifier computes it (with the same label smoothing, if any).
-            # Under --class_weights, the weighted loss as torch reports it: divided by the sum of the
-            # examples' weights (training divides by their number, as the Trainer's accumulation needs).
-            weight = torch.tensor(self.class_weights) if self.class_weights is not None else None
-            output.metrics[f"{metric_key_prefix}_loss"] = torch.nn.functional.cross_entropy(
-                torch.as_tensor(logits, dtype=torch.float32),
-                torch.as_tensor(labels, dtype=torch.long),
-                weight=weight,
-                label_smoothing=self.args.label_smoothing_factor,
-            ).item()
+        if logits is not None and labels is not None:
+            output.metrics[f"{metric_key_prefix}_loss"] = self._evaluation_loss(
+                torch.as_tensor(logits, dtype=torch.float32), torch.as_tensor(labels)
+            )
         return output
+
+    def _evaluation_loss(self, logits: torch.Tensor, labels: torch.Tensor) -> float:
+        """The loss the model's head computes, over all the gathered examples at once.
+
+        Single-label: mean cross-entropy (with the same label smoothing, if any); under
+        --class_weights the weighted loss as torch reports it, divided by the sum of the examples'
+        weights (training divides by their number, as the Trainer's accumulation needs).
+        Multi-label: binary cross-entropy with logits, the mean over every example and class.
+        Regression: mean squared error of the single output.
+        """
+        functional = torch.nn.functional
+        if self.problem_type == MULTI_LABEL:
+            return functional.binary_cross_entropy_with_logits(logits, labels.float()).item()
+        if self.problem_type == REGRESSION:
+            return functional.mse_loss(
+                logits.reshape(len(logits), -1)[:, 0], labels.float().reshape(-1)
+            ).item()
+        weight = torch.tensor(self.class_weights) if self.class_weights is not None else None
+        return functional.cross_entropy(
+            logits, labels.long(), weight=weight, label_smoothing=self.args.label_smoothing_factor
+        ).item()
 
 
 class ShuffledLengthGroupedSampler(torch.utils.data.Sampler):
