@@ -145,6 +145,12 @@ def test_qlora_output_rebuilds_its_4bit_base_and_the_log_says_what_the_merged_mo
     # Folded into the NF4 weights it trained on, dequantized: in fp32 it predicts what was evaluated.
     merged_rows = _predict(output_dir / MERGED, predict_data["validation"])
     assert_same_rows(merged_rows, eval_rows(output_dir), tolerance=1e-4)
+    # results.json says what the merged model is and scores it on its own: its accuracy from its own rows.
+    results = json.loads((output_dir / "results.json").read_text())
+    assert "dequantized to fp32" in results["merged_model"]
+    labels = [line.rsplit(",", 1)[1] for line in predict_data["validation"].read_text().splitlines()[1:]]
+    correct = sum(row["prediction"] == label for row, label in zip(merged_rows, labels, strict=True))
+    assert results["merged_eval_accuracy"] == pytest.approx(correct / len(labels))
 
 
 def test_a_lora_run_saves_no_quantization_file(lora_run):

@@ -325,24 +325,30 @@ def merge_adapter(model_args: ModelArguments, model_config, adapter_dir, merged_
     quantization = read_base_quantization(adapter_dir)
     if quantization is None:
         base = load_model(model_args, model_config)
-        what = (
-            "a plain fp32 model, the adapter folded into the base's weights (same outputs to float rounding)"
-        )
     else:
         quantized = load_model(
             model_args, model_config, quantization_config=quantization, device_map={"": device or "cpu"}
         )
         base = quantized.dequantize(dtype=torch.float32)
-        what = (
-            "a plain fp32 model, the adapter folded into the base's 4-bit NF4 weights dequantized to fp32 "
-            "(the weights QLoRA trained on, not the original full-precision ones). It is not the evaluated "
-            f"model, which ran its 4-bit matmuls in {_compute_dtype_name(quantization)} through bitsandbytes: "
-            "its outputs differ from eval_predictions.jsonl by rounding (more under bf16/fp16). "
-            "recipes-lib predict OUTPUT_DIR runs the evaluated model itself"
-        )
+    what = describe_merged_model(quantization)
     merged = PeftModel.from_pretrained(base, str(adapter_dir)).merge_and_unload()
     merged.save_pretrained(merged_dir)
     return what
+
+
+def describe_merged_model(quantization) -> str:
+    """What --merge_adapter saved, in words: `quantization` is the base's 4-bit settings (QLoRA) or None."""
+    if quantization is None:
+        return (
+            "a plain fp32 model, the adapter folded into the base's weights (same outputs to float rounding)"
+        )
+    return (
+        "a plain fp32 model, the adapter folded into the base's 4-bit NF4 weights dequantized to fp32 "
+        "(the weights QLoRA trained on, not the original full-precision ones). It is not the evaluated "
+        f"model, which ran its 4-bit matmuls in {_compute_dtype_name(quantization)} through bitsandbytes: "
+        "its outputs differ from eval_predictions.jsonl by rounding (more under bf16/fp16). "
+        "recipes-lib predict OUTPUT_DIR runs the evaluated model itself"
+    )
 
 
 def load_trained_model(output_dir: str | Path, device: str | torch.device | None = None):

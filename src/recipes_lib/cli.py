@@ -14,6 +14,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from recipes_lib.metric_names import TASK_METRIC_COLUMNS
 from recipes_lib.results import RESULTS_FILE, read_results
 from recipes_lib.units import format_table
 
@@ -39,7 +40,7 @@ def _cell(results: dict, key: str, fmt: str) -> str:
 
 
 def show(run_dirs: list[str]) -> int:
-    rows = []
+    rows, runs = [], []
     for run_dir in run_dirs:
         path = Path(run_dir)
         if not (path / RESULTS_FILE).is_file() and not path.is_file():
@@ -48,10 +49,17 @@ def show(run_dirs: list[str]) -> int:
                 file=sys.stderr,
             )
             return 2
-        results = read_results(path)
-        rows.append([_cell(results, key, fmt) for key, _, fmt in SHOW_COLUMNS])
-        memory_note = results.get("peak_memory_source")
-    print(format_table([title for _, title, _ in SHOW_COLUMNS], rows))
+        runs.append(read_results(path))
+        memory_note = runs[-1].get("peak_memory_source")
+    # Multi-label and regression runs add their metrics (micro-F1; MSE, Pearson, Spearman) after macro-F1.
+    extra = [
+        (key, title, "{:.4f}")
+        for key, title in TASK_METRIC_COLUMNS
+        if any(run.get(key) is not None for run in runs)
+    ]
+    columns = [*SHOW_COLUMNS[:4], *extra, *SHOW_COLUMNS[4:]]
+    rows = [[_cell(results, key, fmt) for key, _, fmt in columns] for results in runs]
+    print(format_table([title for _, title, _ in columns], rows))
     if memory_note:
         print(f"peak GiB: {memory_note}")
     return 0

@@ -16,6 +16,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from recipes_lib.metric_names import TASK_METRIC_COLUMNS
 from recipes_lib.results import RESULTS_FILE, read_results
 from recipes_lib.units import BREAKDOWN_KEYS, GIB, format_table, short_model_name
 
@@ -105,9 +106,18 @@ def table_columns(unit: str, scale: float) -> list[tuple[str, Callable[[dict[str
     ]
 
 
+def task_metric_columns(runs: list[dict[str, Any]]) -> list[tuple[str, Callable[[dict[str, Any]], str]]]:
+    """Multi-label's micro-F1, regression's MSE, Pearson and Spearman: a column where a run has the metric."""
+    return [
+        (title, lambda run, key=key: _number(run.get(key), "{:.4f}"))
+        for key, title in TASK_METRIC_COLUMNS
+        if any(run.get(key) is not None for run in runs)
+    ]
+
+
 def comparison_table(runs: list[dict[str, Any]], markdown: bool = False) -> str:
     unit, scale = _unit(runs)
-    columns = table_columns(unit, scale)
+    columns = table_columns(unit, scale) + task_metric_columns(runs)
     rows = [[cell(run) for _, cell in columns] for run in runs]
     return format_table([title for title, _ in columns], rows, markdown)
 

@@ -182,22 +182,36 @@ def read_local_files(
     else:  # .parquet
         builder, options = "parquet", {}
         locators = {split: _record_locator(path) for split, path in files.items()}
-    try:
-        loaded = datasets.load_dataset(builder, data_files=files, cache_dir=cache_dir, **options)
-    except Exception as error:  # pandas / pyarrow parser errors have many types
-        detail = str(error).strip().splitlines()[-1] if str(error).strip() else type(error).__name__
-        cause = getattr(error, "__cause__", None)
-        if cause is not None and str(cause).strip():
-            detail = str(cause).strip().splitlines()[-1]
-        raise DataError(
-            f"Could not read {' / '.join(files.values())} as {extension[1:]}: {detail}. "
-            "Check that each line of a .jsonl file is one JSON object, and that a .json file holds one array "
-            "of objects."
-        ) from None
+    # One file at a time: each gets its own column types (a validation label column of strings next
+    # to a numeric one in train is then reported by the label checks, with its line), and a file
+    # that cannot be parsed is named alone.
+    loaded = DatasetDict()
+    for split, path in files.items():
+        try:
+            loaded[split] = datasets.load_dataset(
+                builder, data_files={split: path}, cache_dir=cache_dir, **options
+            )[split]
+        except Exception as error:  # pandas / pyarrow parser errors have many types
+            detail = str(error).strip().splitlines()[-1] if str(error).strip() else type(error).__name__
+            cause = getattr(error, "__cause__", None)
+            if cause is not None and str(cause).strip():
+                detail = str(cause).strip().splitlines()[-1]
+            raise DataError(
+                f"Could not read {path} as {extension[1:]}: {detail}. {_FORMAT_HINTS[builder]}"
+            ) from None
     for split, path in files.items():
         how = "" if extension not in DELIMITED else f", {'quoted' if quoted else 'unquoted'}"
         logger.info("Read %s: %d rows%s.", path, len(loaded[split]), how)
     return loaded, locators
+
+
+_FORMAT_HINTS = {
+    "csv": "Check that every row has the header's number of fields (a field holding the delimiter, a quote or a "
+    "newline must be quoted; --csv_quoting says how the file is written).",
+    "json": "Check that each line of a .jsonl file is one JSON object, and that a .json file holds one array of "
+    "objects, with the same keys and value types throughout.",
+    "parquet": "Check that it is a Parquet file (written by pandas.to_parquet or pyarrow, say).",
+}
 
 
 def _line_locator(path: str, lines: list[int]):

@@ -238,8 +238,6 @@ def predict(
     progress: bool = True,
 ) -> list[dict[str, Any]]:
     """One row per input row, in input order, in the format of predictions.py (by the run's kind of task)."""
-    from torch.utils.data import DataLoader
-    from tqdm.auto import tqdm
     from transformers import AutoConfig, AutoTokenizer
 
     if batch_size <= 0:
@@ -282,6 +280,17 @@ def predict(
         description=str(input_file),
     )
     encoded = tokenize(data, tokenizer, data_args, lambda desc: contextlib.nullcontext())["test"]
+    model = load_trained_model(run.model_dir, device=device).eval()
+    with _autocast(run, device):
+        logits = batch_logits(model, encoded, tokenizer, data_args, device, batch_size, progress)
+    return prediction_rows(logits, label_names, problem_type, thresholds)
+
+
+def batch_logits(model, encoded, tokenizer, data_args, device, batch_size: int, progress: bool = True):
+    """The model's logits for tokenized rows, in order: batches padded to their longest row, on `device`."""
+    from torch.utils.data import DataLoader
+    from tqdm.auto import tqdm
+
     encoded = encoded.remove_columns(
         [c for c in encoded.column_names if c not in tokenizer.model_input_names]
     )
@@ -291,14 +300,12 @@ def predict(
         shuffle=False,
         collate_fn=padding_collator(tokenizer, data_args, device),
     )
-
-    model = load_trained_model(run.model_dir, device=device).eval()
     logits = []
-    with torch.inference_mode(), _autocast(run, device):
+    with torch.inference_mode():
         for batch in tqdm(loader, desc="Predicting", unit="batch", disable=not progress):
             batch = {key: value.to(device) for key, value in batch.items()}
             logits.append(model(**batch).logits.float().cpu())
-    return prediction_rows(torch.cat(logits).numpy(), label_names, problem_type, thresholds)
+    return torch.cat(logits).numpy()
 
 
 def run_thresholds(run: TrainedRun, label_names: list[str]) -> list[float]:

@@ -21,6 +21,7 @@ finished run. `run_main(main)` turns a user error into one paragraph on stderr a
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import sys
@@ -29,10 +30,17 @@ from dataclasses import replace
 from typing import Any
 
 import datasets
+import torch
 import transformers
 from transformers import EarlyStoppingCallback, set_seed
 
-from recipes_lib.adapters import MERGED_SUBDIR, check_lora_targets
+from recipes_lib.adapters import (
+    MERGED_SUBDIR,
+    check_lora_targets,
+    describe_merged_model,
+    load_trained_model,
+    read_base_quantization,
+)
 from recipes_lib.arguments import ParsedArguments
 from recipes_lib.autofit import choose_batch_size, train_with_out_of_memory_backoff
 from recipes_lib.checkpoints import clear_previous_run, resolve_resume_checkpoint, resume_requested
@@ -51,7 +59,8 @@ from recipes_lib.modeling import (
 )
 from recipes_lib.optimizers import optimizer_state_summary
 from recipes_lib.parsing import wants_traceback
-from recipes_lib.precision import AutocastProbe
+from recipes_lib.precision import TORCH_DTYPES, AutocastProbe
+from recipes_lib.predict import batch_logits
 from recipes_lib.predictions import (
     CONFUSION_MATRIX_PNG,
     EVAL_PREDICTIONS_FILE,
@@ -129,6 +138,7 @@ class RecipeRun:
         self.arguments = arguments
         self.spec = spec
         options = arguments.recipe_options.get(spec.options) if spec.options is not None else None
+        self.options = options
         # What the planner and --auto_batch_size need of this recipe (recipe_spec.py).
         self.shape = spec.shape(options)
         self.tracker = Tracker()
@@ -316,6 +326,7 @@ class RecipeRun:
         evaluation = trainer.last_evaluation  # each validation example once, gathered from every process
         self._eval_logits, references = _logits(evaluation.predictions), evaluation.label_ids
         self._thresholds, self._tuned_metrics = None, {}
+        self._merged = self._evaluate_merged_model(references)  # before thresholds are tuned: as eval_*
         if labels.problem_type == MULTI_LABEL:
             self._thresholds = tune_thresholds(sigmoid(self._eval_logits), references)
             self.task_metrics.thresholds = self._thresholds
@@ -333,6 +344,50 @@ class RecipeRun:
                 self._test_metrics = test.metrics
                 trainer.log_metrics("test", test.metrics)
         return self._eval_metrics
+
+    def _evaluate_merged_model(self, references) -> dict[str, Any]:
+        """--merge_adapter: the merged model's own scores on the validation split, and what it is.
+
+        The merged model is what a user deploys without peft; for QLoRA it is not the evaluated
+        model (adapters.describe_merged_model), so its own figures are measured rather than assumed.
+        Main process only: it wrote the merged model.
+        """
+        from pathlib import Path
+
+        merged_dir = Path(self.training.output_dir) / MERGED_SUBDIR
+        if (
+            not getattr(self.options, "merge_adapter", False)
+            or not self.is_main_process
+            or not merged_dir.is_dir()
+        ):
+            return {}
+        model = load_trained_model(merged_dir, device=self.device).eval()
+        precision = self.precision_probe.observed or self.precision
+        autocast = (
+            torch.autocast(self.device.type, dtype=TORCH_DTYPES[precision])
+            if precision in ("bf16", "fp16")
+            else contextlib.nullcontext()
+        )
+        with autocast:
+            logits = batch_logits(
+                model,
+                self.tokenized["validation"],
+                self.tokenizer,
+                self.arguments.data,
+                self.device,
+                self.training.per_device_eval_batch_size,
+                progress=not self.training.disable_tqdm,
+            )
+        del model
+        scores = self.task_metrics.scores(logits, references)
+        what = describe_merged_model(read_base_quantization(self.training.output_dir))
+        logger.info(
+            "Merged model in %s, %s: %s",
+            merged_dir,
+            what.split(". ")[0],
+            ", ".join(f"{name} {value:.4f}" for name, value in scores.items()),
+        )
+        return {"merged_model": what, **{f"merged_eval_{name}": value for name, value in scores.items()}}
 
     def __exit__(self, error_type, error, traceback) -> bool:
         if error_type is None:
@@ -380,6 +435,8 @@ class RecipeRun:
             if self._thresholds
             else None,
             **self._tuned_metrics,
+            # --merge_adapter: what the merged model is, and its own validation metrics (thresholds 0.5).
+            **self._merged,
             # Counted from the predictions gathered over all processes (metrics.py), not len(dataset): a
             # duplicated or dropped validation example under several processes would show here.
             "eval_samples": eval_metrics["eval_samples"],

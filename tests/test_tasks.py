@@ -1,0 +1,317 @@
+"""Multi-label classification and regression: read from the labels, trained, scored, predicted.
+
+The tiny data: sentences of noise words with one or two colour words. The multi-label classes are
+'warm' and 'cool', for the kinds of colour in the sentence (both, when it holds one of each); the
+regression score is the share of warm colours among two slots, plus 0.25 when 'very' is there.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from recipes_lib.arguments import DataArguments
+from recipes_lib.data import load_classification_data
+from recipes_lib.errors import ConfigError, DataError
+from recipes_lib.tasks import MULTI_LABEL, REGRESSION, SINGLE_LABEL
+from tests.conftest import COLOURS, NOISE, write_csv
+from tests.inprocess import quick_args, run_in_process
+
+TOLERANCE = 1e-5
+
+
+def task_rows(count: int, seed: int) -> list[tuple[str, list[str], float]]:
+    rng = random.Random(seed)
+    rows = []
+    for _ in range(count):
+        words = rng.sample(NOISE, rng.randint(2, 8))
+        colours = rng.sample(sorted(COLOURS), rng.randint(1, 2))
+        for colour in colours:
+            words.insert(rng.randint(0, len(words)), colour)
+        classes = {COLOURS[colour] for colour in colours}
+        warm_share = sum(COLOURS[colour] == "warm" for colour in colours) / 2
+        rows.append(
+            (" ".join(words), sorted(classes), round(warm_share + (0.25 if "very" in words else 0.0), 2))
+        )
+    return rows
+
+
+def write_jsonl(path: Path, records: list[dict]) -> Path:
+    path.write_text("".join(json.dumps(record) + "\n" for record in records))
+    return path
+
+
+def multi_label_files(directory: Path, train: int = 256, validation: int = 64) -> dict[str, Path]:
+    directory.mkdir(parents=True, exist_ok=True)
+    return {
+        split: write_jsonl(
+            directory / f"{split}.jsonl", [{"text": t, "label": c} for t, c, _ in task_rows(n, seed)]
+        )
+        for split, n, seed in (("train", train, 1), ("validation", validation, 2))
+    }
+
+
+def regression_files(directory: Path, train: int = 256, validation: int = 64) -> dict[str, Path]:
+    directory.mkdir(parents=True, exist_ok=True)
+    return {
+        split: write_csv(directory / f"{split}.csv", [(t, s) for t, _, s in task_rows(n, seed)])
+        for split, n, seed in (("train", train, 1), ("validation", validation, 2))
+    }
+
+
+def load(files: dict[str, Path], **options):
+    return load_classification_data(
+        DataArguments(train_file=str(files["train"]), validation_file=str(files["validation"]), **options)
+    )
+
+
+# -- reading the task from the labels --------------------------------------------------------------
+
+
+def test_lists_of_classes_are_multi_label_and_a_delimited_column_reads_the_same(tmp_path):
+    from_lists = load(multi_label_files(tmp_path / "lists", 40, 20))
+    assert from_lists.labels.problem_type == MULTI_LABEL
+    assert from_lists.labels.names == ["cool", "warm"]
+    rows = task_rows(40, 1)
+    delimited = {
+        "train": write_csv(tmp_path / "train.csv", [(t, " ; ".join(c)) for t, c, _ in rows]),
+        "validation": write_csv(
+            tmp_path / "validation.csv", [(t, ";".join(c)) for t, c, _ in task_rows(20, 2)]
+        ),
+    }
+    from_strings = load(delimited, label_delimiter=";")
+    assert from_strings.labels.problem_type == MULTI_LABEL
+    assert from_strings.labels.names == from_lists.labels.names
+    both = next(c for _, c, _ in rows if len(c) == 2)
+    assert from_strings.labels.encode(" ; ".join(both)) == from_lists.labels.encode(both) == [1.0, 1.0]
+    assert from_lists.labels.encode(["warm"]) == [0.0, 1.0]
+    assert from_lists.labels.encode([]) == [0.0, 0.0]  # a row of none of the classes
+
+
+def test_numbers_with_a_fraction_are_regression_and_integers_can_be_forced_to_it(tmp_path):
+    data = load(regression_files(tmp_path / "scores", 40, 20))
+    assert data.labels.problem_type == REGRESSION
+    assert data.labels.names == ["label"] and data.labels.num_labels == 1
+    assert data.labels.encode(0.75) == 0.75
+    stars = {
+        "train": write_csv(tmp_path / "train.csv", [("great", 5), ("bad", 1), ("fine", 3)]),
+        "validation": write_csv(tmp_path / "validation.csv", [("ok", 3), ("awful", 1)]),
+    }
+    assert load(stars).labels.problem_type == SINGLE_LABEL
+    forced = load(stars, problem_type="regression")
+    assert forced.labels.problem_type == REGRESSION and forced.labels.encode(5) == 5.0
+
+
+def test_a_hub_list_of_class_labels_keeps_its_names_and_order(monkeypatch):
+    import datasets as hf_datasets
+    from datasets import ClassLabel, Dataset, DatasetDict, Features, Sequence, Value
+
+    names = ["joy", "anger", "surprise"]  # not sorted: the dataset's own order is kept
+    features = Features({"text": Value("string"), "labels": Sequence(ClassLabel(names=names))})
+    rows = {"text": ["yay", "grr", "oh yay", "hm"], "labels": [[0], [1], [0, 2], []]}
+    split = Dataset.from_dict(rows, features=features)
+    monkeypatch.setattr(
+        hf_datasets,
+        "load_dataset",
+        lambda *args, **kwargs: DatasetDict({"train": split, "validation": split}),
+    )
+    data = load_classification_data(DataArguments(dataset_name="emotions", label_column_name="labels"))
+    assert data.labels.problem_type == MULTI_LABEL and data.labels.names == names
+    assert data.labels.encode([0, 2]) == [1.0, 0.0, 1.0]
+
+
+@pytest.mark.parametrize(
+    "labels, options, error, message",
+    [
+        ([["warm"], ["cool"]], {"problem_type": "single_label_classification"}, ConfigError, "multi_label"),
+        ([["warm"], ["cool"]], {"problem_type": "regression"}, ConfigError, "one label per row"),
+        ([0.5, 0.25], {"problem_type": "single_label_classification"}, DataError, "train.jsonl line 1"),
+        ([1, 0], {"label_delimiter": ";"}, ConfigError, "not strings"),
+        ([["warm", "warm"], ["cool"]], {}, DataError, "name a class twice"),
+        ([["warm", 1.5], ["cool"]], {}, DataError, "lists 1.5"),
+    ],
+)
+def test_labels_that_do_not_fit_the_task_are_one_clear_error(tmp_path, labels, options, error, message):
+    train = write_jsonl(
+        tmp_path / "train.jsonl", [{"text": f"row {i}", "label": v} for i, v in enumerate(labels)]
+    )
+    with pytest.raises(error, match=message):
+        load({"train": train, "validation": train}, **options)
+
+
+def test_a_validation_row_that_is_not_a_number_or_names_an_unknown_class_is_an_error_with_its_line(tmp_path):
+    scores = regression_files(tmp_path / "scores", 30, 10)
+    with open(scores["validation"], "a") as handle:
+        handle.write("the red cat,high\n")
+    with pytest.raises(
+        DataError, match=r"validation.csv line 12 has the label 'high', which is not a number"
+    ):
+        load(scores)
+    classes = multi_label_files(tmp_path / "classes", 30, 3)
+    with open(classes["validation"], "a") as handle:
+        handle.write(json.dumps({"text": "a red bird", "label": ["warm", "bird"]}) + "\n")
+    with pytest.raises(DataError, match=r"never uses: 'bird' \(first at validation.jsonl line 4\)"):
+        load(classes)
+
+
+def test_options_for_another_task_fail_before_the_weights_load(tmp_path, tiny_bert):
+    files = multi_label_files(tmp_path / "data", 40, 20)
+    output_dir = tmp_path / "out"
+    with pytest.raises(ConfigError, match="--class_weights weights the classes of a single-label task"):
+        run_in_process("full_ft", quick_args(tiny_bert, files, output_dir, "--class_weights", "balanced"))
+    scores = regression_files(tmp_path / "scores", 40, 20)
+    with pytest.raises(ConfigError, match="'accuracy', which a regression run does not compute"):
+        run_in_process(
+            "full_ft",
+            quick_args(tiny_bert, scores, output_dir, "--metric_for_best_model", "accuracy"),
+        )
+    assert not (output_dir / "results.json").exists()
+
+
+def test_mse_as_the_best_model_metric_means_lower_is_better():
+    from types import SimpleNamespace
+
+    from recipes_lib.data import LabelMapping
+    from recipes_lib.run import check_task_options
+
+    training = SimpleNamespace(class_weights=None, metric_for_best_model="eval_mse", greater_is_better=True)
+    check_task_options(training, LabelMapping(["score"], {}, REGRESSION))
+    assert training.greater_is_better is False
+
+
+# -- training, scoring and predicting --------------------------------------------------------------
+
+
+def trained(recipe: str, model: Path, files: dict[str, Path], output_dir: Path, *extra: str) -> dict:
+    args = quick_args(model, files, output_dir, "--max_eval_samples", "64", *extra)
+    return run_in_process(recipe, args)
+
+
+def learn(model: Path, files: dict[str, Path], output_dir: Path, learning_rate: str) -> dict:
+    """Enough steps for the tiny BERT to learn the task (about 10 s on 2 cores)."""
+    return trained(
+        "full_ft", model, files, output_dir, "--max_steps", "160", "--learning_rate", learning_rate,
+        "--per_device_train_batch_size", "16", "--text_column_names", "text",
+    )  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def multi_label_run(tiny_bert, tmp_path_factory) -> tuple[Path, dict, dict[str, Path]]:
+    files = multi_label_files(tmp_path_factory.mktemp("multi-label-data"))
+    output_dir = tmp_path_factory.mktemp("multi-label-run")
+    return output_dir, learn(tiny_bert, files, output_dir, "2e-3"), files
+
+
+@pytest.fixture(scope="module")
+def regression_run(tiny_bert, tmp_path_factory) -> tuple[Path, dict, dict[str, Path]]:
+    files = regression_files(tmp_path_factory.mktemp("regression-data"))
+    output_dir = tmp_path_factory.mktemp("regression-run")
+    return output_dir, learn(tiny_bert, files, output_dir, "2e-3"), files
+
+
+def read_jsonl(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def test_multi_label_learns_tunes_one_threshold_per_class_and_saves_them_with_the_model(multi_label_run):
+    output_dir, results, _ = multi_label_run
+    assert results["problem_type"] == MULTI_LABEL
+    # Measured with three tiny BERTs (seeds 0-2): 1.0 for all three. Predicting both classes always gives F1 0.75.
+    assert results["eval_f1_micro"] > 0.9 and results["eval_f1"] > 0.9
+    assert results["eval_accuracy"] > 0.8  # exact match: every class of the row right
+    thresholds = results["label_thresholds"]
+    assert set(thresholds) == {"cool", "warm"} and all(0 < t < 1 for t in thresholds.values())
+    saved = json.loads((output_dir / "label_thresholds.json").read_text())
+    assert saved["thresholds"] == thresholds and saved["tuned_on"] == "validation.jsonl"
+    assert json.loads((output_dir / "results.json").read_text())["label_thresholds"] == thresholds
+    # Per class at the tuned thresholds; no confusion matrix (each example has several true classes).
+    assert set(results["per_class"]) == {"cool", "warm"} and results["confusion_matrix"] is None
+    assert not (output_dir / "confusion_matrix.png").exists()
+    rows = read_jsonl(output_dir / "eval_predictions.jsonl")
+    assert len(rows) == 64 and all(isinstance(row["prediction"], list) for row in rows)
+    for row in rows:  # a class is predicted exactly when its probability reaches its threshold
+        assert row["prediction"] == [
+            name for name, p in row["probabilities"].items() if p >= thresholds[name]
+        ]
+
+
+def test_multi_label_metrics_are_exact_match_and_f1_at_the_thresholds(multi_label_run):
+    """results.json's tuned figures recomputed from the written predictions and the validation labels."""
+    from sklearn.metrics import f1_score
+
+    output_dir, results, files = multi_label_run
+    names = ["cool", "warm"]
+    truth = np.array([[name in row["label"] for name in names] for row in read_jsonl(files["validation"])])
+    predicted = np.array(
+        [
+            [name in row["prediction"] for name in names]
+            for row in read_jsonl(output_dir / "eval_predictions.jsonl")
+        ]
+    )
+    assert results["eval_tuned_accuracy"] == pytest.approx(float((truth == predicted).all(axis=1).mean()))
+    assert results["eval_tuned_f1"] == pytest.approx(f1_score(truth, predicted, average="macro"))
+    assert results["eval_tuned_f1_micro"] == pytest.approx(f1_score(truth, predicted, average="micro"))
+
+
+def test_regression_learns_and_reports_mse_pearson_and_spearman(regression_run):
+    from scipy.stats import pearsonr
+
+    output_dir, results, files = regression_run
+    assert results["problem_type"] == REGRESSION and results["num_labels"] == 1
+    assert results["eval_accuracy"] is None and results["per_class"] is None
+    assert results["eval_pearson"] > 0.8 and results["eval_spearman"] > 0.7  # measured: 0.90-0.96, 0.84-0.97
+    assert results["eval_mse"] == pytest.approx(results["eval_loss"], rel=1e-5)
+    rows = read_jsonl(output_dir / "eval_predictions.jsonl")
+    scores = [row["prediction"] for row in rows]
+    targets = [float(line.rsplit(",", 1)[1]) for line in files["validation"].read_text().splitlines()[1:]]
+    assert results["eval_pearson"] == pytest.approx(pearsonr(scores, targets)[0], abs=1e-4)
+
+
+def assert_same_predictions(actual: list[dict], expected: list[dict]) -> None:
+    assert len(actual) == len(expected)
+    for got, want in zip(actual, expected, strict=True):
+        if isinstance(want["prediction"], float):
+            assert got["prediction"] == pytest.approx(want["prediction"], abs=TOLERANCE)
+            continue
+        assert got["prediction"] == want["prediction"]
+        assert got["probabilities"] == pytest.approx(want["probabilities"], abs=TOLERANCE)
+
+
+@pytest.mark.parametrize("task", ["multi_label", "regression"])
+def test_predict_gives_the_evaluation_predictions_for_a_full_model_and_a_merged_adapter(
+    task, multi_label_run, regression_run, tiny_bert, tmp_path
+):
+    from recipes_lib.predict import predict
+
+    output_dir, _, files = multi_label_run if task == "multi_label" else regression_run
+    assert_same_predictions(
+        predict(output_dir, files["validation"], progress=False),
+        read_jsonl(output_dir / "eval_predictions.jsonl"),
+    )
+    lora_dir = tmp_path / "lora"
+    results = trained("lora", tiny_bert, files, lora_dir, "--merge_adapter", "true", "--max_steps", "4")
+    # The merged model is scored on its own, and a LoRA merge gives the adapter model's figures.
+    assert results["merged_model"].startswith(
+        "a plain fp32 model, the adapter folded into the base's weights"
+    )
+    for name in ("f1_micro", "accuracy") if task == "multi_label" else ("mse", "pearson"):
+        assert results[f"merged_eval_{name}"] == pytest.approx(results[f"eval_{name}"], abs=1e-4)
+    evaluated = read_jsonl(lora_dir / "eval_predictions.jsonl")
+    for run_dir in (lora_dir, lora_dir / "merged"):
+        assert_same_predictions(predict(run_dir, files["validation"], progress=False), evaluated)
+
+
+def test_a_multi_label_model_loads_in_a_transformers_pipeline_with_sigmoid_scores(multi_label_run):
+    from transformers import pipeline
+
+    output_dir, _, files = multi_label_run
+    classifier = pipeline("text-classification", model=str(output_dir), top_k=None, device="cpu")
+    text = read_jsonl(files["validation"])[0]["text"]
+    (result,) = classifier([text])
+    scores = {item["label"]: item["score"] for item in result}
+    expected = read_jsonl(output_dir / "eval_predictions.jsonl")[0]["probabilities"]
+    assert scores == pytest.approx(expected, abs=TOLERANCE)
