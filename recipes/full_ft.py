@@ -29,7 +29,7 @@ def main(argv=None):
         run.train()
         # Save: the model and the tokenizer in output_dir
         run.save()
-        # Evaluate: accuracy and macro-F1 on the validation split; results.json on leaving the block
+        # Evaluate: the task's metrics (accuracy, macro-F1, ...) on validation; results.json on leaving the block
         run.evaluate()
     return run.results
 

@@ -51,7 +51,7 @@ def main(argv=None):
         run.save()
         if run.is_main_process:  # NEW: config.json (label names) and the 4-bit settings; the merged model
             save_adapter_extras(args, run.model_config, run.tokenizer, lora, quantization)
-        # Evaluate: accuracy and macro-F1 on the validation split; results.json on leaving the block
+        # Evaluate: the task's metrics (accuracy, macro-F1, ...) on validation; results.json on leaving the block
         run.evaluate()
     return run.results
 

@@ -132,9 +132,9 @@ def evaluate_in_one_process(recipe_name: str, model: Path, data, checkpoint: Pat
     from recipes_lib.adapters import LoraArguments, add_lora, nf4_quantization_config, prepare_4bit_model
     from recipes_lib.data import load_classification_data, tokenize
     from recipes_lib.metrics import TaskMetrics
-    from recipes_lib.tasks import SINGLE_LABEL
     from recipes_lib.modeling import load_model, load_model_config, load_tokenizer
     from recipes_lib.parsing import parse_arguments
+    from recipes_lib.tasks import SINGLE_LABEL
     from recipes_lib.trainer import RecipeTrainer
 
     arguments = parse_arguments(load_recipe(recipe_name).SPEC, run_args(model, data, scratch))
@@ -246,9 +246,7 @@ def test_compute_metrics_reports_how_many_predictions_it_scored():
     from recipes_lib.tasks import SINGLE_LABEL
 
     logits = np.array([[2.0, 0.0], [0.0, 1.0], [3.0, 0.0]])
-    metrics = TaskMetrics(SINGLE_LABEL, 2)(
-        EvalPrediction(predictions=logits, label_ids=np.array([0, 1, 1]))
-    )
+    metrics = TaskMetrics(SINGLE_LABEL, 2)(EvalPrediction(predictions=logits, label_ids=np.array([0, 1, 1])))
     assert metrics["samples"] == 3 and metrics["accuracy"] == pytest.approx(2 / 3)
 
 

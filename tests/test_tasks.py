@@ -106,6 +106,41 @@ def test_numbers_with_a_fraction_are_regression_and_integers_can_be_forced_to_it
     assert forced.labels.problem_type == REGRESSION and forced.labels.encode(5) == 5.0
 
 
+def test_rows_of_0_1_flags_are_classes_by_position_and_a_blank_delimited_cell_is_no_class(tmp_path):
+    flags = write_jsonl(
+        tmp_path / "flags.jsonl",
+        [{"text": f"row {i}", "label": v} for i, v in enumerate([[1, 0], [0, 1], [1, 1]])],
+    )
+    data = load({"train": flags, "validation": flags})
+    assert data.labels.names == ["0", "1"] and data.labels.encode([0, 1]) == [0.0, 1.0]
+    # Delimited classes: a blank cell is none of them; a file whose cells are single numbers still matches.
+    train = write_csv(tmp_path / "train.csv", [("a", "1;2"), ("b", ""), ("c", "2")])
+    validation = write_csv(tmp_path / "validation.csv", [("d", 1), ("e", 2)])
+    delimited = load({"train": train, "validation": validation}, label_delimiter=";")
+    assert delimited.labels.names == ["1", "2"]
+    assert delimited.labels.encode(None) == [0.0, 0.0] and delimited.labels.encode(2) == [0.0, 1.0]
+
+
+def test_a_hub_float_test_split_of_minus_ones_is_predicted_not_scored(monkeypatch):
+    """GLUE STS-B hides its test scores as -1.0 in a float column."""
+    import datasets as hf_datasets
+    from datasets import Dataset, DatasetDict
+
+    scored = Dataset.from_dict({"text": ["a", "b", "c"], "label": [0.5, 3.2, 4.8]})
+    hidden = Dataset.from_dict({"text": ["d", "e"], "label": [-1.0, -1.0]})
+    splits = DatasetDict({"train": scored, "validation": scored, "test": hidden})
+    monkeypatch.setattr(hf_datasets, "load_dataset", lambda *args, **kwargs: splits)
+    data = load_classification_data(DataArguments(dataset_name="glue", test_split_name="test"))
+    assert data.labels.problem_type == REGRESSION and data.test_has_labels is False
+
+
+def test_an_undefined_correlation_is_written_as_null(tmp_path):
+    from recipes_lib.results import read_results, write_results
+
+    write_results(tmp_path, {"eval_pearson": float("nan"), "nested": {"x": float("inf")}})
+    assert read_results(tmp_path) == {"eval_pearson": None, "nested": {"x": None}}
+
+
 def test_a_hub_list_of_class_labels_keeps_its_names_and_order(monkeypatch):
     import datasets as hf_datasets
     from datasets import ClassLabel, Dataset, DatasetDict, Features, Sequence, Value
@@ -163,6 +198,8 @@ def test_options_for_another_task_fail_before_the_weights_load(tmp_path, tiny_be
     output_dir = tmp_path / "out"
     with pytest.raises(ConfigError, match="--class_weights weights the classes of a single-label task"):
         run_in_process("full_ft", quick_args(tiny_bert, files, output_dir, "--class_weights", "balanced"))
+    with pytest.raises(ConfigError, match="--label_smoothing_factor 0.1 smooths a softmax"):
+        run_in_process("full_ft", quick_args(tiny_bert, files, output_dir, "--label_smoothing_factor", "0.1"))
     scores = regression_files(tmp_path / "scores", 40, 20)
     with pytest.raises(ConfigError, match="'accuracy', which a regression run does not compute"):
         run_in_process(
@@ -178,7 +215,12 @@ def test_mse_as_the_best_model_metric_means_lower_is_better():
     from recipes_lib.data import LabelMapping
     from recipes_lib.run import check_task_options
 
-    training = SimpleNamespace(class_weights=None, metric_for_best_model="eval_mse", greater_is_better=True)
+    training = SimpleNamespace(
+        class_weights=None,
+        label_smoothing_factor=0.0,
+        metric_for_best_model="eval_mse",
+        greater_is_better=True,
+    )
     check_task_options(training, LabelMapping(["score"], {}, REGRESSION))
     assert training.greater_is_better is False
 

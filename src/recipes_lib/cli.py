@@ -233,7 +233,8 @@ def add_plan_parser(commands) -> None:
 def add_predict_parser(commands) -> None:
     predict_parser = commands.add_parser(
         "predict",
-        help="Label names and probabilities from a finished run (any recipe) for a file of texts, as JSON Lines.",
+        help="Predictions from a finished run (any recipe) for a file of texts, as JSON Lines: label names and "
+        "probabilities (multi-label: the classes at or over their thresholds; regression: the score).",
         description="Predict with the model a run saved: a full model, a LoRA or QLoRA adapter (QLoRA on its "
         "4-bit base), or output_dir/merged. The text columns, max_seq_length and tokenizer come from the "
         "run; one JSON object per input row, in input order.",

@@ -38,8 +38,11 @@ class LabelMapping:
     # Raw label value -> id. Identity for ClassLabel features and for ints that are already 0..K-1.
     to_id: dict = field(repr=False)
     problem_type: str = SINGLE_LABEL
-    # Multi-label from strings: the separator between a row's classes ('billing;shipping').
+    # Multi-label from strings: the separator between a row's classes ('billing;shipping'); a blank
+    # cell is then a row of none of the classes.
     delimiter: str | None = None
+    # Multi-label as 0/1 flags, one per class, in every row ([0, 1, 1]): classes by position.
+    multi_hot: bool = False
 
     @property
     def num_labels(self) -> int:
@@ -56,10 +59,14 @@ class LabelMapping:
     def classes_of(self, value) -> list:
         """A multi-label row's classes, as raw values (normalised): a list as is, a string split, a scalar alone."""
         if isinstance(value, list | tuple):
+            if self.multi_hot:
+                return [position for position, flag in enumerate(value) if normalise_label(flag) == 1]
             return [normalise_label(v) for v in value]
         value = normalise_label(value)
-        if self.delimiter is not None and isinstance(value, str):
-            return [part.strip() for part in value.split(self.delimiter) if part.strip()]
+        if self.delimiter is not None:
+            # A file where no row holds the delimiter reads as numbers ('2'): its classes are still strings.
+            text = "" if value is None else str(value)
+            return [part.strip() for part in text.split(self.delimiter) if part.strip()]
         return [value]
 
     def encode(self, value):
@@ -232,6 +239,10 @@ def _is_list_feature(feature) -> bool:
 def _problem_type(values: list, feature, data_args: DataArguments, locate: dict) -> str:
     """The task the labels describe (lists or a delimiter: multi-label; fractions: regression), or the one asked for."""
     requested, delimiter = data_args.problem_type, data_args.label_delimiter
+    if delimiter == "":
+        raise ConfigError(
+            "--label_delimiter is empty; give the string between a row's classes, e.g. ';' or '|'."
+        )
     lists = _is_list_feature(feature) or any(isinstance(value, list | tuple) for value in values)
     if delimiter is not None and (lists or not any(isinstance(normalise_label(v), str) for v in values)):
         raise ConfigError(
@@ -256,6 +267,19 @@ def _problem_type(values: list, feature, data_args: DataArguments, locate: dict)
             "predict, use --problem_type regression (or auto)."
         )
     return requested
+
+
+def _multi_hot(values: list) -> bool:
+    """Whether list labels are 0/1 flags, one per class, rather than the classes themselves.
+
+    Every row a list of the same length (at least 2) holding only 0 and 1: a list of class ids
+    varies in length from row to row, and [0, 1, 0] would name class 0 twice.
+    """
+    if not values or not all(isinstance(value, list | tuple) for value in values):
+        return False
+    widths = {len(value) for value in values}
+    flags = {normalise_label(flag) for value in values for flag in value}
+    return len(widths) == 1 and widths.pop() >= 2 and flags <= {0, 1}
 
 
 def _is_fraction(value) -> bool:
@@ -305,15 +329,28 @@ def _multi_label_mapping(values: list, feature, delimiter: str | None, locate: d
     if isinstance(inner, ClassLabel):
         names = list(inner.names)
         return LabelMapping(names, {i: i for i in range(len(names))}, MULTI_LABEL, delimiter)
+    if _multi_hot(values):
+        width = len(values[0])
+        logger.info(
+            "Labels are rows of %d 0/1 flags: class i is the i-th flag, named '%d' to '%d'.",
+            width,
+            0,
+            width - 1,
+        )
+        return LabelMapping(
+            [str(i) for i in range(width)], {i: i for i in range(width)}, MULTI_LABEL, multi_hot=True
+        )
     probe = LabelMapping([], {}, MULTI_LABEL, delimiter)
     seen: set = set()
     for index, value in enumerate(values):
         classes = probe.classes_of(value)
-        odd = next((c for c in classes if isinstance(c, bool) or not isinstance(c, int | str)), None)
+        odd = next(
+            (i for i, c in enumerate(classes) if isinstance(c, bool) or not isinstance(c, int | str)), None
+        )
         if odd is not None:
             raise DataError(
-                f"{_where(locate, 'train', index)} lists {odd!r} among its classes; a multi-label row lists class "
-                "names (strings) or class ids (integers). Fix that row."
+                f"{_where(locate, 'train', index)} lists {classes[odd]!r} among its classes; a multi-label row lists "
+                "class names (strings) or class ids (integers). Fix that row."
             )
         if len(set(classes)) != len(classes):
             raise DataError(
@@ -332,8 +369,13 @@ def _multi_label_mapping(values: list, feature, delimiter: str | None, locate: d
     return LabelMapping([str(c) for c in unique], to_id, MULTI_LABEL, delimiter)
 
 
-def _check_labels_present(raw: DatasetDict, label_column: str, locate: dict) -> None:
-    """Every training and validation row has a label; an error names the first that has none, where it is."""
+def _check_labels_present(raw: DatasetDict, label_column: str, locate: dict, delimiter: str | None) -> None:
+    """Every training and validation row has a label; an error names the first that has none, where it is.
+
+    With --label_delimiter a blank cell is a row of none of the classes, as [] is in a JSON list.
+    """
+    if delimiter:
+        return
     for split in [name for name in ("train", "validation") if name in raw]:
         if label_column not in raw[split].column_names or isinstance(
             raw[split].features[label_column], ClassLabel
@@ -349,10 +391,12 @@ def _check_labels_present(raw: DatasetDict, label_column: str, locate: dict) -> 
 
 def _checked(mapping: LabelMapping, raw: DatasetDict, label_column: str, locate: dict) -> LabelMapping:
     """Every labelled split's labels mean something to this mapping: known classes, or numbers for regression."""
-    if mapping.problem_type != REGRESSION and mapping.num_labels < 2:
+    # Multi-label may detect a single class (its rows without it are the negatives); single-label needs two.
+    needed = {SINGLE_LABEL: 2, MULTI_LABEL: 1, REGRESSION: 0}[mapping.problem_type]
+    if mapping.num_labels < needed:
         raise DataError(
             f"The training data has {mapping.num_labels} distinct label(s) in '{label_column}' "
-            f"({mapping.names}); classification needs at least 2."
+            f"({mapping.names}); classification needs at least {needed}."
         )
     for split in [name for name in ("train", "validation", "test") if name in raw]:
         if label_column not in raw[split].column_names:
@@ -360,7 +404,7 @@ def _checked(mapping: LabelMapping, raw: DatasetDict, label_column: str, locate:
         values = raw[split][label_column]
         if split == "test":
             unlabelled = [unlabelled_value(v, raw["test"].features[label_column]) for v in values]
-            if all(unlabelled):
+            if labels_hidden(values, raw["test"].features[label_column]):
                 continue  # an unlabelled test split: predicted, not scored
             if any(unlabelled):
                 first = unlabelled.index(True)
@@ -377,6 +421,20 @@ def _checked(mapping: LabelMapping, raw: DatasetDict, label_column: str, locate:
                     "for classes, use --problem_type auto or single_label_classification."
                 )
             continue
+        if mapping.multi_hot:
+            bad = next(
+                (
+                    i
+                    for i, v in enumerate(values)
+                    if not isinstance(v, list | tuple) or len(v) != mapping.num_labels
+                ),
+                None,
+            )
+            if bad is not None:
+                raise DataError(
+                    f"{_where(locate, split, bad)} has the labels {values[bad]!r}, but the training rows are "
+                    f"{mapping.num_labels} 0/1 flags, one per class. Give every row the same {mapping.num_labels} flags."
+                )
         if split == "train":
             continue  # its classes are the mapping's own
         classes = (
@@ -389,7 +447,12 @@ def _checked(mapping: LabelMapping, raw: DatasetDict, label_column: str, locate:
             raise DataError(
                 f"The {split} data has label(s) the training data never uses: {', '.join(others[:5])}"
                 f"{' ...' if len(others) > 5 else ''} (first at {_where(locate, split, first)}). Training labels are: "
-                f"{', '.join(mapping.names)}. Fix those labels, or add training examples of those classes."
+                f"{', '.join(mapping.names)}. Fix those labels, or add training examples of those classes"
+                + (
+                    "; if the labels are scores, train with --problem_type regression."
+                    if any(_is_fraction(v) for _, v in unseen)
+                    else "."
+                )
             )
     return mapping
 
@@ -419,6 +482,12 @@ def _where(locate: dict, split: str, index: int) -> str:
     if split in locate:
         return locate[split](index)
     return f"{split} row {index + 1}"
+
+
+def labels_hidden(values: list, feature) -> bool:
+    """Whether a test split's labels are all absent: empty, or -1 everywhere (GLUE's hidden test labels,
+    in a ClassLabel or, for STS-B, a float column)."""
+    return all(unlabelled_value(v, feature) for v in values) or all(normalise_label(v) == -1 for v in values)
 
 
 def unlabelled_value(value, feature) -> bool:
@@ -454,7 +523,9 @@ def load_classification_data(
         raise DataError(
             f"The training data ({describe_source(data_args)}) is empty. Point --train_file at a file with rows."
         )
-    _check_labels_present(raw, data_args.label_column_name, locate)  # before a hold-out shuffles the rows
+    _check_labels_present(
+        raw, data_args.label_column_name, locate, data_args.label_delimiter
+    )  # before a hold-out shuffles the rows
     if "validation" not in raw:
         raw = _hold_out_validation(raw, data_args, seed)
         locate.pop("train", None)  # rows were shuffled into two splits: their lines are no longer known
@@ -483,9 +554,8 @@ def load_classification_data(
     test_has_labels = (
         "test" in raw
         and data_args.label_column_name in raw["test"].column_names
-        and not all(
-            unlabelled_value(v, raw["test"].features[data_args.label_column_name])
-            for v in raw["test"][data_args.label_column_name]
+        and not labels_hidden(
+            raw["test"][data_args.label_column_name], raw["test"].features[data_args.label_column_name]
         )
     )
     for split, dataset in raw.items():

@@ -81,12 +81,18 @@ PER_CLASS = "per_class"  # {label: {"precision", "recall", "f1", "support"}}
 CONFUSION_MATRIX = "confusion_matrix"  # {"labels": [...], "matrix": [[count, ...], ...]}, rows true
 PER_CLASS_FIELDS = ("precision", "recall", "f1", "support")
 
-# The other tasks' metrics (tasks.TASK_METRICS): columns of `show` and `compare` when a run has them.
-TASK_METRIC_COLUMNS = (
-    (eval_key("f1_micro"), "micro-F1"),
-    (eval_key("mse"), "MSE"),
-    (eval_key("pearson"), "Pearson"),
-    (eval_key("spearman"), "Spearman"),
+# Every task's metrics (tasks.TASK_METRICS) as tables and logs title them.
+METRIC_TITLES = {
+    "accuracy": "accuracy",
+    "f1": "macro-F1",
+    "f1_micro": "micro-F1",
+    "mse": "MSE",
+    "pearson": "Pearson",
+    "spearman": "Spearman",
+}
+# The other tasks' metrics: columns of `show` and `compare` when a run has them.
+TASK_METRIC_COLUMNS = tuple(
+    (eval_key(metric), METRIC_TITLES[metric]) for metric in ("f1_micro", "mse", "pearson", "spearman")
 )
 
 # What tells recipes apart, in the order the runs table and the results tables show it.

@@ -53,8 +53,9 @@ class TaskMetrics:
             logits = logits[0]
         return {**self.scores(np.asarray(logits), np.asarray(references)), "samples": len(references)}
 
-    def scores(self, logits: np.ndarray, references: np.ndarray) -> dict[str, float]:
-        """The task's metrics from raw logits and the encoded labels."""
+    def scores(self, logits: np.ndarray, references: np.ndarray, thresholds=None) -> dict[str, float]:
+        """The task's metrics from raw logits and the encoded labels (multi-label: at `thresholds`, default
+        the current ones)."""
         modules = self.modules
         if self.problem_type == REGRESSION:
             scores, targets = logits.reshape(len(logits), -1)[:, 0], references.reshape(-1)
@@ -64,7 +65,9 @@ class TaskMetrics:
                 "spearman": modules["spearmanr"].compute(predictions=scores, references=targets)["spearmanr"],
             }
         if self.problem_type == MULTI_LABEL:
-            predictions = predicted_labels(sigmoid(logits), self.thresholds)
+            predictions = predicted_labels(
+                sigmoid(logits), self.thresholds if thresholds is None else thresholds
+            )
             targets = references.round().astype(np.int64)  # the 0.0/1.0 rows the model trained on
             f1 = modules["f1"]
             return {

@@ -22,7 +22,16 @@ from typing import Any
 
 import numpy as np
 
-from recipes_lib.tasks import MULTI_LABEL, REGRESSION, SINGLE_LABEL, predicted_labels, sigmoid, softmax
+from recipes_lib.errors import ConfigError
+from recipes_lib.tasks import (
+    DEFAULT_THRESHOLD,
+    MULTI_LABEL,
+    REGRESSION,
+    SINGLE_LABEL,
+    predicted_labels,
+    sigmoid,
+    softmax,
+)
 
 EVAL_PREDICTIONS_FILE = "eval_predictions.jsonl"
 TEST_PREDICTIONS_FILE = "test_predictions.jsonl"
@@ -41,7 +50,7 @@ def prediction_rows(
         return [{"prediction": round(float(score), 6)} for score in logits.reshape(len(logits), -1)[:, 0]]
     if problem_type == MULTI_LABEL:
         probabilities = sigmoid(logits)
-        decisions = predicted_labels(probabilities, thresholds)
+        decisions = predicted_labels(probabilities, thresholds or [DEFAULT_THRESHOLD] * len(label_names))
         return [
             {
                 "prediction": [
@@ -80,8 +89,15 @@ def read_thresholds(directory: str | Path, label_names: list[str]) -> list[float
     path = Path(directory) / THRESHOLDS_FILE
     if not path.is_file():
         return None
-    saved = json.loads(path.read_text())["thresholds"]
-    return [float(saved[name]) for name in label_names]
+    try:
+        saved = json.loads(path.read_text())["thresholds"]
+        return [float(saved[name]) for name in label_names]
+    except (KeyError, TypeError, ValueError) as error:
+        raise ConfigError(
+            f"{path} does not hold a number for every class of the model ({', '.join(label_names)}): "
+            f"{type(error).__name__} {error}. It is written with the model at the end of a run; restore it, or "
+            "delete it to decide every class at probability 0.5."
+        ) from None
 
 
 def per_class_report(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import os
 import platform
 import tempfile
@@ -51,11 +52,24 @@ def write_results(output_dir: str | os.PathLike, results: dict[str, Any]) -> Pat
     with tempfile.NamedTemporaryFile(
         "w", dir=output_dir, prefix=".results-", suffix=".tmp", delete=False
     ) as handle:
-        json.dump(results, handle, indent=2, sort_keys=False, default=str)
+        # NaN is not JSON (jq and browsers refuse it): an undefined metric, such as the correlation of
+        # constant predictions, is written as null.
+        json.dump(_finite(results), handle, indent=2, sort_keys=False, default=str, allow_nan=False)
         handle.write("\n")
         temporary = handle.name
     os.replace(temporary, target)
     return target
+
+
+def _finite(value):
+    """The record with every NaN or infinite float replaced by None, at any depth."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {key: _finite(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [_finite(item) for item in value]
+    return value
 
 
 def read_results(path: str | os.PathLike) -> dict[str, Any]:

@@ -48,7 +48,7 @@ from recipes_lib.data import load_classification_data, padding_collator, tokeniz
 from recipes_lib.errors import ConfigError, OutputDirError, RecipeError
 from recipes_lib.families import ArchitectureProfile
 from recipes_lib.memory import MemoryCallback, MemoryMonitor, peak_memory
-from recipes_lib.metric_names import eval_key
+from recipes_lib.metric_names import METRIC_TITLES, eval_key
 from recipes_lib.metrics import TaskMetrics
 from recipes_lib.modeling import (
     check_model_support,
@@ -73,6 +73,7 @@ from recipes_lib.predictions import (
 from recipes_lib.recipe_spec import RecipeSpec
 from recipes_lib.results import RESULTS_FILE, describe_device, library_versions, timestamp, write_results
 from recipes_lib.tasks import (
+    DEFAULT_THRESHOLD,
     MULTI_LABEL,
     REGRESSION,
     SINGLE_LABEL,
@@ -326,7 +327,7 @@ class RecipeRun:
         evaluation = trainer.last_evaluation  # each validation example once, gathered from every process
         self._eval_logits, references = _logits(evaluation.predictions), evaluation.label_ids
         self._thresholds, self._tuned_metrics = None, {}
-        self._merged = self._evaluate_merged_model(references)  # before thresholds are tuned: as eval_*
+        self._eval_references = references
         if labels.problem_type == MULTI_LABEL:
             self._thresholds = tune_thresholds(sigmoid(self._eval_logits), references)
             self.task_metrics.thresholds = self._thresholds
@@ -350,7 +351,7 @@ class RecipeRun:
 
         The merged model is what a user deploys without peft; for QLoRA it is not the evaluated
         model (adapters.describe_merged_model), so its own figures are measured rather than assumed.
-        Main process only: it wrote the merged model.
+        Main process only: it wrote the merged model. Multi-label classes at 0.5, as in eval_*.
         """
         from pathlib import Path
 
@@ -379,13 +380,15 @@ class RecipeRun:
                 progress=not self.training.disable_tqdm,
             )
         del model
-        scores = self.task_metrics.scores(logits, references)
+        scores = self.task_metrics.scores(
+            logits, references, thresholds=[DEFAULT_THRESHOLD] * len(self.data.labels.names)
+        )
         what = describe_merged_model(read_base_quantization(self.training.output_dir))
         logger.info(
             "Merged model in %s, %s: %s",
             merged_dir,
             what.split(". ")[0],
-            ", ".join(f"{name} {value:.4f}" for name, value in scores.items()),
+            ", ".join(f"{METRIC_TITLES[name]} {value:.4f}" for name, value in scores.items()),
         )
         return {"merged_model": what, **{f"merged_eval_{name}": value for name, value in scores.items()}}
 
@@ -411,7 +414,9 @@ class RecipeRun:
         if precision != self.precision:
             logger.warning("Asked for %s, but the model computed in %s.", self.precision, precision)
 
-        real_tokens, all_tokens = trainer.token_counts()
+        real_tokens, all_tokens = trainer.token_counts()  # the run's last collective step
+        # After it: the other processes need not wait for the main one, which alone scores the merged model.
+        merged = self._evaluate_merged_model(self._eval_references)
         train_metrics, eval_metrics = self._train_result.metrics, self._eval_metrics
         runtime = train_metrics["train_runtime"]
         results = {
@@ -436,7 +441,7 @@ class RecipeRun:
             else None,
             **self._tuned_metrics,
             # --merge_adapter: what the merged model is, and its own validation metrics (thresholds 0.5).
-            **self._merged,
+            **merged,
             # Counted from the predictions gathered over all processes (metrics.py), not len(dataset): a
             # duplicated or dropped validation example under several processes would show here.
             "eval_samples": eval_metrics["eval_samples"],
@@ -492,7 +497,7 @@ class RecipeRun:
             logger.info(
                 "Done: %s, %.1f samples/s, peak memory %.2f GiB. Model and %s in %s",
                 ", ".join(
-                    f"{name} {results[eval_key(name)]:.4f}"
+                    f"{METRIC_TITLES[name]} {results[eval_key(name)]:.4f}"
                     for name in TASK_METRICS[self.data.labels.problem_type]
                     if results[eval_key(name)] is not None
                 ),
@@ -550,6 +555,11 @@ def check_task_options(training, labels) -> None:
         raise ConfigError(
             f"--class_weights weights the classes of a single-label task, but this data is {labels.problem_type} "
             "(from its labels or --problem_type). Leave --class_weights out."
+        )
+    if training.label_smoothing_factor and labels.problem_type != SINGLE_LABEL:
+        raise ConfigError(
+            f"--label_smoothing_factor {training.label_smoothing_factor} smooths a softmax over classes, but this "
+            f"data is {labels.problem_type} (from its labels or --problem_type). Leave it out (or set it to 0)."
         )
     if training.class_weights:  # a wrong count fails here
         class_weights_from(training.class_weights, [0], labels.names, check_only=True)

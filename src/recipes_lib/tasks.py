@@ -28,8 +28,6 @@ TASK_METRICS = {
     MULTI_LABEL: ("accuracy", "f1", "f1_micro"),
     REGRESSION: ("mse", "pearson", "spearman"),
 }
-# The metric a run is ranked by, and whether higher is better.
-HEADLINE_METRIC = {SINGLE_LABEL: ("accuracy", True), MULTI_LABEL: ("f1", True), REGRESSION: ("mse", False)}
 
 DEFAULT_THRESHOLD = 0.5
 # Candidate thresholds: 0.05 apart. A finer grid fits the validation split's noise, not the task.
