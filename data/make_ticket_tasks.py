@@ -2,14 +2,14 @@
 
     python data/make_ticket_tasks.py      # rewrites both datasets below
 
-1. data/support_tickets_multilabel/{train,validation}.jsonl (multi-label classification)
+1. data/support_tickets_multilabel/{train,validation,test}.jsonl (multi-label classification)
    One JSON object per line: {"text": "...", "labels": ["billing", "shipping"]}. Each message
    carries 1 to 3 requests (about 45% one, 40% two, 15% three), each for a different team, joined
    by connectors such as "Also," or "On top of that,"; "labels" is the sorted list of those teams
    (billing, shipping, technical, account), so a model has to detect every team a message needs.
    Some messages open with a distracting clause naming a team that is *not* in the labels.
 
-2. data/support_tickets_urgency/{train,validation}.csv (regression), columns text,urgency
+2. data/support_tickets_urgency/{train,validation,test}.csv (regression), columns text,urgency
    Single-request messages with a float urgency score in [0, 1], rounded to 2 decimals:
 
        urgency = round(clip(TEAM_BASE[team] + sum of cue amounts + gauss(0, 0.05), 0, 1), 2)
@@ -84,9 +84,11 @@ def make_multilabel_message(rng: random.Random, teams: list[str], held_out: bool
     return " ".join(part for part in parts if part)
 
 
-def make_multilabel_split(rng: random.Random, size: int, held_out: bool) -> list[dict]:
+def make_multilabel_split(
+    rng: random.Random, size: int, held_out: bool, exclude: list[dict] = ()
+) -> list[dict]:
     counts, weights = list(LABEL_COUNT_WEIGHTS), list(LABEL_COUNT_WEIGHTS.values())
-    rows, seen = [], set()
+    rows, seen = [], {row["text"] for row in exclude}
     while len(rows) < size:
         count = rng.choices(counts, weights)[0]
         teams = sorted(rng.sample(LABELS, count))
@@ -182,8 +184,10 @@ def make_urgency_message(rng: random.Random, team: str, held_out: bool) -> tuple
     return text, urgency_score(team, cues, rng.gauss(0.0, NOISE_SD))
 
 
-def make_urgency_split(rng: random.Random, size: int, held_out: bool) -> list[tuple[str, float]]:
-    rows, seen = [], set()
+def make_urgency_split(
+    rng: random.Random, size: int, held_out: bool, exclude: list[tuple[str, float]] = ()
+) -> list[tuple[str, float]]:
+    rows, seen = [], {text for text, _ in exclude}
     while len(rows) < size:
         team = LABELS[len(rows) % len(LABELS)]
         text, score = make_urgency_message(rng, team, held_out)
@@ -217,13 +221,23 @@ def main(out_root: Path = HERE) -> None:
     multilabel = out_root / "support_tickets_multilabel"
     multilabel.mkdir(parents=True, exist_ok=True)
     write_jsonl(multilabel / "train.jsonl", make_multilabel_split(rng, 1200, held_out=False))
-    write_jsonl(multilabel / "validation.jsonl", make_multilabel_split(rng, 300, held_out=True))
+    validation = make_multilabel_split(rng, 300, held_out=True)
+    write_jsonl(multilabel / "validation.jsonl", validation)
+    # A test split like validation (held-out requests, no text of validation's): what the thresholds
+    # tuned on validation score on rows they were not tuned on.
+    write_jsonl(multilabel / "test.jsonl", make_multilabel_split(rng, 300, held_out=True, exclude=validation))
 
     rng = random.Random(20261202)
     urgency = out_root / "support_tickets_urgency"
     urgency.mkdir(parents=True, exist_ok=True)
     write_csv(urgency / "train.csv", ["text", "urgency"], make_urgency_split(rng, 1200, held_out=False))
-    write_csv(urgency / "validation.csv", ["text", "urgency"], make_urgency_split(rng, 300, held_out=True))
+    validation = make_urgency_split(rng, 300, held_out=True)
+    write_csv(urgency / "validation.csv", ["text", "urgency"], validation)
+    write_csv(
+        urgency / "test.csv",
+        ["text", "urgency"],
+        make_urgency_split(rng, 300, held_out=True, exclude=validation),
+    )
 
 
 if __name__ == "__main__":

@@ -276,3 +276,33 @@ def test_a_sentencepiece_tokenizer_without_its_package_is_a_clear_error_before_d
         RecipeError, match="needs sentencepiece, which is not installed: pip install sentencepiece"
     ):
         run_in_process("full_ft", argv)
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_every_family_head_trains_multi_label_with_bce_and_regression_with_mse(family):
+    """The heads take the loss from config.problem_type (modeling.load_model_config sets it)."""
+    from transformers import AutoConfig, AutoModelForSequenceClassification
+
+    functional = torch.nn.functional
+    ids = torch.randint(5, 60, (2, 7), generator=torch.Generator().manual_seed(0))
+    for problem_type, labels in (
+        ("multi_label_classification", torch.tensor([[1.0, 0.0, 1.0], [0.0, 1.0, 0.0]])),
+        ("regression", torch.tensor([0.3, 0.9])),
+    ):
+        config = AutoConfig.for_model(
+            family,
+            vocab_size=64,
+            max_position_embeddings=130,
+            num_labels=labels.shape[-1] if labels.dim() == 2 else 1,
+            problem_type=problem_type,
+            pad_token_id=0,
+            **SHAPES[family],
+        )
+        torch.manual_seed(0)
+        model = AutoModelForSequenceClassification.from_config(config).eval()
+        output = model(input_ids=ids, attention_mask=torch.ones_like(ids), labels=labels)
+        if problem_type == "regression":
+            expected = functional.mse_loss(output.logits.squeeze(-1), labels)
+        else:
+            expected = functional.binary_cross_entropy_with_logits(output.logits, labels)
+        assert float(output.loss) == pytest.approx(float(expected), rel=1e-5)

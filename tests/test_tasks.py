@@ -357,3 +357,49 @@ def test_a_multi_label_model_loads_in_a_transformers_pipeline_with_sigmoid_score
     scores = {item["label"]: item["score"] for item in result}
     expected = read_jsonl(output_dir / "eval_predictions.jsonl")[0]["probabilities"]
     assert scores == pytest.approx(expected, abs=TOLERANCE)
+
+
+@pytest.mark.parametrize(
+    "config, problem_type",
+    [("demo_multilabel.yaml", MULTI_LABEL), ("demo_regression.yaml", REGRESSION)],
+)
+def test_the_shipped_task_data_reads_as_its_task_with_evaluation_texts_training_never_shows(
+    config, problem_type
+):
+    import yaml
+
+    from tests.conftest import REPO_ROOT
+
+    settings = yaml.safe_load((REPO_ROOT / "recipes" / "configs" / config).read_text())
+    files = {split: REPO_ROOT / settings[f"{split}_file"] for split in ("train", "validation", "test")}
+    data = load_classification_data(
+        DataArguments(
+            train_file=str(files["train"]),
+            validation_file=str(files["validation"]),
+            test_file=str(files["test"]),
+            label_column_name=settings["label_column_name"],
+        )
+    )
+    assert data.labels.problem_type == problem_type and data.test_has_labels
+    sizes = {split: len(data.raw[split]) for split in ("train", "validation", "test")}
+    assert sizes == {"train": 1200, "validation": 300, "test": 300}
+    train_texts = set(data.raw["train"]["text"])
+    assert not train_texts & set(data.raw["validation"]["text"])
+    assert not set(data.raw["test"]["text"]) & (train_texts | set(data.raw["validation"]["text"]))
+
+
+@pytest.mark.parametrize("recipe", ["adamw_8bit", "qlora"])
+def test_the_other_recipes_train_both_tasks_and_predict_what_they_evaluated(recipe, tiny_bert, tmp_path):
+    from recipes_lib.predict import predict
+
+    for task, files in (
+        (MULTI_LABEL, multi_label_files(tmp_path / "multi", 32, 16)),
+        (REGRESSION, regression_files(tmp_path / "scores", 32, 16)),
+    ):
+        output_dir = tmp_path / f"{recipe}-{task}"
+        results = trained(recipe, tiny_bert, files, output_dir)
+        assert results["problem_type"] == task
+        assert_same_predictions(
+            predict(output_dir, files["validation"], progress=False),
+            read_jsonl(output_dir / "eval_predictions.jsonl"),
+        )
