@@ -43,6 +43,7 @@ from recipes_lib.tracking import (
 from recipes_lib.units import BREAKDOWN_KEYS
 from tests.conftest import RECIPES, REPO_ROOT
 from tests.inprocess import quick_args, run_in_process
+from tests.test_tasks import multi_label_files, regression_files
 from tests.test_tracking import FAKE_API_KEY, isolated_wandb_env, wandb_cli
 
 # The view needs W&B's wandb-workspaces library (the 'dashboard' extra); the runs' own pictures do not.
@@ -151,6 +152,18 @@ def recipe_runs(tiny_bert, learnable_data, tmp_path_factory, one_thread):
                 results = run_in_process(recipe, args)
                 (run_dir,) = set(offline_runs(root)) - {run.run_dir for _, run in runs.values()}
                 runs[recipe] = (results, read_run(run_dir))
+            # A multi-label and a regression run: the metrics of the view's task section.
+            for task, files in (
+                ("multi-label", multi_label_files(root / "multi-label-data", 32, 16)),
+                ("regression", regression_files(root / "regression-data", 32, 16)),
+            ):
+                args = quick_args(
+                    tiny_bert, files, root / "out" / task, "--logging_steps", "1", "--report_to", "wandb",
+                    "--eval_strategy", "steps", "--eval_steps", "1",
+                )  # fmt: skip
+                results = run_in_process("full_ft", args)
+                (run_dir,) = set(offline_runs(root)) - {run.run_dir for _, run in runs.values()}
+                runs[task] = (results, read_run(run_dir))
             # What the data/task work adds to results.json, logged as a recipe's run logs it.
             richer = {**runs[RECIPES[0]][0], names.PER_CLASS: PER_CLASS, names.CONFUSION_MATRIX: CONFUSION}
             identity = RunIdentity(project="dashboard-test", group="richer", name="richer", tags=())
@@ -336,7 +349,7 @@ def test_every_key_the_view_shows_was_logged_by_a_real_offline_run_of_each_recip
     """A renamed metric (in run.py, tracking.py or transformers) leaves a key here no run logged."""
     shown = referenced_keys(spec)
     assert len(shown) > 25
-    for recipe in RECIPES:
+    for recipe in (*RECIPES, "multi-label", "regression"):
         results, run = recipe_runs[recipe]
         assert run.summary["config"]["recipe"] == results["recipe"]
         logged = run.logged_keys
@@ -345,7 +358,8 @@ def test_every_key_the_view_shows_was_logged_by_a_real_offline_run_of_each_recip
         not_here = set(
             names.CUDA_MEMORY_CURVES if results["device"].startswith("cpu") else names.CPU_MEMORY_CURVES
         )
-        not_here |= {key for key, source in names.LOGGED_WHEN.items() if source not in results}
+        not_here |= {key for key, source in names.LOGGED_WHEN.items() if not results.get(source)}
+        not_here |= names.keys_not_logged_by(results["problem_type"])  # another task's metrics
         assert shown - not_here <= logged, (recipe, sorted(shown - not_here - logged))
         assert not (not_here & logged), (recipe, sorted(not_here & logged))
 
@@ -366,7 +380,7 @@ def test_every_run_logs_its_results_row_and_memory_breakdown_chart(recipe_runs):
         assert chart["panelDefId"] == "wandb/bar/v0"
         assert chart["fieldSettings"] == {"label": "part", "value": "GiB"}
         # The pictures come on top of the summary: every results.json key is still there.
-        assert run.summary["summary"]["eval_accuracy"] == results["eval_accuracy"]
+        assert run.summary["summary"].get("eval_accuracy") == results["eval_accuracy"]
 
 
 def test_the_confusion_matrix_and_per_class_metrics_are_logged_once_results_have_them(recipe_runs):

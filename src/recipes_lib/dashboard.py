@@ -13,6 +13,8 @@ optional extra `dashboard` (`pip install -e '.[dashboard]'`):
     Training curves, Memory during training, Throughput during training   loss, learning rate,
                   grad norm, eval metrics; memory/*; throughput/* (x-axis: train/global_step)
     Each run      the memory breakdown chart, the confusion matrix chart, the per-class table
+    Multi-label and regression runs   bars per recipe and curves of micro-F1, MSE, Pearson and
+                  Spearman (tasks.py), which single-label runs do not log
 
 `--report` also saves a W&B Report of the same comparison, with the compare table and chart that
 `recipes-lib compare RUN... --wandb` logged into the group, for sharing.
@@ -54,6 +56,7 @@ SECTION_CURVES = "Training curves"
 SECTION_MEMORY = "Memory during training (memory/*)"
 SECTION_THROUGHPUT = "Throughput during training (throughput/*)"
 SECTION_PICTURES = "Each run: memory breakdown, confusion matrix, per-class metrics"
+SECTION_TASKS = "Multi-label and regression runs: micro-F1, MSE, Pearson, Spearman"
 
 
 class DashboardError(Exception):
@@ -126,6 +129,14 @@ def _custom_chart(wr, chart: names.Chart):
     )
 
 
+def task_metric_panels(wr) -> list:
+    """Per recipe, then over training: the metrics only multi-label (micro-F1) or regression runs log."""
+    per_recipe = {"groupby": wr.Config(names.RECIPE), "groupby_aggfunc": "mean", "orientation": "v"}
+    keys = [names.eval_key(metric) for metric in names.OTHER_TASK_METRICS]
+    bars = [wr.BarPlot(title=f"Validation {key}", metrics=[key], **per_recipe) for key in keys]
+    return bars + [_curve(wr, names.trainer_curve(key)) for key in keys]
+
+
 def picture_panels(wr) -> list:
     return [
         _custom_chart(wr, names.MEMORY_BREAKDOWN_CHART),
@@ -143,6 +154,7 @@ def view_sections(ws, wr) -> list:
         ),
         ws.Section(name=SECTION_THROUGHPUT, panels=[_curve(wr, key) for key in names.THROUGHPUT_CURVES]),
         ws.Section(name=SECTION_PICTURES, panels=picture_panels(wr)),
+        ws.Section(name=SECTION_TASKS, panels=task_metric_panels(wr)),
     ]
 
 

@@ -19,6 +19,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from recipes_lib.tasks import TASK_METRICS
+
 # --- runs ------------------------------------------------------------------------------------------
 
 # W&B job types: a recipe's run, and the run `recipes-lib compare --wandb` logs into the group.
@@ -90,10 +92,23 @@ METRIC_TITLES = {
     "pearson": "Pearson",
     "spearman": "Spearman",
 }
-# The other tasks' metrics: columns of `show` and `compare` when a run has them.
-TASK_METRIC_COLUMNS = tuple(
-    (eval_key(metric), METRIC_TITLES[metric]) for metric in ("f1_micro", "mse", "pearson", "spearman")
-)
+# The metrics of multi-label and regression runs besides accuracy and macro-F1: columns of `show` and
+# `compare` when a run has them, and a dashboard section of their own.
+OTHER_TASK_METRICS = ("f1_micro", "mse", "pearson", "spearman")
+TASK_METRIC_COLUMNS = tuple((eval_key(metric), METRIC_TITLES[metric]) for metric in OTHER_TASK_METRICS)
+
+
+def keys_not_logged_by(problem_type: str) -> set[str]:
+    """The metric keys a run of this task never logs: other tasks' curves and results.json keys.
+
+    results.json always has eval_accuracy and eval_f1 (null for regression), so only their curves
+    are missing from a regression run.
+    """
+    own = set(TASK_METRICS[problem_type])
+    every = {metric for metrics in TASK_METRICS.values() for metric in metrics}
+    curves = {trainer_curve(eval_key(metric)) for metric in every - own}
+    return curves | {eval_key(metric) for metric in set(OTHER_TASK_METRICS) - own}
+
 
 # What tells recipes apart, in the order the runs table and the results tables show it.
 COMPARISON_METRICS = (
