@@ -42,7 +42,11 @@ class TaskMetrics:
         self.problem_type, self.num_labels = problem_type, num_labels
         self.thresholds = [DEFAULT_THRESHOLD] * num_labels
         if problem_type == REGRESSION:
-            self.modules = {name: load_metric(name) for name in ("mse", "pearsonr", "spearmanr")}
+            self.modules = {
+                "mse": load_metric("mse"),
+                "pearson": load_metric("correlation", "pearson"),
+                "spearman": load_metric("correlation", "spearman"),
+            }
         else:
             config = "multilabel" if problem_type == MULTI_LABEL else None
             self.modules = {name: load_metric(name, config) for name in ("accuracy", "f1")}
@@ -61,8 +65,8 @@ class TaskMetrics:
             scores, targets = logits.reshape(len(logits), -1)[:, 0], references.reshape(-1)
             return {
                 "mse": modules["mse"].compute(predictions=scores, references=targets)["mse"],
-                "pearson": modules["pearsonr"].compute(predictions=scores, references=targets)["pearsonr"],
-                "spearman": modules["spearmanr"].compute(predictions=scores, references=targets)["spearmanr"],
+                "pearson": modules["pearson"].compute(predictions=scores, references=targets)["pearson"],
+                "spearman": modules["spearman"].compute(predictions=scores, references=targets)["spearman"],
             }
         if self.problem_type == MULTI_LABEL:
             predictions = predicted_labels(
