@@ -213,6 +213,9 @@ class RecipeRun:
         self.data = load_classification_data(
             data_args, cache_dir=model_args.cache_dir, seed=self.training.seed
         )
+        # 'auto' resolved: the config in results.json then says what ran, as W&B's does (the Trainer's
+        # W&B callback adds the model config, whose problem_type has the same name).
+        data_args.problem_type = self.data.labels.problem_type
         self.model_config = load_model_config(model_args, self.data.labels)
         logger.info(
             "Data: %s, %d train / %d validation examples, %d classes (%s), text: %s",
