@@ -11,7 +11,6 @@ import json
 import os
 import subprocess
 import sys
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -44,7 +43,7 @@ from recipes_lib.units import BREAKDOWN_KEYS
 from tests.conftest import RECIPES, REPO_ROOT
 from tests.inprocess import quick_args, run_in_process
 from tests.test_tasks import multi_label_files, regression_files
-from tests.test_tracking import FAKE_API_KEY, isolated_wandb_env, wandb_cli
+from tests.test_tracking import FAKE_API_KEY, isolated_wandb_env, read_run
 
 # The view needs W&B's wandb-workspaces library (the 'dashboard' extra); the runs' own pictures do not.
 needs_extra = pytest.mark.skipif(
@@ -57,70 +56,6 @@ PER_CLASS = {
     "warm": {"precision": 0.7647, "recall": 0.8125, "f1": 0.7879, "support": 32},
 }
 CONFUSION = {"labels": ["cool", "warm"], "matrix": [[24, 8], [6, 26]]}
-
-
-@dataclass
-class LoggedRun:
-    """One offline W&B run, read back: what it logged, by key."""
-
-    run_dir: Path
-    summary: dict  # `wandb leet inspect --summary --json`
-    records: list[dict]  # `wandb leet inspect --json`
-
-    @property
-    def run_record(self) -> dict:
-        return next(record["run"] for record in self.records if record["type"] == "run")
-
-    @property
-    def history_keys(self) -> set[str]:
-        return {
-            key for record in self.records if record["type"] == "history" for key in record["history"]["item"]
-        }
-
-    @property
-    def summary_keys(self) -> set[str]:
-        """Every key the summary was given, a null one included (leet's summary view leaves those out)."""
-        updates = [
-            record["summary"].get("update") or {} for record in self.records if record["type"] == "summary"
-        ]
-        return {key for update in updates for key in update} | set(self.summary["summary"])
-
-    @property
-    def logged_keys(self) -> set[str]:
-        return self.history_keys | self.summary_keys
-
-    def table(self, key: str) -> dict:
-        """A logged W&B table's columns and data, from its file in the run directory."""
-        reference = self.summary["summary"][key]
-        assert reference["_type"] == "table-file", reference
-        return json.loads((self.run_dir / "files" / reference["path"]).read_text())
-
-    @property
-    def chart_specs(self) -> dict:
-        """{key: panel config} of the custom charts the run logged (config updates `_wandb.visualize.KEY`)."""
-        prefix = "_wandb.visualize."
-        updates = [
-            record["config"].get("update") or {} for record in self.records if record["type"] == "config"
-        ]
-        return {
-            key.removeprefix(prefix): value["panel_config"]
-            for update in updates
-            for key, value in update.items()
-            if key.startswith(prefix)
-        }
-
-
-def read_run(run_dir: Path) -> LoggedRun:
-    inspect = [wandb_cli(), "leet", "inspect"]
-    summary = subprocess.run([*inspect, "--summary", "--json", str(run_dir)], capture_output=True, text=True)
-    assert summary.returncode == 0, summary.stderr
-    records = subprocess.run([*inspect, "--json", str(run_dir)], capture_output=True, text=True)
-    assert records.returncode == 0, records.stderr
-    return LoggedRun(
-        run_dir=run_dir,
-        summary=json.loads(summary.stdout),
-        records=[json.loads(line) for line in records.stdout.splitlines() if line.strip()],
-    )
 
 
 def offline_runs(root: Path) -> list[Path]:

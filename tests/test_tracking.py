@@ -57,11 +57,9 @@ def tracked_run_args(tiny_bert: Path, data: dict[str, Path], output_dir: Path, *
 
 
 @dataclass
-class TrackedRun:
-    output_dir: Path
-    wandb_root: Path
-    output: str  # stdout + stderr of the run
-    results: dict
+class LoggedRun:
+    """One offline W&B run, read back: what it logged, by key."""
+
     run_dir: Path
     summary: dict  # `wandb leet inspect --summary --json`
     records: list[dict]  # `wandb leet inspect --json`
@@ -69,6 +67,67 @@ class TrackedRun:
     @property
     def run_record(self) -> dict:
         return next(record["run"] for record in self.records if record["type"] == "run")
+
+    @property
+    def history_keys(self) -> set[str]:
+        return {
+            key for record in self.records if record["type"] == "history" for key in record["history"]["item"]
+        }
+
+    @property
+    def summary_keys(self) -> set[str]:
+        """Every key the summary was given, a null one included (leet's summary view leaves those out)."""
+        updates = [
+            record["summary"].get("update") or {} for record in self.records if record["type"] == "summary"
+        ]
+        return {key for update in updates for key in update} | set(self.summary["summary"])
+
+    @property
+    def logged_keys(self) -> set[str]:
+        return self.history_keys | self.summary_keys
+
+    def table(self, key: str) -> dict:
+        """A logged W&B table's columns and data, from its file in the run directory."""
+        reference = self.summary["summary"][key]
+        assert reference["_type"] == "table-file", reference
+        return json.loads((self.run_dir / "files" / reference["path"]).read_text())
+
+    @property
+    def chart_specs(self) -> dict:
+        """{key: panel config} of the custom charts the run logged (config updates `_wandb.visualize.KEY`)."""
+        prefix = "_wandb.visualize."
+        updates = [
+            record["config"].get("update") or {} for record in self.records if record["type"] == "config"
+        ]
+        return {
+            key.removeprefix(prefix): value["panel_config"]
+            for update in updates
+            for key, value in update.items()
+            if key.startswith(prefix)
+        }
+
+
+def read_run(run_dir: Path) -> LoggedRun:
+    inspect = [wandb_cli(), "leet", "inspect"]
+    summary = subprocess.run([*inspect, "--summary", "--json", str(run_dir)], capture_output=True, text=True)
+    assert summary.returncode == 0, summary.stderr
+    records = subprocess.run([*inspect, "--json", str(run_dir)], capture_output=True, text=True)
+    assert records.returncode == 0, records.stderr
+    return LoggedRun(
+        run_dir=run_dir,
+        summary=json.loads(summary.stdout),
+        records=[json.loads(line) for line in records.stdout.splitlines() if line.strip()],
+    )
+
+
+@dataclass
+class TrackedRun(LoggedRun):
+    """A recipe run in its own process, with its results.json and its one W&B run read back."""
+
+    output_dir: Path
+    wandb_root: Path
+    output: str  # stdout + stderr of the run
+    results: dict
 
     @property
     def history(self) -> list[dict]:
@@ -88,20 +147,15 @@ def read_back(completed: subprocess.CompletedProcess, wandb_root: Path, output_d
     assert completed.returncode == 0, output[-4000:]
     run_dirs = sorted((wandb_root / "wandb").glob("offline-run-*"))
     assert len(run_dirs) == 1, run_dirs
-    run_dir = run_dirs[0]
-    inspect = [wandb_cli(), "leet", "inspect"]
-    summary = subprocess.run([*inspect, "--summary", "--json", str(run_dir)], capture_output=True, text=True)
-    assert summary.returncode == 0, summary.stderr
-    records = subprocess.run([*inspect, "--json", str(run_dir)], capture_output=True, text=True)
-    assert records.returncode == 0, records.stderr
+    logged = read_run(run_dirs[0])
     return TrackedRun(
+        run_dir=logged.run_dir,
+        summary=logged.summary,
+        records=logged.records,
         output_dir=output_dir,
         wandb_root=wandb_root,
         output=output,
         results=json.loads((output_dir / "results.json").read_text()),
-        run_dir=run_dir,
-        summary=json.loads(summary.stdout),
-        records=[json.loads(line) for line in records.stdout.splitlines() if line.strip()],
     )
 
 
