@@ -779,11 +779,7 @@ def _post_norm_layer_terms(encoder: Encoder, setup: Setup) -> dict[str, int]:
         layer["dropout masks on the hidden states"] = encoder.family.hidden_dropouts * z.mask(T * H, e)
     layer["residual sums kept by LayerNorm"] = 2 * T * H * 4
     layer["LayerNorm mean and rstd"] = 2 * 2 * T * 4
-    layer.update(_ffn_terms(encoder, setup))
-    if not frozen_base:
-        layer.update(_linear_input_terms(encoder, setup))
-    layer.update(_lora_terms(encoder, setup))
-    layer.update(_bf16_weight_terms(encoder, setup))
+    layer.update(_ffn_and_linear_terms(encoder, setup))
     return layer
 
 
@@ -811,6 +807,17 @@ def _ffn_terms(encoder: Encoder, setup: Setup) -> dict[str, int]:
     }
     if setup.adapters is None and not encoder.activation_keeps_output:
         terms["FFN activation output (next linear's input)"] = T * F * e
+    return terms
+
+
+def _ffn_and_linear_terms(encoder: Encoder, setup: Setup) -> dict[str, int]:
+    """The rest of a post-norm layer (BERT-like and DeBERTa): the FFN, the linear layers' inputs when
+    their weights train, the LoRA adapters' and the bf16 weight copies' terms."""
+    terms = _ffn_terms(encoder, setup)
+    if setup.adapters is None:
+        terms.update(_linear_input_terms(encoder, setup))
+    terms.update(_lora_terms(encoder, setup))
+    terms.update(_bf16_weight_terms(encoder, setup))
     return terms
 
 
@@ -914,11 +921,7 @@ def _deberta_layer_terms(encoder: Encoder, setup: Setup) -> dict[str, int]:
     else:
         layer["residual sums kept by LayerNorm"] = 2 * T * H * 4
         layer["LayerNorm mean and rstd"] = 2 * 2 * T * 4
-    layer.update(_ffn_terms(encoder, setup))
-    if not frozen_base:
-        layer.update(_linear_input_terms(encoder, setup))
-    layer.update(_lora_terms(encoder, setup))
-    layer.update(_bf16_weight_terms(encoder, setup))
+    layer.update(_ffn_and_linear_terms(encoder, setup))
     return layer
 
 
