@@ -335,3 +335,31 @@ def test_training_loss_is_a_mean_whatever_the_gradient_accumulation(tiny_bert, t
         )
         losses.append(trainer.train().training_loss)
     assert losses[1] == pytest.approx(losses[0], rel=1e-4)  # measured: equal to 5 digits; 2x before
+
+
+def test_a_multi_label_lora_run_under_two_processes_tunes_saves_and_predicts_like_one(tmp_path):
+    """Thresholds tuned from the gathered predictions, the merged model scored on the main process
+    after the last collective step, each of the 63 validation rows once, predict equal to the run."""
+    from recipes_lib.predict import predict
+    from tests.test_tasks import multi_label_files, read_jsonl
+
+    model = build_tiny_bert(tmp_path / "bert")
+    data = multi_label_files(tmp_path / "data", 128, VALIDATION_SIZE)
+    output_dir, ledger = tmp_path / "out", tmp_path / "writes.txt"
+    args = [*run_args(model, data, output_dir), "--max_steps", "6", "--merge_adapter", "true"]
+    completed = launch_two_processes("lora", args, ledger)
+    assert ledger.read_text().splitlines() == ["rank 0"]
+    assert completed.stdout.count("Merged model in") == 1
+    results = json.loads((output_dir / "results.json").read_text())
+    assert results["problem_type"] == "multi_label_classification" and results["num_processes"] == 2
+    assert results["eval_samples"] == VALIDATION_SIZE
+    saved = json.loads((output_dir / "label_thresholds.json").read_text())["thresholds"]
+    assert (
+        saved
+        == results["label_thresholds"]
+        == json.loads((output_dir / "merged" / "label_thresholds.json").read_text())["thresholds"]
+    )
+    assert results["merged_eval_f1_micro"] == pytest.approx(results["eval_f1_micro"], abs=1e-4)
+    evaluated = read_jsonl(output_dir / "eval_predictions.jsonl")
+    predicted = predict(output_dir, data["validation"], progress=False)
+    assert [row["prediction"] for row in predicted] == [row["prediction"] for row in evaluated]
