@@ -63,3 +63,15 @@ def test_the_chart_stacks_every_part_of_the_measured_breakdown():
     import recipes_lib.memory
 
     assert recipes_lib.compare.BREAKDOWN_KEYS == recipes_lib.memory.BREAKDOWN_KEYS
+
+
+def test_the_chart_marks_pearson_for_regression_runs_and_exact_match_for_multi_label_ones():
+    from recipes_lib.compare import _chart_metric
+
+    assert _chart_metric([{"problem_type": "regression"}] * 2) == ("eval_pearson", "Pearson")
+    assert _chart_metric([{"problem_type": "multi_label_classification"}]) == ("eval_accuracy", "exact match")
+    # Runs from before task types had no problem_type: single-label accuracy.
+    assert _chart_metric([{"recipe": "full_ft"}, {"problem_type": "regression"}]) == (
+        "eval_accuracy",
+        "accuracy",
+    )

@@ -16,8 +16,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from recipes_lib.metric_names import TASK_METRIC_COLUMNS
+from recipes_lib.metric_names import TASK_METRIC_COLUMNS, eval_key
 from recipes_lib.results import RESULTS_FILE, read_results
+from recipes_lib.tasks import MULTI_LABEL, REGRESSION
 from recipes_lib.units import BREAKDOWN_KEYS, GIB, format_table, short_model_name
 
 CHART_FILE = "memory_comparison.png"
@@ -132,6 +133,15 @@ def table_notes(runs: list[dict[str, Any]]) -> list[str]:
     return notes
 
 
+def _chart_metric(runs: list[dict[str, Any]]) -> tuple[str, str]:
+    """The score the chart marks: accuracy (multi-label: exact match), or Pearson when every run is regression."""
+    if runs and all(run.get("problem_type") == REGRESSION for run in runs):
+        return eval_key("pearson"), "Pearson"
+    if runs and all(run.get("problem_type") == MULTI_LABEL for run in runs):
+        return eval_key("accuracy"), "exact match"
+    return eval_key("accuracy"), "accuracy"
+
+
 def _run_label(run: dict[str, Any], runs: list[dict[str, Any]]) -> str:
     recipe = str(run.get("recipe", "?"))
     models = {run.get("model_name_or_path") for run in runs}
@@ -206,7 +216,8 @@ def write_chart(runs: list[dict[str, Any]], path: str | os.PathLike) -> Path:
         markerscale=0.35,  # the peak marker is a wide bar-width tick; a short one in the legend
     )
 
-    accuracies = [run.get("eval_accuracy") for run in runs]
+    metric_key, metric_label = _chart_metric(runs)
+    accuracies = [run.get(metric_key) for run in runs]
     known = [
         (position, value) for position, value in zip(positions, accuracies, strict=True) if value is not None
     ]
@@ -220,8 +231,8 @@ def write_chart(runs: list[dict[str, Any]], path: str | os.PathLike) -> Path:
     if known:
         low, high = min(v for _, v in known), max(v for _, v in known)
         margin = max(0.02, (high - low) * 0.35)
-        accuracy_axis.set_ylim(max(0.0, low - margin), min(1.0, high + margin) + 0.005)
-    accuracy_axis.set_ylabel("validation\naccuracy", color="#D55E00")
+        accuracy_axis.set_ylim(max(-1.0, low - margin), min(1.0, high + margin) + 0.005)
+    accuracy_axis.set_ylabel(f"validation\n{metric_label}", color="#D55E00")
     accuracy_axis.tick_params(axis="y", colors="#D55E00")
     accuracy_axis.grid(axis="y", alpha=0.3)
     accuracy_axis.spines[["top", "right"]].set_visible(False)
