@@ -18,7 +18,7 @@ from recipes_lib.arguments import DataArguments
 from recipes_lib.data import load_classification_data
 from recipes_lib.errors import ConfigError, DataError
 from recipes_lib.tasks import MULTI_LABEL, REGRESSION, SINGLE_LABEL
-from tests.conftest import COLOURS, NOISE, write_csv
+from tests.conftest import COLOURS, NOISE, build_tiny_bert, write_csv
 from tests.inprocess import quick_args, run_in_process
 
 TOLERANCE = 1e-5
@@ -242,17 +242,30 @@ def learn(model: Path, files: dict[str, Path], output_dir: Path, learning_rate: 
 
 
 @pytest.fixture(scope="module")
-def multi_label_run(tiny_bert, tmp_path_factory) -> tuple[Path, dict, dict[str, Path]]:
-    files = multi_label_files(tmp_path_factory.mktemp("multi-label-data"))
-    output_dir = tmp_path_factory.mktemp("multi-label-run")
-    return output_dir, learn(tiny_bert, files, output_dir, "2e-3"), files
+def seeded_bert(tmp_path_factory) -> Path:
+    """A tiny BERT drawn from a fixed seed, so the learning tests train the same weights on every run.
+
+    The session's tiny BERT is drawn wherever the global RNG happens to be; on one such draw the
+    multi-label run stopped at micro-F1 0.88. Seeds 0-3 all reach 1.0 (transformers 5.23 and 5.24).
+    """
+    import torch
+
+    torch.manual_seed(0)
+    return build_tiny_bert(tmp_path_factory.mktemp("seeded-bert"))
 
 
 @pytest.fixture(scope="module")
-def regression_run(tiny_bert, tmp_path_factory) -> tuple[Path, dict, dict[str, Path]]:
+def multi_label_run(seeded_bert, tmp_path_factory) -> tuple[Path, dict, dict[str, Path]]:
+    files = multi_label_files(tmp_path_factory.mktemp("multi-label-data"))
+    output_dir = tmp_path_factory.mktemp("multi-label-run")
+    return output_dir, learn(seeded_bert, files, output_dir, "2e-3"), files
+
+
+@pytest.fixture(scope="module")
+def regression_run(seeded_bert, tmp_path_factory) -> tuple[Path, dict, dict[str, Path]]:
     files = regression_files(tmp_path_factory.mktemp("regression-data"))
     output_dir = tmp_path_factory.mktemp("regression-run")
-    return output_dir, learn(tiny_bert, files, output_dir, "2e-3"), files
+    return output_dir, learn(seeded_bert, files, output_dir, "2e-3"), files
 
 
 def read_jsonl(path: Path) -> list[dict]:
@@ -262,7 +275,7 @@ def read_jsonl(path: Path) -> list[dict]:
 def test_multi_label_learns_tunes_one_threshold_per_class_and_saves_them_with_the_model(multi_label_run):
     output_dir, results, _ = multi_label_run
     assert results["problem_type"] == MULTI_LABEL
-    # Measured with three tiny BERTs (seeds 0-2): 1.0 for all three. Predicting both classes always gives F1 0.75.
+    # Measured with tiny BERTs of seeds 0-3: 1.0 each. Predicting both classes always gives micro-F1 0.79.
     assert results["eval_f1_micro"] > 0.9 and results["eval_f1"] > 0.9
     assert results["eval_accuracy"] > 0.8  # exact match: every class of the row right
     thresholds = results["label_thresholds"]
