@@ -187,3 +187,14 @@ def test_results_report_the_precision_the_layers_ran_in(
     assert (results["precision"], results["quantized_compute_dtype"]) == expected
     saved = json.loads((tmp_path / "results.json").read_text())
     assert saved["precision"] == expected[0] and saved["precision_reason"]
+
+
+def test_inference_outside_the_trainer_autocasts_like_the_run():
+    import torch
+
+    from recipes_lib.precision import autocast_for
+
+    with autocast_for("bf16", "cpu"):
+        assert torch.is_autocast_enabled("cpu") and torch.get_autocast_dtype("cpu") == torch.bfloat16
+    with autocast_for("fp32", "cpu"):
+        assert not torch.is_autocast_enabled("cpu")

@@ -190,6 +190,15 @@ def launcher_mixed_precision() -> str | None:
     return os.environ.get(LAUNCHER_VARIABLE)
 
 
+def autocast_for(precision: str, device_type: str):
+    """The autocast a run's bf16/fp16 evaluation ran under, for inference outside the Trainer; fp32: none."""
+    import contextlib
+
+    if precision not in ("bf16", "fp16"):
+        return contextlib.nullcontext()
+    return torch.autocast(device_type=device_type, dtype=TORCH_DTYPES[precision])
+
+
 class AutocastProbe:
     """Records the precision the model's layers really ran in, during the first training forward.
 

@@ -36,7 +36,7 @@ from recipes_lib.arguments import DataArguments
 from recipes_lib.data import ClassificationData, LabelMapping, padding_collator, tokenize
 from recipes_lib.datafiles import DELIMITED, QUOTING_CHOICES, has_rows, read_local_files
 from recipes_lib.errors import ConfigError, DataError, ModelError
-from recipes_lib.precision import TORCH_DTYPES
+from recipes_lib.precision import autocast_for
 from recipes_lib.predictions import THRESHOLDS_FILE, prediction_rows, read_thresholds
 from recipes_lib.results import RESULTS_FILE
 from recipes_lib.tasks import DEFAULT_THRESHOLD, MULTI_LABEL, SINGLE_LABEL
@@ -222,11 +222,9 @@ def _autocast(run: TrainedRun, device: torch.device):
     The Trainer evaluates under autocast in bf16/fp16; elsewhere (a GPU run predicted on a CPU,
     where bf16 can be tens of times slower) predictions run in fp32.
     """
-    precision = run.results.get("precision") or "fp32"
     run_device = str(run.results.get("device") or "cpu").split(":")[0].split(" ")[0]
-    if precision not in ("bf16", "fp16") or run_device != device.type:
-        return contextlib.nullcontext()
-    return torch.autocast(device_type=device.type, dtype=TORCH_DTYPES[precision])
+    precision = (run.results.get("precision") or "fp32") if run_device == device.type else "fp32"
+    return autocast_for(precision, device.type)
 
 
 def predict(

@@ -21,7 +21,6 @@ finished run. `run_main(main)` turns a user error into one paragraph on stderr a
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import os
 import sys
@@ -30,7 +29,6 @@ from dataclasses import replace
 from typing import Any
 
 import datasets
-import torch
 import transformers
 from transformers import EarlyStoppingCallback, set_seed
 
@@ -59,7 +57,7 @@ from recipes_lib.modeling import (
 )
 from recipes_lib.optimizers import optimizer_state_summary
 from recipes_lib.parsing import wants_traceback
-from recipes_lib.precision import TORCH_DTYPES, AutocastProbe
+from recipes_lib.precision import AutocastProbe, autocast_for
 from recipes_lib.predict import batch_logits
 from recipes_lib.predictions import (
     CONFUSION_MATRIX_PNG,
@@ -366,13 +364,7 @@ class RecipeRun:
         ):
             return {}
         model = load_trained_model(merged_dir, device=self.device).eval()
-        precision = self.precision_probe.observed or self.precision
-        autocast = (
-            torch.autocast(self.device.type, dtype=TORCH_DTYPES[precision])
-            if precision in ("bf16", "fp16")
-            else contextlib.nullcontext()
-        )
-        with autocast:
+        with autocast_for(self.precision_probe.observed or self.precision, self.device.type):
             logits = batch_logits(
                 model,
                 self.tokenized["validation"],
