@@ -36,7 +36,7 @@ demo: $(BIN)/.installed
 	done
 	# The runs side by side: memory (and what holds it), speed, accuracy; chart in outputs/demo/memory_comparison.png.
 	# --wandb: the same table and chart as one comparison run in the demo's W&B group (offline here).
-	$(OFFLINE) $(BIN)/python -m recipes_lib.cli compare --wandb $(addprefix outputs/demo/,$(DEMO_RECIPES))
+	$(OFFLINE) $(BIN)/python -m recipes_lib.cli.main compare --wandb $(addprefix outputs/demo/,$(DEMO_RECIPES))
 
 test: $(BIN)/.installed
 	$(OFFLINE) $(BIN)/python -m pytest $(PYTEST_ARGS)

@@ -112,10 +112,11 @@ def predicted_peak_gib(model_dir: Path, recipe: str, batch: int, seq: int, bf16:
     """The planner's prediction for this run (the recipe with its default options, as run_recipe
     runs it), or None if the planner is not available."""
     try:
-        from recipes_lib import catalog, planner
+        from recipes_lib.config.registry import recipe_specs
+        from recipes_lib.memory import planner
     except ImportError:
         return None
-    shape = catalog.recipe_specs()[recipe].default_shape()
+    shape = recipe_specs()[recipe].default_shape()
     return planner.predict_for_check(str(model_dir), shape, batch, seq, bf16)
 
 

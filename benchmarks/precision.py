@@ -11,7 +11,7 @@ Three measurements, each the median of a few repeats after a warm-up:
 3. The same step for QLoRA's 4-bit base with its matmuls in fp32 and in bf16 (the 4-bit compute
    dtype), LoRA r=8 on query/value.
 
-Then it prints the precision `recipes_lib.precision.choose_precision` gives every recipe on this
+Then it prints the precision `recipes_lib.config.precision.choose_precision` gives every recipe on this
 machine with no flag, and what it would give with `--bf16 true`. Ratios are slow/fast on the same
 machine in the same process; the CPU's capability is printed with them, since it decides them.
 To see what a CPU without AVX-512 BF16 does, on one that has it:
@@ -34,9 +34,9 @@ from pathlib import Path
 import torch
 from transformers import AutoModelForSequenceClassification, BitsAndBytesConfig
 
-from recipes_lib.adapters import LoraArguments, add_lora
-from recipes_lib.modeling import packaged_model_dir
-from recipes_lib.precision import TORCH_DTYPES, choose_precision, detect_capability
+from recipes_lib.config.precision import TORCH_DTYPES, choose_precision, detect_capability
+from recipes_lib.modeling.adapters import LoraArguments, add_lora
+from recipes_lib.modeling.loading import packaged_model_dir
 
 RECIPES = ("full_ft", "adamw_8bit", "lora", "qlora")
 

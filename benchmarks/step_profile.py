@@ -54,7 +54,7 @@ def load_recipe(name: str):
     path = REPO_ROOT / "recipes" / f"{name}.py"
     if not path.is_file():
         sys.exit(f"--recipes names '{name}', but there is no {path}. Pick a script of recipes/.")
-    from recipes_lib.catalog import load_recipe_module
+    from recipes_lib.config.registry import load_recipe_module
 
     return load_recipe_module(path)
 
@@ -97,7 +97,7 @@ def trainer_optimizer(model, arguments):
     """What the Trainer builds for --optim when the recipe hands it no optimizer."""
     from transformers import Trainer
 
-    from recipes_lib.optimizers import decay_parameter_groups
+    from recipes_lib.modeling.optimizers import decay_parameter_groups
 
     optimizer_class, kwargs = Trainer.get_optimizer_cls_and_kwargs(arguments.training, model)
     groups = decay_parameter_groups(model, arguments.training.weight_decay)
@@ -112,7 +112,7 @@ def training_batches(run, count: int):
     """
     import torch
 
-    from recipes_lib.data import LENGTH_COLUMN, padding_collator
+    from recipes_lib.data.loading import LENGTH_COLUMN, padding_collator
 
     arguments = run.arguments
     train = run.tokenized["train"].remove_columns(LENGTH_COLUMN)  # the sampler's, not the model's
@@ -210,7 +210,7 @@ def profile_recipe(name: str, args: argparse.Namespace, work_dir: Path) -> dict:
     import torch
     from torch.profiler import ProfilerActivity, profile
 
-    from recipes_lib.modeling import count_parameters
+    from recipes_lib.modeling.loading import count_parameters
 
     recipe = load_recipe(name)
     torch.manual_seed(args.seed)

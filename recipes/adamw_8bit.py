@@ -9,9 +9,9 @@ more. nn.Embedding weights keep 32-bit state by default (bitsandbytes' advice). 
 NEW are what this recipe changes in full_ft.py.
 """
 
-from recipes_lib.optimizers import Adam8bitArguments, create_adamw_8bit  # NEW
-from recipes_lib.parsing import parse_arguments
-from recipes_lib.recipe_spec import RecipeSpec, TrainingShape
+from recipes_lib.config.parsing import parse_arguments
+from recipes_lib.config.recipe_spec import RecipeSpec, TrainingShape
+from recipes_lib.modeling.optimizers import Adam8bitArguments, create_adamw_8bit  # NEW
 from recipes_lib.run import RecipeRun, run_main
 
 SPEC = RecipeSpec(

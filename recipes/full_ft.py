@@ -8,8 +8,8 @@ every option). Memory per parameter: 4 B weights + 4 B gradients + 8 B AdamW sta
 The other recipes are this script plus the lines marked NEW.
 """
 
-from recipes_lib.parsing import parse_arguments
-from recipes_lib.recipe_spec import RecipeSpec
+from recipes_lib.config.parsing import parse_arguments
+from recipes_lib.config.recipe_spec import RecipeSpec
 from recipes_lib.run import RecipeRun, run_main
 
 SPEC = RecipeSpec(name="full_ft")

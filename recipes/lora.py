@@ -9,9 +9,14 @@ output_dir holds the adapter with the head; `--merge_adapter` also writes a plai
 output_dir/merged. The lines marked NEW are what LoRA changes in full_ft.py.
 """
 
-from recipes_lib.adapters import LORA_LEARNING_RATE, LoraArguments, add_lora, save_adapter_extras  # NEW
-from recipes_lib.parsing import parse_arguments
-from recipes_lib.recipe_spec import RecipeSpec, TrainingShape
+from recipes_lib.config.parsing import parse_arguments
+from recipes_lib.config.recipe_spec import RecipeSpec, TrainingShape
+from recipes_lib.modeling.adapters import (  # NEW
+    LORA_LEARNING_RATE,
+    LoraArguments,
+    add_lora,
+    save_adapter_extras,
+)
 from recipes_lib.run import RecipeRun, run_main
 
 SPEC = RecipeSpec(

@@ -8,7 +8,9 @@ weights are NF4 with double quantization (4.13 bits per weight), their matmuls i
 (bf16 on GPUs that have it natively, fp16 on older ones, fp32 on CPUs). NEW marks what QLoRA changes.
 """
 
-from recipes_lib.adapters import (  # NEW
+from recipes_lib.config.parsing import parse_arguments
+from recipes_lib.config.recipe_spec import RecipeSpec, TrainingShape
+from recipes_lib.modeling.adapters import (  # NEW
     LORA_LEARNING_RATE,
     LoraArguments,
     add_lora,
@@ -17,8 +19,6 @@ from recipes_lib.adapters import (  # NEW
     prepare_4bit_model,
     save_adapter_extras,
 )
-from recipes_lib.parsing import parse_arguments
-from recipes_lib.recipe_spec import RecipeSpec, TrainingShape
 from recipes_lib.run import RecipeRun, run_main
 
 SPEC = RecipeSpec(

@@ -168,6 +168,6 @@ def one_thread():
 
 def load_recipe(name: str):
     """recipes/<name>.py imported from its file: its `SPEC` and its `main(argv)`."""
-    from recipes_lib.catalog import load_recipe_module
+    from recipes_lib.config.registry import load_recipe_module
 
     return load_recipe_module(REPO_ROOT / "recipes" / f"{name}.py")

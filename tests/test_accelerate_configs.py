@@ -14,7 +14,7 @@ from unittest import mock
 import pytest
 import yaml
 
-from recipes_lib.families import FAMILY_NAMES
+from recipes_lib.modeling.families import FAMILY_NAMES
 from tests.conftest import REPO_ROOT
 
 CONFIG_DIR = REPO_ROOT / "accelerate_configs"
@@ -121,7 +121,7 @@ def test_fsdp_config_gives_full_shard_fsdp2_wrapping_each_layer_of_every_family(
     from torch.distributed.fsdp import StateDictType
     from transformers import AutoConfig
 
-    from recipes_lib.families import meta_model, profile_for
+    from recipes_lib.modeling.families import meta_model, profile_for
     from recipes_lib.run import name_fsdp_layer_classes
 
     environment = accelerate_variables(
@@ -149,7 +149,7 @@ def test_fsdp_config_gives_full_shard_fsdp2_wrapping_each_layer_of_every_family(
 def test_an_fsdp_layer_class_named_in_the_accelerate_config_wins(monkeypatch):
     from transformers import AutoConfig
 
-    from recipes_lib.families import profile_for
+    from recipes_lib.modeling.families import profile_for
     from recipes_lib.run import name_fsdp_layer_classes
 
     monkeypatch.setenv("ACCELERATE_USE_FSDP", "true")
@@ -216,10 +216,10 @@ def test_fsdp_or_deepspeed_without_a_gpu_is_refused_before_anything_loads(
     monkeypatch, tmp_path, variable, name
 ):
     """accelerate runs CPU processes as plain DDP whatever the config says: the recipe says so and stops."""
-    from recipes_lib import arguments as config
+    from recipes_lib.config import arguments as config
+    from recipes_lib.config.parsing import parse_arguments
+    from recipes_lib.config.recipe_spec import RecipeSpec
     from recipes_lib.errors import ConfigError
-    from recipes_lib.parsing import parse_arguments
-    from recipes_lib.recipe_spec import RecipeSpec
 
     monkeypatch.setenv(variable, "true")
     monkeypatch.setattr(config, "_cuda_available", lambda: False)

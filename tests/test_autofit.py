@@ -8,10 +8,10 @@ import pytest
 import torch
 from transformers import BertForSequenceClassification
 
-import recipes_lib.autofit as autofit
-from recipes_lib.autofit import batch_for
-from recipes_lib.planner import Setup, load_config, plan_memory
-from recipes_lib.recipe_spec import TrainingShape
+import recipes_lib.training.autofit as autofit
+from recipes_lib.config.recipe_spec import TrainingShape
+from recipes_lib.memory.planner import Setup, load_config, plan_memory
+from recipes_lib.training.autofit import batch_for
 from tests.inprocess import quick_args, run_in_process
 
 
@@ -110,7 +110,7 @@ def _arguments(batch_size: int, seq_length: int):
 
 def test_the_batch_is_planned_for_the_shape_the_recipe_gives(tiny_bert):
     """choose_batch_size plans what it is handed: the same budget fits a larger batch under LoRA."""
-    from recipes_lib.recipe_spec import LoraShape
+    from recipes_lib.config.recipe_spec import LoraShape
 
     config = load_config(str(tiny_bert))
     lora = TrainingShape(adapters=LoraShape())

@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
+from recipes_lib.config.parsing import parse_arguments
+from recipes_lib.config.recipe_spec import RecipeSpec
 from recipes_lib.errors import ConfigError
-from recipes_lib.parsing import parse_arguments
-from recipes_lib.recipe_spec import RecipeSpec
 from tests.conftest import REPO_ROOT, load_recipe
 
 

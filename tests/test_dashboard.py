@@ -15,8 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from recipes_lib import metric_names as names
-from recipes_lib.dashboard import (
+from recipes_lib.cli.dashboard import (
     SECTION_COMPARISON,
     SECTION_CURVES,
     SECTION_MEMORY,
@@ -29,7 +28,8 @@ from recipes_lib.dashboard import (
     view_spec,
     wandb_dashboard,
 )
-from recipes_lib.tracking import (
+from recipes_lib.tracking import names
+from recipes_lib.tracking.wandb_run import (
     COMPARE_JOB_TYPE,
     JOB_TYPE,
     RunIdentity,
@@ -384,7 +384,15 @@ def test_on_a_gpu_a_real_run_logs_every_memory_curve_the_view_shows(
 
 
 def dashboard_command(root: Path, *args: str, **env: str) -> subprocess.CompletedProcess:
-    command = [sys.executable, "-m", "recipes_lib.cli", "wandb-dashboard", "--project", "bert-recipes", *args]
+    command = [
+        sys.executable,
+        "-m",
+        "recipes_lib.cli.main",
+        "wandb-dashboard",
+        "--project",
+        "bert-recipes",
+        *args,
+    ]
     return subprocess.run(
         command,
         capture_output=True,
@@ -442,7 +450,7 @@ def test_compare_wandb_logs_the_table_and_chart_into_the_runs_group_as_one_compa
     command = [
         sys.executable,
         "-m",
-        "recipes_lib.cli",
+        "recipes_lib.cli.main",
         "compare",
         *run_dirs,
         "--chart",
@@ -467,7 +475,7 @@ def test_compare_wandb_logs_the_table_and_chart_into_the_runs_group_as_one_compa
 
 
 def test_compare_wandb_refuses_runs_of_different_groups_without_experiment(recipe_runs, tmp_path, capsys):
-    from recipes_lib.dashboard import log_comparison
+    from recipes_lib.cli.dashboard import log_comparison
 
     results = recipe_runs[RECIPES[0]][0]
     other = tmp_path / "other"
@@ -488,7 +496,7 @@ def test_with_a_key_and_the_network_it_saves_the_checked_view_and_prints_its_url
     import wandb_workspaces.reports.v2.interface as report_interface
     import wandb_workspaces.workspaces.interface as workspace_interface
 
-    from recipes_lib import dashboard
+    from recipes_lib.cli import dashboard
 
     class FakeApi:
         default_entity = "my-team"

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 from transformers import AutoTokenizer
 
-from recipes_lib.arguments import DataArguments
-from recipes_lib.data import load_classification_data, tokenize
+from recipes_lib.config.arguments import DataArguments
+from recipes_lib.data.loading import load_classification_data, tokenize
 from recipes_lib.errors import DataError
 from tests.conftest import write_csv
 
@@ -277,7 +277,7 @@ def test_a_csv_with_true_false_labels_trains(tmp_path, tiny_bert):
 def test_a_hub_dataset_without_the_chosen_evaluation_split_is_an_error_listing_its_splits():
     from datasets import Dataset, DatasetDict
 
-    from recipes_lib.data import choose_hub_splits
+    from recipes_lib.data.loading import choose_hub_splits
 
     rows = Dataset.from_dict({"premise": ["a"], "hypothesis": ["b"], "label": [0]})
     mnli = DatasetDict(
@@ -301,7 +301,11 @@ def test_a_hub_dataset_without_the_chosen_evaluation_split_is_an_error_listing_i
 def test_a_run_reports_per_class_scores_a_confusion_matrix_and_test_predictions(
     tmp_path, tiny_bert, learnable_data
 ):
-    from recipes_lib.predictions import CONFUSION_MATRIX_PNG, EVAL_PREDICTIONS_FILE, TEST_PREDICTIONS_FILE
+    from recipes_lib.evaluation.predictions import (
+        CONFUSION_MATRIX_PNG,
+        EVAL_PREDICTIONS_FILE,
+        TEST_PREDICTIONS_FILE,
+    )
     from tests.inprocess import quick_args, run_in_process
 
     unlabelled = tmp_path / "test.csv"

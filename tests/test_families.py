@@ -15,7 +15,7 @@ import pytest
 import torch
 
 from recipes_lib.errors import RecipeError
-from recipes_lib.families import FAMILY_NAMES
+from recipes_lib.modeling.families import FAMILY_NAMES
 from tests.conftest import COLOURS, NOISE, SPECIAL_TOKENS
 from tests.inprocess import quick_args, run_in_process
 
@@ -117,8 +117,8 @@ def test_lora_trains_saves_reloads_and_merges_to_the_evaluated_logits(
 ):
     from transformers import AutoModelForSequenceClassification
 
-    from recipes_lib.adapters import MERGED_SUBDIR, load_trained_model
-    from recipes_lib.families import profile_for
+    from recipes_lib.modeling.adapters import MERGED_SUBDIR, load_trained_model
+    from recipes_lib.modeling.families import profile_for
 
     output_dir = tmp_path / "run"
     args = few_steps(family_models[family], learnable_data, output_dir, "--merge_adapter", "true")
@@ -141,7 +141,7 @@ def test_lora_trains_saves_reloads_and_merges_to_the_evaluated_logits(
 @pytest.mark.parametrize("recipe", ["full_ft", "adamw_8bit", "qlora"])
 @pytest.mark.parametrize("family", FAMILIES)
 def test_every_recipe_trains_every_family(recipe, family, family_models, learnable_data, tmp_path):
-    from recipes_lib.adapters import load_trained_model
+    from recipes_lib.modeling.adapters import load_trained_model
 
     output_dir = tmp_path / "run"
     results, evaluated = run_capturing_the_evaluated_model(
@@ -220,9 +220,9 @@ def test_roberta_accepts_its_full_length(family_models, learnable_data, tmp_path
 def test_roberta_style_positions_leave_512_of_514(family):
     from transformers import AutoConfig
 
-    from recipes_lib.arguments import ModelArguments
+    from recipes_lib.config.arguments import ModelArguments
     from recipes_lib.errors import ModelError
-    from recipes_lib.modeling import check_model_support
+    from recipes_lib.modeling.loading import check_model_support
 
     config = AutoConfig.for_model(family, max_position_embeddings=514, pad_token_id=1)  # roberta-base's
     check_model_support(ModelArguments(), config, 512)
@@ -234,7 +234,7 @@ def test_roberta_style_positions_leave_512_of_514(family):
 def test_every_family_has_a_profile_with_lora_targets_that_exist(family):
     from transformers import AutoConfig
 
-    from recipes_lib.families import linear_layer_names, profile_for
+    from recipes_lib.modeling.families import linear_layer_names, profile_for
 
     config = AutoConfig.for_model(family)
     profile = profile_for(config)

@@ -9,8 +9,8 @@ import pytest
 import torch
 from transformers import BertConfig, BertForSequenceClassification
 
-from recipes_lib.memory import MemoryMonitor, TensorMemoryTracker, storage_bytes, weight_tensors
-from recipes_lib.optimizers import optimizer_state_tensors
+from recipes_lib.memory.monitor import MemoryMonitor, TensorMemoryTracker, storage_bytes, weight_tensors
+from recipes_lib.modeling.optimizers import optimizer_state_tensors
 from recipes_lib.units import GIB
 from tests.conftest import run_recipe_process, tiny_run_args
 from tests.inprocess import quick_args, run_in_process
@@ -162,7 +162,7 @@ def test_track_memory_false_keeps_what_costs_nothing(tiny_bert, learnable_data, 
 
 def test_cuda_figures_come_from_the_allocator_with_peaks_reset_per_phase(monkeypatch):
     """The CUDA branch, run without a GPU: the allocator's counters are stood in for, phase by phase."""
-    from recipes_lib.memory import peak_memory
+    from recipes_lib.memory.monitor import peak_memory
 
     counters = {"allocated": 0, "reserved": 0, "active": 0}
     peaks = dict(counters)

@@ -129,13 +129,18 @@ def evaluate_in_one_process(recipe_name: str, model: Path, data, checkpoint: Pat
     from safetensors.torch import load_file
     from transformers import DataCollatorWithPadding
 
-    from recipes_lib.adapters import LoraArguments, add_lora, nf4_quantization_config, prepare_4bit_model
-    from recipes_lib.data import load_classification_data, tokenize
-    from recipes_lib.metrics import TaskMetrics
-    from recipes_lib.modeling import load_model, load_model_config, load_tokenizer
-    from recipes_lib.parsing import parse_arguments
-    from recipes_lib.tasks import SINGLE_LABEL
-    from recipes_lib.trainer import RecipeTrainer
+    from recipes_lib.config.parsing import parse_arguments
+    from recipes_lib.config.tasks import SINGLE_LABEL
+    from recipes_lib.data.loading import load_classification_data, tokenize
+    from recipes_lib.evaluation.metrics import TaskMetrics
+    from recipes_lib.modeling.adapters import (
+        LoraArguments,
+        add_lora,
+        nf4_quantization_config,
+        prepare_4bit_model,
+    )
+    from recipes_lib.modeling.loading import load_model, load_model_config, load_tokenizer
+    from recipes_lib.training.trainer import RecipeTrainer
 
     arguments = parse_arguments(load_recipe(recipe_name).SPEC, run_args(model, data, scratch))
     tokenizer = load_tokenizer(arguments.model)
@@ -242,8 +247,8 @@ def test_compute_metrics_reports_how_many_predictions_it_scored():
     import numpy as np
     from transformers import EvalPrediction
 
-    from recipes_lib.metrics import TaskMetrics
-    from recipes_lib.tasks import SINGLE_LABEL
+    from recipes_lib.config.tasks import SINGLE_LABEL
+    from recipes_lib.evaluation.metrics import TaskMetrics
 
     logits = np.array([[2.0, 0.0], [0.0, 1.0], [3.0, 0.0]])
     metrics = TaskMetrics(SINGLE_LABEL, 2)(EvalPrediction(predictions=logits, label_ids=np.array([0, 1, 1])))
@@ -264,9 +269,9 @@ def test_recipe_trainer_eval_loss_is_the_stock_trainers_in_one_process(
         TrainingArguments,
     )
 
-    from recipes_lib.metrics import TaskMetrics
-    from recipes_lib.tasks import SINGLE_LABEL
-    from recipes_lib.trainer import RecipeTrainer
+    from recipes_lib.config.tasks import SINGLE_LABEL
+    from recipes_lib.evaluation.metrics import TaskMetrics
+    from recipes_lib.training.trainer import RecipeTrainer
 
     tokenizer = AutoTokenizer.from_pretrained(tiny_bert)
     rows = learnable_rows(23, seed=9)
@@ -303,8 +308,8 @@ def test_training_loss_is_a_mean_whatever_the_gradient_accumulation(tiny_bert, t
     from datasets import Dataset
     from transformers import AutoModelForSequenceClassification, AutoTokenizer, DataCollatorWithPadding
 
-    from recipes_lib.arguments import RecipeTrainingArguments
-    from recipes_lib.trainer import RecipeTrainer
+    from recipes_lib.config.arguments import RecipeTrainingArguments
+    from recipes_lib.training.trainer import RecipeTrainer
 
     tokenizer = AutoTokenizer.from_pretrained(tiny_bert)
     rows = learnable_rows(32, seed=3)
@@ -340,7 +345,7 @@ def test_training_loss_is_a_mean_whatever_the_gradient_accumulation(tiny_bert, t
 def test_a_multi_label_lora_run_under_two_processes_tunes_saves_and_predicts_like_one(tmp_path):
     """Thresholds tuned from the gathered predictions, the merged model scored on the main process
     after the last collective step, each of the 63 validation rows once, predict equal to the run."""
-    from recipes_lib.predict import predict
+    from recipes_lib.cli.predict import predict
     from tests.test_tasks import multi_label_files, read_jsonl
 
     model = build_tiny_bert(tmp_path / "bert")

@@ -7,9 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from recipes_lib.catalog import recipe_specs
-from recipes_lib.cli import main
-from recipes_lib.planner import (
+from recipes_lib.cli.main import main
+from recipes_lib.config.recipe_spec import LoraShape, TrainingShape
+from recipes_lib.config.registry import recipe_specs
+from recipes_lib.memory.planner import (
     KNOWN_CONFIGS,
     MIN_8BIT_SIZE,
     Setup,
@@ -18,7 +19,6 @@ from recipes_lib.planner import (
     load_config,
     plan_memory,
 )
-from recipes_lib.recipe_spec import LoraShape, TrainingShape
 from recipes_lib.units import GIB
 from tests.inprocess import available_recipes, quick_args, run_in_process
 
@@ -183,7 +183,7 @@ def test_all_linear_adapters_count_every_linear_layer():
 
 
 def test_the_label_names_a_plan_and_changes_none_of_its_numbers():
-    from recipes_lib.planner_report import format_plan
+    from recipes_lib.memory.planner_report import format_plan
 
     config = _bert_config("bert-base-uncased")
     named, unnamed = (
@@ -199,7 +199,7 @@ def test_the_label_names_a_plan_and_changes_none_of_its_numbers():
 
 def test_plan_models_plans_every_row_it_can_and_says_why_not_for_the_others(tmp_path):
     from recipes_lib.errors import ConfigError
-    from recipes_lib.planner import plan_models
+    from recipes_lib.memory.planner import plan_models
 
     shapes = {"full_ft": FULL_FT, "broken": ConfigError("lora_r is 0; the rank must be a positive integer.")}
     rows = plan_models(["bert-base-uncased", str(tmp_path / "missing")], shapes, Setup(bf16=True), 24)

@@ -18,10 +18,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from recipes_lib.cli import main
-from recipes_lib.memory import TensorMemoryTracker
-from recipes_lib.planner import Encoder, Setup, load_config, plan_memory
-from recipes_lib.recipe_spec import LoraShape, TrainingShape
+from recipes_lib.cli.main import main
+from recipes_lib.config.recipe_spec import LoraShape, TrainingShape
+from recipes_lib.memory.monitor import TensorMemoryTracker
+from recipes_lib.memory.planner import Encoder, Setup, load_config, plan_memory
 from recipes_lib.units import GIB
 from tests.inprocess import quick_args, run_in_process
 from tests.test_families import FAMILIES, build_tiny_family
@@ -55,9 +55,9 @@ def measured_training_step(
     """
     from transformers import AutoConfig, AutoTokenizer
 
-    from recipes_lib.adapters import add_lora
-    from recipes_lib.arguments import ModelArguments
-    from recipes_lib.modeling import check_model_support, load_model
+    from recipes_lib.config.arguments import ModelArguments
+    from recipes_lib.modeling.adapters import add_lora
+    from recipes_lib.modeling.loading import check_model_support, load_model
 
     config = AutoConfig.from_pretrained(model_dir, num_labels=2)
     model_args = ModelArguments(model_name_or_path=str(model_dir))
@@ -164,7 +164,7 @@ def test_the_planner_predicts_every_recipe_run_on_every_family(
     family, recipe, family_dirs, learnable_data, tmp_path
 ):
     """The recipes themselves, in this process: two optimizer steps, planned for the batch of the peak."""
-    from recipes_lib.catalog import recipe_specs
+    from recipes_lib.config.registry import recipe_specs
 
     model_dir = family_dirs[family]
     results = run_in_process(recipe, quick_args(model_dir, learnable_data, tmp_path / "run"))
@@ -186,8 +186,8 @@ def test_the_planner_predicts_every_recipe_run_on_every_family(
 
 def test_the_encoder_reads_each_family_under_its_own_names(family_dirs):
     """Sizes from the config and the meta model, whatever the family calls them."""
-    from recipes_lib.families import FAMILY_NAMES
-    from recipes_lib.planner import FAMILY_FORWARDS
+    from recipes_lib.memory.planner import FAMILY_FORWARDS
+    from recipes_lib.modeling.families import FAMILY_NAMES
 
     assert set(FAMILY_FORWARDS) == set(FAMILY_NAMES)  # a family the project supports, the planner knows
     encoders = {family: Encoder.from_config(load_config(str(family_dirs[family]))) for family in FAMILIES}

@@ -7,9 +7,9 @@ import math
 
 import pytest
 
-from recipes_lib.cli import main
-from recipes_lib.planner import KNOWN_CONFIGS, SHARDED_PARTS, Setup, load_config, plan_memory
-from recipes_lib.recipe_spec import LoraShape, TrainingShape
+from recipes_lib.cli.main import main
+from recipes_lib.config.recipe_spec import LoraShape, TrainingShape
+from recipes_lib.memory.planner import KNOWN_CONFIGS, SHARDED_PARTS, Setup, load_config, plan_memory
 
 # bert-base: 12 layers of 4 x (768 x 768 + 768) + 2 x 768 x 3072 + 3072 + 768 + 2 x 2 x 768 parameters.
 BERT_BASE_LAYER_PARAMETERS = 7_087_872

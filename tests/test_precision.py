@@ -7,8 +7,8 @@ import json
 
 import pytest
 
+from recipes_lib.config.precision import DeviceCapability, choose_precision, emulation_warning
 from recipes_lib.errors import ConfigError
-from recipes_lib.precision import DeviceCapability, choose_precision, emulation_warning
 from tests.inprocess import quick_args, run_in_process
 
 AVX2_CPU = DeviceCapability("cpu", "CPU, AVX2 kernels", native_bf16=False, native_fp16=False)
@@ -117,8 +117,8 @@ def test_an_explicit_choice_the_hardware_emulates_runs_with_a_warning():
 
 
 def _parse(argv, **kwargs):
-    from recipes_lib.parsing import parse_arguments
-    from recipes_lib.recipe_spec import RecipeSpec
+    from recipes_lib.config.parsing import parse_arguments
+    from recipes_lib.config.recipe_spec import RecipeSpec
 
     return parse_arguments(RecipeSpec("full_ft"), ["--output_dir", "unused", *argv], **kwargs).training
 
@@ -144,7 +144,7 @@ def test_fp32_by_default_on_cpu_even_under_a_launcher_that_set_no(monkeypatch):
 
 
 def test_a_gpu_that_only_emulates_bf16_gets_fp16_and_deberta_fp32(monkeypatch):
-    import recipes_lib.arguments as config
+    import recipes_lib.config.arguments as config
 
     monkeypatch.setattr(config, "detect_capability", lambda use_cpu: TURING)
     training = _parse([])
@@ -192,7 +192,7 @@ def test_results_report_the_precision_the_layers_ran_in(
 def test_inference_outside_the_trainer_autocasts_like_the_run():
     import torch
 
-    from recipes_lib.precision import autocast_for
+    from recipes_lib.config.precision import autocast_for
 
     with autocast_for("bf16", "cpu"):
         assert torch.is_autocast_enabled("cpu") and torch.get_autocast_dtype("cpu") == torch.bfloat16

@@ -74,7 +74,7 @@ def qlora_run(lively_bert, predict_data, tmp_path_factory) -> tuple[Path, list[s
     records = []
     handler = logging.Handler()
     handler.emit = lambda record: records.append(record.getMessage())
-    logger = logging.getLogger("recipes_lib.adapters")
+    logger = logging.getLogger("recipes_lib.modeling.adapters")
     logger.addHandler(handler)
     try:
         output_dir = _run(
@@ -99,7 +99,7 @@ def assert_same_rows(actual: list[dict], expected: list[dict], tolerance: float 
 
 
 def _predict(run_dir, input_file, **options):
-    from recipes_lib.predict import predict
+    from recipes_lib.cli.predict import predict
 
     return predict(run_dir, input_file, progress=False, **options)
 
@@ -128,7 +128,7 @@ def test_predict_on_the_validation_file_gives_the_runs_own_eval_predictions(
 def test_qlora_output_rebuilds_its_4bit_base_and_the_log_says_what_the_merged_model_is(
     qlora_run, predict_data
 ):
-    from recipes_lib.adapters import BASE_QUANTIZATION_FILE, load_trained_model
+    from recipes_lib.modeling.adapters import BASE_QUANTIZATION_FILE, load_trained_model
 
     output_dir, log = qlora_run
     saved = json.loads((output_dir / BASE_QUANTIZATION_FILE).read_text())
@@ -154,7 +154,7 @@ def test_qlora_output_rebuilds_its_4bit_base_and_the_log_says_what_the_merged_mo
 
 
 def test_a_lora_run_saves_no_quantization_file(lora_run):
-    from recipes_lib.adapters import BASE_QUANTIZATION_FILE
+    from recipes_lib.modeling.adapters import BASE_QUANTIZATION_FILE
 
     assert (lora_run / "adapter_config.json").is_file() and not (lora_run / BASE_QUANTIZATION_FILE).exists()
 
@@ -197,7 +197,7 @@ def test_every_input_format_gives_the_same_predictions_as_the_csv(
 
 
 def test_the_command_writes_json_lines_to_output_or_stdout(full_ft_run, predict_data, tmp_path, capsys):
-    from recipes_lib.cli import main
+    from recipes_lib.cli.main import main
 
     output = tmp_path / "predictions.jsonl"
     assert (
@@ -311,7 +311,7 @@ def test_an_unreadable_input_file_is_one_error_naming_the_file_and_the_fix(
 
 
 def test_the_command_prints_one_error_paragraph_and_exits_2(tmp_path, capsys):
-    from recipes_lib.cli import main
+    from recipes_lib.cli.main import main
 
     assert main(["predict", str(tmp_path / "nowhere"), "--input", str(tmp_path / "x.csv")]) == 2
     captured = capsys.readouterr()

@@ -17,7 +17,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from recipes_lib.optimizers import MIN_8BIT_SIZE, create_adamw_8bit, decay_parameter_groups
+from recipes_lib.modeling.optimizers import MIN_8BIT_SIZE, create_adamw_8bit, decay_parameter_groups
 from tests.conftest import RECIPES, REPO_ROOT, build_tiny_bert, load_recipe, run_recipe_process, tiny_run_args
 
 CPU_RECIPES = RECIPES  # every recipe runs on CPU
@@ -125,7 +125,7 @@ def test_lora_output_dir_holds_the_adapter_and_the_head_and_reloads_to_the_same_
     from peft import get_peft_model_state_dict
     from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
-    from recipes_lib.adapters import load_trained_model
+    from recipes_lib.modeling.adapters import load_trained_model
 
     assert (lora_run / "adapter_model.safetensors").is_file() and (lora_run / "tokenizer.json").is_file()
     assert not (lora_run / "model.safetensors").exists()
@@ -151,7 +151,7 @@ def test_lora_output_dir_holds_the_adapter_and_the_head_and_reloads_to_the_same_
 def test_merged_model_is_a_plain_model_with_the_adapter_models_logits(lora_run):
     from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
-    from recipes_lib.adapters import load_trained_model
+    from recipes_lib.modeling.adapters import load_trained_model
 
     merged_dir = lora_run / "merged"
     assert (merged_dir / "model.safetensors").is_file() and not (merged_dir / "adapter_config.json").exists()
@@ -288,7 +288,7 @@ def test_optimizer_state_summary_counts_each_tensor_once_through_accelerates_wra
     from accelerate.optimizer import AcceleratedOptimizer
     from transformers import TrainingArguments
 
-    from recipes_lib.optimizers import optimizer_state_summary
+    from recipes_lib.modeling.optimizers import optimizer_state_summary
 
     model = _small_bert()
     torch_adamw = torch.optim.AdamW(model.parameters(), lr=1e-3)
@@ -329,9 +329,9 @@ BERT_LARGE = {
 def test_parameter_counts_of_bert_base_and_large_from_their_configs(shape, total, lora_trainable):
     from transformers import BertConfig
 
-    from recipes_lib.adapters import LoraArguments
-    from recipes_lib.planner import count_parameters_on_meta
-    from recipes_lib.recipe_spec import TrainingShape
+    from recipes_lib.config.recipe_spec import TrainingShape
+    from recipes_lib.memory.planner import count_parameters_on_meta
+    from recipes_lib.modeling.adapters import LoraArguments
 
     config = BertConfig(num_labels=2, **shape)
     full = count_parameters_on_meta(config)
@@ -347,7 +347,7 @@ def test_parameter_counts_of_bert_base_and_large_from_their_configs(shape, total
 
 @pytest.mark.parametrize("recipe", CPU_RECIPES)
 def test_the_demo_config_works_for_every_recipe_and_gives_each_its_own_output_dir(recipe, monkeypatch):
-    from recipes_lib.parsing import parse_arguments
+    from recipes_lib.config.parsing import parse_arguments
 
     monkeypatch.chdir(REPO_ROOT)
     arguments = parse_arguments(load_recipe(recipe).SPEC, ["--config", "recipes/configs/demo.yaml"])
@@ -363,15 +363,15 @@ def test_the_demo_config_works_for_every_recipe_and_gives_each_its_own_output_di
     ],
 )
 def test_bad_lora_arguments_fail_before_anything_loads(argv, expected):
+    from recipes_lib.config.parsing import parse_arguments
     from recipes_lib.errors import ConfigError
-    from recipes_lib.parsing import parse_arguments
 
     with pytest.raises(ConfigError, match=expected):
         parse_arguments(load_recipe("lora").SPEC, argv)
 
 
 def test_lora_defaults_and_target_module_forms():
-    from recipes_lib.adapters import LoraArguments, lora_config, resolve_lora_targets
+    from recipes_lib.modeling.adapters import LoraArguments, lora_config, resolve_lora_targets
 
     assert LoraArguments().shape().target_modules == "auto"  # the family's query and value projections
     config = lora_config(resolve_lora_targets(LoraArguments().shape(), "bert"))
@@ -392,15 +392,15 @@ def test_lora_defaults_and_target_module_forms():
 
 
 def test_unknown_lora_target_names_the_layers_that_exist():
-    from recipes_lib.adapters import LoraArguments, add_lora
     from recipes_lib.errors import ConfigError
+    from recipes_lib.modeling.adapters import LoraArguments, add_lora
 
     with pytest.raises(ConfigError, match="Its linear layers are called: .*query"):
         add_lora(_small_bert(), LoraArguments(lora_target_modules=["q_proj"]))
 
 
 def test_all_linear_and_pooler_options_train_what_they_say():
-    from recipes_lib.adapters import LoraArguments, add_lora
+    from recipes_lib.modeling.adapters import LoraArguments, add_lora
 
     model = add_lora(_small_bert(), LoraArguments(lora_target_modules=["all-linear"], lora_train_pooler=True))
     trainable = {name for name, p in model.named_parameters() if p.requires_grad}
@@ -413,9 +413,14 @@ def test_all_linear_and_pooler_options_train_what_they_say():
 def test_qlora_base_is_nf4_with_double_quantization_and_the_head_stays_full_precision(bert256):
     from transformers import AutoConfig, AutoModelForSequenceClassification
 
-    from recipes_lib.adapters import LoraArguments, add_lora, nf4_quantization_config, prepare_4bit_model
-    from recipes_lib.arguments import ModelArguments
-    from recipes_lib.modeling import count_parameters, load_model
+    from recipes_lib.config.arguments import ModelArguments
+    from recipes_lib.modeling.adapters import (
+        LoraArguments,
+        add_lora,
+        nf4_quantization_config,
+        prepare_4bit_model,
+    )
+    from recipes_lib.modeling.loading import count_parameters, load_model
 
     config = AutoConfig.from_pretrained(bert256, num_labels=2)
     lora = LoraArguments(lora_train_pooler=True)

@@ -26,14 +26,14 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from recipes_lib.checkpoints import (
+from recipes_lib.errors import OutputDirError
+from recipes_lib.training.checkpoints import (
     COMPLETE_MARKER,
     incomplete_reason,
     last_complete_checkpoint,
     mark_complete,
     resolve_resume_checkpoint,
 )
-from recipes_lib.errors import OutputDirError
 from tests.conftest import RECIPES, REPO_ROOT, load_recipe, tiny_run_args
 
 # 256 examples / 16 per batch = 16 steps per epoch: 40 steps cross two epoch boundaries, and a
@@ -233,7 +233,7 @@ def test_resume_skips_a_checkpoint_cut_short_while_saving(
         return real_load(*args, **kwargs)
 
     monkeypatch.setattr(torch, "load", watched_load)
-    caplog.set_level(logging.WARNING, logger="recipes_lib.checkpoints")
+    caplog.set_level(logging.WARNING, logger="recipes_lib.training.checkpoints")
     run_main(
         load_recipe("full_ft").main,
         recipe_args("full_ft", tiny_bert, learnable_data, output_dir, "--resume_from_checkpoint", "last"),
@@ -266,7 +266,7 @@ def test_last_complete_checkpoint_ignores_missing_markers_and_truncated_files(tm
     with pytest.raises(OutputDirError, match=r"checkpoint-8' is incomplete .* Resume from '.*checkpoint-4'"):
         resolve_resume_checkpoint(str(tmp_path / "checkpoint-8"), str(tmp_path), "results.json")
     # Named explicitly and without any marker (a plain Trainer's checkpoint): taken, with a warning.
-    with caplog.at_level(logging.WARNING, logger="recipes_lib.checkpoints"):
+    with caplog.at_level(logging.WARNING, logger="recipes_lib.training.checkpoints"):
         assert resolve_resume_checkpoint(str(tmp_path / "checkpoint-12"), str(tmp_path), "results.json")
     assert "has no checkpoint_complete.json" in caplog.text
     shutil.rmtree(tmp_path / "checkpoint-4")
@@ -319,9 +319,9 @@ def test_weights_holding_nan_are_never_saved(tiny_bert, learnable_data, tmp_path
     """The second guard: a model whose weights went NaN (with a finite loss, say) is refused at save time."""
     from transformers import AutoModelForSequenceClassification
 
-    from recipes_lib.arguments import RecipeTrainingArguments
+    from recipes_lib.config.arguments import RecipeTrainingArguments
     from recipes_lib.errors import TrainingDiverged
-    from recipes_lib.trainer import RecipeTrainer
+    from recipes_lib.training.trainer import RecipeTrainer
 
     model = AutoModelForSequenceClassification.from_pretrained(tiny_bert)
     with torch.no_grad():
@@ -336,8 +336,8 @@ def test_weights_holding_nan_are_never_saved(tiny_bert, learnable_data, tmp_path
 
 
 def test_gradient_clipping_is_on_by_default():
-    from recipes_lib.parsing import parse_arguments
-    from recipes_lib.recipe_spec import RecipeSpec
+    from recipes_lib.config.parsing import parse_arguments
+    from recipes_lib.config.recipe_spec import RecipeSpec
 
     assert parse_arguments(RecipeSpec("full_ft"), []).training.max_grad_norm == 1.0  # the Trainer's default
 
@@ -395,8 +395,8 @@ def test_weights_are_safetensors_and_checkpoint_state_loads_with_weights_only(un
 
 
 def test_trust_remote_code_is_off_unless_asked_and_warns_when_on(caplog):
-    from recipes_lib.parsing import parse_arguments
-    from recipes_lib.recipe_spec import RecipeSpec
+    from recipes_lib.config.parsing import parse_arguments
+    from recipes_lib.config.recipe_spec import RecipeSpec
 
     with caplog.at_level(logging.WARNING):
         assert parse_arguments(RecipeSpec("full_ft"), []).model.trust_remote_code is False
@@ -411,7 +411,7 @@ def test_trust_remote_code_is_off_unless_asked_and_warns_when_on(caplog):
 def test_overwriting_a_lora_run_with_full_ft_leaves_no_adapter_to_load_by_mistake(
     tiny_bert, learnable_data, tmp_path
 ):
-    from recipes_lib.adapters import load_trained_model
+    from recipes_lib.modeling.adapters import load_trained_model
     from tests.inprocess import quick_args, run_in_process
 
     output_dir = tmp_path / "run"

@@ -8,7 +8,7 @@ from itertools import pairwise
 import torch
 from transformers.trainer_pt_utils import LengthGroupedSampler
 
-from recipes_lib.trainer import ShuffledLengthGroupedSampler
+from recipes_lib.training.trainer import ShuffledLengthGroupedSampler
 
 STEP = 8
 
@@ -97,7 +97,7 @@ def test_the_trainer_gives_the_sampler_each_epoch_itself(monkeypatch):
     (SkipBatchSampler(BatchSamplerShard(...))); RecipeTrainer sets it from the epoch it runs."""
     from transformers import Trainer
 
-    from recipes_lib.trainer import RecipeTrainer
+    from recipes_lib.training.trainer import RecipeTrainer
 
     epochs_seen = []
     monkeypatch.setattr(

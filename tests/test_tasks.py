@@ -14,10 +14,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from recipes_lib.arguments import DataArguments
-from recipes_lib.data import load_classification_data
+from recipes_lib.config.arguments import DataArguments
+from recipes_lib.config.tasks import MULTI_LABEL, REGRESSION, SINGLE_LABEL
+from recipes_lib.data.loading import load_classification_data
 from recipes_lib.errors import ConfigError, DataError
-from recipes_lib.tasks import MULTI_LABEL, REGRESSION, SINGLE_LABEL
 from tests.conftest import COLOURS, NOISE, build_tiny_bert, write_csv
 from tests.inprocess import quick_args, run_in_process
 
@@ -212,7 +212,7 @@ def test_options_for_another_task_fail_before_the_weights_load(tmp_path, tiny_be
 def test_mse_as_the_best_model_metric_means_lower_is_better():
     from types import SimpleNamespace
 
-    from recipes_lib.data import LabelMapping
+    from recipes_lib.data.loading import LabelMapping
     from recipes_lib.run import check_task_options
 
     training = SimpleNamespace(
@@ -340,7 +340,7 @@ def assert_same_predictions(actual: list[dict], expected: list[dict]) -> None:
 def test_predict_gives_the_evaluation_predictions_for_a_full_model_and_a_merged_adapter(
     task, multi_label_run, regression_run, tiny_bert, tmp_path
 ):
-    from recipes_lib.predict import predict
+    from recipes_lib.cli.predict import predict
 
     output_dir, _, files = multi_label_run if task == "multi_label" else regression_run
     assert_same_predictions(
@@ -403,7 +403,7 @@ def test_the_shipped_task_data_reads_as_its_task_with_evaluation_texts_training_
 
 @pytest.mark.parametrize("recipe", ["adamw_8bit", "qlora"])
 def test_the_other_recipes_train_both_tasks_and_predict_what_they_evaluated(recipe, tiny_bert, tmp_path):
-    from recipes_lib.predict import predict
+    from recipes_lib.cli.predict import predict
 
     for task, files in (
         (MULTI_LABEL, multi_label_files(tmp_path / "multi", 32, 16)),

@@ -17,11 +17,11 @@ from pathlib import Path
 
 import pytest
 
-from recipes_lib import metric_names as names
+from recipes_lib.config.parsing import parse_arguments
+from recipes_lib.config.recipe_spec import RecipeSpec
 from recipes_lib.errors import ConfigError
-from recipes_lib.parsing import parse_arguments
-from recipes_lib.recipe_spec import RecipeSpec
-from recipes_lib.tracking import DEFAULT_PROJECT, JOB_TYPE, run_identity, start_tracking
+from recipes_lib.tracking import names
+from recipes_lib.tracking.wandb_run import DEFAULT_PROJECT, JOB_TYPE, run_identity, start_tracking
 from tests.conftest import REPO_ROOT, run_recipe_process, tiny_run_args
 
 # Shaped like a real key (40+ word characters), so wandb accepts it and would use it if it could.

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from recipes_lib import versions
+from recipes_lib.config import versions
 
 
 def test_the_supported_range_is_read_from_the_installed_metadata():

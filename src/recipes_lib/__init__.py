@@ -1,5 +1,5 @@
 """Shared library behind the fine-tuning recipes."""
 
-from recipes_lib.versions import check_supported_versions
+from recipes_lib.config.versions import check_supported_versions
 
 check_supported_versions()  # one line naming the supported range, instead of a failure deep in transformers

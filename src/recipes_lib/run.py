@@ -32,45 +32,12 @@ import datasets
 import transformers
 from transformers import EarlyStoppingCallback, set_seed
 
-from recipes_lib.adapters import (
-    MERGED_SUBDIR,
-    check_lora_targets,
-    describe_merged_model,
-    load_trained_model,
-    read_base_quantization,
-)
-from recipes_lib.arguments import ParsedArguments
-from recipes_lib.autofit import choose_batch_size, train_with_out_of_memory_backoff
-from recipes_lib.checkpoints import clear_previous_run, resolve_resume_checkpoint, resume_requested
-from recipes_lib.data import load_classification_data, padding_collator, tokenize
-from recipes_lib.errors import ConfigError, OutputDirError, RecipeError
-from recipes_lib.families import ArchitectureProfile
-from recipes_lib.memory import MemoryCallback, MemoryMonitor, peak_memory
-from recipes_lib.metric_names import METRIC_TITLES, eval_key
-from recipes_lib.metrics import TaskMetrics
-from recipes_lib.modeling import (
-    check_model_support,
-    count_parameters,
-    load_model,
-    load_model_config,
-    load_tokenizer,
-)
-from recipes_lib.optimizers import optimizer_state_summary
-from recipes_lib.parsing import wants_traceback
-from recipes_lib.precision import AutocastProbe, autocast_for
-from recipes_lib.predict import batch_logits
-from recipes_lib.predictions import (
-    CONFUSION_MATRIX_PNG,
-    EVAL_PREDICTIONS_FILE,
-    TEST_PREDICTIONS_FILE,
-    draw_confusion_matrix,
-    per_class_report,
-    prediction_rows,
-    write_thresholds,
-)
-from recipes_lib.recipe_spec import RecipeSpec
-from recipes_lib.results import RESULTS_FILE, describe_device, library_versions, timestamp, write_results
-from recipes_lib.tasks import (
+from recipes_lib.cli.predict import batch_logits
+from recipes_lib.config.arguments import ParsedArguments
+from recipes_lib.config.parsing import wants_traceback
+from recipes_lib.config.precision import AutocastProbe, autocast_for
+from recipes_lib.config.recipe_spec import RecipeSpec
+from recipes_lib.config.tasks import (
     DEFAULT_THRESHOLD,
     MULTI_LABEL,
     REGRESSION,
@@ -80,8 +47,41 @@ from recipes_lib.tasks import (
     sigmoid,
     tune_thresholds,
 )
-from recipes_lib.tracking import Tracker, start_tracking
-from recipes_lib.trainer import RecipeTrainer, class_weights_from
+from recipes_lib.data.loading import load_classification_data, padding_collator, tokenize
+from recipes_lib.errors import ConfigError, OutputDirError, RecipeError
+from recipes_lib.evaluation.metrics import TaskMetrics
+from recipes_lib.evaluation.predictions import (
+    CONFUSION_MATRIX_PNG,
+    EVAL_PREDICTIONS_FILE,
+    TEST_PREDICTIONS_FILE,
+    draw_confusion_matrix,
+    per_class_report,
+    prediction_rows,
+    write_thresholds,
+)
+from recipes_lib.memory.monitor import MemoryCallback, MemoryMonitor, peak_memory
+from recipes_lib.modeling.adapters import (
+    MERGED_SUBDIR,
+    check_lora_targets,
+    describe_merged_model,
+    load_trained_model,
+    read_base_quantization,
+)
+from recipes_lib.modeling.families import ArchitectureProfile
+from recipes_lib.modeling.loading import (
+    check_model_support,
+    count_parameters,
+    load_model,
+    load_model_config,
+    load_tokenizer,
+)
+from recipes_lib.modeling.optimizers import optimizer_state_summary
+from recipes_lib.results import RESULTS_FILE, describe_device, library_versions, timestamp, write_results
+from recipes_lib.tracking.names import METRIC_TITLES, eval_key
+from recipes_lib.tracking.wandb_run import Tracker, start_tracking
+from recipes_lib.training.autofit import choose_batch_size, train_with_out_of_memory_backoff
+from recipes_lib.training.checkpoints import clear_previous_run, resolve_resume_checkpoint, resume_requested
+from recipes_lib.training.trainer import RecipeTrainer, class_weights_from
 
 logger = logging.getLogger("recipes_lib")
 
@@ -509,7 +509,7 @@ class RecipeRun:
         the validation confusion matrix as a PNG (single-label)."""
         from pathlib import Path
 
-        from recipes_lib.datafiles import write_jsonl
+        from recipes_lib.data.files import write_jsonl
 
         output_dir, labels = Path(self.training.output_dir), self.data.labels
 

@@ -1,0 +1,275 @@
+"""Several runs side by side: `recipes-lib compare outputs/demo/full_ft outputs/demo/lora ...`.
+
+Reads each run's results.json and prints one table (memory and what holds it, trainable
+parameters, optimizer state, speed, accuracy), then draws one chart: a stacked bar per run of
+weights / gradients / optimizer state / activations / other, with the run's accuracy marked, so
+the memory-for-accuracy trade-off reads at a glance. `--markdown` prints the table as Markdown
+(for a README or a W&B report). `--wandb` also logs the table and the chart into the runs' W&B
+group as one comparison run (dashboard.log_comparison).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from recipes_lib.config.tasks import MULTI_LABEL, REGRESSION
+from recipes_lib.results import RESULTS_FILE, read_results
+from recipes_lib.tracking.names import TASK_METRIC_COLUMNS, eval_key
+from recipes_lib.units import BREAKDOWN_KEYS, GIB, format_table, short_model_name
+
+CHART_FILE = "memory_comparison.png"
+PART_LABELS = {
+    "weights": "weights",
+    "gradients": "gradients",
+    "optimizer_state": "optimizer state",
+    "activations": "activations",
+    "other": "other (inputs, optimizer temporaries)",
+}
+COLUMN_NAMES = {
+    "weights": "weights",
+    "gradients": "gradients",
+    "optimizer_state": "optimizer",
+    "activations": "activations",
+    "other": "other",
+}
+# Colour-blind-safe (Okabe-Ito), one per breakdown part.
+PART_COLOURS = {
+    "weights": "#0072B2",
+    "gradients": "#E69F00",
+    "optimizer_state": "#009E73",
+    "activations": "#CC79A7",
+    "other": "#999999",
+}
+
+
+class CompareError(Exception):
+    """A run directory without results.json: one line for the user, exit code 2."""
+
+
+def load_runs(run_dirs: list[str]) -> list[dict[str, Any]]:
+    runs = []
+    for run_dir in run_dirs:
+        path = Path(run_dir)
+        if not (path / RESULTS_FILE).is_file() and not (path.is_file() and path.suffix == ".json"):
+            raise CompareError(f"no {RESULTS_FILE} in '{run_dir}'; pass the output_dir of a finished run.")
+        runs.append(read_results(path))
+    return runs
+
+
+def _unit(runs: list[dict[str, Any]]) -> tuple[str, float]:
+    """GiB, or MiB when every tensor figure is under 1 GiB (a small model would read 0.0x GiB)."""
+    largest = max(
+        [run.get("tensor_peak_gib") or 0 for run in runs]
+        + [value or 0 for run in runs for value in (run.get("memory_breakdown_gib") or {}).values()]
+    )
+    return ("GiB", 1.0) if largest >= 1 else ("MiB", 1024.0)
+
+
+def _number(value: Any, fmt: str) -> str:
+    return "-" if value is None else fmt.format(value)
+
+
+def table_columns(unit: str, scale: float) -> list[tuple[str, Callable[[dict[str, Any]], str]]]:
+    def memory(key: str) -> Callable[[dict[str, Any]], str]:
+        return lambda run: _number(None if run.get(key) is None else run[key] * scale, "{:.2f}")
+
+    def part(key: str) -> Callable[[dict[str, Any]], str]:
+        def cell(run: dict[str, Any]) -> str:
+            value = (run.get("memory_breakdown_gib") or {}).get(key)
+            return _number(None if value is None else value * scale, "{:.2f}")
+
+        return cell
+
+    def optimizer_state_bytes(run: dict[str, Any]) -> str:
+        measured = run.get("optimizer_state_bytes")
+        if measured is None:  # a run from before optimizer_state_bytes existed
+            gib = (run.get("memory_breakdown_gib") or {}).get("optimizer_state")
+            measured = None if gib is None else round(gib * GIB)
+        return _number(measured, "{:,}")
+
+    return [
+        ("recipe", lambda run: str(run.get("recipe", "-"))),
+        ("model", lambda run: short_model_name(run.get("model_name_or_path"))),
+        ("peak GiB", lambda run: _number(run.get("peak_memory_gib"), "{:.2f}")),
+        (f"tensor peak {unit}", memory("tensor_peak_gib")),
+        *[(f"{COLUMN_NAMES[key]} {unit}", part(key)) for key in BREAKDOWN_KEYS],
+        ("trainable params", lambda run: _number(run.get("params_trainable"), "{:,}")),
+        ("optimizer state bytes", optimizer_state_bytes),
+        ("samples/s", lambda run: _number(run.get("train_samples_per_s"), "{:.1f}")),
+        ("tokens/s", lambda run: _number(run.get("train_tokens_per_s"), "{:,.0f}")),
+        ("accuracy", lambda run: _number(run.get("eval_accuracy"), "{:.4f}")),
+        ("macro-F1", lambda run: _number(run.get("eval_f1"), "{:.4f}")),
+        ("train s", lambda run: _number(run.get("train_runtime_s"), "{:.1f}")),
+    ]
+
+
+def task_metric_columns(runs: list[dict[str, Any]]) -> list[tuple[str, Callable[[dict[str, Any]], str]]]:
+    """Multi-label's micro-F1, regression's MSE, Pearson and Spearman: a column where a run has the metric."""
+    return [
+        (title, lambda run, key=key: _number(run.get(key), "{:.4f}"))
+        for key, title in TASK_METRIC_COLUMNS
+        if any(run.get(key) is not None for run in runs)
+    ]
+
+
+def comparison_table(runs: list[dict[str, Any]], markdown: bool = False) -> str:
+    unit, scale = _unit(runs)
+    columns = table_columns(unit, scale) + task_metric_columns(runs)
+    rows = [[cell(run) for _, cell in columns] for run in runs]
+    return format_table([title for title, _ in columns], rows, markdown)
+
+
+def table_notes(runs: list[dict[str, Any]]) -> list[str]:
+    sources = sorted({run.get("peak_memory_source") for run in runs if run.get("peak_memory_source")})
+    notes = [f"peak: {source}" for source in sources]
+    notes.append(
+        "tensor peak: all tensors at once during training; weights ... other: the peak of each kind over the "
+        "training steps, measured on the tensors (they do not all peak together, so they add up to more)."
+    )
+    return notes
+
+
+def _chart_metric(runs: list[dict[str, Any]]) -> tuple[str, str]:
+    """The score the chart marks: accuracy (multi-label: exact match), or Pearson when every run is regression."""
+    if runs and all(run.get("problem_type") == REGRESSION for run in runs):
+        return eval_key("pearson"), "Pearson"
+    if runs and all(run.get("problem_type") == MULTI_LABEL for run in runs):
+        return eval_key("accuracy"), "exact match"
+    return eval_key("accuracy"), "accuracy"
+
+
+def _run_label(run: dict[str, Any], runs: list[dict[str, Any]]) -> str:
+    recipe = str(run.get("recipe", "?"))
+    models = {run.get("model_name_or_path") for run in runs}
+    return recipe if len(models) == 1 else f"{recipe}\n{short_model_name(run.get('model_name_or_path'))}"
+
+
+def write_chart(runs: list[dict[str, Any]], path: str | os.PathLike) -> Path:
+    """Top: one stacked bar per run (where the training memory went). Below it, in the same
+    column: the run's accuracy. Reading down a column gives the trade-off."""
+    import matplotlib
+
+    matplotlib.use("Agg")  # files only: no display needed (servers, CI)
+    import matplotlib.pyplot as plt
+
+    unit, scale = _unit(runs)
+    positions = list(range(len(runs)))
+    figure, (memory_axis, accuracy_axis) = plt.subplots(
+        2,
+        1,
+        sharex=True,
+        figsize=(max(6.5, 1.5 * len(runs) + 4.5), 6.2),
+        gridspec_kw={"height_ratios": [3, 1]},
+        layout="constrained",
+    )
+    bottoms = [0.0] * len(runs)
+    for key in BREAKDOWN_KEYS:
+        heights = [((run.get("memory_breakdown_gib") or {}).get(key) or 0) * scale for run in runs]
+        memory_axis.bar(
+            positions, heights, 0.55, bottom=bottoms, color=PART_COLOURS[key], label=PART_LABELS[key]
+        )
+        bottoms = [bottom + height for bottom, height in zip(bottoms, heights, strict=True)]
+    number = "{:.2f}" if unit == "GiB" else "{:.0f}"
+    for position, total in zip(positions, bottoms, strict=True):
+        memory_axis.annotate(
+            number.format(total),
+            (position, total),
+            ha="center",
+            va="bottom",
+            xytext=(0, 3),
+            textcoords="offset points",
+        )
+    peaks = [(position, run.get("tensor_peak_gib")) for position, run in zip(positions, runs, strict=True)]
+    peaks = [(position, peak * scale) for position, peak in peaks if peak is not None]
+    if peaks:
+        memory_axis.scatter(
+            [position for position, _ in peaks],
+            [value for _, value in peaks],
+            marker="_",
+            s=1400,
+            linewidths=2.5,
+            color="black",
+            zorder=3,
+            label="all tensors at once\n(measured peak)",
+        )
+    memory_axis.set_ylabel(f"training memory, {unit}")
+    memory_axis.set_ylim(0, max(bottoms + [value for _, value in peaks] + [1e-9]) * 1.15)
+    memory_axis.spines[["top", "right"]].set_visible(False)
+    handles, names = memory_axis.get_legend_handles_labels()
+    # Legend top to bottom in the order the parts stack (top part first), the peak marker last.
+    order = [names.index(PART_LABELS[key]) for key in reversed(BREAKDOWN_KEYS)] + [
+        index for index, name in enumerate(names) if name not in PART_LABELS.values()
+    ]
+    memory_axis.legend(
+        [handles[i] for i in order],
+        [names[i] for i in order],
+        loc="upper left",
+        bbox_to_anchor=(1.01, 1.0),
+        fontsize=8,
+        frameon=False,
+        title="peak of each kind",
+        title_fontsize=8,
+        markerscale=0.35,  # the peak marker is a wide bar-width tick; a short one in the legend
+    )
+
+    metric_key, metric_label = _chart_metric(runs)
+    accuracies = [run.get(metric_key) for run in runs]
+    known = [
+        (position, value) for position, value in zip(positions, accuracies, strict=True) if value is not None
+    ]
+    accuracy_axis.scatter(
+        [p for p, _ in known], [v for _, v in known], marker="D", s=60, color="#D55E00", zorder=3
+    )
+    for position, value in known:
+        accuracy_axis.annotate(
+            f"{value:.3f}", (position, value), xytext=(9, -4), textcoords="offset points", color="#D55E00"
+        )
+    if known:
+        low, high = min(v for _, v in known), max(v for _, v in known)
+        margin = max(0.02, (high - low) * 0.35)
+        accuracy_axis.set_ylim(max(-1.0, low - margin), min(1.0, high + margin) + 0.005)
+    accuracy_axis.set_ylabel(f"validation\n{metric_label}", color="#D55E00")
+    accuracy_axis.tick_params(axis="y", colors="#D55E00")
+    accuracy_axis.grid(axis="y", alpha=0.3)
+    accuracy_axis.spines[["top", "right"]].set_visible(False)
+    accuracy_axis.set_xticks(positions, [_run_label(run, runs) for run in runs])
+    accuracy_axis.set_xlim(-0.6, len(runs) - 0.4)
+
+    models = sorted({short_model_name(run.get("model_name_or_path")) for run in runs})
+    devices = sorted({str(run.get("device", "")).split(" (")[0] for run in runs if run.get("device")})
+    memory_axis.set_title(
+        f"Training memory and accuracy by recipe: {', '.join(models)}"
+        + (f" ({', '.join(devices)})" if devices else ""),
+        fontsize=11,
+    )
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    figure.savefig(path, dpi=120)
+    plt.close(figure)
+    return path
+
+
+def default_chart_path(run_dirs: list[str]) -> Path:
+    """Next to the runs: in the directory that holds them all (outputs/demo/ for the demo's runs)."""
+    parents = [str(Path(run_dir).resolve().parent if Path(run_dir).is_dir() else Path(run_dir).resolve().parent.parent)
+               for run_dir in run_dirs]  # fmt: skip
+    return Path(os.path.commonpath(parents)) / CHART_FILE
+
+
+def compare(run_dirs: list[str], chart: str | None = None, markdown: bool = False, draw: bool = True) -> int:
+    try:
+        runs = load_runs(run_dirs)
+    except CompareError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    print(comparison_table(runs, markdown))
+    for note in table_notes(runs):
+        print(f"{'- ' if markdown else ''}{note}")
+    if draw:
+        path = write_chart(runs, chart or default_chart_path(run_dirs))
+        print(f"chart: {path}")
+    return 0

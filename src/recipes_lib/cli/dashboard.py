@@ -1,0 +1,433 @@
+"""The recipe comparison in W&B: `recipes-lib wandb-dashboard` and `recipes-lib compare RUN... --wandb`.
+
+`recipes-lib wandb-dashboard --project P [--entity E] [--group G] [--report]` saves a W&B workspace
+view (a saved view of the project's workspace) built with W&B's own wandb-workspaces library, the
+optional extra `dashboard` (`pip install -e '.[dashboard]'`):
+
+    runs          the fine-tune runs of group G (all groups without --group), grouped by the
+                  `recipe` config key, one colour per recipe (in the order of recipes/)
+    runs table    accuracy, macro-F1, peak memory allocated and reserved, trainable parameters,
+                  optimizer-state bytes, samples/s, real tokens/s
+    Memory against accuracy   bars per recipe of accuracy, peak memory and optimizer state; peak
+                  memory against accuracy as a scatter; every run's results table row
+    Training curves, Memory during training, Throughput during training   loss, learning rate,
+                  grad norm, eval metrics; memory/*; throughput/* (x-axis: train/global_step)
+    Each run      the memory breakdown chart, the confusion matrix chart, the per-class table
+    Multi-label and regression runs   bars per recipe and curves of micro-F1, MSE, Pearson and
+                  Spearman (tasks.py), which single-label runs do not log
+
+`--report` also saves a W&B Report of the same comparison, with the compare table and chart that
+`recipes-lib compare RUN... --wandb` logged into the group, for sharing.
+
+Every name a panel or column shows comes from metric_names.py, the names tracking.py logs with.
+
+The view is built and checked first, offline (W&B's schema is a pydantic model: a wrong panel or
+setting fails here). Saving it needs an API key and the network; without either the command stops
+with one line that says which, after the check. Offline runs: `wandb sync` them, then run this.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+from collections.abc import Mapping
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from recipes_lib.config.registry import RECIPES
+from recipes_lib.tracking import names
+from recipes_lib.tracking.auth import has_credentials
+from recipes_lib.tracking.names import COMPARE_JOB_TYPE, JOB_TYPE
+
+# compare.py and tracking.py are imported where a comparison run is logged: building and saving a
+# view needs neither the results reader nor the Trainer (whose import pulls in peft and bitsandbytes).
+
+EXTRA = "dashboard"
+INSTALL_HINT = "pip install -e '.[dashboard]' (or: pip install wandb-workspaces)"
+# Okabe-Ito (colour-blind safe), one per recipe in the order of recipes/, as compare.py's chart uses.
+RECIPE_COLOURS = ("#0072B2", "#E69F00", "#009E73", "#CC79A7", "#D55E00", "#56B4E9", "#F0E442", "#000000")
+# How long saving may wait for the W&B server to answer at all before saying it cannot be reached.
+REACH_TIMEOUT_S = 10
+
+SECTION_COMPARISON = "Memory against accuracy"
+SECTION_CURVES = "Training curves"
+SECTION_MEMORY = "Memory during training (memory/*)"
+SECTION_THROUGHPUT = "Throughput during training (throughput/*)"
+SECTION_PICTURES = "Each run: memory breakdown, confusion matrix, per-class metrics"
+SECTION_TASKS = "Multi-label and regression runs: micro-F1, MSE, Pearson, Spearman"
+
+
+class DashboardError(Exception):
+    """What the command needs, in one line for the user; exit code 2."""
+
+
+def workspaces_library():
+    """(wandb_workspaces.workspaces, wandb_workspaces.reports.v2), or a DashboardError naming the extra."""
+    try:
+        import wandb_workspaces.reports.v2 as wr
+        import wandb_workspaces.workspaces as ws
+    except ImportError as error:
+        raise DashboardError(
+            f"wandb-dashboard builds the view with W&B's wandb-workspaces library, which is not installed "
+            f"({error}); it is the optional extra '{EXTRA}': {INSTALL_HINT}"
+        ) from error
+    return ws, wr
+
+
+def view_name(group: str | None) -> str:
+    return f"Recipe comparison: {group}" if group else "Recipe comparison: every group"
+
+
+def recipe_colours() -> dict[str, str]:
+    """{recipe: colour}, one per recipe script of recipes/ (a script's name is its SPEC's name)."""
+    return {name: RECIPE_COLOURS[i % len(RECIPE_COLOURS)] for i, name in enumerate(RECIPES)}
+
+
+# --- panels -----------------------------------------------------------------------------------------
+
+
+def comparison_panels(wr) -> list:
+    """The memory/accuracy trade-off at a glance: bars per recipe, a scatter, the results rows."""
+    per_recipe = {
+        "groupby": wr.Config(names.RECIPE),
+        "groupby_aggfunc": "mean",
+        "groupby_rangefunc": "minmax",
+        "orientation": "v",
+    }
+    return [
+        wr.BarPlot(title="Validation accuracy", metrics=[names.ACCURACY], **per_recipe),
+        wr.BarPlot(
+            title="Peak memory, GiB (allocated, reserved)",
+            metrics=[names.PEAK_MEMORY, names.PEAK_MEMORY_RESERVED],
+            **per_recipe,
+        ),
+        wr.BarPlot(title="Optimizer state, bytes", metrics=[names.OPTIMIZER_STATE_BYTES], **per_recipe),
+        wr.ScatterPlot(title="Peak memory (GiB) against accuracy", x=names.PEAK_MEMORY, y=names.ACCURACY),
+        wr.WeavePanelSummaryTable(table_name=names.RESULTS_TABLE, layout=wr.Layout(w=24, h=8)),
+    ]
+
+
+def _curve(wr, key: str):
+    return wr.LinePlot(title=key, x=names.STEP, y=[key])
+
+
+def training_curve_panels(wr) -> list:
+    train = [names.trainer_curve(key) for key in names.TRAINER_TRAIN_LOGS]
+    evaluation = [names.trainer_curve(names.eval_key(key)) for key in (*names.EVAL_METRICS, names.EVAL_LOSS)]
+    return [_curve(wr, key) for key in (*train, *evaluation)]
+
+
+def _custom_chart(wr, chart: names.Chart):
+    """The chart a run logged (tracking.results_pictures), drawn over every run of the view."""
+    return wr.CustomChart(
+        query={"summaryTable": {"tableKey": chart.table_key}},
+        chart_name=chart.vega_spec,
+        chart_fields=dict(chart.fields),
+        chart_strings={"title": chart.title},
+    )
+
+
+def task_metric_panels(wr) -> list:
+    """Per recipe, then over training: the metrics only multi-label (micro-F1) or regression runs log."""
+    per_recipe = {"groupby": wr.Config(names.RECIPE), "groupby_aggfunc": "mean", "orientation": "v"}
+    keys = [names.eval_key(metric) for metric in names.OTHER_TASK_METRICS]
+    bars = [wr.BarPlot(title=f"Validation {key}", metrics=[key], **per_recipe) for key in keys]
+    return bars + [_curve(wr, names.trainer_curve(key)) for key in keys]
+
+
+def picture_panels(wr) -> list:
+    return [
+        _custom_chart(wr, names.MEMORY_BREAKDOWN_CHART),
+        _custom_chart(wr, names.CONFUSION_MATRIX_CHART),
+        wr.WeavePanelSummaryTable(table_name=names.PER_CLASS_TABLE, layout=wr.Layout(w=16, h=8)),
+    ]
+
+
+def view_sections(ws, wr) -> list:
+    return [
+        ws.Section(name=SECTION_COMPARISON, panels=comparison_panels(wr), is_open=True),
+        ws.Section(name=SECTION_CURVES, panels=training_curve_panels(wr), is_open=True),
+        ws.Section(
+            name=SECTION_MEMORY, panels=[_curve(wr, key) for key in names.MEMORY_CURVES], is_open=True
+        ),
+        ws.Section(name=SECTION_THROUGHPUT, panels=[_curve(wr, key) for key in names.THROUGHPUT_CURVES]),
+        ws.Section(name=SECTION_PICTURES, panels=picture_panels(wr)),
+        ws.Section(name=SECTION_TASKS, panels=task_metric_panels(wr)),
+    ]
+
+
+def _run_filters(ws, job_type: str, group: str | None) -> list:
+    filters = [ws.Metric("JobType") == job_type]
+    if group:
+        filters.append(ws.Metric("Group") == group)
+    return filters
+
+
+def build_view(project: str, entity: str, group: str | None = None):
+    """The saved workspace view of a recipe comparison (a wandb_workspaces Workspace, not saved yet)."""
+    ws, wr = workspaces_library()
+    return ws.Workspace(
+        entity=entity,
+        project=project,
+        name=view_name(group),
+        sections=view_sections(ws, wr),
+        settings=ws.WorkspaceSettings(x_axis=names.STEP, max_runs=50),
+        runset_settings=ws.RunsetSettings(
+            filters=_run_filters(ws, JOB_TYPE, group),
+            groupby=[ws.Config(names.RECIPE)],
+            group_colors=recipe_colours(),
+            pinned_columns=[f"summary:{key}" for key in names.COMPARISON_METRICS],
+        ),
+    )
+
+
+def build_report(project: str, entity: str, group: str | None = None):
+    """A W&B Report of the same comparison, with the compare table and chart (not saved yet)."""
+    ws, wr = workspaces_library()
+
+    def runs(name: str, job_type: str, grouped: bool):
+        return wr.Runset(
+            entity=entity,
+            project=project,
+            name=name,
+            filters=_run_filters(ws, job_type, group),
+            groupby=[f"config.{names.RECIPE}"] if grouped else [],
+        )
+
+    compare_command = "recipes-lib compare RUN... --wandb"
+    return wr.Report(
+        entity=entity,
+        project=project,
+        title=view_name(group),
+        description="Memory, speed and accuracy of each fine-tuning recipe on the same model and data.",
+        blocks=[
+            wr.H2("Memory against accuracy"),
+            wr.P("One colour per recipe; bars are the mean over a recipe's runs, whiskers their range."),
+            wr.PanelGrid(runsets=[runs("recipes", JOB_TYPE, True)], panels=comparison_panels(wr)),
+            wr.H2("The compare table and chart"),
+            wr.P(f"Logged by `{compare_command}` into this group: what held the memory, per run."),
+            wr.PanelGrid(
+                runsets=[runs("comparison", COMPARE_JOB_TYPE, False)],
+                panels=[
+                    wr.WeavePanelSummaryTable(table_name=names.COMPARISON_TABLE, layout=wr.Layout(w=24, h=8)),
+                    wr.MediaBrowser(title="compare chart", media_keys=[names.COMPARISON_CHART]),
+                ],
+            ),
+            wr.H2("Training curves"),
+            wr.PanelGrid(
+                runsets=[runs("recipes", JOB_TYPE, True)],
+                panels=[
+                    *training_curve_panels(wr),
+                    *(_curve(wr, key) for key in (*names.MEMORY_CURVES, *names.THROUGHPUT_CURVES)),
+                ],
+            ),
+        ],
+    )
+
+
+# --- checking offline, then saving ------------------------------------------------------------------
+
+
+def view_spec(view) -> dict[str, Any]:
+    """The view as W&B stores it (the JSON Workspace.save sends), made offline: W&B's schema checks
+    every panel and setting on the way, so a wrong one fails here, before any key or network."""
+    return json.loads(view._to_model().spec.model_dump_json(by_alias=True, exclude_none=True))
+
+
+def report_blocks_spec(report) -> list[dict[str, Any]]:
+    """The report's panels and text blocks as W&B stores them, made offline. (A run set is resolved
+    against the server when the report is saved, so the run sets are checked then.)"""
+    ws, wr = workspaces_library()
+    specs = []
+    for block in report.blocks:
+        models = (
+            [panel._to_model() for panel in block.panels]
+            if isinstance(block, wr.PanelGrid)
+            else [block._to_model()]
+        )
+        specs += [model.model_dump(by_alias=True, exclude_none=True) for model in models]
+    return specs
+
+
+def count_panels(view) -> int:
+    return sum(len(section.panels) for section in view.sections)
+
+
+def _first_line(error: BaseException) -> str:
+    return (str(error).strip().splitlines() or [type(error).__name__])[0][:300]
+
+
+def connect(built: str):
+    """wandb.Api() once saving can work; else a DashboardError saying, in one line, what it needs."""
+    import wandb
+
+    settings = wandb.setup().settings  # environment and settings files, as wandb.init reads them
+    if not has_credentials(settings):
+        raise DashboardError(
+            f"{built}, but saving it needs a W&B API key: set WANDB_API_KEY or run `wandb login` "
+            "(runs logged offline: `wandb sync` them first)."
+        )
+    if settings.mode in ("offline", "dryrun", "disabled"):
+        raise DashboardError(
+            f"{built}, but W&B is in {settings.mode} mode (WANDB_MODE or `wandb {settings.mode}`): "
+            "unset WANDB_MODE or run `wandb online` to save it."
+        )
+    import requests
+
+    try:
+        requests.head(settings.base_url, timeout=REACH_TIMEOUT_S)
+    except requests.RequestException as error:
+        raise DashboardError(
+            f"{built}, but saving it needs the network: {settings.base_url} could not be reached "
+            f"({type(error).__name__})."
+        ) from error
+    try:
+        return wandb.Api()
+    except Exception as error:  # an invalid key, a server error: say it in one line
+        raise DashboardError(f"{built}, but W&B refused the connection: {_first_line(error)}") from error
+
+
+def _existing_view(api, view) -> tuple[str, str] | None:
+    """(internal name, id) of the project's saved view with this view's name: saving updates it."""
+    from wandb_workspaces._graphql import execute_graphql
+
+    query = """
+        query ProjectViews($entityName: String, $name: String, $viewType: String = "project-view") {
+            project(name: $name, entityName: $entityName) {
+                allViews(viewType: $viewType) { edges { node { id name displayName } } }
+            }
+        }
+    """
+    response = execute_graphql(api, query, {"entityName": view.entity, "name": view.project})
+    project = response.get("project") or {}
+    for edge in (project.get("allViews") or {}).get("edges") or []:
+        node = edge.get("node") or {}
+        if node.get("displayName") == view.name and node.get("name") and node.get("id"):
+            return node["name"], node["id"]
+    return None
+
+
+def wandb_dashboard(
+    project: str,
+    entity: str | None = None,
+    group: str | None = None,
+    report: bool = False,
+    spec_file: str | None = None,
+) -> int:
+    """`recipes-lib wandb-dashboard`: build and check the view offline, then save it and print its URL."""
+    try:
+        with _quiet_bitsandbytes():
+            return _wandb_dashboard(project, entity, group, report, spec_file)
+    except DashboardError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+
+
+@contextmanager
+def _quiet_bitsandbytes():
+    """The curve names come from transformers' rewrite_logs, whose module imports peft and so
+    bitsandbytes, whose CPU backend may warn about optional kernels on import: nothing this command
+    uses, and its one line of output is for what it needs."""
+    bnb_logger = logging.getLogger("bitsandbytes")
+    level = bnb_logger.level
+    bnb_logger.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        bnb_logger.setLevel(level)
+
+
+def _wandb_dashboard(project, entity, group, report, spec_file) -> int:
+    # 1. Build and check everything offline (the entity is only known from the server without --entity).
+    view = build_view(project, entity or "", group)
+    spec = view_spec(view)
+    contents = f"{count_panels(view)} panels in {len(view.sections)} sections"
+    if report:
+        report_parts = report_blocks_spec(build_report(project, entity or "", group))
+        contents += f"; a report of {len(report_parts)} panels and blocks"
+    built = f"built the W&B view '{view.name}' ({contents}) and checked it offline"
+    if spec_file:
+        Path(spec_file).write_text(json.dumps(spec, indent=1) + "\n")
+    # 2. Save it: needs an API key and the network.
+    api = connect(built)
+    entity = entity or api.default_entity
+    view = build_view(project, entity, group)
+    try:
+        existing = _existing_view(api, view)
+        if existing is not None:
+            view._internal_name, view._internal_id = existing
+        view.save()
+        print(f"{'updated' if existing else 'saved'} W&B view: {view.url}")
+        if report:
+            shared = build_report(project, entity, group).save()
+            print(f"saved W&B report: {shared.url}")
+    except Exception as error:  # the server said no (permissions, no such project): one line
+        raise DashboardError(f"{built}, but W&B did not save it: {_first_line(error)}") from error
+    return 0
+
+
+# --- recipes-lib compare --wandb ----------------------------------------------------------------------
+
+
+def _one(values: set[str], what: str, flag: str) -> str:
+    if len(values) != 1:
+        raise DashboardError(
+            f"the runs are in different W&B {what}s ({', '.join(sorted(values))}): pass {flag} to choose "
+            "where the comparison run goes."
+        )
+    return next(iter(values))
+
+
+def log_comparison(
+    run_dirs: list[str],
+    chart: str | None = None,
+    draw: bool = True,
+    project: str | None = None,
+    group: str | None = None,
+) -> int:
+    """Log the compare table (and the chart compare drew) into the runs' group as one W&B run."""
+    from recipes_lib.cli.compare import CompareError, default_chart_path, load_runs
+    from recipes_lib.tracking.wandb_run import (
+        RunIdentity,
+        experiment_of,
+        offline_note,
+        project_of,
+        results_table,
+        start_run,
+    )
+
+    try:
+        runs = load_runs(run_dirs)
+        configs: list[Mapping[str, Any]] = [run.get("config") or {} for run in runs]
+        project = project or _one({project_of(config) for config in configs}, "project", "--wandb_project")
+        group = group or _one({experiment_of(config) for config in configs}, "group", "--experiment")
+    except (CompareError, DashboardError) as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    recipes = [str(run.get(names.RECIPE, "?")) for run in runs]
+    identity = RunIdentity(
+        project=project,
+        group=group,
+        name=f"compare {' vs '.join(recipes)}",
+        tags=tuple(dict.fromkeys(["compare", *recipes])),
+        job_type=COMPARE_JOB_TYPE,
+    )
+    config = {"runs": [str(Path(run_dir).resolve()) for run_dir in run_dirs], "recipes": recipes}
+    run, fallback_reason = start_run(identity, config)
+    if run is None:
+        print("W&B is disabled (WANDB_MODE=disabled): no comparison run was logged.")
+        return 0
+    import wandb
+
+    logged: dict[str, Any] = {names.COMPARISON_TABLE: results_table(runs)}
+    chart_path = Path(chart) if chart else default_chart_path(run_dirs)
+    if draw and chart_path.is_file():
+        logged[names.COMPARISON_CHART] = wandb.Image(str(chart_path), caption="recipes-lib compare")
+    run.log(logged)
+    note = offline_note(run, fallback_reason, identity.name)
+    url = None if run.offline else run.url
+    run.finish()
+    print(f"W&B: {note}" if note else f"W&B: comparison run '{identity.name}' in group '{group}': {url}")
+    return 0

@@ -1,0 +1,303 @@
+"""`recipes-lib predict`: label names and probabilities (scores for regression) from a finished run.
+
+    recipes-lib predict outputs/demo/lora --input new_texts.csv --output predictions.jsonl
+
+Works on every kind of run output: a full model (full_ft, adamw_8bit), a LoRA adapter, a merged
+model (OUTPUT_DIR/merged) and a QLoRA adapter, which runs on its 4-bit NF4 base as it was evaluated
+(adapters.load_trained_model). Everything that shapes an input is taken from the run, so that the
+validation file gives the run's own eval_predictions.jsonl: the text columns, max_seq_length and
+padding settings from results.json's "config", the tokenizer saved with the model, and the
+precision the run evaluated in (autocast on the GPU, when predicting on the kind of device the run
+used). Inputs are tokenized as in training (data.tokenize) and batched with dynamic padding
+(data.padding_collator). The rows come out in input order, in the one format of predictions.py.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import csv
+import dataclasses
+import json
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from datasets import DatasetDict
+
+from recipes_lib.config.arguments import DataArguments
+from recipes_lib.config.precision import autocast_for
+from recipes_lib.config.tasks import DEFAULT_THRESHOLD, MULTI_LABEL, SINGLE_LABEL
+from recipes_lib.data.files import DELIMITED, QUOTING_CHOICES, has_rows, read_local_files
+from recipes_lib.data.loading import ClassificationData, LabelMapping, padding_collator, tokenize
+from recipes_lib.errors import ConfigError, DataError, ModelError
+from recipes_lib.evaluation.inference import batch_logits
+from recipes_lib.evaluation.predictions import THRESHOLDS_FILE, prediction_rows, read_thresholds
+from recipes_lib.modeling.adapters import (
+    ADAPTER_CONFIG_FILE,
+    MERGED_SUBDIR,
+    load_trained_model,
+    read_base_quantization,
+)
+from recipes_lib.results import RESULTS_FILE
+
+logger = logging.getLogger(__name__)
+
+INPUT_FORMATS = (".csv", ".tsv", ".json", ".jsonl", ".parquet")
+DEFAULT_BATCH_SIZE = 32
+_MODEL_FILES = ("model.safetensors", "model.safetensors.index.json", ADAPTER_CONFIG_FILE)
+
+
+@dataclass
+class TrainedRun:
+    """A finished run: where its results.json and its model are, and what the run recorded."""
+
+    results_dir: Path  # holds results.json
+    model_dir: Path  # holds the model: results_dir, or results_dir/merged
+    results: dict[str, Any]
+
+    @property
+    def config(self) -> dict[str, Any]:
+        return self.results["config"]
+
+    def describe(self) -> str:
+        if not (self.model_dir / ADAPTER_CONFIG_FILE).is_file():
+            merged = self.model_dir.name == MERGED_SUBDIR and self.model_dir != self.results_dir
+            return f"{'merged' if merged else 'full'} model of a {self.results.get('recipe', '?')} run"
+        quantization = read_base_quantization(self.model_dir)
+        if quantization is None:
+            return "LoRA adapter on its full-precision base"
+        dtype = str(quantization.bnb_4bit_compute_dtype).removeprefix("torch.")
+        return f"QLoRA adapter on its 4-bit {quantization.bnb_4bit_quant_type.upper()} base (compute {dtype})"
+
+
+def find_run(path: str | Path) -> TrainedRun:
+    """The run in `path`: an output_dir holding results.json, or its merged/ subdirectory."""
+    path = Path(path)
+    if not path.exists():
+        raise ConfigError(
+            f"The run directory '{path}' does not exist. Pass the output_dir of a finished run (the directory "
+            f"holding {RESULTS_FILE} and the model), or its {MERGED_SUBDIR}/ subdirectory for a merged LoRA model."
+        )
+    if not path.is_dir():
+        raise ConfigError(
+            f"'{path}' is a file, not a run directory. Pass the output_dir of a finished run (the directory "
+            f"holding {RESULTS_FILE} and the model), not a file inside it."
+        )
+    results_dir = path
+    if (
+        not (path / RESULTS_FILE).is_file()
+        and path.name == MERGED_SUBDIR
+        and (path.parent / RESULTS_FILE).is_file()
+    ):
+        results_dir = path.parent  # a merged model: the run's settings are one level up
+    results_path = results_dir / RESULTS_FILE
+    if not results_path.is_file():
+        unfinished = any(results_dir.glob("checkpoint-*"))
+        raise ConfigError(
+            f"'{path}' holds no {RESULTS_FILE}, so it is not the output_dir of a finished run (a run writes "
+            f"{RESULTS_FILE} last, and predict reads the text columns and max_seq_length from it). Pass the "
+            "output_dir of a run that finished"
+            + (
+                ", or finish this one: run its recipe again with --resume_from_checkpoint last."
+                if unfinished
+                else "."
+            )
+        )
+    try:
+        results = json.loads(results_path.read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
+        raise ConfigError(
+            f"{results_path} cannot be read as JSON ({error}). It is written whole or not at all, so it was "
+            "changed after the run; restore it, or run the recipe again."
+        ) from None
+    if not isinstance(results, dict) or not isinstance(results.get("config"), dict):
+        raise ConfigError(
+            f'{results_path} has no "config" (the run\'s settings), which predict needs for the text columns '
+            "and max_seq_length. It was written by an older version or edited; run the recipe again."
+        )
+    if not any((path / name).is_file() for name in _MODEL_FILES):
+        raise ModelError(
+            f"'{path}' holds {RESULTS_FILE} but no model ({' or '.join(_MODEL_FILES)}). Pass the directory the "
+            "run saved its model in (its output_dir, or output_dir/merged)."
+        )
+    return TrainedRun(results_dir=results_dir, model_dir=path, results=results)
+
+
+def data_arguments(config: dict[str, Any]) -> DataArguments:
+    """The run's data settings (max_seq_length, padding, label column, ...) from results.json's config."""
+    names = {field.name for field in dataclasses.fields(DataArguments)}
+    return DataArguments(**{key: value for key, value in config.items() if key in names})
+
+
+def read_input(path: str | Path, quoting: str = "auto", cache_dir: str | None = None):
+    """The rows of a .csv, .tsv, .json, .jsonl or .parquet file (datafiles.read_local_files), or a DataError."""
+    path = Path(path)
+    formats = ", ".join(INPUT_FORMATS)
+    if not path.is_file():
+        what = "is a directory" if path.is_dir() else "does not exist"
+        raise DataError(f"The input file '{path}' {what}. Pass --input a {formats} file of texts.")
+    extension = path.suffix.lower()
+    if extension not in INPUT_FORMATS:
+        raise DataError(
+            f"The input file '{path}' has the extension '{path.suffix or '(none)'}', which predict cannot read. "
+            f"Save it as one of {formats}: the format is taken from the extension."
+        )
+    if quoting not in QUOTING_CHOICES:
+        raise ConfigError(f"--csv_quoting is '{quoting}'; use one of {', '.join(QUOTING_CHOICES)}.")
+    try:
+        if not has_rows(path):
+            raise DataError(
+                f"The input file '{path}' holds no rows{' below the header' if extension in DELIMITED else ''}. "
+                "Pass a file with at least one text to predict."
+            )
+        loaded, _ = read_local_files({"predict": str(path)}, cache_dir, quoting)
+    except (OSError, UnicodeDecodeError, ValueError, csv.Error) as error:
+        detail = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        raise DataError(
+            f"Could not read the input file '{path}' as {extension[1:]}: {detail}. Check that it is UTF-8 "
+            f"text in that format (or a Parquet file), or save it again as one of {formats}."
+        ) from None
+    dataset = loaded["predict"]
+    if len(dataset) == 0:
+        raise DataError(
+            f"The input file '{path}' holds no rows. Pass a file with at least one text to predict."
+        )
+    return dataset
+
+
+def text_columns(run: TrainedRun, dataset, input_path: str | Path) -> tuple[str, ...]:
+    """The columns the run read its texts from, checked against the input's columns.
+
+    The run names them in its config (--text_column_names) or, when it found them itself, in
+    results.json's "text_columns"; a run that recorded neither took the training data's string
+    columns other than the label, and the same rule is applied to the input.
+    """
+    found = dataset.column_names
+    named = run.config.get("text_column_names")
+    label_column = run.config.get("label_column_name", "label")
+    if named:
+        columns, source = tuple(c.strip() for c in str(named).split(",") if c.strip()), "--text_column_names"
+    elif run.results.get("text_columns"):
+        columns, source = tuple(run.results["text_columns"]), "the training data's text columns"
+    else:
+        columns = tuple(
+            name
+            for name, feature in dataset.features.items()
+            if name != label_column and getattr(feature, "dtype", None) in ("string", "large_string")
+        )
+        if not 1 <= len(columns) <= 2:
+            raise DataError(
+                f"Cannot tell which columns of '{input_path}' hold the text: the run at {run.results_dir} did not "
+                f"record its text columns (it took the training data's string columns other than "
+                f"'{label_column}'), and this file's string columns other than '{label_column}' are "
+                f"{', '.join(columns) or 'none'} (all columns: {', '.join(found)}). Keep only the text column "
+                "(or the two of a sentence pair, in the training data's order) besides any label column."
+            )
+        logger.info(
+            "Text: %s, the input's string columns other than '%s'.", " + ".join(columns), label_column
+        )
+        return columns
+    missing = [column for column in columns if column not in found]
+    if missing:
+        trained = " and ".join(f"'{column}'" for column in columns)
+        raise DataError(
+            f"Text column '{missing[0]}' is not in '{input_path}'; its columns are: {', '.join(found)}. The run "
+            f"at {run.results_dir} was trained on {trained} ({source}), so the input needs "
+            f"{'that column' if len(columns) == 1 else 'those columns'}: rename the column holding the texts "
+            f"to '{missing[0]}'."
+        )
+    return columns
+
+
+def choose_device(device: str | torch.device | None = None) -> torch.device:
+    if device is not None:
+        return torch.device(device)
+    return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+
+
+def _autocast(run: TrainedRun, device: torch.device):
+    """The run's mixed precision, where predictions run on the kind of device the run evaluated on.
+
+    The Trainer evaluates under autocast in bf16/fp16; elsewhere (a GPU run predicted on a CPU,
+    where bf16 can be tens of times slower) predictions run in fp32.
+    """
+    run_device = str(run.results.get("device") or "cpu").split(":")[0].split(" ")[0]
+    precision = (run.results.get("precision") or "fp32") if run_device == device.type else "fp32"
+    return autocast_for(precision, device.type)
+
+
+def predict(
+    run_dir: str | Path,
+    input_file: str | Path,
+    batch_size: int = DEFAULT_BATCH_SIZE,
+    device: str | torch.device | None = None,
+    csv_quoting: str = "auto",
+    progress: bool = True,
+) -> list[dict[str, Any]]:
+    """One row per input row, in input order, in the format of predictions.py (by the run's kind of task)."""
+    from transformers import AutoConfig, AutoTokenizer
+
+    if batch_size <= 0:
+        raise ConfigError(
+            f"--batch_size is {batch_size}; it must be a positive integer (32 is a good start)."
+        )
+    run = find_run(run_dir)  # the cheap checks first: run, input, columns; then the weights
+    data_args = data_arguments(run.config)
+    dataset = read_input(input_file, csv_quoting, run.config.get("cache_dir"))
+    columns = text_columns(run, dataset, input_file)
+    device = choose_device(device)
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(run.model_dir)
+        model_config = AutoConfig.from_pretrained(run.model_dir)
+    except (OSError, ValueError) as error:
+        raise ModelError(
+            f"Could not load the tokenizer and config.json saved in '{run.model_dir}' "
+            f"({str(error).strip().splitlines()[0]}). A finished run saves both next to the model; run it again."
+        ) from None
+    label_names = [model_config.id2label[i] for i in range(model_config.num_labels)]
+    problem_type = model_config.problem_type or run.results.get("problem_type") or SINGLE_LABEL
+    thresholds = run_thresholds(run, label_names) if problem_type == MULTI_LABEL else None
+    logger.info(
+        "Predicting %d rows of %s with the %s in %s on %s (text: %s, max_seq_length %d)",
+        len(dataset),
+        input_file,
+        run.describe(),
+        run.model_dir,
+        device,
+        " + ".join(columns),
+        data_args.max_seq_length,
+    )
+
+    # Tokenize exactly as the run did (data.tokenize: truncation, max_seq_length, pairs), as an unlabelled split.
+    data = ClassificationData(
+        raw=DatasetDict({"test": dataset}),
+        text_columns=columns,
+        label_column=data_args.label_column_name,
+        labels=LabelMapping(names=label_names, to_id={}),
+        description=str(input_file),
+    )
+    encoded = tokenize(data, tokenizer, data_args, lambda desc: contextlib.nullcontext())["test"]
+    model = load_trained_model(run.model_dir, device=device).eval()
+    with _autocast(run, device):
+        collator = padding_collator(tokenizer, data_args, device)
+        logits = batch_logits(model, encoded, collator, device, batch_size, progress)
+    return prediction_rows(logits, label_names, problem_type, thresholds)
+
+
+def run_thresholds(run: TrainedRun, label_names: list[str]) -> list[float]:
+    """A multi-label run's tuned thresholds: saved next to its model (and in results.json); else 0.5 each."""
+    for directory in (run.model_dir, run.results_dir):
+        thresholds = read_thresholds(directory, label_names)
+        if thresholds is not None:
+            return thresholds
+    saved = run.results.get("label_thresholds")
+    if isinstance(saved, dict) and set(saved) == set(label_names):
+        return [float(saved[name]) for name in label_names]
+    logger.warning(
+        "No %s in %s: deciding every class at probability 0.5, not at the thresholds the run tuned.",
+        THRESHOLDS_FILE,
+        run.model_dir,
+    )
+    return [DEFAULT_THRESHOLD] * len(label_names)

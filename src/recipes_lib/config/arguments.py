@@ -1,0 +1,486 @@
+"""The typed arguments of every recipe: model, data and training dataclasses, and their bundle.
+
+Three dataclasses are shared by all recipes (model, data, training); a recipe may add its own
+(LoRA settings, say), which `ParsedArguments.options(LoraArguments)` returns. The `help` metadata
+of each field is the documentation: `--help` prints it. Parsing (YAML, then the command line) is
+in parsing.py.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+from transformers import TrainingArguments
+
+from recipes_lib.config.precision import (
+    FP16_UNSAFE_MODEL_TYPES,
+    PrecisionChoice,
+    choose_precision,
+    detect_capability,
+    emulation_warning,
+    launcher_mixed_precision,
+)
+from recipes_lib.errors import ConfigError
+
+SUPPORTED_DATA_EXTENSIONS = (".csv", ".tsv", ".json", ".jsonl", ".parquet")
+
+# With no dataset and no files, a recipe trains on GLUE SST-2 (binary sentiment, 67k sentences).
+DEFAULT_DATASET = ("glue", "sst2")
+
+
+@dataclass
+class ModelArguments:
+    model_name_or_path: str = field(
+        default="bert-base-uncased",
+        metadata={"help": "Hub model id or local directory of a BERT-sized encoder (config.json + weights)."},
+    )
+    tokenizer_name: str | None = field(
+        default=None, metadata={"help": "Tokenizer id or path, if different from model_name_or_path."}
+    )
+    model_revision: str = field(default="main", metadata={"help": "Hub branch, tag or commit of the model."})
+    cache_dir: str | None = field(
+        default=None, metadata={"help": "Where downloaded models and data are kept."}
+    )
+    trust_remote_code: bool = field(
+        default=False,
+        metadata={
+            "help": "Run Python code shipped with a Hub model. Off by default: only enable it for repos you trust."
+        },
+    )
+    attn_implementation: str | None = field(
+        default=None,
+        metadata={
+            "help": "Attention kernel: 'sdpa' (PyTorch scaled_dot_product_attention) or 'eager'. Default: the "
+            "best one the model's family supports (sdpa; eager for DeBERTa and MPNet, which have no sdpa)."
+        },
+    )
+
+
+@dataclass
+class DataArguments:
+    dataset_name: str | None = field(
+        default=None,
+        metadata={
+            "help": "Hub dataset name, e.g. 'glue'. When neither this nor train_file is given: glue/sst2."
+        },
+    )
+    dataset_config_name: str | None = field(
+        default=None, metadata={"help": "Hub dataset configuration, e.g. 'sst2' or 'mnli'."}
+    )
+    train_file: str | None = field(
+        default=None,
+        metadata={
+            "help": "Local training data: .csv, .tsv, .json, .jsonl or .parquet (format from the extension)."
+        },
+    )
+    validation_file: str | None = field(
+        default=None,
+        metadata={
+            "help": "Local validation data, same format as train_file. Without it, a split is held out."
+        },
+    )
+    test_file: str | None = field(
+        default=None,
+        metadata={
+            "help": "Local test data, same format as train_file: evaluated after training (when it has labels) "
+            "and predicted, into output_dir/test_predictions.jsonl."
+        },
+    )
+    validation_split_name: str = field(
+        default="validation",
+        metadata={
+            "help": "The Hub dataset's split used for evaluation (e.g. validation_matched for MNLI, test for imdb)."
+        },
+    )
+    test_split_name: str | None = field(
+        default=None,
+        metadata={"help": "A Hub dataset's split evaluated and predicted after training, like --test_file."},
+    )
+    csv_quoting: str = field(
+        default="auto",
+        metadata={
+            "help": "How .csv/.tsv fields are quoted: 'auto' (read both ways, decide, stop if both fit), 'quoted' "
+            "(as Python's csv and pandas write: fields may hold tabs and newlines) or 'none' (GLUE style).",
+            "choices": ["auto", "quoted", "none"],
+        },
+    )
+    validation_split_percentage: int = field(
+        default=10,
+        metadata={
+            "help": "Percent of train held out for evaluation when there is no validation split or file."
+        },
+    )
+    text_column_names: str | None = field(
+        default=None,
+        metadata={
+            "help": "Text column, or two comma-separated columns for sentence pairs. "
+            "Default: the dataset's string columns other than the label (one or two)."
+        },
+    )
+    label_column_name: str = field(
+        default="label",
+        metadata={
+            "help": "Column holding the label: a class (name, id or bool), a list of classes (multi-label) or a "
+            "number (regression)."
+        },
+    )
+    problem_type: str = field(
+        default="auto",
+        metadata={
+            "help": "The task: 'auto' (from the labels: lists or --label_delimiter mean multi-label, numbers with a "
+            "fraction mean regression, anything else single-label), or force single_label_classification, "
+            "multi_label_classification or regression (e.g. star ratings 1-5 as a score).",
+            "choices": ["auto", "single_label_classification", "multi_label_classification", "regression"],
+        },
+    )
+    label_delimiter: str | None = field(
+        default=None,
+        metadata={
+            "help": "Split each label on this string to read several classes per row (multi-label), e.g. ';' for "
+            "'billing;shipping'. JSON lists need no delimiter."
+        },
+    )
+    max_seq_length: int = field(
+        default=128,
+        metadata={
+            "help": "Truncate inputs to this many tokens. Batches are padded only to their longest input."
+        },
+    )
+    max_train_samples: int | None = field(
+        default=None, metadata={"help": "Use only the first N training examples (quick runs, debugging)."}
+    )
+    max_eval_samples: int | None = field(
+        default=None, metadata={"help": "Use only the first N validation examples."}
+    )
+    pad_to_max_length: bool = field(
+        default=False,
+        metadata={
+            "help": "Pad every example to max_seq_length (the run_glue.py way). Off: pad each batch to its "
+            "longest example, which on SST-2 (13 tokens on average) skips most of the work."
+        },
+    )
+    pad_to_multiple_of: int | None = field(
+        default=None,
+        metadata={
+            "help": "Pad batch length to a multiple of this. Default: 8 on GPU (tensor cores), none on CPU."
+        },
+    )
+    preprocessing_num_workers: int | None = field(
+        default=None, metadata={"help": "Processes used to tokenize the dataset."}
+    )
+    overwrite_cache: bool = field(
+        default=False, metadata={"help": "Re-tokenize even if a cached result exists."}
+    )
+
+
+def _cuda_available() -> bool:
+    import torch
+
+    return torch.cuda.is_available()
+
+
+def _mps_available() -> bool:
+    import torch
+
+    return torch.backends.mps.is_available()
+
+
+def _cuda_supports_tf32() -> bool | None:
+    import torch
+
+    if not torch.cuda.is_available():
+        return None  # leave torch's setting alone
+    return torch.cuda.get_device_capability()[0] >= 8
+
+
+def _refuse_sharding_without_gpu() -> None:
+    """FSDP and DeepSpeed need CUDA GPUs: on a CPU accelerate would quietly run plain DDP instead.
+
+    accelerate 1.15 picks FSDP or DeepSpeed only for GPU-type processes; CPU processes stay
+    MULTI_CPU (DDP over gloo) and the sharding settings of the config are ignored.
+    """
+    launched_with = [
+        name
+        for name, variable in (("FSDP", "ACCELERATE_USE_FSDP"), ("DeepSpeed", "ACCELERATE_USE_DEEPSPEED"))
+        if os.environ.get(variable, "false").lower() == "true"
+    ]
+    if launched_with and not _cuda_available():
+        raise ConfigError(
+            f"This run was launched with {launched_with[0]} (the accelerate --config_file asks for it), but "
+            "this machine has no CUDA GPU. On CPU processes accelerate ignores the sharding and runs plain "
+            "DDP, so the run would not be what the config says. On a CPU, launch with --config_file "
+            "accelerate_configs/multi_cpu.yaml (or cpu.yaml); use the FSDP and DeepSpeed configs on GPUs."
+        )
+
+
+@dataclass
+class RecipeTrainingArguments(TrainingArguments):
+    """`TrainingArguments` with the recipe defaults (BERT fine-tuning on GLUE, after Devlin et al.)."""
+
+    output_dir: str | None = field(
+        default=None,
+        metadata={
+            "help": "Where checkpoints, the final model and results.json go. Default: outputs/<recipe>; "
+            "'{recipe}' in the path becomes the recipe's name (e.g. outputs/demo/{recipe})."
+        },
+    )
+    overwrite_output_dir: bool = field(
+        default=False,
+        metadata={
+            "help": "Allow writing into an output_dir that holds another run's results (they are replaced)."
+        },
+    )
+    per_device_train_batch_size: int = field(default=32, metadata={"help": "Training batch size per device."})
+    # Evaluation keeps no activations for backward, so a larger batch fits in the same memory.
+    per_device_eval_batch_size: int = field(
+        default=64, metadata={"help": "Evaluation batch size per device."}
+    )
+    learning_rate: float = field(default=2e-5, metadata={"help": "Peak learning rate of AdamW."})
+    num_train_epochs: float = field(default=3.0, metadata={"help": "Passes over the training data."})
+    # A float below 1 is a fraction of the total steps (transformers 5 dropped `warmup_ratio`).
+    warmup_steps: float = field(
+        default=0.1, metadata={"help": "Linear warmup: steps, or a fraction of all steps if below 1."}
+    )
+    weight_decay: float = field(
+        default=0.01, metadata={"help": "AdamW weight decay (not applied to biases/LayerNorm)."}
+    )
+    eval_strategy: str = field(
+        default="epoch", metadata={"help": "When to evaluate: 'no', 'steps' or 'epoch'."}
+    )
+    save_strategy: str = field(
+        default="epoch", metadata={"help": "When to checkpoint: 'no', 'steps' or 'epoch'."}
+    )
+    save_total_limit: int | None = field(default=2, metadata={"help": "Keep at most this many checkpoints."})
+    # A fraction of the total steps: about 50 points on every loss curve whatever the run length.
+    logging_steps: float = field(
+        default=0.02, metadata={"help": "Log every N steps, or a fraction of all steps if below 1."}
+    )
+    # Batches of similar length waste little compute on padding (transformers 5 name for group_by_length).
+    # The batches then come in a seeded random order, longest first (trainer.ShuffledLengthGroupedSampler).
+    train_sampling_strategy: str = field(
+        default="group_by_length",
+        metadata={
+            "help": "'group_by_length' (batches of similar length, little padding, in random order), "
+            "'random' or 'sequential'."
+        },
+    )
+    # None = automatic (precision.py): bf16 where the GPU has it natively, else fp16 (fp32 for
+    # DeBERTa); fp32 on CPU. An explicit true/false wins, and must agree with the accelerate config.
+    bf16: bool | None = field(
+        default=None,
+        metadata={
+            "help": "bfloat16 mixed precision. Default: on where the GPU has native bf16 (Ampere or newer), "
+            "else fp16 on GPUs and fp32 on CPUs. false: train in fp32."
+        },
+    )
+    fp16: bool | None = field(
+        default=None,
+        metadata={
+            "help": "float16 mixed precision with loss scaling. Default: on for GPUs without native bf16 "
+            "(T4, V100, RTX 20xx), except DeBERTa (overflows in fp16). false: train in fp32."
+        },
+    )
+
+    # Pinned host memory speeds up copies to a GPU and does nothing (but warn) without one.
+    dataloader_pin_memory: bool | None = field(
+        default=None, metadata={"help": "Pin host memory for faster GPU transfers. Default: on with a GPU."}
+    )
+
+    tf32: bool | None = field(
+        default=None,
+        metadata={
+            "help": "TF32 matmuls for the fp32 parts (Ampere or newer GPUs: ~8x the fp32 rate, 10-bit mantissa). "
+            "Default: on where supported."
+        },
+    )
+
+    # W&B (tracking.py). transformers 5 reports to nothing by default; every recipe logs a run.
+    report_to: None | str | list[str] = field(
+        default="wandb",
+        metadata={
+            "help": "Where to log: 'wandb' (offline when there is no API key), 'none', or another "
+            "Trainer integration ('tensorboard', 'all'). WANDB_MODE=disabled also turns W&B off."
+        },
+    )
+    wandb_project: str | None = field(
+        default=None, metadata={"help": "W&B project. Default: $WANDB_PROJECT, else 'bert-recipes'."}
+    )
+    experiment: str | None = field(
+        default=None,
+        metadata={
+            "help": "W&B group: runs in one group are compared side by side. Default: '<model>_<dataset>', "
+            "so every recipe run on the same model and data lands in the same group."
+        },
+    )
+    wandb_tags: str | None = field(
+        default=None,
+        metadata={
+            "help": "Extra W&B tags, comma-separated; recipe, model, precision and device kind are always tags."
+        },
+    )
+
+    # Imbalanced data and stopping (trainer.py).
+    class_weights: str | None = field(
+        default=None,
+        metadata={
+            "help": "Weight each class's loss: 'balanced' (n / (classes x count of the class), from the training "
+            "labels) or one weight per class in label-id order, comma-separated (e.g. 1,4). Default: unweighted."
+        },
+    )
+    early_stopping_patience: int | None = field(
+        default=None,
+        metadata={
+            "help": "Stop when the validation metric (metric_for_best_model, default the loss) has not improved "
+            "for N evaluations, and end with the best checkpoint's weights (load_best_model_at_end)."
+        },
+    )
+
+    # Memory (memory.py, planner.py).
+    track_memory: bool = field(
+        default=True,
+        metadata={
+            "help": "Count every tensor of the training steps that can set a memory peak (the first two, then "
+            "each larger batch) for memory_breakdown_gib and the CPU peaks. false: CUDA figures and RSS only. "
+            "Off under --torch_compile, which it would keep from compiling."
+        },
+    )
+    auto_batch_size: bool = field(
+        default=False,
+        metadata={
+            "help": "Train with the largest per-device batch that fits (planner first, out-of-memory back-off "
+            "as the safety net), raising gradient_accumulation_steps so the effective batch stays the same."
+        },
+    )
+
+    def __post_init__(self):
+        _refuse_sharding_without_gpu()
+        if not _cuda_available() and not _mps_available():
+            # No accelerator: train on the CPU, and say so to the Trainer, whose bf16 check would
+            # otherwise look for a GPU (and, under several processes, run DDP over gloo).
+            self.use_cpu = True
+        if self.tf32 is None:
+            self.tf32 = _cuda_supports_tf32() if not self.use_cpu else None
+        if self.dataloader_pin_memory is None:
+            import torch
+
+            self.dataloader_pin_memory = torch.cuda.is_available() and not self.use_cpu
+        if self.early_stopping_patience is not None:
+            self._imply_best_model_at_end()
+        on_cpu = self.use_cpu or os.environ.get("ACCELERATE_USE_CPU", "false").lower() == "true"
+        self.capability = detect_capability(use_cpu=on_cpu)
+        self._flags = (self.bf16, self.fp16)  # as given: settle_precision decides again with them
+        self._apply_precision(
+            choose_precision(
+                self.capability, bf16=self.bf16, fp16=self.fp16, launcher=launcher_mixed_precision()
+            )
+        )
+        super().__post_init__()
+        # TrainingArguments takes the launcher's mixed_precision whenever bf16 and fp16 are both
+        # false, so `--bf16 false` under a bf16 accelerate config would still train in bf16.
+        self.mixed_precision = self.precision_choice.mixed_precision
+        # After the Trainer's own checks: --torch_compile_mode or _backend alone also turn compiling on.
+        if self.torch_compile and self.track_memory:
+            # The tensor tracker's dispatch mode keeps dynamo from compiling the model at all
+            # (measured: such a run trained eagerly, loss equal to the bit). Measure memory with
+            # CUDA's figures and the RSS only.
+            logging.getLogger("recipes_lib").warning(
+                "--torch_compile true turns off --track_memory (per-tensor memory tracking stops "
+                "the model from being compiled); CUDA memory figures and the process RSS remain."
+            )
+            self.track_memory = False
+
+    def _imply_best_model_at_end(self) -> None:
+        """Early stopping keeps the best evaluation's weights: checkpoints at every evaluation, the best reloaded."""
+        patience = self.early_stopping_patience
+        if patience < 1:
+            raise ConfigError(
+                f"early_stopping_patience is {patience}; give a number of evaluations, 1 or more."
+            )
+        evaluation, saving = (
+            str(getattr(self.eval_strategy, "value", self.eval_strategy)),
+            str(getattr(self.save_strategy, "value", self.save_strategy)),
+        )
+        if evaluation == "no" or saving != evaluation:
+            raise ConfigError(
+                f"early_stopping_patience {patience} needs a checkpoint at every evaluation, to end with the best one, "
+                f"but eval_strategy is '{evaluation}' and save_strategy '{saving}'. Set both to 'epoch' (the defaults) "
+                "or both to 'steps' with the same interval."
+            )
+        self.load_best_model_at_end = True
+        # A resumed run continues the patience count where it stopped.
+        self.restore_callback_states_from_checkpoint = True
+
+    def _apply_precision(self, choice: PrecisionChoice) -> None:
+        self.precision_choice = choice
+        self.bf16 = choice.precision == "bf16"
+        self.fp16 = choice.precision == "fp16"
+        warning = emulation_warning(choice, self.capability) if choice.explicit else None
+        if warning:
+            logging.getLogger("recipes_lib").warning(warning)
+
+    @property
+    def precision(self) -> str:
+        """'bf16', 'fp16' or 'fp32': what the run computes in (precision.py decides)."""
+        return self.precision_choice.precision
+
+    def settle_precision(self, model_type: str) -> None:
+        """The automatic choice, revisited once the model family is known (before the Trainer exists).
+
+        Only one case changes: automatic fp16 (a GPU without native bf16) for a family that
+        overflows in fp16 becomes fp32. Explicit choices are never changed.
+        """
+        if self.precision_choice.explicit or model_type not in FP16_UNSAFE_MODEL_TYPES:
+            return
+        choice = choose_precision(
+            self.capability, bf16=self._flags[0], fp16=self._flags[1], launcher=None, model_type=model_type
+        )
+        if choice.precision != self.precision:
+            self._apply_precision(choice)
+            self.mixed_precision = choice.mixed_precision
+
+
+SHARED_ARGUMENT_CLASSES = (ModelArguments, DataArguments)
+
+Options = TypeVar("Options")
+
+
+@dataclass
+class ParsedArguments:
+    model: ModelArguments
+    data: DataArguments
+    training: RecipeTrainingArguments
+    # The recipe's own options (a LoraArguments, say), by class; `options(cls)` reads them.
+    recipe_options: dict[type, Any]
+    config_file: str | None
+    show_traceback: bool
+
+    def options(self, cls: type[Options]) -> Options:
+        """The recipe's own options of this class, e.g. `arguments.options(LoraArguments)`."""
+        if cls not in self.recipe_options:
+            raise TypeError(
+                f"This recipe has no {cls.__name__}; it has {[c.__name__ for c in self.recipe_options]}"
+            )
+        return self.recipe_options[cls]
+
+    def to_dict(self) -> dict[str, Any]:
+        """The full resolved configuration, as saved in results.json and the W&B run config."""
+        resolved = {**dataclasses.asdict(self.model), **dataclasses.asdict(self.data)}
+        for options in self.recipe_options.values():
+            resolved.update(dataclasses.asdict(options))
+        # TrainingArguments.to_dict redacts tokens and turns enums into strings.
+        resolved.update(self.training.to_dict())
+        resolved["config_file"] = self.config_file
+        return resolved
+
+
+def dataset_source(data: DataArguments) -> tuple[str | None, str | None]:
+    """The Hub dataset (name, config) a run reads, or (None, None) for local files."""
+    if data.train_file is not None:
+        return None, None
+    if data.dataset_name is None:
+        return DEFAULT_DATASET
+    return data.dataset_name, data.dataset_config_name

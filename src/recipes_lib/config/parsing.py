@@ -1,0 +1,350 @@
+"""Arguments from a YAML file and the command line: the file first, the command line wins.
+
+    recipes/full_ft.py --config recipes/configs/demo.yaml --learning_rate 3e-5
+
+reads the YAML file, then lets the command line override any key. A key that no dataclass knows,
+in the file or on the command line, stops the run before anything expensive happens and names the
+closest valid key (or the recipe whose option it is). Values in the file are checked as the same
+value typed on the command line would be.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import difflib
+import logging
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+import yaml
+from transformers import HfArgumentParser
+from transformers.hf_argparser import string_to_bool
+
+from recipes_lib.config.arguments import (
+    SHARED_ARGUMENT_CLASSES,
+    SUPPORTED_DATA_EXTENSIONS,
+    ParsedArguments,
+    RecipeTrainingArguments,
+)
+from recipes_lib.config.recipe_spec import RecipeSpec
+from recipes_lib.config.registry import recipes_accepting
+from recipes_lib.errors import ConfigError
+
+
+class _RecipeArgumentParser(HfArgumentParser):
+    """HfArgumentParser that raises ConfigError instead of printing a 200-line usage and exiting."""
+
+    def error(self, message):
+        raise ConfigError(
+            f"Bad command-line arguments: {message}. Run the recipe with --help to list every option."
+        )
+
+
+def _closest(key: str, valid: list[str]) -> str:
+    matches = difflib.get_close_matches(key, valid, n=1, cutoff=0.6)
+    return f" Did you mean '{matches[0]}'?" if matches else ""
+
+
+def _unknown_key_hint(key: str, valid: list[str], recipe_name: str) -> str:
+    """Which other recipe takes the key (lora_r given to full_ft), else the closest valid key, if any."""
+    others = recipes_accepting(key)
+    if others:
+        return f" It is an option of {', '.join(others)}, not of {recipe_name}.py: run that recipe, or drop the key."
+    return _closest(key, valid)
+
+
+def _pop_option(argv: list[str], name: str) -> tuple[str | None, list[str]]:
+    """Remove `--name VALUE` or `--name=VALUE` from argv; return VALUE."""
+    remaining, value, i = [], None, 0
+    while i < len(argv):
+        token = argv[i]
+        if token == name:
+            if i + 1 >= len(argv):
+                raise ConfigError(f"{name} needs a value, e.g. {name} recipes/configs/demo.yaml.")
+            value, i = argv[i + 1], i + 2
+            continue
+        if token.startswith(name + "="):
+            value = token.split("=", 1)[1]
+        else:
+            remaining.append(token)
+        i += 1
+    return value, remaining
+
+
+def _pop_bare_debug(argv: list[str]) -> tuple[bool, list[str]]:
+    """`--debug` alone means "show tracebacks"; `--debug VALUE` stays TrainingArguments.debug."""
+    for i, token in enumerate(argv):
+        if token == "--debug" and (i + 1 == len(argv) or argv[i + 1].startswith("--")):
+            return True, argv[:i] + argv[i + 1 :]
+    return False, argv
+
+
+def wants_traceback(argv: list[str]) -> bool:
+    """A bare `--debug`, or RECIPES_DEBUG=1: errors show their traceback instead of one paragraph."""
+    return _pop_bare_debug(argv)[0] or os.environ.get("RECIPES_DEBUG", "") not in ("", "0")
+
+
+def load_config_file(path: str) -> dict[str, Any]:
+    config_path = Path(path)
+    if not config_path.is_file():
+        raise ConfigError(
+            f"Config file '{path}' does not exist (looked in {config_path.resolve().parent}). "
+            "Pass a YAML file, e.g. --config recipes/configs/demo.yaml, or leave --config out to use the defaults."
+        )
+    try:
+        values = yaml.safe_load(config_path.read_text())
+    except yaml.YAMLError as error:
+        mark = getattr(error, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        problem = getattr(error, "problem", None) or str(error).splitlines()[0]
+        raise ConfigError(
+            f"Config file '{path}' is not valid YAML{where}: {problem}. Fix that line; every entry is 'key: value'."
+        ) from None
+    if values is None:
+        # Often the wrong file (or one saved before it was written); the defaults need no --config.
+        raise ConfigError(
+            f"Config file '{path}' is empty (no 'key: value' lines). Add settings to it, or leave --config "
+            "out to run with the recipe's defaults."
+        )
+    if not isinstance(values, dict):
+        raise ConfigError(
+            f"Config file '{path}' must be a mapping of 'key: value' lines, but it holds a {type(values).__name__}."
+        )
+    return values
+
+
+def _convert_file_value(action: argparse.Action, key: str, value: Any, path: str, accepts_list: bool) -> Any:
+    """Check a YAML value as argparse would check the same value typed on the command line."""
+    if value is None or isinstance(value, dict):
+        return value
+    if isinstance(value, list):
+        if not accepts_list:
+            raise ConfigError(
+                f"Config file '{path}': key '{key}' takes a single value, but the file gives a list {value}."
+            )
+        element = argparse.Action([], key, type=action.type, choices=action.choices)
+        return [_convert_file_value(element, key, item, path, accepts_list=False) for item in value]
+    text = str(value).lower() if isinstance(value, bool) else str(value)
+    converted = text
+    if action.type is not None:
+        try:
+            converted = action.type(text)
+        except (TypeError, ValueError, argparse.ArgumentTypeError):
+            type_name = getattr(action.type, "__name__", str(action.type))
+            raise ConfigError(
+                f"Config file '{path}': key '{key}' has value {value!r}, which is not a valid {type_name}. "
+                f"Write a {type_name} there, e.g. the default: {action.default!r}."
+            ) from None
+    if action.choices is not None and converted not in action.choices:
+        choices = ", ".join(str(getattr(c, "value", c)) for c in action.choices)
+        raise ConfigError(f"Config file '{path}': key '{key}' is {value!r}; choose one of: {choices}.")
+    return converted
+
+
+# An interval that only counts under one strategy: `--save_steps 20` does nothing under the
+# default `save_strategy: epoch`.
+STRATEGY_OF_INTERVAL = {
+    "save_steps": "save_strategy",
+    "eval_steps": "eval_strategy",
+    "logging_steps": "logging_strategy",
+}
+
+
+def _command_line_values(argv: list[str]) -> dict[str, str | None]:
+    """{key: the text after it} for every `--key VALUE`, `--key=VALUE` or bare `--key` in argv."""
+    values = {}
+    for i, token in enumerate(argv):
+        if token.startswith("--"):
+            key, _, value = token[2:].partition("=")
+            following = argv[i + 1] if i + 1 < len(argv) and not argv[i + 1].startswith("--") else None
+            values[key] = value or following
+    return values
+
+
+def _implied_strategies(given: dict[str, Any]) -> dict[str, str]:
+    """`--save_steps N` alone switches save_strategy to steps; with a contradicting strategy, an error."""
+    implied = {}
+    for interval, strategy in STRATEGY_OF_INTERVAL.items():
+        if interval not in given:
+            continue
+        if strategy not in given:
+            implied[strategy] = "steps"
+        elif str(given[strategy]) != "steps":
+            raise ConfigError(
+                f"{interval} {given[interval]} was given with {strategy} '{given[strategy]}', under which "
+                f"{interval} is ignored. Drop {strategy} (giving {interval} alone switches it to 'steps'), "
+                f"set {strategy} steps, or drop {interval}."
+            )
+    if implied:
+        logging.getLogger("recipes_lib").warning(
+            "%s set to 'steps': its interval was given (%s).",
+            " and ".join(implied),
+            ", ".join(f"{k} {given[k]}" for k, v in STRATEGY_OF_INTERVAL.items() if v in implied),
+        )
+    return implied
+
+
+def parse_arguments(spec: RecipeSpec, argv: list[str] | None = None) -> ParsedArguments:
+    """Parse `--config FILE.yaml` plus command-line overrides into typed, validated arguments.
+
+    Precedence, lowest first: dataclass defaults, the recipe's `training_defaults` (e.g. a higher
+    learning rate for LoRA), the YAML file, the command line.
+    """
+    argv = list(sys.argv[1:] if argv is None else argv)
+    show_traceback = wants_traceback(argv)
+    argv = _pop_bare_debug(argv)[1]
+    config_file, argv = _pop_option(argv, "--config")
+
+    recipe_name = spec.name
+    option_classes = (spec.options,) if spec.options is not None else ()
+    argument_classes = (*SHARED_ARGUMENT_CLASSES, *option_classes, RecipeTrainingArguments)
+    parser = _RecipeArgumentParser(argument_classes, allow_abbrev=False)
+    parser.prog = f"{recipe_name}.py"
+    actions = {action.dest: action for action in parser._actions if action.dest != "help"}
+    for action in actions.values():
+        # HfArgumentParser gives `bool | None` options (--bf16, --fp16: None means automatic) no
+        # value-less form; `--fp16` alone then failed. Alone, it means true, as for plain bools.
+        if action.type is string_to_bool and action.nargs is None and not action.required:
+            action.nargs, action.const = "?", True
+    list_keys = {
+        f.name for cls in argument_classes for f in dataclasses.fields(cls) if "list" in str(f.type).lower()
+    }
+    valid_keys = sorted(actions)
+
+    defaults: dict[str, Any] = {"output_dir": f"outputs/{recipe_name}"}
+    defaults.update(spec.training_defaults)
+    if config_file is not None:
+        file_values = load_config_file(config_file)
+        for key, value in file_values.items():
+            if key not in actions:
+                raise ConfigError(
+                    f"Config file '{config_file}' has an unknown key '{key}'.{_unknown_key_hint(key, valid_keys, recipe_name)} "
+                    "Every key must be an argument of the recipe; run it with --help to list them."
+                )
+            defaults[key] = _convert_file_value(actions[key], key, value, config_file, key in list_keys)
+    given = {**(file_values if config_file is not None else {}), **_command_line_values(argv)}
+    defaults.update(_implied_strategies(given))
+    parser.set_defaults(**defaults)
+
+    try:
+        *parsed, remaining = parser.parse_args_into_dataclasses(
+            args=argv, return_remaining_strings=True, look_for_args_file=False
+        )
+    except (ValueError, TypeError) as error:
+        # TrainingArguments.__post_init__ rejects inconsistent settings with a ValueError.
+        raise ConfigError(f"Invalid training arguments: {error}") from None
+    if remaining:
+        unknown = next((token for token in remaining if token.startswith("-")), remaining[0])
+        key = unknown.lstrip("-").split("=", 1)[0]
+        raise ConfigError(
+            f"Unknown command-line argument '{unknown}'.{_unknown_key_hint(key, valid_keys, recipe_name)} "
+            "Run the recipe with --help to list every option."
+        )
+
+    model_args, data_args, *recipe_options, training_args = parsed
+    # One config for every recipe: `output_dir: outputs/demo/{recipe}` gives each its own directory.
+    training_args.output_dir = training_args.output_dir.replace("{recipe}", recipe_name)
+    arguments = ParsedArguments(
+        model=model_args,
+        data=data_args,
+        training=training_args,
+        recipe_options={type(options): options for options in recipe_options},
+        config_file=config_file,
+        show_traceback=show_traceback,
+    )
+    validate_arguments(arguments)
+    return arguments
+
+
+def validate_arguments(arguments: ParsedArguments) -> None:
+    """Checks that need no download: fail here, not after an hour of tokenization."""
+    data = arguments.data
+    for name in ("validation_file", "test_file"):
+        if data.train_file is None and getattr(data, name) is not None:
+            raise ConfigError(
+                f"{name} '{getattr(data, name)}' was given without train_file. Pass --train_file too."
+            )
+    if data.test_split_name is not None and data.train_file is not None:
+        raise ConfigError(
+            f"test_split_name '{data.test_split_name}' names a Hub dataset's split, but the data is local "
+            f"(train_file '{data.train_file}'). Use --test_file for a local test file."
+        )
+    if data.train_file is not None and data.dataset_name is not None:
+        raise ConfigError(
+            f"Both dataset_name '{data.dataset_name}' and train_file '{data.train_file}' were given. "
+            "Use one source: a Hub dataset or local files."
+        )
+    if data.dataset_config_name is not None and data.dataset_name is None and data.train_file is None:
+        raise ConfigError(
+            f"dataset_config_name '{data.dataset_config_name}' was given without dataset_name. "
+            "Pass --dataset_name too (e.g. --dataset_name glue)."
+        )
+    for name in ("train_file", "validation_file", "test_file"):
+        path = getattr(data, name)
+        if path is None:
+            continue
+        if Path(path).is_dir():
+            inside = sorted(
+                p.name for p in Path(path).iterdir() if p.suffix.lower() in SUPPORTED_DATA_EXTENSIONS
+            )
+            raise ConfigError(
+                f"{name} '{path}' is a directory; pass one file in it"
+                + (f" (it holds: {', '.join(inside[:5])})." if inside else ".")
+            )
+        if Path(path).suffix.lower() not in SUPPORTED_DATA_EXTENSIONS:
+            raise ConfigError(
+                f"{name} '{path}' has an unsupported extension. Use one of {', '.join(SUPPORTED_DATA_EXTENSIONS)}; "
+                "the extension decides how the file is read."
+            )
+        if not Path(path).is_file():
+            raise ConfigError(
+                f"{name} '{path}' does not exist (looked in {Path(path).resolve().parent}). Check the path."
+            )
+    if data.text_column_names is not None:
+        columns = [c.strip() for c in data.text_column_names.split(",") if c.strip()]
+        if not 1 <= len(columns) <= 2:
+            raise ConfigError(
+                f"text_column_names '{data.text_column_names}' names {len(columns)} columns; give one column, "
+                "or two separated by a comma for sentence pairs (e.g. 'sentence1,sentence2')."
+            )
+    training = arguments.training
+    positive = {
+        "max_seq_length": data.max_seq_length,
+        "max_train_samples": data.max_train_samples,
+        "max_eval_samples": data.max_eval_samples,
+        "per_device_train_batch_size": training.per_device_train_batch_size,
+        "per_device_eval_batch_size": training.per_device_eval_batch_size,
+        "gradient_accumulation_steps": training.gradient_accumulation_steps,
+    }
+    for name, value in positive.items():
+        if value is not None and value <= 0:
+            raise ConfigError(f"{name} is {value}; it must be a positive integer.")
+    # The Trainer accepts these and fails later (AdamW on a negative rate) or trains for zero steps.
+    if not training.learning_rate > 0:
+        raise ConfigError(
+            f"learning_rate is {training.learning_rate:g}; it must be positive (BERT fine-tuning: 2e-5 to 5e-5)."
+        )
+    if training.max_steps <= 0 and not training.num_train_epochs > 0:
+        raise ConfigError(
+            f"num_train_epochs is {training.num_train_epochs:g}, so the run would train for no step. "
+            "Give a positive number of epochs, or --max_steps N."
+        )
+    if training.max_grad_norm is not None and training.max_grad_norm < 0:
+        raise ConfigError(
+            f"max_grad_norm is {training.max_grad_norm:g}; give a positive norm to clip gradients to "
+            "(default 1.0), or 0 to turn clipping off."
+        )
+    if not 0 < data.validation_split_percentage < 100:
+        raise ConfigError(
+            f"validation_split_percentage is {data.validation_split_percentage}; it must be between 1 and 99."
+        )
+    if arguments.model.trust_remote_code:
+        import logging
+
+        logging.getLogger(__name__).warning(
+            "trust_remote_code is on: Python code from '%s' will run on this machine.",
+            arguments.model.model_name_or_path,
+        )

@@ -1,0 +1,204 @@
+"""Which floating-point precision a run computes in: decided once, from what the device does natively.
+
+Every recipe and QLoRA's 4-bit compute dtype follow the one `PrecisionChoice` this module makes.
+
+The rule, in order:
+
+1. An explicit choice wins. `--bf16 true` means bf16, `--fp16 true` means fp16, and both false
+   means fp32. One `false` alone (`fp16: false`, common in Hugging Face configs) only rules that
+   precision out: the accelerate config or the automatic choice picks among the rest. The accelerate config's `mixed_precision:
+   bf16` or `fp16` is an explicit choice too; its `no` (accelerate's default) expresses none.
+   When the command line (or YAML) and the accelerate config both choose and disagree, the run
+   stops with an error naming both: neither silently overrides the other.
+   An explicit choice the hardware only emulates still runs, with a warning saying how slow it is.
+2. Otherwise, automatic:
+   - CUDA: bf16 where the GPU has it natively (Ampere and newer; T4, V100 and RTX 20xx only
+     emulate it), else fp16 with loss scaling, except for model families known to overflow in
+     fp16 (DeBERTa), which stay fp32.
+   - CPU: fp32. bf16 autocast on a CPU with native bf16 (AVX-512 BF16 or AMX) is faster, but its
+     results then differ between machines with and without it, so the CPU default stays the one
+     precision every CPU runs at full speed; `--bf16 true` opts in where it is native
+     (`python benchmarks/precision.py` measures what it gains on this machine).
+
+Why it matters: a bf16 matmul on a CPU without native bf16 (AVX2 only: most laptops, AMD before
+Zen 4) is tens of times slower than fp32, and a GPU that emulates bf16 is slower than in fp16.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from dataclasses import dataclass
+
+import torch
+
+from recipes_lib.errors import ConfigError
+
+logger = logging.getLogger("recipes_lib")
+
+PRECISIONS = ("fp32", "bf16", "fp16")
+TORCH_DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+# Their attention and relative-position scores overflow fp16's range (65,504): a NaN loss in the
+# first epochs is a known DeBERTa-under-fp16 failure. Automatic precision keeps them in fp32.
+FP16_UNSAFE_MODEL_TYPES = frozenset({"deberta", "deberta-v2"})
+# The environment variable `accelerate launch` sets from its config's `mixed_precision`.
+LAUNCHER_VARIABLE = "ACCELERATE_MIXED_PRECISION"
+
+
+@dataclass(frozen=True)
+class DeviceCapability:
+    """What one device computes natively. `name` says which hardware was read, for the log."""
+
+    kind: str  # "cpu" or "cuda"
+    name: str
+    native_bf16: bool
+    native_fp16: bool
+
+    def is_native(self, precision: str) -> bool:
+        return precision == "fp32" or {"bf16": self.native_bf16, "fp16": self.native_fp16}[precision]
+
+
+def detect_capability(use_cpu: bool) -> DeviceCapability:
+    """The training device's native precisions, read from torch (never from the CPU's model name)."""
+    if not use_cpu and torch.cuda.is_available():
+        major, minor = torch.cuda.get_device_capability()
+        return DeviceCapability(
+            kind="cuda",
+            name=f"{torch.cuda.get_device_name()} (compute capability {major}.{minor})",
+            # including_emulation=False: T4/V100 report bf16 "supported" through slow emulation.
+            native_bf16=torch.cuda.is_bf16_supported(including_emulation=False),
+            native_fp16=(major, minor) >= (5, 3),
+        )
+    # oneDNN runs bf16 (fp16) matmuls natively only with AVX-512 BF16 or AMX (AVX-512 FP16 or AMX-FP16).
+    return DeviceCapability(
+        kind="cpu",
+        name=f"CPU, {torch.backends.cpu.get_cpu_capability()} kernels",
+        native_bf16=bool(torch.ops.mkldnn._is_mkldnn_bf16_supported()),
+        native_fp16=bool(torch.ops.mkldnn._is_mkldnn_fp16_supported()),
+    )
+
+
+@dataclass(frozen=True)
+class PrecisionChoice:
+    precision: str  # one of PRECISIONS
+    reason: str  # why, in a few words, for the log line and results.json
+    explicit: bool
+
+    @property
+    def mixed_precision(self) -> str:
+        """accelerate's name for it."""
+        return "no" if self.precision == "fp32" else self.precision
+
+
+def _flag_choice(bf16: bool | None, fp16: bool | None) -> tuple[str | None, set[str]]:
+    """(the precision the flags choose, or None; the precisions a lone `false` rules out)."""
+    if bf16 and fp16:
+        raise ConfigError(
+            "Both --bf16 and --fp16 are true; a run computes in one precision. Keep one of them "
+            "(bf16 where the GPU has it natively, Ampere or newer; fp16 on older GPUs)."
+        )
+    if bf16:
+        return "bf16", set()
+    if fp16:
+        return "fp16", set()
+    if bf16 is False and fp16 is False:
+        return "fp32", set()
+    # `fp16: false` alone (common in Hugging Face configs) rules fp16 out and chooses nothing else.
+    return None, {name for name, flag in (("bf16", bf16), ("fp16", fp16)) if flag is False}
+
+
+def _launcher_choice(launcher: str | None) -> str | None:
+    value = (launcher or "no").lower()
+    if value == "no":
+        return None
+    if value not in ("bf16", "fp16"):
+        raise ConfigError(
+            f"The accelerate config sets mixed_precision: {value}, which these recipes do not support. "
+            "Set it to bf16, fp16 or no (no lets the recipe choose from what the device does natively)."
+        )
+    return value
+
+
+def choose_precision(
+    capability: DeviceCapability,
+    *,
+    bf16: bool | None,
+    fp16: bool | None,
+    launcher: str | None,
+    model_type: str | None = None,
+) -> PrecisionChoice:
+    """The precision a run computes in (see the module docstring for the rule)."""
+    (from_flags, excluded), from_launcher = _flag_choice(bf16, fp16), _launcher_choice(launcher)
+    flag = {"bf16": "--bf16 true", "fp16": "--fp16 true", "fp32": "--bf16 false --fp16 false"}.get(from_flags)
+    if from_launcher in excluded:
+        flag, from_flags = f"--{from_launcher} false", f"not {from_launcher}"
+    if from_flags and from_launcher and from_flags != from_launcher:
+        raise ConfigError(
+            f"The run asks for {from_flags} ({flag}) but the accelerate config asks for {from_launcher} "
+            f"(mixed_precision: {from_launcher}). Make them agree: drop the flag to use the config's "
+            f"{from_launcher}, or launch with a config whose mixed_precision is 'no', which leaves the choice "
+            "to the recipe (accelerate_configs/single_gpu.yaml does)."
+        )
+    explicit = from_flags or from_launcher
+    if explicit == "fp16" and capability.kind == "cpu":
+        # accelerate has no fp16 autocast on CPU: such a run would compute in fp32 (measured:
+        # tests/test_precision.py found fp32 in the layers under --fp16 before this check existed).
+        asked = "--fp16" if from_flags else "the accelerate config's mixed_precision: fp16"
+        raise ConfigError(
+            f"fp16 was asked for ({asked}), but this run is on the CPU, where accelerate does not run fp16 "
+            "mixed precision: it would train in fp32 while saying fp16. Drop it to train in fp32, or use "
+            "bf16 (--bf16 true), which CPUs with AVX-512 BF16 or AMX run natively."
+        )
+    if explicit:
+        source = "--bf16/--fp16" if from_flags else "the accelerate config's mixed_precision"
+        return PrecisionChoice(explicit, f"asked for by {source}", explicit=True)
+    ruled_out = f" ({', '.join(sorted(excluded))} ruled out by its flag)" if excluded else ""
+    if capability.kind == "cuda":
+        if capability.native_bf16 and "bf16" not in excluded:
+            return PrecisionChoice("bf16", f"automatic: native bf16 on {capability.name}", explicit=False)
+        if model_type in FP16_UNSAFE_MODEL_TYPES:
+            return PrecisionChoice(
+                "fp32",
+                f"automatic: {model_type} overflows in fp16 on {capability.name}{ruled_out}",
+                explicit=False,
+            )
+        if "fp16" not in excluded:
+            return PrecisionChoice(
+                "fp16", f"automatic: fp16 with loss scaling on {capability.name}{ruled_out}", explicit=False
+            )
+        return PrecisionChoice("fp32", f"automatic: fp32 on {capability.name}{ruled_out}", explicit=False)
+    return PrecisionChoice("fp32", f"automatic: fp32 on the {capability.name}", explicit=False)
+
+
+def emulation_warning(choice: PrecisionChoice, capability: DeviceCapability) -> str | None:
+    """A warning when an explicit choice runs on hardware that only emulates it (it still runs)."""
+    if capability.is_native(choice.precision):
+        return None
+    if capability.kind == "cpu":
+        return (
+            f"{choice.precision} was asked for, but this CPU ({capability.name}) has no native bf16 (AVX-512 "
+            "BF16 or AMX): its bf16 matmuls are emulated, many times slower than fp32 (python "
+            "benchmarks/precision.py measures how much on this machine). Drop the flag to train in fp32."
+        )
+    return (
+        f"{choice.precision} was asked for, but {capability.name} only emulates it: expect it to be "
+        "slower than fp16 (drop the flag and the recipe picks fp16 with loss scaling)."
+    )
+
+
+def launcher_mixed_precision() -> str | None:
+    return os.environ.get(LAUNCHER_VARIABLE)
+
+
+def autocast_for(precision: str, device_type: str):
+    """The autocast a run's bf16/fp16 evaluation ran under, for inference outside the Trainer; fp32: none."""
+    import contextlib
+
+    if precision not in ("bf16", "fp16"):
+        return contextlib.nullcontext()
+    return torch.autocast(device_type=device_type, dtype=TORCH_DTYPES[precision])
+
+
+def dtype_name(dtype: torch.dtype) -> str:
+    """'bf16', 'fp16', 'fp32' for a torch dtype (its str for any other)."""
+    return next((name for name, known in TORCH_DTYPES.items() if known == dtype), str(dtype))

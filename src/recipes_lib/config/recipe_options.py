@@ -1,0 +1,102 @@
+"""The options of the recipes that have their own: dataclasses parsed like the shared arguments.
+
+`--help` prints each field's `help`. They live here, beside the shared arguments, so that the
+recipe registry (registry.py) and the parser can name them without loading models or peft.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from recipes_lib.config.recipe_spec import LoraShape
+from recipes_lib.errors import ConfigError
+
+# Only 0.3% of the weights move, each through a rank-8 bottleneck, so LoRA wants a learning rate
+# far above full fine-tuning's 2e-5 (published LoRA runs on BERT-sized encoders use 4e-4 to 1e-3).
+# On a short SST-2 budget 1e-3 clears full_ft at its 2e-5 and stays within the usual range for long
+# runs (benchmarks/lora_learning_rate.py; the figures are in benchmarks/RESULTS.md, "LoRA learning rate").
+LORA_LEARNING_RATE = 1e-3
+MERGED_SUBDIR = "merged"
+
+
+@dataclass
+class LoraArguments:
+    lora_r: int = field(
+        default=8, metadata={"help": "Rank r of the LoRA update B A (r x d_in and d_out x r)."}
+    )
+    lora_alpha: float = field(
+        default=16,
+        metadata={"help": "LoRA scaling numerator: the update is multiplied by alpha / r (16/8 = 2)."},
+    )
+    lora_dropout: float = field(default=0.1, metadata={"help": "Dropout on the LoRA branch's input."})
+    lora_target_modules: list[str] = field(
+        default_factory=lambda: ["auto"],
+        metadata={
+            "help": "Names of the linear layers that get adapters (BERT: query key value dense), "
+            "'all-linear' for every linear layer except the classification head, or 'auto': the family's "
+            "attention query and value projections (BERT, RoBERTa, ELECTRA, ALBERT: query value; DeBERTa-v2/v3: "
+            "query_proj value_proj; DeBERTa: in_proj; DistilBERT: q_lin v_lin; ModernBERT: Wqkv; MPNet: q v)."
+        },
+    )
+    lora_train_pooler: bool = field(
+        default=False,
+        metadata={
+            "help": "Also train the pooler (the dense layer before the head) in full and save it with the adapter."
+        },
+    )
+    merge_adapter: bool = field(
+        default=False,
+        metadata={
+            "help": f"Also save a plain model with the adapter merged into the weights, in output_dir/{MERGED_SUBDIR}."
+        },
+    )
+
+    def __post_init__(self):
+        validate_lora_arguments(self)  # before any data or weights are loaded
+
+    def shape(self) -> LoraShape:
+        """The adapters these options describe, as the planner and `add_lora` take them."""
+        return LoraShape(
+            r=self.lora_r,
+            alpha=self.lora_alpha,
+            target_modules=target_modules(self),
+            dropout=self.lora_dropout,
+            train_pooler=self.lora_train_pooler,
+        )
+
+
+def validate_lora_arguments(lora: LoraArguments) -> None:
+    if lora.lora_r <= 0:
+        raise ConfigError(
+            f"lora_r is {lora.lora_r}; the rank must be a positive integer (8 and 16 are usual)."
+        )
+    if lora.lora_alpha <= 0:
+        raise ConfigError(f"lora_alpha is {lora.lora_alpha}; it must be positive (usually 2 x lora_r).")
+    if not 0 <= lora.lora_dropout < 1:
+        raise ConfigError(f"lora_dropout is {lora.lora_dropout}; it must be in [0, 1).")
+    if not target_modules(lora):
+        raise ConfigError("lora_target_modules is empty; name at least one layer, e.g. query value.")
+
+
+def target_modules(lora: LoraArguments) -> tuple[str, ...] | str:
+    """The targets as given: layer names, or one of the strings 'all-linear' and 'auto'."""
+    names = [name.strip() for item in lora.lora_target_modules for name in item.split(",") if name.strip()]
+    lowered = [name.lower() for name in names]
+    return lowered[0] if lowered in (["all-linear"], ["auto"]) else tuple(names)
+
+
+@dataclass
+class Adam8bitArguments:
+    """The options of recipes/adamw_8bit.py."""
+
+    embedding_optimizer_bits: int = field(
+        default=32,
+        metadata={
+            "help": "Bits of AdamW state for nn.Embedding weights: 32 (bitsandbytes' advice) or 8.",
+            "choices": [8, 32],
+        },
+    )
+    paged_optimizer: bool = field(
+        default=False,
+        metadata={"help": "PagedAdamW8bit: state pages out to CPU memory when the GPU runs short."},
+    )

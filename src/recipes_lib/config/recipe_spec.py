@@ -1,0 +1,61 @@
+"""What a recipe script tells the library about itself, as data.
+
+Library code never names a recipe. Each recipe has a `RecipeSpec`: its name, its own
+options (a dataclass parsed like the shared ones), the training defaults it changes, and its
+`TrainingShape`: what it trains and how it stores it, which is all the memory planner and
+`--auto_batch_size` need to know. `registry.py` lists the specs of every recipe, so one list
+feeds the recipe scripts, the command-line tools, the tests and the Makefile.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass(frozen=True)
+class LoraShape:
+    """The adapters a LoRA recipe adds: rank, which linear layers, dropout on their input."""
+
+    r: int = 8
+    alpha: float = 16  # the update is scaled by alpha / r
+    # Layer names; "all-linear" for every linear layer except the classification head; "auto" for the
+    # family's attention query and value projections (families.default_lora_targets).
+    target_modules: tuple[str, ...] | str = "auto"
+    dropout: float = 0.1
+    train_pooler: bool = False
+
+
+@dataclass(frozen=True)
+class TrainingShape:
+    """What a recipe changes that decides its memory."""
+
+    adapters: LoraShape | None = None  # None: every weight trains (full fine-tuning)
+    quantized_base: bool = False  # the encoder's linear weights stored in 4-bit NF4
+    optimizer_bits: int = 32  # AdamW state per element of a weight matrix: 32-bit, or 8-bit blocks
+    embedding_optimizer_bits: int = 32  # the same for nn.Embedding weights
+
+
+def _full_fine_tuning(options: Any) -> TrainingShape:
+    return TrainingShape()
+
+
+@dataclass(frozen=True)
+class RecipeSpec:
+    name: str  # also the script's name: recipes/<name>.py
+    summary: str = ""  # what trains, in a few words
+    # The recipe's own argument dataclass (LoraArguments, say), parsed like the shared ones.
+    options: type | None = None
+    # Shared defaults the recipe changes, e.g. a higher learning rate for LoRA.
+    training_defaults: Mapping[str, Any] = field(default_factory=dict)
+    # (the parsed options, or None without options) -> TrainingShape.
+    shape: Callable[[Any], TrainingShape] = _full_fine_tuning
+
+    @property
+    def script(self) -> str:
+        return f"{self.name}.py"
+
+    def default_shape(self) -> TrainingShape:
+        """The shape with the recipe's default options (what `recipes-lib plan --recipe NAME` plans)."""
+        return self.shape(self.options() if self.options is not None else None)

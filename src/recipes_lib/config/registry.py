@@ -1,0 +1,87 @@
+"""The recipes, listed once: what each recipe script is, for the tools that never import the script.
+
+`RECIPES` maps a recipe's name to its `RecipeSpec`: the script in `recipes/`, its own options,
+the training defaults it changes and the `TrainingShape` the memory planner plans. Each script
+takes its spec from here (`SPEC = RECIPES["lora"]`), and the command-line tools (`plan --recipe
+all`, the W&B dashboard's colours), the tests and the Makefile read the same dict, so it works
+from a non-editable install, where no `recipes/` folder is installed beside the package.
+
+This is the one module of the library that names recipes. A new recipe is a script in
+`recipes/` plus an entry here; `tests/test_registry.py` checks that the two agree.
+
+    python -m recipes_lib.config.registry     prints the names, in order (the Makefile's list)
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from recipes_lib.config.recipe_options import LORA_LEARNING_RATE, Adam8bitArguments, LoraArguments
+from recipes_lib.config.recipe_spec import RecipeSpec, TrainingShape
+from recipes_lib.errors import ConfigError
+
+
+def _adamw_8bit_shape(options: Adam8bitArguments) -> TrainingShape:
+    return TrainingShape(optimizer_bits=8, embedding_optimizer_bits=options.embedding_optimizer_bits)
+
+
+def _lora_shape(lora: LoraArguments) -> TrainingShape:
+    return TrainingShape(adapters=lora.shape())
+
+
+def _qlora_shape(lora: LoraArguments) -> TrainingShape:
+    return TrainingShape(adapters=lora.shape(), quantized_base=True)
+
+
+# Full fine-tuning first: the others are compared with it.
+RECIPES: dict[str, RecipeSpec] = {
+    spec.name: spec
+    for spec in (
+        RecipeSpec(name="full_ft", summary="every weight trains, torch AdamW"),
+        RecipeSpec(
+            name="adamw_8bit",
+            summary="every weight trains, bitsandbytes 8-bit AdamW",
+            options=Adam8bitArguments,
+            shape=_adamw_8bit_shape,
+        ),
+        RecipeSpec(
+            name="lora",
+            summary="frozen encoder; LoRA adapters and the head train",
+            options=LoraArguments,
+            training_defaults={"learning_rate": LORA_LEARNING_RATE},
+            shape=_lora_shape,
+        ),
+        RecipeSpec(
+            name="qlora",
+            summary="LoRA on a 4-bit NF4 base",
+            options=LoraArguments,
+            training_defaults={"learning_rate": LORA_LEARNING_RATE},
+            shape=_qlora_shape,
+        ),
+    )
+}
+
+
+def recipe_specs() -> dict[str, RecipeSpec]:
+    """{name: spec} of every recipe, in the registry's order."""
+    return dict(RECIPES)
+
+
+def recipe(name: str) -> RecipeSpec:
+    """One recipe's spec; an unknown name is a ConfigError listing the known ones."""
+    if name not in RECIPES:
+        raise ConfigError(f"There is no recipe '{name}'. The recipes are: {', '.join(RECIPES)}.")
+    return RECIPES[name]
+
+
+def recipes_accepting(key: str) -> list[str]:
+    """The recipe scripts whose own options include `key` (an error hint: lora_r given to full_ft)."""
+    return [
+        spec.script
+        for spec in RECIPES.values()
+        if spec.options is not None and any(key == item.name for item in dataclasses.fields(spec.options))
+    ]
+
+
+if __name__ == "__main__":
+    print(" ".join(RECIPES))

@@ -1,0 +1,1 @@
+"""Data: local files and Hub datasets, label mapping and task detection, tokenization, collation."""

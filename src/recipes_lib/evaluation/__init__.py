@@ -1,0 +1,1 @@
+"""Evaluation: metrics through `evaluate` (shipped modules), predictions and per-class reports."""

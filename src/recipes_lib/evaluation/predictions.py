@@ -1,0 +1,160 @@
+"""Predictions as rows, and the per-class scores and confusion matrix of a labelled split.
+
+One format for every place that writes predictions (a run's validation and test splits,
+`recipes-lib predict`), so they can be compared line by line; one JSON object per input row, in
+input order, probabilities rounded to 6 decimals:
+
+    single-label  {"prediction": "billing", "probabilities": {"billing": 0.91, "shipping": 0.05, ...}}
+    multi-label   {"prediction": ["billing", "shipping"], "probabilities": {"billing": 0.88, ...}}
+    regression    {"prediction": 0.734}
+
+Single-label probabilities are the softmax of the logits. Multi-label ones are each class's own
+sigmoid (they need not sum to 1), and the prediction lists the classes whose probability reaches
+their threshold (tuned on the validation split, saved as label_thresholds.json). A regression
+prediction is the model's single output, the score itself.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from recipes_lib.config.tasks import (
+    DEFAULT_THRESHOLD,
+    MULTI_LABEL,
+    REGRESSION,
+    SINGLE_LABEL,
+    predicted_labels,
+    sigmoid,
+    softmax,
+)
+from recipes_lib.errors import ConfigError
+
+EVAL_PREDICTIONS_FILE = "eval_predictions.jsonl"
+TEST_PREDICTIONS_FILE = "test_predictions.jsonl"
+CONFUSION_MATRIX_PNG = "confusion_matrix.png"
+THRESHOLDS_FILE = "label_thresholds.json"
+
+
+def prediction_rows(
+    logits: np.ndarray,
+    label_names: list[str],
+    problem_type: str = SINGLE_LABEL,
+    thresholds: list[float] | None = None,
+) -> list[dict[str, Any]]:
+    logits = np.asarray(logits, dtype=np.float64)
+    if problem_type == REGRESSION:
+        return [{"prediction": round(float(score), 6)} for score in logits.reshape(len(logits), -1)[:, 0]]
+    if problem_type == MULTI_LABEL:
+        probabilities = sigmoid(logits)
+        decisions = predicted_labels(probabilities, thresholds or [DEFAULT_THRESHOLD] * len(label_names))
+        return [
+            {
+                "prediction": [
+                    name for name, chosen in zip(label_names, row_decisions, strict=True) if chosen
+                ],
+                "probabilities": _rounded(label_names, row),
+            }
+            for row, row_decisions in zip(probabilities, decisions, strict=True)
+        ]
+    return [
+        {"prediction": label_names[int(row.argmax())], "probabilities": _rounded(label_names, row)}
+        for row in softmax(logits)
+    ]
+
+
+def _rounded(label_names: list[str], probabilities: np.ndarray) -> dict[str, float]:
+    return {name: round(float(p), 6) for name, p in zip(label_names, probabilities, strict=True)}
+
+
+def write_thresholds(
+    directory: str | Path, label_names: list[str], thresholds: list[float], tuned_on: str
+) -> Path:
+    """label_thresholds.json next to a multi-label model: what turns its probabilities into labels."""
+    path = Path(directory) / THRESHOLDS_FILE
+    record = {
+        "thresholds": dict(zip(label_names, thresholds, strict=True)),
+        "tuned_on": tuned_on,
+        "rule": "a class is predicted when its sigmoid probability is at or above its threshold",
+    }
+    path.write_text(json.dumps(record, indent=2) + "\n")
+    return path
+
+
+def read_thresholds(directory: str | Path, label_names: list[str]) -> list[float] | None:
+    """The thresholds saved with a multi-label model, in label-id order; None where none were saved."""
+    path = Path(directory) / THRESHOLDS_FILE
+    if not path.is_file():
+        return None
+    try:
+        saved = json.loads(path.read_text())["thresholds"]
+        return [float(saved[name]) for name in label_names]
+    except (KeyError, TypeError, ValueError) as error:
+        raise ConfigError(
+            f"{path} does not hold a number for every class of the model ({', '.join(label_names)}): "
+            f"{type(error).__name__} {error}. It is written with the model at the end of a run; restore it, or "
+            "delete it to decide every class at probability 0.5."
+        ) from None
+
+
+def per_class_report(
+    predictions: np.ndarray, references: np.ndarray, label_names: list[str]
+) -> dict[str, Any]:
+    """{"per_class": {name: precision, recall, f1, support}, "confusion_matrix": {labels, matrix}}.
+
+    Rows of the matrix are the true classes, columns the predicted ones, both in id order.
+    Multi-label (0/1 rows for both): per class as a yes/no decision of its own, and no confusion
+    matrix, which needs one true and one predicted class per example.
+    """
+    from sklearn.metrics import confusion_matrix, precision_recall_fscore_support
+
+    multi_label = np.ndim(references) == 2
+
+    ids = list(range(len(label_names)))
+    precision, recall, f1, support = precision_recall_fscore_support(
+        references, predictions, labels=ids, zero_division=0
+    )
+    per_class = {
+        name: {
+            "precision": round(float(precision[i]), 4),
+            "recall": round(float(recall[i]), 4),
+            "f1": round(float(f1[i]), 4),
+            "support": int(support[i]),
+        }
+        for i, name in enumerate(label_names)
+    }
+    if multi_label:
+        return {"per_class": per_class, "confusion_matrix": None}
+    matrix = confusion_matrix(references, predictions, labels=ids).tolist()
+    return {"per_class": per_class, "confusion_matrix": {"labels": list(label_names), "matrix": matrix}}
+
+
+def draw_confusion_matrix(report: dict[str, Any], path: str | Path, title: str) -> Path:
+    """The confusion matrix as a PNG: counts in each cell, true classes down, predicted across."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    labels, matrix = report["labels"], np.array(report["matrix"])
+    size = max(4.0, 0.6 * len(labels) + 2)
+    figure, axes = plt.subplots(figsize=(size, size))
+    axes.imshow(matrix, cmap="Blues")
+    axes.set_xticks(range(len(labels)), labels, rotation=45, ha="right")
+    axes.set_yticks(range(len(labels)), labels)
+    axes.set_xlabel("predicted")
+    axes.set_ylabel("true")
+    axes.set_title(title)
+    threshold = matrix.max() / 2 if matrix.size else 0
+    for (row, column), count in np.ndenumerate(matrix):
+        axes.text(
+            column, row, str(count), ha="center", va="center", color="white" if count > threshold else "black"
+        )
+    figure.tight_layout()
+    path = Path(path)
+    figure.savefig(path, dpi=100)
+    plt.close(figure)
+    return path

@@ -1,0 +1,627 @@
+"""Memory: what a run holds, phase by phase, and what holds it.
+
+Three phases: model load (building the model and placing it on the device), training (forward,
+backward, optimizer step; evaluations during training are their own phase) and evaluation.
+
+Per phase, in results.json under `memory_phases`:
+
+- CUDA: `torch.cuda.max_memory_allocated` (bytes in live tensors), `max_memory_reserved` (what the
+  caching allocator took from the driver: allocated + its cache; `nvidia-smi` shows this plus the
+  CUDA context) and the peak of `active_bytes` (allocator blocks in use), with the peaks reset at
+  the start of every phase.
+- CPU: there is no caching allocator to ask, so the tensors are counted one by one:
+  `TensorMemoryTracker` sees every tensor PyTorch creates (a TorchDispatchMode) and keeps the live
+  bytes of every storage until it is freed. Its peak is the CPU `max_allocated`; reserved and
+  active have no CPU counterpart and stay null.
+- Both: the process's peak resident set size (RSS, from the kernel; it also counts the Python
+  interpreter, the libraries and the dataset). Linux resets the peak per phase (/proc/self/clear_refs).
+
+`memory_breakdown_gib` says what held the training memory, each figure measured on the tensors
+themselves, each the peak of its own kind over the training steps:
+
+- weights: the model's parameters and buffers (4-bit weights: packed data + quantization constants)
+- gradients: the parameters' `.grad` tensors
+- optimizer_state: the tensors in `optimizer.state` (Adam moments, 8-bit quantization maps, step counters)
+- activations: everything the forward and backward passes create besides parameter gradients:
+  tensors saved for backward, their gradients, recomputation under gradient checkpointing
+- other: the input batch and the optimizer step's temporaries
+
+The kinds do not all peak at the same moment (the Trainer frees gradients before the next forward),
+so their sum is an upper bound of the real peak; `tensor_peak_gib` is the real peak of all tensors
+together. The planner (planner.py) predicts the same five figures from the model config alone.
+
+Cost: the tracker runs Python code for every tensor operation, so it watches only the steps that
+can set a new peak: the first optimizer step (it creates the optimizer state), then every batch
+that is larger (more rows or a longer padded length) than all the batches watched since the
+optimizer state exists. With length-grouped batches that is a handful of steps per run
+(benchmarks/memory_overhead.py measures the cost). `--track_memory false` turns it off (CUDA
+figures and RSS stay; the breakdown keeps what costs nothing to measure).
+"""
+
+from __future__ import annotations
+
+import logging
+import resource
+import sys
+import weakref
+from collections import deque
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_leaves
+from transformers import TrainerCallback
+
+from recipes_lib.modeling.optimizers import optimizer_state_tensors, tensors_in, unwrap_optimizer
+from recipes_lib.units import BREAKDOWN_KEYS, GIB
+
+logger = logging.getLogger(__name__)
+
+# The CUDA caching allocator hands out blocks in multiples of 512 bytes; counting tensors the same
+# way makes the tracker's figures comparable with torch.cuda.max_memory_allocated.
+CUDA_BLOCK_BYTES = 512
+# How many allocations a storage may wait before it changes kind and still change it everywhere
+# (see TensorMemoryTracker._open_window). A weight's gradient reaches its parameter within 2-3.
+PENDING_WINDOWS = 16
+
+
+def peak_rss_gib() -> float:
+    """Peak resident set size of this process (Linux reports KiB, macOS bytes)."""
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return peak / GIB if sys.platform == "darwin" else peak * 1024 / GIB
+
+
+def peak_memory(device: torch.device, monitor: MemoryMonitor | None = None) -> dict[str, float | str | None]:
+    """The whole run's peak: CUDA max allocated / reserved, or on CPU the process's peak RSS.
+
+    The MemoryMonitor resets the peak counters (CUDA's and the kernel's RSS peak) as each phase
+    begins, so the whole run's peak is the highest of its phases' peaks and of the counters now.
+    """
+    phases = list(monitor.phases.values()) if monitor is not None else []
+    if device.type == "cuda":
+        allocated = max([torch.cuda.max_memory_allocated(device)] + [p.max_allocated or 0 for p in phases])
+        reserved = max([torch.cuda.max_memory_reserved(device)] + [p.max_reserved or 0 for p in phases])
+        return {
+            "peak_memory_gib": round(allocated / GIB, 4),
+            "peak_memory_reserved_gib": round(reserved / GIB, 4),
+            "peak_memory_source": "torch.cuda.max_memory_allocated (tensors, whole run)",
+        }
+    rss = max(peak_rss_gib(), (monitor.process_peak_rss if monitor is not None else 0) / GIB)
+    return {
+        "peak_memory_gib": round(rss, 4),
+        "peak_memory_reserved_gib": None,
+        "peak_memory_source": "process peak RSS (the kernel's peak resident set size, whole run)",
+    }
+
+
+# --- what a storage holds -------------------------------------------------------------------------
+
+
+def _storage(tensor: torch.Tensor) -> torch.UntypedStorage | None:
+    # Sparse, nested and meta tensors have no plain storage to count.
+    if tensor.layout != torch.strided or tensor.device.type == "meta":
+        return None
+    try:
+        return tensor.untyped_storage()
+    except (RuntimeError, NotImplementedError):
+        return None
+
+
+def weight_tensors(model: torch.nn.Module):
+    """Parameters, buffers and, for 4-bit bitsandbytes weights, their quantization constants."""
+    for parameter in model.parameters():
+        yield parameter
+        quant_state = getattr(parameter, "quant_state", None)
+        if quant_state is not None:
+            yield from tensors_in(quant_state)
+    yield from model.buffers()
+
+
+def gradient_tensors(model: torch.nn.Module):
+    return (p.grad for p in model.parameters() if p.grad is not None)
+
+
+def storage_bytes(tensors, device_type: str | None = None) -> int:
+    """Bytes of the distinct storages behind `tensors` (a view or a shared tensor counts once)."""
+    seen, total = set(), 0
+    for tensor in tensors:
+        storage = _storage(tensor)
+        if storage is None or storage.nbytes() == 0 or storage.data_ptr() in seen:
+            continue
+        seen.add(storage.data_ptr())
+        total += _block_bytes(storage.nbytes(), device_type or tensor.device.type)
+    return total
+
+
+def _block_bytes(nbytes: int, device_type: str) -> int:
+    if device_type == "cuda":
+        return -(-nbytes // CUDA_BLOCK_BYTES) * CUDA_BLOCK_BYTES
+    return nbytes
+
+
+# --- the tracker -----------------------------------------------------------------------------------
+
+
+class TensorMemoryTracker(TorchDispatchMode):
+    """Live bytes of every tensor storage, by what it holds, and the peak of each kind and of all.
+
+    Storages that exist on entry are sorted by where they sit: the model's weights, their `.grad`,
+    `optimizer.state`, and the input batch ("other"). Storages created inside are "activations",
+    except inside `optimizer.step()` ("optimizer": new state and temporaries) and parameter
+    gradients, which a post-accumulate-grad hook moves to "gradients" the moment autograd stores
+    them. A weak reference on each storage subtracts its bytes when it is freed.
+
+    Why not torch.distributed._tools.mem_tracker.MemTracker (PyTorch's own, which works on CPU):
+    it reports the mix of kinds at the moment of the overall peak, not the peak of each kind; it
+    raises on the second forward of the same root module unless its per-module statistics are
+    reset; and it snapshots every module call. tests/test_memory.py checks that both trackers
+    find the same overall peak for the same training step.
+    """
+
+    KINDS = ("weights", "gradients", "optimizer", "activations", "other")
+
+    def __init__(
+        self, model: torch.nn.Module, optimizer=None, inputs: Any = None, new_tensors: str = "activations"
+    ):
+        super().__init__()
+        self.model = model
+        self.optimizer = unwrap_optimizer(optimizer)
+        self.inputs = inputs
+        self.new_tensors = new_tensors
+        self.live = dict.fromkeys(self.KINDS, 0)
+        self.peak = dict.fromkeys(self.KINDS, 0)
+        self.live_total = 0
+        self.peak_total = 0
+        self.optimizer_state_bytes = 0
+        # id(storage) -> [kind, bytes, weak reference, window it was created in]; the weak
+        # reference's callback subtracts the bytes when the storage is freed.
+        self._records: dict[int, list] = {}
+        self._in_optimizer_step = 0
+        self._hooks: list = []
+        self._window_id = 0
+        self._windows = deque([(0, dict.fromkeys(self.KINDS, 0))])
+
+    # Bookkeeping -------------------------------------------------------------------------------
+    # Autograd creates a parameter's gradient as the output of a backward op and hands it to the
+    # parameter (where the hook moves it to "gradients") a few ops later; counting the peaks at
+    # once would count, say, the word-embedding gradient as an activation for that instant. So the
+    # peak of each kind is committed late: every new storage opens a window holding the highest
+    # live figures seen in it; the last PENDING_WINDOWS windows stay open, and a storage that
+    # changes kind changes kind in every open window since it was created.
+    def _account(self, kind: str, change: int) -> None:
+        self.live[kind] += change
+        self.live_total += change
+        if change > 0:
+            window = self._windows[-1][1]
+            window[kind] = max(window[kind], self.live[kind])
+            self.peak_total = max(self.peak_total, self.live_total)
+
+    def _open_window(self) -> None:
+        self._window_id += 1
+        self._windows.append((self._window_id, dict(self.live)))
+        if len(self._windows) > PENDING_WINDOWS:
+            self._commit(self._windows.popleft()[1])
+
+    def _commit(self, window: dict[str, int]) -> None:
+        for kind in self.KINDS:
+            self.peak[kind] = max(self.peak[kind], window[kind])
+
+    def _forget(self, key: int, _reference) -> None:
+        record = self._records.pop(key, None)
+        if record is not None:
+            self._account(record[0], -record[1])
+
+    def _track(self, tensor: torch.Tensor, kind: str, move: bool = False) -> None:
+        storage = _storage(tensor)
+        if storage is None:
+            return
+        key = id(storage)
+        record = self._records.get(key)
+        nbytes = _block_bytes(storage.nbytes(), tensor.device.type)
+        if record is None:
+            reference = weakref.ref(storage, lambda ref, key=key: self._forget(key, ref))
+            self._records[key] = [kind, nbytes, reference, self._window_id]
+            self._account(kind, nbytes)
+            return
+        if record[1] != nbytes:  # an op resized its output's storage
+            self._account(record[0], nbytes - record[1])
+            record[1] = nbytes
+        if move and record[0] != kind:
+            old_kind, nbytes, created = record[0], record[1], record[3]
+            self.live[old_kind] -= nbytes
+            self.live[kind] += nbytes
+            for window_id, window in self._windows:
+                if window_id >= created:  # it was alive, under the old kind, through this window
+                    window[old_kind] -= nbytes
+                    window[kind] += nbytes
+            record[0] = kind
+
+    # Hooks ---------------------------------------------------------------------------------------
+    def _gradient_stored(self, parameter: torch.Tensor) -> None:
+        if parameter.grad is not None:
+            self._track(parameter.grad, "gradients", move=True)
+
+    def _optimizer_step_begins(self, optimizer, args, kwargs) -> None:
+        self._in_optimizer_step += 1
+
+    def _optimizer_step_ends(self, optimizer, args, kwargs) -> None:
+        self._in_optimizer_step -= 1
+        for tensor in optimizer_state_tensors(optimizer):
+            self._track(tensor, "optimizer", move=True)
+        self.optimizer_state_bytes = max(
+            self.optimizer_state_bytes, storage_bytes(optimizer_state_tensors(optimizer))
+        )
+
+    def __enter__(self):
+        for tensor in weight_tensors(self.model):
+            self._track(tensor, "weights")
+        for tensor in gradient_tensors(self.model):
+            self._track(tensor, "gradients")
+        for tensor in optimizer_state_tensors(self.optimizer):
+            self._track(tensor, "optimizer")
+        self.optimizer_state_bytes = storage_bytes(optimizer_state_tensors(self.optimizer))
+        for tensor in tensors_in(self.inputs):
+            self._track(tensor, "other")
+        self._hooks = [
+            parameter.register_post_accumulate_grad_hook(self._gradient_stored)
+            for parameter in self.model.parameters()
+            if parameter.requires_grad
+        ]
+        self._hooks += [
+            register_optimizer_step_pre_hook(self._optimizer_step_begins),
+            register_optimizer_step_post_hook(self._optimizer_step_ends),
+        ]
+        return super().__enter__()
+
+    def __exit__(self, *exc_info):
+        result = super().__exit__(*exc_info)
+        while self._windows:
+            self._commit(self._windows.popleft()[1])
+        for hook in self._hooks:
+            hook.remove()
+        self._hooks = []
+        self._records.clear()  # drops the weak references, so no callback fires after this
+        return result
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if any(getattr(subclass, "__name__", "") == "DTensor" for subclass in types):
+            # FSDP2's sharded tensors: let DTensor turn the op into ops on its local shards first;
+            # those come back here with plain tensors (as PyTorch's MemTracker does).
+            return NotImplemented
+        out = func(*args, **(kwargs or {}))
+        kind = "optimizer" if self._in_optimizer_step else self.new_tensors
+        tensors = [tensor for tensor in tree_leaves(out) if isinstance(tensor, torch.Tensor)]
+        storages = [_storage(tensor) for tensor in tensors]
+        # A new window opens only when new memory arrives (views and in-place ops bring none).
+        if any(storage is not None and id(storage) not in self._records for storage in storages):
+            self._open_window()
+        for tensor in tensors:
+            self._track(tensor, kind)
+        return out
+
+    # Results -------------------------------------------------------------------------------------
+    def breakdown_bytes(self) -> dict[str, int]:
+        """Peak bytes of each kind; optimizer temporaries move from "optimizer" to "other"."""
+        optimizer_temporaries = max(0, self.peak["optimizer"] - self.optimizer_state_bytes)
+        return {
+            "weights": self.peak["weights"],
+            "gradients": self.peak["gradients"],
+            "optimizer_state": self.optimizer_state_bytes,
+            "activations": self.peak["activations"],
+            "other": self.peak["other"] + optimizer_temporaries,
+        }
+
+
+# --- phases ------------------------------------------------------------------------------------------
+
+
+def _read_kernel_peak_rss() -> int | None:
+    """VmHWM (peak RSS since the last reset) in bytes; None where /proc is not there (macOS)."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) * 1024
+    except OSError:
+        return None
+    return None
+
+
+def _reset_kernel_peak_rss() -> bool:
+    # Writing 5 to clear_refs resets the peak RSS to the current RSS (Linux 4.0+).
+    try:
+        Path("/proc/self/clear_refs").write_text("5")
+        return True
+    except OSError:
+        return False
+
+
+@dataclass
+class PhaseMemory:
+    name: str
+    max_allocated: int | None = None
+    max_reserved: int | None = None
+    max_active: int | None = None
+    allocated_at_end: int | None = None
+    reserved_at_end: int | None = None
+    peak_rss: int | None = None
+    # CUDA: total - free device memory at the end of the phase (cudaMemGetInfo): this process's
+    # reserved memory + the CUDA context and workspace + any other process on the GPU.
+    device_used: int | None = None
+    tensor_peak: int | None = None  # from the tracker, both devices
+    tracked_batches: int = 0
+
+    def to_dict(self, device_type: str) -> dict[str, Any]:
+        def gib(value):
+            return None if value is None else round(value / GIB, 4)
+
+        allocated = self.max_allocated if device_type == "cuda" else self.tensor_peak
+        return {
+            "max_allocated_gib": gib(allocated),
+            "max_reserved_gib": gib(self.max_reserved),
+            "max_active_gib": gib(self.max_active),
+            "allocated_at_end_gib": gib(self.allocated_at_end),
+            "reserved_at_end_gib": gib(self.reserved_at_end),
+            "peak_rss_gib": gib(self.peak_rss),
+            "device_used_gib": gib(self.device_used),
+            "tensor_peak_gib": gib(self.tensor_peak),
+            "tracked_batches": self.tracked_batches,
+        }
+
+
+def _dominated(shape: tuple[int, int], shapes: list[tuple[int, int]]) -> bool:
+    return any(rows >= shape[0] and length >= shape[1] for rows, length in shapes)
+
+
+def _batch_shape(inputs: Any) -> tuple[int, int] | None:
+    for name in ("input_ids", "attention_mask", "inputs_embeds"):
+        tensor = inputs.get(name) if isinstance(inputs, dict) else None
+        if isinstance(tensor, torch.Tensor) and tensor.dim() >= 2:
+            return int(tensor.shape[0]), int(tensor.shape[1])
+    return None
+
+
+@dataclass
+class MemoryMonitor:
+    """Collects per-phase peaks and the training breakdown of one run (one process)."""
+
+    device: torch.device
+    track_tensors: bool = True
+    phases: dict[str, PhaseMemory] = field(default_factory=dict)
+    current: PhaseMemory | None = None
+    process_peak_rss: int = 0
+    breakdown: dict[str, int] = field(default_factory=dict)
+    tracker: TensorMemoryTracker | None = None
+    tracked_shapes: dict[str, list] = field(default_factory=lambda: {"train": [], "evaluation": []})
+    tracked_optimizer_steps: int = 0
+    weights_bytes: int | None = None
+    # The batch being tracked, and the one whose activations set the peak: (rows, length, padded).
+    tracked_batch: tuple[int, int, bool] | None = None
+    peak_batch: tuple[int, int, bool] | None = None
+
+    # Phases ------------------------------------------------------------------------------------------
+    def start_phase(self, name: str) -> None:
+        if self.current is not None:
+            if self.current.name == name:
+                return
+            self.end_phase()
+        # A phase seen before (training resumes after an evaluation) keeps its peaks.
+        self.current = self.phases.setdefault(name, PhaseMemory(name))
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+            torch.cuda.reset_peak_memory_stats(self.device)
+        self._remember_rss()
+        _reset_kernel_peak_rss()
+
+    def end_phase(self) -> None:
+        phase, self.current = self.current, None
+        if phase is None:
+            return
+        self.stop_tracking()
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+            stats = torch.cuda.memory_stats(self.device)
+            phase.max_allocated = max(phase.max_allocated or 0, stats.get("allocated_bytes.all.peak", 0))
+            phase.max_reserved = max(phase.max_reserved or 0, stats.get("reserved_bytes.all.peak", 0))
+            phase.max_active = max(phase.max_active or 0, stats.get("active_bytes.all.peak", 0))
+            phase.allocated_at_end = stats.get("allocated_bytes.all.current", 0)
+            phase.reserved_at_end = stats.get("reserved_bytes.all.current", 0)
+            free, total = torch.cuda.mem_get_info(self.device)
+            phase.device_used = total - free
+        rss = _read_kernel_peak_rss()
+        if rss is not None:
+            phase.peak_rss = max(phase.peak_rss or 0, rss)
+        self._remember_rss()
+
+    def _remember_rss(self) -> None:
+        # The kernel's peak is reset per phase; keep the whole run's peak here.
+        rss = _read_kernel_peak_rss()
+        self.process_peak_rss = max(self.process_peak_rss, rss or 0, int(peak_rss_gib() * GIB))
+
+    def model_loaded(self, model: torch.nn.Module) -> None:
+        """Weights measured on the loaded model: what it holds before any training step."""
+        self.weights_bytes = storage_bytes(weight_tensors(model), self.device.type)
+        if self.current is not None and self.device.type != "cuda":
+            self.current.allocated_at_end = self.weights_bytes
+            self.current.tensor_peak = max(self.current.tensor_peak or 0, self.weights_bytes)
+
+    # Tracked batches -------------------------------------------------------------------------------
+    def before_forward(self, model: torch.nn.Module, inputs: dict, optimizer, training: bool) -> None:
+        """Called at the start of every forward: switch phase, and watch this batch if it can set a peak."""
+        phase = "train" if training else "evaluation"
+        self.start_phase(phase)
+        if not self.track_tensors or self.tracker is not None:
+            return
+        shape = _batch_shape(inputs)
+        # The first step runs without optimizer state, so a batch like it with the state in place
+        # holds more: it does not count as covering later batches.
+        first_step = training and self.tracked_optimizer_steps == 0
+        if shape is None or (not first_step and _dominated(shape, self.tracked_shapes[phase])):
+            return
+        if not first_step:
+            self.tracked_shapes[phase].append(shape)
+        self.current.tracked_batches += 1
+        mask = inputs.get("attention_mask")
+        padded = isinstance(mask, torch.Tensor) and bool((mask == 0).any())
+        self.tracked_batch = (*shape, padded)
+        self.tracker = TensorMemoryTracker(model, optimizer if training else None, inputs)
+        self.tracker.__enter__()
+
+    def stop_tracking(self, optimizer_stepped: bool = False, keep_breakdown: bool = True) -> None:
+        """End the tracked batch. `keep_breakdown=False`: a step that failed (out of memory) and is
+        retried with a smaller batch; its peak stays in the phase's figures, not in the breakdown."""
+        tracker, self.tracker = self.tracker, None
+        if tracker is None:
+            return
+        tracker.__exit__(None, None, None)
+        phase = self.current
+        if phase is not None:
+            phase.tensor_peak = max(phase.tensor_peak or 0, tracker.peak_total)
+            if phase.name == "train" and keep_breakdown:
+                measured = tracker.breakdown_bytes()
+                if measured["activations"] > self.breakdown.get("activations", -1):
+                    self.peak_batch = self.tracked_batch
+                self.breakdown = {
+                    key: max(self.breakdown.get(key, 0), measured[key]) for key in BREAKDOWN_KEYS
+                }
+        if optimizer_stepped:
+            self.tracked_optimizer_steps += 1
+
+    def measure_untracked(self, model: torch.nn.Module, optimizer) -> None:
+        """What costs nothing to measure without the tracker: gradients and optimizer state by walking them."""
+        gradients = storage_bytes(gradient_tensors(model), self.device.type)
+        state = storage_bytes(optimizer_state_tensors(optimizer), self.device.type)
+        self.breakdown["gradients"] = max(self.breakdown.get("gradients", 0), gradients)
+        self.breakdown["optimizer_state"] = max(self.breakdown.get("optimizer_state", 0), state)
+
+    # Results -------------------------------------------------------------------------------------
+    def finish(self) -> dict[str, Any]:
+        self.end_phase()
+        breakdown = dict(self.breakdown)
+        if self.weights_bytes is not None:
+            breakdown["weights"] = max(breakdown.get("weights", 0), self.weights_bytes)
+        tracked = self.track_tensors and "activations" in breakdown
+        # Nine decimals keep byte resolution, so a tiny test model's figures stay exact.
+        breakdown_gib = {
+            key: (round(breakdown[key] / GIB, 9) if key in breakdown else None) for key in BREAKDOWN_KEYS
+        }
+        if self.device.type == "cuda":
+            source = "torch.cuda.memory_stats per phase (peaks reset between phases)"
+        else:
+            source = "tensor-level tracking (TensorMemoryTracker) per phase; RSS from /proc/self/status VmHWM"
+        train = self.phases.get("train")
+        return {
+            "memory_phases": {name: phase.to_dict(self.device.type) for name, phase in self.phases.items()},
+            "memory_phases_source": source,
+            "memory_breakdown_gib": breakdown_gib,
+            "memory_breakdown_source": (
+                "peak of each kind over the tracked training steps (tensor-level tracking)"
+                if tracked
+                else "weights, gradients and optimizer state walked on the tensors; activations not tracked "
+                "(--track_memory false)"
+            ),
+            "tensor_peak_gib": (
+                round(train.tensor_peak / GIB, 6)
+                if train is not None and train.tensor_peak is not None
+                else None
+            ),
+            "memory_tracked_steps": self.tracked_optimizer_steps,
+            # The training batch whose activations were the highest: what to give the planner to compare.
+            "memory_peak_batch": (
+                dict(zip(("rows", "length", "padded"), self.peak_batch, strict=True))
+                if self.peak_batch
+                else None
+            ),
+        }
+
+    def summary_lines(self, results: dict[str, Any]) -> list[str]:
+        lines = []
+        for name, phase in results["memory_phases"].items():
+            figures = ", ".join(
+                f"{label} {format_gib(phase[key])}"
+                for key, label in (
+                    ("max_allocated_gib", "max allocated"),
+                    ("max_reserved_gib", "max reserved"),
+                    ("max_active_gib", "max active"),
+                    ("peak_rss_gib", "peak RSS"),
+                )
+                if phase.get(key) is not None
+            )
+            lines.append(f"Memory, {name}: {figures}")
+        breakdown = results["memory_breakdown_gib"]
+        parts = ", ".join(
+            f"{key.replace('_', ' ')} {format_gib(value)}"
+            for key, value in breakdown.items()
+            if value is not None
+        )
+        lines.append(f"Memory breakdown (peak of each kind): {parts}")
+        return lines
+
+
+def format_gib(gib: float) -> str:
+    """1.23 GiB, or 45.6 MiB below 1 GiB (a small model's figures would all read 0.00 GiB)."""
+    return f"{gib:.2f} GiB" if gib >= 1 else f"{gib * 1024:.1f} MiB"
+
+
+class MemoryCallback(TrainerCallback):
+    """Feeds the Trainer's events to a MemoryMonitor: phase switches, tracked steps, evaluation."""
+
+    # Gradients and optimizer state keep their size after the first step: walking them on the first
+    # two steps (free, and what --track_memory false still reports) is enough.
+    WALKED_STEPS = 2
+
+    def __init__(self, monitor: MemoryMonitor):
+        self.monitor = monitor
+        self.optimizer = None
+        self._hook = None
+        self._steps_seen = 0
+        self._train_began = False
+
+    def on_init_end(self, args, state, control, model=None, **kwargs):
+        # The Trainer is built around the finished model (adapters added, 4-bit base loaded): what
+        # its weights hold now is what every training step holds.
+        if model is not None and self._hook is None:
+            self.monitor.model_loaded(model)
+            self._hook = model.register_forward_pre_hook(self._before_forward, with_kwargs=True)
+
+    # Under --torch_compile the hook runs inside the compiled call: dynamo would trace this
+    # bookkeeping (Python state, data-dependent checks), break the graph on it and recompile as
+    # the state changes. Run it as plain Python instead.
+    @torch.compiler.disable
+    def _before_forward(self, module, args, kwargs):
+        inputs = kwargs if kwargs else (args[0] if args and isinstance(args[0], dict) else {})
+        training = module.training and torch.is_grad_enabled()
+        self.monitor.before_forward(module, inputs, self.optimizer, training)
+
+    def on_train_begin(self, args, state, control, optimizer=None, **kwargs):
+        if self._train_began:
+            # Training starts again: --auto_batch_size retrying after an out-of-memory error. The failed
+            # step's peak stays in the phase's figures, not in the breakdown of what a step holds.
+            self.monitor.stop_tracking(keep_breakdown=False)
+        self._train_began = True
+        self.optimizer = optimizer
+
+    def on_step_begin(self, args, state, control, optimizer=None, **kwargs):
+        self.optimizer = optimizer
+
+    def on_pre_optimizer_step(self, args, state, control, model=None, optimizer=None, **kwargs):
+        # Gradients are complete here; walking them is free, and it covers untracked runs.
+        if self._steps_seen < self.WALKED_STEPS and model is not None:
+            self.monitor.measure_untracked(model, None)
+
+    def on_step_end(self, args, state, control, model=None, optimizer=None, **kwargs):
+        if self._steps_seen < self.WALKED_STEPS and model is not None:
+            self.monitor.measure_untracked(model, optimizer)
+        self._steps_seen += 1
+        self.monitor.stop_tracking(optimizer_stepped=True)
+
+    def on_prediction_step(self, args, state, control, **kwargs):
+        self.monitor.stop_tracking()
+
+    def on_evaluate(self, args, state, control, **kwargs):
+        self.monitor.end_phase()
+
+    def on_train_end(self, args, state, control, **kwargs):
+        self.monitor.end_phase()

@@ -1,0 +1,1 @@
+"""Models: the per-family profiles, loading, LoRA/QLoRA adapters, optimizers."""

@@ -1,0 +1,324 @@
+"""LoRA adapters (peft) and the 4-bit NF4 base of QLoRA, shared by recipes/lora.py and recipes/qlora.py.
+
+LoRA freezes the encoder and learns, next to each targeted weight W (d_out x d_in), a low-rank
+update W + (alpha / r) * B A with A (r x d_in) and B (d_out x r). For bert-base with r=8 on the
+query and value projections of its 12 layers:
+
+    12 layers x 2 projections x (768 x 8 + 8 x 768) = 294,912 adapter parameters
+    + classification head 768 x 2 + 2                 =   1,538 (trained in full, saved with the adapter)
+    = 296,450 trainable of 109,483,778 (0.27%)
+
+Only those carry gradients and AdamW state (16 B each), so memory is the frozen weights (4 B per
+parameter in fp32; 0.5 B + block constants in 4-bit NF4 for QLoRA) plus activations.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import replace
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from recipes_lib.config.arguments import ModelArguments
+from recipes_lib.config.precision import TORCH_DTYPES
+from recipes_lib.config.recipe_options import MERGED_SUBDIR, LoraArguments
+from recipes_lib.config.recipe_spec import LoraShape
+from recipes_lib.errors import ConfigError, ModelError
+from recipes_lib.modeling.families import default_lora_targets, linear_layer_names, linears_outside_layers
+from recipes_lib.modeling.loading import load_model
+
+logger = logging.getLogger(__name__)
+
+ADAPTER_CONFIG_FILE = "adapter_config.json"
+# QLoRA: the 4-bit settings of the base the adapter was trained on (save_adapter_extras).
+BASE_QUANTIZATION_FILE = "base_quantization_config.json"
+
+
+def resolve_lora_targets(shape: LoraShape, model_type: str) -> LoraShape:
+    """'auto' replaced by the family's query and value projections (families.py); other targets as given."""
+    if shape.target_modules != "auto":
+        return shape
+    targets, _ = default_lora_targets(model_type)
+    if not targets:
+        raise ConfigError(
+            f"There are no default LoRA targets for {model_type} models. Name the attention projections "
+            "with --lora_target_modules (or use all-linear)."
+        )
+    return replace(shape, target_modules=targets)
+
+
+def check_lora_targets(shape: LoraShape, model_config) -> LoraShape:
+    """The resolved adapters, after checking on config.json alone that each target names a linear layer.
+
+    Runs before data or weights load; peft would only find out when wrapping the loaded model.
+    """
+    shape = resolve_lora_targets(shape, model_config.model_type)
+    if shape.target_modules == "all-linear":
+        return shape
+    linear = linear_layer_names(model_config)
+    unknown = [name for name in shape.target_modules if name not in linear]
+    if unknown:
+        raise ConfigError(
+            f"lora_target_modules names {', '.join(unknown)}, which this {model_config.model_type} model has no "
+            f"linear layer called. Its linear layers are called: {', '.join(linear)}. Name some of those "
+            "(or use all-linear, or leave the option out for the family's query and value projections)."
+        )
+    return shape
+
+
+def lora_config(shape: LoraShape, train_in_full: tuple[str, ...] = ()):
+    """peft's LoraConfig for resolved adapters; `train_in_full`: modules trained and saved whole."""
+    from peft import LoraConfig, TaskType
+
+    targets = shape.target_modules
+    in_full = [*train_in_full, *(["pooler"] if shape.train_pooler else [])]
+    return LoraConfig(
+        # SEQ_CLS makes peft add the head ('classifier' or 'score') to modules_to_save: trained in
+        # full and saved with the adapter, so a reloaded model does not get a random head.
+        task_type=TaskType.SEQ_CLS,
+        r=shape.r,
+        lora_alpha=shape.alpha,
+        lora_dropout=shape.dropout,
+        target_modules=targets if isinstance(targets, str) else list(targets),
+        modules_to_save=in_full or None,
+    )
+
+
+def _linear_layer_names(model: nn.Module) -> list[str]:
+    return sorted({name.rsplit(".", 1)[-1] for name, m in model.named_modules() if isinstance(m, nn.Linear)})
+
+
+# peft's SEQ_CLS task trains and saves the head under these names itself.
+PEFT_HEAD_NAMES = ("classifier", "score")
+
+
+def _new_modules_outside_the_head(model) -> tuple[str, ...]:
+    """The outermost newly initialised modules, less the head peft already trains (a wrapper inside a
+    wrapper would not reload: RoBERTa's head is classifier.dense + classifier.out_proj)."""
+    paths = sorted(getattr(model, "newly_initialized_modules", ()))
+    outermost = [p for p in paths if not any(p.startswith(f"{other}.") for other in paths if other != p)]
+    return tuple(path for path in outermost if not any(part in PEFT_HEAD_NAMES for part in path.split(".")))
+
+
+def add_lora(model, lora: LoraShape | LoraArguments):
+    """Freeze `model` and wrap it in a peft model with LoRA adapters and a trainable head.
+
+    Every module the checkpoint did not provide (`model.newly_initialized_modules`, set by
+    modeling.load_model: the head, DeBERTa's pooler, DistilBERT's pre_classifier) trains in full
+    and is saved with the adapter: frozen, it would stay random, and a reload would draw another.
+    """
+    from peft import get_peft_model
+
+    shape = lora.shape() if isinstance(lora, LoraArguments) else lora
+    shape = resolve_lora_targets(shape, model.config.model_type)
+    config = lora_config(shape, train_in_full=_new_modules_outside_the_head(model))
+    if shape.train_pooler and not any(name.endswith("pooler") for name, _ in model.named_modules()):
+        raise ConfigError(
+            f"lora_train_pooler is on, but this {model.config.model_type} model has no module named 'pooler'. "
+            "Leave the option off for it."
+        )
+    try:
+        return get_peft_model(model, config)
+    except ValueError as error:
+        # peft 0.21 raises NoMatchingPeftModuleError (a ValueError); older versions a plain ValueError.
+        message = f"{type(error).__name__}: {error}"
+        if "NoMatchingPeftModuleError" not in message and "not found in the base model" not in message:
+            raise
+        raise ConfigError(
+            f"lora_target_modules {shape.target_modules} names no layer of this {model.config.model_type} "
+            f"model. Its linear layers are called: {', '.join(_linear_layer_names(model))} (or use all-linear)."
+        ) from None
+
+
+def nf4_quantization_config(model_config, precision: str):
+    """QLoRA's 4-bit base: NF4 weights, double quantization, matmuls in the run's precision.
+
+    NF4 stores 4 bits per weight plus one fp32 absmax per 64-weight block; double quantization
+    stores those absmax values in 8 bits with one fp32 constant per 256 blocks:
+        4 + 32 / 64 = 4.5 bits per weight  ->  4 + 8 / 64 + 32 / (64 x 256) = 4.127 bits per weight.
+    The matmuls run in `precision` (precision.py): bf16 on GPUs with native bf16, fp16 on older
+    GPUs, fp32 on CPUs, where bf16 is tens of times slower without AVX-512 BF16.
+    Only the linear layers of the repeated encoder layers are quantized: the head, the pooler and
+    other projections outside them stay in full precision, small as they are, since the ones the
+    checkpoint lacks must train (families.linears_outside_layers).
+    """
+    from transformers import BitsAndBytesConfig
+
+    keep = linears_outside_layers(model_config)
+    return BitsAndBytesConfig(
+        load_in_4bit=True,
+        bnb_4bit_quant_type="nf4",
+        bnb_4bit_use_double_quant=True,
+        bnb_4bit_compute_dtype=TORCH_DTYPES[precision],
+        llm_int8_skip_modules=keep,
+    )
+
+
+def check_4bit_support(device: torch.device) -> None:
+    """QLoRA's preflight: fail in seconds, before data or weights load, where 4-bit cannot run.
+
+    Quantizes and dequantizes 64 values in NF4 on the training device, through the bitsandbytes
+    kernels the model's weights will go through (a missing or mismatched native library, or a
+    device bitsandbytes has no 4-bit backend for, fails here).
+    """
+    try:
+        import bitsandbytes.functional as bnb_functional
+
+        probe = torch.linspace(-1, 1, 64, device=device)
+        packed, state = bnb_functional.quantize_4bit(probe, quant_type="nf4")
+        bnb_functional.dequantize_4bit(packed, state)
+    except Exception as error:  # ImportError, RuntimeError, NotImplementedError: all mean "not here"
+        detail = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        raise ModelError(
+            f"QLoRA needs bitsandbytes' 4-bit NF4 on {device}, and it fails here: {detail}. Install a "
+            "bitsandbytes built for this machine (pip install -U bitsandbytes; 0.45+ runs 4-bit on CUDA and "
+            "CPU), or run recipes/lora.py: the same adapters on a full-precision base, with more memory."
+        ) from None
+
+
+def prepare_4bit_model(model):
+    """A model loaded with `nf4_quantization_config`, made ready to train adapters on (peft)."""
+    from peft import prepare_model_for_kbit_training
+
+    if next(model.parameters()).device.type == "cpu":
+        # bitsandbytes 0.50 repacks a 4-bit weight for its CPU inference kernel the first time the
+        # layer runs in eval mode and keeps that layout when training resumes, where the next
+        # forward fails ("a view of a leaf Variable that requires grad ..."). Evaluation runs
+        # between epochs, so keep the training layout throughout.
+        for module in model.modules():
+            if hasattr(module, "support_avx512bf16_for_cpu"):
+                module.support_avx512bf16_for_cpu = False
+    # Freezes the base and casts its remaining fp16/bf16 parameters (LayerNorm, embeddings) to fp32.
+    # Checkpointing follows --activation_checkpointing, as in every other recipe, so the
+    # recipes differ only in what makes them that recipe.
+    return prepare_model_for_kbit_training(model, use_gradient_checkpointing=False)
+
+
+def save_adapter_extras(
+    arguments, model_config, tokenizer, lora: LoraArguments, quantization_config=None
+) -> None:
+    """After the adapter is saved: what a reload needs next to it and, if asked, the merged model.
+
+    config.json carries the label names (id2label), which the adapter files do not. QLoRA passes
+    its base's `quantization_config` (`nf4_quantization_config`), saved as
+    base_quantization_config.json: the adapter was trained and evaluated on that 4-bit NF4 base, so
+    `load_trained_model(output_dir)` rebuilds it (same NF4 settings, same compute dtype) before
+    applying the adapter, and reloads the evaluated model rather than the adapter on an fp32 base.
+    Call it on the main process only.
+    """
+    output_dir = Path(arguments.training.output_dir)
+    model_config.save_pretrained(output_dir)
+    quantization_path = output_dir / BASE_QUANTIZATION_FILE
+    if quantization_config is not None:
+        quantization_path.write_text(quantization_config.to_json_string(use_diff=False))
+    else:
+        quantization_path.unlink(missing_ok=True)  # a LoRA run over an old QLoRA run's output_dir
+    if lora.merge_adapter:
+        merged_dir = output_dir / MERGED_SUBDIR
+        what = merge_adapter(
+            arguments.model, model_config, output_dir, merged_dir, device=arguments.training.device
+        )
+        tokenizer.save_pretrained(merged_dir)
+        logger.info("Merged model saved in %s: %s", merged_dir, what)
+
+
+def read_base_quantization(adapter_dir: str | Path):
+    """The BitsAndBytesConfig of the 4-bit base an adapter was trained on (QLoRA), or None (LoRA)."""
+    path = Path(adapter_dir) / BASE_QUANTIZATION_FILE
+    if not path.is_file():
+        return None
+    from transformers import BitsAndBytesConfig
+
+    return BitsAndBytesConfig.from_dict(json.loads(path.read_text()))
+
+
+def _compute_dtype_name(quantization) -> str:
+    return str(quantization.bnb_4bit_compute_dtype).removeprefix("torch.")
+
+
+def merge_adapter(model_args: ModelArguments, model_config, adapter_dir, merged_dir, device=None) -> str:
+    """Fold the adapter into an fp32 copy of the base, W + (alpha / r) B A, saved as a plain model.
+
+    LoRA: the base's full-precision weights, so the merged model gives the adapter model's outputs
+    to float rounding. QLoRA (base_quantization_config.json in `adapter_dir`): the base is loaded in
+    4-bit NF4 as in training (on `device`) and dequantized to fp32, so the adapter is folded into
+    the weights it was trained on, not the original fp32 ones (merging into the 4-bit weights would
+    re-quantize them). That model is close to, but not, the evaluated one, which ran its 4-bit
+    matmuls in the compute dtype through bitsandbytes. Returns what the merged model is, in words.
+    """
+    from peft import PeftModel
+
+    quantization = read_base_quantization(adapter_dir)
+    if quantization is None:
+        base = load_model(model_args, model_config)
+    else:
+        quantized = load_model(
+            model_args, model_config, quantization_config=quantization, device_map={"": device or "cpu"}
+        )
+        base = quantized.dequantize(dtype=torch.float32)
+    what = describe_merged_model(quantization)
+    merged = PeftModel.from_pretrained(base, str(adapter_dir)).merge_and_unload()
+    merged.save_pretrained(merged_dir)
+    return what
+
+
+def describe_merged_model(quantization) -> str:
+    """What --merge_adapter saved, in words: `quantization` is the base's 4-bit settings (QLoRA) or None."""
+    if quantization is None:
+        return (
+            "a plain fp32 model, the adapter folded into the base's weights (same outputs to float rounding)"
+        )
+    return (
+        "a plain fp32 model, the adapter folded into the base's 4-bit NF4 weights dequantized to fp32 "
+        "(the weights QLoRA trained on, not the original full-precision ones). It is not the evaluated "
+        f"model, which ran its 4-bit matmuls in {_compute_dtype_name(quantization)} through bitsandbytes: "
+        "its outputs differ from eval_predictions.jsonl by rounding (more under bf16/fp16). "
+        "recipes-lib predict OUTPUT_DIR runs the evaluated model itself"
+    )
+
+
+def load_trained_model(output_dir: str | Path, device: str | torch.device | None = None):
+    """The model a recipe saved, as it was evaluated: a plain model, or the base with its adapter.
+
+    LoRA: the base in full precision, then the adapter. QLoRA (base_quantization_config.json beside
+    the adapter): the base in 4-bit NF4 with the saved settings and compute dtype, prepared as in
+    training (`prepare_4bit_model`), then the adapter. `device`: where the weights go (default: CPU).
+    """
+    from transformers import AutoConfig, AutoModelForSequenceClassification
+
+    output_dir = Path(output_dir)
+    adapter_config_path = output_dir / ADAPTER_CONFIG_FILE
+    if not adapter_config_path.is_file():
+        model = AutoModelForSequenceClassification.from_pretrained(output_dir)
+        return model.to(device) if device is not None else model
+    from peft import PeftModel
+
+    base_path = json.loads(adapter_config_path.read_text())["base_model_name_or_path"]
+    config = AutoConfig.from_pretrained(output_dir)
+    quantization = read_base_quantization(output_dir)
+    # A 4-bit base is quantized as its weights land on the device: it cannot be moved afterwards.
+    placement = (
+        {"quantization_config": quantization, "device_map": {"": device or "cpu"}}
+        if quantization is not None
+        else {}
+    )
+    try:
+        # The head comes from the adapter (modules_to_save); a base that is a classifier of other labels
+        # has one of another shape, replaced as in training (modeling.load_model).
+        base = AutoModelForSequenceClassification.from_pretrained(
+            base_path, config=config, ignore_mismatched_sizes=True, **placement
+        )
+    except OSError as error:
+        raise ModelError(
+            f"The adapter in '{output_dir}' was trained on the base model '{base_path}', which cannot be "
+            f"loaded here ({error}). Make that model available, or use the merged model in "
+            f"{output_dir / MERGED_SUBDIR} (saved with --merge_adapter)."
+        ) from None
+    if quantization is not None:
+        base = prepare_4bit_model(base)
+    elif device is not None:
+        base = base.to(device)
+    return PeftModel.from_pretrained(base, str(output_dir))

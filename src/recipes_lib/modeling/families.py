@@ -1,0 +1,199 @@
+"""What differs between encoder families, as one profile per model config.
+
+BERT, RoBERTa, XLM-R, DistilBERT, ALBERT, ELECTRA, DeBERTa, DeBERTa-v2/v3, ModernBERT and MPNet name
+their modules differently, support different attention kernels, count positions differently and
+shard at different layer classes. A recipe reads all of that from `profile_for(config)`, which asks
+the libraries that already know before writing anything by hand:
+
+    LoRA targets        peft's TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING; by hand where peft
+                        has none (DistilBERT, ALBERT, ModernBERT, MPNet)
+    attention kernels   the model class's _supports_sdpa / _supports_flash_attn / _supports_flex_attn
+    layer class         the class's _no_split_modules, else the class repeated in the model's layer
+                        list (built on the meta device: shapes only, no weights, no download)
+    position offset     by hand: RoBERTa-style embeddings number positions from padding_idx + 1
+    token type ids      the config's type_vocab_size (0 or absent: the model takes none)
+
+Everything here needs only config.json, so every check runs before data or weights load.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+# LoRA on the attention query and value projections, or the fused QKV projection, where peft's
+# own mapping has no entry for the family.
+HAND_WRITTEN_LORA_TARGETS = {
+    "distilbert": ("q_lin", "v_lin"),
+    "albert": ("query", "value"),
+    "modernbert": ("Wqkv",),
+    "mpnet": ("q", "v"),
+}
+# Embeddings that number positions from padding_idx + 1 (create_position_ids_from_input_ids): of
+# max_position_embeddings (514 for roberta-base), padding_idx + 1 are never a token's position.
+PADDING_OFFSET_POSITIONS = frozenset({"roberta", "xlm-roberta", "camembert", "mpnet", "xlm-roberta-xl"})
+FAMILY_NAMES = {
+    "bert": "BERT",
+    "roberta": "RoBERTa",
+    "xlm-roberta": "XLM-RoBERTa",
+    "distilbert": "DistilBERT",
+    "albert": "ALBERT",
+    "electra": "ELECTRA",
+    "deberta": "DeBERTa",
+    "deberta-v2": "DeBERTa-v2/v3",
+    "modernbert": "ModernBERT",
+    "mpnet": "MPNet",
+}
+
+
+@dataclass(frozen=True)
+class ArchitectureProfile:
+    model_type: str
+    family: str
+    lora_targets: tuple[str, ...]  # the attention query and value projections (or the fused QKV one)
+    lora_targets_source: str  # "peft" or "hand-written"
+    attention_implementations: tuple[str, ...]  # what the class supports, best first
+    max_length: int | None  # tokens a sequence may hold, position offset included
+    uses_token_type_ids: bool
+    layer_classes: tuple[str, ...]  # what FSDP wraps as one unit
+    layer_modules: tuple[str, ...]  # where the repeated layers live, e.g. ("bert.encoder.layer",)
+
+    @property
+    def default_attention(self) -> str:
+        return self.attention_implementations[0]
+
+
+def sequence_classification_class(config) -> type:
+    from transformers import AutoModelForSequenceClassification
+
+    return AutoModelForSequenceClassification._model_mapping[type(config)]
+
+
+def _attention_implementations(model_class: type) -> tuple[str, ...]:
+    # sdpa first: PyTorch's fused kernel, on every device; eager always works.
+    supported = ["sdpa"] if getattr(model_class, "_supports_sdpa", False) else []
+    return (*supported, "eager")
+
+
+def default_lora_targets(model_type: str) -> tuple[tuple[str, ...], str]:
+    """(the family's attention query and value projections, or its fused QKV one; "peft" or "hand-written")."""
+    from peft.utils.constants import TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING as MAPPING
+
+    targets = MAPPING.get(model_type) or MAPPING.get(model_type.replace("-", "_"))
+    if targets:
+        return tuple(targets), "peft"
+    return HAND_WRITTEN_LORA_TARGETS.get(model_type, ()), "hand-written"
+
+
+def meta_model(config) -> nn.Module:
+    """The sequence-classification model of `config` on the meta device: modules and shapes, no memory."""
+    with torch.device("meta"):
+        return sequence_classification_class(config)(config)
+
+
+def _repeated_layers(model: nn.Module) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """(module paths, class names) of the model's stack of layers: its longest ModuleList of one class."""
+    best_path, best = None, None
+    for path, module in model.named_modules():
+        if isinstance(module, nn.ModuleList) and len(module) > 0:
+            classes = {type(child).__name__ for child in module}
+            if len(classes) == 1 and (best is None or len(module) > len(best)):
+                best_path, best = path, module
+    if best is None:
+        return (), ()
+    return (best_path,), (type(best[0]).__name__,)
+
+
+@functools.lru_cache(maxsize=32)
+def _profile(config_json: str, config_class: type) -> ArchitectureProfile:
+    config = config_class.from_dict(__import__("json").loads(config_json))
+    return _build_profile(config)
+
+
+def _build_profile(config) -> ArchitectureProfile:
+    model_type = config.model_type
+    model_class = sequence_classification_class(config)
+    targets, targets_source = default_lora_targets(model_type)
+    model = meta_model(config)
+    layer_modules, layer_classes = _repeated_layers(model)
+    declared = tuple(getattr(model_class, "_no_split_modules", None) or ())
+    positions = getattr(config, "max_position_embeddings", None)
+    offset = (config.pad_token_id or 0) + 1 if model_type in PADDING_OFFSET_POSITIONS else 0
+    return ArchitectureProfile(
+        model_type=model_type,
+        family=FAMILY_NAMES.get(model_type, model_type),
+        lora_targets=targets,
+        lora_targets_source=targets_source,
+        attention_implementations=_attention_implementations(model_class),
+        max_length=positions - offset if positions is not None else None,
+        uses_token_type_ids=bool(getattr(config, "type_vocab_size", 0)),
+        layer_classes=declared or layer_classes,
+        layer_modules=layer_modules,
+    )
+
+
+def profile_for(config) -> ArchitectureProfile:
+    """The profile of the model `config` describes (cached per config: building it instantiates on meta)."""
+    return _profile(config.to_json_string(use_diff=False), type(config))
+
+
+def linear_layer_names(config) -> list[str]:
+    """The distinct names of the model's linear layers (the last part of each module path)."""
+    return sorted(
+        {
+            name.rsplit(".", 1)[-1]
+            for name, m in meta_model(config).named_modules()
+            if isinstance(m, nn.Linear)
+        }
+    )
+
+
+def linears_outside_layers(config) -> list[str]:
+    """Module paths of the linear layers outside the repeated encoder layers: heads, poolers, projections.
+
+    These stay in full precision under a 4-bit base: they are small, and the ones the checkpoint
+    lacks (a new head, DeBERTa's pooler) must train.
+    """
+    profile = profile_for(config)
+    inside = tuple(f"{path}." for path in profile.layer_modules)
+    return sorted(
+        name
+        for name, module in meta_model(config).named_modules()
+        if isinstance(module, nn.Linear) and not name.startswith(inside)
+    )
+
+
+def describe_families(model_types=tuple(FAMILY_NAMES)) -> tuple[list[str], list[list[str]]]:
+    """(header, rows): each family's profile as `recipes-lib families` prints it (from its default config)."""
+    from transformers import AutoConfig
+
+    from recipes_lib.config.precision import FP16_UNSAFE_MODEL_TYPES
+
+    header = [
+        "family",
+        "model_type",
+        "LoRA targets (auto)",
+        "attention",
+        "GPU without bf16",
+        "max length",
+        "FSDP unit",
+    ]
+    rows = []
+    for model_type in model_types:
+        profile = profile_for(AutoConfig.for_model(model_type))
+        offset = model_type in PADDING_OFFSET_POSITIONS
+        rows.append(
+            [
+                profile.family,
+                model_type,
+                f"{' '.join(profile.lora_targets)} ({profile.lora_targets_source})",
+                " > ".join(profile.attention_implementations),
+                "fp32 (fp16 overflows)" if model_type in FP16_UNSAFE_MODEL_TYPES else "fp16",
+                "positions - (pad id + 1)" if offset else "positions",
+                ", ".join(profile.layer_classes),
+            ]
+        )
+    return header, rows

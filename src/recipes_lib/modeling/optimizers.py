@@ -1,0 +1,155 @@
+"""Optimizers the recipes build themselves, and what their state really occupies.
+
+`create_adamw_8bit` is bitsandbytes' 8-bit AdamW with the Trainer's own weight-decay groups.
+`optimizer_state_summary` measures the optimizer's state tensors after training, for every recipe,
+so results.json compares recipes on what was actually allocated, not on a formula.
+
+Bytes of AdamW state per trained parameter (two moments, exp_avg and exp_avg_sq):
+    torch AdamW:       2 x 4 B (fp32)                                  = 8 B
+    bitsandbytes 8-bit: 2 x 1 B (uint8) + 2 x 4 B absmax per 256-element block
+                        = 2 + 8 / 256 = 2.03 B, about 0.25 of torch's
+Parameters under `MIN_8BIT_SIZE` elements (biases, LayerNorm) keep fp32 state in bitsandbytes too.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from typing import Any
+
+import torch
+from torch import nn
+from transformers import Trainer, TrainingArguments
+
+# bitsandbytes' default `min_8bit_size`: smaller tensors keep 32-bit state (quantizing a bias of
+# 768 values saves 4.5 KiB and costs precision). A test checks it against the installed version.
+MIN_8BIT_SIZE = 4096
+
+
+def decay_parameter_groups(model: nn.Module, weight_decay: float) -> list[dict[str, Any]]:
+    """The Trainer's two AdamW groups: weight decay for weights, none for biases and LayerNorm.
+
+    The rule is the Trainer's (`Trainer.get_decay_parameter_names`, which reads no Trainer state),
+    so a recipe that builds its own optimizer decays exactly what full fine-tuning decays.
+    """
+    decay_names = set(Trainer.get_decay_parameter_names(None, model))
+    trainable = [(name, parameter) for name, parameter in model.named_parameters() if parameter.requires_grad]
+    return [
+        {"params": [p for name, p in trainable if name in decay_names], "weight_decay": weight_decay},
+        {"params": [p for name, p in trainable if name not in decay_names], "weight_decay": 0.0},
+    ]
+
+
+def create_adamw_8bit(
+    model: nn.Module, training: TrainingArguments, embedding_optimizer_bits: int = 32, paged: bool = False
+) -> torch.optim.Optimizer:
+    """bitsandbytes AdamW with 8-bit (block-wise quantized) moments, configured like the Trainer's AdamW.
+
+    `embedding_optimizer_bits=32` keeps the state of every `nn.Embedding` weight in 32 bits through
+    bitsandbytes' GlobalOptimManager, as bitsandbytes recommends for stability: the rows of rare
+    tokens get rare, spiky gradients that 8-bit moments represent poorly. 8 quantizes them too.
+    `paged=True` uses PagedAdamW8bit, whose state can spill to CPU memory under GPU memory pressure.
+    """
+    import bitsandbytes as bnb
+
+    if embedding_optimizer_bits not in (8, 32):
+        from recipes_lib.errors import ConfigError
+
+        raise ConfigError(
+            f"embedding_optimizer_bits is {embedding_optimizer_bits}; use 32 (bitsandbytes' advice, the "
+            "default) or 8."
+        )
+    optimizer_class = bnb.optim.PagedAdamW8bit if paged else bnb.optim.AdamW8bit
+    optimizer = optimizer_class(
+        decay_parameter_groups(model, training.weight_decay),
+        lr=training.learning_rate,
+        betas=(training.adam_beta1, training.adam_beta2),
+        eps=training.adam_epsilon,
+        min_8bit_size=MIN_8BIT_SIZE,
+    )
+    # The manager is one per process and files overrides by (group, position) as well as by
+    # parameter: an earlier optimizer's overrides would apply to this one's parameters at the same
+    # positions. A run builds one optimizer, so start from a clean manager.
+    manager = bnb.optim.GlobalOptimManager.get_instance()
+    manager.initialize()
+    if embedding_optimizer_bits == 32:
+        # The optimizer looks these modules up on its first step.
+        for module in model.modules():
+            if isinstance(module, nn.Embedding):
+                manager.register_module_override(module, "weight", {"optim_bits": 32})
+    return optimizer
+
+
+def unwrap_optimizer(optimizer):
+    """The torch optimizer itself: accelerate's AcceleratedOptimizer (what trainer.optimizer is)
+    keeps the real one in `.optimizer`."""
+    while isinstance(getattr(optimizer, "optimizer", None), torch.optim.Optimizer):
+        optimizer = optimizer.optimizer
+    return optimizer
+
+
+def tensors_in(value: Any):
+    """Every tensor in a nested structure of dicts, lists, tuples and bitsandbytes QuantState objects
+    (an optimizer's state; a 4-bit weight's block scales, and the scales of those scales)."""
+    if isinstance(value, torch.Tensor):
+        yield value
+    elif isinstance(value, dict):
+        for item in value.values():
+            yield from tensors_in(item)
+    elif isinstance(value, (list, tuple)):
+        for item in value:
+            yield from tensors_in(item)
+    elif type(value).__name__ == "QuantState":
+        yield from tensors_in(vars(value))
+
+
+def optimizer_state_tensors(optimizer):
+    """The tensors in `optimizer.state` (Adam moments, 8-bit quantization maps, step counters)."""
+    optimizer = unwrap_optimizer(optimizer)
+    return tensors_in(list(getattr(optimizer, "state", {}).values())) if optimizer is not None else iter(())
+
+
+def parameter_kind(parameter: torch.Tensor, embedding_ids: set[int]) -> str:
+    """'embedding' (an nn.Embedding weight), 'large' (>= MIN_8BIT_SIZE elements) or 'small'."""
+    if id(parameter) in embedding_ids:
+        return "embedding"
+    return "large" if parameter.numel() >= MIN_8BIT_SIZE else "small"
+
+
+def optimizer_state_summary(optimizer, model: nn.Module | None = None) -> dict[str, Any]:
+    """Bytes held by the optimizer's state tensors (this process), in total, by dtype and by parameter kind.
+
+    Measured, not predicted: every tensor in `optimizer.state` counts once, even when several
+    parameters share it (bitsandbytes shares its two 256-entry quantization maps). The kinds
+    ('embedding', 'large', 'small', see `parameter_kind`) let recipes be compared on the parameters
+    bitsandbytes can quantize; a shared tensor counts under the first parameter that holds it.
+    """
+    optimizer = unwrap_optimizer(optimizer)
+    state = getattr(optimizer, "state", None)
+    if optimizer is None or state is None:
+        return {
+            "optimizer_state_bytes": None,
+            "optimizer_state_bytes_by_dtype": None,
+            "optimizer_state_bytes_by_parameter_kind": None,
+        }
+    embedding_ids = set()
+    if model is not None:
+        embedding_ids = {id(m.weight) for m in model.modules() if isinstance(m, nn.Embedding)}
+    seen_storages: set[tuple[int, int]] = set()
+    by_dtype: dict[str, int] = defaultdict(int)
+    by_kind: dict[str, int] = defaultdict(int)
+    for parameter, parameter_state in state.items():
+        kind = parameter_kind(parameter, embedding_ids) if isinstance(parameter, torch.Tensor) else "small"
+        for tensor in tensors_in(parameter_state):
+            key = (tensor.untyped_storage().data_ptr(), tensor.nbytes)
+            if tensor.nbytes == 0 or key in seen_storages:
+                continue
+            seen_storages.add(key)
+            by_dtype[str(tensor.dtype).removeprefix("torch.")] += tensor.nbytes
+            by_kind[kind] += tensor.nbytes
+    return {
+        "optimizer_state_bytes": sum(by_dtype.values()),
+        "optimizer_state_bytes_by_dtype": dict(sorted(by_dtype.items())),
+        "optimizer_state_bytes_by_parameter_kind": {
+            kind: by_kind.get(kind, 0) for kind in ("embedding", "large", "small")
+        },
+    }

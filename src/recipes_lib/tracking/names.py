@@ -1,0 +1,175 @@
+"""The names a run logs to W&B, defined once: tracking.py logs with them, dashboard.py shows them.
+
+Three kinds of name, from three sources:
+
+- results.json keys. `Tracker.finish` puts every key into the run summary under the same name, so
+  a summary key here is a results.json key (run.py writes them; docs/results-format.md lists them).
+- Curves. The Trainer's WandbCallback renames the Trainer's log keys with transformers' own
+  `rewrite_logs` ("loss" -> "train/loss", "eval_accuracy" -> "eval/accuracy"); `trainer_curve`
+  applies that same function here. `ThroughputCallback` (tracking.py) logs `throughput/*` and
+  `memory/*` under the names below.
+- Pictures logged once at the end of a run (tracking.py): W&B tables and charts.
+
+The dashboard (dashboard.py) builds every panel and column from these names and nothing else;
+tests/test_dashboard.py checks each one against what real offline runs of every recipe logged, so a
+renamed metric fails a test instead of leaving an empty panel.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from recipes_lib.config.tasks import TASK_METRICS
+
+# --- runs ------------------------------------------------------------------------------------------
+
+# W&B job types: a recipe's run, and the run `recipes-lib compare --wandb` logs into the group.
+JOB_TYPE = "fine-tune"
+COMPARE_JOB_TYPE = "compare"
+
+# --- curves ---------------------------------------------------------------------------------------
+
+# The x-axis of every curve: WandbCallback makes it the step metric of everything it logs, and
+# ThroughputCallback logs it next to its own figures.
+STEP = "train/global_step"
+
+# The Trainer's own log keys for training and the metrics `compute_metrics` returns (metrics.py),
+# as the Trainer names them before WandbCallback renames them.
+TRAINER_TRAIN_LOGS = ("loss", "learning_rate", "grad_norm")
+EVAL_METRICS = ("accuracy", "f1")
+EVAL_LOSS = "loss"
+
+
+def trainer_curve(log_key: str) -> str:
+    """The W&B history key WandbCallback logs a Trainer log key under (transformers' rewrite_logs)."""
+    from transformers.integrations.integration_utils import rewrite_logs
+
+    (name,) = rewrite_logs({log_key: None})
+    return name
+
+
+def eval_key(metric: str) -> str:
+    """The Trainer's name of an evaluation metric ("eval_accuracy"), which results.json keeps."""
+    return f"eval_{metric}"
+
+
+# ThroughputCallback, at every training log, over the training steps since the previous one.
+SAMPLES_PER_SECOND_CURVE = "throughput/samples_per_second"
+TOKENS_PER_SECOND_CURVE = "throughput/real_tokens_per_second"
+PAD_RATIO_CURVE = "throughput/pad_ratio"
+THROUGHPUT_CURVES = (SAMPLES_PER_SECOND_CURVE, TOKENS_PER_SECOND_CURVE, PAD_RATIO_CURVE)
+# tracking.memory_figures: what tensors hold now, the allocator's peak counter, what the caching
+# allocator holds (CUDA); the process's peak resident set (CPU).
+CUDA_MEMORY_CURVES = ("memory/allocated_gib", "memory/max_allocated_gib", "memory/reserved_gib")
+CPU_MEMORY_CURVES = ("memory/peak_rss_gib",)
+MEMORY_CURVES = (*CUDA_MEMORY_CURVES, *CPU_MEMORY_CURVES)
+
+# --- results.json keys, which are the run summary's keys --------------------------------------------
+
+RECIPE = "recipe"
+MODEL = "model_name_or_path"
+PRECISION = "precision"
+ACCURACY = eval_key("accuracy")
+MACRO_F1 = eval_key("f1")
+PEAK_MEMORY = "peak_memory_gib"
+PEAK_MEMORY_RESERVED = "peak_memory_reserved_gib"  # CUDA only: null on CPU
+TRAINABLE_PARAMS = "params_trainable"
+OPTIMIZER_STATE_BYTES = "optimizer_state_bytes"
+SAMPLES_PER_SECOND = "train_samples_per_s"
+TOKENS_PER_SECOND = "train_tokens_per_s"
+MEMORY_BREAKDOWN = "memory_breakdown_gib"  # {part: GiB}, parts as units.BREAKDOWN_KEYS
+# Added by the data/task work; logged as pictures once a run's results have them.
+PER_CLASS = "per_class"  # {label: {"precision", "recall", "f1", "support"}}
+CONFUSION_MATRIX = "confusion_matrix"  # {"labels": [...], "matrix": [[count, ...], ...]}, rows true
+PER_CLASS_FIELDS = ("precision", "recall", "f1", "support")
+
+# Every task's metrics (tasks.TASK_METRICS) as tables and logs title them.
+METRIC_TITLES = {
+    "accuracy": "accuracy",
+    "f1": "macro-F1",
+    "f1_micro": "micro-F1",
+    "mse": "MSE",
+    "pearson": "Pearson",
+    "spearman": "Spearman",
+}
+# The metrics of multi-label and regression runs besides accuracy and macro-F1: columns of `show` and
+# `compare` when a run has them, and a dashboard section of their own.
+OTHER_TASK_METRICS = ("f1_micro", "mse", "pearson", "spearman")
+TASK_METRIC_COLUMNS = tuple((eval_key(metric), METRIC_TITLES[metric]) for metric in OTHER_TASK_METRICS)
+
+
+def keys_not_logged_by(problem_type: str) -> set[str]:
+    """The metric keys a run of this task never logs: other tasks' curves and results.json keys.
+
+    results.json always has eval_accuracy and eval_f1 (null for regression), so only their curves
+    are missing from a regression run.
+    """
+    own = set(TASK_METRICS[problem_type])
+    every = {metric for metrics in TASK_METRICS.values() for metric in metrics}
+    curves = {trainer_curve(eval_key(metric)) for metric in every - own}
+    return curves | {eval_key(metric) for metric in set(OTHER_TASK_METRICS) - own}
+
+
+# What tells recipes apart, in the order the runs table and the results tables show it.
+COMPARISON_METRICS = (
+    ACCURACY,
+    MACRO_F1,
+    PEAK_MEMORY,
+    PEAK_MEMORY_RESERVED,
+    TRAINABLE_PARAMS,
+    OPTIMIZER_STATE_BYTES,
+    SAMPLES_PER_SECOND,
+    TOKENS_PER_SECOND,
+)
+# The columns of the one-row results table each run logs (and of the comparison table): who, then what.
+RESULTS_COLUMNS = (RECIPE, MODEL, PRECISION, *COMPARISON_METRICS)
+
+# --- pictures logged at the end of a run ----------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Chart:
+    """A W&B custom chart: a table logged under `table_key`, drawn by one of W&B's preset Vega specs."""
+
+    key: str
+    vega_spec: str
+    fields: dict[str, str] = field(hash=False)
+    title: str
+
+    @property
+    def table_key(self) -> str:
+        # Where wandb stores a chart's table (wandb.plot.custom_chart.CustomChartSpec.table_key).
+        return f"{self.key}_table"
+
+
+# The run's results.json as one table row (RESULTS_COLUMNS, then the memory breakdown in GiB):
+# a table panel over several runs lists them one row each.
+RESULTS_TABLE = "results/table"
+MEMORY_BREAKDOWN_CHART = Chart(
+    key="results/memory_breakdown",
+    vega_spec="wandb/bar/v0",  # what wandb.plot.bar draws with
+    fields={"label": "part", "value": "GiB"},
+    title="Training memory by kind (peak of each), GiB",
+)
+CONFUSION_MATRIX_CHART = Chart(
+    key="results/confusion_matrix",
+    vega_spec="wandb/confusion_matrix/v1",  # what wandb.plot.confusion_matrix draws with
+    fields={"Actual": "Actual", "Predicted": "Predicted", "nPredictions": "nPredictions"},
+    title="Confusion matrix (rows: true label)",
+)
+PER_CLASS_TABLE = "results/per_class"
+
+# Keys logged only when the run's results.json has the key they are made from.
+LOGGED_WHEN = {
+    CONFUSION_MATRIX_CHART.table_key: CONFUSION_MATRIX,
+    PER_CLASS_TABLE: PER_CLASS,
+}
+
+# `recipes-lib compare --wandb`: one run holding the comparison table and the compare chart.
+COMPARISON_TABLE = "comparison/table"
+COMPARISON_CHART = "comparison/chart"
+
+
+def breakdown_column(part: str) -> str:
+    """The results table's column for one part of the memory breakdown: "weights_gib"."""
+    return f"{part}_gib"

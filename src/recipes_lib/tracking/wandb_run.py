@@ -1,0 +1,475 @@
+"""W&B tracking: every recipe logs one comparable run, and no run dies for want of an API key.
+
+Identity. Runs of different recipes on the same model and data share a group, so the dashboard
+shows them side by side:
+
+    project   --wandb_project, else $WANDB_PROJECT, else "bert-recipes"
+    group     --experiment, else "<model>_<dataset>", e.g. "bert-base-uncased_glue-sst2"
+    name      --run_name, else recipe + model + the settings that differ from the recipe's
+              defaults, e.g. "lora bert-base-uncased lr=0.001 lora_r=16"
+    tags      recipe, model, precision (fp32/bf16/fp16), device kind (cuda/cpu), --wandb_tags
+    job_type  "fine-tune"
+    config    the full resolved configuration (as in results.json), "recipe", and "environment"
+              (device, CUDA and driver versions, library versions)
+
+Logged. The Trainer's WandbCallback logs its curves (train/loss, train/learning_rate,
+train/grad_norm, eval/accuracy, eval/f1, ...); `ThroughputCallback` adds throughput/* and memory/*
+at every training log; at the end every results.json key goes into the run summary under the same
+name, except `config`, which is the run's config already (the same keys and values).
+At the end the run also logs what reads better as a picture than as numbers: its results as one
+W&B table row (so a table panel lists several runs side by side), the memory breakdown as a bar
+chart, and, once results.json has them, the confusion matrix and the per-class metrics. Every name
+logged comes from metric_names.py, which the dashboard (dashboard.py) reads too.
+`WANDB_LOG_MODEL=end` (or `checkpoint`) uploads the final model, or the adapter for LoRA recipes,
+as an artifact: WandbCallback implements it and we leave it to it.
+
+Offline. With no API key (WANDB_API_KEY, `wandb login`'s ~/.netrc entry or settings file), the run
+is logged offline from the start instead of letting `wandb.init` raise; with a key but no network,
+`wandb.init` gives up after its init_timeout (90 s, WANDB_INIT_TIMEOUT) and the run goes offline
+then. Either way one line says where the run was written and how to upload it (`wandb sync DIR`).
+`--report_to none` or WANDB_MODE=disabled turn tracking off. Only the main process talks to W&B.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+import shutil
+import subprocess
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import torch
+from transformers import TrainerCallback
+
+from recipes_lib.config.arguments import (
+    DataArguments,
+    ModelArguments,
+    ParsedArguments,
+    RecipeTrainingArguments,
+    dataset_source,
+)
+from recipes_lib.config.recipe_spec import RecipeSpec
+from recipes_lib.errors import ConfigError
+from recipes_lib.memory.monitor import peak_rss_gib
+from recipes_lib.results import describe_device, library_versions
+from recipes_lib.tracking import names
+from recipes_lib.tracking.auth import NO_KEY_REASON, has_credentials
+from recipes_lib.units import BREAKDOWN_KEYS, GIB, short_model_name
+
+logger = logging.getLogger("recipes_lib")
+
+DEFAULT_PROJECT = "bert-recipes"
+JOB_TYPE = names.JOB_TYPE
+COMPARE_JOB_TYPE = names.COMPARE_JOB_TYPE
+WANDB_MODES = ("online", "offline", "disabled", "dryrun", "shared", "run")
+# W&B rejects tags longer than 64 characters.
+MAX_TAG_LENGTH = 64
+
+# Shared settings that name a run when they differ from the recipe's defaults, with their label.
+# Every field of a recipe's own argument classes (LoRA rank, say) is a naming setting too.
+NAME_SETTINGS = {
+    "learning_rate": "lr",
+    "per_device_train_batch_size": "bs",
+    "gradient_accumulation_steps": "accum",
+    "num_train_epochs": "epochs",
+    "max_steps": "steps",
+    "max_seq_length": "seq",
+    "warmup_steps": "warmup",
+    "weight_decay": "wd",
+    "lr_scheduler_type": "sched",
+    "optim": "optim",
+    "max_train_samples": "train_samples",
+    "seed": "seed",
+}
+
+
+@dataclass(frozen=True)
+class RunIdentity:
+    project: str
+    group: str
+    name: str
+    tags: tuple[str, ...]
+    job_type: str = JOB_TYPE
+
+
+def short_dataset_name(data: DataArguments) -> str:
+    """'glue-sst2' for a Hub dataset; the directory holding train_file for local files."""
+    name, config = dataset_source(data)
+    if name is not None:
+        return f"{name}-{config}".replace("/", "-") if config else name.replace("/", "-")
+    train_file = Path(data.train_file).resolve()
+    return train_file.parent.name or train_file.stem
+
+
+def default_experiment(arguments: ParsedArguments) -> str:
+    """Model and data, not the recipe: swapping the recipe script keeps a run in the same group."""
+    return f"{short_model_name(arguments.model.model_name_or_path)}_{short_dataset_name(arguments.data)}"
+
+
+def project_of(config: Mapping[str, Any]) -> str:
+    """The W&B project of a finished run, from its resolved configuration (results.json's `config`)."""
+    return config.get("wandb_project") or os.environ.get("WANDB_PROJECT") or DEFAULT_PROJECT
+
+
+def experiment_of(config: Mapping[str, Any]) -> str:
+    """The W&B group of a finished run, from its resolved configuration, as `run_identity` names it."""
+    if config.get("experiment"):
+        return config["experiment"]
+    data = SimpleNamespace(
+        **{key: config.get(key) for key in ("train_file", "dataset_name", "dataset_config_name")}
+    )
+    return f"{short_model_name(config.get('model_name_or_path'))}_{short_dataset_name(data)}"
+
+
+def _plain(value: Any) -> Any:
+    # Enums (optim, lr_scheduler_type) compare and print as their string values.
+    return getattr(value, "value", value)
+
+
+def _format_setting(value: Any) -> str:
+    value = _plain(value)
+    if isinstance(value, float):
+        # 2e-05 -> 2e-5, 3.0 -> 3
+        return f"{value:g}".replace("e-0", "e-").replace("e+0", "e+")
+    if isinstance(value, (list, tuple)):
+        return "+".join(str(item) for item in value)
+    return str(value)
+
+
+def _same(a: Any, b: Any) -> bool:
+    a, b = _plain(a), _plain(b)
+    if isinstance(a, (int, float)) and isinstance(b, (int, float)) and not isinstance(a, bool):
+        return float(a) == float(b)
+    return a == b
+
+
+def _field_defaults(argument_classes) -> dict[str, Any]:
+    defaults = {}
+    for cls in argument_classes:
+        for item in dataclasses.fields(cls):
+            if item.default is not dataclasses.MISSING:
+                defaults[item.name] = item.default
+            elif item.default_factory is not dataclasses.MISSING:
+                defaults[item.name] = item.default_factory()
+    return defaults
+
+
+def run_name(recipe: RecipeSpec, arguments: ParsedArguments) -> str:
+    """recipe + model + every naming setting whose value differs from the recipe's default."""
+    recipe_classes = (recipe.options,) if recipe.options is not None else ()
+    defaults = _field_defaults((ModelArguments, DataArguments, *recipe_classes, RecipeTrainingArguments))
+    defaults.update(recipe.training_defaults)
+    settings = dict(NAME_SETTINGS)
+    settings.update({item.name: item.name for cls in recipe_classes for item in dataclasses.fields(cls)})
+
+    resolved = arguments.to_dict()
+    differences = [
+        f"{label}={_format_setting(resolved[key])}"
+        for key, label in settings.items()
+        if key in resolved and not _same(resolved[key], defaults.get(key))
+    ]
+    return " ".join([recipe.name, short_model_name(arguments.model.model_name_or_path), *differences])
+
+
+def run_identity(recipe: RecipeSpec, arguments: ParsedArguments) -> RunIdentity:
+    training = arguments.training
+    extra_tags = [tag.strip() for tag in (training.wandb_tags or "").split(",") if tag.strip()]
+    tags = [
+        recipe.name,
+        short_model_name(arguments.model.model_name_or_path),
+        training.precision,
+        training.device.type,
+        *extra_tags,
+    ]
+    return RunIdentity(
+        project=training.wandb_project or os.environ.get("WANDB_PROJECT") or DEFAULT_PROJECT,
+        group=training.experiment or default_experiment(arguments),
+        name=training.run_name or run_name(recipe, arguments),
+        tags=tuple(dict.fromkeys(tag[:MAX_TAG_LENGTH] for tag in tags)),  # unique, in order
+    )
+
+
+def _nvidia_driver_version() -> str | None:
+    if shutil.which("nvidia-smi") is None:
+        return None
+    try:
+        completed = subprocess.run(
+            ["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+            capture_output=True,
+            text=True,
+            timeout=10,
+        )
+    except (OSError, subprocess.SubprocessError):
+        return None
+    lines = completed.stdout.strip().splitlines()
+    return lines[0].strip() if completed.returncode == 0 and lines else None
+
+
+def describe_environment(training: RecipeTrainingArguments) -> dict[str, Any]:
+    device = training.device
+    environment = {
+        "device": describe_device(device),
+        "device_kind": device.type,
+        "num_processes": training.world_size,
+        "precision": training.precision,
+        "cuda_version": torch.version.cuda,
+        "nvidia_driver_version": None,
+        "versions": library_versions(),
+    }
+    if device.type == "cuda":
+        properties = torch.cuda.get_device_properties(device)
+        environment["gpu_name"] = properties.name
+        environment["gpu_memory_gib"] = round(properties.total_memory / GIB, 2)
+        environment["gpu_compute_capability"] = f"{properties.major}.{properties.minor}"
+        environment["nvidia_driver_version"] = _nvidia_driver_version()
+    return environment
+
+
+def tracking_requested(training: RecipeTrainingArguments) -> bool:
+    """W&B is on unless report_to leaves it out or WANDB_MODE=disabled."""
+    if "wandb" not in (training.report_to or []):
+        return False
+    mode = os.environ.get("WANDB_MODE")
+    if mode is not None and mode not in WANDB_MODES:
+        # wandb itself would fail later with a pydantic traceback; say it here, in one paragraph.
+        raise ConfigError(
+            f"WANDB_MODE is '{mode}', which W&B does not know. Use online, offline or disabled, "
+            "or unset it (then the run is online with an API key and offline without one)."
+        )
+    return mode != "disabled"
+
+
+def start_run(identity: RunIdentity, config: dict[str, Any]):
+    """wandb.init, online only when it can work. Returns (run or None, why it fell back to offline).
+
+    The mode is passed to wandb.init explicitly, so it must first honour what the user set in
+    WANDB_MODE or with `wandb offline` / `wandb disabled` (wandb's settings hold both).
+    """
+    import wandb
+
+    settings = wandb.setup().settings  # environment + settings files, as wandb.init reads them
+    if settings.mode == "disabled":
+        return None, None
+    if settings.mode in ("offline", "dryrun"):
+        mode, fallback_reason = "offline", None
+    elif not has_credentials(settings):
+        mode, fallback_reason = "offline", NO_KEY_REASON
+    else:
+        mode, fallback_reason = "online", None
+
+    init_kwargs = {
+        "project": identity.project,
+        "group": identity.group,
+        "name": identity.name,
+        "tags": list(identity.tags),
+        "job_type": identity.job_type,
+        "config": config,
+        # wandb's end-of-run printout repeats the whole summary; results.json and our log say it once.
+        "settings": wandb.Settings(quiet=True) if "WANDB_QUIET" not in os.environ else None,
+    }
+    try:
+        return wandb.init(mode=mode, **init_kwargs), fallback_reason
+    except wandb.errors.Error as error:
+        if mode == "offline":
+            raise
+        # No network, an invalid key, a server error: keep training and log offline.
+        first_line = (str(error).strip().splitlines() or [type(error).__name__])[0]
+        fallback_reason = f"could not start an online W&B run ({first_line[:200]})"
+        return wandb.init(mode="offline", **init_kwargs), fallback_reason
+
+
+def memory_figures(device: torch.device) -> dict[str, float]:
+    """Memory at a training log, for the curves (results.json has the whole run's peaks).
+
+    CUDA: what tensors hold now, the allocator's peak counter and what the caching allocator holds
+    now. CPU: the kernel's peak resident-set counter for the process (getrusage ru_maxrss). Both
+    peak counters run from their last reset: memory.py resets them when a measured phase begins.
+    """
+    if device.type == "cuda":
+        allocated, max_allocated, reserved = names.CUDA_MEMORY_CURVES
+        return {
+            allocated: torch.cuda.memory_allocated(device) / GIB,
+            max_allocated: torch.cuda.max_memory_allocated(device) / GIB,
+            reserved: torch.cuda.memory_reserved(device) / GIB,
+        }
+    (peak_rss,) = names.CPU_MEMORY_CURVES
+    return {peak_rss: peak_rss_gib()}
+
+
+class ThroughputCallback(TrainerCallback):
+    """Logs throughput and memory next to the Trainer's curves, at every training log.
+
+    Each figure covers the interval since the previous training log and counts only training steps:
+    the clock starts at the first step after a log, so evaluation and checkpointing in between are
+    left out. Tokens are counted by the run's TokenCounter on this (the main) process and multiplied by the
+    number of processes; samples are optimizer steps x the global batch (per-device batch x
+    accumulation x processes), so a short last batch of an epoch counts as full. results.json has
+    the exact whole-run figures.
+    """
+
+    def __init__(self, run, tokens):
+        self.run = run
+        self.tokens = tokens  # a training.callbacks.TokenCounter
+        self.interval_start: float | None = None
+        self.tokens_at_start = (0, 0)
+        self.step_at_start = 0
+
+    def on_step_begin(self, args, state, control, **kwargs):
+        if self.interval_start is None:
+            self.interval_start = time.perf_counter()
+            self.tokens_at_start = (self.tokens.real, self.tokens.padded)
+            self.step_at_start = state.global_step
+
+    def on_log(self, args, state, control, logs=None, **kwargs):
+        # Training logs carry "loss"; evaluation logs ("eval_loss") and the final summary do not.
+        if not state.is_world_process_zero or "loss" not in (logs or {}) or self.interval_start is None:
+            return
+        seconds = time.perf_counter() - self.interval_start
+        real = self.tokens.real - self.tokens_at_start[0]
+        padded = self.tokens.padded - self.tokens_at_start[1]
+        steps = state.global_step - self.step_at_start
+        global_batch = args.per_device_train_batch_size * args.gradient_accumulation_steps * args.world_size
+        figures = {names.STEP: state.global_step}
+        if seconds > 0 and padded > 0:
+            figures[names.SAMPLES_PER_SECOND_CURVE] = steps * global_batch / seconds
+            figures[names.TOKENS_PER_SECOND_CURVE] = real * args.world_size / seconds
+            figures[names.PAD_RATIO_CURVE] = 1 - real / padded
+        figures.update(memory_figures(args.device))
+        self.run.log(figures)
+        self.interval_start = None
+
+
+def results_row(results: Mapping[str, Any]) -> list[Any]:
+    """One run as a row of the results table: RESULTS_COLUMNS, then each memory part in GiB."""
+    breakdown = results.get(names.MEMORY_BREAKDOWN) or {}
+    return [results.get(key) for key in names.RESULTS_COLUMNS] + [
+        breakdown.get(part) for part in BREAKDOWN_KEYS
+    ]
+
+
+def results_table(runs: list[Mapping[str, Any]]):
+    """A W&B table of finished runs, one row each (a run logs itself; compare --wandb logs them all)."""
+    import wandb
+
+    columns = [*names.RESULTS_COLUMNS, *(names.breakdown_column(part) for part in BREAKDOWN_KEYS)]
+    return wandb.Table(columns=columns, data=[results_row(results) for results in runs])
+
+
+def _chart(chart: names.Chart, table):
+    import wandb
+
+    return wandb.plot_table(chart.vega_spec, table, chart.fields, {"title": chart.title})
+
+
+def _confusion_matrix_rows(confusion: Mapping[str, Any]) -> list[list[Any]] | None:
+    """[true label, predicted label, count] per cell, as wandb.plot.confusion_matrix lays it out."""
+    labels, matrix = confusion.get("labels"), confusion.get("matrix")
+    if (
+        not labels
+        or not matrix
+        or len(matrix) != len(labels)
+        or any(len(row) != len(labels) for row in matrix)
+    ):
+        logger.warning(
+            "results.json's %s is not {labels: [n names], matrix: n x n counts}; not logged as a chart.",
+            names.CONFUSION_MATRIX,
+        )
+        return None
+    return [
+        [str(actual), str(predicted), matrix[row][column]]
+        for row, actual in enumerate(labels)
+        for column, predicted in enumerate(labels)
+    ]
+
+
+def results_pictures(results: Mapping[str, Any]) -> dict[str, Any]:
+    """What a person would rather look at than read, as W&B objects by key (metric_names.py):
+
+    - the results as one table row (a table panel over several runs compares them);
+    - the memory breakdown (weights, gradients, optimizer state, activations, other) as a bar chart;
+    - once results.json has them: the confusion matrix as W&B's confusion-matrix chart, and the
+      per-class precision, recall, F1 and support as a table.
+    """
+    import wandb
+
+    pictures: dict[str, Any] = {names.RESULTS_TABLE: results_table([results])}
+    breakdown = results.get(names.MEMORY_BREAKDOWN)
+    if breakdown:
+        chart = names.MEMORY_BREAKDOWN_CHART
+        label, value = chart.fields["label"], chart.fields["value"]
+        parts = [[part.replace("_", " "), breakdown.get(part)] for part in BREAKDOWN_KEYS]
+        pictures[chart.key] = _chart(chart, wandb.Table(columns=[label, value], data=parts))
+    confusion = results.get(names.CONFUSION_MATRIX)
+    cells = _confusion_matrix_rows(confusion) if confusion else None
+    if cells is not None:
+        chart = names.CONFUSION_MATRIX_CHART
+        pictures[chart.key] = _chart(chart, wandb.Table(columns=list(chart.fields.values()), data=cells))
+    per_class = results.get(names.PER_CLASS)
+    if per_class:
+        rows = [
+            [str(label), *(scores.get(name) for name in names.PER_CLASS_FIELDS)]
+            for label, scores in per_class.items()
+        ]
+        pictures[names.PER_CLASS_TABLE] = wandb.Table(columns=["label", *names.PER_CLASS_FIELDS], data=rows)
+    return pictures
+
+
+class Tracker:
+    """The W&B run of one recipe run; every method does nothing when tracking is off."""
+
+    def __init__(self, run=None):
+        self.run = run
+
+    @property
+    def active(self) -> bool:
+        return self.run is not None
+
+    def callbacks(self, tokens) -> list:
+        """The Trainer callbacks that add throughput and memory curves to its logs (none when off).
+
+        `tokens` is the run's TokenCounter callback, which counts the tokens of training batches."""
+        return [ThroughputCallback(self.run, tokens)] if self.active else []
+
+    def finish(self, results: Mapping[str, Any]) -> None:
+        """Log the results as pictures (results_pictures), put every results.json key into the summary
+        (same names), then close the run."""
+        if not self.active:
+            return
+        self.run.log(results_pictures(results))
+        self.run.summary.update({key: value for key, value in results.items() if key != "config"})
+        self.run.finish()
+        self.run = None
+
+
+def start_tracking(arguments: ParsedArguments, recipe: RecipeSpec) -> Tracker:
+    """Start the W&B run on the main process, before the Trainer: its WandbCallback then reuses it."""
+    training = arguments.training
+    if not tracking_requested(training) or training.process_index != 0:
+        return Tracker()
+    identity = run_identity(recipe, arguments)
+    config = {
+        "recipe": recipe.name,
+        **arguments.to_dict(),
+        "environment": describe_environment(training),
+    }
+    run, fallback_reason = start_run(identity, config)
+    note = offline_note(run, fallback_reason, identity.name)
+    if note is not None:
+        (logger.warning if fallback_reason else logger.info)(note)
+    return Tracker(run)
+
+
+def offline_note(run, fallback_reason: str | None, name: str) -> str | None:
+    """For an offline run, one line: why offline (when the user did not ask for it), where the run
+    is, how to upload it. None for an online run or none at all."""
+    if run is None or not run.offline:
+        return None
+    run_dir = Path(run.settings.sync_dir).resolve()
+    why = f"{fallback_reason}, so " if fallback_reason else "W&B offline mode: "
+    return f"{why}run '{name}' is logged in {run_dir}; upload it later with: wandb sync {run_dir}"

@@ -1,0 +1,1 @@
+"""Training: the Trainer subclass, its callbacks, checkpoints, --auto_batch_size, safeguards."""

@@ -1,0 +1,103 @@
+"""Callbacks a recipe's Trainer runs with, besides the memory phases (memory/monitor.py) and W&B
+(tracking/): what a run counts and records about itself while the Trainer trains.
+
+- `TokenCounter`: real (non-padding) and padded tokens of every training batch, for tokens/s and
+  the pad ratio in results.json and the W&B curves.
+- `PrecisionProbe`: the precision the model's layers really computed in, read during the first
+  training forward, not from the flags.
+
+Both watch the model through forward pre-hooks added when the Trainer is built (`on_init_end`),
+so they see what the Trainer feeds the model, in the training process itself (dataloader workers
+would keep their counts to themselves).
+"""
+
+from __future__ import annotations
+
+import torch
+from transformers import TrainerCallback
+
+from recipes_lib.config.precision import dtype_name
+
+
+def _batch_inputs(args, kwargs) -> dict:
+    return kwargs if kwargs else (args[0] if args and isinstance(args[0], dict) else {})
+
+
+class TokenCounter(TrainerCallback):
+    """Counts the real and padded tokens of training forwards (two reductions of the attention mask)."""
+
+    def __init__(self):
+        self.real = 0
+        self.padded = 0
+        self._hook = None
+
+    def on_init_end(self, args, state, control, model=None, **kwargs):
+        if model is not None and self._hook is None:
+            self._hook = model.register_forward_pre_hook(self._count, with_kwargs=True)
+
+    # Under --torch_compile the hook would otherwise be traced into the graph (it is plain bookkeeping).
+    @torch.compiler.disable
+    def _count(self, module, args, kwargs):
+        attention_mask = _batch_inputs(args, kwargs).get("attention_mask")
+        if attention_mask is not None and module.training and torch.is_grad_enabled():
+            self.real += int(attention_mask.sum())
+            self.padded += attention_mask.numel()
+
+    def totals(self, accelerator) -> tuple[int, int]:
+        """(real tokens, all tokens) over every process's training batches: a collective step."""
+        counts = torch.tensor([self.real, self.padded], device=accelerator.device)
+        counts = accelerator.reduce(counts, reduction="sum")
+        return int(counts[0]), int(counts[1])
+
+    def remove(self) -> None:
+        if self._hook is not None:
+            self._hook.remove()
+            self._hook = None
+
+
+class PrecisionProbe(TrainerCallback):
+    """Records the precision the model's layers really ran in, during the first training forward.
+
+    A forward pre-hook on the first linear layer reads the autocast state inside the model (where
+    accelerate's autocast wrapper is active) and, for a 4-bit layer, the dtype its matmuls use.
+    `observed` is then "bf16", "fp16" or "fp32", and `quantized_compute` the 4-bit compute dtype
+    (or None without 4-bit layers). Reading what ran, not the flags, is what results.json reports.
+    """
+
+    def __init__(self, device_type: str):
+        self.device_type = device_type
+        self.observed: str | None = None
+        self.quantized_compute: str | None = None
+        self._handles = []
+
+    def on_init_end(self, args, state, control, model=None, **kwargs):
+        if model is not None and not self._handles:
+            self.attach(model)
+
+    def attach(self, model: torch.nn.Module) -> None:
+        linear = next((m for m in model.modules() if isinstance(m, torch.nn.Linear)), None)
+        if linear is not None:
+            self._handles.append(linear.register_forward_pre_hook(self._record))
+        quantized = next((m for m in model.modules() if hasattr(m, "compute_dtype")), None)
+        if quantized is not None:
+            self._handles.append(quantized.register_forward_pre_hook(self._record_quantized))
+
+    def _record(self, module, inputs):
+        if self.observed is None and module.training:
+            if torch.is_autocast_enabled(self.device_type):
+                dtype = torch.get_autocast_dtype(self.device_type)
+            else:
+                dtype = next((x.dtype for x in inputs if torch.is_tensor(x)), torch.float32)
+            self.observed = dtype_name(dtype)
+
+    def _record_quantized(self, module, inputs):
+        if self.quantized_compute is None and module.training:
+            dtype = module.compute_dtype
+            if dtype is None:  # bitsandbytes then computes in the input's dtype
+                dtype = next((x.dtype for x in inputs if torch.is_tensor(x)), torch.float32)
+            self.quantized_compute = dtype_name(dtype)
+
+    def remove(self) -> None:
+        for handle in self._handles:
+            handle.remove()
+        self._handles.clear()

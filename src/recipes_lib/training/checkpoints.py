@@ -1,0 +1,195 @@
+"""Checkpoints that are either complete or ignored, and the choice of the one to resume from.
+
+The Trainer writes a checkpoint file by file into output_dir/checkpoint-N (weights, optimizer and
+scheduler state, RNG states, trainer_state.json). A run killed while saving leaves a directory with
+that name that misses files or holds a truncated one, and the Trainer's own "last checkpoint" is
+simply the highest N. So RecipeTrainer finishes every save by writing COMPLETE_MARKER, after the
+files are flushed to disk, listing each file with its size; resuming considers only checkpoints
+whose marker is there and whose files still have those sizes. A kill during a save therefore
+costs that checkpoint, never the run: `--resume_from_checkpoint last` takes the one before it.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import re
+import shutil
+from pathlib import Path
+
+from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
+
+from recipes_lib.config.validation import resume_requested
+from recipes_lib.errors import OutputDirError
+
+logger = logging.getLogger(__name__)
+
+COMPLETE_MARKER = "checkpoint_complete.json"
+TRAINER_STATE_FILE = "trainer_state.json"
+_CHECKPOINT_NAME = re.compile(rf"^{PREFIX_CHECKPOINT_DIR}-(\d+)$")
+# `--resume_from_checkpoint last` (or true, as the Trainer spells it) means the newest complete one.
+RESUME_FROM_LAST = ("last", "true")
+
+
+def _files_in(directory: Path) -> list[Path]:
+    return sorted(path for path in directory.rglob("*") if path.is_file() and path.name != COMPLETE_MARKER)
+
+
+def _fsync(path: Path) -> None:
+    # Directories are opened read-only to sync their entries (new names, renames); files to sync data.
+    descriptor = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(descriptor)
+    finally:
+        os.close(descriptor)
+
+
+def mark_complete(checkpoint_dir: str | Path, global_step: int) -> Path:
+    """Flush every file of the checkpoint to disk, then record them in the marker (atomically).
+
+    The fsyncs make the marker mean "on disk", not just "in the page cache", so a machine that
+    loses power (or a preempted VM) cannot keep the marker but lose the weights. They take as long
+    as the disk needs to write the checkpoint (bert-base with AdamW: 1.3 GB).
+    """
+    checkpoint_dir = Path(checkpoint_dir)
+    files = _files_in(checkpoint_dir)
+    for path in files:
+        _fsync(path)
+    record = {
+        "global_step": global_step,
+        "files": {str(path.relative_to(checkpoint_dir)): path.stat().st_size for path in files},
+    }
+    # Write under a temporary name, then rename: a reader sees no marker or the whole marker.
+    temporary = checkpoint_dir / f".{COMPLETE_MARKER}.tmp"
+    temporary.write_text(json.dumps(record, indent=1))
+    _fsync(temporary)
+    os.replace(temporary, checkpoint_dir / COMPLETE_MARKER)
+    _fsync(checkpoint_dir)
+    return checkpoint_dir / COMPLETE_MARKER
+
+
+def incomplete_reason(checkpoint_dir: str | Path) -> str | None:
+    """None when the checkpoint is complete; otherwise what is wrong with it, in a few words."""
+    checkpoint_dir = Path(checkpoint_dir)
+    marker = checkpoint_dir / COMPLETE_MARKER
+    if not marker.is_file():
+        return "no completion marker: interrupted while saving"
+    try:
+        recorded = json.loads(marker.read_text())["files"]
+    except (ValueError, KeyError, TypeError):
+        return f"unreadable {COMPLETE_MARKER}"
+    for name, size in recorded.items():
+        path = checkpoint_dir / name
+        if not path.is_file():
+            return f"{name} is missing"
+        if path.stat().st_size != size:
+            return f"{name} has {path.stat().st_size} bytes, {size} were written"
+    return None
+
+
+def checkpoints_in(output_dir: str | Path) -> list[Path]:
+    """The checkpoint-N directories of a run, oldest (smallest N) first."""
+    output_dir = Path(output_dir)
+    if not output_dir.is_dir():
+        return []
+    found = [path for path in output_dir.iterdir() if path.is_dir() and _CHECKPOINT_NAME.match(path.name)]
+    return sorted(found, key=lambda path: int(_CHECKPOINT_NAME.match(path.name).group(1)))
+
+
+def last_complete_checkpoint(output_dir: str | Path) -> Path | None:
+    """The newest checkpoint that is complete; newer incomplete ones are skipped with a warning."""
+    for checkpoint in reversed(checkpoints_in(output_dir)):
+        reason = incomplete_reason(checkpoint)
+        if reason is None:
+            return checkpoint
+        logger.warning("Skipping %s (%s).", checkpoint, reason)
+    return None
+
+
+def resolve_resume_checkpoint(value: str | None, output_dir: str, results_file: str) -> str | None:
+    """The checkpoint directory `--resume_from_checkpoint VALUE` means, checked before anything is loaded.
+
+    None or "false": start from scratch. "last" (or "true"): the newest complete checkpoint in
+    output_dir. Anything else: a checkpoint directory, refused if its marker shows it incomplete.
+    """
+    if not resume_requested(value):
+        return None
+    output = Path(output_dir)
+    if (output / results_file).is_file():
+        raise OutputDirError(
+            f"--resume_from_checkpoint {value}: the run in '{output}' already finished ({results_file} is "
+            "there), so there is nothing to resume. Use another --output_dir for a new run, or "
+            "--overwrite_output_dir without --resume_from_checkpoint to train it again from the start."
+        )
+    if str(value).strip().lower() in RESUME_FROM_LAST:
+        checkpoint = last_complete_checkpoint(output)
+        if checkpoint is None:
+            found = checkpoints_in(output)
+            seen = (
+                "its checkpoints are all incomplete: "
+                + ", ".join(f"{path.name} ({incomplete_reason(path)})" for path in found)
+                if found
+                else "it holds no checkpoint"
+                if output.is_dir()
+                else "it does not exist"
+            )
+            raise OutputDirError(
+                f"--resume_from_checkpoint {value}: there is no complete checkpoint to resume from in "
+                f"'{output}' ({seen}). Start the run again without --resume_from_checkpoint (add "
+                "--overwrite_output_dir if the directory holds files), or check --output_dir."
+            )
+        return str(checkpoint)
+    checkpoint = Path(value)
+    if not (checkpoint / TRAINER_STATE_FILE).is_file():
+        raise OutputDirError(
+            f"--resume_from_checkpoint '{value}' is not a checkpoint directory (no {TRAINER_STATE_FILE} in it). "
+            f"Pass a checkpoint-N directory written by a run, or 'last' for the newest one in --output_dir."
+        )
+    reason = incomplete_reason(checkpoint)
+    if not (checkpoint / COMPLETE_MARKER).is_file():
+        # Named explicitly and without any marker: possibly written by a plain Trainer, so the user's
+        # word is taken; a checkpoint cut short while saving then fails to load with the Trainer's error.
+        logger.warning("%s has no %s; resuming from it as asked.", checkpoint, COMPLETE_MARKER)
+    elif reason is not None:
+        earlier = last_complete_checkpoint(checkpoint.parent)
+        raise OutputDirError(
+            f"--resume_from_checkpoint '{value}' is incomplete ({reason}); its files cannot be trusted. "
+            + (f"Resume from '{earlier}' instead (or pass 'last')." if earlier else "Start the run again.")
+        )
+    return str(checkpoint)
+
+
+# Files and folders a finished run writes besides results.json and checkpoints (run.py, adapters.py).
+RUN_ARTIFACTS = (
+    "adapter_config.json",
+    "adapter_model.safetensors",
+    "model*.safetensors",
+    "base_quantization_config.json",
+    "merged",
+    "eval_predictions.jsonl",
+    "test_predictions.jsonl",
+    "confusion_matrix.png",
+    "label_thresholds.json",
+)
+
+
+def clear_previous_run(output_dir: str | Path, results_file: str) -> None:
+    """With --overwrite_output_dir, just before training: drop the old run's checkpoints and results.
+
+    Left in place, they would mislead: `--resume_from_checkpoint last` after an interruption would
+    pick the old run's higher-numbered checkpoint, or refuse because the old results.json says the
+    run finished. The old run's model, adapter, merged model and predictions go too (RUN_ARTIFACTS).
+    """
+    output_dir = Path(output_dir)
+    stale = checkpoints_in(output_dir)
+    for checkpoint in stale:
+        shutil.rmtree(checkpoint)
+    (output_dir / results_file).unlink(missing_ok=True)
+    # What another recipe's run leaves that this one may not write again: an old adapter would be
+    # loaded instead of a new full model (load_trained_model looks for adapter_config.json first).
+    for name in RUN_ARTIFACTS:
+        for path in output_dir.glob(name):
+            shutil.rmtree(path) if path.is_dir() else path.unlink()
+    if stale:
+        logger.info("--overwrite_output_dir: removed %d checkpoint(s) of the previous run.", len(stale))
