@@ -24,10 +24,10 @@ $(BIN)/.installed: setup.cfg pyproject.toml
 
 install: $(BIN)/.installed
 
-# Every recipe script in recipes/ (the one list, as in catalog.py), all of which run on CPU, with the
-# same config; each writes outputs/demo/<recipe>. full_ft first: the others are compared with it.
-ALL_RECIPES := $(basename $(notdir $(shell grep -l "^SPEC = RecipeSpec" recipes/*.py)))
-DEMO_RECIPES ?= full_ft $(filter-out full_ft,$(ALL_RECIPES))
+# Every recipe, in the registry's order (src/recipes_lib/config/registry.py, full_ft first: the others
+# are compared with it), all of which run on CPU with the same config; each writes outputs/demo/<recipe>.
+# Read when the demo runs, after the install.
+DEMO_RECIPES ?= $(shell $(BIN)/python -m recipes_lib.config.registry)
 
 demo: $(BIN)/.installed
 	for recipe in $(DEMO_RECIPES); do \
@@ -36,7 +36,7 @@ demo: $(BIN)/.installed
 	done
 	# The runs side by side: memory (and what holds it), speed, accuracy; chart in outputs/demo/memory_comparison.png.
 	# --wandb: the same table and chart as one comparison run in the demo's W&B group (offline here).
-	$(OFFLINE) $(BIN)/python -m recipes_lib.cli.main compare --wandb $(addprefix outputs/demo/,$(DEMO_RECIPES))
+	$(OFFLINE) $(BIN)/python -m recipes_lib.cli compare --wandb $(addprefix outputs/demo/,$(DEMO_RECIPES))
 
 test: $(BIN)/.installed
 	$(OFFLINE) $(BIN)/python -m pytest $(PYTEST_ARGS)

@@ -9,28 +9,41 @@ The other recipes are this script plus the lines marked NEW.
 """
 
 from recipes_lib.config.parsing import parse_arguments
-from recipes_lib.config.recipe_spec import RecipeSpec
+from recipes_lib.config.registry import RECIPES
+from recipes_lib.data.tokenize import padding_collator
+from recipes_lib.modeling.loading import load_model
 from recipes_lib.run import RecipeRun, run_main
+from recipes_lib.training.trainer import RecipeTrainer
 
-SPEC = RecipeSpec(name="full_ft")
+SPEC = RECIPES["full_ft"]
 
 
 def main(argv=None):
-    # Arguments: model, data and training options; the --config YAML first, the command line wins
+    # Arguments: model, data and training dataclasses; the --config YAML first, the command line wins
     args = parse_arguments(SPEC, argv)
-    with RecipeRun(args, SPEC) as run:
-        # Data: load, map labels to ids, tokenize (checks on config.json and columns come first)
-        run.load_data()
-        # Model: the pretrained encoder with a new classification head
-        model = run.load_model()
-        # Trainer: what trains, the optimizer (--optim unless one is handed over), the run's callbacks
-        run.trainer(model)
-        # Train
-        run.train()
-        # Save: the model and the tokenizer in output_dir
-        run.save()
-        # Evaluate: the task's metrics (accuracy, macro-F1, ...) on validation; results.json on leaving the block
-        run.evaluate()
+    with RecipeRun(args, SPEC) as run:  # refuses another run's output_dir; resolves resume; seeds
+        # Data: a DatasetDict (train, validation, test if given), labels as ids, tokenized and cached
+        data = run.load_data()
+        run.start_tracking()  # the W&B run starts here (offline without an API key); memory phases begin
+        # Model: AutoModelForSequenceClassification, a new head for these labels
+        model = load_model(args.model, run.model_config)
+        run.fit_batch_size()  # --auto_batch_size: per-device batch from the planner, same effective batch
+        trainer = RecipeTrainer(  # transformers.Trainer plus safeguards (signals, NaN, complete checkpoints)
+            model=model,
+            args=args.training,
+            train_dataset=data["train"],
+            eval_dataset=data["validation"],
+            processing_class=run.tokenizer,
+            data_collator=padding_collator(run.tokenizer, args.data, args.training.device),
+            compute_metrics=run.compute_metrics,  # the task's metrics, from evaluate modules
+            compute_loss_func=run.compute_loss,  # --class_weights: weighted cross-entropy; else the model's
+            callbacks=run.callbacks(model),  # memory phases, tokens/s, precision, W&B curves, early stopping
+        )
+        run.clear_previous_run()  # --overwrite_output_dir: the old run is deleted here, after every check
+        train_result = trainer.train(resume_from_checkpoint=run.resume_from)
+        trainer.save_model()  # the model and tokenizer in output_dir
+        metrics = trainer.evaluate()
+        run.write_results(trainer, train_result, metrics)  # predictions, results.json, the W&B summary
     return run.results
 
 

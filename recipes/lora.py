@@ -10,43 +10,46 @@ output_dir/merged. The lines marked NEW are what LoRA changes in full_ft.py.
 """
 
 from recipes_lib.config.parsing import parse_arguments
-from recipes_lib.config.recipe_spec import RecipeSpec, TrainingShape
-from recipes_lib.modeling.adapters import (  # NEW
-    LORA_LEARNING_RATE,
-    LoraArguments,
-    add_lora,
-    save_adapter_extras,
-)
+from recipes_lib.config.registry import RECIPES
+from recipes_lib.data.tokenize import padding_collator
+from recipes_lib.modeling.adapters import add_lora, save_adapter_extras  # NEW
+from recipes_lib.modeling.loading import load_model
 from recipes_lib.run import RecipeRun, run_main
+from recipes_lib.training.trainer import RecipeTrainer
 
-SPEC = RecipeSpec(
-    name="lora",
-    options=LoraArguments,  # NEW: lora_r, lora_alpha, lora_target_modules, ...
-    training_defaults={"learning_rate": LORA_LEARNING_RATE},  # NEW: 1e-3 (adapters.py says why)
-    shape=lambda lora: TrainingShape(adapters=lora.shape()),  # NEW: what trains, for the planner
-)
+SPEC = RECIPES["lora"]  # NEW: its options (--lora_r, --lora_target_modules, ...), learning rate 1e-3
 
 
 def main(argv=None):
-    # Arguments: model, data and training options; the --config YAML first, the command line wins
+    # Arguments: model, data and training dataclasses; the --config YAML first, the command line wins
     args = parse_arguments(SPEC, argv)
-    lora = args.options(LoraArguments)  # NEW
-    with RecipeRun(args, SPEC) as run:
-        # Data: load, map labels to ids, tokenize (checks on config.json and columns come first)
-        run.load_data()
-        # Model: the pretrained encoder with a new classification head
-        model = run.load_model()
-        model = add_lora(model, lora)  # NEW: freeze it; adapters and the head train
-        # Trainer: what trains, the optimizer (--optim unless one is handed over), the run's callbacks
-        run.trainer(model)
-        # Train
-        run.train()
-        # Save: the model and the tokenizer in output_dir
-        run.save()
-        if run.is_main_process:  # NEW: config.json (label names) beside the adapter; the merged model
+    lora = args.options(SPEC.options)  # NEW
+    with RecipeRun(args, SPEC) as run:  # refuses another run's output_dir; resolves resume; seeds
+        # Data: a DatasetDict (train, validation, test if given), labels as ids, tokenized and cached
+        data = run.load_data()
+        run.start_tracking()  # the W&B run starts here (offline without an API key); memory phases begin
+        # Model: AutoModelForSequenceClassification, a new head for these labels
+        model = load_model(args.model, run.model_config)
+        model = add_lora(model, lora)  # NEW: a PeftModel; the encoder frozen, adapters and the head train
+        run.fit_batch_size()  # --auto_batch_size: per-device batch from the planner, same effective batch
+        trainer = RecipeTrainer(  # transformers.Trainer plus safeguards (signals, NaN, complete checkpoints)
+            model=model,
+            args=args.training,
+            train_dataset=data["train"],
+            eval_dataset=data["validation"],
+            processing_class=run.tokenizer,
+            data_collator=padding_collator(run.tokenizer, args.data, args.training.device),
+            compute_metrics=run.compute_metrics,  # the task's metrics, from evaluate modules
+            compute_loss_func=run.compute_loss,  # --class_weights: weighted cross-entropy; else the model's
+            callbacks=run.callbacks(model),  # memory phases, tokens/s, precision, W&B curves, early stopping
+        )
+        run.clear_previous_run()  # --overwrite_output_dir: the old run is deleted here, after every check
+        train_result = trainer.train(resume_from_checkpoint=run.resume_from)
+        trainer.save_model()  # the model and tokenizer in output_dir
+        if run.is_main_process:  # NEW: config.json (label names) beside the adapter; --merge_adapter's model
             save_adapter_extras(args, run.model_config, run.tokenizer, lora)
-        # Evaluate: the task's metrics (accuracy, macro-F1, ...) on validation; results.json on leaving the block
-        run.evaluate()
+        metrics = trainer.evaluate()
+        run.write_results(trainer, train_result, metrics)  # predictions, results.json, the W&B summary
     return run.results
 
 

@@ -9,50 +9,57 @@ weights are NF4 with double quantization (4.13 bits per weight), their matmuls i
 """
 
 from recipes_lib.config.parsing import parse_arguments
-from recipes_lib.config.recipe_spec import RecipeSpec, TrainingShape
+from recipes_lib.config.registry import RECIPES
+from recipes_lib.data.tokenize import padding_collator
 from recipes_lib.modeling.adapters import (  # NEW
-    LORA_LEARNING_RATE,
-    LoraArguments,
     add_lora,
     check_4bit_support,
     nf4_quantization_config,
     prepare_4bit_model,
     save_adapter_extras,
 )
+from recipes_lib.modeling.loading import load_model
 from recipes_lib.run import RecipeRun, run_main
+from recipes_lib.training.trainer import RecipeTrainer
 
-SPEC = RecipeSpec(
-    name="qlora",
-    options=LoraArguments,  # NEW: the same options as lora.py
-    training_defaults={"learning_rate": LORA_LEARNING_RATE},  # NEW: 1e-3 (adapters.py says why)
-    shape=lambda lora: TrainingShape(adapters=lora.shape(), quantized_base=True),  # NEW: for the planner
-)
+SPEC = RECIPES["qlora"]  # NEW: the same options as lora.py, learning rate 1e-3
 
 
 def main(argv=None):
-    # Arguments: model, data and training options; the --config YAML first, the command line wins
+    # Arguments: model, data and training dataclasses; the --config YAML first, the command line wins
     args = parse_arguments(SPEC, argv)
-    lora = args.options(LoraArguments)  # NEW
+    lora = args.options(SPEC.options)  # NEW
     check_4bit_support(args.training.device)  # NEW: 4-bit runs on this device, before anything loads
-    with RecipeRun(args, SPEC) as run:
-        # Data: load, map labels to ids, tokenize (checks on config.json and columns come first)
-        run.load_data()
-        # Model: the pretrained encoder with a new classification head
-        quantization = nf4_quantization_config(
-            run.model_config, run.precision
-        )  # NEW: NF4, the run's precision
-        model = run.load_model(quantization_config=quantization)  # NEW
+    with RecipeRun(args, SPEC) as run:  # refuses another run's output_dir; resolves resume; seeds
+        # Data: a DatasetDict (train, validation, test if given), labels as ids, tokenized and cached
+        data = run.load_data()
+        run.start_tracking()  # the W&B run starts here (offline without an API key); memory phases begin
+        # Model: AutoModelForSequenceClassification, a new head for these labels
+        quantization = nf4_quantization_config(run.model_config, run.precision)  # NEW: NF4 in its precision
+        device_map = {"": args.training.device}  # NEW: quantized as the weights land there (they cannot move)
+        model = load_model(
+            args.model, run.model_config, quantization_config=quantization, device_map=device_map
+        )
         model = add_lora(prepare_4bit_model(model), lora)  # NEW: frozen 4-bit base; adapters and head train
-        # Trainer: what trains, the optimizer (--optim unless one is handed over), the run's callbacks
-        run.trainer(model)
-        # Train
-        run.train()
-        # Save: the model and the tokenizer in output_dir
-        run.save()
+        run.fit_batch_size()  # --auto_batch_size: per-device batch from the planner, same effective batch
+        trainer = RecipeTrainer(  # transformers.Trainer plus safeguards (signals, NaN, complete checkpoints)
+            model=model,
+            args=args.training,
+            train_dataset=data["train"],
+            eval_dataset=data["validation"],
+            processing_class=run.tokenizer,
+            data_collator=padding_collator(run.tokenizer, args.data, args.training.device),
+            compute_metrics=run.compute_metrics,  # the task's metrics, from evaluate modules
+            compute_loss_func=run.compute_loss,  # --class_weights: weighted cross-entropy; else the model's
+            callbacks=run.callbacks(model),  # memory phases, tokens/s, precision, W&B curves, early stopping
+        )
+        run.clear_previous_run()  # --overwrite_output_dir: the old run is deleted here, after every check
+        train_result = trainer.train(resume_from_checkpoint=run.resume_from)
+        trainer.save_model()  # the model and tokenizer in output_dir
         if run.is_main_process:  # NEW: config.json (label names) and the 4-bit settings; the merged model
             save_adapter_extras(args, run.model_config, run.tokenizer, lora, quantization)
-        # Evaluate: the task's metrics (accuracy, macro-F1, ...) on validation; results.json on leaving the block
-        run.evaluate()
+        metrics = trainer.evaluate()
+        run.write_results(trainer, train_result, metrics)  # predictions, results.json, the W&B summary
     return run.results
 
 

@@ -11,13 +11,11 @@ from pathlib import Path
 
 import pytest
 
+from recipes_lib.config.registry import RECIPES as REGISTERED_RECIPES
+
 REPO_ROOT = Path(__file__).resolve().parent.parent
-# Every recipe script in recipes/: the same list the CLI and the Makefile read (catalog.py).
-RECIPES = tuple(
-    path.stem
-    for path in sorted((REPO_ROOT / "recipes").glob("*.py"))
-    if "SPEC = RecipeSpec(" in path.read_text()
-)
+# Every recipe, from the registry the CLI and the Makefile read (recipes_lib/config/registry.py).
+RECIPES = tuple(REGISTERED_RECIPES)
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 os.environ.setdefault("WANDB_MODE", "offline")
@@ -167,7 +165,11 @@ def one_thread():
 
 
 def load_recipe(name: str):
-    """recipes/<name>.py imported from its file: its `SPEC` and its `main(argv)`."""
-    from recipes_lib.config.registry import load_recipe_module
+    """recipes/<name>.py imported from its file (its `__main__` block does not run): `SPEC`, `main(argv)`."""
+    import importlib.util
 
-    return load_recipe_module(REPO_ROOT / "recipes" / f"{name}.py")
+    path = REPO_ROOT / "recipes" / f"{name}.py"
+    spec = importlib.util.spec_from_file_location(f"_recipe_{name}", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module

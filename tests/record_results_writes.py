@@ -3,7 +3,7 @@
     accelerate launch --config_file ... tests/record_results_writes.py recipes/full_ft.py ARGS
 
 tests/test_multi_process.py launches recipes through this script: it wraps the run module's
-`write_results` so that each call appends the writing process's RANK to the file named by
+`write_results` (run/record.py) so that each call appends the writing process's RANK to the file named by
 RESULTS_WRITE_LEDGER, then runs the recipe exactly as `accelerate launch recipes/X.py ARGS` would.
 The final results.json alone cannot show a second write (the rename is atomic); the ledger can.
 """
@@ -14,10 +14,10 @@ import os
 import runpy
 import sys
 
-from recipes_lib import run
+from recipes_lib.run import record
 
 LEDGER = os.environ["RESULTS_WRITE_LEDGER"]
-_write_results = run.write_results
+_write_results = record.write_results
 
 
 def recording_write_results(output_dir, results):
@@ -27,7 +27,7 @@ def recording_write_results(output_dir, results):
 
 
 if __name__ == "__main__":
-    run.write_results = recording_write_results
+    record.write_results = recording_write_results
     recipe_script = sys.argv[1]
     sys.argv = sys.argv[1:]  # the recipe reads its arguments from sys.argv[1:], as when run directly
     runpy.run_path(recipe_script, run_name="__main__")

@@ -122,7 +122,7 @@ def test_fsdp_config_gives_full_shard_fsdp2_wrapping_each_layer_of_every_family(
     from transformers import AutoConfig
 
     from recipes_lib.modeling.families import meta_model, profile_for
-    from recipes_lib.run import name_fsdp_layer_classes
+    from recipes_lib.run.recipe_run import name_fsdp_layer_classes
 
     environment = accelerate_variables(
         launch_without_starting("fsdp.yaml", "--main_process_port", "0")["env"]
@@ -150,7 +150,7 @@ def test_an_fsdp_layer_class_named_in_the_accelerate_config_wins(monkeypatch):
     from transformers import AutoConfig
 
     from recipes_lib.modeling.families import profile_for
-    from recipes_lib.run import name_fsdp_layer_classes
+    from recipes_lib.run.recipe_run import name_fsdp_layer_classes
 
     monkeypatch.setenv("ACCELERATE_USE_FSDP", "true")
     monkeypatch.setenv("FSDP_TRANSFORMER_CLS_TO_WRAP", "BertAttention")

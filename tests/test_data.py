@@ -9,7 +9,8 @@ import pytest
 from transformers import AutoTokenizer
 
 from recipes_lib.config.arguments import DataArguments
-from recipes_lib.data.loading import load_classification_data, tokenize
+from recipes_lib.data.loading import load_classification_data
+from recipes_lib.data.tokenize import tokenize
 from recipes_lib.errors import DataError
 from tests.conftest import write_csv
 

@@ -86,13 +86,13 @@ def run_capturing_the_evaluated_model(recipe: str, args: list[str]):
     from recipes_lib.run import RecipeRun
 
     evaluated = {}
-    original = RecipeRun.evaluate
+    original = RecipeRun.write_results
 
-    def evaluate(run):
-        evaluated["model"] = run._trainer.model
-        return original(run)
+    def write_results(run, trainer, *args):
+        evaluated["model"] = trainer.model
+        return original(run, trainer, *args)
 
-    with mock.patch.object(RecipeRun, "evaluate", evaluate):
+    with mock.patch.object(RecipeRun, "write_results", write_results):
         results = run_in_process(recipe, args)
     return results, evaluated["model"]
 
@@ -158,11 +158,13 @@ def too_late(*args, **kwargs):
 
 
 def stop_before_work(monkeypatch):
-    from recipes_lib import run
+    """Any call that tokenizes, loads the data or loads the model weights fails the test."""
+    from recipes_lib.modeling import loading
+    from recipes_lib.run import recipe_run
 
-    monkeypatch.setattr(run, "tokenize", too_late)
-    monkeypatch.setattr(run, "load_model", too_late)
-    monkeypatch.setattr(run, "load_classification_data", too_late)
+    monkeypatch.setattr(recipe_run, "tokenize", too_late)
+    monkeypatch.setattr(recipe_run, "load_classification_data", too_late)
+    monkeypatch.setattr(loading.AutoModelForSequenceClassification, "from_pretrained", too_late)
 
 
 @pytest.mark.parametrize(

@@ -11,8 +11,9 @@ from scipy.stats import ConstantInputWarning, pearsonr, spearmanr
 from sklearn.metrics import accuracy_score, f1_score, mean_squared_error
 from transformers import EvalPrediction
 
-from recipes_lib.config.tasks import MULTI_LABEL, REGRESSION, SINGLE_LABEL, tune_thresholds
+from recipes_lib.config.tasks import MULTI_LABEL, REGRESSION, SINGLE_LABEL
 from recipes_lib.evaluation.metrics import TaskMetrics, load_metric
+from recipes_lib.evaluation.thresholds import tune_thresholds
 
 # Multi-hot rows, one column per label: rows 0 and 2 are exactly right, row 1 misses label 2.
 MULTILABEL_REFERENCES = [[1, 0, 1], [0, 1, 1], [1, 1, 0]]

@@ -131,7 +131,8 @@ def evaluate_in_one_process(recipe_name: str, model: Path, data, checkpoint: Pat
 
     from recipes_lib.config.parsing import parse_arguments
     from recipes_lib.config.tasks import SINGLE_LABEL
-    from recipes_lib.data.loading import load_classification_data, tokenize
+    from recipes_lib.data.loading import load_classification_data
+    from recipes_lib.data.tokenize import tokenize
     from recipes_lib.evaluation.metrics import TaskMetrics
     from recipes_lib.modeling.adapters import (
         LoraArguments,

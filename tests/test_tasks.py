@@ -212,8 +212,8 @@ def test_options_for_another_task_fail_before_the_weights_load(tmp_path, tiny_be
 def test_mse_as_the_best_model_metric_means_lower_is_better():
     from types import SimpleNamespace
 
-    from recipes_lib.data.loading import LabelMapping
-    from recipes_lib.run import check_task_options
+    from recipes_lib.config.validation import check_task_options
+    from recipes_lib.data.labels import LabelMapping
 
     training = SimpleNamespace(
         class_weights=None,

@@ -166,6 +166,22 @@ def write_chart(runs: list[dict[str, Any]], path: str | os.PathLike) -> Path:
         gridspec_kw={"height_ratios": [3, 1]},
         layout="constrained",
     )
+    totals = _draw_memory_bars(memory_axis, runs, positions, unit, scale)
+    peaks = _mark_tensor_peaks(memory_axis, runs, positions, scale)
+    _label_memory_axis(memory_axis, unit, totals, peaks)
+    _draw_accuracy(accuracy_axis, runs, positions)
+    _set_title(memory_axis, runs)
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    figure.savefig(path, dpi=120)
+    plt.close(figure)
+    return path
+
+
+def _draw_memory_bars(
+    memory_axis, runs: list[dict[str, Any]], positions: list[int], unit: str, scale: float
+) -> list[float]:
+    """One bar per run, its breakdown parts stacked, its total written on top; returns the totals."""
     bottoms = [0.0] * len(runs)
     for key in BREAKDOWN_KEYS:
         heights = [((run.get("memory_breakdown_gib") or {}).get(key) or 0) * scale for run in runs]
@@ -183,6 +199,13 @@ def write_chart(runs: list[dict[str, Any]], path: str | os.PathLike) -> Path:
             xytext=(0, 3),
             textcoords="offset points",
         )
+    return bottoms
+
+
+def _mark_tensor_peaks(
+    memory_axis, runs: list[dict[str, Any]], positions: list[int], scale: float
+) -> list[tuple[int, float]]:
+    """A black tick at each run's measured all-tensors peak, where it has one; returns (position, value)s."""
     peaks = [(position, run.get("tensor_peak_gib")) for position, run in zip(positions, runs, strict=True)]
     peaks = [(position, peak * scale) for position, peak in peaks if peak is not None]
     if peaks:
@@ -196,8 +219,13 @@ def write_chart(runs: list[dict[str, Any]], path: str | os.PathLike) -> Path:
             zorder=3,
             label="all tensors at once\n(measured peak)",
         )
+    return peaks
+
+
+def _label_memory_axis(memory_axis, unit: str, totals: list[float], peaks: list[tuple[int, float]]) -> None:
+    """The memory axis's label, range and legend (the parts in stacking order, the peak marker last)."""
     memory_axis.set_ylabel(f"training memory, {unit}")
-    memory_axis.set_ylim(0, max(bottoms + [value for _, value in peaks] + [1e-9]) * 1.15)
+    memory_axis.set_ylim(0, max(totals + [value for _, value in peaks] + [1e-9]) * 1.15)
     memory_axis.spines[["top", "right"]].set_visible(False)
     handles, names = memory_axis.get_legend_handles_labels()
     # Legend top to bottom in the order the parts stack (top part first), the peak marker last.
@@ -216,6 +244,9 @@ def write_chart(runs: list[dict[str, Any]], path: str | os.PathLike) -> Path:
         markerscale=0.35,  # the peak marker is a wide bar-width tick; a short one in the legend
     )
 
+
+def _draw_accuracy(accuracy_axis, runs: list[dict[str, Any]], positions: list[int]) -> None:
+    """Each run's validation score (accuracy, exact match or Pearson) under its bar, and the run labels."""
     metric_key, metric_label = _chart_metric(runs)
     accuracies = [run.get(metric_key) for run in runs]
     known = [
@@ -239,6 +270,9 @@ def write_chart(runs: list[dict[str, Any]], path: str | os.PathLike) -> Path:
     accuracy_axis.set_xticks(positions, [_run_label(run, runs) for run in runs])
     accuracy_axis.set_xlim(-0.6, len(runs) - 0.4)
 
+
+def _set_title(memory_axis, runs: list[dict[str, Any]]) -> None:
+    """The chart's title: the models compared, and the devices they ran on."""
     models = sorted({short_model_name(run.get("model_name_or_path")) for run in runs})
     devices = sorted({str(run.get("device", "")).split(" (")[0] for run in runs if run.get("device")})
     memory_axis.set_title(
@@ -246,11 +280,6 @@ def write_chart(runs: list[dict[str, Any]], path: str | os.PathLike) -> Path:
         + (f" ({', '.join(devices)})" if devices else ""),
         fontsize=11,
     )
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    figure.savefig(path, dpi=120)
-    plt.close(figure)
-    return path
 
 
 def default_chart_path(run_dirs: list[str]) -> Path:

@@ -30,7 +30,9 @@ from recipes_lib.config.arguments import DataArguments
 from recipes_lib.config.precision import autocast_for
 from recipes_lib.config.tasks import DEFAULT_THRESHOLD, MULTI_LABEL, SINGLE_LABEL
 from recipes_lib.data.files import DELIMITED, QUOTING_CHOICES, has_rows, read_local_files
-from recipes_lib.data.loading import ClassificationData, LabelMapping, padding_collator, tokenize
+from recipes_lib.data.labels import LabelMapping
+from recipes_lib.data.loading import ClassificationData
+from recipes_lib.data.tokenize import padding_collator, tokenize
 from recipes_lib.errors import ConfigError, DataError, ModelError
 from recipes_lib.evaluation.inference import batch_logits
 from recipes_lib.evaluation.predictions import THRESHOLDS_FILE, prediction_rows, read_thresholds

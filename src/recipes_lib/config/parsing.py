@@ -25,12 +25,12 @@ from transformers.hf_argparser import string_to_bool
 
 from recipes_lib.config.arguments import (
     SHARED_ARGUMENT_CLASSES,
-    SUPPORTED_DATA_EXTENSIONS,
     ParsedArguments,
     RecipeTrainingArguments,
 )
 from recipes_lib.config.recipe_spec import RecipeSpec
 from recipes_lib.config.registry import recipes_accepting
+from recipes_lib.config.validation import validate_arguments
 from recipes_lib.errors import ConfigError
 
 
@@ -257,94 +257,3 @@ def parse_arguments(spec: RecipeSpec, argv: list[str] | None = None) -> ParsedAr
     )
     validate_arguments(arguments)
     return arguments
-
-
-def validate_arguments(arguments: ParsedArguments) -> None:
-    """Checks that need no download: fail here, not after an hour of tokenization."""
-    data = arguments.data
-    for name in ("validation_file", "test_file"):
-        if data.train_file is None and getattr(data, name) is not None:
-            raise ConfigError(
-                f"{name} '{getattr(data, name)}' was given without train_file. Pass --train_file too."
-            )
-    if data.test_split_name is not None and data.train_file is not None:
-        raise ConfigError(
-            f"test_split_name '{data.test_split_name}' names a Hub dataset's split, but the data is local "
-            f"(train_file '{data.train_file}'). Use --test_file for a local test file."
-        )
-    if data.train_file is not None and data.dataset_name is not None:
-        raise ConfigError(
-            f"Both dataset_name '{data.dataset_name}' and train_file '{data.train_file}' were given. "
-            "Use one source: a Hub dataset or local files."
-        )
-    if data.dataset_config_name is not None and data.dataset_name is None and data.train_file is None:
-        raise ConfigError(
-            f"dataset_config_name '{data.dataset_config_name}' was given without dataset_name. "
-            "Pass --dataset_name too (e.g. --dataset_name glue)."
-        )
-    for name in ("train_file", "validation_file", "test_file"):
-        path = getattr(data, name)
-        if path is None:
-            continue
-        if Path(path).is_dir():
-            inside = sorted(
-                p.name for p in Path(path).iterdir() if p.suffix.lower() in SUPPORTED_DATA_EXTENSIONS
-            )
-            raise ConfigError(
-                f"{name} '{path}' is a directory; pass one file in it"
-                + (f" (it holds: {', '.join(inside[:5])})." if inside else ".")
-            )
-        if Path(path).suffix.lower() not in SUPPORTED_DATA_EXTENSIONS:
-            raise ConfigError(
-                f"{name} '{path}' has an unsupported extension. Use one of {', '.join(SUPPORTED_DATA_EXTENSIONS)}; "
-                "the extension decides how the file is read."
-            )
-        if not Path(path).is_file():
-            raise ConfigError(
-                f"{name} '{path}' does not exist (looked in {Path(path).resolve().parent}). Check the path."
-            )
-    if data.text_column_names is not None:
-        columns = [c.strip() for c in data.text_column_names.split(",") if c.strip()]
-        if not 1 <= len(columns) <= 2:
-            raise ConfigError(
-                f"text_column_names '{data.text_column_names}' names {len(columns)} columns; give one column, "
-                "or two separated by a comma for sentence pairs (e.g. 'sentence1,sentence2')."
-            )
-    training = arguments.training
-    positive = {
-        "max_seq_length": data.max_seq_length,
-        "max_train_samples": data.max_train_samples,
-        "max_eval_samples": data.max_eval_samples,
-        "per_device_train_batch_size": training.per_device_train_batch_size,
-        "per_device_eval_batch_size": training.per_device_eval_batch_size,
-        "gradient_accumulation_steps": training.gradient_accumulation_steps,
-    }
-    for name, value in positive.items():
-        if value is not None and value <= 0:
-            raise ConfigError(f"{name} is {value}; it must be a positive integer.")
-    # The Trainer accepts these and fails later (AdamW on a negative rate) or trains for zero steps.
-    if not training.learning_rate > 0:
-        raise ConfigError(
-            f"learning_rate is {training.learning_rate:g}; it must be positive (BERT fine-tuning: 2e-5 to 5e-5)."
-        )
-    if training.max_steps <= 0 and not training.num_train_epochs > 0:
-        raise ConfigError(
-            f"num_train_epochs is {training.num_train_epochs:g}, so the run would train for no step. "
-            "Give a positive number of epochs, or --max_steps N."
-        )
-    if training.max_grad_norm is not None and training.max_grad_norm < 0:
-        raise ConfigError(
-            f"max_grad_norm is {training.max_grad_norm:g}; give a positive norm to clip gradients to "
-            "(default 1.0), or 0 to turn clipping off."
-        )
-    if not 0 < data.validation_split_percentage < 100:
-        raise ConfigError(
-            f"validation_split_percentage is {data.validation_split_percentage}; it must be between 1 and 99."
-        )
-    if arguments.model.trust_remote_code:
-        import logging
-
-        logging.getLogger(__name__).warning(
-            "trust_remote_code is on: Python code from '%s' will run on this machine.",
-            arguments.model.model_name_or_path,
-        )

@@ -5,15 +5,22 @@ at the arguments together and run before anything expensive: `check_output_dir` 
 download, `check_task_options` once the labels have decided the task, before tokenization and
 before the weights load. Every failure is a ConfigError or OutputDirError that names the value
 and the fix.
+
+`validate_arguments` runs as the arguments are parsed (parsing.py), before any download: the data
+source, files and columns named, and the numbers that must be positive, one named check each.
 """
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 
+from recipes_lib.config.arguments import SUPPORTED_DATA_EXTENSIONS, ParsedArguments
 from recipes_lib.config.tasks import SINGLE_LABEL, TASK_METRICS
 from recipes_lib.errors import ConfigError, OutputDirError
 from recipes_lib.results import RESULTS_FILE
+
+logger = logging.getLogger(__name__)
 
 # Files that mean "another run lives here".
 RUN_MARKERS = (RESULTS_FILE, "model.safetensors", "adapter_model.safetensors", "checkpoint-*")
@@ -83,3 +90,121 @@ def check_task_options(training, labels) -> None:
         )
     if metric is not None and metric.removeprefix("eval_") == "mse":
         training.greater_is_better = False
+
+
+def validate_arguments(arguments: ParsedArguments) -> None:
+    """Checks that need no download: fail here, not after an hour of tokenization."""
+    data, training = arguments.data, arguments.training
+    _check_data_source(data)
+    _check_data_files(data)
+    _check_text_columns(data)
+    _check_positive_counts(data, training)
+    _check_training_schedule(training)
+    _check_validation_split(data)
+    if arguments.model.trust_remote_code:
+        logger.warning(
+            "trust_remote_code is on: Python code from '%s' will run on this machine.",
+            arguments.model.model_name_or_path,
+        )
+
+
+def _check_data_source(data) -> None:
+    """One source of data, a Hub dataset or local files, and no option that belongs to the other."""
+    for name in ("validation_file", "test_file"):
+        if data.train_file is None and getattr(data, name) is not None:
+            raise ConfigError(
+                f"{name} '{getattr(data, name)}' was given without train_file. Pass --train_file too."
+            )
+    if data.test_split_name is not None and data.train_file is not None:
+        raise ConfigError(
+            f"test_split_name '{data.test_split_name}' names a Hub dataset's split, but the data is local "
+            f"(train_file '{data.train_file}'). Use --test_file for a local test file."
+        )
+    if data.train_file is not None and data.dataset_name is not None:
+        raise ConfigError(
+            f"Both dataset_name '{data.dataset_name}' and train_file '{data.train_file}' were given. "
+            "Use one source: a Hub dataset or local files."
+        )
+    if data.dataset_config_name is not None and data.dataset_name is None and data.train_file is None:
+        raise ConfigError(
+            f"dataset_config_name '{data.dataset_config_name}' was given without dataset_name. "
+            "Pass --dataset_name too (e.g. --dataset_name glue)."
+        )
+
+
+def _check_data_files(data) -> None:
+    """Each local data file given is a file, of a supported extension, that exists."""
+    for name in ("train_file", "validation_file", "test_file"):
+        path = getattr(data, name)
+        if path is None:
+            continue
+        if Path(path).is_dir():
+            inside = sorted(
+                p.name for p in Path(path).iterdir() if p.suffix.lower() in SUPPORTED_DATA_EXTENSIONS
+            )
+            raise ConfigError(
+                f"{name} '{path}' is a directory; pass one file in it"
+                + (f" (it holds: {', '.join(inside[:5])})." if inside else ".")
+            )
+        if Path(path).suffix.lower() not in SUPPORTED_DATA_EXTENSIONS:
+            raise ConfigError(
+                f"{name} '{path}' has an unsupported extension. Use one of {', '.join(SUPPORTED_DATA_EXTENSIONS)}; "
+                "the extension decides how the file is read."
+            )
+        if not Path(path).is_file():
+            raise ConfigError(
+                f"{name} '{path}' does not exist (looked in {Path(path).resolve().parent}). Check the path."
+            )
+
+
+def _check_text_columns(data) -> None:
+    """--text_column_names names one column, or two for sentence pairs."""
+    if data.text_column_names is not None:
+        columns = [c.strip() for c in data.text_column_names.split(",") if c.strip()]
+        if not 1 <= len(columns) <= 2:
+            raise ConfigError(
+                f"text_column_names '{data.text_column_names}' names {len(columns)} columns; give one column, "
+                "or two separated by a comma for sentence pairs (e.g. 'sentence1,sentence2')."
+            )
+
+
+def _check_positive_counts(data, training) -> None:
+    """Lengths, sample caps and batch sizes, where given, are positive."""
+    positive = {
+        "max_seq_length": data.max_seq_length,
+        "max_train_samples": data.max_train_samples,
+        "max_eval_samples": data.max_eval_samples,
+        "per_device_train_batch_size": training.per_device_train_batch_size,
+        "per_device_eval_batch_size": training.per_device_eval_batch_size,
+        "gradient_accumulation_steps": training.gradient_accumulation_steps,
+    }
+    for name, value in positive.items():
+        if value is not None and value <= 0:
+            raise ConfigError(f"{name} is {value}; it must be a positive integer.")
+
+
+def _check_training_schedule(training) -> None:
+    """A positive learning rate, at least one step to train, and a clipping norm that is not negative."""
+    # The Trainer accepts these and fails later (AdamW on a negative rate) or trains for zero steps.
+    if not training.learning_rate > 0:
+        raise ConfigError(
+            f"learning_rate is {training.learning_rate:g}; it must be positive (BERT fine-tuning: 2e-5 to 5e-5)."
+        )
+    if training.max_steps <= 0 and not training.num_train_epochs > 0:
+        raise ConfigError(
+            f"num_train_epochs is {training.num_train_epochs:g}, so the run would train for no step. "
+            "Give a positive number of epochs, or --max_steps N."
+        )
+    if training.max_grad_norm is not None and training.max_grad_norm < 0:
+        raise ConfigError(
+            f"max_grad_norm is {training.max_grad_norm:g}; give a positive norm to clip gradients to "
+            "(default 1.0), or 0 to turn clipping off."
+        )
+
+
+def _check_validation_split(data) -> None:
+    """The share of train held out for validation, when no validation split is given, is 1-99%."""
+    if not 0 < data.validation_split_percentage < 100:
+        raise ConfigError(
+            f"validation_split_percentage is {data.validation_split_percentage}; it must be between 1 and 99."
+        )

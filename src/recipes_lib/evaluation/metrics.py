@@ -11,7 +11,8 @@ from pathlib import Path
 import evaluate
 import numpy as np
 
-from recipes_lib.config.tasks import DEFAULT_THRESHOLD, MULTI_LABEL, REGRESSION, predicted_labels, sigmoid
+from recipes_lib.config.tasks import DEFAULT_THRESHOLD, MULTI_LABEL, REGRESSION
+from recipes_lib.evaluation.thresholds import predicted_labels, sigmoid
 
 METRIC_MODULES = Path(__file__).parent / "metric_modules"
 

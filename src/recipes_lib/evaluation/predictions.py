@@ -22,16 +22,9 @@ from typing import Any
 
 import numpy as np
 
-from recipes_lib.config.tasks import (
-    DEFAULT_THRESHOLD,
-    MULTI_LABEL,
-    REGRESSION,
-    SINGLE_LABEL,
-    predicted_labels,
-    sigmoid,
-    softmax,
-)
+from recipes_lib.config.tasks import DEFAULT_THRESHOLD, MULTI_LABEL, REGRESSION, SINGLE_LABEL
 from recipes_lib.errors import ConfigError
+from recipes_lib.evaluation.thresholds import predicted_labels, sigmoid, softmax
 
 EVAL_PREDICTIONS_FILE = "eval_predictions.jsonl"
 TEST_PREDICTIONS_FILE = "test_predictions.jsonl"

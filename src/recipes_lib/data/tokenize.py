@@ -1,0 +1,63 @@
+"""Tokenization (cached by datasets) and the collator that pads each batch."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from datasets import DatasetDict
+
+from recipes_lib.config.arguments import DataArguments
+
+if TYPE_CHECKING:
+    from recipes_lib.data.loading import ClassificationData
+
+LABEL_COLUMN = "labels"  # what the model's forward() expects
+LENGTH_COLUMN = "length"  # tokens per example, read by the length-grouped sampler
+
+
+def tokenize(
+    data: ClassificationData, tokenizer, data_args: DataArguments, main_process_first
+) -> DatasetDict:
+    """Tokenize every split with `datasets.map` (cached on disk, so a rerun skips it).
+
+    No padding here (unless pad_to_max_length): the collator pads each batch to its longest example.
+    """
+    text_columns, label_column, labels = data.text_columns, data.label_column, data.labels
+
+    def encode(batch, with_labels: bool):
+        texts = [["" if text is None else str(text) for text in batch[column]] for column in text_columns]
+        padding = "max_length" if data_args.pad_to_max_length else False
+        encoded = tokenizer(*texts, truncation=True, max_length=data_args.max_seq_length, padding=padding)
+        if with_labels:
+            encoded[LABEL_COLUMN] = [labels.encode(value) for value in batch[label_column]]
+        encoded[LENGTH_COLUMN] = [len(ids) for ids in encoded["input_ids"]]
+        return encoded
+
+    tokenized = {}
+    # Under several processes the main one tokenizes first and the others read its cache.
+    with main_process_first(desc="tokenizing the dataset"):
+        for split, dataset in data.raw.items():
+            tokenized[split] = dataset.map(
+                encode,
+                fn_kwargs={"with_labels": split != "test" or data.test_has_labels},
+                batched=True,
+                remove_columns=dataset.column_names,
+                num_proc=data_args.preprocessing_num_workers,
+                load_from_cache_file=not data_args.overwrite_cache,
+                desc=f"Tokenizing {split}",
+            )
+    data.tokenized = DatasetDict(tokenized)
+    return data.tokenized
+
+
+def padding_collator(tokenizer, data_args: DataArguments, device):
+    """Pads each batch to its longest example; on a GPU to a multiple of 8 unless told otherwise.
+
+    Multiples of 8 let GPU tensor cores run at full rate; on a CPU they only add work.
+    """
+    from transformers import DataCollatorWithPadding
+
+    pad_to_multiple_of = data_args.pad_to_multiple_of
+    if pad_to_multiple_of is None and device.type == "cuda":
+        pad_to_multiple_of = 8
+    return DataCollatorWithPadding(tokenizer, pad_to_multiple_of=pad_to_multiple_of)

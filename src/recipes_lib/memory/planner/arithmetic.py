@@ -1,0 +1,582 @@
+"""The byte arithmetic: what each part of a training step's memory holds, from an Encoder and a Setup.
+
+The parts are the five that results.json measures (monitor.py); plan.py adds them up:
+
+    weights          parameters and buffers: 4 B each in fp32; a quantized base's NF4 linear weights
+                     0.5 B + 1/64 B (8-bit block scale per 64 weights) + 4/16,384 B (fp32 scale of
+                     the scales per 256 blocks), about 0.516 B
+    gradients        4 B per trainable parameter (fp32, as the weights that train are fp32)
+    optimizer_state  AdamW: 2 moments x 4 B + a 4 B step counter per tensor; 8-bit AdamW
+                     (optimizer_bits 8): 2 x 1 B + 2 x 4 B of absmax per 256-element block = 2.03 B
+                     for tensors of >= 4,096 elements (the embeddings stay 32-bit unless
+                     embedding_optimizer_bits is 8)
+    activations      what forward saves for backward, layer by layer (below), at the peak of backward
+    other            the input batch (int64 ids, token types, mask)
+
+Activations, per encoder layer, for T = batch x length tokens, hidden H, FFN width F, A heads
+(e = 4 B in fp32, 2 B in bf16 mixed precision; m = dropout mask: 1 B on CUDA (bool), the tensor's
+own size on CPU, where PyTorch draws a float noise tensor; LayerNorm and residual sums stay fp32):
+
+    attention, eager or math kernel   3 T x H x e  copies of Q, K, V made contiguous for the matmuls
+                                      B x A x S x S x (e + m + e)  softmax output, dropout mask and
+                                                  dropped probabilities (no dropout: softmax only)
+                                      T x H x e   context, input of the output projection
+    attention, fused SDPA kernel      Q, K, V and the output (4 T x H x e) + log-sum-exp (B x A x S x 4 B)
+                                      + the padding mask made float per layer (B x S x S x e)
+    after attention and after FFN     2 x (T x H x m dropout mask + T x H x 4 residual sum kept by
+                                      LayerNorm + T x H LayerNorm output + 2 T x 4 mean/rstd)
+    FFN                               T x F x e GELU input + T x F x e GELU output
+    under bf16 autocast               each linear keeps its own bf16 copy of its input and weight
+
+Adapters (LoRA) freeze the base, so a frozen linear keeps neither its input nor (past layer 0) gradients
+flow into the embeddings; each adapter keeps its dropout mask, its dropped input and its
+T x r down-projection. The peak comes early in backward, in the top layer, when the gradient of
+the FFN (or, for long sequences, of the attention probabilities) joins the saved tensors; that
+transient is added. Gradient checkpointing keeps only each layer's input (T x H x 4) and
+recomputes one layer at a time, so the peak is all layer inputs + one layer + the transient.
+
+Encoder families. The sizes come from each family's config and its model on the meta device
+(encoder.py); what each forward keeps beyond BERT's layer is its FamilyForward:
+
+    RoBERTa, XLM-R, ELECTRA, MPNet   BERT's layer; a head that drops out before its dense layer (no
+                                     pooler); RoBERTa numbers positions from the tokens (int64 ids)
+    MPNet                            one relative position bias (B x A x S x S) per forward
+    DistilBERT                       one dropout per layer (after the FFN); pre_classifier, no pooler
+    ALBERT                           parameters of one shared layer group, activations of every layer
+    DeBERTa, DeBERTa-v2/v3           c2p and p2c scores (B x A x S x 2k each, kept by gather) against
+                                     the relative position table projected and expanded to the batch
+                                     (B x 2k x H each); the table's dropout per layer; an int64 mask
+    ModernBERT                       pre-norm; Wqkv's output (3 T x H) and rotated Q and K kept by SDPA;
+                                     the gated FFN's 2F-wide input; float masks of the sliding-window
+                                     layers; no token types, no biases; the head's dense layer and norm
+
+tests/test_planner.py checks the prediction against the measured breakdown on CPU, and
+tests/test_planner_families.py does for every family.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING
+
+from recipes_lib.memory.planner.encoder import Encoder
+from recipes_lib.memory.planner.parameters import Parameters
+
+if TYPE_CHECKING:
+    from recipes_lib.memory.planner.plan import Setup
+
+# bitsandbytes' defaults: 8-bit optimizer state only for tensors of at least this many elements,
+# quantized in blocks of 256 values (one fp32 absmax each); two 256-entry fp32 quantization maps.
+MIN_8BIT_SIZE = 4096
+OPTIMIZER_8BIT_BLOCK = 256
+OPTIMIZER_8BIT_MAPS_BYTES = 2 * 256 * 4
+# NF4 with double quantization (bitsandbytes): 64 weights per block, block scales in 8 bits,
+# 256 scales per fp32 second-level scale; a 16-value NF4 table, a 256-value map and an offset.
+NF4_BLOCK = 64
+NF4_SCALE_BLOCK = 256
+NF4_CONSTANT_BYTES = 16 * 4 + 256 * 4 + 4
+
+
+# --- weights, gradients, optimizer state, the input batch ------------------------------------------
+
+
+def weight_bytes(parameters: Parameters, setup: Setup) -> int:
+    fp32 = 4 * (parameters.total - sum(parameters.quantized_linears))
+    nf4 = sum(
+        math.ceil(n / 2)
+        + math.ceil(n / NF4_BLOCK)
+        + 4 * math.ceil(n / NF4_BLOCK / NF4_SCALE_BLOCK)
+        + NF4_CONSTANT_BYTES
+        for n in parameters.quantized_linears
+    )
+    return fp32 + nf4 + parameters.buffer_bytes
+
+
+def gradient_bytes(parameters: Parameters) -> int:
+    return 4 * parameters.trainable
+
+
+def optimizer_bytes(parameters: Parameters, setup: Setup) -> int:
+    if setup.shape.optimizer_bits == 32:
+        # torch AdamW: exp_avg and exp_avg_sq in fp32, and a 4 B step tensor per parameter tensor.
+        return 8 * parameters.trainable + 4 * len(parameters.trainable_tensors)
+    total = OPTIMIZER_8BIT_MAPS_BYTES
+    for elements, is_embedding in parameters.trainable_tensors:
+        keep_32bit = elements < MIN_8BIT_SIZE or (is_embedding and setup.shape.embedding_optimizer_bits == 32)
+        if keep_32bit:
+            total += 8 * elements
+        else:
+            total += 2 * elements + 2 * 4 * math.ceil(elements / OPTIMIZER_8BIT_BLOCK)
+    return total
+
+
+def input_bytes(setup: Setup, encoder: Encoder | None = None) -> int:
+    # input_ids, attention_mask and, where the family's tokenizer gives them, token_type_ids
+    # (int64, batch x length), and the labels.
+    tensors = 3 if encoder is None or encoder.family.token_type_ids else 2
+    return tensors * 8 * setup.batch_size * setup.seq_length + 8 * setup.batch_size
+
+
+def gathered_layer_bytes(encoder: Encoder, parameters: Parameters, setup: Setup) -> int:
+    """One encoder layer's full weights, gathered for compute when the weights are sharded.
+
+    Counted on the meta model's first layer; BERT's: Q, K, V and output projections 4 (H x H + H),
+    FFN H x F + F + F x H + H, two LayerNorms 2 x 2H (bert-base: 7,087,872 parameters). Bytes per
+    weight: the model's average (NF4 for a quantized base), at most 2 under bf16 mixed precision,
+    which gathers in bf16.
+    """
+    H, F = encoder.hidden, encoder.intermediate
+    layer_parameters = encoder.layer_parameters or 4 * (H * H + H) + 2 * H * F + F + H + 4 * H
+    bytes_per_weight = (weight_bytes(parameters, setup) - parameters.buffer_bytes) / parameters.total
+    if setup.bf16:
+        bytes_per_weight = min(bytes_per_weight, 2)
+    return math.ceil(layer_parameters * bytes_per_weight)
+
+
+# --- activations ------------------------------------------------------------------------------------
+
+
+def _fused_attention(encoder: Encoder, setup: Setup) -> bool:
+    """Whether the attention runs a fused kernel that never stores the S x S probabilities.
+
+    SDPA on CUDA always does (flash or memory-efficient kernel, dropout included). On CPU PyTorch's
+    fused kernel has no dropout, so training with attention dropout falls back to the math kernel,
+    which stores what eager attention stores. DeBERTa and MPNet have no SDPA path: always eager.
+    """
+    if setup.attention != "sdpa" or not encoder.sdpa:
+        return False
+    return setup.device == "cuda" or encoder.attention_dropout == 0
+
+
+class _Sizes:
+    """The letters of the arithmetic for one setup: B, S, T = B x S tokens, H, F, A, E and e, the bytes
+    of a matmul output (4 in fp32, 2 under bf16 autocast)."""
+
+    def __init__(self, encoder: Encoder, setup: Setup):
+        self.B, self.S, self.H, self.F, self.A = (
+            setup.batch_size,
+            setup.seq_length,
+            encoder.hidden,
+            encoder.intermediate,
+            encoder.heads,
+        )
+        self.T = self.B * self.S
+        self.E = encoder.embedding_width
+        self.P = self.B * self.A * self.S * self.S  # attention probabilities
+        self.e = 2 if setup.bf16 else 4
+        self.cuda = setup.device == "cuda"
+
+    def mask(self, elements: int, element_bytes: int) -> int:
+        # A CUDA dropout keeps a bool mask; a CPU dropout keeps the float noise it multiplied by.
+        return elements * (1 if self.cuda else element_bytes)
+
+
+def layer_activation_terms(encoder: Encoder, setup: Setup) -> dict[str, int]:
+    """Bytes that one encoder layer's forward keeps for backward, by what they are."""
+    kind = encoder.family.layer
+    if kind == "deberta":
+        return _deberta_layer_terms(encoder, setup)
+    if kind == "modernbert":
+        return _modernbert_layer_terms(encoder, setup)
+    return _post_norm_layer_terms(encoder, setup)
+
+
+def _post_norm_layer_terms(encoder: Encoder, setup: Setup) -> dict[str, int]:
+    """BERT's layer, and RoBERTa's, XLM-R's, ELECTRA's, MPNet's, DistilBERT's and ALBERT's: attention
+    and FFN, each followed by dropout, a residual sum and LayerNorm."""
+    z = _Sizes(encoder, setup)
+    T, H, e = z.T, z.H, z.e
+    fused = _fused_attention(encoder, setup)
+    frozen_base = setup.adapters is not None
+    layer: dict[str, int] = {}
+    if fused:
+        layer["attention Q, K, V, output"] = 4 * T * H * e
+        layer["attention log-sum-exp"] = z.B * z.A * z.S * 4
+        if setup.padded:
+            layer["attention mask, float"] = z.B * z.S * z.S * e
+    else:
+        layer["Q, K, V contiguous copies"] = 3 * T * H * e
+        layer.update(_probability_terms(encoder, setup))
+        if not frozen_base:
+            layer["context (output projection input)"] = T * H * e
+    if encoder.hidden_dropout > 0:
+        layer["dropout masks on the hidden states"] = encoder.family.hidden_dropouts * z.mask(T * H, e)
+    layer["residual sums kept by LayerNorm"] = 2 * T * H * 4
+    layer["LayerNorm mean and rstd"] = 2 * 2 * T * 4
+    layer.update(_ffn_and_linear_terms(encoder, setup))
+    return layer
+
+
+def _probability_terms(encoder: Encoder, setup: Setup) -> dict[str, int]:
+    """The S x S attention probabilities an eager (or math-kernel) attention keeps, per layer."""
+    z = _Sizes(encoder, setup)
+    terms = {"attention probabilities": z.P * 4}  # softmax runs in fp32 under autocast
+    if encoder.attention_dropout > 0:
+        terms["attention dropout mask + output"] = z.mask(z.P, 4) + z.P * 4
+    if setup.bf16:
+        terms["attention probabilities, bf16 copy"] = z.P * 2
+    return terms
+
+
+def _ffn_terms(encoder: Encoder, setup: Setup) -> dict[str, int]:
+    """The FFN activation's kept tensors, and its output when the next linear trains (reads it)."""
+    z = _Sizes(encoder, setup)
+    T, F, e = z.T, z.F, z.e
+    keeps = encoder.activation_keeps
+    terms = {
+        "FFN activation input" if keeps == 1 else f"FFN activation: the {keeps} tensors it keeps": keeps
+        * T
+        * F
+        * e
+    }
+    if setup.adapters is None and not encoder.activation_keeps_output:
+        terms["FFN activation output (next linear's input)"] = T * F * e
+    return terms
+
+
+def _ffn_and_linear_terms(encoder: Encoder, setup: Setup) -> dict[str, int]:
+    """The rest of a post-norm layer (BERT-like and DeBERTa): the FFN, the linear layers' inputs when
+    their weights train, the LoRA adapters' and the bf16 weight copies' terms."""
+    terms = _ffn_terms(encoder, setup)
+    if setup.adapters is None:
+        terms.update(_linear_input_terms(encoder, setup))
+    terms.update(_lora_terms(encoder, setup))
+    terms.update(_bf16_weight_terms(encoder, setup))
+    return terms
+
+
+def _linear_input_terms(encoder: Encoder, setup: Setup) -> dict[str, int]:
+    """Full fine-tuning: the inputs of the linears that read the fp32 stream (attention, FFN), kept
+    for their weight gradients. The LayerNorm outputs, or under autocast one bf16 copy per linear."""
+    T, H = setup.batch_size * setup.seq_length, encoder.hidden
+    if setup.bf16:
+        # Each linear keeps its own bf16 copy of its input: Q, K, V share one fp32 input, the
+        # FFN's first linear takes the attention block's LayerNorm output.
+        linears = len(set(encoder.family.qkv)) + 1
+        return {"linear inputs, bf16 copies": linears * T * H * 2}
+    return {"LayerNorm outputs (next linears' input)": 2 * T * H * 4}
+
+
+def _bf16_weight_terms(encoder: Encoder, setup: Setup) -> dict[str, int]:
+    if setup.bf16 and not setup.shape.quantized_base:
+        # Autocast's bf16 copy of every linear weight, kept for the input gradient. A quantized
+        # base's NF4 weights are dequantized again in backward instead.
+        return {"linear weights, bf16 copies": 2 * _linear_weight_elements(encoder)}
+    return {}
+
+
+def _lora_terms(encoder: Encoder, setup: Setup) -> dict[str, int]:
+    """What the adapters of one layer keep: each its dropout mask and dropped input (or, without LoRA
+    dropout, the input it shares with its frozen linear) and its T x r down-projection."""
+    lora = setup.adapters
+    if lora is None or not encoder.adapters:
+        return {}
+    z = _Sizes(encoder, setup)
+    T = z.T
+    terms = {}
+    adapters = encoder.adapters
+    if lora.dropout > 0:
+        terms["LoRA dropout masks + inputs"] = sum(
+            z.mask(T * a.inputs, 4) + T * a.inputs * (2 if setup.bf16 else 4) for a in adapters
+        )
+    elif setup.bf16:  # each adapter's own bf16 copy of its input
+        terms["LoRA inputs"] = sum(T * a.inputs * 2 for a in adapters)
+    else:  # the frozen linear's input, kept for the adapter: once per input (Q, K, V share theirs)
+        qkv = [a for a in adapters if a.role == "qkv"]
+        terms["LoRA inputs"] = (T * qkv[0].inputs * 4 if qkv else 0) + sum(
+            T * a.inputs * 4 for a in adapters if a.role != "qkv"
+        )
+    terms["LoRA down-projections (T x r)"] = sum(T * lora.r * z.e for _ in adapters)
+    return terms
+
+
+def _deberta_layer_terms(encoder: Encoder, setup: Setup) -> dict[str, int]:
+    """DeBERTa's (v1) and DeBERTa-v2/v3's layer: BERT's, with disentangled attention.
+
+    The content scores Q K^T get two more: content-to-position, Q against the projected relative
+    position embeddings (a table of 2k rows, k = the span: min(S, max_relative_positions), or the
+    position buckets of v2/v3), and position-to-content, K against them. Each is a B x A x S x 2k
+    matmul output that torch.gather keeps to pick S of its 2k columns, and each matmul keeps the
+    projected table expanded to the batch (B x 2k x H). The table itself goes through dropout in
+    every layer. v1 copies Q and K once more for those matmuls, and writes LayerNorm as separate ops.
+    """
+    z = _Sizes(encoder, setup)
+    B, S, T, H, A, e = z.B, z.S, z.T, z.H, z.A, z.e
+    frozen_base = setup.adapters is not None
+    relative = encoder.relative
+    v1 = encoder.family.layer_norm_ops
+    layer: dict[str, int] = {"Q and K copies (content scores)": 2 * T * H * e}
+    if relative is not None:
+        k = relative.span(S)
+        rows = relative.table_rows
+        terms = int(relative.c2p) + int(relative.p2c)
+        if not frozen_base:
+            # c2p keeps Q for the projected positions' gradient (v1 copies it again), p2c keeps K.
+            copies = (int(relative.c2p) if v1 else 0) + int(relative.p2c)
+        else:
+            # Frozen position projections need no gradient, unless they are the adapted query and
+            # key projections themselves (v2/v3 share them): then p2c keeps K (c2p's Q is the one
+            # the content scores keep).
+            adapted = encoder.adapted_projections if not relative.separate_projections else set()
+            copies = int(relative.p2c and "query" in adapted)
+        if copies:
+            layer["Q / K kept for the relative scores"] = copies * T * H * e
+        layer["projected positions, expanded to the batch"] = terms * B * 2 * k * H * e
+        layer["c2p / p2c scores kept by gather (S x 2k)"] = terms * B * A * S * 2 * k * e
+        layer["c2p / p2c position indices"] = terms * S * S * 8
+        if not frozen_base and encoder.hidden_dropout > 0:
+            layer["position table: dropout mask + output"] = z.mask(rows * H, 4) + rows * H * 4
+        if frozen_base and not relative.separate_projections:
+            # The query and key adapters also project the table: their input and down-projection.
+            shared = [a for a in encoder.adapters if a.projections & {"query", "key"}]
+            if shared:
+                layer["LoRA on the position table"] = len(shared) * rows * (H + setup.adapters.r) * 4
+    layer["attention mask (bool)"] = B * S * S
+    layer.update(_probability_terms(encoder, setup))
+    layer["V copy"] = T * H * e
+    if not frozen_base:
+        layer["context (output projection input)"] = T * H * e
+    if encoder.hidden_dropout > 0:
+        layer["dropout masks on the hidden states"] = encoder.family.hidden_dropouts * z.mask(T * H, e)
+    if v1:
+        # x - mean twice and sqrt(var + eps); and the normalized output when the weight trains.
+        kept = 2 if frozen_base else 3
+        layer[f"LayerNorm as ops: {kept} x T x H and sqrt(var)"] = 2 * (kept * T * H * 4 + T * 4)
+    else:
+        layer["residual sums kept by LayerNorm"] = 2 * T * H * 4
+        layer["LayerNorm mean and rstd"] = 2 * 2 * T * 4
+    layer.update(_ffn_and_linear_terms(encoder, setup))
+    return layer
+
+
+def _modernbert_layer_terms(encoder: Encoder, setup: Setup) -> dict[str, int]:
+    """ModernBERT's layer: pre-norm (LayerNorm before attention and before the FFN; none before the
+    first layer's attention), fused QKV projection with rotary positions, and a gated FFN:
+    Wi projects to 2F, GELU of one half times the other, Wo back to H."""
+    z = _Sizes(encoder, setup)
+    B, S, T, H, F, e = z.B, z.S, z.T, z.H, z.F, z.e
+    frozen_base = setup.adapters is not None
+    layer: dict[str, int] = {
+        "LayerNorm inputs (the residual stream) + stats": 2 * (T * H * 4 + 2 * T * 4),
+    }
+    if not frozen_base:
+        layer["LayerNorm outputs (Wqkv's and Wi's input)"] = 2 * T * H * e
+    if _fused_attention(encoder, setup):
+        # Q, K, V are views of Wqkv's output (3 T x H), which SDPA keeps for V; Q and K are rotated
+        # copies. Its output is Wo's input.
+        layer["Wqkv output, rotated Q and K"] = 5 * T * H * e
+        layer["attention output"] = T * H * e
+        layer["attention log-sum-exp"] = B * z.A * S * 4
+    else:  # eager, or the math kernel (attention dropout on CPU): copies of Q, K, V
+        layer["Q, K, V contiguous copies"] = 3 * T * H * e
+        layer.update(_probability_terms(encoder, setup))
+        if not frozen_base:
+            layer["context (Wo's input)"] = T * H * e
+    if encoder.attention_dropout > 0:
+        layer["attention output dropout mask"] = z.mask(T * H, e)
+    layer["Wi output (2F: GELU's input and the gate)"] = 2 * T * F * e
+    layer["GELU output (the gate's factor)"] = max(encoder.activation_keeps, 1) * T * F * e
+    if encoder.hidden_dropout > 0:
+        layer["FFN dropout mask"] = z.mask(T * F, e)
+    if not frozen_base:
+        layer["gated product (Wo's input)"] = T * F * e
+    layer.update(_lora_terms(encoder, setup))
+    layer.update(_bf16_weight_terms(encoder, setup))
+    return layer
+
+
+def activation_terms(encoder: Encoder, setup: Setup) -> dict[str, int]:
+    """Bytes of what forward keeps for backward, and the backward transient, by name."""
+    L, T, H = encoder.layers, setup.batch_size * setup.seq_length, encoder.hidden
+    fused = _fused_attention(encoder, setup)
+    frozen_base = setup.adapters is not None
+    terms: dict[str, int] = {}
+    per_layer = sum(layer_activation_terms(encoder, setup).values())
+    transient = _backward_transient(encoder, setup, fused)
+    if setup.gradient_checkpointing:
+        # Only each layer's input is kept; backward recomputes one layer at a time.
+        terms["layer inputs kept by checkpointing"] = L * T * H * 4
+        terms["one layer recomputed"] = per_layer
+        terms["backward transient"] = transient - T * H * 4
+        terms.update(_embedding_terms(encoder, setup, trainable=True))
+    else:
+        terms["encoder layers"] = L * per_layer
+        first = _first_layer_difference(encoder, setup, fused)
+        if first:
+            terms["first layer (no gradient into the embeddings)" if frozen_base else "first layer"] = -first
+        terms["backward transient"] = transient
+        terms.update(_embedding_terms(encoder, setup, trainable=not frozen_base))
+    terms.update(_encoder_terms(encoder, setup))
+    terms.update(_head_terms(encoder, setup))
+    return terms
+
+
+def _linear_weight_elements(encoder: Encoder) -> int:
+    H, F = encoder.hidden, encoder.intermediate
+    return encoder.layer_linear_weights or 4 * H * H + 2 * H * F
+
+
+def _embedding_terms(encoder: Encoder, setup: Setup, trainable: bool) -> dict[str, int]:
+    if not trainable:
+        return {}  # frozen embeddings: nothing there needs a gradient
+    z = _Sizes(encoder, setup)
+    T, H, E = z.T, z.H, z.E
+    if encoder.family.layer_norm_ops:
+        terms = {"embeddings: LayerNorm as ops": 3 * T * E * 4 + T * 4}
+    else:
+        terms = {"embeddings: LayerNorm input + stats": T * E * 4 + 2 * T * 4}
+    if encoder.family.layer == "deberta":
+        terms["embeddings: padding mask, float"] = T * 4  # the LayerNorm output is multiplied by it
+    if encoder.family.embedding_indices:
+        terms["embeddings: position (and token type) ids, int64"] = encoder.family.embedding_indices * T * 8
+    if encoder.embedding_drop > 0:
+        terms["embeddings: dropout mask"] = z.mask(T * E, 4)
+    if E != H:  # ALBERT and ELECTRA project the narrower embeddings up to the hidden size
+        terms["embeddings: projection input"] = T * E * (2 if setup.bf16 else 4)
+    if not setup.bf16 and encoder.family.layer != "modernbert":
+        # Under autocast the first layer's linears keep bf16 copies instead; ModernBERT's first
+        # layer counts its Wqkv input itself.
+        terms["embeddings: output (first layer's input)"] = T * H * 4
+    return terms
+
+
+def _encoder_terms(encoder: Encoder, setup: Setup) -> dict[str, int]:
+    """What the encoder keeps once per forward, outside its layers."""
+    z = _Sizes(encoder, setup)
+    terms = {}
+    relative = encoder.relative
+    if relative is not None and relative.table_norm:
+        rows = relative.table_rows
+        terms["position table LayerNorm: stats"] = 2 * rows * 4
+        if encoder.hidden_dropout == 0:
+            terms["position table, normalized"] = rows * z.H * 4
+    if encoder.family.relative_bias and setup.adapters is None:
+        terms["relative position bucket ids, int64"] = z.S * z.S * 8
+    if encoder.family.layer == "modernbert":
+        # Sliding-window layers always get a mask, the global ones only for padded batches; the
+        # fused kernel makes each float.
+        masked = encoder.sliding_layers + (encoder.layers - encoder.sliding_layers if setup.padded else 0)
+        if _fused_attention(encoder, setup) and masked:
+            terms["attention masks, float"] = masked * z.B * z.S * z.S * z.e
+        terms["rotary cos and sin"] = encoder.layers * 2 * z.S * (z.H // z.A) * z.e
+        terms["final LayerNorm input + stats"] = z.T * z.H * 4 + 2 * z.T * 4
+    if not setup.bf16 and not setup.gradient_checkpointing:
+        # The last hidden states stay whole when the head's first linear trains on a view of their
+        # first token. BERT's and DeBERTa's layers count them already (as the next layer's input)
+        # under full fine-tuning. (A head that drops out first, RoBERTa's, keeps none of them, but
+        # the peak comes before they go: at the last LayerNorm, with them just made.)
+        counted = encoder.family.layer != "modernbert" and setup.adapters is None
+        if encoder.family.head_reads_a_view and encoder.head_trains and not counted:
+            terms["last hidden states (kept by the trained head)"] = z.T * z.H * 4
+    return terms
+
+
+def _head_terms(encoder: Encoder, setup: Setup) -> dict[str, int]:
+    # The pooler's and classifier's tensors: batch x hidden each (FamilyForward.head).
+    B, H = setup.batch_size, encoder.hidden
+    e = 2 if setup.bf16 else 4
+    always, with_dropout = encoder.family.head
+    pieces = always + (with_dropout if encoder.classifier_dropout > 0 else 0)
+    return {"pooler and classifier": pieces * B * H * e}
+
+
+def _first_layer_difference(encoder: Encoder, setup: Setup, fused: bool) -> int:
+    """What the first layer keeps less than the others.
+
+    Adapters: the first layer's input needs no gradient. ModernBERT: its first layer has no
+    LayerNorm before the attention.
+    """
+    T, H = setup.batch_size * setup.seq_length, encoder.hidden
+    e = 2 if setup.bf16 else 4
+    savings = 0
+    if encoder.family.layer == "modernbert":
+        savings += T * H * 4 + 2 * T * 4
+    if setup.adapters is None:
+        return savings
+    adapted = encoder.adapted_projections
+    if encoder.family.layer != "modernbert" and not fused and adapted and "key" not in adapted:
+        savings += T * H * e  # K needs no gradient there, so the copy of Q its gradient would use is not kept
+        relative = encoder.relative
+        if relative is not None and relative.p2c:
+            # Nor does p2c keep the projected positions for K's gradient.
+            savings += setup.batch_size * 2 * relative.span(setup.seq_length) * H * e
+    if setup.adapters.dropout > 0:  # dropout masks of the adapters that read the layer's input
+        savings += sum(
+            T * a.inputs * (1 if setup.device == "cuda" else 4) for a in encoder.adapters if a.role == "qkv"
+        )
+    return savings
+
+
+def _backward_transient(encoder: Encoder, setup: Setup, fused: bool) -> int:
+    """What the top layer's backward adds on top of everything forward kept, at its highest.
+
+    The FFN moment: the gradient of the GELU output (T x F) appears while the layer's saved
+    tensors are still there (full fine-tuning frees the GELU output it kept for the weight
+    gradient at the same time; LoRA kept none, so it also holds the GELU input's gradient).
+    The attention moment (eager or math kernel only): the gradients of the probabilities
+    (B x A x S x S, one or two of them) after the FFN's saved tensors are gone. A quantized base
+    adds a moment of its own, when a 4-bit weight is dequantized (for small batches the largest).
+    Fitted to the measured CPU order of frees (tests/test_planner.py checks it). Other families
+    hold more or less at those moments (`_family_transient`).
+    """
+    T, H, F = setup.batch_size * setup.seq_length, encoder.hidden, encoder.intermediate
+    e = 2 if setup.bf16 else 4
+    if encoder.family.layer == "modernbert":
+        # The gated FFN's backward: the gradients of Wi's 2F-wide output (LoRA: and of the gate's
+        # product) while the layer's saved tensors are there. Measured on CPU.
+        return (2 if setup.adapters is not None else 1) * T * F * e + T * H * 4
+    return _bert_transient(encoder, setup, fused) + _family_transient(encoder, setup)
+
+
+def _bert_transient(encoder: Encoder, setup: Setup, fused: bool) -> int:
+    B, S, H, F, A = setup.batch_size, setup.seq_length, encoder.hidden, encoder.intermediate, encoder.heads
+    T = B * S
+    e = 2 if setup.bf16 else 4
+    probabilities = B * A * S * S * 4
+    copies_of_probabilities = 1 if encoder.attention_dropout > 0 else 2
+    if setup.adapters is not None:
+        ffn = 2 * T * F * e + T * H * 4 + 4 * T * setup.adapters.r * e
+        attention = copies_of_probabilities * probabilities - T * F * e - T * H * 4
+        if setup.shape.quantized_base:
+            # The input gradient of an NF4 linear needs its weight back: bitsandbytes dequantizes
+            # the largest one (H x F) to fp32 and copies it to bf16, 6 B per weight, for a moment.
+            ffn = max(ffn, 6 * H * F - T * H * 2)
+    else:
+        ffn = T * F * e - T * H * 4
+        attention = copies_of_probabilities * probabilities - 2 * T * F * e - 4 * T * H * 4
+    return max(ffn, 0 if fused else attention)
+
+
+def _family_transient(encoder: Encoder, setup: Setup) -> int:
+    """What a family holds at BERT's highest moment beyond BERT (0 for BERT itself), measured on CPU.
+
+    The highest moment is often the end of forward, at the last LayerNorm, when what the forward
+    made once (masks, position tables) is still there and the last layer's own outputs are being
+    made; under LoRA the frozen layer's outputs, kept by no one, are still referenced there.
+    """
+    B, S, T, H, F = (
+        setup.batch_size,
+        setup.seq_length,
+        setup.batch_size * setup.seq_length,
+        encoder.hidden,
+        encoder.intermediate,
+    )
+    e = 2 if setup.bf16 else 4
+    family = encoder.family
+    lora = setup.adapters is not None
+    extra = 0
+    if encoder.activation_keeps > 1 and not lora:
+        extra += T * F * e  # an activation written as ops (ALBERT's gelu_new) makes a gradient per op
+    if lora:
+        # Fewer dropouts on the hidden states (DistilBERT) and a ReLU, whose output the frozen
+        # layer keeps anyway, leave less of the last layer referenced at the end of forward.
+        extra -= max(0, 2 - family.hidden_dropouts) * T * H * 4
+        if encoder.activation_keeps_output:
+            extra -= T * F * e
+    if family.relative_bias:  # MPNet: the position bias of the whole forward, and a float padding mask
+        extra += B * encoder.heads * S * S * 4 + (3 * B * S * S if setup.padded else 0)
+    if family.layer == "deberta":
+        # DeBERTa: an int64 attention mask (B x S x S) and the relative positions (S x S), made once
+        # per forward; v1's LayerNorm, written as ops, has two more T x H temporaries.
+        extra += B * S * S * 8 + S * S * 8 + (2 * T * H * 4 if family.layer_norm_ops else 0)
+    return extra

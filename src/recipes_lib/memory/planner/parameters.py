@@ -1,0 +1,119 @@
+"""What the model a recipe trains holds, counted on PyTorch's meta device (shapes, no memory).
+
+With adapters, the model is wrapped with the same `adapters.add_lora` the recipes train with, so the
+counts are exact: what `modeling.count_parameters` gives for the real model.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from recipes_lib.config.recipe_spec import TrainingShape
+
+
+@dataclass
+class Parameters:
+    """Parameter counts of the model a recipe trains, from the meta device."""
+
+    total: int
+    trainable: int
+    trainable_tensors: list[tuple[int, bool]]  # (elements, is an nn.Embedding weight)
+    buffer_bytes: int
+    quantized_linears: list[int] = field(default_factory=list)  # a 4-bit base: elements of each NF4 weight
+
+
+def count_parameters_on_meta(config, shape: TrainingShape | None = None) -> Parameters:
+    """Build the model a recipe of this shape trains on the meta device and count what it holds, by kind.
+
+    Shapes only, no memory, no download. `.total` and `.trainable` are what
+    `modeling.count_parameters` gives for the real model (a 4-bit base holds the same number of
+    parameters, packed), for every family: the adapters wrap the layers `add_lora` wraps ("auto":
+    the family's own), and train in full what the checkpoint lacks, as in a recipe
+    (`modules_the_checkpoint_lacks`).
+    """
+    from recipes_lib.modeling.families import meta_model
+
+    shape = shape or TrainingShape()
+    model = meta_model(config)
+    quantized = _quantized_linears(config, model) if shape.quantized_base else []
+    if shape.adapters is not None:
+        from recipes_lib.modeling.adapters import add_lora
+
+        model.newly_initialized_modules = modules_the_checkpoint_lacks(config, model)
+        model = add_lora(model, shape.adapters)
+    return _count(model, quantized)
+
+
+def _quantized_linears(config, model) -> list[int]:
+    """The elements of each linear weight a 4-bit base stores in NF4: those of the repeated encoder
+    layers; the head, the pooler and other projections stay in full precision, as
+    adapters.nf4_quantization_config keeps them."""
+    from torch import nn
+
+    from recipes_lib.modeling.families import linears_outside_layers
+
+    keep = set(linears_outside_layers(config))
+    return [
+        module.weight.numel()
+        for name, module in model.named_modules()
+        if isinstance(module, nn.Linear) and name not in keep
+    ]
+
+
+def _count(model, quantized: list[int]) -> Parameters:
+    """Every parameter once (tied weights are one), the trainable ones by tensor, and the buffers."""
+    from torch import nn
+
+    embedding_ids = {id(m.weight) for m in model.modules() if isinstance(m, nn.Embedding)}
+    seen, total, trainable, tensors = set(), 0, 0, []
+    for parameter in model.parameters():
+        if id(parameter) in seen:
+            continue
+        seen.add(id(parameter))
+        total += parameter.numel()
+        if parameter.requires_grad:
+            trainable += parameter.numel()
+            tensors.append((parameter.numel(), id(parameter) in embedding_ids))
+    buffer_bytes = sum(buffer.numel() * buffer.element_size() for buffer in model.buffers())
+    return Parameters(total, trainable, tensors, buffer_bytes, quantized)
+
+
+def modules_the_checkpoint_lacks(config, model) -> tuple[str, ...]:
+    """The modules of the classification model that a checkpoint with this config has no weights for.
+
+    What `modeling.load_model` reads from the loading report, told from config.json alone: the
+    modules outside the base model (the head; DeBERTa's pooler; DistilBERT's pre_classifier) less
+    those the class config.json names (`architectures`) has too: ModernBertForMaskedLM brings the
+    head's dense layer and norm, a ...ForSequenceClassification checkpoint everything. A config
+    that names no class (or the base model) is a base model's: everything outside it is new.
+    """
+    import transformers
+
+    lacking = _outside_base(model)
+    for name in getattr(config, "architectures", None) or ():
+        checkpoint_class = getattr(transformers, name, None)
+        if checkpoint_class is None or not hasattr(checkpoint_class, "base_model_prefix"):
+            continue
+        try:
+            import torch
+
+            with torch.device("meta"):
+                checkpoint = checkpoint_class(config)
+        except Exception:  # a class that cannot be built from this config: assume a base model's weights
+            break
+        lacking -= _outside_base(checkpoint)
+        break
+    return tuple(sorted(lacking))
+
+
+def _outside_base(network) -> set[str]:
+    """The paths of the modules with parameters of their own outside the network's base model."""
+    prefix = network.base_model_prefix
+    return {
+        path
+        for path, module in network.named_modules()
+        if path
+        and path != prefix
+        and not path.startswith(f"{prefix}.")
+        and any(True for _ in module.parameters(recurse=False))
+    }

@@ -1,0 +1,252 @@
+"""`RecipeRun`: the bookkeeping of one recipe run, around the Hugging Face objects the script builds.
+
+The recipe script builds the datasets, the model and the Trainer itself, and calls `train`,
+`save_model` and `evaluate` on it. The run supplies what the Trainer takes through its own
+extension points (`compute_metrics`, `compute_loss_func`, `callbacks`) and does, at the steps the
+script names, what a run must do around them:
+
+    __enter__             refuse another run's output_dir, resolve --resume_from_checkpoint, seed, logging
+    load_data()           tokenizer and config.json checks; the family settles the precision and the FSDP
+                          unit; the data, its labels (which decide the task) and the tokenized DatasetDict
+    start_tracking()      the W&B run starts (the Trainer's WandbCallback logs into it); memory phases begin
+    fit_batch_size()      --auto_batch_size: the per-device batch the planner fits, same effective batch
+    callbacks(model)      memory phases, token counts, the precision probe, W&B curves, early stopping
+    clear_previous_run()  --overwrite_output_dir: the previous run is deleted, once every check has passed
+    write_results(...)    multi-label thresholds, test predictions, the merged model's scores, the
+                          prediction files, results.json and the W&B summary (run/record.py)
+
+Leaving the block through an exception writes no results.json: a results file always belongs to a
+finished run.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+from dataclasses import replace
+from typing import Any
+
+import datasets
+import transformers
+from transformers import EarlyStoppingCallback, set_seed
+
+from recipes_lib.config.arguments import ParsedArguments
+from recipes_lib.config.recipe_spec import RecipeSpec
+from recipes_lib.config.validation import check_output_dir, check_task_options
+from recipes_lib.data.loading import load_classification_data
+from recipes_lib.data.tokenize import tokenize
+from recipes_lib.evaluation.metrics import TaskMetrics
+from recipes_lib.memory.monitor import MemoryCallback, MemoryMonitor
+from recipes_lib.modeling.adapters import check_lora_targets
+from recipes_lib.modeling.families import ArchitectureProfile
+from recipes_lib.modeling.loading import (
+    check_model_support,
+    count_parameters,
+    load_model_config,
+    load_tokenizer,
+)
+from recipes_lib.results import RESULTS_FILE
+from recipes_lib.run import record
+from recipes_lib.tracking.wandb_run import Tracker, start_tracking
+from recipes_lib.training.autofit import choose_batch_size
+from recipes_lib.training.callbacks import PrecisionProbe, TokenCounter
+from recipes_lib.training.checkpoints import clear_previous_run, resolve_resume_checkpoint
+from recipes_lib.training.losses import WeightedCrossEntropy, class_weights_from
+
+logger = logging.getLogger("recipes_lib")
+
+
+def setup_logging(arguments: ParsedArguments) -> None:
+    logging.basicConfig(
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s", datefmt="%H:%M:%S", stream=sys.stdout
+    )
+    # Only the main process talks at INFO; the others would print every line N times.
+    logger.setLevel(logging.INFO if arguments.training.should_log else logging.WARNING)
+    log_level = arguments.training.get_process_log_level()
+    datasets.utils.logging.set_verbosity(log_level)
+    transformers.utils.logging.set_verbosity(log_level)
+
+
+def name_fsdp_layer_classes(profile: ArchitectureProfile) -> None:
+    """Under an FSDP launch, make the family's repeated layer the unit FSDP wraps.
+
+    accelerate wraps the layer classes a model declares (_no_split_modules), and most encoders
+    declare none. An fsdp_transformer_layer_cls_to_wrap in the accelerate config still wins.
+    """
+    if os.environ.get("ACCELERATE_USE_FSDP", "false").lower() == "true":
+        os.environ.setdefault("FSDP_TRANSFORMER_CLS_TO_WRAP", ",".join(profile.layer_classes))
+
+
+def listed_text(value) -> str:
+    return ", ".join(value) if isinstance(value, tuple) else str(value)
+
+
+class RecipeRun:
+    """One run of a recipe: what the Trainer is handed, and the bookkeeping at the steps the script names."""
+
+    def __init__(self, arguments: ParsedArguments, spec: RecipeSpec):
+        self.arguments = arguments
+        self.spec = spec
+        self.options = arguments.recipe_options.get(spec.options) if spec.options is not None else None
+        # What the planner and --auto_batch_size need of this recipe (recipe_spec.py).
+        self.shape = spec.shape(self.options)
+        self.resume_from: str | None = None
+        # Filled by load_data: what the data and the model's config.json say.
+        self.tokenizer = None
+        self.model_config = None
+        self.profile: ArchitectureProfile | None = None
+        self.data = None
+        self.tokenized: datasets.DatasetDict | None = None
+        # What the Trainer is handed (compute_metrics, compute_loss_func, callbacks).
+        self.compute_metrics: TaskMetrics | None = None
+        self.compute_loss: WeightedCrossEntropy | None = None
+        self.tokens = TokenCounter()
+        self.precision_probe = PrecisionProbe(self.training.device.type)
+        self.tracker = Tracker()
+        self.memory: MemoryMonitor | None = None
+        self.batch_choice = None  # --auto_batch_size: what fit_batch_size chose
+        self.results: dict[str, Any] | None = None
+
+    @property
+    def training(self):
+        return self.arguments.training
+
+    @property
+    def device(self):
+        return self.training.device
+
+    @property
+    def precision(self) -> str:
+        """'bf16', 'fp16' or 'fp32' (config/precision.py), final once `load_data` has read the model family."""
+        return self.training.precision
+
+    @property
+    def is_main_process(self) -> bool:
+        return self.training.process_index == 0
+
+    def __enter__(self) -> RecipeRun:
+        setup_logging(self.arguments)
+        check_output_dir(self.training)
+        # `last` means the newest complete checkpoint (checkpoints.py); a bad value fails here, not after loading.
+        self.resume_from = resolve_resume_checkpoint(
+            self.training.resume_from_checkpoint, self.training.output_dir, RESULTS_FILE
+        )
+        set_seed(self.training.seed)
+        return self
+
+    def __exit__(self, error_type, error, traceback) -> bool:
+        self.precision_probe.remove()
+        self.tokens.remove()
+        return False  # an exception goes on to run_main (or the caller)
+
+    def load_data(self) -> datasets.DatasetDict:
+        """The tokenized splits (train, validation, and test if given), after every check that needs no weights.
+
+        Cheapest checks first. The tokenizer and config.json are small: a wrong model name or a
+        max_seq_length the model cannot take fails before a dataset download. The model's family
+        then settles the training precision (DeBERTa stays out of automatic fp16) and, under FSDP,
+        the layer class it wraps. Every check on columns and labels runs before tokenization and
+        before the model weights are fetched; the labels decide the task (`problem_type`), which
+        the model config, the metrics and the loss follow.
+        """
+        model_args, data_args = self.arguments.model, self.arguments.data
+        self.tokenizer = load_tokenizer(model_args)
+        self._check_model_family(load_model_config(model_args))
+        self.data = load_classification_data(
+            data_args, cache_dir=model_args.cache_dir, seed=self.training.seed
+        )
+        labels = self.data.labels
+        # 'auto' resolved: the config in results.json then says what ran, as W&B's does.
+        data_args.problem_type = labels.problem_type
+        self.model_config = load_model_config(model_args, labels)
+        logger.info(
+            "Data: %s, %d train / %d validation examples, %d classes (%s), text: %s",
+            self.data.description,
+            len(self.data.raw["train"]),
+            len(self.data.raw["validation"]),
+            labels.num_labels,
+            ", ".join(labels.names[:10]),
+            " + ".join(self.data.text_columns),
+        )
+        check_task_options(self.training, labels)  # before tokenizing and loading weights
+        self.tokenized = tokenize(self.data, self.tokenizer, data_args, self.training.main_process_first)
+        self.compute_metrics = TaskMetrics(labels.problem_type, labels.num_labels)
+        if self.training.class_weights:
+            weights = class_weights_from(
+                self.training.class_weights, self.tokenized["train"]["labels"], labels.names
+            )
+            self.compute_loss = WeightedCrossEntropy(weights, self.training.label_smoothing_factor)
+        return self.tokenized
+
+    def _check_model_family(self, base_config) -> None:
+        """What the model's family supports (families.py), from config.json alone: attention kernel,
+        sequence length, LoRA targets; then the precision and the FSDP unit for that family."""
+        model_args = self.arguments.model
+        self.profile = check_model_support(model_args, base_config, self.arguments.data.max_seq_length)
+        if self.shape.adapters is not None:
+            self.shape = replace(self.shape, adapters=check_lora_targets(self.shape.adapters, base_config))
+        self.training.settle_precision(base_config.model_type)
+        name_fsdp_layer_classes(self.profile)
+        adapted = self.shape.adapters
+        logger.info(
+            "%s (%s): attention %s, precision %s (%s)%s",
+            self.profile.family,
+            base_config.model_type,
+            model_args.attn_implementation,
+            self.precision,
+            self.training.precision_choice.reason,
+            f", LoRA on {listed_text(adapted.target_modules)}" if adapted is not None else "",
+        )
+
+    def start_tracking(self) -> None:
+        """Start the W&B run (main process; offline without an API key) and the memory phases.
+
+        The W&B run starts before the model, so the Trainer's WandbCallback logs into it, and so
+        before the memory phases: starting it is not counted as loading the model.
+        """
+        self.tracker = start_tracking(self.arguments, self.spec)
+        self.memory = MemoryMonitor(self.device, track_tensors=self.training.track_memory)
+        self.memory.start_phase("model_load")  # lasts until the first training step
+
+    def fit_batch_size(self) -> None:
+        """--auto_batch_size: set the largest per-device batch the planner fits in this device's free
+        memory, with gradient accumulation keeping the effective batch (training/autofit.py)."""
+        if self.training.auto_batch_size:
+            self.batch_choice = choose_batch_size(self.arguments, self.shape, self.model_config)
+
+    def callbacks(self, model) -> list:
+        """The run's Trainer callbacks: memory phases, token counts, the precision probe, W&B's
+        throughput and memory curves, and early stopping under --early_stopping_patience."""
+        if self.memory is None:
+            raise RuntimeError(
+                "Call run.start_tracking() before run.callbacks(): the memory phases start there."
+            )
+        total, trainable = count_parameters(model)
+        logger.info(
+            "Model: %s, %s parameters, %s trainable",
+            self.arguments.model.model_name_or_path,
+            f"{total:,}",
+            f"{trainable:,}",
+        )
+        callbacks = [
+            MemoryCallback(self.memory),
+            self.tokens,
+            self.precision_probe,
+            *self.tracker.callbacks(self.tokens),
+        ]
+        if self.training.early_stopping_patience is not None:
+            callbacks.append(
+                EarlyStoppingCallback(early_stopping_patience=self.training.early_stopping_patience)
+            )
+        return callbacks
+
+    def clear_previous_run(self) -> None:
+        """--overwrite_output_dir: delete the previous run's files now that every check has passed."""
+        if self.training.overwrite_output_dir and self.resume_from is None and self.is_main_process:
+            clear_previous_run(self.training.output_dir, RESULTS_FILE)
+
+    def write_results(self, trainer, train_result, eval_metrics: dict[str, Any]) -> dict[str, Any]:
+        """Everything a finished run writes: see run/record.py. Returns the results (results.json's keys)."""
+        self.results = record.finish_run(self, trainer, train_result, eval_metrics)
+        return self.results

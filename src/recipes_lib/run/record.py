@@ -1,0 +1,307 @@
+"""What a finished run writes: predictions, results.json and the W&B summary, from the Trainer's outputs.
+
+`finish_run` is `RecipeRun.write_results`. In order:
+
+1. Multi-label: one threshold per class tuned on the validation predictions (the metrics during
+   training decided every class at 0.5); the per-class report; the test split predicted (and
+   scored, if labelled) at the tuned thresholds.
+2. The memory phases closed, the precision the layers really ran in, the token counts summed
+   over processes (the run's last collective step).
+3. --merge_adapter: the merged model scored on validation, on the main process.
+4. On the main process: eval/test predictions as JSON Lines, the thresholds beside the model, the
+   confusion matrix, then results.json (written atomically).
+5. Every results.json key into the W&B summary, under the same name.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from recipes_lib.config.precision import autocast_for
+from recipes_lib.config.recipe_options import MERGED_SUBDIR
+from recipes_lib.config.tasks import DEFAULT_THRESHOLD, MULTI_LABEL, REGRESSION, TASK_METRICS
+from recipes_lib.data.files import write_jsonl
+from recipes_lib.data.tokenize import padding_collator
+from recipes_lib.evaluation.inference import batch_logits
+from recipes_lib.evaluation.predictions import (
+    CONFUSION_MATRIX_PNG,
+    EVAL_PREDICTIONS_FILE,
+    TEST_PREDICTIONS_FILE,
+    draw_confusion_matrix,
+    per_class_report,
+    prediction_rows,
+    write_thresholds,
+)
+from recipes_lib.evaluation.thresholds import predicted_labels, sigmoid, tune_thresholds
+from recipes_lib.memory.monitor import peak_memory
+from recipes_lib.modeling.adapters import describe_merged_model, load_trained_model, read_base_quantization
+from recipes_lib.modeling.loading import count_parameters
+from recipes_lib.modeling.optimizers import optimizer_state_summary
+from recipes_lib.results import describe_device, library_versions, timestamp, write_results
+from recipes_lib.tracking.names import METRIC_TITLES, eval_key
+
+logger = logging.getLogger("recipes_lib")
+
+
+@dataclass
+class EvaluationOutputs:
+    """The final evaluation's predictions, and what is derived from them."""
+
+    logits: Any
+    references: Any
+    thresholds: list[float] | None = None  # multi-label: tuned on validation
+    tuned_metrics: dict[str, float] = field(default_factory=dict)  # eval_tuned_*: validation at those
+    report: dict[str, Any] = field(default_factory=dict)  # per-class scores, confusion matrix
+    test_logits: Any = None
+    test_metrics: dict[str, float] = field(default_factory=dict)
+
+
+def _logits(predictions):
+    return predictions[0] if isinstance(predictions, tuple) else predictions
+
+
+def _listed(value):
+    """A tuple as the list JSON writes (results.json and the returned results agree); a string as is."""
+    return list(value) if isinstance(value, tuple) else value
+
+
+def _step_of(checkpoint: str | None) -> int | None:
+    return int(checkpoint.rsplit("-", 1)[-1]) if checkpoint else None
+
+
+def per_class(logits, references, labels, thresholds) -> dict[str, Any]:
+    """Per-class precision, recall, F1 and the confusion matrix (single-label); none for regression."""
+    if labels.problem_type == REGRESSION:
+        return {"per_class": None, "confusion_matrix": None}
+    if labels.problem_type == MULTI_LABEL:
+        predictions = predicted_labels(sigmoid(logits), thresholds)
+        return per_class_report(predictions, references.round().astype(int), labels.names)
+    return per_class_report(logits.argmax(-1), references, labels.names)
+
+
+def evaluation_outputs(run, trainer) -> EvaluationOutputs:
+    """Thresholds (multi-label), per-class scores and the test split, from the last validation pass."""
+    labels = run.data.labels
+    evaluation = trainer.last_evaluation  # each validation example once, gathered from every process
+    outputs = EvaluationOutputs(_logits(evaluation.predictions), evaluation.label_ids)
+    if labels.problem_type == MULTI_LABEL:
+        outputs.thresholds = tune_thresholds(sigmoid(outputs.logits), outputs.references)
+        run.compute_metrics.thresholds = outputs.thresholds
+        tuned = run.compute_metrics.scores(outputs.logits, outputs.references)
+        outputs.tuned_metrics = {f"eval_tuned_{name}": value for name, value in tuned.items()}
+        logger.info(
+            "Thresholds tuned on validation: %s", dict(zip(labels.names, outputs.thresholds, strict=True))
+        )
+    outputs.report = per_class(outputs.logits, outputs.references, labels, outputs.thresholds)
+    if "test" in run.tokenized:
+        test = trainer.predict(run.tokenized["test"], metric_key_prefix="test")
+        outputs.test_logits = _logits(test.predictions)
+        if run.data.test_has_labels:
+            outputs.test_metrics = test.metrics
+            trainer.log_metrics("test", test.metrics)
+    return outputs
+
+
+def evaluate_merged_model(run, references, observed_precision: str) -> dict[str, Any]:
+    """--merge_adapter: the merged model's own scores on the validation split, and what it is.
+
+    The merged model is what a user deploys without peft; for QLoRA it is not the evaluated
+    model (adapters.describe_merged_model), so its own figures are measured rather than assumed.
+    Main process only: it wrote the merged model. Multi-label classes at 0.5, as in eval_*.
+    """
+    training = run.training
+    merged_dir = Path(training.output_dir) / MERGED_SUBDIR
+    if not getattr(run.options, "merge_adapter", False) or not run.is_main_process or not merged_dir.is_dir():
+        return {}
+    model = load_trained_model(merged_dir, device=run.device).eval()
+    collator = padding_collator(run.tokenizer, run.arguments.data, run.device)
+    with autocast_for(observed_precision, run.device.type):
+        logits = batch_logits(
+            model,
+            run.tokenized["validation"],
+            collator,
+            run.device,
+            training.per_device_eval_batch_size,
+            progress=not training.disable_tqdm,
+        )
+    del model
+    names = run.data.labels.names
+    scores = run.compute_metrics.scores(logits, references, thresholds=[DEFAULT_THRESHOLD] * len(names))
+    what = describe_merged_model(read_base_quantization(training.output_dir))
+    logger.info(
+        "Merged model in %s, %s: %s",
+        merged_dir,
+        what.split(". ")[0],
+        ", ".join(f"{METRIC_TITLES[name]} {value:.4f}" for name, value in scores.items()),
+    )
+    return {"merged_model": what, **{f"merged_eval_{name}": value for name, value in scores.items()}}
+
+
+def task_results(run, eval_metrics, outputs: EvaluationOutputs, merged: dict[str, Any]) -> dict[str, Any]:
+    """The task, its validation (and test) metrics, thresholds and per-class scores."""
+    labels, data = run.data.labels, run.data
+    return {
+        "recipe": run.spec.name,
+        "model_name_or_path": run.arguments.model.model_name_or_path,
+        "dataset": data.description,
+        "problem_type": labels.problem_type,
+        "num_labels": labels.num_labels,
+        # Single-label and multi-label (exact match) accuracy and macro-F1; null for regression.
+        "eval_accuracy": eval_metrics.get("eval_accuracy"),
+        "eval_f1": eval_metrics.get("eval_f1"),
+        # The task's other metrics (tasks.TASK_METRICS): micro-F1, or MSE, Pearson and Spearman.
+        **{eval_key(name): eval_metrics.get(eval_key(name)) for name in TASK_METRICS[labels.problem_type]},
+        "eval_loss": eval_metrics.get("eval_loss"),
+        # Multi-label: the thresholds tuned on validation, and the validation metrics at those
+        # thresholds (optimistic: tuned and scored on the same split; the test split is not).
+        "label_thresholds": dict(zip(labels.names, outputs.thresholds, strict=True))
+        if outputs.thresholds
+        else None,
+        **outputs.tuned_metrics,
+        # --merge_adapter: what the merged model is, and its own validation metrics (thresholds 0.5).
+        **merged,
+        # Counted from the predictions gathered over all processes (metrics.py), not len(dataset): a
+        # duplicated or dropped validation example under several processes would show here.
+        "eval_samples": eval_metrics["eval_samples"],
+        "eval_split": data.split_sources["validation"],
+        "text_columns": list(data.text_columns),
+        # Per class on the validation split: precision, recall, F1, support; rows true, columns predicted.
+        **outputs.report,
+        **({"test_split": data.split_sources["test"]} if "test" in run.tokenized else {}),
+        **{key: value for key, value in outputs.test_metrics.items() if key.startswith("test_")},
+    }
+
+
+def training_results(run, trainer, train_result, tokens: tuple[int, int]) -> dict[str, Any]:
+    """How training went: steps, loss, the kept checkpoint, speed and padding."""
+    training, state = run.training, trainer.state
+    metrics = train_result.metrics
+    runtime = metrics["train_runtime"]
+    real_tokens, all_tokens = tokens
+    weights = getattr(run.compute_loss, "class_weights", None)
+    return {
+        "train_samples": len(run.tokenized["train"]),
+        "train_loss": metrics.get("train_loss"),
+        "train_steps": state.global_step,
+        # --early_stopping_patience: the checkpoint whose weights were kept, and its metric.
+        "best_step": _step_of(state.best_model_checkpoint) if training.load_best_model_at_end else None,
+        "best_metric": state.best_metric if training.load_best_model_at_end else None,
+        "class_weights": dict(zip(run.data.labels.names, weights, strict=True)) if weights else None,
+        "epochs": state.epoch,
+        "train_runtime_s": round(runtime, 3),
+        "train_samples_per_s": metrics.get("train_samples_per_second"),
+        "train_tokens_per_s": round(real_tokens / runtime, 2) if runtime > 0 else None,
+        "pad_ratio": round(1 - real_tokens / all_tokens, 4) if all_tokens else None,
+    }
+
+
+def model_results(run, trainer, memory_results: dict[str, Any]) -> dict[str, Any]:
+    """What trained and what it held: parameters, adapters, optimizer state, memory."""
+    total, trainable = count_parameters(trainer.model)
+    adapters = run.shape.adapters
+    choice = run.batch_choice
+    return {
+        "params_total": total,
+        "params_trainable": trainable,
+        "model_type": run.model_config.model_type,
+        "attn_implementation": run.arguments.model.attn_implementation,
+        # LoRA: the layers adapted (resolved for the family) and the modules trained whole.
+        "lora_target_modules": _listed(adapters.target_modules) if adapters is not None else None,
+        "modules_trained_in_full": list(getattr(trainer.model, "modules_to_save", None) or []) or None,
+        # What the optimizer's state tensors hold after training, measured (see optimizers.py).
+        **optimizer_state_summary(trainer.optimizer, trainer.model),
+        **peak_memory(run.device, run.memory),
+        **memory_results,
+        "auto_batch_size": choice.after_training(run.training, trainer.out_of_memory_at).to_dict()
+        if choice is not None
+        else None,
+    }
+
+
+def environment_results(run, precision: str) -> dict[str, Any]:
+    """Where and how it ran: device, processes, precision, versions, the full config."""
+    training = run.training
+    return {
+        "device": describe_device(run.device),
+        "num_processes": training.world_size,
+        # Read from the autocast state inside the model during training, not from the flags.
+        "precision": precision,
+        "precision_reason": training.precision_choice.reason,
+        # QLoRA: the dtype of the 4-bit layers' matmuls (bitsandbytes' compute dtype); else None.
+        "quantized_compute_dtype": run.precision_probe.quantized_compute,
+        "versions": library_versions(),
+        "created_at": timestamp(),
+        "output_dir": str(training.output_dir),
+        "config": run.arguments.to_dict(),
+    }
+
+
+def write_prediction_files(run, outputs: EvaluationOutputs) -> None:
+    """Validation (and test) predictions as JSON Lines; the thresholds of a multi-label model next to it;
+    the validation confusion matrix as a PNG (single-label)."""
+    output_dir, labels = Path(run.training.output_dir), run.data.labels
+
+    def rows(logits):
+        return prediction_rows(logits, labels.names, labels.problem_type, outputs.thresholds)
+
+    write_jsonl(output_dir / EVAL_PREDICTIONS_FILE, rows(outputs.logits))
+    if outputs.test_logits is not None:
+        write_jsonl(output_dir / TEST_PREDICTIONS_FILE, rows(outputs.test_logits))
+    validation_source = run.data.split_sources["validation"]
+    if outputs.thresholds is not None:
+        for directory in (output_dir, output_dir / MERGED_SUBDIR):
+            if directory.is_dir():
+                write_thresholds(directory, labels.names, outputs.thresholds, validation_source)
+    if outputs.report["confusion_matrix"] is not None:
+        title = f"{run.spec.name}, {validation_source}"
+        draw_confusion_matrix(outputs.report["confusion_matrix"], output_dir / CONFUSION_MATRIX_PNG, title)
+
+
+def observed_precision(run) -> str:
+    """The precision the layers computed in (a run resumed at its end ran nothing: the planned one)."""
+    precision = run.precision_probe.observed or run.precision
+    if precision != run.precision:
+        logger.warning("Asked for %s, but the model computed in %s.", run.precision, precision)
+    return precision
+
+
+def finish_run(run, trainer, train_result, eval_metrics: dict[str, Any]) -> dict[str, Any]:
+    """Predictions, results.json and the W&B summary of a finished run (this module's docstring)."""
+    trainer.log_metrics("train", train_result.metrics)
+    trainer.log_metrics("eval", eval_metrics)
+    outputs = evaluation_outputs(run, trainer)
+    memory_results = run.memory.finish()
+    for line in run.memory.summary_lines(memory_results):
+        logger.info(line)
+    run.precision_probe.remove()
+    precision = observed_precision(run)
+    tokens = run.tokens.totals(trainer.accelerator)  # the run's last collective step
+    # After it: the other processes need not wait for the main one, which alone scores the merged model.
+    merged = evaluate_merged_model(run, outputs.references, precision)
+    results = {
+        **task_results(run, eval_metrics, outputs, merged),
+        **training_results(run, trainer, train_result, tokens),
+        **model_results(run, trainer, memory_results),
+        **environment_results(run, precision),
+    }
+    if trainer.is_world_process_zero():
+        write_prediction_files(run, outputs)
+        path = write_results(run.training.output_dir, results)
+        problem_type = run.data.labels.problem_type
+        logger.info(
+            "Done: %s, %.1f samples/s, peak memory %.2f GiB. Model and %s in %s",
+            ", ".join(
+                f"{METRIC_TITLES[name]} {results[eval_key(name)]:.4f}"
+                for name in TASK_METRICS[problem_type]
+                if results[eval_key(name)] is not None
+            ),
+            results["train_samples_per_s"],
+            results["peak_memory_gib"],
+            path.name,
+            run.training.output_dir,
+        )
+    run.tracker.finish(results)  # every results.json key into the W&B summary, same names
+    return results
