@@ -109,15 +109,23 @@ def device_peak_flops() -> tuple[str, float | None]:
 
 
 def predicted_peak_gib(model_dir: Path, recipe: str, batch: int, seq: int, bf16: bool) -> float | None:
-    """The planner's prediction for this run (the recipe with its default options, as run_recipe
-    runs it), or None if the planner is not available."""
+    """The planner's predicted peak of all tensors, in GiB, for this run (the recipe with its default
+    options, as run_recipe runs it), or None if the planner is not available.
+
+    run_recipe pads every example to `seq` (no padding mask) and trains on CUDA with bf16 (on the
+    CPU without), and the run reports torch.cuda.max_memory_allocated (CPU: the tracker's peak),
+    which never includes the CUDA context, so neither does this figure.
+    """
     try:
         from recipes_lib.config.registry import recipe_specs
-        from recipes_lib.memory import planner
+        from recipes_lib.memory.planner import Setup, load_config, plan_memory
+        from recipes_lib.units import GIB
     except ImportError:
         return None
     shape = recipe_specs()[recipe].default_shape()
-    return planner.predict_for_check(str(model_dir), shape, batch, seq, bf16)
+    device = "cuda" if bf16 else "cpu"
+    setup = Setup(shape=shape, batch_size=batch, seq_length=seq, bf16=bf16, device=device, padded=False)
+    return plan_memory(load_config(str(model_dir)), setup).peak_tensors / GIB
 
 
 def run_recipe(recipe: str, model_dir: Path, data: dict[str, Path], out: Path, args) -> dict | None:

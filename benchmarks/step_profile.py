@@ -5,7 +5,7 @@
 
 `throughput.py --recipes` gives each recipe's whole step time from a real run; this script says
 why they differ. Each recipe builds its model and optimizer with its own code: its `main()` runs
-up to the Trainer, and the model and optimizer it hands to `run.trainer` are taken (no optimizer:
+up to the Trainer, and the model and optimizer it hands to `RecipeTrainer(...)` are taken (no optimizer:
 what the Trainer builds for `--optim`, fused AdamW). Then each trains on the same batches (the recipe's tokenization and collator, a seeded random order) in a plain loop
 that times each phase, synchronising the GPU when there is one. (The Trainer also clips gradients,
 max_grad_norm 1.0, before each optimizer step; that is not timed here.) The first `--warmup_steps` are not
@@ -54,9 +54,12 @@ def load_recipe(name: str):
     path = REPO_ROOT / "recipes" / f"{name}.py"
     if not path.is_file():
         sys.exit(f"--recipes names '{name}', but there is no {path}. Pick a script of recipes/.")
-    from recipes_lib.config.registry import load_recipe_module
+    import importlib.util
 
-    return load_recipe_module(path)
+    spec = importlib.util.spec_from_file_location(f"_recipe_{name}", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 class _ReachedTrainer(Exception):
@@ -70,12 +73,21 @@ def recipe_model_and_optimizer(recipe, argv: list[str]):
     from recipes_lib.run import RecipeRun
 
     handed = {}
+    enter = RecipeRun.__enter__
 
-    def take(run, model, optimizer=None):
-        handed.update(run=run, model=model, optimizer=optimizer)
+    def remember_run(run):
+        handed["run"] = run
+        return enter(run)
+
+    def take(model, optimizers=(None, None), **kwargs):
+        handed.update(model=model, optimizer=optimizers[0])
         raise _ReachedTrainer
 
-    with mock.patch.object(RecipeRun, "trainer", take), contextlib.suppress(_ReachedTrainer):
+    with (
+        mock.patch.object(RecipeRun, "__enter__", remember_run),
+        mock.patch.object(recipe, "RecipeTrainer", take),
+        contextlib.suppress(_ReachedTrainer),
+    ):
         recipe.main(argv)
     return handed["run"], handed["model"], handed["optimizer"]
 
@@ -112,7 +124,7 @@ def training_batches(run, count: int):
     """
     import torch
 
-    from recipes_lib.data.loading import LENGTH_COLUMN, padding_collator
+    from recipes_lib.data.tokenize import LENGTH_COLUMN, padding_collator
 
     arguments = run.arguments
     train = run.tokenized["train"].remove_columns(LENGTH_COLUMN)  # the sampler's, not the model's

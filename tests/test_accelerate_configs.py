@@ -15,7 +15,7 @@ import pytest
 import yaml
 
 from recipes_lib.modeling.families import FAMILY_NAMES
-from tests.conftest import REPO_ROOT
+from tests.helpers.repo import REPO_ROOT
 
 CONFIG_DIR = REPO_ROOT / "accelerate_configs"
 CONFIGS = sorted(path.name for path in CONFIG_DIR.glob("*.yaml"))

@@ -12,7 +12,7 @@ import recipes_lib.training.autofit as autofit
 from recipes_lib.config.recipe_spec import TrainingShape
 from recipes_lib.memory.planner import Setup, load_config, plan_memory
 from recipes_lib.training.autofit import batch_for
-from tests.inprocess import quick_args, run_in_process
+from tests.helpers.runs import QUICK, run_args, run_in_process
 
 
 def test_the_batch_is_the_largest_divisor_of_the_effective_batch_that_fits():
@@ -52,7 +52,7 @@ def test_out_of_memory_backs_off_and_keeps_the_effective_batch(
     tiny_bert, learnable_data, tmp_path, out_of_memory_above
 ):
     attempts = out_of_memory_above(4)
-    args = quick_args(tiny_bert, learnable_data, tmp_path / "run", "--auto_batch_size", "true")
+    args = run_args(tiny_bert, learnable_data, tmp_path / "run", "--auto_batch_size", "true", **QUICK)
     args[args.index("--per_device_train_batch_size") + 1] = "16"
     results = run_in_process("full_ft", args)
     chosen = results["auto_batch_size"]
@@ -80,7 +80,7 @@ def test_the_planner_picks_the_batch_before_anything_runs_out(
     )
     fits_four = plan_memory(config, four).total
     monkeypatch.setattr(autofit, "device_budget_bytes", lambda device: fits_four)
-    args = quick_args(tiny_bert, learnable_data, tmp_path / "run", "--auto_batch_size", "true")
+    args = run_args(tiny_bert, learnable_data, tmp_path / "run", "--auto_batch_size", "true", **QUICK)
     args[args.index("--per_device_train_batch_size") + 1] = "16"
     results = run_in_process("full_ft", args)
     chosen = results["auto_batch_size"]

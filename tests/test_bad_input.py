@@ -24,7 +24,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import REPO_ROOT, load_recipe, tiny_run_args, write_csv
+from tests.helpers.data import write_csv
+from tests.helpers.repo import REPO_ROOT, load_recipe
+from tests.helpers.runs import run_args
 
 
 @dataclass(frozen=True)
@@ -145,7 +147,7 @@ def snapshot(directory: Path) -> dict[str, bytes]:
 
 def prepare(case: Case, files, tiny_bert, learnable_data, tmp_path) -> tuple[list[str], Path]:
     output_dir = tmp_path / "output"
-    argv = tiny_run_args(tiny_bert, learnable_data, output_dir)
+    argv = run_args(tiny_bert, learnable_data, output_dir)
     if case.output_dir.startswith("previous"):
         write_previous_run(output_dir)
     if case.output_dir == "previous":
@@ -216,7 +218,7 @@ def test_debug_flag_shows_the_traceback_of_the_same_error(files, tiny_bert, lear
     from recipes_lib.errors import DataError
     from recipes_lib.run import run_main
 
-    argv = tiny_run_args(tiny_bert, learnable_data, tmp_path / "output", "--label_column_name", "category")
+    argv = run_args(tiny_bert, learnable_data, tmp_path / "output", "--label_column_name", "category")
     with pytest.raises(DataError, match="Label column 'category'"):
         run_main(load_recipe("full_ft").main, [*argv, "--debug"])
 
@@ -240,7 +242,7 @@ def test_qlora_where_4bit_cannot_run_fails_before_data_and_weights(
     monkeypatch.setattr(recipe_run, "load_classification_data", too_late)
     output_dir = tmp_path / "output"
     with pytest.raises(SystemExit) as exited:
-        run_main(load_recipe("qlora").main, tiny_run_args(tiny_bert, learnable_data, output_dir))
+        run_main(load_recipe("qlora").main, run_args(tiny_bert, learnable_data, output_dir))
     stderr = capsys.readouterr().err
     assert exited.value.code == 2 and "Traceback" not in stderr
     assert "QLoRA needs bitsandbytes' 4-bit NF4 on cpu, and it fails here: No 4-bit NF4 kernel" in stderr

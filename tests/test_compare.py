@@ -6,14 +6,14 @@ import pytest
 
 from recipes_lib.cli.compare import CHART_FILE
 from recipes_lib.cli.main import main
-from tests.inprocess import quick_args, run_in_process
+from tests.helpers.runs import QUICK, run_args, run_in_process
 
 
 @pytest.fixture(scope="module")
 def two_runs(tiny_bert, learnable_data, tmp_path_factory):
     root = tmp_path_factory.mktemp("compare")
     for recipe in ("full_ft", "lora"):
-        run_in_process(recipe, quick_args(tiny_bert, learnable_data, root / recipe))
+        run_in_process(recipe, run_args(tiny_bert, learnable_data, root / recipe, **QUICK))
     return root
 
 

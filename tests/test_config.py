@@ -9,7 +9,7 @@ import pytest
 from recipes_lib.config.parsing import parse_arguments
 from recipes_lib.config.recipe_spec import RecipeSpec
 from recipes_lib.errors import ConfigError
-from tests.conftest import REPO_ROOT, load_recipe
+from tests.helpers.repo import REPO_ROOT, load_recipe
 
 
 def write_yaml(tmp_path: Path, text: str) -> str:

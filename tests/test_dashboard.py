@@ -40,10 +40,10 @@ from recipes_lib.tracking.wandb_run import (
     start_run,
 )
 from recipes_lib.units import BREAKDOWN_KEYS
-from tests.conftest import RECIPES, REPO_ROOT
-from tests.inprocess import quick_args, run_in_process
-from tests.test_tasks import multi_label_files, regression_files
-from tests.test_tracking import FAKE_API_KEY, isolated_wandb_env, read_run
+from tests.helpers.data import multi_label_files, regression_files
+from tests.helpers.repo import RECIPES, REPO_ROOT
+from tests.helpers.runs import QUICK, run_args, run_in_process
+from tests.helpers.wandb_runs import FAKE_API_KEY, isolated_wandb_env, offline_runs, read_run
 
 # The view needs W&B's wandb-workspaces library (the 'dashboard' extra); the runs' own pictures do not.
 needs_extra = pytest.mark.skipif(
@@ -56,10 +56,6 @@ PER_CLASS = {
     "warm": {"precision": 0.7647, "recall": 0.8125, "f1": 0.7879, "support": 32},
 }
 CONFUSION = {"labels": ["cool", "warm"], "matrix": [[24, 8], [6, 26]]}
-
-
-def offline_runs(root: Path) -> list[Path]:
-    return sorted((root / "wandb").glob("offline-run-*"))
 
 
 @pytest.fixture(scope="module")
@@ -81,9 +77,10 @@ def recipe_runs(tiny_bert, learnable_data, tmp_path_factory, one_thread):
         try:
             for recipe in RECIPES:
                 output_dir = root / "out" / recipe
-                args = quick_args(
-                    tiny_bert, learnable_data, output_dir, "--logging_steps", "1", "--report_to", "wandb"
-                )
+                args = run_args(
+                    tiny_bert, learnable_data, output_dir, "--logging_steps", "1", "--report_to", "wandb",
+                    **QUICK,
+                )  # fmt: skip
                 results = run_in_process(recipe, args)
                 (run_dir,) = set(offline_runs(root)) - {run.run_dir for _, run in runs.values()}
                 runs[recipe] = (results, read_run(run_dir))
@@ -92,9 +89,10 @@ def recipe_runs(tiny_bert, learnable_data, tmp_path_factory, one_thread):
                 ("multi-label", multi_label_files(root / "multi-label-data", 32, 16)),
                 ("regression", regression_files(root / "regression-data", 32, 16)),
             ):
-                args = quick_args(
+                args = run_args(
                     tiny_bert, files, root / "out" / task, "--logging_steps", "1", "--report_to", "wandb",
                     "--eval_strategy", "steps", "--eval_steps", "1",
+                    **QUICK,
                 )  # fmt: skip
                 results = run_in_process("full_ft", args)
                 (run_dir,) = set(offline_runs(root)) - {run.run_dir for _, run in runs.values()}
@@ -369,8 +367,8 @@ def test_on_a_gpu_a_real_run_logs_every_memory_curve_the_view_shows(
     tiny_bert, learnable_data, tmp_path, spec
 ):
     env = isolated_wandb_env(tmp_path, WANDB_MODE="offline")
-    args = quick_args(
-        tiny_bert, learnable_data, tmp_path / "out", "--logging_steps", "1", "--report_to", "wandb"
+    args = run_args(
+        tiny_bert, learnable_data, tmp_path / "out", "--logging_steps", "1", "--report_to", "wandb", **QUICK
     )
     command = [sys.executable, str(REPO_ROOT / "recipes" / "full_ft.py"), *args]
     completed = subprocess.run(command, capture_output=True, text=True, timeout=600, cwd=REPO_ROOT, env=env)

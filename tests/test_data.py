@@ -12,7 +12,9 @@ from recipes_lib.config.arguments import DataArguments
 from recipes_lib.data.loading import load_classification_data
 from recipes_lib.data.tokenize import tokenize
 from recipes_lib.errors import DataError
-from tests.conftest import write_csv
+from tests.helpers.data import write_csv
+from tests.helpers.models import build_tiny_bert
+from tests.helpers.runs import QUICK, run_args, run_in_process
 
 ROWS = [("a red cat", "warm"), ("a blue dog", "cool"), ("the green chair", "cool"), ("yellow table", "warm")]
 
@@ -260,17 +262,15 @@ def test_labels_are_normalised_to_classes(tmp_path, values, names):
 
 
 def _tokenizer_dir(tmp_path: Path) -> Path:
-    from tests.conftest import build_tiny_bert
 
     return build_tiny_bert(tmp_path / "tokenizer-model")
 
 
 def test_a_csv_with_true_false_labels_trains(tmp_path, tiny_bert):
-    from tests.inprocess import quick_args, run_in_process
 
     train = write_csv(tmp_path / "train.csv", [(text, str(label == "warm")) for text, label in ROWS * 8])
     results = run_in_process(
-        "full_ft", quick_args(tiny_bert, {"train": train, "validation": train}, tmp_path / "run")
+        "full_ft", run_args(tiny_bert, {"train": train, "validation": train}, tmp_path / "run", **QUICK)
     )
     assert results["num_labels"] == 2 and set(results["per_class"]) == {"False", "True"}
 
@@ -307,13 +307,19 @@ def test_a_run_reports_per_class_scores_a_confusion_matrix_and_test_predictions(
         EVAL_PREDICTIONS_FILE,
         TEST_PREDICTIONS_FILE,
     )
-    from tests.inprocess import quick_args, run_in_process
 
     unlabelled = tmp_path / "test.csv"
     unlabelled.write_text("text\nthe red cat\na blue dog\n")
     output_dir = tmp_path / "run"
-    args = quick_args(
-        tiny_bert, learnable_data, output_dir, "--test_file", str(unlabelled), "--max_eval_samples", "64"
+    args = run_args(
+        tiny_bert,
+        learnable_data,
+        output_dir,
+        "--test_file",
+        str(unlabelled),
+        "--max_eval_samples",
+        "64",
+        **QUICK,
     )
     results = run_in_process("full_ft", args)
     assert results["eval_split"] == "validation.csv" and results["test_split"] == "test.csv"

@@ -10,7 +10,8 @@ import sys
 import pytest
 import torch
 
-from tests.conftest import REPO_ROOT, run_recipe_process, tiny_run_args
+from tests.helpers.repo import REPO_ROOT
+from tests.helpers.runs import run_args, run_recipe_process
 
 REQUIRED_KEYS = {
     "recipe", "model_name_or_path", "dataset", "eval_accuracy", "eval_f1", "eval_samples", "train_runtime_s",
@@ -22,7 +23,7 @@ REQUIRED_KEYS = {
 @pytest.fixture(scope="module")
 def full_ft_run(tiny_bert, learnable_data, tmp_path_factory):
     output_dir = tmp_path_factory.mktemp("full_ft")
-    completed = run_recipe_process("full_ft", tiny_run_args(tiny_bert, learnable_data, output_dir))
+    completed = run_recipe_process("full_ft", run_args(tiny_bert, learnable_data, output_dir))
     assert completed.returncode == 0, completed.stdout[-3000:] + completed.stderr[-3000:]
     return output_dir, json.loads((output_dir / "results.json").read_text())
 
@@ -82,7 +83,7 @@ def test_a_second_run_into_the_same_output_dir_is_refused_and_changes_nothing(
     output_dir, _ = full_ft_run
     before = (output_dir / "results.json").read_bytes()
     completed = run_recipe_process(
-        "full_ft", tiny_run_args(tiny_bert, learnable_data, output_dir, "--max_steps", "1")
+        "full_ft", run_args(tiny_bert, learnable_data, output_dir, "--max_steps", "1")
     )
     # The recipe exits 2; `accelerate launch` reports any non-zero exit of its child as 1.
     assert completed.returncode != 0
@@ -93,7 +94,7 @@ def test_a_second_run_into_the_same_output_dir_is_refused_and_changes_nothing(
 def test_unknown_argument_fails_fast_with_a_suggestion(tiny_bert, learnable_data, tmp_path):
     """Run without accelerate: the recipe's own exit code and stderr, no traceback."""
     command = [sys.executable, str(REPO_ROOT / "recipes" / "full_ft.py")]
-    command += tiny_run_args(tiny_bert, learnable_data, tmp_path / "out", "--learning_rat", "1e-4")
+    command += run_args(tiny_bert, learnable_data, tmp_path / "out", "--learning_rat", "1e-4")
     completed = subprocess.run(command, capture_output=True, text=True, timeout=300, cwd=REPO_ROOT)
     assert completed.returncode == 2
     assert "'--learning_rat'" in completed.stderr and "Did you mean 'learning_rate'" in completed.stderr

@@ -15,64 +15,8 @@ import pytest
 import torch
 
 from recipes_lib.errors import RecipeError
-from recipes_lib.modeling.families import FAMILY_NAMES
-from tests.conftest import COLOURS, NOISE, SPECIAL_TOKENS
-from tests.inprocess import quick_args, run_in_process
-
-FAMILIES = tuple(FAMILY_NAMES)  # every family the project supports
-SMALL = {"hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 2, "intermediate_size": 64}
-SHAPES = {
-    "bert": SMALL,
-    "roberta": SMALL,
-    "xlm-roberta": SMALL,
-    "electra": {**SMALL, "embedding_size": 16},
-    "albert": {**SMALL, "embedding_size": 16},
-    "distilbert": {"dim": 32, "n_layers": 2, "n_heads": 2, "hidden_dim": 64},
-    # DeBERTa-v1 base: disentangled attention over relative positions.
-    "deberta": {
-        **SMALL,
-        "relative_attention": True,
-        "pos_att_type": ["c2p", "p2c"],
-        "max_relative_positions": -1,
-    },
-    # DeBERTa-v3: relative position buckets, shared attention keys, no absolute positions.
-    "deberta-v2": {
-        **SMALL,
-        "relative_attention": True,
-        "pos_att_type": ["p2c", "c2p"],
-        "position_buckets": 32,
-        "norm_rel_ebd": "layer_norm",
-        "share_att_key": True,
-        "position_biased_input": False,
-    },
-    "modernbert": {**SMALL, "global_attn_every_n_layers": 2, "local_attention": 16},
-    "mpnet": SMALL,
-}
-
-
-def build_tiny_family(model_type: str, directory: Path) -> Path:
-    from transformers import AutoConfig, AutoModel, BertTokenizerFast
-
-    directory.mkdir(parents=True, exist_ok=True)
-    words = sorted(set(COLOURS) | set(NOISE) | set("abcdefghijklmnopqrstuvwxyz0123456789.,!?'"))
-    vocab = {token: i for i, token in enumerate(SPECIAL_TOKENS + words)}
-    tokenizer = BertTokenizerFast(vocab=vocab, do_lower_case=True, model_max_length=128)
-    ids = {"pad_token_id": vocab["[PAD]"], "bos_token_id": vocab["[CLS]"], "eos_token_id": vocab["[SEP]"]}
-    if model_type == "modernbert":
-        ids.update(cls_token_id=vocab["[CLS]"], sep_token_id=vocab["[SEP]"])
-    config = AutoConfig.for_model(
-        model_type,
-        vocab_size=len(vocab),
-        max_position_embeddings=130,  # 128 tokens, and RoBERTa-style offsets of up to 2
-        **SHAPES[model_type],
-        **ids,
-    )
-    torch.manual_seed(0)
-    AutoModel.from_config(config).save_pretrained(directory)
-    if not getattr(config, "type_vocab_size", 0):
-        tokenizer.model_input_names = ["input_ids", "attention_mask"]  # as the family's own tokenizer does
-    tokenizer.save_pretrained(directory)
-    return directory
+from tests.helpers.models import FAMILIES, FAMILY_SHAPES, build_tiny_family
+from tests.helpers.runs import QUICK, run_args, run_in_process
 
 
 @pytest.fixture(scope="module")
@@ -108,7 +52,9 @@ def logits(model, tokenizer_dir: Path) -> torch.Tensor:
 
 
 def few_steps(model_dir: Path, data, output_dir: Path, *extra: str) -> list[str]:
-    return quick_args(model_dir, data, output_dir, "--max_steps", "3", "--learning_rate", "5e-3", *extra)
+    return run_args(
+        model_dir, data, output_dir, "--max_steps", "3", "--learning_rate", "5e-3", *extra, **QUICK
+    )
 
 
 @pytest.mark.parametrize("family", FAMILIES)
@@ -198,7 +144,7 @@ def test_bad_choices_for_a_family_stop_before_data_and_weights_load(
     stop_before_work(monkeypatch)
     output_dir = tmp_path / "run"
     with pytest.raises(RecipeError, match=expected):
-        run_in_process(recipe, quick_args(family_models[family], learnable_data, output_dir, *extra))
+        run_in_process(recipe, run_args(family_models[family], learnable_data, output_dir, *extra, **QUICK))
     assert not output_dir.exists()
 
 
@@ -271,8 +217,13 @@ def test_a_sentencepiece_tokenizer_without_its_package_is_a_clear_error_before_d
     )
     stop_before_work(monkeypatch)
     monkeypatch.setitem(sys.modules, "sentencepiece", None)  # as if it were not installed
-    argv = quick_args(
-        family_models["deberta-v2"], learnable_data, tmp_path / "run", "--tokenizer_name", str(tokenizer_dir)
+    argv = run_args(
+        family_models["deberta-v2"],
+        learnable_data,
+        tmp_path / "run",
+        "--tokenizer_name",
+        str(tokenizer_dir),
+        **QUICK,
     )
     with pytest.raises(
         RecipeError, match="needs sentencepiece, which is not installed: pip install sentencepiece"
@@ -298,7 +249,7 @@ def test_every_family_head_trains_multi_label_with_bce_and_regression_with_mse(f
             num_labels=labels.shape[-1] if labels.dim() == 2 else 1,
             problem_type=problem_type,
             pad_token_id=0,
-            **SHAPES[family],
+            **FAMILY_SHAPES[family],
         )
         torch.manual_seed(0)
         model = AutoModelForSequenceClassification.from_config(config).eval()

@@ -7,8 +7,8 @@ import random
 import pytest
 
 from recipes_lib.errors import RecipeError
-from tests.conftest import COLOURS, NOISE, write_csv
-from tests.inprocess import quick_args, run_in_process
+from tests.helpers.data import COLOURS, NOISE, write_csv
+from tests.helpers.runs import QUICK, run_args, run_in_process
 
 
 def skewed_rows(count: int, minority_share: float, seed: int):
@@ -26,18 +26,6 @@ def skewed_rows(count: int, minority_share: float, seed: int):
 
 
 @pytest.fixture(scope="module")
-def seeded_bert(tmp_path_factory):
-    """A tiny BERT from a fixed seed: how soon a tiny model starts to learn the rare class depends on its
-    start, and the comparison below must not (seeds 0, 1, 2 all give recall 0 unweighted, 1 weighted)."""
-    import torch
-
-    from tests.conftest import build_tiny_bert
-
-    torch.manual_seed(0)
-    return build_tiny_bert(tmp_path_factory.mktemp("seeded-bert"))
-
-
-@pytest.fixture(scope="module")
 def skewed_data(tmp_path_factory):
     directory = tmp_path_factory.mktemp("skewed")
     return {
@@ -49,7 +37,7 @@ def skewed_data(tmp_path_factory):
 def minority_recall(tiny_bert, data, output_dir, *extra):
     # 45 steps of 8 (1.5 epochs): enough to learn the common class, not yet the rare one unweighted.
     steps = ["--max_steps", "45", "--learning_rate", "5e-3", "--max_eval_samples", "80"]
-    args = quick_args(tiny_bert, data, output_dir, *steps, *extra)
+    args = run_args(tiny_bert, data, output_dir, *steps, *extra, **QUICK)
     results = run_in_process("full_ft", args)
     return results, results["per_class"]["cool"]["recall"]
 
@@ -70,7 +58,7 @@ def test_bad_class_weights_are_refused(option, expected, tiny_bert, skewed_data,
         RecipeError, match=expected if expected != "3 positive numbers" else "is not 'balanced' or 2"
     ):
         run_in_process(
-            "full_ft", quick_args(tiny_bert, skewed_data, tmp_path / "run", "--class_weights", option)
+            "full_ft", run_args(tiny_bert, skewed_data, tmp_path / "run", "--class_weights", option, **QUICK)
         )
 
 
@@ -78,10 +66,11 @@ def test_early_stopping_ends_with_the_best_evaluation_and_says_which_step(
     tiny_bert, learnable_data, tmp_path
 ):
     # A learning rate that overshoots after a few steps: the best evaluation is not the last one.
-    args = quick_args(
+    args = run_args(
         tiny_bert, learnable_data, tmp_path / "run",
         "--max_steps", "40", "--learning_rate", "2e-2", "--eval_strategy", "steps", "--eval_steps", "4",
         "--save_strategy", "steps", "--save_steps", "4", "--early_stopping_patience", "2", "--warmup_steps", "0",
+        **QUICK,
     )  # fmt: skip
     results = run_in_process("full_ft", args)
     assert results["best_step"] is not None and results["best_step"] % 4 == 0
@@ -96,5 +85,5 @@ def test_early_stopping_without_checkpoints_is_refused_before_anything_loads(
     with pytest.raises(RecipeError, match="early_stopping_patience 2 needs a checkpoint at every evaluation"):
         run_in_process(
             "full_ft",
-            quick_args(tiny_bert, learnable_data, tmp_path / "run", "--early_stopping_patience", "2"),
+            run_args(tiny_bert, learnable_data, tmp_path / "run", "--early_stopping_patience", "2", **QUICK),
         )

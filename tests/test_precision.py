@@ -9,7 +9,7 @@ import pytest
 
 from recipes_lib.config.precision import DeviceCapability, choose_precision, emulation_warning
 from recipes_lib.errors import ConfigError
-from tests.inprocess import quick_args, run_in_process
+from tests.helpers.runs import QUICK, run_args, run_in_process
 
 AVX2_CPU = DeviceCapability("cpu", "CPU, AVX2 kernels", native_bf16=False, native_fp16=False)
 AVX512_BF16_CPU = DeviceCapability("cpu", "CPU, AVX512 kernels", native_bf16=True, native_fp16=False)
@@ -98,7 +98,7 @@ def test_fp16_on_a_cpu_is_refused_since_accelerate_would_run_fp32(flags, launche
 def test_fp16_flag_on_this_cpu_stops_before_anything_is_written(tiny_bert, learnable_data, tmp_path):
     output_dir = tmp_path / "run"
     with pytest.raises(ConfigError, match="--fp16"):
-        run_in_process("full_ft", quick_args(tiny_bert, learnable_data, output_dir, "--fp16"))
+        run_in_process("full_ft", run_args(tiny_bert, learnable_data, output_dir, "--fp16", **QUICK))
     assert not output_dir.exists()
 
 
@@ -183,7 +183,7 @@ def test_results_report_the_precision_the_layers_ran_in(
         monkeypatch.delenv("ACCELERATE_MIXED_PRECISION", raising=False)
     else:
         monkeypatch.setenv("ACCELERATE_MIXED_PRECISION", launcher)
-    results = run_in_process(recipe, quick_args(tiny_bert, learnable_data, tmp_path, *extra))
+    results = run_in_process(recipe, run_args(tiny_bert, learnable_data, tmp_path, *extra, **QUICK))
     assert (results["precision"], results["quantized_compute_dtype"]) == expected
     saved = json.loads((tmp_path / "results.json").read_text())
     assert saved["precision"] == expected[0] and saved["precision_reason"]

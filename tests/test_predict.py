@@ -1,6 +1,6 @@
 """`recipes-lib predict`: every kind of run output predicts, on the validation file, what the run evaluated.
 
-Each run is the recipe's own main() in this process (tests/inprocess.py), two optimizer steps on a
+Each run is the recipe's own main() in this process (tests/helpers/runs.py, `run_in_process`), two optimizer steps on a
 tiny BERT whose classifier and encoder weights are drawn larger than BERT's initialisation: its
 probabilities then differ from row to row by around 1e-2, far above the 1e-5 tolerance, so rows in
 another order, or a model that is not the evaluated one, cannot pass.
@@ -15,8 +15,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from tests.conftest import build_tiny_bert, learnable_rows, write_csv
-from tests.inprocess import quick_args, run_in_process
+from tests.helpers.data import learnable_rows, write_csv
+from tests.helpers.models import build_tiny_bert
+from tests.helpers.runs import QUICK, run_args, run_in_process
 
 TOLERANCE = 1e-5
 MERGED = "merged"
@@ -50,7 +51,7 @@ def predict_data(learnable_data, tmp_path_factory) -> dict[str, Path]:
 
 
 def _run(recipe: str, model: Path, data: dict[str, Path], output_dir: Path, *extra: str) -> Path:
-    run_in_process(recipe, quick_args(model, data, output_dir, *extra))
+    run_in_process(recipe, run_args(model, data, output_dir, *extra, **QUICK))
     return output_dir
 
 

@@ -18,7 +18,9 @@ import torch
 from safetensors.torch import load_file
 
 from recipes_lib.modeling.optimizers import MIN_8BIT_SIZE, create_adamw_8bit, decay_parameter_groups
-from tests.conftest import RECIPES, REPO_ROOT, build_tiny_bert, load_recipe, run_recipe_process, tiny_run_args
+from tests.helpers.models import build_tiny_bert
+from tests.helpers.repo import RECIPES, REPO_ROOT, load_recipe
+from tests.helpers.runs import run_args, run_recipe_process
 
 CPU_RECIPES = RECIPES  # every recipe runs on CPU
 # Identical for every recipe. 256 examples / 32 = 8 steps per epoch, 48 steps in all.
@@ -47,9 +49,7 @@ def swap_runs(bert256, learnable_data, tmp_path_factory, one_thread) -> dict[str
     root = tmp_path_factory.mktemp("swap")
     results = {}
     for recipe in CPU_RECIPES:
-        completed = run_recipe_process(
-            recipe, tiny_run_args(bert256, learnable_data, root / recipe, *SWAP_ARGS)
-        )
+        completed = run_recipe_process(recipe, run_args(bert256, learnable_data, root / recipe, *SWAP_ARGS))
         assert completed.returncode == 0, recipe + completed.stdout[-3000:] + completed.stderr[-3000:]
         results[recipe] = json.loads((root / recipe / "results.json").read_text())
     return results
@@ -114,7 +114,7 @@ def test_optimizer_state_figures_add_up_in_every_results_file(swap_runs):
 @pytest.fixture(scope="module")
 def lora_run(bert256, learnable_data, tmp_path_factory, one_thread) -> Path:
     output_dir = tmp_path_factory.mktemp("lora-merge")
-    args = tiny_run_args(bert256, learnable_data, output_dir, "--max_steps", "8", "--eval_strategy", "no")
+    args = run_args(bert256, learnable_data, output_dir, "--max_steps", "8", "--eval_strategy", "no")
     from recipes_lib.run import run_main
 
     run_main(load_recipe("lora").main, [*args, "--merge_adapter", "true"])
@@ -175,14 +175,12 @@ def test_a_resumed_run_ends_with_the_weights_of_an_uninterrupted_one(
     extra = ["--lora_dropout", "0"] if recipe == "lora" else []
     common = ["--max_steps", "6", "--save_strategy", "steps", "--save_steps", "3", "--eval_strategy", "no"]
     uninterrupted, resumed = tmp_path / "uninterrupted", tmp_path / "resumed"
-    run_main(load_recipe(recipe).main, tiny_run_args(bert256, learnable_data, uninterrupted, *common, *extra))
+    run_main(load_recipe(recipe).main, run_args(bert256, learnable_data, uninterrupted, *common, *extra))
 
     # An interrupted run: only the checkpoint at step 3 survived. Resume it in its own output_dir.
     shutil.copytree(uninterrupted / "checkpoint-3", resumed / "checkpoint-3")
     resume = ["--resume_from_checkpoint", "last"]
-    run_main(
-        load_recipe(recipe).main, tiny_run_args(bert256, learnable_data, resumed, *common, *extra, *resume)
-    )
+    run_main(load_recipe(recipe).main, run_args(bert256, learnable_data, resumed, *common, *extra, *resume))
 
     weights_file = "adapter_model.safetensors" if recipe == "lora" else "model.safetensors"
     expected, actual = load_file(uninterrupted / weights_file), load_file(resumed / weights_file)

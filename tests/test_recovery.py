@@ -34,7 +34,8 @@ from recipes_lib.training.checkpoints import (
     mark_complete,
     resolve_resume_checkpoint,
 )
-from tests.conftest import RECIPES, REPO_ROOT, load_recipe, tiny_run_args
+from tests.helpers.repo import RECIPES, REPO_ROOT, load_recipe
+from tests.helpers.runs import QUICK, run_args, run_in_process
 
 # 256 examples / 16 per batch = 16 steps per epoch: 40 steps cross two epoch boundaries, and a
 # checkpoint every 4 steps lands both mid-epoch and on an epoch end.
@@ -52,7 +53,7 @@ RECIPE_PARAMS = [recipe_param(name) for name in RECIPES]
 def recipe_args(recipe: str, tiny_bert: Path, data, output_dir: Path, *extra: str) -> list[str]:
     # LoRA's own dropout (0.1 by default) is turned off like the model's, so runs can be compared.
     lora = ["--lora_dropout", "0"] if recipe in ("lora", "qlora") else []
-    return tiny_run_args(tiny_bert, data, output_dir, *RUN_ARGS, *lora, *extra)
+    return run_args(tiny_bert, data, output_dir, *RUN_ARGS, *lora, *extra)
 
 
 def start(recipe: str, args: list[str], **popen) -> subprocess.Popen:
@@ -291,7 +292,7 @@ def test_a_nan_loss_stops_the_run_naming_the_step_and_saves_no_nan_model(
     from recipes_lib.run import run_main
 
     output_dir = tmp_path / "diverged"
-    args = tiny_run_args(
+    args = run_args(
         tiny_bert, learnable_data, output_dir,
         "--learning_rate", "1e6", "--warmup_steps", "0", "--max_steps", "20",
         "--save_strategy", "steps", "--save_steps", "1", "--eval_strategy", "no",
@@ -351,7 +352,7 @@ def test_the_same_seed_gives_the_same_metrics_and_another_seed_different_ones(
     from recipes_lib.run import run_main
 
     def metrics(name: str, seed: str) -> dict:
-        args = tiny_run_args(
+        args = run_args(
             tiny_bert,
             learnable_data,
             tmp_path / name,
@@ -412,11 +413,12 @@ def test_overwriting_a_lora_run_with_full_ft_leaves_no_adapter_to_load_by_mistak
     tiny_bert, learnable_data, tmp_path
 ):
     from recipes_lib.modeling.adapters import load_trained_model
-    from tests.inprocess import quick_args, run_in_process
 
     output_dir = tmp_path / "run"
-    run_in_process("lora", quick_args(tiny_bert, learnable_data, output_dir, "--merge_adapter", "true"))
+    run_in_process(
+        "lora", run_args(tiny_bert, learnable_data, output_dir, "--merge_adapter", "true", **QUICK)
+    )
     assert (output_dir / "adapter_config.json").is_file() and (output_dir / "merged").is_dir()
-    run_in_process("full_ft", quick_args(tiny_bert, learnable_data, output_dir))  # quick_args overwrites
+    run_in_process("full_ft", run_args(tiny_bert, learnable_data, output_dir, **QUICK))  # QUICK overwrites
     assert not (output_dir / "adapter_config.json").exists() and not (output_dir / "merged").exists()
     assert type(load_trained_model(output_dir)).__name__ == "BertForSequenceClassification"

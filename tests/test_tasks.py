@@ -8,7 +8,6 @@ regression score is the share of warm colours among two slots, plus 0.25 when 'v
 from __future__ import annotations
 
 import json
-import random
 from pathlib import Path
 
 import numpy as np
@@ -18,49 +17,18 @@ from recipes_lib.config.arguments import DataArguments
 from recipes_lib.config.tasks import MULTI_LABEL, REGRESSION, SINGLE_LABEL
 from recipes_lib.data.loading import load_classification_data
 from recipes_lib.errors import ConfigError, DataError
-from tests.conftest import COLOURS, NOISE, build_tiny_bert, write_csv
-from tests.inprocess import quick_args, run_in_process
+from tests.helpers.data import (
+    multi_label_files,
+    read_jsonl,
+    regression_files,
+    task_rows,
+    write_csv,
+    write_jsonl,
+)
+from tests.helpers.repo import REPO_ROOT
+from tests.helpers.runs import QUICK, run_args, run_in_process
 
 TOLERANCE = 1e-5
-
-
-def task_rows(count: int, seed: int) -> list[tuple[str, list[str], float]]:
-    rng = random.Random(seed)
-    rows = []
-    for _ in range(count):
-        words = rng.sample(NOISE, rng.randint(2, 8))
-        colours = rng.sample(sorted(COLOURS), rng.randint(1, 2))
-        for colour in colours:
-            words.insert(rng.randint(0, len(words)), colour)
-        classes = {COLOURS[colour] for colour in colours}
-        warm_share = sum(COLOURS[colour] == "warm" for colour in colours) / 2
-        rows.append(
-            (" ".join(words), sorted(classes), round(warm_share + (0.25 if "very" in words else 0.0), 2))
-        )
-    return rows
-
-
-def write_jsonl(path: Path, records: list[dict]) -> Path:
-    path.write_text("".join(json.dumps(record) + "\n" for record in records))
-    return path
-
-
-def multi_label_files(directory: Path, train: int = 256, validation: int = 64) -> dict[str, Path]:
-    directory.mkdir(parents=True, exist_ok=True)
-    return {
-        split: write_jsonl(
-            directory / f"{split}.jsonl", [{"text": t, "label": c} for t, c, _ in task_rows(n, seed)]
-        )
-        for split, n, seed in (("train", train, 1), ("validation", validation, 2))
-    }
-
-
-def regression_files(directory: Path, train: int = 256, validation: int = 64) -> dict[str, Path]:
-    directory.mkdir(parents=True, exist_ok=True)
-    return {
-        split: write_csv(directory / f"{split}.csv", [(t, s) for t, _, s in task_rows(n, seed)])
-        for split, n, seed in (("train", train, 1), ("validation", validation, 2))
-    }
 
 
 def load(files: dict[str, Path], **options):
@@ -197,14 +165,18 @@ def test_options_for_another_task_fail_before_the_weights_load(tmp_path, tiny_be
     files = multi_label_files(tmp_path / "data", 40, 20)
     output_dir = tmp_path / "out"
     with pytest.raises(ConfigError, match="--class_weights weights the classes of a single-label task"):
-        run_in_process("full_ft", quick_args(tiny_bert, files, output_dir, "--class_weights", "balanced"))
+        run_in_process(
+            "full_ft", run_args(tiny_bert, files, output_dir, "--class_weights", "balanced", **QUICK)
+        )
     with pytest.raises(ConfigError, match="--label_smoothing_factor 0.1 smooths a softmax"):
-        run_in_process("full_ft", quick_args(tiny_bert, files, output_dir, "--label_smoothing_factor", "0.1"))
+        run_in_process(
+            "full_ft", run_args(tiny_bert, files, output_dir, "--label_smoothing_factor", "0.1", **QUICK)
+        )
     scores = regression_files(tmp_path / "scores", 40, 20)
     with pytest.raises(ConfigError, match="'accuracy', which a regression run does not compute"):
         run_in_process(
             "full_ft",
-            quick_args(tiny_bert, scores, output_dir, "--metric_for_best_model", "accuracy"),
+            run_args(tiny_bert, scores, output_dir, "--metric_for_best_model", "accuracy", **QUICK),
         )
     assert not (output_dir / "results.json").exists()
 
@@ -229,7 +201,7 @@ def test_mse_as_the_best_model_metric_means_lower_is_better():
 
 
 def trained(recipe: str, model: Path, files: dict[str, Path], output_dir: Path, *extra: str) -> dict:
-    args = quick_args(model, files, output_dir, "--max_eval_samples", "64", *extra)
+    args = run_args(model, files, output_dir, "--max_eval_samples", "64", *extra, **QUICK)
     return run_in_process(recipe, args)
 
 
@@ -239,19 +211,6 @@ def learn(model: Path, files: dict[str, Path], output_dir: Path, learning_rate: 
         "full_ft", model, files, output_dir, "--max_steps", "160", "--learning_rate", learning_rate,
         "--per_device_train_batch_size", "16", "--text_column_names", "text",
     )  # fmt: skip
-
-
-@pytest.fixture(scope="module")
-def seeded_bert(tmp_path_factory) -> Path:
-    """A tiny BERT drawn from a fixed seed, so the learning tests train the same weights on every run.
-
-    The session's tiny BERT is drawn wherever the global RNG happens to be; on one such draw the
-    multi-label run stopped at micro-F1 0.88. Seeds 0-3 all reach 1.0 (transformers 5.23 and 5.24).
-    """
-    import torch
-
-    torch.manual_seed(0)
-    return build_tiny_bert(tmp_path_factory.mktemp("seeded-bert"))
 
 
 @pytest.fixture(scope="module")
@@ -266,10 +225,6 @@ def regression_run(seeded_bert, tmp_path_factory) -> tuple[Path, dict, dict[str,
     files = regression_files(tmp_path_factory.mktemp("regression-data"))
     output_dir = tmp_path_factory.mktemp("regression-run")
     return output_dir, learn(seeded_bert, files, output_dir, "2e-3"), files
-
-
-def read_jsonl(path: Path) -> list[dict]:
-    return [json.loads(line) for line in path.read_text().splitlines()]
 
 
 def test_multi_label_learns_tunes_one_threshold_per_class_and_saves_them_with_the_model(multi_label_run):
@@ -380,8 +335,6 @@ def test_the_shipped_task_data_reads_as_its_task_with_evaluation_texts_training_
     config, problem_type
 ):
     import yaml
-
-    from tests.conftest import REPO_ROOT
 
     settings = yaml.safe_load((REPO_ROOT / "recipes" / "configs" / config).read_text())
     files = {split: REPO_ROOT / settings[f"{split}_file"] for split in ("train", "validation", "test")}

@@ -8,8 +8,6 @@ and so is the history.
 from __future__ import annotations
 
 import json
-import os
-import shutil
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -22,102 +20,12 @@ from recipes_lib.config.recipe_spec import RecipeSpec
 from recipes_lib.errors import ConfigError
 from recipes_lib.tracking import names
 from recipes_lib.tracking.wandb_run import DEFAULT_PROJECT, JOB_TYPE, run_identity, start_tracking
-from tests.conftest import REPO_ROOT, run_recipe_process, tiny_run_args
+from tests.helpers.repo import REPO_ROOT
+from tests.helpers.runs import run_args, run_recipe_process
+from tests.helpers.wandb_runs import FAKE_API_KEY, LoggedRun, isolated_wandb_env, offline_runs, read_run
 
-# Shaped like a real key (40+ word characters), so wandb accepts it and would use it if it could.
-FAKE_API_KEY = "local0fake0key0for0tests0" + "7" * 24
 FULL_FT = RecipeSpec(name="full_ft")
 LORA_LIKE = RecipeSpec(name="lora", training_defaults={"learning_rate": 5e-4})
-
-
-def wandb_cli() -> str:
-    beside_python = Path(sys.executable).with_name("wandb")
-    return str(beside_python) if beside_python.exists() else shutil.which("wandb")
-
-
-def isolated_wandb_env(root: Path, **overrides: str) -> dict[str, str]:
-    """This environment without any W&B key, mode or setting; runs, caches and staging go under root."""
-    env = {key: value for key, value in os.environ.items() if not key.startswith("WANDB_")}
-    env.update(
-        WANDB_DIR=str(root),
-        WANDB_CONFIG_DIR=str(root / "config"),  # no settings file holding a key or a mode
-        WANDB_CACHE_DIR=str(root / "cache"),
-        WANDB_DATA_DIR=str(root / "data"),
-        NETRC=str(root / "netrc"),  # does not exist: no ~/.netrc key either
-    )
-    env.update(overrides)
-    return env
-
-
-def tracked_run_args(tiny_bert: Path, data: dict[str, Path], output_dir: Path, *extra: str) -> list[str]:
-    """The tiny run's arguments with report_to left at the recipe default (W&B)."""
-    args = tiny_run_args(tiny_bert, data, output_dir, *extra)
-    at = args.index("--report_to")
-    return args[:at] + args[at + 2 :]
-
-
-@dataclass
-class LoggedRun:
-    """One offline W&B run, read back: what it logged, by key."""
-
-    run_dir: Path
-    summary: dict  # `wandb leet inspect --summary --json`
-    records: list[dict]  # `wandb leet inspect --json`
-
-    @property
-    def run_record(self) -> dict:
-        return next(record["run"] for record in self.records if record["type"] == "run")
-
-    @property
-    def history_keys(self) -> set[str]:
-        return {
-            key for record in self.records if record["type"] == "history" for key in record["history"]["item"]
-        }
-
-    @property
-    def summary_keys(self) -> set[str]:
-        """Every key the summary was given, a null one included (leet's summary view leaves those out)."""
-        updates = [
-            record["summary"].get("update") or {} for record in self.records if record["type"] == "summary"
-        ]
-        return {key for update in updates for key in update} | set(self.summary["summary"])
-
-    @property
-    def logged_keys(self) -> set[str]:
-        return self.history_keys | self.summary_keys
-
-    def table(self, key: str) -> dict:
-        """A logged W&B table's columns and data, from its file in the run directory."""
-        reference = self.summary["summary"][key]
-        assert reference["_type"] == "table-file", reference
-        return json.loads((self.run_dir / "files" / reference["path"]).read_text())
-
-    @property
-    def chart_specs(self) -> dict:
-        """{key: panel config} of the custom charts the run logged (config updates `_wandb.visualize.KEY`)."""
-        prefix = "_wandb.visualize."
-        updates = [
-            record["config"].get("update") or {} for record in self.records if record["type"] == "config"
-        ]
-        return {
-            key.removeprefix(prefix): value["panel_config"]
-            for update in updates
-            for key, value in update.items()
-            if key.startswith(prefix)
-        }
-
-
-def read_run(run_dir: Path) -> LoggedRun:
-    inspect = [wandb_cli(), "leet", "inspect"]
-    summary = subprocess.run([*inspect, "--summary", "--json", str(run_dir)], capture_output=True, text=True)
-    assert summary.returncode == 0, summary.stderr
-    records = subprocess.run([*inspect, "--json", str(run_dir)], capture_output=True, text=True)
-    assert records.returncode == 0, records.stderr
-    return LoggedRun(
-        run_dir=run_dir,
-        summary=json.loads(summary.stdout),
-        records=[json.loads(line) for line in records.stdout.splitlines() if line.strip()],
-    )
 
 
 @dataclass
@@ -145,7 +53,7 @@ def read_back(completed: subprocess.CompletedProcess, wandb_root: Path, output_d
     """The finished run's results.json and its one W&B run, as `wandb leet inspect` reads it."""
     output = completed.stdout + completed.stderr
     assert completed.returncode == 0, output[-4000:]
-    run_dirs = sorted((wandb_root / "wandb").glob("offline-run-*"))
+    run_dirs = offline_runs(wandb_root)
     assert len(run_dirs) == 1, run_dirs
     logged = read_run(run_dirs[0])
     return TrackedRun(
@@ -173,7 +81,7 @@ def no_key_run(tiny_bert, learnable_data, tmp_path_factory) -> TrackedRun:
     output_dir = root / "out"
     env = isolated_wandb_env(root)
     # 3 epochs is the recipe default, so the run name leaves it out.
-    args = tracked_run_args(tiny_bert, learnable_data, output_dir, "--num_train_epochs", "3")
+    args = run_args(tiny_bert, learnable_data, output_dir, "--num_train_epochs", "3", report_to=None)
     return run_tracked("full_ft", args, root, output_dir, env)
 
 
@@ -183,8 +91,15 @@ def second_recipe_run(tiny_bert, learnable_data, tmp_path_factory) -> TrackedRun
     root = tmp_path_factory.mktemp("lora-offline")
     output_dir = root / "out"
     env = isolated_wandb_env(root, WANDB_MODE="offline", WANDB_API_KEY=FAKE_API_KEY, WANDB_LOG_MODEL="end")
-    args = tracked_run_args(
-        tiny_bert, learnable_data, output_dir, "--num_train_epochs", "2", "--wandb_tags", "smoke,tiny-model"
+    args = run_args(
+        tiny_bert,
+        learnable_data,
+        output_dir,
+        "--num_train_epochs",
+        "2",
+        "--wandb_tags",
+        "smoke,tiny-model",
+        report_to=None,
     )
     return run_tracked("lora", args, root, output_dir, env)
 
@@ -317,7 +232,7 @@ def test_with_a_key_but_no_reachable_server_the_run_falls_back_to_offline(
     env = isolated_wandb_env(tmp_path, WANDB_API_KEY=FAKE_API_KEY, WANDB_INIT_TIMEOUT="1")
     run = run_tracked(
         "full_ft",
-        tracked_run_args(tiny_bert, learnable_data, output_dir, "--max_steps", "4"),
+        run_args(tiny_bert, learnable_data, output_dir, "--max_steps", "4", report_to=None),
         tmp_path,
         output_dir,
         env,
@@ -334,8 +249,15 @@ def test_with_a_key_but_no_reachable_server_the_run_falls_back_to_offline(
 @pytest.mark.slow
 def test_with_two_processes_only_the_main_process_logs_a_run(tiny_bert, learnable_data, tmp_path):
     output_dir = tmp_path / "out"
-    args = tracked_run_args(
-        tiny_bert, learnable_data, output_dir, "--num_train_epochs", "2", "--per_device_train_batch_size", "8"
+    args = run_args(
+        tiny_bert,
+        learnable_data,
+        output_dir,
+        "--num_train_epochs",
+        "2",
+        "--per_device_train_batch_size",
+        "8",
+        report_to=None,
     )
     command = [
         sys.executable, "-m", "accelerate.commands.launch",

@@ -86,7 +86,7 @@ def table_columns(unit: str, scale: float) -> list[tuple[str, Callable[[dict[str
 
     def optimizer_state_bytes(run: dict[str, Any]) -> str:
         measured = run.get("optimizer_state_bytes")
-        if measured is None:  # a run from before optimizer_state_bytes existed
+        if measured is None:  # a results.json without the key: the breakdown's figure, in bytes
             gib = (run.get("memory_breakdown_gib") or {}).get("optimizer_state")
             measured = None if gib is None else round(gib * GIB)
         return _number(measured, "{:,}")

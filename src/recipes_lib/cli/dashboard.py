@@ -14,12 +14,12 @@ optional extra `dashboard` (`pip install -e '.[dashboard]'`):
                   grad norm, eval metrics; memory/*; throughput/* (x-axis: train/global_step)
     Each run      the memory breakdown chart, the confusion matrix chart, the per-class table
     Multi-label and regression runs   bars per recipe and curves of micro-F1, MSE, Pearson and
-                  Spearman (tasks.py), which single-label runs do not log
+                  Spearman (config/tasks.py), which single-label runs do not log
 
 `--report` also saves a W&B Report of the same comparison, with the compare table and chart that
 `recipes-lib compare RUN... --wandb` logged into the group, for sharing.
 
-Every name a panel or column shows comes from metric_names.py, the names tracking.py logs with.
+Every name a panel or column shows comes from tracking/names.py, the names tracking/wandb_run.py logs with.
 
 The view is built and checked first, offline (W&B's schema is a pydantic model: a wrong panel or
 setting fails here). Saving it needs an API key and the network; without either the command stops
@@ -41,7 +41,7 @@ from recipes_lib.tracking import names
 from recipes_lib.tracking.auth import has_credentials
 from recipes_lib.tracking.names import COMPARE_JOB_TYPE, JOB_TYPE
 
-# compare.py and tracking.py are imported where a comparison run is logged: building and saving a
+# compare.py and tracking/wandb_run.py are imported where a comparison run is logged: building and saving a
 # view needs neither the results reader nor the Trainer (whose import pulls in peft and bitsandbytes).
 
 EXTRA = "dashboard"

@@ -1,11 +1,20 @@
 """`recipes-lib` console entry point: tools that work on finished runs, and the memory planner.
 
-recipes-lib compare outputs/demo/full_ft outputs/demo/lora [--markdown] [--chart FILE.png] [--wandb]
-recipes-lib wandb-dashboard --project bert-recipes [--entity E] [--group G] [--report]   (a saved W&B view)
+The commands, one source for the list docs/development.md repeats (tests/test_docs.py checks both
+against the parser built here):
+
 recipes-lib plan --model bert-base-uncased --recipe all --per_device_train_batch_size 32 --max_seq_length 128 --bf16
-recipes-lib show outputs/demo/full_ft [outputs/demo/lora ...]   (a shorter table, no chart)
-recipes-lib families [--markdown]   (what each encoder family gets: LoRA targets, attention, FSDP unit)
+    peak training memory predicted from the model config alone (no weights, no GPU)
+recipes-lib compare outputs/demo/full_ft outputs/demo/lora [--markdown] [--chart FILE.png] [--wandb]
+    finished runs side by side: one table and a stacked-bar memory chart
+recipes-lib show outputs/demo/full_ft [outputs/demo/lora ...]
+    a shorter table of finished runs, no chart
+recipes-lib families [--markdown]
+    what each encoder family gets: LoRA targets, attention kernel, precision, FSDP unit
 recipes-lib predict outputs/demo/lora --input texts.csv [--output predictions.jsonl] [--batch_size 32]
+    predictions of a finished run for a file of texts, as JSON Lines
+recipes-lib wandb-dashboard --project bert-recipes [--entity E] [--group G] [--report]
+    a saved W&B view comparing the recipes of a group (the dashboard extra)
 """
 
 from __future__ import annotations
@@ -161,13 +170,13 @@ def add_dashboard_parser(commands) -> None:
 
 
 def add_plan_parser(commands) -> None:
-    from recipes_lib.memory.planner import DEFAULT_CUDA_OVERHEAD_GIB, SHARDED_PARTS
+    from recipes_lib.memory.planner.plan import DEFAULT_CUDA_OVERHEAD_GIB, SHARDED_PARTS
 
     plan_parser = commands.add_parser(
         "plan",
         help="Predict peak training memory from the model config alone (no weights, no GPU).",
         description="Predict peak training memory from the model config alone (no weights, no GPU). "
-        "See src/recipes_lib/memory/planner.py for the arithmetic.",
+        "See src/recipes_lib/memory/planner/arithmetic.py for the arithmetic.",
     )
     plan_parser.add_argument(
         "--model",
@@ -222,7 +231,7 @@ def add_plan_parser(commands) -> None:
         choices=list(SHARDED_PARTS),
         default="none",
         help="what the processes shard: none (DDP), zero1, zero2, zero3 (DeepSpeed), fsdp_shard_grad_op, "
-        "fsdp_full_shard; each process then holds 1/num_processes of those parts (planner.py lists them)",
+        "fsdp_full_shard; each process then holds 1/num_processes of those parts (memory/planner/plan.py lists them)",
     )
     plan_parser.add_argument(
         "--no_family", action="store_true", help="skip the largest-BERT-family-configuration answer"
@@ -293,7 +302,7 @@ def recipe_shapes(recipe: str, args) -> dict:
 
     from recipes_lib.config.registry import recipe_specs
     from recipes_lib.errors import ConfigError
-    from recipes_lib.memory.planner import PLANNING_ERRORS
+    from recipes_lib.memory.planner.report import PLANNING_ERRORS
 
     specs = recipe_specs()
     if recipe != "all" and recipe not in specs:
@@ -339,14 +348,15 @@ def plan(args) -> int:
     import warnings
 
     from recipes_lib.errors import RecipeError
-    from recipes_lib.memory.planner import Setup, plan_models
-    from recipes_lib.memory.planner_report import (
+    from recipes_lib.memory.planner.plan import Setup
+    from recipes_lib.memory.planner.report import (
         describe_setup,
         format_family,
         format_not_planned,
         format_plan,
         format_plan_table,
         format_sources,
+        plan_models,
     )
 
     logging.basicConfig(level=logging.WARNING, format="%(message)s")

@@ -9,7 +9,7 @@ validation file gives the run's own eval_predictions.jsonl: the text columns, ma
 padding settings from results.json's "config", the tokenizer saved with the model, and the
 precision the run evaluated in (autocast on the GPU, when predicting on the kind of device the run
 used). Inputs are tokenized as in training (data.tokenize) and batched with dynamic padding
-(data.padding_collator). The rows come out in input order, in the one format of predictions.py.
+(data.padding_collator). The rows come out in input order, in the one format of evaluation/predictions.py.
 """
 
 from __future__ import annotations
@@ -238,7 +238,7 @@ def predict(
     csv_quoting: str = "auto",
     progress: bool = True,
 ) -> list[dict[str, Any]]:
-    """One row per input row, in input order, in the format of predictions.py (by the run's kind of task)."""
+    """One row per input row, in input order, in the format of evaluation/predictions.py (by the run's kind of task)."""
     from transformers import AutoConfig, AutoTokenizer
 
     if batch_size <= 0:

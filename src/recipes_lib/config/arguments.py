@@ -298,7 +298,7 @@ class RecipeTrainingArguments(TrainingArguments):
         },
     )
 
-    # W&B (tracking.py). transformers 5 reports to nothing by default; every recipe logs a run.
+    # W&B (tracking/wandb_run.py). transformers 5 reports to nothing by default; every recipe logs a run.
     report_to: None | str | list[str] = field(
         default="wandb",
         metadata={
@@ -323,7 +323,7 @@ class RecipeTrainingArguments(TrainingArguments):
         },
     )
 
-    # Imbalanced data and stopping (trainer.py).
+    # Imbalanced data and stopping (training/trainer.py).
     class_weights: str | None = field(
         default=None,
         metadata={
@@ -339,7 +339,7 @@ class RecipeTrainingArguments(TrainingArguments):
         },
     )
 
-    # Memory (memory.py, planner.py).
+    # Memory (memory/monitor.py, memory/planner/).
     track_memory: bool = field(
         default=True,
         metadata={
@@ -384,9 +384,9 @@ class RecipeTrainingArguments(TrainingArguments):
         self.mixed_precision = self.precision_choice.mixed_precision
         # After the Trainer's own checks: --torch_compile_mode or _backend alone also turn compiling on.
         if self.torch_compile and self.track_memory:
-            # The tensor tracker's dispatch mode keeps dynamo from compiling the model at all
-            # (measured: such a run trained eagerly, loss equal to the bit). Measure memory with
-            # CUDA's figures and the RSS only.
+            # The tensor tracker's dispatch mode keeps dynamo from compiling the model at all, so the
+            # run would train eagerly while asking to compile (benchmarks/RESULTS.md, section 3).
+            # Measure memory with CUDA's figures and the RSS only.
             logging.getLogger("recipes_lib").warning(
                 "--torch_compile true turns off --track_memory (per-tensor memory tracking stops "
                 "the model from being compiled); CUDA memory figures and the process RSS remain."

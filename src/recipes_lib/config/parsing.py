@@ -206,7 +206,7 @@ def parse_arguments(spec: RecipeSpec, argv: list[str] | None = None) -> ParsedAr
     actions = {action.dest: action for action in parser._actions if action.dest != "help"}
     for action in actions.values():
         # HfArgumentParser gives `bool | None` options (--bf16, --fp16: None means automatic) no
-        # value-less form; `--fp16` alone then failed. Alone, it means true, as for plain bools.
+        # value-less form, so `--fp16` alone would be an error. Alone, it means true, as for plain bools.
         if action.type is string_to_bool and action.nargs is None and not action.required:
             action.nargs, action.const = "?", True
     list_keys = {

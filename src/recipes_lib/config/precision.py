@@ -141,8 +141,8 @@ def choose_precision(
         )
     explicit = from_flags or from_launcher
     if explicit == "fp16" and capability.kind == "cpu":
-        # accelerate has no fp16 autocast on CPU: such a run would compute in fp32 (measured:
-        # tests/test_precision.py found fp32 in the layers under --fp16 before this check existed).
+        # accelerate has no fp16 autocast on CPU: such a run would compute in fp32 while its flags and
+        # results said fp16, so refuse it (tests/test_precision.py checks the layers' real precision).
         asked = "--fp16" if from_flags else "the accelerate config's mixed_precision: fp16"
         raise ConfigError(
             f"fp16 was asked for ({asked}), but this run is on the CPU, where accelerate does not run fp16 "

@@ -7,7 +7,7 @@
   (evaluation/thresholds.py).
 - regression: one number per example; one output, mean squared error.
 
-The data decides the kind (data.py), `--problem_type` overrides it. Everything downstream (loss,
+The data decides the kind (data/labels.py), `--problem_type` overrides it. Everything downstream (loss,
 metrics, prediction rows, predict) branches on these three names.
 """
 

@@ -1,6 +1,6 @@
 """The library versions this package supports, checked once when it is imported.
 
-trainer.py overrides private Trainer methods (`_run_epoch`, `_save_checkpoint`,
+training/trainer.py overrides private Trainer methods (`_run_epoch`, `_save_checkpoint`,
 `_get_train_sampler`) that transformers may change in any release, and the recipes use
 TrainingArguments fields that older 5.x releases lack. Outside the range setup.cfg declares,
 importing a recipe would fail deep inside transformers, or worse, train differently. The range is

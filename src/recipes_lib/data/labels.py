@@ -77,7 +77,7 @@ class LabelMapping:
         return self.to_id[normalise_label(value)]
 
 
-def _label_mapping(raw: DatasetDict, data_args: DataArguments, locate: dict) -> LabelMapping:
+def label_mapping(raw: DatasetDict, data_args: DataArguments, locate: dict) -> LabelMapping:
     """The task and its labels, checked on every split that has labels.
 
     Labels are normalised first (`normalise_label`): booleans are classes 0 and 1 (False, True),
@@ -240,7 +240,7 @@ def _multi_label_mapping(values: list, feature, delimiter: str | None, locate: d
     return LabelMapping([str(c) for c in unique], to_id, MULTI_LABEL, delimiter)
 
 
-def _check_labels_present(raw: DatasetDict, label_column: str, locate: dict, delimiter: str | None) -> None:
+def check_labels_present(raw: DatasetDict, label_column: str, locate: dict, delimiter: str | None) -> None:
     """Every training and validation row has a label; an error names the first that has none, where it is.
 
     With --label_delimiter a blank cell is a row of none of the classes, as [] is in a JSON list.

@@ -17,14 +17,11 @@ from recipes_lib.config.arguments import DataArguments, dataset_source
 from recipes_lib.data.files import has_rows, read_local_files
 from recipes_lib.data.labels import (
     LabelMapping,
-    _check_labels_present,
-    _label_mapping,
+    check_labels_present,
     describe_labels,
+    label_mapping,
     labels_hidden,
 )
-
-# Re-exported while run.py moves to the new modules (LabelMapping from labels.py, these from tokenize.py).
-from recipes_lib.data.tokenize import padding_collator, tokenize  # noqa: F401
 from recipes_lib.errors import DataError
 
 logger = logging.getLogger(__name__)
@@ -169,7 +166,7 @@ def load_classification_data(
         raise DataError(
             f"The training data ({describe_source(data_args)}) is empty. Point --train_file at a file with rows."
         )
-    _check_labels_present(
+    check_labels_present(
         raw, data_args.label_column_name, locate, data_args.label_delimiter
     )  # before a hold-out shuffles the rows
     if "validation" not in raw:
@@ -196,7 +193,7 @@ def load_classification_data(
                     f"Text column '{column}' is in train but not in {split}; {split} columns are: "
                     f"{', '.join(raw[split].column_names)}."
                 )
-    labels = _label_mapping(raw, data_args, locate)
+    labels = label_mapping(raw, data_args, locate)
     test_has_labels = (
         "test" in raw
         and data_args.label_column_name in raw["test"].column_names

@@ -28,7 +28,7 @@ themselves, each the peak of its own kind over the training steps:
 
 The kinds do not all peak at the same moment (the Trainer frees gradients before the next forward),
 so their sum is an upper bound of the real peak; `tensor_peak_gib` is the real peak of all tensors
-together. The planner (planner.py) predicts the same five figures from the model config alone.
+together. The planner (memory/planner/) predicts the same five figures from the model config alone.
 
 Cost: the tracker runs Python code for every tensor operation, so it watches only the steps that
 can set a new peak: the first optimizer step (it creates the optimizer state), then every batch

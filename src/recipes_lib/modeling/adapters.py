@@ -139,7 +139,7 @@ def nf4_quantization_config(model_config, precision: str):
     NF4 stores 4 bits per weight plus one fp32 absmax per 64-weight block; double quantization
     stores those absmax values in 8 bits with one fp32 constant per 256 blocks:
         4 + 32 / 64 = 4.5 bits per weight  ->  4 + 8 / 64 + 32 / (64 x 256) = 4.127 bits per weight.
-    The matmuls run in `precision` (precision.py): bf16 on GPUs with native bf16, fp16 on older
+    The matmuls run in `precision` (config/precision.py): bf16 on GPUs with native bf16, fp16 on older
     GPUs, fp32 on CPUs, where bf16 is tens of times slower without AVX-512 BF16.
     Only the linear layers of the repeated encoder layers are quantized: the head, the pooler and
     other projections outside them stay in full precision, small as they are, since the ones the

@@ -89,7 +89,7 @@ class RecipeRun:
         self.arguments = arguments
         self.spec = spec
         self.options = arguments.recipe_options.get(spec.options) if spec.options is not None else None
-        # What the planner and --auto_batch_size need of this recipe (recipe_spec.py).
+        # What the planner and --auto_batch_size need of this recipe (config/recipe_spec.py).
         self.shape = spec.shape(self.options)
         self.resume_from: str | None = None
         # Filled by load_data: what the data and the model's config.json say.
@@ -128,7 +128,7 @@ class RecipeRun:
     def __enter__(self) -> RecipeRun:
         setup_logging(self.arguments)
         check_output_dir(self.training)
-        # `last` means the newest complete checkpoint (checkpoints.py); a bad value fails here, not after loading.
+        # `last` means the newest complete checkpoint (training/checkpoints.py); a bad value fails here, not after loading.
         self.resume_from = resolve_resume_checkpoint(
             self.training.resume_from_checkpoint, self.training.output_dir, RESULTS_FILE
         )
@@ -180,7 +180,7 @@ class RecipeRun:
         return self.tokenized
 
     def _check_model_family(self, base_config) -> None:
-        """What the model's family supports (families.py), from config.json alone: attention kernel,
+        """What the model's family supports (modeling/families.py), from config.json alone: attention kernel,
         sequence length, LoRA targets; then the precision and the FSDP unit for that family."""
         model_args = self.arguments.model
         self.profile = check_model_support(model_args, base_config, self.arguments.data.max_seq_length)

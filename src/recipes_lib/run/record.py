@@ -163,7 +163,7 @@ def task_results(run, eval_metrics, outputs: EvaluationOutputs, merged: dict[str
         **outputs.tuned_metrics,
         # --merge_adapter: what the merged model is, and its own validation metrics (thresholds 0.5).
         **merged,
-        # Counted from the predictions gathered over all processes (metrics.py), not len(dataset): a
+        # Counted from the predictions gathered over all processes (evaluation/metrics.py), not len(dataset): a
         # duplicated or dropped validation example under several processes would show here.
         "eval_samples": eval_metrics["eval_samples"],
         "eval_split": data.split_sources["validation"],
@@ -211,7 +211,7 @@ def model_results(run, trainer, memory_results: dict[str, Any]) -> dict[str, Any
         # LoRA: the layers adapted (resolved for the family) and the modules trained whole.
         "lora_target_modules": _listed(adapters.target_modules) if adapters is not None else None,
         "modules_trained_in_full": list(getattr(trainer.model, "modules_to_save", None) or []) or None,
-        # What the optimizer's state tensors hold after training, measured (see optimizers.py).
+        # What the optimizer's state tensors hold after training, measured (see modeling/optimizers.py).
         **optimizer_state_summary(trainer.optimizer, trainer.model),
         **peak_memory(run.device, run.memory),
         **memory_results,

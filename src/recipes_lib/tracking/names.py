@@ -1,16 +1,16 @@
-"""The names a run logs to W&B, defined once: tracking.py logs with them, dashboard.py shows them.
+"""The names a run logs to W&B, defined once: tracking.py logs with them, cli/dashboard.py shows them.
 
 Three kinds of name, from three sources:
 
 - results.json keys. `Tracker.finish` puts every key into the run summary under the same name, so
-  a summary key here is a results.json key (run.py writes them; docs/results-format.md lists them).
+  a summary key here is a results.json key (run/record.py writes them; docs/results-format.md lists them).
 - Curves. The Trainer's WandbCallback renames the Trainer's log keys with transformers' own
   `rewrite_logs` ("loss" -> "train/loss", "eval_accuracy" -> "eval/accuracy"); `trainer_curve`
   applies that same function here. `ThroughputCallback` (tracking.py) logs `throughput/*` and
   `memory/*` under the names below.
 - Pictures logged once at the end of a run (tracking.py): W&B tables and charts.
 
-The dashboard (dashboard.py) builds every panel and column from these names and nothing else;
+The dashboard (cli/dashboard.py) builds every panel and column from these names and nothing else;
 tests/test_dashboard.py checks each one against what real offline runs of every recipe logged, so a
 renamed metric fails a test instead of leaving an empty panel.
 """
@@ -33,7 +33,7 @@ COMPARE_JOB_TYPE = "compare"
 # ThroughputCallback logs it next to its own figures.
 STEP = "train/global_step"
 
-# The Trainer's own log keys for training and the metrics `compute_metrics` returns (metrics.py),
+# The Trainer's own log keys for training and the metrics `compute_metrics` returns (evaluation/metrics.py),
 # as the Trainer names them before WandbCallback renames them.
 TRAINER_TRAIN_LOGS = ("loss", "learning_rate", "grad_norm")
 EVAL_METRICS = ("accuracy", "f1")

@@ -19,7 +19,7 @@ name, except `config`, which is the run's config already (the same keys and valu
 At the end the run also logs what reads better as a picture than as numbers: its results as one
 W&B table row (so a table panel lists several runs side by side), the memory breakdown as a bar
 chart, and, once results.json has them, the confusion matrix and the per-class metrics. Every name
-logged comes from metric_names.py, which the dashboard (dashboard.py) reads too.
+logged comes from metric_names.py, which the dashboard (cli/dashboard.py) reads too.
 `WANDB_LOG_MODEL=end` (or `checkpoint`) uploads the final model, or the adapter for LoRA recipes,
 as an artifact: WandbCallback implements it and we leave it to it.
 
@@ -289,7 +289,7 @@ def memory_figures(device: torch.device) -> dict[str, float]:
 
     CUDA: what tensors hold now, the allocator's peak counter and what the caching allocator holds
     now. CPU: the kernel's peak resident-set counter for the process (getrusage ru_maxrss). Both
-    peak counters run from their last reset: memory.py resets them when a measured phase begins.
+    peak counters run from their last reset: memory/monitor.py resets them when a measured phase begins.
     """
     if device.type == "cuda":
         allocated, max_allocated, reserved = names.CUDA_MEMORY_CURVES

@@ -5,7 +5,7 @@ learning rate was tuned for, so it stays exactly what the user asked for: the pe
 becomes the largest divisor of it that fits, and gradient accumulation makes up the rest.
 Asked for 32 x 1 where 12 fit: 8 x 4 (12 does not divide 32; 8 x 4 = 32 exactly).
 
-1. The planner (planner.py) predicts the largest batch that fits this device's free memory.
+1. The planner (memory/planner/) predicts the largest batch that fits this device's free memory.
 2. Safety net: if training still runs out of memory, accelerate's `find_executable_batch_size`
    retries with the next smaller divisor. Training restarts from the step-0 weights only when the
    error came before the first optimizer step, which is where it comes: the length-grouped sampler

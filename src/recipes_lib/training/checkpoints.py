@@ -50,7 +50,8 @@ def mark_complete(checkpoint_dir: str | Path, global_step: int) -> Path:
 
     The fsyncs make the marker mean "on disk", not just "in the page cache", so a machine that
     loses power (or a preempted VM) cannot keep the marker but lose the weights. They take as long
-    as the disk needs to write the checkpoint (bert-base with AdamW: 1.3 GB).
+    as the disk needs to write the checkpoint (bert-base with AdamW: 4 B weights + 8 B optimizer
+    state per parameter, about 1.3 GB).
     """
     checkpoint_dir = Path(checkpoint_dir)
     files = _files_in(checkpoint_dir)
@@ -160,7 +161,7 @@ def resolve_resume_checkpoint(value: str | None, output_dir: str, results_file: 
     return str(checkpoint)
 
 
-# Files and folders a finished run writes besides results.json and checkpoints (run.py, adapters.py).
+# Files and folders a finished run writes besides results.json and checkpoints (run/record.py, modeling/adapters.py).
 RUN_ARTIFACTS = (
     "adapter_config.json",
     "adapter_model.safetensors",

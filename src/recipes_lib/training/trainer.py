@@ -202,12 +202,11 @@ class ShuffledLengthGroupedSampler(torch.utils.data.Sampler):
     first:
 
     - Batch order. Emitted as is, every mega-batch is a sweep from the longest sentences to the
-      shortest, so the learning rate meets the data in a sawtooth of lengths. On SST-2 (4,000
-      examples, batch 32, 1 epoch) that order scored 0.9 points below the same batches shuffled,
-      lower on each of 5 seeds (benchmarks/RESULTS.md). Here the batches keep their members (so
-      padding stays as low) but come in a random order; the one holding the longest example
-      stays first, so a batch that does not fit in memory fails at the first step, and an
-      incomplete last batch stays last.
+      shortest, so the learning rate meets the data in a sawtooth of lengths, which costs accuracy
+      against the same batches shuffled (benchmarks/RESULTS.md, section 1, has the figures). Here
+      the batches keep their members (so padding stays as low) but come in a random order; the
+      one holding the longest example stays first, so a batch that does not fit in memory fails
+      at the first step, and an incomplete last batch stays last.
     - Seeding. The stock sampler draws from the global torch RNG at the start of each epoch; a
       run resumed in the middle of epoch 2 draws that order in a fresh process (checkpointed RNG
       states are restored only after the order is drawn) and would train on other batches than

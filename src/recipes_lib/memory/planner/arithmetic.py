@@ -1,6 +1,6 @@
 """The byte arithmetic: what each part of a training step's memory holds, from an Encoder and a Setup.
 
-The parts are the five that results.json measures (monitor.py); plan.py adds them up:
+The parts are the five that results.json measures (memory/monitor.py); plan.py adds them up:
 
     weights          parameters and buffers: 4 B each in fp32; a quantized base's NF4 linear weights
                      0.5 B + 1/64 B (8-bit block scale per 64 weights) + 4/16,384 B (fp32 scale of
@@ -81,6 +81,7 @@ NF4_CONSTANT_BYTES = 16 * 4 + 256 * 4 + 4
 
 
 def weight_bytes(parameters: Parameters, setup: Setup) -> int:
+    """Parameters and buffers: 4 B per fp32 parameter; each NF4 weight with its block scales and constants."""
     fp32 = 4 * (parameters.total - sum(parameters.quantized_linears))
     nf4 = sum(
         math.ceil(n / 2)
@@ -93,10 +94,14 @@ def weight_bytes(parameters: Parameters, setup: Setup) -> int:
 
 
 def gradient_bytes(parameters: Parameters) -> int:
+    """One fp32 gradient per trainable parameter."""
     return 4 * parameters.trainable
 
 
 def optimizer_bytes(parameters: Parameters, setup: Setup) -> int:
+    """AdamW's state: two fp32 moments per trainable parameter and a step counter per tensor. 8-bit
+    AdamW: two 1 B moments and their fp32 block absmax for tensors of MIN_8BIT_SIZE elements or more
+    (embeddings only with embedding_optimizer_bits 8), fp32 moments for the rest, and its two maps."""
     if setup.shape.optimizer_bits == 32:
         # torch AdamW: exp_avg and exp_avg_sq in fp32, and a 4 B step tensor per parameter tensor.
         return 8 * parameters.trainable + 4 * len(parameters.trainable_tensors)
@@ -111,8 +116,8 @@ def optimizer_bytes(parameters: Parameters, setup: Setup) -> int:
 
 
 def input_bytes(setup: Setup, encoder: Encoder | None = None) -> int:
-    # input_ids, attention_mask and, where the family's tokenizer gives them, token_type_ids
-    # (int64, batch x length), and the labels.
+    """The input batch: input_ids, attention_mask and, where the family's tokenizer gives them,
+    token_type_ids (int64, batch x length), and the labels."""
     tensors = 3 if encoder is None or encoder.family.token_type_ids else 2
     return tensors * 8 * setup.batch_size * setup.seq_length + 8 * setup.batch_size
 
@@ -523,7 +528,7 @@ def _backward_transient(encoder: Encoder, setup: Setup, fused: bool) -> int:
     e = 2 if setup.bf16 else 4
     if encoder.family.layer == "modernbert":
         # The gated FFN's backward: the gradients of Wi's 2F-wide output (LoRA: and of the gate's
-        # product) while the layer's saved tensors are there. Measured on CPU.
+        # product) while the layer's saved tensors are there (fitted to the CPU order of frees).
         return (2 if setup.adapters is not None else 1) * T * F * e + T * H * 4
     return _bert_transient(encoder, setup, fused) + _family_transient(encoder, setup)
 
@@ -548,7 +553,7 @@ def _bert_transient(encoder: Encoder, setup: Setup, fused: bool) -> int:
 
 
 def _family_transient(encoder: Encoder, setup: Setup) -> int:
-    """What a family holds at BERT's highest moment beyond BERT (0 for BERT itself), measured on CPU.
+    """What a family holds at BERT's highest moment beyond BERT (0 for BERT itself), on the CPU order of frees.
 
     The highest moment is often the end of forward, at the last LayerNorm, when what the forward
     made once (masks, position tables) is still there and the last layer's own outputs are being

@@ -1,8 +1,9 @@
 """Run a recipe script and record, in a ledger file, every results.json write and the process that made it.
 
-    accelerate launch --config_file ... tests/record_results_writes.py recipes/full_ft.py ARGS
+    accelerate launch --config_file ... tests/helpers/scripts/record_results_writes.py recipes/full_ft.py ARGS
 
-tests/test_multi_process.py launches recipes through this script: it wraps the run module's
+tests/test_multi_process.py launches recipes through this script (tests/helpers/runs.py,
+`run_recording_results_writes`); it is a program, not a module to import. It wraps the run module's
 `write_results` (run/record.py) so that each call appends the writing process's RANK to the file named by
 RESULTS_WRITE_LEDGER, then runs the recipe exactly as `accelerate launch recipes/X.py ARGS` would.
 The final results.json alone cannot show a second write (the rename is atomic); the ledger can.

@@ -1,26 +1,102 @@
-"""The memory planner's answers as text: one plan in full, a table of plans, the largest model that fits.
+"""The planner's answers for `recipes-lib plan`: rows of plans for several models and recipes, and
+every answer as text (one plan in full, a table of plans, the largest model that fits).
 
-planner.py does the arithmetic and never prints; this module only formats what it returns.
+A row that cannot be planned keeps its place and says why, so one table shows every model and
+recipe asked for. The other modules of the planner do the arithmetic and never print.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import replace
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, replace
 
 from recipes_lib.config.recipe_spec import TrainingShape
-from recipes_lib.memory.planner import (
-    BERT_FAMILY,
-    PLANNING_ERRORS,
-    Encoder,
-    MemoryPlan,
-    PlanRow,
-    Setup,
-    error_reason,
-    largest_family_member,
-    layer_activation_terms,
-)
+from recipes_lib.errors import RecipeError
+from recipes_lib.memory.planner.arithmetic import layer_activation_terms
+from recipes_lib.memory.planner.configs import BERT_FAMILY, load_config_and_source
+from recipes_lib.memory.planner.encoder import Encoder
+from recipes_lib.memory.planner.plan import MemoryPlan, Setup, largest_batch, plan_memory
 from recipes_lib.units import GIB, MIB, format_table
+
+# What plan_models and the CLI report as a reason a row has no plan rather than stop on: errors the
+# user can fix (RecipeError) and transformers' or peft's ValueError for a model or target they lack.
+PLANNING_ERRORS = (RecipeError, ValueError)
+
+
+# --- rows of plans -----------------------------------------------------------------------------------
+
+
+@dataclass
+class PlanRow:
+    """One (model, recipe) of `plan_models`: the plan and the largest batch that fits, or why there is none."""
+
+    model: str
+    label: str
+    source: str = ""  # where the model's config came from, in words
+    plan: MemoryPlan | None = None
+    max_batch: int = 0
+    error: str | None = None  # set when there is no plan
+
+
+def error_reason(error: Exception) -> str:
+    """An error as one line: a RecipeError's message is written for the user; anything else is named."""
+    text = str(error).strip()
+    if isinstance(error, RecipeError):
+        return text or type(error).__name__
+    return f"{type(error).__name__}: {text.splitlines()[0]}" if text else type(error).__name__
+
+
+def plan_models(
+    models: Iterable[str],
+    shapes: Mapping[str, TrainingShape | Exception],
+    setup: Setup,
+    budget_gib: float,
+    num_labels: int = 2,
+) -> list[PlanRow]:
+    """A plan and the largest batch that fits, for every model and every {label: shape}.
+
+    Every row that can be planned is; one that cannot says why in its `error`: a config that does
+    not load, a model the planner does not know, adapters that name no layer of the model, or a
+    shape that could not be made (given as the exception that stopped it, e.g. a recipe's options
+    that failed validation).
+    """
+    rows = []
+    for model in models:
+        try:
+            config, source = load_config_and_source(model, num_labels)
+        except PLANNING_ERRORS as error:
+            rows += [PlanRow(model, label, error=error_reason(error)) for label in shapes]
+            continue
+        for label, shape in shapes.items():
+            row = PlanRow(model, label, source)
+            try:
+                if isinstance(shape, Exception):
+                    raise shape
+                labelled = replace(setup, shape=shape, label=label)
+                row.plan = plan_memory(config, labelled, model_name=model)
+                row.max_batch = largest_batch(config, labelled, int(budget_gib * GIB))
+            except PLANNING_ERRORS as error:
+                row.plan, row.error = None, error_reason(error)
+            rows.append(row)
+    return rows
+
+
+def largest_family_member(setup: Setup, budget_gib: float) -> tuple[str, MemoryPlan, int] | None:
+    """The largest BERT_FAMILY configuration whose plan fits the budget at the setup's batch size:
+    (its name, its plan, its largest batch), or None when even the smallest does not fit."""
+    from transformers import BertConfig
+
+    best = None
+    for name, values in BERT_FAMILY:
+        config = BertConfig(**values, num_labels=2)
+        plan = plan_memory(config, setup, model_name=name)
+        if plan.total > budget_gib * GIB:
+            break
+        best = (name, plan, largest_batch(config, setup, int(budget_gib * GIB)))
+    return best
+
+
+# --- the answers as text ---------------------------------------------------------------------------
 
 
 def _gib(value: int) -> str:

@@ -1,0 +1,263 @@
+"""The plan: one model trained one way (a `Setup`), its parts in bytes and the predicted peak, and
+the largest batch that fits a budget.
+
+The parts do not all peak at once: the Trainer frees the gradients after every optimizer step, so
+they build up in backward while the activations go. The predicted peak is weights + optimizer
+state + the larger of activations and gradients (both, with gradient accumulation) + the batch,
+plus the CUDA context; the plain sum of the parts is shown as an upper bound.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+from typing import Any
+
+from recipes_lib.config.recipe_spec import LoraShape, TrainingShape
+from recipes_lib.errors import ConfigError, ModelError
+from recipes_lib.memory.planner.arithmetic import (
+    activation_terms,
+    gathered_layer_bytes,
+    gradient_bytes,
+    input_bytes,
+    optimizer_bytes,
+    weight_bytes,
+)
+from recipes_lib.memory.planner.encoder import Encoder
+from recipes_lib.memory.planner.parameters import Parameters, count_parameters_on_meta
+from recipes_lib.units import BREAKDOWN_KEYS, GIB
+
+# The CUDA context and cuBLAS workspace live outside PyTorch's allocator, so max_memory_allocated
+# never shows them. This default is an assumption, not a measurement made here: on a GPU, a run's
+# results.json gives device_used_gib - reserved_at_end_gib per phase (memory/monitor.py): the context and
+# workspace, on a GPU no other process uses. Pass that with --cuda_overhead_gib.
+DEFAULT_CUDA_OVERHEAD_GIB = 0.5
+
+# Several processes (accelerate_configs/): the parts of the training state each process keeps only
+# 1/N of, for N processes; the other parts every process holds in full. Activations belong to each
+# process's own batch, so they never divide.
+#   none                DDP (multi_gpu.yaml): every process holds everything
+#   zero1               DeepSpeed ZeRO-1: optimizer state
+#   zero2               DeepSpeed ZeRO-2 (deepspeed_zero2.yaml): optimizer state, gradients
+#   fsdp_shard_grad_op  FSDP SHARD_GRAD_OP: the same; weights are gathered in full from forward to
+#                       the end of backward, so at the peak every process holds all of them
+#   zero3               DeepSpeed ZeRO-3 (deepspeed_zero3.yaml): optimizer state, gradients, weights
+#   fsdp_full_shard     FSDP FULL_SHARD (fsdp.yaml): optimizer state, gradients, weights
+# With the weights sharded, each process still gathers the full weights of the layer it computes
+# (FSDP wraps one unit per BertLayer; ZeRO-3 gathers submodules as they run): one encoder layer,
+# in bf16 under mixed precision, is added to the weights. The split follows this planner's layout
+# (fp32 weights and gradients, as the Trainer keeps them); DeepSpeed's bf16 mode keeps bf16 weights
+# and gradients and an fp32 master copy in the optimizer state: the same bytes, split differently.
+SHARDED_PARTS: dict[str, tuple[str, ...]] = {
+    "none": (),
+    "zero1": ("optimizer_state",),
+    "zero2": ("optimizer_state", "gradients"),
+    "fsdp_shard_grad_op": ("optimizer_state", "gradients"),
+    "zero3": ("optimizer_state", "gradients", "weights"),
+    "fsdp_full_shard": ("optimizer_state", "gradients", "weights"),
+}
+
+
+@dataclass(frozen=True)
+class Setup:
+    """How the model trains: what changes the memory besides the model itself."""
+
+    # What the recipe changes (adapters, a 4-bit base, 8-bit optimizer state): all the arithmetic reads.
+    shape: TrainingShape = TrainingShape()
+    # The recipe's name, or any words: shown in reports, never read by the arithmetic.
+    label: str = ""
+    batch_size: int = 32
+    seq_length: int = 128
+    bf16: bool = False
+    gradient_checkpointing: bool = False
+    device: str = "cuda"  # "cuda" or "cpu": their attention kernels and dropout masks differ
+    attention: str = "sdpa"  # or "eager"
+    # Padded batches give the fused attention kernel a mask, which it makes float per layer.
+    padded: bool = True
+    # Above 1, gradients stay from one micro-batch to the next, so they meet the activations.
+    gradient_accumulation_steps: int = 1
+    cuda_overhead_gib: float = DEFAULT_CUDA_OVERHEAD_GIB
+    # Processes training together and how they shard the training state (SHARDED_PARTS).
+    num_processes: int = 1
+    sharding: str = "none"
+
+    @property
+    def sharded_parts(self) -> tuple[str, ...]:
+        """The parts each process keeps 1/num_processes of."""
+        return SHARDED_PARTS[self.sharding] if self.num_processes > 1 else ()
+
+    @property
+    def adapters(self) -> LoraShape | None:
+        return self.shape.adapters
+
+    @property
+    def adapted_attention(self) -> set[str]:
+        """BERT's attention projections (query, key, value) the target names name ('all-linear': all
+        three). The arithmetic reads the adapted linears off the model itself (Encoder.adapters)."""
+        if self.shape.adapters is None:
+            return set()
+        targets = self.shape.adapters.target_modules
+        names = {"query", "key", "value"} if _is_all_linear(targets) else set(targets)
+        return names & {"query", "key", "value"}
+
+
+def _is_all_linear(targets: tuple[str, ...] | str) -> bool:
+    if isinstance(targets, str):
+        return targets.lower() == "all-linear"
+    return [name.lower() for name in targets] == ["all-linear"]
+
+
+@dataclass
+class MemoryPlan:
+    """One model and Setup: every part in bytes, and what the activation arithmetic read and found."""
+
+    model: str
+    setup: Setup
+    params_total: int
+    params_trainable: int
+    weights: int
+    gradients: int
+    optimizer_state: int
+    activations: int
+    other: int
+    activation_terms: dict[str, int]
+    config: Any = None  # the model config the plan was made from
+    encoder: Encoder | None = None  # what the activation arithmetic read from it
+
+    @property
+    def cuda_overhead(self) -> int:
+        return int(self.setup.cuda_overhead_gib * GIB) if self.setup.device == "cuda" else 0
+
+    @property
+    def tensor_bytes(self) -> int:
+        """Weights + gradients + optimizer state + activations: what tests/test_planner.py checks."""
+        return self.weights + self.gradients + self.optimizer_state + self.activations
+
+    @property
+    def peak_tensors(self) -> int:
+        """All tensors at once, at the highest moment: what torch.cuda.max_memory_allocated shows.
+
+        The Trainer frees the gradients after each optimizer step (zero_grad sets them to None), so
+        they build up in backward as the activations go: the peak holds the larger of the two.
+        With gradient accumulation the gradients stay between micro-batches and meet the activations.
+        """
+        if self.setup.gradient_accumulation_steps > 1:
+            transient = self.activations + self.gradients
+        else:
+            transient = max(self.activations, self.gradients)
+        return self.weights + self.optimizer_state + transient + self.other
+
+    @property
+    def sum_of_parts(self) -> int:
+        """Every part at its own peak, added up: an upper bound of the peak."""
+        return self.tensor_bytes + self.other + self.cuda_overhead
+
+    @property
+    def total(self) -> int:
+        """The predicted peak on the device: all tensors at once plus the CUDA context."""
+        return self.peak_tensors + self.cuda_overhead
+
+    def breakdown_gib(self) -> dict[str, float]:
+        """The parts under results.json's memory_breakdown_gib keys, the CUDA context and the peak."""
+        parts = {key: getattr(self, key) for key in BREAKDOWN_KEYS}
+        parts.update(cuda_overhead=self.cuda_overhead, total=self.total)
+        return {key: value / GIB for key, value in parts.items()}
+
+
+def check_shape(shape: TrainingShape) -> None:
+    """Refuse a shape the arithmetic has no answer for, naming the value."""
+    for name in ("optimizer_bits", "embedding_optimizer_bits"):
+        if getattr(shape, name) not in (8, 32):
+            raise ConfigError(
+                f"{name} is {getattr(shape, name)}; the planner knows 32-bit and 8-bit AdamW state."
+            )
+    lora = shape.adapters
+    if lora is not None and (lora.r <= 0 or not 0 <= lora.dropout < 1 or not lora.target_modules):
+        raise ConfigError(
+            f"The adapters {lora} need a positive r, a dropout in [0, 1) and at least one target module."
+        )
+
+
+def plan_memory(
+    config, setup: Setup, model_name: str = "", parameters: Parameters | None = None
+) -> MemoryPlan:
+    """The plan of `config` trained as `setup`; `parameters`, when given, are its counts on the meta
+    device (count_parameters_on_meta for setup.shape), so many batch sizes count them once."""
+    setup = _checked_setup(config, setup)
+    encoder = Encoder.from_config(config, setup.adapters)
+    if setup.gradient_checkpointing and not encoder.checkpointing:
+        raise ModelError(
+            f"{type(config).__name__.removesuffix('Config')} models do not support activation checkpointing "
+            "in transformers; plan without --gradient_checkpointing."
+        )
+    parameters = parameters or count_parameters_on_meta(config, setup.shape)
+    terms = activation_terms(encoder, setup)
+    return MemoryPlan(
+        model=model_name or getattr(config, "_name_or_path", "") or encoder.model_type,
+        setup=setup,
+        params_total=parameters.total,
+        params_trainable=parameters.trainable,
+        **_training_state(encoder, parameters, setup),
+        activations=sum(terms.values()),
+        other=input_bytes(setup, encoder),
+        activation_terms=terms,
+        config=config,
+        encoder=encoder,
+    )
+
+
+def _checked_setup(config, setup: Setup) -> Setup:
+    """The setup, refused if the arithmetic has no answer for it, with "auto" LoRA targets resolved
+    to the family's own, so the plan says what it planned."""
+    check_shape(setup.shape)
+    if setup.sharding not in SHARDED_PARTS or setup.num_processes < 1:
+        raise ValueError(
+            f"sharding must be one of {', '.join(SHARDED_PARTS)} (not {setup.sharding!r}) and "
+            f"num_processes at least 1 (not {setup.num_processes})"
+        )
+    if setup.adapters is not None:
+        from recipes_lib.modeling.adapters import resolve_lora_targets
+
+        lora = resolve_lora_targets(setup.adapters, config.model_type)
+        setup = replace(setup, shape=replace(setup.shape, adapters=lora))
+    return setup
+
+
+def _training_state(encoder: Encoder, parameters: Parameters, setup: Setup) -> dict[str, int]:
+    """Weights, gradients and optimizer state on one process: the sharded parts divided among the
+    processes, and with sharded weights, the one layer each process gathers to compute."""
+    parts = {
+        "weights": weight_bytes(parameters, setup),
+        "gradients": gradient_bytes(parameters),
+        "optimizer_state": optimizer_bytes(parameters, setup),
+    }
+    for part in setup.sharded_parts:
+        parts[part] = math.ceil(parts[part] / setup.num_processes)
+    if "weights" in setup.sharded_parts:
+        parts["weights"] += gathered_layer_bytes(encoder, parameters, setup)
+    return parts
+
+
+def largest_batch(config, setup: Setup, budget_bytes: int, limit: int = 4096) -> int:
+    """The largest per-device batch whose predicted peak fits the budget (0: not even batch 1).
+
+    Every part but the activations is fixed, and the activations grow with the batch, so
+    doubling then bisecting finds the edge in a few dozen evaluations of the arithmetic.
+    """
+    parameters = count_parameters_on_meta(config, setup.shape)
+
+    def fits(batch: int) -> bool:
+        return (
+            plan_memory(config, replace(setup, batch_size=batch), parameters=parameters).total <= budget_bytes
+        )
+
+    if not fits(1):
+        return 0
+    low, high = 1, 2
+    while high <= limit and fits(high):
+        low, high = high, high * 2
+    high = min(high, limit + 1)
+    while high - low > 1:
+        middle = (low + high) // 2
+        low, high = (middle, high) if fits(middle) else (low, middle)
+    return low

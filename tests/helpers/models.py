@@ -1,0 +1,105 @@
+"""Tiny randomly initialised encoders, saved like Hub checkpoints, with a WordPiece vocabulary of the test words."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from recipes_lib.modeling.families import FAMILY_NAMES
+from tests.helpers.data import COLOURS, NOISE
+
+SPECIAL_TOKENS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+
+FAMILIES = tuple(FAMILY_NAMES)  # every family the project supports
+SMALL = {"hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 2, "intermediate_size": 64}
+# Each family's config, in its own names: 2 layers, hidden 32.
+FAMILY_SHAPES = {
+    "bert": SMALL,
+    "roberta": SMALL,
+    "xlm-roberta": SMALL,
+    "electra": {**SMALL, "embedding_size": 16},
+    "albert": {**SMALL, "embedding_size": 16},
+    "distilbert": {"dim": 32, "n_layers": 2, "n_heads": 2, "hidden_dim": 64},
+    # DeBERTa-v1 base: disentangled attention over relative positions.
+    "deberta": {
+        **SMALL,
+        "relative_attention": True,
+        "pos_att_type": ["c2p", "p2c"],
+        "max_relative_positions": -1,
+    },
+    # DeBERTa-v3: relative position buckets, shared attention keys, no absolute positions.
+    "deberta-v2": {
+        **SMALL,
+        "relative_attention": True,
+        "pos_att_type": ["p2c", "c2p"],
+        "position_buckets": 32,
+        "norm_rel_ebd": "layer_norm",
+        "share_att_key": True,
+        "position_biased_input": False,
+    },
+    "modernbert": {**SMALL, "global_attn_every_n_layers": 2, "local_attention": 16},
+    "mpnet": SMALL,
+}
+
+
+def word_vocabulary() -> dict[str, int]:
+    """The special tokens, the test words and single characters (for any other word), with their ids."""
+    words = sorted(set(COLOURS) | set(NOISE) | set("abcdefghijklmnopqrstuvwxyz0123456789.,!?'"))
+    return {token: i for i, token in enumerate(SPECIAL_TOKENS + words)}
+
+
+def word_tokenizer(vocab: dict[str, int]):
+    from transformers import BertTokenizerFast
+
+    # transformers 5 builds the WordPiece tokenizer from a vocab mapping (`vocab_file=` is gone).
+    return BertTokenizerFast(vocab=vocab, do_lower_case=True, model_max_length=128)
+
+
+def build_tiny_bert(
+    directory: Path, hidden_size: int = 32, layers: int = 2, intermediate_size: int = 64
+) -> Path:
+    """A randomly initialised BERT (drawn from the global RNG as it stands), saved like a Hub model."""
+    from transformers import BertConfig, BertForSequenceClassification
+
+    directory.mkdir(parents=True, exist_ok=True)
+    vocab = word_vocabulary()
+    tokenizer = word_tokenizer(vocab)
+    config = BertConfig(
+        vocab_size=len(vocab),
+        hidden_size=hidden_size,
+        num_hidden_layers=layers,
+        num_attention_heads=2,
+        intermediate_size=intermediate_size,
+        max_position_embeddings=128,
+        # Dropout off: runs are deterministic, so resumed and reloaded models can be compared exactly.
+        hidden_dropout_prob=0.0,
+        attention_probs_dropout_prob=0.0,
+    )
+    BertForSequenceClassification(config).save_pretrained(directory)
+    tokenizer.save_pretrained(directory)
+    return directory
+
+
+def build_tiny_family(model_type: str, directory: Path) -> Path:
+    """A family's base model (no classification head, as a pretrained checkpoint is published), seed 0."""
+    import torch
+    from transformers import AutoConfig, AutoModel
+
+    directory.mkdir(parents=True, exist_ok=True)
+    vocab = word_vocabulary()
+    tokenizer = word_tokenizer(vocab)
+    ids = {"pad_token_id": vocab["[PAD]"], "bos_token_id": vocab["[CLS]"], "eos_token_id": vocab["[SEP]"]}
+    if model_type == "modernbert":
+        ids.update(cls_token_id=vocab["[CLS]"], sep_token_id=vocab["[SEP]"])
+    config = AutoConfig.for_model(
+        model_type,
+        vocab_size=len(vocab),
+        max_position_embeddings=130,  # 128 tokens, and RoBERTa-style offsets of up to 2
+        **FAMILY_SHAPES[model_type],
+        **ids,
+    )
+    torch.manual_seed(0)
+    AutoModel.from_config(config).save_pretrained(directory)
+    if not getattr(config, "type_vocab_size", 0):
+        tokenizer.model_input_names = ["input_ids", "attention_mask"]  # as the family's own tokenizer does
+    tokenizer.save_pretrained(directory)
+    return directory
