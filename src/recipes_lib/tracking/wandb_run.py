@@ -56,7 +56,7 @@ from recipes_lib.config.arguments import (
 )
 from recipes_lib.config.recipe_spec import RecipeSpec
 from recipes_lib.errors import ConfigError
-from recipes_lib.memory.monitor import peak_rss_gib
+from recipes_lib.memory.peaks import peak_rss_gib
 from recipes_lib.results import describe_device, library_versions
 from recipes_lib.tracking import names
 from recipes_lib.tracking.auth import NO_KEY_REASON, has_credentials
