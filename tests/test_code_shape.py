@@ -1,0 +1,50 @@
+"""The library's shape, checked: short functions, and nothing that needs the checkout to be there.
+
+The recipes and tools must work from a non-editable install (`pip install .`), where the package
+lives in site-packages with no `recipes/` folder beside it: no module may climb out of the package
+through `__file__`.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+
+import pytest
+
+from tests.helpers.repo import REPO_ROOT
+
+LIBRARY = REPO_ROOT / "src" / "recipes_lib"
+LONGEST_FUNCTION = 80
+MODULES = sorted(LIBRARY.rglob("*.py"))
+
+
+def functions(tree: ast.AST):
+    for node in ast.walk(tree):
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+            yield node
+
+
+@pytest.mark.parametrize("path", MODULES, ids=lambda path: str(path.relative_to(LIBRARY)))
+def test_no_function_is_longer_than_80_lines(path):
+    tree = ast.parse(path.read_text(), filename=str(path))
+    long = [
+        f"{node.name} ({node.end_lineno - node.lineno + 1} lines, line {node.lineno})"
+        for node in functions(tree)
+        if node.end_lineno - node.lineno + 1 > LONGEST_FUNCTION
+    ]
+    assert not long, f"{path.relative_to(REPO_ROOT)}: split into named steps: {', '.join(long)}"
+
+
+@pytest.mark.parametrize("path", MODULES, ids=lambda path: str(path.relative_to(LIBRARY)))
+def test_no_module_reads_the_checkout_through_its_own_path(path):
+    # `Path(__file__).parent / "metric_modules"` (package data) is fine; `parents[2]` reaches the checkout.
+    text = path.read_text()
+    assert not re.search(r"__file__\)?(\.resolve\(\))?\.parents\[\d\]", text), path
+    assert "parent.parent.parent" not in text, path
+
+
+def test_the_function_length_check_finds_a_long_function():
+    body = "\n".join(f"    x{i} = {i}" for i in range(LONGEST_FUNCTION + 1))
+    (node,) = functions(ast.parse(f"def long():\n{body}\n"))
+    assert node.end_lineno - node.lineno + 1 > LONGEST_FUNCTION
