@@ -1,5 +1,6 @@
 # Two commands do all the set-up on a fresh machine with python3:
 #   make demo   fine-tunes the real all-MiniLM-L6-v2 with every CPU recipe on the shipped support-ticket data (offline)
+#   make sweep-demo   full_ft and LoRA at tuned learning rates over 3 seeds, with the seed-noise verdict (offline)
 #   make test   runs the offline test suite
 PYTHON ?= python3
 VENV ?= .venv
@@ -8,7 +9,7 @@ BIN := $(VENV)/bin
 OFFLINE := HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 TRANSFORMERS_OFFLINE=1 WANDB_MODE=offline
 PYTEST_ARGS ?= -m "not slow and not gpu"
 
-.PHONY: install demo test test-all test-oldest lint format clean
+.PHONY: install demo sweep-demo test test-all test-oldest lint format clean
 
 # Without a GPU, install PyTorch's CPU build first (a plain `torch` requirement pulls a multi-GB CUDA
 # build); with one, pip picks the build that matches the machine. torch is never pinned for GPU users.
@@ -37,6 +38,12 @@ demo: $(BIN)/.installed
 	# The runs side by side: memory (and what holds it), speed, accuracy; chart in outputs/demo/memory_comparison.png.
 	# --wandb: the same table and chart as one comparison run in the demo's W&B group (offline here).
 	$(OFFLINE) $(BIN)/python -m recipes_lib.cli compare --wandb $(addprefix outputs/demo/,$(DEMO_RECIPES))
+
+# A fair comparison in one command (docs/sweeps.md): full_ft and LoRA each over three learning rates on the
+# demo data, the best of each repeated over 3 seeds, every trial its own accelerate launch; the report,
+# sweep_results.json and sweep_results.png in outputs/sweep_demo/. Rerun after a stop to resume it.
+sweep-demo: $(BIN)/.installed
+	$(OFFLINE) $(BIN)/python -m recipes_lib.cli sweep recipes/configs/sweep_demo.yaml
 
 test: $(BIN)/.installed
 	$(OFFLINE) $(BIN)/python -m pytest $(PYTEST_ARGS)

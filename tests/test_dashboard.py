@@ -160,8 +160,9 @@ def referenced_keys(spec: dict) -> set[str]:
         for panel in panels:
             config = panel["config"]
             keys.update(config.get("metrics") or [])  # line plots (history), bar charts (summary)
-            if panel["viewType"] == "Scatter Plot":
-                keys.update(config[axis].removeprefix("summary:") for axis in ("xAxis", "yAxis"))
+            if panel["viewType"] == "Scatter Plot":  # config axes are in referenced_config_keys
+                keys.update(config[axis].removeprefix("summary:") for axis in ("xAxis", "yAxis")
+                            if not config[axis].startswith("config:"))  # fmt: skip
             elif panel["viewType"] == "Run History Line Plot":
                 keys.add(config["xAxis"])
             keys.update(values_at(config, ("inputs", "key", "val")))  # table panels: runs.summary[key]
@@ -169,6 +170,20 @@ def referenced_keys(spec: dict) -> set[str]:
     for run_set in spec["section"]["runSets"]:
         keys.update(column.removeprefix("summary:") for column in run_set["runFeed"]["columnOrder"])
     return keys - {"run:displayName"}
+
+
+def referenced_config_keys(spec: dict) -> set[str]:
+    """Every run config key the view reads: scatter axes on config keys, the bars' group-by keys."""
+    keys = set()
+    for panels in sections(spec).values():
+        for panel in panels:
+            config = panel["config"]
+            if panel["viewType"] == "Scatter Plot":
+                keys.update(config[axis].removeprefix("config:").removesuffix(".value")
+                            for axis in ("xAxis", "yAxis") if config[axis].startswith("config:"))  # fmt: skip
+            if config.get("groupBy"):
+                keys.add(config["groupBy"].removesuffix(".value"))
+    return keys
 
 
 # --- the view, built offline -------------------------------------------------------------------------
@@ -295,6 +310,13 @@ def test_every_key_the_view_shows_was_logged_by_a_real_offline_run_of_each_recip
         not_here |= names.keys_not_logged_by(results["problem_type"])  # another task's metrics
         assert shown - not_here <= logged, (recipe, sorted(shown - not_here - logged))
         assert not (not_here & logged), (recipe, sorted(not_here & logged))
+        # Config keys too; the sweep's own (sweep_chosen) only `recipes-lib sweep` trials log (test_sweep.py).
+        config_keys = referenced_config_keys(spec) - set(names.SWEEP_CONFIG_KEYS)
+        assert {"recipe", "learning_rate"} <= config_keys
+        assert config_keys <= set(run.summary["config"]), (
+            recipe,
+            sorted(config_keys - set(run.summary["config"])),
+        )
 
 
 def test_every_run_logs_its_results_row_and_memory_breakdown_chart(recipe_runs):

@@ -5,12 +5,16 @@ parameters, optimizer state, speed, accuracy), then draws one chart: a stacked b
 weights / gradients / optimizer state / activations / other, with the run's accuracy marked, so
 the memory-for-accuracy trade-off reads at a glance. `--markdown` prints the table as Markdown
 (for a README or a W&B report). `--wandb` also logs the table and the chart into the runs' W&B
-group as one comparison run (dashboard.log_comparison).
+group as one comparison run (dashboard.log_comparison). Runs that repeat one setting (every option
+equal but the seed and where the run wrote: `setting_key`) are also shown grouped, one row per
+setting with the mean ± std of its runs, as `recipes-lib sweep` leaves them.
 """
 
 from __future__ import annotations
 
+import json
 import os
+import statistics
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -289,6 +293,68 @@ def default_chart_path(run_dirs: list[str]) -> Path:
     return Path(os.path.commonpath(parents)) / CHART_FILE
 
 
+# --- repeats of one setting: the same run but for its seed ------------------------------------------
+
+# Options of the resolved config that do not change what a run computes, besides its seeds: where it
+# writes and how it is named and logged. Runs equal in every other option are repeats of one setting.
+NOT_THE_SETTING = frozenset({
+    "seed", "data_seed",
+    "output_dir", "logging_dir", "overwrite_output_dir", "resume_from_checkpoint", "config_file",
+    "run_name", "experiment", "wandb_project", "wandb_tags", "project", "report_to", "disable_tqdm",
+})  # fmt: skip
+REPEAT_METRICS = (("eval_accuracy", "accuracy"), ("eval_f1", "macro-F1"))
+
+
+def setting_key(run: dict[str, Any]) -> str:
+    """What a run computed, but its seed and where it wrote: the recipe and every other resolved option."""
+    config = {key: value for key, value in (run.get("config") or {}).items() if key not in NOT_THE_SETTING}
+    return json.dumps({"recipe": run.get("recipe"), **config}, sort_keys=True, default=str)
+
+
+def group_repeats(runs: list[dict[str, Any]]) -> list[list[dict[str, Any]]]:
+    """The runs grouped by setting (setting_key), groups in the order of their first run."""
+    groups: dict[str, list[dict[str, Any]]] = {}
+    for run in runs:
+        groups.setdefault(setting_key(run), []).append(run)
+    return list(groups.values())
+
+
+def _mean_std(values: list[float], fmt: str = "{:.4f}") -> str:
+    if not values:
+        return "-"
+    if len(values) == 1:
+        return fmt.format(values[0])
+    return f"{fmt.format(statistics.fmean(values))} ± {fmt.format(statistics.stdev(values))}"
+
+
+def repeats_table(groups: list[list[dict[str, Any]]], markdown: bool = False) -> str:
+    """One row per setting: its runs and seeds, then mean ± sample std (n - 1) of each figure over them."""
+    metrics = [(key, title) for key, title in (*REPEAT_METRICS, *TASK_METRIC_COLUMNS)
+               if any(run.get(key) is not None for group in groups for run in group)]  # fmt: skip
+    header = [
+        "recipe",
+        "model",
+        "lr",
+        "runs",
+        "seeds",
+        *(title for _, title in metrics),
+        "peak GiB",
+        "train s",
+    ]
+    rows = []
+    for group in groups:
+        config = group[0].get("config") or {}
+        rows.append([
+            str(group[0].get("recipe", "-")), short_model_name(group[0].get("model_name_or_path")),
+            _number(config.get("learning_rate"), "{:g}"), str(len(group)),
+            ", ".join(str((run.get("config") or {}).get("seed", "-")) for run in group),
+            *(_mean_std([run[key] for run in group if run.get(key) is not None]) for key, _ in metrics),
+            _mean_std([run["peak_memory_gib"] for run in group if run.get("peak_memory_gib") is not None], "{:.2f}"),
+            _mean_std([run["train_runtime_s"] for run in group if run.get("train_runtime_s") is not None], "{:.1f}"),
+        ])  # fmt: skip
+    return format_table(header, rows, markdown)
+
+
 def compare(run_dirs: list[str], chart: str | None = None, markdown: bool = False, draw: bool = True) -> int:
     try:
         runs = load_runs(run_dirs)
@@ -298,6 +364,12 @@ def compare(run_dirs: list[str], chart: str | None = None, markdown: bool = Fals
     print(comparison_table(runs, markdown))
     for note in table_notes(runs):
         print(f"{'- ' if markdown else ''}{note}")
+    groups = group_repeats(runs)
+    if len(groups) < len(runs):
+        print()
+        print(f"Repeats of the same setting (every option equal but the seed and output_dir): {len(groups)} settings, "
+              "mean ± std (sample standard deviation) over their runs")  # fmt: skip
+        print(repeats_table(groups, markdown))
     if draw:
         path = write_chart(runs, chart or default_chart_path(run_dirs))
         print(f"chart: {path}")

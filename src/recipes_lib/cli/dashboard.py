@@ -15,6 +15,9 @@ optional extra `dashboard` (`pip install -e '.[dashboard]'`):
     Each run      the memory breakdown chart, the confusion matrix chart, the per-class table
     Multi-label and regression runs   bars per recipe and curves of micro-F1, MSE, Pearson and
                   Spearman (config/tasks.py), which single-label runs do not log
+    Sweep         a `recipes-lib sweep` group: the metric against the learning rate (every trial),
+                  mean ± std of each recipe's chosen setting over its seeds (config `sweep_chosen`),
+                  peak memory against the metric (`--sweep_metric`, default eval_accuracy)
 
 `--report` also saves a W&B Report of the same comparison, with the compare table and chart that
 `recipes-lib compare RUN... --wandb` logged into the group, for sharing.
@@ -57,6 +60,7 @@ SECTION_MEMORY = "Memory during training (memory/*)"
 SECTION_THROUGHPUT = "Throughput during training (throughput/*)"
 SECTION_PICTURES = "Each run: memory breakdown, confusion matrix, per-class metrics"
 SECTION_TASKS = "Multi-label and regression runs: micro-F1, MSE, Pearson, Spearman"
+SECTION_SWEEP = "Sweep: the metric against the learning rate, mean ± std at each chosen setting, memory"
 
 
 class DashboardError(Exception):
@@ -145,7 +149,32 @@ def picture_panels(wr) -> list:
     ]
 
 
-def view_sections(ws, wr) -> list:
+def sweep_panels(wr, metric: str = names.ACCURACY) -> list:
+    """A `recipes-lib sweep` group: every trial's metric against its learning rate (one colour per
+    recipe), each recipe's chosen setting as mean ± std over its seeds (the seeds phase's runs carry
+    `sweep_chosen`), and peak memory against the metric."""
+    return [
+        wr.ScatterPlot(
+            title=f"{metric} against the learning rate (every trial)",
+            x=wr.Config(names.LEARNING_RATE),
+            y=metric,
+            log_x=True,
+        ),
+        wr.BarPlot(
+            title=f"{metric} at each recipe's chosen learning rate: mean ± std over the seeds",
+            metrics=[metric],
+            groupby=wr.Config(names.SWEEP_CHOSEN),
+            groupby_aggfunc="mean",
+            groupby_rangefunc="stddev",
+            orientation="v",
+        ),
+        wr.ScatterPlot(
+            title=f"Peak memory (GiB) against {metric} (every trial)", x=names.PEAK_MEMORY, y=metric
+        ),
+    ]
+
+
+def view_sections(ws, wr, metric: str = names.ACCURACY) -> list:
     return [
         ws.Section(name=SECTION_COMPARISON, panels=comparison_panels(wr), is_open=True),
         ws.Section(name=SECTION_CURVES, panels=training_curve_panels(wr), is_open=True),
@@ -155,6 +184,7 @@ def view_sections(ws, wr) -> list:
         ws.Section(name=SECTION_THROUGHPUT, panels=[_curve(wr, key) for key in names.THROUGHPUT_CURVES]),
         ws.Section(name=SECTION_PICTURES, panels=picture_panels(wr)),
         ws.Section(name=SECTION_TASKS, panels=task_metric_panels(wr)),
+        ws.Section(name=SECTION_SWEEP, panels=sweep_panels(wr, metric)),
     ]
 
 
@@ -165,14 +195,15 @@ def _run_filters(ws, job_type: str, group: str | None) -> list:
     return filters
 
 
-def build_view(project: str, entity: str, group: str | None = None):
-    """The saved workspace view of a recipe comparison (a wandb_workspaces Workspace, not saved yet)."""
+def build_view(project: str, entity: str, group: str | None = None, sweep_metric: str = names.ACCURACY):
+    """The saved workspace view of a recipe comparison (a wandb_workspaces Workspace, not saved yet);
+    `sweep_metric` is the metric of its sweep section (the sweep's own `metric`)."""
     ws, wr = workspaces_library()
     return ws.Workspace(
         entity=entity,
         project=project,
         name=view_name(group),
-        sections=view_sections(ws, wr),
+        sections=view_sections(ws, wr, sweep_metric),
         settings=ws.WorkspaceSettings(x_axis=names.STEP, max_runs=50),
         runset_settings=ws.RunsetSettings(
             filters=_run_filters(ws, JOB_TYPE, group),
@@ -183,7 +214,7 @@ def build_view(project: str, entity: str, group: str | None = None):
     )
 
 
-def build_report(project: str, entity: str, group: str | None = None):
+def build_report(project: str, entity: str, group: str | None = None, sweep_metric: str = names.ACCURACY):
     """A W&B Report of the same comparison, with the compare table and chart (not saved yet)."""
     ws, wr = workspaces_library()
 
@@ -215,6 +246,12 @@ def build_report(project: str, entity: str, group: str | None = None):
                     wr.MediaBrowser(title="compare chart", media_keys=[names.COMPARISON_CHART]),
                 ],
             ),
+            wr.H2("Sweep"),
+            wr.P(
+                "For a `recipes-lib sweep` group: every trial against its learning rate, each recipe's chosen "
+                "setting over its seeds, memory against the metric."
+            ),
+            wr.PanelGrid(runsets=[runs("recipes", JOB_TYPE, True)], panels=sweep_panels(wr, sweep_metric)),
             wr.H2("Training curves"),
             wr.PanelGrid(
                 runsets=[runs("recipes", JOB_TYPE, True)],
@@ -315,11 +352,12 @@ def wandb_dashboard(
     group: str | None = None,
     report: bool = False,
     spec_file: str | None = None,
+    sweep_metric: str = names.ACCURACY,
 ) -> int:
     """`recipes-lib wandb-dashboard`: build and check the view offline, then save it and print its URL."""
     try:
         with _quiet_bitsandbytes():
-            return _wandb_dashboard(project, entity, group, report, spec_file)
+            return _wandb_dashboard(project, entity, group, report, spec_file, sweep_metric)
     except DashboardError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
@@ -339,13 +377,13 @@ def _quiet_bitsandbytes():
         bnb_logger.setLevel(level)
 
 
-def _wandb_dashboard(project, entity, group, report, spec_file) -> int:
+def _wandb_dashboard(project, entity, group, report, spec_file, sweep_metric=names.ACCURACY) -> int:
     # 1. Build and check everything offline (the entity is only known from the server without --entity).
-    view = build_view(project, entity or "", group)
+    view = build_view(project, entity or "", group, sweep_metric)
     spec = view_spec(view)
     contents = f"{count_panels(view)} panels in {len(view.sections)} sections"
     if report:
-        report_parts = report_blocks_spec(build_report(project, entity or "", group))
+        report_parts = report_blocks_spec(build_report(project, entity or "", group, sweep_metric))
         contents += f"; a report of {len(report_parts)} panels and blocks"
     built = f"built the W&B view '{view.name}' ({contents}) and checked it offline"
     if spec_file:
@@ -353,7 +391,7 @@ def _wandb_dashboard(project, entity, group, report, spec_file) -> int:
     # 2. Save it: needs an API key and the network.
     api = connect(built)
     entity = entity or api.default_entity
-    view = build_view(project, entity, group)
+    view = build_view(project, entity, group, sweep_metric)
     try:
         existing = _existing_view(api, view)
         if existing is not None:
@@ -361,7 +399,7 @@ def _wandb_dashboard(project, entity, group, report, spec_file) -> int:
         view.save()
         print(f"{'updated' if existing else 'saved'} W&B view: {view.url}")
         if report:
-            shared = build_report(project, entity, group).save()
+            shared = build_report(project, entity, group, sweep_metric).save()
             print(f"saved W&B report: {shared.url}")
     except Exception as error:  # the server said no (permissions, no such project): one line
         raise DashboardError(f"{built}, but W&B did not save it: {_first_line(error)}") from error

@@ -15,6 +15,8 @@ recipes-lib predict outputs/demo/lora --input texts.csv [--output predictions.js
     predictions of a finished run for a file of texts, as JSON Lines
 recipes-lib wandb-dashboard --project bert-recipes [--entity E] [--group G] [--report]
     a saved W&B view comparing the recipes of a group (the dashboard extra)
+recipes-lib sweep recipes/configs/sweep_demo.yaml [--memory_budget GIB] [--dry_run] [--wandb_sweep FILE]
+    a fair recipe comparison: a learning-rate search per recipe, the best repeated over seeds, a report (resumable)
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from recipes_lib.cli.sweep import add_sweep_parser
 from recipes_lib.results import RESULTS_FILE, read_results
 from recipes_lib.tracking.names import TASK_METRIC_COLUMNS
 from recipes_lib.units import format_table
@@ -83,6 +86,7 @@ def main(argv: list[str] | None = None) -> int:
     add_dashboard_parser(commands)
     add_plan_parser(commands)
     add_predict_parser(commands)
+    add_sweep_parser(commands)
     families_parser = commands.add_parser(
         "families",
         help="What each encoder family gets: LoRA targets, attention kernel, precision, FSDP unit.",
@@ -115,12 +119,21 @@ def main(argv: list[str] | None = None) -> int:
         from recipes_lib.cli.dashboard import wandb_dashboard
 
         return wandb_dashboard(
-            args.project, entity=args.entity, group=args.group, report=args.report, spec_file=args.spec_file
+            args.project,
+            entity=args.entity,
+            group=args.group,
+            report=args.report,
+            spec_file=args.spec_file,
+            sweep_metric=args.sweep_metric,
         )
     if args.command == "plan":
         return plan(args)
     if args.command == "predict":
         return predict_command(args)
+    if args.command == "sweep":
+        from recipes_lib.cli.sweep_study import sweep_command
+
+        return sweep_command(args)
     return 2
 
 
@@ -166,6 +179,11 @@ def add_dashboard_parser(commands) -> None:
     )
     dashboard_parser.add_argument(
         "--spec_file", help="also write the view as W&B stores it (JSON) to this file, to read it offline"
+    )
+    dashboard_parser.add_argument(
+        "--sweep_metric",
+        default="eval_accuracy",
+        help="the metric of the sweep section (a `recipes-lib sweep` group: its `metric`; default eval_accuracy)",
     )
 
 

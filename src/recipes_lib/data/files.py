@@ -10,15 +10,24 @@ So a delimited file is read both ways (Python's `csv` module, with and without q
 One plausible reading decides; two that agree are the same file. When both are plausible and
 disagree, the file is quoted if writing its quoted reading back with `csv` (minimal or full
 quoting) gives the file again, as it does for whatever a quoting writer made; otherwise it is an
-error naming `--csv_quoting`, never a guess. The records' starting line numbers
-are kept, so an error about a row names the line an editor shows.
+error naming `--csv_quoting`, never a guess.
+
+All of it streams, in constant memory whatever the file's size: the two readings advance side by
+side, one record each at a time, and are compared as they go; the writer check, when it is needed,
+is a second pass that writes one block of records at a time and compares it with the next stretch
+of the file. No record is kept. The line each record starts on, which an error about a row names
+(the line an editor shows), is found by reading the file again up to that row, only when an error
+asks for it.
 """
 
 from __future__ import annotations
 
 import csv
+import itertools
 import json
 import logging
+import os
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -31,95 +40,278 @@ logger = logging.getLogger(__name__)
 
 DELIMITED = {".csv": ",", ".tsv": "\t"}
 QUOTING_CHOICES = ("auto", "quoted", "none")
+_CHUNK = 1 << 16  # characters read at a time when comparing with the file's text
+_BLOCK = 1024  # records written at a time by the writer check
 
 
 @dataclass
 class Reading:
-    """One way of reading a delimited file: its records, the line each starts on, and the first bad one."""
+    """One way of reading a delimited file, tallied as it streams: no record is kept.
 
-    records: list[list[str]]
-    lines: list[int]  # 1-based line of each record (the header is line 1)
-    bad_line: int | None  # first record whose field count differs from the header's
+    A reading stops at its first bad record: the rest cannot make it plausible again.
+    """
+
+    width: int | None = None  # the header's field count (None: no record at all)
+    count: int = 0  # records read, the header included, before the first bad one
+    bad_line: int | None = None  # first record whose field count differs from the header's, or a stray quote
 
     @property
     def plausible(self) -> bool:
-        return self.bad_line is None and len(self.records) > 0
+        return self.bad_line is None and self.count > 0
+
+    def add(self, record: list[str] | None, line: int) -> bool:
+        """Count one record (None: the csv module stopped at a stray quote there); whether reading goes on."""
+        if record is None or (self.width is not None and len(record) != self.width):
+            self.bad_line = line
+            return False
+        if self.width is None:
+            self.width = len(record)
+        self.count += 1
+        return True
+
+
+def _records(handle, delimiter: str, quoted: bool) -> Iterator[tuple[list[str] | None, int]]:
+    """(record, the line it starts on) for each record; blank lines are none (for datasets neither).
+
+    Quoted is read strictly: a quote must open and close a whole field, as writers do. A stray quote
+    ends the records with (None, its record's line): no quoting writer made that file.
+    """
+    options = {"quoting": csv.QUOTE_MINIMAL, "strict": True} if quoted else {"quoting": csv.QUOTE_NONE}
+    reader = csv.reader(handle, delimiter=delimiter, **options)
+    start = 1
+    try:
+        for record in reader:
+            if record:
+                yield record, start
+            start = reader.line_num + 1
+    except csv.Error:
+        yield None, start
+
+
+def _open(path: str):
+    return open(path, newline="", encoding="utf-8-sig")
 
 
 def read_delimited(path: str, delimiter: str, quoted: bool) -> Reading:
     """Read as quoted (strictly: a quote must open and close a whole field, as writers do) or unquoted."""
-    options = {"quoting": csv.QUOTE_MINIMAL, "strict": True} if quoted else {"quoting": csv.QUOTE_NONE}
-    with open(path, newline="", encoding="utf-8-sig") as handle:
-        reader = csv.reader(handle, delimiter=delimiter, **options)
-        records, lines, bad_line, width, start = [], [], None, None, 1
-        while True:
-            try:
-                record = next(reader)
-            except StopIteration:
+    reading = Reading()
+    with _open(path) as handle:
+        for record, line in _records(handle, delimiter, quoted):
+            if not reading.add(record, line):
                 break
-            except csv.Error:  # a stray quote: no quoting writer made this file
-                return Reading(records, lines, bad_line or start)
-            if record:  # blank lines are no records for datasets either
-                if width is None:
-                    width = len(record)
-                elif len(record) != width and bad_line is None:
-                    bad_line = start
-                records.append(record)
-                lines.append(start)
-            start = reader.line_num + 1
-    return Reading(records, lines, bad_line)
+    return reading
 
 
-def written_by_a_quoting_writer(path: str, delimiter: str, records: list[list[str]]) -> bool:
-    """Whether writing `records` with csv's minimal or full quoting reproduces the file, line ends aside."""
-    import io
+@dataclass
+class _Comparison:
+    quoted: Reading
+    unquoted: Reading
+    # Where the two readings first give different records (the quoted reading's line), or None: the same records.
+    differs_line: int | None
 
-    with open(path, newline="", encoding="utf-8-sig") as handle:
-        text = handle.read().replace("\r\n", "\n")
-    for quoting in (csv.QUOTE_MINIMAL, csv.QUOTE_ALL):
-        buffer = io.StringIO()
-        csv.writer(buffer, delimiter=delimiter, quoting=quoting, lineterminator="\n").writerows(records)
-        if buffer.getvalue().rstrip("\n") == text.rstrip("\n"):
-            return True
+
+def _holds_quotes(path: str) -> bool:
+    """Whether the file has a '"' anywhere (a byte search, much faster than reading its records)."""
+    with open(path, "rb") as handle:
+        while chunk := handle.read(_CHUNK * 16):
+            if b'"' in chunk:
+                return True
     return False
 
 
-def decide_quoting(path: str, requested: str = "auto") -> tuple[bool, list[int]]:
+def _compare_readings(path: str, delimiter: str) -> _Comparison:
+    """Both readings in one pass, side by side (each on its own handle), compared record by record.
+
+    Without a '"' in the file the two are the same reading (the csv module's quoting only acts on
+    quotes), so it is read once.
+
+    They are compared while both are good; a difference matters only when both end plausible. As
+    before the streaming, where one reading ends first, they differ at the last record both gave.
+    """
+    if not _holds_quotes(path):
+        reading = read_delimited(path, delimiter, quoted=False)
+        return _Comparison(reading, reading, None)
+    quoted, unquoted = Reading(), Reading()
+    differs_line, common_line, comparing = None, None, True
+    with _open(path) as quoted_handle, _open(path) as unquoted_handle:
+        quoted_records = _records(quoted_handle, delimiter, quoted=True)
+        unquoted_records = _records(unquoted_handle, delimiter, quoted=False)
+        quoted_going = unquoted_going = True
+        while quoted_going or unquoted_going:
+            quoted_item = next(quoted_records, None) if quoted_going else None
+            unquoted_item = next(unquoted_records, None) if unquoted_going else None
+            quoted_going = quoted_item is not None and quoted.add(*quoted_item)
+            unquoted_going = unquoted_item is not None and unquoted.add(*unquoted_item)
+            if not comparing:
+                continue
+            if quoted_item is None and unquoted_item is None:
+                break  # both ended together, every record the same
+            if quoted_item is None or unquoted_item is None:
+                differs_line, comparing = common_line, False
+            elif quoted_item[0] != unquoted_item[0]:
+                differs_line, comparing = quoted_item[1], False
+            elif not (quoted_going and unquoted_going):
+                comparing = False  # one reading went bad: the comparison no longer matters
+            else:
+                common_line = quoted_item[1]
+    return _Comparison(quoted, unquoted, differs_line)
+
+
+class _FileText:
+    """A file's text as the writer check compares it, a stretch at a time, with its '\r\n' line ends as '\n'."""
+
+    def __init__(self, handle):
+        self._handle, self._text, self._at = handle, "", 0
+
+    def read(self, size: int) -> str:
+        """The next `size` characters (fewer at the end of the file)."""
+        if len(self._text) - self._at < size:
+            parts = [self._text[self._at :]]
+            held = len(parts[0])
+            while held < size:
+                chunk = self._handle.read(max(_CHUNK, size))
+                if not chunk:
+                    break
+                while chunk.endswith("\r"):  # a '\r\n' split across two reads is still one line end
+                    more = self._handle.read(1)
+                    if not more:
+                        break
+                    chunk += more
+                chunk = chunk.replace("\r\n", "\n")
+                parts.append(chunk)
+                held += len(chunk)
+            self._text, self._at = "".join(parts), 0
+        text = self._text[self._at : self._at + size]
+        self._at += len(text)
+        return text
+
+    def has_text_left(self) -> bool:
+        """Whether anything but newlines is left."""
+        while True:
+            rest = self.read(_CHUNK)
+            if not rest:
+                return False
+            if rest.strip("\n"):
+                return True
+
+
+class _LineWriter:
+    """Keeps what csv.writer writes for a row (it writes a row in one call)."""
+
+    line = ""
+
+    def write(self, text: str) -> None:
+        self.line = text
+
+
+def _writes_the_file(path: str, delimiter: str, quoting: int) -> bool:
+    """Whether writing the quoted reading with `quoting` gives the file's text, trailing newlines aside.
+
+    The comparison `written.rstrip("\n") == text.rstrip("\n")` of whole texts, streamed: block by
+    block while the two agree; where they first differ, both must hold nothing but newlines from there.
+    """
+    kept = _LineWriter()
+    writer = csv.writer(kept, delimiter=delimiter, quoting=quoting, lineterminator="\n")
+    with _open(path) as records_handle, _open(path) as text_handle:
+        text = _FileText(text_handle)
+
+        def written_lines() -> Iterator[str]:
+            for record, _ in _records(records_handle, delimiter, quoted=True):
+                if record is None:
+                    raise _StrayQuote
+                writer.writerow(record)
+                yield kept.line
+
+        lines = written_lines()
+        try:
+            return _agrees(lines, text)
+        except _StrayQuote:  # the quoted reading failed: no quoting writer made this file
+            return False
+
+
+class _StrayQuote(Exception):
+    pass
+
+
+def _agrees(lines: Iterator[str], text: _FileText) -> bool:
+    """Whether the written lines and the file's text are the same, trailing newlines aside."""
+    while True:
+        written = "".join(itertools.islice(lines, _BLOCK))
+        found = text.read(len(written))
+        if found != written:
+            same = len(os.path.commonprefix([written, found]))
+            return not (
+                written[same:].strip("\n")
+                or found[same:].strip("\n")
+                or any(line.strip("\n") for line in lines)
+                or text.has_text_left()
+            )
+        if not written:  # every record written, and the file agreed
+            return not text.has_text_left()
+
+
+def written_by_a_quoting_writer(path: str, delimiter: str) -> bool:
+    """Whether writing the file's quoted reading with csv's minimal or full quoting reproduces it, line ends aside."""
+    return any(_writes_the_file(path, delimiter, quoting) for quoting in (csv.QUOTE_MINIMAL, csv.QUOTE_ALL))
+
+
+class RecordLines:
+    """The line each data row of a delimited file starts on, found when asked, by reading the file again.
+
+    Indexed like the rows (the header is no row); only an error message about a row asks, so nothing
+    is held for a file that has no error. len() is the number of rows.
+    """
+
+    def __init__(self, path: str, delimiter: str, quoted: bool, rows: int):
+        self.path, self.delimiter, self.quoted, self.rows = path, delimiter, quoted, rows
+        self._found: dict[int, int] = {}
+
+    def __len__(self) -> int:
+        return self.rows
+
+    def __getitem__(self, index: int) -> int:
+        if not 0 <= index < self.rows:
+            raise IndexError(index)
+        if index not in self._found:
+            with _open(self.path) as handle:
+                records = _records(handle, self.delimiter, self.quoted)
+                _, line = next(itertools.islice(records, index + 1, None))  # the header is record 0
+            self._found[index] = line
+        return self._found[index]
+
+
+def decide_quoting(path: str, requested: str = "auto") -> tuple[bool, RecordLines]:
     """(whether the file is quoted, the line each data row starts on), or a DataError."""
     delimiter = DELIMITED[Path(path).suffix.lower()]
     if requested != "auto":
-        reading = read_delimited(path, delimiter, quoted=requested == "quoted")
+        quoted = requested == "quoted"
+        reading = read_delimited(path, delimiter, quoted=quoted)
         if reading.bad_line is not None:
             width = (
-                f"the header's {len(reading.records[0])} fields" if reading.records else "a readable header"
+                f"the header's {reading.width} fields" if reading.width is not None else "a readable header"
             )
             raise DataError(
                 f"{path} line {reading.bad_line} does not have {width} when "
                 f"read with --csv_quoting {requested}. Fix that line, or try --csv_quoting "
                 f"{'none' if requested == 'quoted' else 'quoted'}."
             )
-        return requested == "quoted", reading.lines[1:]
-    quoted = read_delimited(path, delimiter, quoted=True)
-    unquoted = read_delimited(path, delimiter, quoted=False)
-    if quoted.plausible and unquoted.plausible and quoted.records != unquoted.records:
+        return quoted, RecordLines(path, delimiter, quoted, reading.count - 1)
+    both = _compare_readings(path, delimiter)
+    quoted, unquoted = both.quoted, both.unquoted
+    if quoted.plausible and unquoted.plausible and both.differs_line is not None:
         # Split without quotes, a quoted text with a tab and a newline can still give two rows of the
         # right width. A file a quoting writer made is exactly what writing its quoted reading gives.
-        if written_by_a_quoting_writer(path, delimiter, quoted.records):
-            return True, quoted.lines[1:]
-        pairs = zip(quoted.records, unquoted.records, strict=False)
-        differs = next(
-            (i for i, (a, b) in enumerate(pairs) if a != b),
-            min(len(quoted.records), len(unquoted.records)) - 1,
-        )
+        if written_by_a_quoting_writer(path, delimiter):
+            return True, RecordLines(path, delimiter, True, quoted.count - 1)
         raise DataError(
             f"{path} reads two ways, and both give rows of the header's width: with quoting (as Python's csv "
             f"module and pandas write) and without (GLUE-style, a '\"' is text). They differ from line "
-            f"{quoted.lines[differs]} on. Say which it is: --csv_quoting quoted or --csv_quoting none."
+            f"{both.differs_line} on. Say which it is: --csv_quoting quoted or --csv_quoting none."
         )
     if quoted.plausible:
-        return True, quoted.lines[1:]
+        return True, RecordLines(path, delimiter, True, quoted.count - 1)
     if unquoted.plausible:
-        return False, unquoted.lines[1:]
+        return False, RecordLines(path, delimiter, False, unquoted.count - 1)
     raise DataError(
         f"{path} has rows whose field count differs from the header's, whether read with quoting (first at line "
         f"{quoted.bad_line}) or without (first at line {unquoted.bad_line}). Fix those lines: quote fields that "
@@ -146,9 +338,26 @@ def has_rows(path: str | Path) -> bool:
     return False
 
 
-def _json_lines(path: str) -> list[int]:
-    with open(path, encoding="utf-8") as handle:
-        return [number for number, line in enumerate(handle, start=1) if line.strip()]
+class JsonLines:
+    """The line each record of a JSON Lines file is on (blank lines hold none), found when asked."""
+
+    def __init__(self, path: str):
+        self.path = path
+        self._rows: int | None = None
+
+    def __len__(self) -> int:
+        if self._rows is None:
+            with open(self.path, encoding="utf-8") as handle:
+                self._rows = sum(1 for line in handle if line.strip())
+        return self._rows
+
+    def __getitem__(self, index: int) -> int:
+        with open(self.path, encoding="utf-8") as handle:
+            numbers = (number for number, line in enumerate(handle, start=1) if line.strip())
+            found = next(itertools.islice(numbers, index, None), None)
+        if index < 0 or found is None:
+            raise IndexError(index)
+        return found
 
 
 def read_local_files(
@@ -175,7 +384,7 @@ def read_local_files(
         builder = "csv"
     elif extension == ".jsonl":
         builder, options = "json", {}
-        locators = {split: _line_locator(path, _json_lines(path)) for split, path in files.items()}
+        locators = {split: _line_locator(path, JsonLines(path)) for split, path in files.items()}
     elif extension == ".json":
         builder, options = "json", {}
         locators = {split: _record_locator(path) for split, path in files.items()}
@@ -214,7 +423,8 @@ _FORMAT_HINTS = {
 }
 
 
-def _line_locator(path: str, lines: list[int]):
+def _line_locator(path: str, lines: RecordLines | JsonLines) -> Callable[[int], str]:
+    """'train.tsv line 17' for a row: its lines are looked up only now, when an error names one."""
     name = Path(path).name
     return lambda index: f"{name} line {lines[index]}" if index < len(lines) else f"{name} row {index + 1}"
 

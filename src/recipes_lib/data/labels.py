@@ -4,6 +4,11 @@ The task is read from the training labels (lists or a delimiter: multi-label; fr
 regression; otherwise single-label classes), or taken from --problem_type and checked against
 them. Every labelled split is then checked against the mapping, on the raw values, before
 tokenization: an error names the first bad row, and where it is.
+
+The checks read each split's label column as Arrow holds it (`label_values`), not row by row in
+Python: a million rows cost about what a few classes do. Each distinct value is looked at once
+(so a class's name is normalised once, not per row), and the rows only through arrays of codes;
+the row-by-row reading is kept for the column types this does not cover.
 """
 
 from __future__ import annotations
@@ -11,8 +16,14 @@ from __future__ import annotations
 import logging
 import math
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import cached_property
+from typing import Any
 
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
 from datasets import ClassLabel, DatasetDict
 
 from recipes_lib.config.arguments import DataArguments
@@ -91,7 +102,7 @@ def label_mapping(raw: DatasetDict, data_args: DataArguments, locate: dict) -> L
                 f"Label column '{label_column}' is not in the {split} data; its columns are: "
                 f"{', '.join(raw[split].column_names)}. Set --label_column_name to the column holding the labels."
             )
-    feature, values = raw["train"].features[label_column], raw["train"][label_column]
+    feature, values = raw["train"].features[label_column], label_values(raw["train"], label_column)
     problem_type = _problem_type(values, feature, data_args, locate)
     if problem_type == REGRESSION:
         mapping = LabelMapping(names=[label_column], to_id={}, problem_type=REGRESSION)
@@ -99,7 +110,7 @@ def label_mapping(raw: DatasetDict, data_args: DataArguments, locate: dict) -> L
         mapping = _multi_label_mapping(values, feature, data_args.label_delimiter, locate)
     else:
         mapping = _single_label_mapping(values, feature, label_column, locate)
-    return _checked(mapping, raw, label_column, locate)
+    return _checked(mapping, raw, label_column, locate, {"train": values})
 
 
 def _is_list_feature(feature) -> bool:
@@ -107,20 +118,20 @@ def _is_list_feature(feature) -> bool:
     return isinstance(feature, list) or (hasattr(feature, "feature") and not isinstance(feature, ClassLabel))
 
 
-def _problem_type(values: list, feature, data_args: DataArguments, locate: dict) -> str:
+def _problem_type(values: Labels, feature, data_args: DataArguments, locate: dict) -> str:
     """The task the labels describe (lists or a delimiter: multi-label; fractions: regression), or the one asked for."""
     requested, delimiter = data_args.problem_type, data_args.label_delimiter
     if delimiter == "":
         raise ConfigError(
             "--label_delimiter is empty; give the string between a row's classes, e.g. ';' or '|'."
         )
-    lists = _is_list_feature(feature) or any(isinstance(value, list | tuple) for value in values)
-    if delimiter is not None and (lists or not any(isinstance(normalise_label(v), str) for v in values)):
+    lists = _is_list_feature(feature) or values.lists
+    if delimiter is not None and (lists or not values.strings):
         raise ConfigError(
             f"--label_delimiter '{delimiter}' splits string labels, but the training labels are "
             f"{'lists already' if lists else 'not strings'}. Leave --label_delimiter out."
         )
-    fraction = None if lists else next((i for i, v in enumerate(values) if _is_fraction(v)), None)
+    fraction = None if lists else values.first_fraction()
     if requested == AUTO:
         if lists or delimiter is not None:
             return MULTI_LABEL
@@ -133,24 +144,11 @@ def _problem_type(values: list, feature, data_args: DataArguments, locate: dict)
         )
     if requested == SINGLE_LABEL and fraction is not None:
         raise DataError(
-            f"{_where(locate, 'train', fraction)} has the label {values[fraction]!r}, which is not a class: "
+            f"{_where(locate, 'train', fraction)} has the label {values.value(fraction)!r}, which is not a class: "
             "--problem_type single_label_classification needs class names, ids or booleans. For a score to "
             "predict, use --problem_type regression (or auto)."
         )
     return requested
-
-
-def _multi_hot(values: list) -> bool:
-    """Whether list labels are 0/1 flags, one per class, rather than the classes themselves.
-
-    Every row a list of the same length (at least 2) holding only 0 and 1: a list of class ids
-    varies in length from row to row, and [0, 1, 0] would name class 0 twice.
-    """
-    if not values or not all(isinstance(value, list | tuple) for value in values):
-        return False
-    widths = {len(value) for value in values}
-    flags = {normalise_label(flag) for value in values for flag in value}
-    return len(widths) == 1 and widths.pop() >= 2 and flags <= {0, 1}
 
 
 def _is_fraction(value) -> bool:
@@ -167,41 +165,41 @@ def _is_number(value) -> bool:
         return False
 
 
-def _single_label_mapping(values: list, feature, label_column: str, locate: dict) -> LabelMapping:
+def _single_label_mapping(values: Labels, feature, label_column: str, locate: dict) -> LabelMapping:
     if isinstance(feature, ClassLabel):
         names = list(feature.names)
         return LabelMapping(names=names, to_id={i: i for i in range(len(names))})
-    train_values = [normalise_label(value) for value in values]
-    kinds = {type(value) for value in train_values}
+    classes = values.classes(None)
+    kinds = classes.kinds
     if len(kinds) > 1 or not kinds <= {int, str}:
         kind_names = ", ".join(sorted(k.__name__ for k in kinds))
-        odd = next((i for i, v in enumerate(train_values) if not isinstance(v, int | str)), None)
-        example = (
-            f" (e.g. {train_values[odd]!r} at {_where(locate, 'train', odd)})" if odd is not None else ""
-        )
+        odd = classes.first(lambda c: not isinstance(c, int | str))
+        example = f" (e.g. {odd[1]!r} at {_where(locate, 'train', odd[0])})" if odd is not None else ""
         raise DataError(
             f"Label column '{label_column}' mixes value types ({kind_names}){example}. Labels must be all integers "
             "(class ids), all booleans or all strings (class names) for classification, or all numbers for "
             "regression (--problem_type regression)."
         )
-    unique = sorted(set(train_values))
+    unique = sorted(classes.counts)
     if kinds == {int} and unique == list(range(len(unique))):
         mapping = LabelMapping(names=[str(v) for v in unique], to_id={v: v for v in unique})
     else:
         mapping = LabelMapping(names=[str(v) for v in unique], to_id={v: i for i, v in enumerate(unique)})
-    if all(isinstance(value, bool) for value in values):
+    if values.all_bools:
         mapping.names = ["False", "True"][: mapping.num_labels]
     return mapping
 
 
-def _multi_label_mapping(values: list, feature, delimiter: str | None, locate: dict) -> LabelMapping:
+def _multi_label_mapping(values: Labels, feature, delimiter: str | None, locate: dict) -> LabelMapping:
     """Class names from every class a training row names; a Hub list of ClassLabel keeps its names and order."""
     inner = getattr(feature, "feature", None)
     if isinstance(inner, ClassLabel):
         names = list(inner.names)
         return LabelMapping(names, {i: i for i in range(len(names))}, MULTI_LABEL, delimiter)
-    if _multi_hot(values):
-        width = len(values[0])
+    # Rows of 0/1 flags: every row a list of the same length (at least 2) holding only 0 and 1. A list
+    # of class ids varies in length from row to row, and [0, 1, 0] would name class 0 twice.
+    width = values.multi_hot_width()
+    if width is not None:
         logger.info(
             "Labels are rows of %d 0/1 flags: class i is the i-th flag, named '%d' to '%d'.",
             width,
@@ -211,25 +209,22 @@ def _multi_label_mapping(values: list, feature, delimiter: str | None, locate: d
         return LabelMapping(
             [str(i) for i in range(width)], {i: i for i in range(width)}, MULTI_LABEL, multi_hot=True
         )
-    probe = LabelMapping([], {}, MULTI_LABEL, delimiter)
-    seen: set = set()
-    for index, value in enumerate(values):
-        classes = probe.classes_of(value)
-        odd = next(
-            (i for i, c in enumerate(classes) if isinstance(c, bool) or not isinstance(c, int | str)), None
+    classes = values.classes(LabelMapping([], {}, MULTI_LABEL, delimiter))
+    odd = classes.first(lambda c: isinstance(c, bool) or not isinstance(c, int | str))
+    repeat = classes.first_repeat
+    # The first row that is wrong either way, its odd class before its repeated one.
+    if odd is not None and (repeat is None or odd[0] <= repeat):
+        raise DataError(
+            f"{_where(locate, 'train', odd[0])} lists {odd[1]!r} among its classes; a multi-label row lists "
+            "class names (strings) or class ids (integers). Fix that row."
         )
-        if odd is not None:
-            raise DataError(
-                f"{_where(locate, 'train', index)} lists {classes[odd]!r} among its classes; a multi-label row lists "
-                "class names (strings) or class ids (integers). Fix that row."
-            )
-        if len(set(classes)) != len(classes):
-            raise DataError(
-                f"{_where(locate, 'train', index)} has the labels {value!r}, which name a class twice. A multi-label "
-                "row lists each of its classes once (['billing', 'shipping']); a row of 0/1 flags per class must be "
-                "written as the names of the classes flagged."
-            )
-        seen.update(classes)
+    if repeat is not None:
+        raise DataError(
+            f"{_where(locate, 'train', repeat)} has the labels {values.value(repeat)!r}, which name a class twice. "
+            "A multi-label row lists each of its classes once (['billing', 'shipping']); a row of 0/1 flags per "
+            "class must be written as the names of the classes flagged."
+        )
+    seen = list(classes.counts)
     if len({type(c) for c in seen}) > 1:
         raise DataError(
             "The multi-label rows mix class names and class ids (strings and integers). Use one or the other."
@@ -252,15 +247,16 @@ def check_labels_present(raw: DatasetDict, label_column: str, locate: dict, deli
             raw[split].features[label_column], ClassLabel
         ):
             continue  # a missing column is reported with the columns there are, later
-        values = raw[split][label_column]
-        missing = next((i for i, value in enumerate(values) if normalise_label(value) in (None, "")), None)
+        missing = label_values(raw[split], label_column).first_missing()
         if missing is not None:
             raise DataError(
                 f"{_where(locate, split, missing)} has no label (empty '{label_column}'). Fill it in or remove the row."
             )
 
 
-def _checked(mapping: LabelMapping, raw: DatasetDict, label_column: str, locate: dict) -> LabelMapping:
+def _checked(
+    mapping: LabelMapping, raw: DatasetDict, label_column: str, locate: dict, read: dict | None = None
+) -> LabelMapping:
     """Every labelled split's labels mean something to this mapping: known classes, or numbers for regression."""
     # Multi-label may detect a single class (its rows without it are the negatives); single-label needs two.
     needed = {SINGLE_LABEL: 2, MULTI_LABEL: 1, REGRESSION: 0}[mapping.problem_type]
@@ -272,79 +268,66 @@ def _checked(mapping: LabelMapping, raw: DatasetDict, label_column: str, locate:
     for split in [name for name in ("train", "validation", "test") if name in raw]:
         if label_column not in raw[split].column_names:
             continue
-        values = raw[split][label_column]
+        values = (read or {}).get(split) or label_values(raw[split], label_column)
         if split == "test":
-            unlabelled = [unlabelled_value(v, raw["test"].features[label_column]) for v in values]
-            if labels_hidden(values, raw["test"].features[label_column]):
+            feature = raw["test"].features[label_column]
+            if values.hidden(feature):
                 continue  # an unlabelled test split: predicted, not scored
-            if any(unlabelled):
-                first = unlabelled.index(True)
+            first = values.first_unlabelled(feature)
+            if first is not None:
                 raise DataError(
                     f"{_where(locate, split, first)} has no label, but other test rows have one. Label every "
                     "test row (it is then scored) or none (it is then only predicted)."
                 )
         if mapping.problem_type == REGRESSION:
-            bad = next((i for i, v in enumerate(values) if not _is_number(v)), None)
+            bad = values.first_not_number()
             if bad is not None:
                 raise DataError(
-                    f"{_where(locate, split, bad)} has the label {values[bad]!r}, which is not a number; regression "
-                    f"learns a score per row, so every '{label_column}' must be a finite number. Fix that row, or, "
-                    "for classes, use --problem_type auto or single_label_classification."
+                    f"{_where(locate, split, bad)} has the label {values.value(bad)!r}, which is not a number; "
+                    f"regression learns a score per row, so every '{label_column}' must be a finite number. Fix "
+                    "that row, or, for classes, use --problem_type auto or single_label_classification."
                 )
             continue
         if mapping.multi_hot:
-            bad = next(
-                (
-                    i
-                    for i, v in enumerate(values)
-                    if not isinstance(v, list | tuple) or len(v) != mapping.num_labels
-                ),
-                None,
-            )
+            bad = values.first_not_flags(mapping.num_labels)
             if bad is not None:
                 raise DataError(
-                    f"{_where(locate, split, bad)} has the labels {values[bad]!r}, but the training rows are "
+                    f"{_where(locate, split, bad)} has the labels {values.value(bad)!r}, but the training rows are "
                     f"{mapping.num_labels} 0/1 flags, one per class. Give every row the same {mapping.num_labels} flags."
                 )
         if split == "train":
             continue  # its classes are the mapping's own
-        classes = (
-            mapping.classes_of if mapping.problem_type == MULTI_LABEL else lambda v: [normalise_label(v)]
-        )
-        unseen = [(i, c) for i, v in enumerate(values) for c in classes(v) if c not in mapping.to_id]
+        classes = values.classes(mapping if mapping.problem_type == MULTI_LABEL else None)
+        unseen = [c for c in classes.counts if c not in mapping.to_id]
         if unseen:
-            first, value = unseen[0]
-            others = sorted({repr(v) for _, v in unseen})
+            first, _ = classes.first(lambda c: c not in mapping.to_id)
+            others = sorted({repr(v) for v in unseen})
             raise DataError(
                 f"The {split} data has label(s) the training data never uses: {', '.join(others[:5])}"
                 f"{' ...' if len(others) > 5 else ''} (first at {_where(locate, split, first)}). Training labels are: "
                 f"{', '.join(mapping.names)}. Fix those labels, or add training examples of those classes"
                 + (
                     "; if the labels are scores, train with --problem_type regression."
-                    if any(_is_fraction(v) for _, v in unseen)
+                    if any(_is_fraction(v) for v in unseen)
                     else "."
                 )
             )
     return mapping
 
 
-def describe_labels(mapping: LabelMapping, values: list) -> str:
+def describe_labels(mapping: LabelMapping, dataset, label_column: str) -> str:
     """One log line's worth: rows per class, classes per row (multi-label), or the range of the scores."""
+    values = label_values(dataset, label_column)
     if mapping.problem_type == REGRESSION:
-        scores = [float(v) for v in values]
-        return (
-            f"score '{mapping.names[0]}' mean {sum(scores) / len(scores):.3g}, min {min(scores):.3g}, "
-            f"max {max(scores):.3g}"
-        )
-    classes = mapping.classes_of if mapping.problem_type == MULTI_LABEL else lambda v: [normalise_label(v)]
-    rows = [classes(value) for value in values]
-    counts = Counter(c for row in rows for c in row)
+        mean, low, high = values.scores()
+        return f"score '{mapping.names[0]}' mean {mean:.3g}, min {low:.3g}, max {high:.3g}"
+    counts = values.classes(mapping if mapping.problem_type == MULTI_LABEL else None).counts
     described = ", ".join(
         f"{mapping.names[mapping.to_id[k]]} {n}"
         for k, n in sorted(counts.items(), key=lambda kv: mapping.to_id[kv[0]])
     )
     if mapping.problem_type == MULTI_LABEL:
-        return f"rows with each class: {described}; {sum(map(len, rows)) / len(rows):.2f} classes per row"
+        return f"rows with each class: {described}; {sum(counts.values()) / values.rows:.2f} classes per row"
     return f"classes: {described}"
 
 
@@ -355,10 +338,10 @@ def _where(locate: dict, split: str, index: int) -> str:
     return f"{split} row {index + 1}"
 
 
-def labels_hidden(values: list, feature) -> bool:
+def labels_hidden(dataset, label_column: str) -> bool:
     """Whether a test split's labels are all absent: empty, or -1 everywhere (GLUE's hidden test labels,
     in a ClassLabel or, for STS-B, a float column)."""
-    return all(unlabelled_value(v, feature) for v in values) or all(normalise_label(v) == -1 for v in values)
+    return label_values(dataset, label_column).hidden(dataset.features[label_column])
 
 
 def unlabelled_value(value, feature) -> bool:
@@ -378,3 +361,385 @@ def normalise_label(value):
     if isinstance(value, str):
         return value.strip()
     return value
+
+
+# -- one split's label column, as the checks ask about it ------------------------------------------
+#
+# Three readers answer the same questions about a column. The columnar two, for the usual Arrow
+# types, look at each distinct value once in Python (a few classes however many rows) and at the
+# rows only through numpy and pyarrow arrays; floats and integers, whose distinct values can be as
+# many as the rows (scores), are checked as arrays. Anything else (a JSON column of mixed types,
+# structs, nested lists) is read row by row, the way every column was before the data grew: that is
+# _RowLabels, which the tests also hold the columnar readers to.
+
+
+@dataclass
+class ClassTally:
+    """Each row's classes, as `classes_of` gives them, taken together."""
+
+    counts: Counter  # class -> times it occurs, over all rows
+    kinds: set  # the types of the classes
+    first_repeat: int | None  # the first row that names a class twice
+    # The first row with a class `wanted(class)` holds, and that class (the row's first such); None: no row.
+    first: Callable[[Callable[[Any], bool]], tuple[int, Any] | None]
+
+
+def _single(value) -> list:
+    return [normalise_label(value)]
+
+
+def _first_true(mask: np.ndarray) -> int | None:
+    hits = np.flatnonzero(mask)
+    return int(hits[0]) if hits.size else None
+
+
+class _RowLabels:
+    """A label column as Python values, one row at a time."""
+
+    def __init__(self, values: list):
+        self.values, self.rows = values, len(values)
+
+    def value(self, index: int):
+        return self.values[index]
+
+    @property
+    def lists(self) -> bool:
+        return any(isinstance(value, list | tuple) for value in self.values)
+
+    @property
+    def strings(self) -> bool:
+        return any(isinstance(normalise_label(value), str) for value in self.values)
+
+    @property
+    def all_bools(self) -> bool:
+        return all(isinstance(value, bool) for value in self.values)
+
+    def first_missing(self) -> int | None:
+        return next((i for i, value in enumerate(self.values) if normalise_label(value) in (None, "")), None)
+
+    def first_fraction(self) -> int | None:
+        return next((i for i, value in enumerate(self.values) if _is_fraction(value)), None)
+
+    def first_not_number(self) -> int | None:
+        return next((i for i, value in enumerate(self.values) if not _is_number(value)), None)
+
+    def scores(self) -> tuple[float, float, float]:
+        scores = [float(value) for value in self.values]
+        return sum(scores) / len(scores), min(scores), max(scores)
+
+    def first_unlabelled(self, feature) -> int | None:
+        return next((i for i, value in enumerate(self.values) if unlabelled_value(value, feature)), None)
+
+    def hidden(self, feature) -> bool:
+        return all(unlabelled_value(v, feature) for v in self.values) or all(
+            normalise_label(v) == -1 for v in self.values
+        )
+
+    def multi_hot_width(self) -> int | None:
+        """The number of 0/1 flags in every row, if the rows are such flags (see _multi_hot_width)."""
+        values = self.values
+        if not values or not all(isinstance(value, list | tuple) for value in values):
+            return None
+        widths = {len(value) for value in values}
+        flags = {normalise_label(flag) for value in values for flag in value}
+        return widths.pop() if len(widths) == 1 and min(widths) >= 2 and flags <= {0, 1} else None
+
+    def first_not_flags(self, width: int) -> int | None:
+        return next(
+            (i for i, v in enumerate(self.values) if not isinstance(v, list | tuple) or len(v) != width), None
+        )
+
+    def classes(self, mapping: LabelMapping | None) -> ClassTally:
+        classes_of = _single if mapping is None else mapping.classes_of
+        rows = [classes_of(value) for value in self.values]
+        counts = Counter(c for row in rows for c in row)
+
+        def first(wanted):
+            return next(((i, c) for i, row in enumerate(rows) for c in row if wanted(c)), None)
+
+        repeat = next((i for i, row in enumerate(rows) if len(set(row)) != len(row)), None)
+        return ClassTally(counts, {type(c) for row in rows for c in row}, repeat, first)
+
+
+class _ScalarLabels:
+    """A label column of strings, integers, floats or booleans (a ClassLabel's ids too), as Arrow holds it."""
+
+    def __init__(self, array: pa.Array):
+        self.array, self.rows = array, len(array)
+        kind = array.type
+        self.kind = (
+            "string"
+            if pa.types.is_string(kind) or pa.types.is_large_string(kind)
+            else "bool"
+            if pa.types.is_boolean(kind)
+            else "null"
+            if pa.types.is_null(kind)
+            else "number"
+        )
+
+    def value(self, index: int):
+        return self.array[index].as_py()
+
+    @cached_property
+    def distinct(self) -> tuple[list, np.ndarray]:
+        """(the distinct values, None for a missing one; each row's index into them)."""
+        if self.kind == "null":
+            return [None] * bool(self.rows), np.zeros(self.rows, dtype=np.int64)
+        encoded = self.array.dictionary_encode(null_encoding="encode")
+        return encoded.dictionary.to_pylist(), encoded.indices.to_numpy(zero_copy_only=False)
+
+    def first_of(self, wanted: list[int] | np.ndarray) -> int | None:
+        """The first row whose value is one of the distinct values numbered `wanted`."""
+        if len(wanted) == 0:
+            return None
+        return _first_true(np.isin(self.distinct[1], wanted))
+
+    def first_where(self, test: Callable[[Any], bool]) -> int | None:
+        """The first row whose value passes `test` (asked once per distinct value)."""
+        return self.first_of([k for k, value in enumerate(self.distinct[0]) if test(value)])
+
+    @cached_property
+    def numbers(self) -> tuple[np.ndarray, np.ndarray]:
+        """(which rows hold a value, the values as float64: NaN where none)."""
+        present = ~self.array.is_null().to_numpy(zero_copy_only=False)
+        if self.kind == "null":
+            return present, np.full(self.rows, np.nan)
+        values = pc.cast(self.array, pa.float64(), safe=False).fill_null(np.nan)
+        return present, values.to_numpy(zero_copy_only=False)
+
+    @property
+    def lists(self) -> bool:
+        return False
+
+    @property
+    def strings(self) -> bool:
+        return self.kind == "string" and self.array.null_count < self.rows
+
+    @property
+    def all_bools(self) -> bool:
+        return (self.kind == "bool" and self.array.null_count == 0) or self.rows == 0
+
+    def first_missing(self) -> int | None:
+        if self.kind == "string":
+            return self.first_where(lambda value: normalise_label(value) in (None, ""))
+        present, values = self.numbers
+        return _first_true(~present | np.isnan(values))  # NaN: a blank cell in a numeric column
+
+    def first_fraction(self) -> int | None:
+        if self.kind != "number" or not pa.types.is_floating(self.array.type):
+            return None
+        present, values = self.numbers
+        with np.errstate(invalid="ignore"):
+            whole = np.isfinite(values) & (np.floor(values) == values)
+        return _first_true(present & ~whole)  # NaN and infinities are not integers either
+
+    def first_not_number(self) -> int | None:
+        if self.kind == "string":
+            return self.first_where(lambda value: not _is_number(value))
+        if self.kind != "number":  # booleans and blanks are no scores
+            return 0 if self.rows else None
+        present, values = self.numbers
+        return _first_true(~(present & np.isfinite(values)))
+
+    def scores(self) -> tuple[float, float, float]:
+        if self.kind == "string":
+            values, codes = self.distinct
+            counts = np.bincount(codes, minlength=len(values))
+            scores = np.array([float(value) for value in values])
+            return float(scores @ counts) / self.rows, float(scores.min()), float(scores.max())
+        values = self.numbers[1]
+        return float(values.sum()) / self.rows, float(values.min()), float(values.max())
+
+    def _unlabelled(self, feature) -> np.ndarray:
+        if self.kind == "string":
+            values, codes = self.distinct
+            return np.array([unlabelled_value(value, feature) for value in values], dtype=bool)[codes]
+        present, values = self.numbers
+        unlabelled = ~present | np.isnan(values)
+        if isinstance(feature, ClassLabel):
+            unlabelled |= values == -1
+        return unlabelled
+
+    def first_unlabelled(self, feature) -> int | None:
+        return _first_true(self._unlabelled(feature))
+
+    def hidden(self, feature) -> bool:
+        if self._unlabelled(feature).all():
+            return True
+        if self.kind != "number":
+            return False  # strings and booleans are never -1
+        present, values = self.numbers
+        return bool((present & (values == -1)).all())
+
+    def multi_hot_width(self) -> int | None:
+        return None
+
+    def first_not_flags(self, width: int) -> int | None:
+        return 0 if self.rows else None
+
+    def classes(self, mapping: LabelMapping | None) -> ClassTally:
+        classes_of = _single if mapping is None else mapping.classes_of
+        values, codes = self.distinct
+        per_value = [classes_of(value) for value in values]
+        rows_with = np.bincount(codes, minlength=len(values))
+        counts: Counter = Counter()
+        for classes, rows in zip(per_value, rows_with.tolist(), strict=True):
+            for c in classes:
+                counts[c] += rows
+
+        def first(wanted):
+            hits = {k: next((c for c in classes if wanted(c)), _NONE) for k, classes in enumerate(per_value)}
+            row = self.first_of([k for k, c in hits.items() if c is not _NONE])
+            return None if row is None else (row, hits[int(codes[row])])
+
+        repeated = [k for k, classes in enumerate(per_value) if len(set(classes)) != len(classes)]
+        kinds = {type(c) for classes in per_value for c in classes}  # every distinct value has a row
+        return ClassTally(counts, kinds, self.first_of(repeated), first)
+
+
+_NONE = object()
+
+
+class _ListLabels:
+    """A label column of lists of strings, integers, floats or booleans, as Arrow holds it."""
+
+    def __init__(self, array: pa.Array):
+        self.array, self.rows = array, len(array)
+        self.elements = _ScalarLabels(array.flatten())  # every row's items, row after row
+        self.parents = pc.list_parent_indices(array).to_numpy(zero_copy_only=False)  # each item's row
+        self.present = ~array.is_null().to_numpy(zero_copy_only=False)
+
+    def value(self, index: int):
+        return self.array[index].as_py()
+
+    @property
+    def lists(self) -> bool:
+        return self.rows > 0 and self.array.null_count < self.rows
+
+    @property
+    def strings(self) -> bool:
+        return False
+
+    @property
+    def all_bools(self) -> bool:
+        return self.rows == 0
+
+    @cached_property
+    def lengths(self) -> np.ndarray:
+        return pc.list_value_length(self.array).fill_null(-1).to_numpy(zero_copy_only=False)
+
+    def first_missing(self) -> int | None:
+        return _first_true(~self.present)
+
+    def first_fraction(self) -> int | None:
+        return None
+
+    def first_not_number(self) -> int | None:
+        return 0 if self.rows else None
+
+    def first_unlabelled(self, feature) -> int | None:
+        return _first_true(~self.present)
+
+    def hidden(self, feature) -> bool:
+        return not self.present.any()
+
+    def multi_hot_width(self) -> int | None:
+        if not self.rows or not self.present.all():
+            return None
+        widths = np.unique(self.lengths)
+        values, codes = self.elements.distinct
+        flags = {normalise_label(value) for value in values}
+        return int(widths[0]) if len(widths) == 1 and widths[0] >= 2 and flags <= {0, 1} else None
+
+    def first_not_flags(self, width: int) -> int | None:
+        return _first_true(~self.present | (self.lengths != width))
+
+    def classes(self, mapping: LabelMapping | None) -> ClassTally:
+        if mapping is None:  # one class per row, and the rows are lists: as the rows say, row by row
+            return _RowLabels(self.array.to_pylist()).classes(None)
+        # A missing row has the classes of None: none with a delimiter, else None itself.
+        missing_classes = mapping.classes_of(None)
+        missing_rows = int((~self.present).sum())
+        values, codes = self.elements.distinct
+        if mapping.multi_hot:  # the classes are the positions of the 1 flags
+            ones = np.array([normalise_label(value) == 1 for value in values], dtype=bool)[codes]
+            starts = np.cumsum(np.maximum(self.lengths, 0)) - np.maximum(self.lengths, 0)
+            positions = np.arange(len(codes)) - starts[self.parents]
+            item_class, item_rows = positions[ones], self.parents[ones]
+            classes = list(range(int(item_class.max()) + 1)) if item_class.size else []
+            class_ids = item_class
+        else:  # each item is a class, normalised
+            normalised = [normalise_label(value) for value in values]
+            classes = list(dict.fromkeys(normalised))
+            number = {c: i for i, c in enumerate(classes)}
+            class_ids = np.array([number[c] for c in normalised], dtype=np.int64)[codes]
+            item_rows = self.parents
+        occurrences = np.bincount(class_ids, minlength=len(classes))
+        counts = Counter({c: int(n) for c, n in zip(classes, occurrences.tolist(), strict=True) if n})
+        for c in missing_classes if missing_rows else ():
+            counts[c] += missing_rows
+        kinds = {type(c) for c in counts}
+
+        def first(wanted):
+            chosen = [i for i, c in enumerate(classes) if wanted(c)]
+            item = _first_true(np.isin(class_ids, chosen)) if chosen else None
+            found = None if item is None else (int(item_rows[item]), classes[int(class_ids[item])])
+            absent = next((c for c in missing_classes if wanted(c)), _NONE)
+            if absent is not _NONE:
+                row = _first_true(~self.present)
+                if row is not None and (found is None or row < found[0]):
+                    found = (row, absent)
+            return found
+
+        keys = item_rows * max(len(classes), 1) + class_ids
+        ordered = np.sort(keys)
+        repeats = ordered[1:][ordered[1:] == ordered[:-1]]
+        first_repeat = int(repeats.min() // max(len(classes), 1)) if repeats.size else None
+        return ClassTally(counts, kinds, first_repeat, first)
+
+
+def label_values(dataset, column: str):
+    """A reader of one split's label column: columnar for the usual Arrow types, row by row for the rest."""
+    array = _arrow_column(dataset, column)
+    if array is not None:
+        if _scalar(array.type):
+            return _ScalarLabels(array)
+        if (pa.types.is_list(array.type) or pa.types.is_large_list(array.type)) and _scalar(
+            array.type.value_type
+        ):
+            return _ListLabels(array)
+    return _RowLabels(list(dataset[column]))
+
+
+def _scalar(kind: pa.DataType) -> bool:
+    return (
+        pa.types.is_string(kind)
+        or pa.types.is_large_string(kind)
+        or pa.types.is_boolean(kind)
+        or pa.types.is_integer(kind)
+        or pa.types.is_float32(kind)
+        or pa.types.is_float64(kind)
+        or pa.types.is_null(kind)
+    )
+
+
+def _arrow_column(dataset, column: str) -> pa.Array | None:
+    """The split's column as one Arrow array, in the split's row order (after a select or a shuffle).
+
+    datasets keeps a split made by select, shuffle or train_test_split as the whole table plus an
+    indices mapping (`_indices`); its own way of applying one, row by row, takes seconds a million
+    rows. Taken here in one call; None (read it row by row) if datasets ever keeps it otherwise.
+    """
+    table = getattr(dataset.data, "table", dataset.data)
+    if column not in table.column_names:
+        return None
+    array = table.column(column)
+    indices = getattr(dataset, "_indices", None)
+    if indices is not None:
+        array = array.take(indices.column(0))
+    if len(array) != len(dataset):
+        return None
+    return array.combine_chunks()
+
+
+Labels = _RowLabels | _ScalarLabels | _ListLabels

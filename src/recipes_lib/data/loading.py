@@ -197,9 +197,7 @@ def load_classification_data(
     test_has_labels = (
         "test" in raw
         and data_args.label_column_name in raw["test"].column_names
-        and not labels_hidden(
-            raw["test"][data_args.label_column_name], raw["test"].features[data_args.label_column_name]
-        )
+        and not labels_hidden(raw["test"], data_args.label_column_name)
     )
     for split, dataset in raw.items():
         if split != "test" or test_has_labels:
@@ -208,7 +206,7 @@ def load_classification_data(
                 split,
                 sources.get(split) or split,
                 len(dataset),
-                describe_labels(labels, dataset[data_args.label_column_name]),
+                describe_labels(labels, dataset, data_args.label_column_name),
             )
     return ClassificationData(
         raw=raw,

@@ -165,6 +165,20 @@ LOGGED_WHEN = {
     PER_CLASS_TABLE: PER_CLASS,
 }
 
+# --- recipes-lib sweep ------------------------------------------------------------------------------
+
+# A sweep's trial adds these to its W&B config (tracking/wandb_run.py reads them from the environment
+# variable SWEEP_CONFIG_VARIABLE, which cli/sweep_study.py sets): the sweep, the trial's phase
+# ("search" or "seeds") and, in the seeds phase, the setting the search chose ("lora lr=0.001"), so a
+# panel can group the runs of each recipe's chosen setting. The config also has learning_rate and seed.
+SWEEP_CONFIG_VARIABLE = "RECIPES_WANDB_CONFIG"
+SWEEP = "sweep"
+SWEEP_PHASE = "sweep_phase"
+SWEEP_CHOSEN = "sweep_chosen"
+SWEEP_CONFIG_KEYS = (SWEEP, SWEEP_PHASE, SWEEP_CHOSEN)
+LEARNING_RATE = "learning_rate"
+SEED = "seed"
+
 # `recipes-lib compare --wandb`: one run holding the comparison table and the compare chart.
 COMPARISON_TABLE = "comparison/table"
 COMPARISON_CHART = "comparison/chart"

@@ -10,7 +10,8 @@ shows them side by side:
     tags      recipe, model, precision (fp32/bf16/fp16), device kind (cuda/cpu), --wandb_tags
     job_type  "fine-tune"
     config    the full resolved configuration (as in results.json), "recipe", and "environment"
-              (device, CUDA and driver versions, library versions)
+              (device, CUDA and driver versions, library versions); a `recipes-lib sweep` trial adds
+              "sweep", "sweep_phase" and "sweep_chosen" (sweep_config)
 
 Logged. The Trainer's WandbCallback logs its curves (train/loss, train/learning_rate,
 train/grad_norm, eval/accuracy, eval/f1, ...); `ThroughputCallback` adds throughput/* and memory/*
@@ -33,6 +34,7 @@ then. Either way one line says where the run was written and how to upload it (`
 from __future__ import annotations
 
 import dataclasses
+import json
 import logging
 import os
 import shutil
@@ -457,12 +459,31 @@ def start_tracking(arguments: ParsedArguments, recipe: RecipeSpec) -> Tracker:
         "recipe": recipe.name,
         **arguments.to_dict(),
         "environment": describe_environment(training),
+        **sweep_config(),
     }
     run, fallback_reason = start_run(identity, config)
     note = offline_note(run, fallback_reason, identity.name)
     if note is not None:
         (logger.warning if fallback_reason else logger.info)(note)
     return Tracker(run)
+
+
+def sweep_config() -> dict[str, Any]:
+    """The sweep keys a `recipes-lib sweep` trial adds to its config (names.SWEEP_CONFIG_KEYS), from the
+    JSON object the sweep puts in the environment; nothing outside a sweep, or from a malformed value."""
+    text = os.environ.get(names.SWEEP_CONFIG_VARIABLE)
+    if not text:
+        return {}
+    try:
+        values = json.loads(text)
+    except ValueError:
+        values = None
+    if not isinstance(values, dict):
+        logger.warning(
+            "%s is not a JSON object; the run's W&B config has no sweep keys.", names.SWEEP_CONFIG_VARIABLE
+        )
+        return {}
+    return {key: values[key] for key in names.SWEEP_CONFIG_KEYS if key in values}
 
 
 def offline_note(run, fallback_reason: str | None, name: str) -> str | None:
