@@ -43,7 +43,7 @@ demo: $(BIN)/.installed
 # demo data, the best of each repeated over 3 seeds, every trial its own accelerate launch; the report,
 # sweep_results.json and sweep_results.png in outputs/sweep_demo/. Rerun after a stop to resume it.
 sweep-demo: $(BIN)/.installed
-	$(OFFLINE) $(BIN)/python -m recipes_lib.cli sweep recipes/configs/sweep_demo.yaml
+	$(OFFLINE) $(BIN)/python -m recipes_lib.cli sweep recipes/sweeps/sweep_demo.yaml
 
 test: $(BIN)/.installed
 	$(OFFLINE) $(BIN)/python -m pytest $(PYTEST_ARGS)

@@ -77,7 +77,7 @@ def make_config(tmp_path: Path, **changes) -> SweepConfig:
 
 def test_the_demo_sweep_file_parses_with_its_documented_values():
     config = sweep_config_from_values(
-        load_sweep_file(str(REPO_ROOT / "recipes/configs/sweep_demo.yaml")), "demo"
+        load_sweep_file(str(REPO_ROOT / "recipes/sweeps/sweep_demo.yaml")), "demo"
     )
     assert [recipe.name for recipe in config.recipes] == ["full_ft", "lora"]
     assert config.recipe("full_ft").learning_rates.grid == (2e-5, 5e-5, 1e-4)

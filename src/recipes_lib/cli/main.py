@@ -15,7 +15,7 @@ recipes-lib predict outputs/demo/lora --input texts.csv [--output predictions.js
     predictions of a finished run for a file of texts, as JSON Lines
 recipes-lib wandb-dashboard --project bert-recipes [--entity E] [--group G] [--report]
     a saved W&B view comparing the recipes of a group (the dashboard extra)
-recipes-lib sweep recipes/configs/sweep_demo.yaml [--memory_budget GIB] [--dry_run] [--wandb_sweep FILE]
+recipes-lib sweep recipes/sweeps/sweep_demo.yaml [--memory_budget GIB] [--dry_run] [--wandb_sweep FILE]
     a fair recipe comparison: a learning-rate search per recipe, the best repeated over seeds, a report (resumable)
 """
 

@@ -394,14 +394,14 @@ def load_sweep_file(path: str) -> dict[str, Any]:
     file = Path(path)
     if not file.is_file():
         raise ConfigError(
-            f"The sweep file {path} does not exist; give a YAML file such as recipes/configs/sweep_demo.yaml."
+            f"The sweep file {path} does not exist; give a YAML file such as recipes/sweeps/sweep_demo.yaml."
         )
     try:
         values = yaml.safe_load(file.read_text())
     except yaml.YAMLError as error:
         raise ConfigError(f"The sweep file {path} is not valid YAML: {str(error).splitlines()[0]}") from None
     if values is None:
-        raise ConfigError(f"The sweep file {path} is empty; recipes/configs/sweep_demo.yaml shows every key.")
+        raise ConfigError(f"The sweep file {path} is empty; recipes/sweeps/sweep_demo.yaml shows every key.")
     if not isinstance(values, dict):
         raise ConfigError(
             f"The sweep file {path} must be a mapping of keys (recipes:, base_config:, ...), not a {type(values).__name__}."
@@ -428,7 +428,7 @@ def add_sweep_parser(commands) -> None:
         "sweep_results.json and a chart. Flags override the file. docs/sweeps.md has the details.",
     )
     parser.add_argument(
-        "config", nargs="?", help="the sweep YAML file (recipes/configs/sweep_demo.yaml shows every key)"
+        "config", nargs="?", help="the sweep YAML file (recipes/sweeps/sweep_demo.yaml shows every key)"
     )
     parser.add_argument(
         "--recipe",
