@@ -393,18 +393,6 @@ def _first_true(mask: np.ndarray) -> int | None:
     return int(hits[0]) if hits.size else None
 
 
-def _first(mask: np.ndarray | pa.Array) -> int | None:
-    """The first row a boolean mask (numpy's, or Arrow's without nulls) holds True for."""
-    if isinstance(mask, np.ndarray):
-        return _first_true(mask)
-    found = pc.index(mask, True).as_py()
-    return None if found < 0 else found
-
-
-def _all(mask: np.ndarray | pa.Array) -> bool:
-    return bool(mask.all()) if isinstance(mask, np.ndarray) else len(mask) == 0 or pc.all(mask).as_py()
-
-
 class _RowLabels:
     """A label column as Python values, one row at a time."""
 
@@ -511,11 +499,13 @@ class _ScalarLabels:
         return self.first_of([k for k, value in enumerate(self.distinct[0]) if test(value)])
 
     @cached_property
-    def _floats(self) -> pa.Array:
-        """The values as float64 (booleans as 0.0 and 1.0; a missing value stays missing)."""
+    def numbers(self) -> tuple[np.ndarray, np.ndarray]:
+        """(which rows hold a value, the values as float64: NaN where none)."""
+        present = ~self.array.is_null().to_numpy(zero_copy_only=False)
         if self.kind == "null":
-            return pa.nulls(self.rows, pa.float64())
-        return pc.cast(self.array, pa.float64(), safe=False)
+            return present, np.full(self.rows, np.nan)
+        values = pc.cast(self.array, pa.float64(), safe=False).fill_null(np.nan)
+        return present, values.to_numpy(zero_copy_only=False)
 
     @property
     def lists(self) -> bool:
@@ -532,24 +522,24 @@ class _ScalarLabels:
     def first_missing(self) -> int | None:
         if self.kind == "string":
             return self.first_where(lambda value: normalise_label(value) in (None, ""))
-        if self.array.null_count == 0 and not pa.types.is_floating(self.array.type):
-            return None
-        return _first(pc.is_null(self.array, nan_is_null=True))  # NaN: a blank cell in a numeric column
+        present, values = self.numbers
+        return _first_true(~present | np.isnan(values))  # NaN: a blank cell in a numeric column
 
     def first_fraction(self) -> int | None:
-        if not pa.types.is_floating(self.array.type):
+        if self.kind != "number" or not pa.types.is_floating(self.array.type):
             return None
-        values = self.array
-        whole = pc.and_kleene(pc.is_finite(values), pc.equal(pc.floor(values), values))
-        # NaN and infinities are no integers either; a missing value is no fraction.
-        return _first(pc.and_(pc.is_valid(values), pc.invert(whole)).fill_null(False))
+        present, values = self.numbers
+        with np.errstate(invalid="ignore"):
+            whole = np.isfinite(values) & (np.floor(values) == values)
+        return _first_true(present & ~whole)  # NaN and infinities are not integers either
 
     def first_not_number(self) -> int | None:
         if self.kind == "string":
             return self.first_where(lambda value: not _is_number(value))
         if self.kind != "number":  # booleans and blanks are no scores
             return 0 if self.rows else None
-        return _first(pc.invert(pc.is_finite(self.array)).fill_null(True))
+        present, values = self.numbers
+        return _first_true(~(present & np.isfinite(values)))
 
     def scores(self) -> tuple[float, float, float]:
         if self.kind == "string":
@@ -557,28 +547,29 @@ class _ScalarLabels:
             counts = np.bincount(codes, minlength=len(values))
             scores = np.array([float(value) for value in values])
             return float(scores @ counts) / self.rows, float(scores.min()), float(scores.max())
-        extremes = pc.min_max(self._floats)
-        total = pc.sum(self._floats).as_py()
-        return total / self.rows, extremes["min"].as_py(), extremes["max"].as_py()
+        values = self.numbers[1]
+        return float(values.sum()) / self.rows, float(values.min()), float(values.max())
 
-    def _unlabelled(self, feature) -> np.ndarray | pa.Array:
+    def _unlabelled(self, feature) -> np.ndarray:
         if self.kind == "string":
             values, codes = self.distinct
             return np.array([unlabelled_value(value, feature) for value in values], dtype=bool)[codes]
-        unlabelled = pc.is_null(self.array, nan_is_null=True)
-        if isinstance(feature, ClassLabel) and self.kind == "number":
-            unlabelled = pc.or_(unlabelled, pc.equal(self._floats, -1).fill_null(False))
+        present, values = self.numbers
+        unlabelled = ~present | np.isnan(values)
+        if isinstance(feature, ClassLabel):
+            unlabelled |= values == -1
         return unlabelled
 
     def first_unlabelled(self, feature) -> int | None:
-        return _first(self._unlabelled(feature))
+        return _first_true(self._unlabelled(feature))
 
     def hidden(self, feature) -> bool:
-        if self.rows == 0 or _all(self._unlabelled(feature)):
+        if self._unlabelled(feature).all():
             return True
         if self.kind != "number":
             return False  # strings and booleans are never -1
-        return _all(pc.equal(self._floats, -1).fill_null(False))
+        present, values = self.numbers
+        return bool((present & (values == -1)).all())
 
     def multi_hot_width(self) -> int | None:
         return None
