@@ -124,11 +124,11 @@ def data_files(data_dir: Path, source: Path, rows: int, form: str) -> tuple[Path
 
 
 class PeakMemory:
-    """The peak of the summed RSS of this process and its children (the tokenizing workers), sampled in a thread.
+    """The peak of this process's RSS plus its children's USS (the tokenizing workers' own pages), sampled.
 
-    An upper bound: a page a forked worker still shares with its parent counts twice."""
+    A forked worker's RSS counts again every page it still shares with its parent; its USS does not."""
 
-    def __init__(self, interval: float = 0.05):
+    def __init__(self, interval: float = 0.1):
         import threading
 
         import psutil
@@ -138,10 +138,10 @@ class PeakMemory:
         self._thread = threading.Thread(target=self._run, daemon=True)
 
     def _sample(self) -> int:
-        total = 0
-        for process in [self.process, *self.process.children(recursive=True)]:
+        total = self.process.memory_info().rss
+        for process in self.process.children(recursive=True):
             with contextlib.suppress(Exception):  # a worker that just ended
-                total += process.memory_info().rss
+                total += process.memory_full_info().uss
         return total
 
     def _run(self) -> None:
@@ -158,6 +158,14 @@ class PeakMemory:
         self._thread.join()
         self.peak = max(self.peak, self._sample())
         return False
+
+
+def cpu_seconds() -> float:
+    """User and system time of this process and of its children that have ended (the tokenizing workers)."""
+    import resource
+
+    own, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
 
 
 def measure(way: str, train: Path, validation: Path, form: str, cache_dir: str, num_proc: int | None) -> dict:
@@ -185,7 +193,7 @@ def measure(way: str, train: Path, validation: Path, form: str, cache_dir: str, 
 
         result["library"] = str(Path(label_module.__file__).parent.parent)
     result["rss_after_imports_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    started = time.perf_counter()
+    started, cpu_started = time.perf_counter(), cpu_seconds()
     with PeakMemory() as memory:
         if way == "plain":
             tokenizer = AutoTokenizer.from_pretrained(model_dir)
@@ -224,6 +232,7 @@ def measure(way: str, train: Path, validation: Path, form: str, cache_dir: str, 
             workers = getattr(tokenize_module, "tokenizing_processes", None)  # not in the code before #24
             result["num_proc"] = workers(len(data.raw["train"]), None) if workers else None
     result["seconds"] = round(time.perf_counter() - started, 2)
+    result["cpu_seconds"] = round(cpu_seconds() - cpu_started, 2)
     result["peak_rss_mb"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)
     result["peak_children_rss_mb"] = round(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024, 1)
     result["peak_tree_rss_mb"] = round(memory.peak / 2**20, 1)
@@ -311,10 +320,18 @@ def ratios(results: list[dict]) -> list[dict]:
         for way, result in by_way.items():
             row[way] = {
                 k: result[k]
-                for k in ("seconds", "peak_rss_mb", "peak_tree_rss_mb", "rss_after_imports_mb", "num_proc")
+                for k in (
+                    "seconds",
+                    "cpu_seconds",
+                    "peak_rss_mb",
+                    "peak_tree_rss_mb",
+                    "rss_after_imports_mb",
+                    "num_proc",
+                )
             }
             if plain and way != "plain":
                 row[way]["time_ratio"] = round(result["seconds"] / plain["seconds"], 2)
+                row[way]["cpu_ratio"] = round(result["cpu_seconds"] / plain["cpu_seconds"], 2)
                 row[way]["rss_ratio"] = round(result["peak_rss_mb"] / plain["peak_rss_mb"], 2)
                 row[way]["tree_ratio"] = round(result["peak_tree_rss_mb"] / plain["peak_tree_rss_mb"], 2)
         row["errors"] = {
@@ -326,54 +343,75 @@ def ratios(results: list[dict]) -> list[dict]:
 
 def markdown(summary: list[dict], header: dict, command: str) -> str:
     ways = [way for way in WAYS if any(way in row for row in summary)]
+    others = [way for way in ways if way != "plain"]
+    machine_line = header["machine"]
     lines = [
         f"`{command}`",
         "",
-        f"**{header['machine']['cpu']}, {header['machine']['cores']} cores, AVX-512 BF16 "
-        f"{'yes' if header['machine']['avx512_bf16'] else 'no'}, {header['machine']['memory_gb']} GB; load average "
-        f"at start {', '.join(f'{x:.2f}' for x in header['machine']['load_average_at_start'])}; "
+        f"**{machine_line['cpu']}, {machine_line['cores']} cores, AVX-512 BF16 "
+        f"{'yes' if machine_line['avx512_bf16'] else 'no'}, {machine_line['memory_gb']} GB; load average at start "
+        f"{', '.join(f'{x:.2f}' for x in machine_line['load_average_at_start'])}, at end "
+        f"{', '.join(f'{x:.2f}' for x in machine_line.get('load_average_at_end', ()))}; "
         + ", ".join(f"{k} {v}" for k, v in header["versions"].items() if v)
         + "**",
         "",
-        "Seconds from after the imports (torch, transformers' Trainer, datasets; and the library) to the tokenized "
-        "splits. RSS: the process's peak RSS in MB (`ru_maxrss`, imports included: about "
-        f"{header['baseline_rss_mb']:.0f} MB of it is there before the data is touched). Tree: the peak of the "
-        "process's and its tokenizing workers' RSS summed, sampled every 50 ms, in MB. Ratios: against plain "
-        "`datasets` on the same file.",
+        "Wall seconds from after the imports (torch, transformers' Trainer, datasets; and the library) to the "
+        "tokenized splits, and the CPU seconds of the process and its tokenizing workers over the same span "
+        "(less sensitive than wall time to what else runs on the machine). Ratios: against plain `datasets` "
+        "on the same file.",
         "",
     ]
-    columns = ["rows", "format", "file MB"]
-    for way in ways:
-        columns += [f"{way} s", f"{way} RSS", f"{way} tree"]
-        if way != "plain":
-            columns += [f"{way}/plain time", f"{way}/plain RSS", f"{way}/plain tree"]
+
+    def cell(result, key, digits=1):
+        return "-" if result is None or key not in result else f"{result[key]:.{digits}f}"
+
+    def ratio(result, key):
+        return "-" if result is None or key not in result else f"{result[key]:.2f}x"
+
+    columns = ["rows", "format", "file MB"] + [f"{w} s" for w in ways] + [f"{w}/plain" for w in others]
+    columns += [f"{w} CPU s" for w in ways] + [f"{w}/plain CPU" for w in others]
     lines += ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
     for row in summary:
         cells = [f"{row['rows']:,}", row["format"], f"{row['file_mb']:.0f}"]
-        for way in ways:
-            result = row.get(way)
-            if result is None:
-                cells += ["error" if way in row["errors"] else "-"] * (3 if way == "plain" else 6)
-                continue
-            cells += [
-                f"{result['seconds']:.1f}",
-                f"{result['peak_rss_mb']:.0f}",
-                f"{result['peak_tree_rss_mb']:.0f}",
-            ]
-            if way != "plain":
-                cells += [
-                    f"{result.get('time_ratio', float('nan')):.2f}x",
-                    f"{result.get('rss_ratio', float('nan')):.2f}x",
-                    f"{result.get('tree_ratio', float('nan')):.2f}x",
-                ]
+        cells += [cell(row.get(w), "seconds") for w in ways] + [
+            ratio(row.get(w), "time_ratio") for w in others
+        ]
+        cells += [cell(row.get(w), "cpu_seconds") for w in ways] + [
+            ratio(row.get(w), "cpu_ratio") for w in others
+        ]
         lines.append("| " + " | ".join(cells) + " |")
-    processes = sorted({str(r.get(w, {}).get("num_proc")) for r in summary for w in ways if w in r})
-    lines += ["", f"Tokenizing processes (num_proc) used: {', '.join(processes)}."]
-    errors = [
-        (row["rows"], row["format"], way, error) for row in summary for way, error in row["errors"].items()
+    lines += [
+        "",
+        "Memory, MB. RSS: the process's peak RSS (`ru_maxrss`, imports included: about "
+        f"{header['baseline_rss_mb']:.0f} MB of it is there before the data is touched). Tree: the peak of the "
+        "process's RSS plus its tokenizing workers' USS (the pages each holds alone), sampled every 0.1 s.",
+        "",
     ]
-    for rows, form, way, error in errors:
-        lines.append(f"- {rows:,} {form}, {way}: failed: {' / '.join(error)}")
+    columns = ["rows", "format"] + [f"{w} RSS" for w in ways] + [f"{w}/plain RSS" for w in others]
+    columns += (
+        [f"{w} - plain RSS" for w in others]
+        + [f"{w} tree" for w in ways]
+        + [f"{w}/plain tree" for w in others]
+    )
+    lines += ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
+    for row in summary:
+        plain = row.get("plain")
+        cells = [f"{row['rows']:,}", row["format"]]
+        cells += [cell(row.get(w), "peak_rss_mb", 0) for w in ways] + [
+            ratio(row.get(w), "rss_ratio") for w in others
+        ]
+        cells += [
+            "-" if plain is None or w not in row else f"{row[w]['peak_rss_mb'] - plain['peak_rss_mb']:+.0f}"
+            for w in others
+        ]
+        cells += [cell(row.get(w), "peak_tree_rss_mb", 0) for w in ways]
+        cells += [ratio(row.get(w), "tree_ratio") for w in others]
+        lines.append("| " + " | ".join(cells) + " |")
+    processes = sorted({str(r[w].get("num_proc")) for r in summary for w in ways if w in r})
+    lines += ["", f"Tokenizing processes (num_proc) of the training split: {', '.join(processes)}."]
+    for row in summary:
+        for way, error in row["errors"].items():
+            lines.append(f"- {row['rows']:,} {row['format']}, {way}: failed: {' / '.join(error)}")
     return "\n".join(lines) + "\n"
 
 

@@ -323,3 +323,66 @@ def test_tokenizing_on_several_processes_is_cached(tmp_path, tiny_bert, monkeypa
     assert [entry["filename"] for entry in again["train"].cache_files] == files
     assert {name: Path(name).stat().st_mtime_ns for name in files} == written  # read back, not written again
     assert again["train"]["labels"] == first["train"]["labels"] == [1, 0] * 200
+
+
+# -- benchmarks/data_scale.py measures what it says ----------------------------------------------------
+
+
+def load_data_scale():
+    import importlib.util
+    import sys
+
+    from tests.helpers.repo import REPO_ROOT
+
+    spec = importlib.util.spec_from_file_location(
+        "benchmark_data_scale", REPO_ROOT / "benchmarks" / "data_scale.py"
+    )
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_benchmark_files_are_written_as_their_format_says_and_read_back_so(tmp_path):
+    data_scale = load_data_scale()
+    source = tmp_path / "sst2.tsv"
+    source.write_text(
+        "sentence\tlabel\n" + "".join(f"a fine , long film number {i} \t{i % 2}\n" for i in range(50))
+    )
+    for form in data_scale.FORMATS:
+        train, _ = data_scale.data_files(tmp_path / "files", source, 1000, form)
+        quoted, lines = decide_quoting(str(train))
+        assert quoted is form.endswith("-quoted"), form
+        assert len(lines) == 1000, form
+        text = train.read_text()
+        assert '"' in text  # quotes inside texts, stray ones in the unquoted files
+        if form.endswith("-quoted"):
+            assert text.count("\n") > 1001  # multi-line fields
+
+
+def test_the_benchmark_ratios_are_against_plain_on_the_same_file():
+    data_scale = load_data_scale()
+
+    def result(way, seconds, cpu, rss, form="tsv-quoted"):
+        return {
+            "way": way, "rows": 1000, "format": form, "file_mb": 1.0, "seconds": seconds, "cpu_seconds": cpu,
+            "peak_rss_mb": rss, "peak_tree_rss_mb": rss, "rss_after_imports_mb": 500.0, "num_proc": None,
+        }  # fmt: skip
+
+    (row,) = data_scale.ratios([result("plain", 10.0, 8.0, 600.0), result("ours", 12.0, 10.0, 630.0)])
+    assert row["ours"]["time_ratio"] == 1.2 and row["ours"]["cpu_ratio"] == 1.25
+    assert row["ours"]["rss_ratio"] == 1.05 and row["errors"] == {}
+    header = {
+        "machine": {
+            "cpu": "x",
+            "cores": 2,
+            "avx512_bf16": False,
+            "memory_gb": 1,
+            "load_average_at_start": (1, 1, 1),
+        },
+        "versions": {"datasets": "1"},
+        "baseline_rss_mb": 500.0,
+    }
+    table = data_scale.markdown([row], header, "python benchmarks/data_scale.py")
+    assert "| 1,000 | tsv-quoted | 1 | 10.0 | 12.0 | 1.20x | 8.0 | 10.0 | 1.25x |" in table
+    assert "| 1,000 | tsv-quoted | 600 | 630 | 1.05x | +30 |" in table

@@ -13,9 +13,9 @@ quoting) gives the file again, as it does for whatever a quoting writer made; ot
 error naming `--csv_quoting`, never a guess.
 
 All of it streams, in constant memory whatever the file's size: the two readings advance side by
-side, one record each at a time, and are compared as they go; the writer check, when it is needed,
-is a second pass that writes one block of records at a time and compares it with the next stretch
-of the file. No record is kept. The line each record starts on, which an error about a row names
+side, one record each at a time, and are compared as they go (a file without a '"' is read once:
+both readings are the same); the writer check, when it is needed, is a second pass that writes one
+block of records at a time and compares it with the next stretch of the file. No record is kept. The line each record starts on, which an error about a row names
 (the line an editor shows), is found by reading the file again up to that row, only when an error
 asks for it.
 """
@@ -352,10 +352,12 @@ class JsonLines:
         return self._rows
 
     def __getitem__(self, index: int) -> int:
+        if index < 0:
+            raise IndexError(index)
         with open(self.path, encoding="utf-8") as handle:
             numbers = (number for number, line in enumerate(handle, start=1) if line.strip())
             found = next(itertools.islice(numbers, index, None), None)
-        if index < 0 or found is None:
+        if found is None:
             raise IndexError(index)
         return found
 

@@ -393,6 +393,18 @@ def _first_true(mask: np.ndarray) -> int | None:
     return int(hits[0]) if hits.size else None
 
 
+def _first(mask: np.ndarray | pa.Array) -> int | None:
+    """The first row a boolean mask (numpy's, or Arrow's without nulls) holds True for."""
+    if isinstance(mask, np.ndarray):
+        return _first_true(mask)
+    found = pc.index(mask, True).as_py()
+    return None if found < 0 else found
+
+
+def _all(mask: np.ndarray | pa.Array) -> bool:
+    return bool(mask.all()) if isinstance(mask, np.ndarray) else len(mask) == 0 or pc.all(mask).as_py()
+
+
 class _RowLabels:
     """A label column as Python values, one row at a time."""
 
@@ -499,13 +511,11 @@ class _ScalarLabels:
         return self.first_of([k for k, value in enumerate(self.distinct[0]) if test(value)])
 
     @cached_property
-    def numbers(self) -> tuple[np.ndarray, np.ndarray]:
-        """(which rows hold a value, the values as float64: NaN where none)."""
-        present = ~self.array.is_null().to_numpy(zero_copy_only=False)
+    def _floats(self) -> pa.Array:
+        """The values as float64 (booleans as 0.0 and 1.0; a missing value stays missing)."""
         if self.kind == "null":
-            return present, np.full(self.rows, np.nan)
-        values = pc.cast(self.array, pa.float64(), safe=False).fill_null(np.nan)
-        return present, values.to_numpy(zero_copy_only=False)
+            return pa.nulls(self.rows, pa.float64())
+        return pc.cast(self.array, pa.float64(), safe=False)
 
     @property
     def lists(self) -> bool:
@@ -522,24 +532,24 @@ class _ScalarLabels:
     def first_missing(self) -> int | None:
         if self.kind == "string":
             return self.first_where(lambda value: normalise_label(value) in (None, ""))
-        present, values = self.numbers
-        return _first_true(~present | np.isnan(values))  # NaN: a blank cell in a numeric column
+        if self.array.null_count == 0 and not pa.types.is_floating(self.array.type):
+            return None
+        return _first(pc.is_null(self.array, nan_is_null=True))  # NaN: a blank cell in a numeric column
 
     def first_fraction(self) -> int | None:
-        if self.kind != "number" or not pa.types.is_floating(self.array.type):
+        if not pa.types.is_floating(self.array.type):
             return None
-        present, values = self.numbers
-        with np.errstate(invalid="ignore"):
-            whole = np.isfinite(values) & (np.floor(values) == values)
-        return _first_true(present & ~whole)  # NaN and infinities are not integers either
+        values = self.array
+        whole = pc.and_kleene(pc.is_finite(values), pc.equal(pc.floor(values), values))
+        # NaN and infinities are no integers either; a missing value is no fraction.
+        return _first(pc.and_(pc.is_valid(values), pc.invert(whole)).fill_null(False))
 
     def first_not_number(self) -> int | None:
         if self.kind == "string":
             return self.first_where(lambda value: not _is_number(value))
         if self.kind != "number":  # booleans and blanks are no scores
             return 0 if self.rows else None
-        present, values = self.numbers
-        return _first_true(~(present & np.isfinite(values)))
+        return _first(pc.invert(pc.is_finite(self.array)).fill_null(True))
 
     def scores(self) -> tuple[float, float, float]:
         if self.kind == "string":
@@ -547,29 +557,28 @@ class _ScalarLabels:
             counts = np.bincount(codes, minlength=len(values))
             scores = np.array([float(value) for value in values])
             return float(scores @ counts) / self.rows, float(scores.min()), float(scores.max())
-        values = self.numbers[1]
-        return float(values.sum()) / self.rows, float(values.min()), float(values.max())
+        extremes = pc.min_max(self._floats)
+        total = pc.sum(self._floats).as_py()
+        return total / self.rows, extremes["min"].as_py(), extremes["max"].as_py()
 
-    def _unlabelled(self, feature) -> np.ndarray:
+    def _unlabelled(self, feature) -> np.ndarray | pa.Array:
         if self.kind == "string":
             values, codes = self.distinct
             return np.array([unlabelled_value(value, feature) for value in values], dtype=bool)[codes]
-        present, values = self.numbers
-        unlabelled = ~present | np.isnan(values)
-        if isinstance(feature, ClassLabel):
-            unlabelled |= values == -1
+        unlabelled = pc.is_null(self.array, nan_is_null=True)
+        if isinstance(feature, ClassLabel) and self.kind == "number":
+            unlabelled = pc.or_(unlabelled, pc.equal(self._floats, -1).fill_null(False))
         return unlabelled
 
     def first_unlabelled(self, feature) -> int | None:
-        return _first_true(self._unlabelled(feature))
+        return _first(self._unlabelled(feature))
 
     def hidden(self, feature) -> bool:
-        if self._unlabelled(feature).all():
+        if self.rows == 0 or _all(self._unlabelled(feature)):
             return True
         if self.kind != "number":
             return False  # strings and booleans are never -1
-        present, values = self.numbers
-        return bool((present & (values == -1)).all())
+        return _all(pc.equal(self._floats, -1).fill_null(False))
 
     def multi_hot_width(self) -> int | None:
         return None
