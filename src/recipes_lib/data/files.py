@@ -15,9 +15,9 @@ error naming `--csv_quoting`, never a guess.
 All of it streams, in constant memory whatever the file's size: the two readings advance side by
 side, one record each at a time, and are compared as they go (a file without a '"' is read once:
 both readings are the same); the writer check, when it is needed, is a second pass that writes one
-block of records at a time and compares it with the next stretch of the file. No record is kept. The line each record starts on, which an error about a row names
-(the line an editor shows), is found by reading the file again up to that row, only when an error
-asks for it.
+block of records at a time and compares it with the next stretch of the file. No record is kept.
+The line each record starts on, which an error about a row names (the line an editor shows), is
+found by reading the file again up to that row, only when an error asks for it.
 """
 
 from __future__ import annotations
