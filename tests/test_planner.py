@@ -165,7 +165,7 @@ def test_plan_command_for_one_recipe_explains_the_activations(tmp_path, capsys):
 def test_plan_command_refuses_an_unknown_model_with_a_hint(tmp_path, capsys):
     code = main(["plan", "--model", str(tmp_path / "missing"), "--no_family"])
     assert code == 2
-    assert "built-in configs: bert-base-uncased" in capsys.readouterr().err
+    assert "a model of the catalogue" in capsys.readouterr().err
 
 
 def test_all_linear_adapters_count_every_linear_layer():

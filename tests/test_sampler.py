@@ -92,28 +92,19 @@ def test_one_optimizer_step_is_the_unit_under_accumulation_and_several_processes
     assert order[:step] == stock[:step]  # the longest example's step first
 
 
-def test_the_trainer_gives_the_sampler_each_epoch_itself(monkeypatch):
+def test_the_trainer_gives_the_sampler_each_epoch_itself():
     """accelerate's set_epoch misses the sampler of a multi-process run resumed mid-epoch
-    (SkipBatchSampler(BatchSamplerShard(...))); RecipeTrainer sets it from the epoch it runs."""
-    from transformers import Trainer
+    (SkipBatchSampler(BatchSamplerShard(...))); RecipeTrainer's SamplerEpoch callback sets it as each
+    epoch begins (tests/test_trainer_surface.py runs it in a real Trainer)."""
+    from transformers import TrainerState
 
-    from recipes_lib.training.trainer import RecipeTrainer
+    from recipes_lib.training.trainer import SamplerEpoch
 
+    callback, state = SamplerEpoch(), TrainerState()
+    callback.sampler = sampler(lengths())
     epochs_seen = []
-    monkeypatch.setattr(
-        Trainer, "_run_epoch", lambda self, *args, **kwargs: epochs_seen.append(self.shuffled_sampler.epoch)
-    )
-    trainer = RecipeTrainer.__new__(RecipeTrainer)  # only the epoch hook is under test
-    trainer.shuffled_sampler = sampler(lengths())
-    trainer._run_epoch(model=None, epoch=0)
-    trainer._run_epoch(model=None, epoch=2)
-    assert epochs_seen == [0, 2]
-
-
-def test_the_real_run_epoch_still_names_its_epoch():
-    """The hook reads `epoch` from Trainer._run_epoch's signature: fail loudly if it is renamed."""
-    import inspect
-
-    from transformers import Trainer
-
-    assert "epoch" in inspect.signature(Trainer._run_epoch).parameters
+    callback.on_train_begin(None, state, None)
+    for _ in range(3):
+        callback.on_epoch_begin(None, state, None)
+        epochs_seen.append(callback.sampler.epoch)
+    assert epochs_seen == [0, 1, 2]

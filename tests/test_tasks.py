@@ -192,6 +192,7 @@ def test_mse_as_the_best_model_metric_means_lower_is_better():
         label_smoothing_factor=0.0,
         metric_for_best_model="eval_mse",
         greater_is_better=True,
+        decision_threshold=None,
     )
     check_task_options(training, LabelMapping(["score"], {}, REGRESSION))
     assert training.greater_is_better is False

@@ -28,3 +28,13 @@ def test_an_unsupported_transformers_fails_with_one_line_naming_the_range(instal
 
 def test_the_installed_transformers_is_supported():
     versions.check_supported_versions()
+
+
+@pytest.mark.parametrize("flag", ["activation_checkpointing", "gradient_checkpointing"])
+def test_activation_checkpointing_by_either_name_on_every_supported_release(flag, tmp_path):
+    """transformers 5.23 renamed gradient_checkpointing; on older releases the recipes add the new name."""
+    from recipes_lib.config.arguments import RecipeTrainingArguments
+
+    args = RecipeTrainingArguments(output_dir=str(tmp_path), report_to="none", **{flag: True})
+    assert args.activation_checkpointing and args.gradient_checkpointing  # the Trainer reads either
+    assert not RecipeTrainingArguments(output_dir=str(tmp_path), report_to="none").activation_checkpointing

@@ -57,3 +57,9 @@ class TrainingInterrupted(RecipeError):
     def __init__(self, message: str, signal_number: int):
         super().__init__(message)
         self.exit_code = 128 + signal_number
+
+
+class HubError(RecipeError):
+    """The Hugging Face Hub cannot take a push: no token, offline mode, no network, or no access to the repo."""
+
+    offer_traceback = False

@@ -38,6 +38,8 @@ FAMILY_SHAPES = {
     },
     "modernbert": {**SMALL, "global_attn_every_n_layers": 2, "local_attention": 16},
     "mpnet": SMALL,
+    # Planned, not yet trained by the family matrix (not one of FAMILY_NAMES): XLM-R XL/XXL's pre-norm layers.
+    "xlm-roberta-xl": SMALL,
 }
 
 

@@ -13,6 +13,8 @@ recipes-lib families [--markdown]
     what each encoder family gets: LoRA targets, attention kernel, precision, FSDP unit
 recipes-lib predict outputs/demo/lora --input texts.csv [--output predictions.jsonl] [--batch_size 32]
     predictions of a finished run for a file of texts, as JSON Lines
+recipes-lib push outputs/demo/lora --repo_id NAME/MODEL [--private] [--token T]
+    a finished run (model or adapter, merged model, model card, results) uploaded to the Hugging Face Hub
 recipes-lib wandb-dashboard --project bert-recipes [--entity E] [--group G] [--report]
     a saved W&B view comparing the recipes of a group (the dashboard extra)
 recipes-lib sweep recipes/sweeps/sweep_demo.yaml [--memory_budget GIB] [--dry_run] [--wandb_sweep FILE]
@@ -25,6 +27,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from recipes_lib.cli.push import add_push_parser, push_command
 from recipes_lib.cli.sweep import add_sweep_parser
 from recipes_lib.results import RESULTS_FILE, read_results
 from recipes_lib.tracking.names import TASK_METRIC_COLUMNS
@@ -86,6 +89,7 @@ def main(argv: list[str] | None = None) -> int:
     add_dashboard_parser(commands)
     add_plan_parser(commands)
     add_predict_parser(commands)
+    add_push_parser(commands)
     add_sweep_parser(commands)
     families_parser = commands.add_parser(
         "families",
@@ -130,6 +134,8 @@ def main(argv: list[str] | None = None) -> int:
         return plan(args)
     if args.command == "predict":
         return predict_command(args)
+    if args.command == "push":
+        return push_command(args)
     if args.command == "sweep":
         from recipes_lib.cli.sweep_study import sweep_command
 
@@ -199,8 +205,14 @@ def add_plan_parser(commands) -> None:
     plan_parser.add_argument(
         "--model",
         nargs="+",
-        required=True,
-        help="Hub id, local model directory or config.json (several: one table)",
+        help="Hub id, local model directory or config.json (several: one table); with --fits, catalogue "
+        "models to list (default: all of them)",
+    )
+    plan_parser.add_argument(
+        "--fits",
+        action="store_true",
+        help="what trains in the budget: every catalogue model x every recipe, without and with activation "
+        "checkpointing: the largest batch, and the cheapest recipe that fits --per_device_train_batch_size",
     )
     plan_parser.add_argument(
         "--recipe",
@@ -218,7 +230,9 @@ def add_plan_parser(commands) -> None:
         action="store_true",
         dest="gradient_checkpointing",
     )
-    plan_parser.add_argument("--budget_gib", type=float, default=24.0, help="memory of the GPU (default 24)")
+    plan_parser.add_argument(
+        "--budget_gib", "--budget", type=float, default=24.0, help="memory of the GPU in GiB (default 24)"
+    )
     plan_parser.add_argument(
         "--device", choices=["cuda", "cpu"], default="cuda", help="where it trains: kernels and masks differ"
     )
@@ -400,6 +414,11 @@ def plan(args) -> int:
     except RecipeError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
+    if args.fits:
+        return plan_fits(args, shapes, setup)
+    if not args.model:
+        print("error: plan needs --model (or --fits, for every catalogue model).", file=sys.stderr)
+        return 2
     rows = plan_models(args.model, shapes, setup, args.budget_gib, num_labels=args.num_labels)
     not_planned = format_not_planned(rows)
     if all(row.plan is None for row in rows):  # nothing to show: say why (naming the rows if they differ)
@@ -420,6 +439,24 @@ def plan(args) -> int:
         print()
         print(format_family(shapes, setup, args.budget_gib))
     return 2 if not_planned else 0
+
+
+def plan_fits(args, shapes: dict, setup) -> int:
+    """`plan --fits`: the catalogue models (or those of --model) against every recipe, as one table."""
+    from recipes_lib.memory.planner.catalogue import catalogue_entry
+    from recipes_lib.memory.planner.fits import catalogue_fits, format_fits
+
+    models = []
+    for name in args.model or ():
+        entry = catalogue_entry(name)
+        if entry is None:
+            print(f"error: --fits lists catalogue models; '{name}' is not one (plan --fits shows them).",
+                  file=sys.stderr)  # fmt: skip
+            return 2
+        models.append(entry.hub_id)
+    rows = catalogue_fits(shapes, setup, args.budget_gib, models=models or None, num_labels=args.num_labels)
+    print(format_fits(rows, list(shapes), setup, args.budget_gib, markdown=args.markdown))
+    return 0
 
 
 if __name__ == "__main__":

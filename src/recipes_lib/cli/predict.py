@@ -32,10 +32,17 @@ from recipes_lib.config.tasks import DEFAULT_THRESHOLD, MULTI_LABEL, SINGLE_LABE
 from recipes_lib.data.files import DELIMITED, QUOTING_CHOICES, has_rows, read_local_files
 from recipes_lib.data.labels import LabelMapping
 from recipes_lib.data.loading import ClassificationData
+from recipes_lib.data.long_text import DOCUMENT_COLUMN
 from recipes_lib.data.tokenize import padding_collator, tokenize
 from recipes_lib.errors import ConfigError, DataError, ModelError
 from recipes_lib.evaluation.inference import batch_logits
-from recipes_lib.evaluation.predictions import THRESHOLDS_FILE, prediction_rows, read_thresholds
+from recipes_lib.evaluation.predictions import (
+    THRESHOLDS_FILE,
+    prediction_rows,
+    read_decision_threshold,
+    read_thresholds,
+)
+from recipes_lib.evaluation.windows import combine_windows
 from recipes_lib.modeling.adapters import (
     ADAPTER_CONFIG_FILE,
     MERGED_SUBDIR,
@@ -261,6 +268,8 @@ def predict(
     label_names = [model_config.id2label[i] for i in range(model_config.num_labels)]
     problem_type = model_config.problem_type or run.results.get("problem_type") or SINGLE_LABEL
     thresholds = run_thresholds(run, label_names) if problem_type == MULTI_LABEL else None
+    binary = problem_type == SINGLE_LABEL and len(label_names) == 2
+    decision_threshold = run_decision_threshold(run) if binary else None
     logger.info(
         "Predicting %d rows of %s with the %s in %s on %s (text: %s, max_seq_length %d)",
         len(dataset),
@@ -285,7 +294,10 @@ def predict(
     with _autocast(run, device):
         collator = padding_collator(tokenizer, data_args, device)
         logits = batch_logits(model, encoded, collator, device, batch_size, progress)
-    return prediction_rows(logits, label_names, problem_type, thresholds)
+    if DOCUMENT_COLUMN in encoded.column_names:  # --long_text sliding_window: one row per document
+        document_ids = encoded.data.column(DOCUMENT_COLUMN).to_numpy()
+        logits, _ = combine_windows(logits, document_ids, data_args.window_pooling)
+    return prediction_rows(logits, label_names, problem_type, thresholds, decision_threshold)
 
 
 def run_thresholds(run: TrainedRun, label_names: list[str]) -> list[float]:
@@ -303,3 +315,19 @@ def run_thresholds(run: TrainedRun, label_names: list[str]) -> list[float]:
         run.model_dir,
     )
     return [DEFAULT_THRESHOLD] * len(label_names)
+
+
+def run_decision_threshold(run: TrainedRun) -> float | None:
+    """A binary run's --decision_threshold: saved next to its model (and in results.json); else None (argmax)."""
+    for directory in (run.model_dir, run.results_dir):
+        threshold = read_decision_threshold(directory)
+        if threshold is not None:
+            break
+    else:
+        saved = run.results.get("decision_threshold")
+        threshold = float(saved) if isinstance(saved, (int, float)) and 0 < saved < 1 else None
+    if threshold is not None:
+        logger.info(
+            "The positive class is predicted at probability %.2f or above (the run's threshold).", threshold
+        )
+    return threshold

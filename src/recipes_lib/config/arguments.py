@@ -150,6 +150,35 @@ class DataArguments:
             "help": "Truncate inputs to this many tokens. Batches are padded only to their longest input."
         },
     )
+    # Long inputs (issue #22): what happens to the tokens past max_seq_length (data/long_text.py).
+    long_text: str = field(
+        default="truncate",
+        metadata={
+            "help": "Inputs longer than max_seq_length: 'truncate' (keep the first tokens), 'head_tail' (keep the "
+            "first quarter and the last three quarters of the room), or 'sliding_window' (overlapping windows of "
+            "max_seq_length, each trained with the document's label; evaluation and predict combine a "
+            "document's windows into one prediction). head_tail and sliding_window take one text column.",
+            "choices": ["truncate", "head_tail", "sliding_window"],
+        },
+    )
+    stride: int = field(
+        default=32,
+        metadata={"help": "sliding_window: tokens each window shares with the one before it."},
+    )
+    window_pooling: str = field(
+        default="mean",
+        metadata={
+            "help": "sliding_window: how a document's window logits become one prediction: 'mean' or 'max'.",
+            "choices": ["mean", "max"],
+        },
+    )
+    max_windows_per_document: int | None = field(
+        default=None,
+        metadata={
+            "help": "sliding_window: train on at most the first N windows of each document (evaluation and "
+            "predict always use all of them). Default: every window."
+        },
+    )
     max_train_samples: int | None = field(
         default=None, metadata={"help": "Use only the first N training examples (quick runs, debugging)."}
     )
@@ -215,6 +244,12 @@ def _refuse_sharding_without_gpu() -> None:
             "DDP, so the run would not be what the config says. On a CPU, launch with --config_file "
             "accelerate_configs/multi_cpu.yaml (or cpu.yaml); use the FSDP and DeepSpeed configs on GPUs."
         )
+
+
+# Whether the installed TrainingArguments has activation_checkpointing (transformers >= 5.23).
+_NATIVE_ACTIVATION_CHECKPOINTING = "activation_checkpointing" in {
+    argument.name for argument in dataclasses.fields(TrainingArguments)
+}
 
 
 @dataclass
@@ -331,6 +366,15 @@ class RecipeTrainingArguments(TrainingArguments):
             "labels) or one weight per class in label-id order, comma-separated (e.g. 1,4). Default: unweighted."
         },
     )
+    decision_threshold: str | None = field(
+        default=None,
+        metadata={
+            "help": "Binary classification: the probability at which the positive class (label id 1) is predicted. "
+            "'tune': the threshold with the best positive-class F1 on the validation split (ties nearest 0.5); "
+            "or a number between 0 and 1. Metrics are reported at 0.5 and at it; it is saved with the model "
+            "and used by predict. Default: the likelier class (0.5)."
+        },
+    )
     early_stopping_patience: int | None = field(
         default=None,
         metadata={
@@ -355,8 +399,22 @@ class RecipeTrainingArguments(TrainingArguments):
             "as the safety net), raising gradient_accumulation_steps so the effective batch stays the same."
         },
     )
+    # transformers 5.23 renamed gradient_checkpointing to activation_checkpointing (the old name stays as
+    # an alias); the recipes and their configs use the new name, which this field adds to older releases.
+    if not _NATIVE_ACTIVATION_CHECKPOINTING:
+        activation_checkpointing: bool = field(
+            default=False,
+            metadata={
+                "help": "Recompute activations in the backward pass instead of keeping them: "
+                "less memory, more compute."
+            },
+        )
 
     def __post_init__(self):
+        if not _NATIVE_ACTIVATION_CHECKPOINTING:  # either name turns it on, as in transformers 5.23
+            self.activation_checkpointing = self.gradient_checkpointing = bool(
+                self.activation_checkpointing or self.gradient_checkpointing
+            )
         _refuse_sharding_without_gpu()
         if not _cuda_available() and not _mps_available():
             # No accelerator: train on the CPU, and say so to the Trainer, whose bf16 check would

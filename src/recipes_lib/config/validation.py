@@ -62,6 +62,28 @@ def parse_class_weights(option: str, names: list[str]) -> list[float]:
     return weights
 
 
+TUNE = "tune"
+
+
+def parse_decision_threshold(option: str | None) -> str | float | None:
+    """`--decision_threshold`: None (decide by the likelier class), 'tune', or a probability strictly between 0 and 1."""
+    if option is None:
+        return None
+    text = str(option).strip()
+    if text.lower() == TUNE:
+        return TUNE
+    try:
+        threshold = float(text)
+    except ValueError:
+        threshold = float("nan")
+    if not 0 < threshold < 1:
+        raise ConfigError(
+            f"decision_threshold is '{option}'; give 'tune' (the threshold with the best F1 of the positive class "
+            "on the validation split) or a probability between 0 and 1, exclusive (e.g. --decision_threshold 0.3)."
+        )
+    return threshold
+
+
 def check_task_options(training, labels) -> None:
     """Options that only fit some tasks, refused before the data is tokenized and the weights load.
 
@@ -78,6 +100,16 @@ def check_task_options(training, labels) -> None:
         raise ConfigError(
             f"--label_smoothing_factor {training.label_smoothing_factor} smooths a softmax over classes, but this "
             f"data is {labels.problem_type} (from its labels or --problem_type). Leave it out (or set it to 0)."
+        )
+    if training.decision_threshold is not None and (
+        labels.problem_type != SINGLE_LABEL or labels.num_labels != 2
+    ):
+        kind = f"{labels.problem_type} with {labels.num_labels} {'class' if labels.num_labels == 1 else 'classes'}"
+        raise ConfigError(
+            f"--decision_threshold {training.decision_threshold} sets the probability at which a binary classifier "
+            f"predicts its positive class (label id 1), but this data is {kind} ({', '.join(labels.names[:5])}; "
+            "from its labels or --problem_type). Leave --decision_threshold out: single-label runs with more "
+            "classes predict the likelier class, multi-label runs tune one threshold per class on their own."
         )
     if training.class_weights and training.class_weights != "balanced":
         parse_class_weights(training.class_weights, labels.names)  # a wrong count fails here
@@ -99,7 +131,9 @@ def validate_arguments(arguments: ParsedArguments) -> None:
     _check_data_files(data)
     _check_text_columns(data)
     _check_positive_counts(data, training)
+    _check_long_text(data)
     _check_training_schedule(training)
+    parse_decision_threshold(training.decision_threshold)  # 'tune' or a probability
     _check_validation_split(data)
     if arguments.model.trust_remote_code:
         logger.warning(
@@ -181,6 +215,28 @@ def _check_positive_counts(data, training) -> None:
     for name, value in positive.items():
         if value is not None and value <= 0:
             raise ConfigError(f"{name} is {value}; it must be a positive integer.")
+
+
+def _check_long_text(data) -> None:
+    """--stride and --max_windows_per_document belong to sliding_window, and the windows must move forward."""
+    if data.long_text != "sliding_window":
+        if data.max_windows_per_document is not None:
+            raise ConfigError(
+                f"max_windows_per_document is set but long_text is '{data.long_text}': it limits the windows of "
+                "--long_text sliding_window. Add --long_text sliding_window, or leave it out."
+            )
+        return
+    if data.max_windows_per_document is not None and data.max_windows_per_document <= 0:
+        raise ConfigError(
+            f"max_windows_per_document is {data.max_windows_per_document}; it must be positive."
+        )
+    # A window holds max_seq_length tokens less the special ones; each must add at least one new token.
+    if not 0 <= data.stride < data.max_seq_length // 2:
+        raise ConfigError(
+            f"stride is {data.stride} with max_seq_length {data.max_seq_length}: the overlap between windows must "
+            f"be at least 0 and below half a window ({data.max_seq_length // 2}), or the windows barely move "
+            f"(e.g. --stride {data.max_seq_length // 4})."
+        )
 
 
 def _check_training_schedule(training) -> None:

@@ -1,14 +1,17 @@
 """The library versions this package supports, checked once when it is imported.
 
-training/trainer.py overrides private Trainer methods (`_run_epoch`, `_save_checkpoint`,
+training/trainer.py overrides two private Trainer methods (`_save_checkpoint`,
 `_get_train_sampler`) that transformers may change in any release, and the recipes use
 TrainingArguments fields that older 5.x releases lack. Outside the range setup.cfg declares,
 importing a recipe would fail deep inside transformers, or worse, train differently. The range is
-read from this package's installed metadata, so setup.cfg stays its one source.
+read from this package's installed metadata, so setup.cfg stays its one source. The private
+methods themselves are checked too (PrivateHook, below), whatever the version number says.
 """
 
 from __future__ import annotations
 
+import inspect
+from dataclasses import dataclass
 from importlib import metadata
 
 from packaging.requirements import Requirement
@@ -45,3 +48,65 @@ def check_supported_versions() -> None:
                 f"recipes-lib supports {package}{specifier}, but {package} {installed} is installed: "
                 f'run pip install "{package}{specifier}".'
             )
+
+
+# --- Private Trainer methods the library still overrides -------------------------------------------
+#
+# Where transformers offers a public extension point (callbacks, compute_loss_func, the dataloader
+# getters), training/ uses it. Where it does not, training/trainer.py overrides a private method, and
+# names it in a PrivateHook: checked when trainer.py is imported, so a release that renames it or
+# changes its parameters stops the recipes at once with the fix, instead of training differently
+# (an override that is no longer called is silently skipped). tests/test_trainer_surface.py checks
+# the same list against the installed transformers.
+
+
+@dataclass(frozen=True)
+class PrivateHook:
+    """A private method of a transformers class that the library overrides or calls."""
+
+    name: str
+    parameters: tuple[str, ...]  # after self, in order: an override must accept exactly these
+    feature: str  # what the recipes lose without it, for the error message
+
+
+def hook_problem(cls: type, hook: PrivateHook) -> str | None:
+    """What is wrong with `hook` on `cls` in the installed release, or None when it is as expected."""
+    method = getattr(cls, hook.name, None)
+    if not callable(method):
+        return f"has no {cls.__name__}.{hook.name}"
+    found = tuple(inspect.signature(method).parameters)[1:]  # without self
+    if found != hook.parameters:
+        return f"defines {cls.__name__}.{hook.name}({', '.join(found)})"
+    return None
+
+
+def check_private_hooks(cls: type, hooks: tuple[PrivateHook, ...]) -> None:
+    """Raise UnsupportedVersion, one paragraph naming the release and the fix, for the first broken hook."""
+    for hook in hooks:
+        problem = hook_problem(cls, hook)
+        if problem is None:
+            continue
+        installed = metadata.version("transformers")
+        specifier = supported_range("transformers") or ""
+        expected = f"{cls.__name__}.{hook.name}(self, {', '.join(hook.parameters)})"
+        raise UnsupportedVersion(
+            f"recipes-lib relies on transformers' private {expected} for {hook.feature}, but transformers "
+            f"{installed} {problem}. Install a release the recipes are tested with: "
+            f'pip install "transformers{specifier}". If {installed} is inside that range, the range is '
+            "wrong: please report it (tests/test_trainer_surface.py names every private method the "
+            "library depends on)."
+        )
+
+
+def check_private_attribute(instance: object, name: str, feature: str, owner: str = "Trainer") -> None:
+    """Like check_private_hooks, for an attribute the constructor of a transformers class (owner) sets."""
+    if hasattr(instance, name):
+        return
+    installed = metadata.version("transformers")
+    specifier = supported_range("transformers") or ""
+    raise UnsupportedVersion(
+        f"recipes-lib relies on the private attribute {owner}.{name} for {feature}, but transformers "
+        f"{installed} no longer sets it. Install a release the recipes are tested with: "
+        f'pip install "transformers{specifier}". If {installed} is inside that range, the range is wrong: '
+        "please report it (tests/test_trainer_surface.py names every private method the library depends on)."
+    )

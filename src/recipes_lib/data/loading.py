@@ -39,6 +39,8 @@ class ClassificationData:
     tokenized: DatasetDict | None = None
     # Whether the test split has labels to score (it is predicted either way).
     test_has_labels: bool = False
+    # Per split, what max_seq_length cuts (data/long_text.py truncation_report), set by tokenize.
+    truncation: dict = field(default_factory=dict)
 
 
 def describe_source(data_args: DataArguments) -> str:

@@ -9,6 +9,16 @@ from typing import TYPE_CHECKING
 from datasets import DatasetDict
 
 from recipes_lib.config.arguments import DataArguments
+from recipes_lib.data.long_text import (
+    DOCUMENT_COLUMN,
+    DOCUMENT_LENGTH_COLUMN,
+    SLIDING_WINDOW,
+    check_long_text_columns,
+    document_lengths,
+    encode_long_texts,
+    log_truncation,
+    truncation_report,
+)
 
 if TYPE_CHECKING:
     from recipes_lib.data.loading import ClassificationData
@@ -44,22 +54,40 @@ def tokenizing_processes(rows: int, requested: int | None) -> int | None:
 
 
 def tokenize(
-    data: ClassificationData, tokenizer, data_args: DataArguments, main_process_first
+    data: ClassificationData,
+    tokenizer,
+    data_args: DataArguments,
+    main_process_first,
+    model_limit: int | None = None,
 ) -> DatasetDict:
     """Tokenize every split with `datasets.map` (cached on disk, so a rerun skips it).
 
     No padding here (unless pad_to_max_length): the collator pads each batch to its longest example.
+    Inputs longer than max_seq_length become what --long_text says (data/long_text.py); each split's
+    truncation report (`model_limit`: the most tokens the model takes) goes to `data.truncation`.
+    Under sliding_window a row is a window, and `document_id` names the input row it came from.
     """
     text_columns, label_column, labels = data.text_columns, data.label_column, data.labels
+    check_long_text_columns(data_args, text_columns)
 
-    def encode(batch, with_labels: bool):
+    def encode(batch, indices, with_labels: bool, max_windows: int | None):
         texts = [["" if text is None else str(text) for text in batch[column]] for column in text_columns]
-        padding = "max_length" if data_args.pad_to_max_length else False
-        encoded = tokenizer(*texts, truncation=True, max_length=data_args.max_seq_length, padding=padding)
+        if len(texts) == 1:  # one text: tokenized whole, then cut or windowed (long_text.py)
+            encoded = encode_long_texts(tokenizer, texts[0], data_args, indices, max_windows)
+            rows = encoded.pop("rows")
+        else:  # a pair: the tokenizer truncates the longer text first; its whole length for the report
+            padding = "max_length" if data_args.pad_to_max_length else False
+            encoded = tokenizer(*texts, truncation=True, max_length=data_args.max_seq_length, padding=padding)
+            whole = tokenizer(*texts, return_attention_mask=False, return_token_type_ids=False, verbose=False)
+            encoded[DOCUMENT_LENGTH_COLUMN] = [len(ids) for ids in whole["input_ids"]]
+            rows = range(len(texts[0]))
         if with_labels:
-            encoded[LABEL_COLUMN] = [labels.encode(value) for value in batch[label_column]]
+            row_labels = [labels.encode(value) for value in batch[label_column]]
+            encoded[LABEL_COLUMN] = [row_labels[row] for row in rows]
+        if data_args.long_text != SLIDING_WINDOW:
+            encoded.pop(DOCUMENT_COLUMN, None)  # one row per input: the row is the document
         encoded[LENGTH_COLUMN] = [len(ids) for ids in encoded["input_ids"]]
-        return encoded
+        return dict(encoded)
 
     tokenized = {}
     # Under several processes the main one tokenizes first and the others read its cache.
@@ -70,14 +98,28 @@ def tokenize(
                 logger.info("Tokenizing %s (%d rows) in %d processes.", split, len(dataset), processes)
             tokenized[split] = dataset.map(
                 encode,
-                fn_kwargs={"with_labels": split != "test" or data.test_has_labels},
+                fn_kwargs={
+                    "with_labels": split != "test" or data.test_has_labels,
+                    # Only training may skip windows: evaluation and predict read every document whole.
+                    "max_windows": data_args.max_windows_per_document if split == "train" else None,
+                },
+                with_indices=True,
                 batched=True,
                 remove_columns=dataset.column_names,
                 num_proc=processes,
                 load_from_cache_file=not data_args.overwrite_cache,
                 desc=f"Tokenizing {split}",
             )
-    data.tokenized = DatasetDict(tokenized)
+    data.truncation = {
+        split: truncation_report(
+            document_lengths(dataset), len(dataset), data_args.max_seq_length, model_limit
+        )
+        for split, dataset in tokenized.items()
+    }
+    log_truncation(data.truncation, data_args)
+    data.tokenized = DatasetDict(
+        {split: dataset.remove_columns(DOCUMENT_LENGTH_COLUMN) for split, dataset in tokenized.items()}
+    )
     return data.tokenized
 
 

@@ -6,13 +6,15 @@ and computes the same thing.
 
 from __future__ import annotations
 
+from contextlib import contextmanager
 from pathlib import Path
 
 import evaluate
 import numpy as np
 
 from recipes_lib.config.tasks import DEFAULT_THRESHOLD, MULTI_LABEL, REGRESSION
-from recipes_lib.evaluation.thresholds import predicted_labels, sigmoid
+from recipes_lib.evaluation.thresholds import binary_decisions, predicted_labels, sigmoid
+from recipes_lib.evaluation.windows import combine_windows
 
 METRIC_MODULES = Path(__file__).parent / "metric_modules"
 
@@ -37,11 +39,16 @@ class TaskMetrics:
     Also `samples`, the number of predictions the metrics were computed on, after the Trainer gathered
     them from every process: the validation split's size when each example counted once (none
     dropped, none counted twice to even out the processes' batches).
+
+    Under --long_text sliding_window the predictions are windows: `document_ids` (the split's
+    document_id column, in order) combines them into one prediction per document first
+    (evaluation/windows.py), so the metrics and `samples` count documents.
     """
 
     def __init__(self, problem_type: str, num_labels: int):
         self.problem_type, self.num_labels = problem_type, num_labels
         self.thresholds = [DEFAULT_THRESHOLD] * num_labels
+        self.document_ids, self.window_pooling = None, "mean"  # sliding_window: the evaluated split's windows
         if problem_type == REGRESSION:
             self.modules = {
                 "mse": load_metric("mse"),
@@ -56,7 +63,24 @@ class TaskMetrics:
         logits, references = eval_prediction.predictions, eval_prediction.label_ids
         if isinstance(logits, tuple):
             logits = logits[0]
-        return {**self.scores(np.asarray(logits), np.asarray(references)), "samples": len(references)}
+        logits, references = self.per_document(np.asarray(logits), np.asarray(references))
+        return {**self.scores(logits, references), "samples": len(references)}
+
+    def per_document(self, logits: np.ndarray, references=None):
+        """Window predictions (and labels) combined into one per document; unchanged without windows."""
+        if self.document_ids is None:
+            return logits, references
+        combined, first_windows = combine_windows(logits, self.document_ids, self.window_pooling)
+        return combined, None if references is None else np.asarray(references)[first_windows]
+
+    @contextmanager
+    def scoring(self, document_ids):
+        """Score another split's windows (the test split's) for the time of the block."""
+        saved, self.document_ids = self.document_ids, document_ids
+        try:
+            yield self
+        finally:
+            self.document_ids = saved
 
     def scores(self, logits: np.ndarray, references: np.ndarray, thresholds=None) -> dict[str, float]:
         """The task's metrics from raw logits and the encoded labels (multi-label: at `thresholds`, default
@@ -89,4 +113,17 @@ class TaskMetrics:
                 average="macro",
                 labels=list(range(self.num_labels)),
             ),
+        }
+
+    def binary_scores(self, logits: np.ndarray, references: np.ndarray, threshold: float) -> dict[str, float]:
+        """A two-class model decided at `threshold` on the positive class (label id 1, --decision_threshold):
+        accuracy, macro-F1 and the positive class's own F1 (`f1_positive`), which the threshold moves most."""
+        predictions = binary_decisions(logits, threshold)
+        f1 = self.modules["f1"]
+        return {
+            **self.modules["accuracy"].compute(predictions=predictions, references=references),
+            "f1": f1.compute(predictions=predictions, references=references, average="macro", labels=[0, 1])[
+                "f1"
+            ],
+            "f1_positive": f1.compute(predictions=predictions, references=references, average="binary")["f1"],
         }

@@ -11,7 +11,9 @@ input order, probabilities rounded to 6 decimals:
 Single-label probabilities are the softmax of the logits. Multi-label ones are each class's own
 sigmoid (they need not sum to 1), and the prediction lists the classes whose probability reaches
 their threshold (tuned on the validation split, saved as label_thresholds.json). A regression
-prediction is the model's single output, the score itself.
+prediction is the model's single output, the score itself. A binary run with --decision_threshold
+predicts the positive class (label id 1) when its probability reaches that threshold, saved as
+decision_threshold.json.
 """
 
 from __future__ import annotations
@@ -24,12 +26,13 @@ import numpy as np
 
 from recipes_lib.config.tasks import DEFAULT_THRESHOLD, MULTI_LABEL, REGRESSION, SINGLE_LABEL
 from recipes_lib.errors import ConfigError
-from recipes_lib.evaluation.thresholds import predicted_labels, sigmoid, softmax
+from recipes_lib.evaluation.thresholds import POSITIVE_ID, predicted_labels, sigmoid, softmax
 
 EVAL_PREDICTIONS_FILE = "eval_predictions.jsonl"
 TEST_PREDICTIONS_FILE = "test_predictions.jsonl"
 CONFUSION_MATRIX_PNG = "confusion_matrix.png"
 THRESHOLDS_FILE = "label_thresholds.json"
+DECISION_THRESHOLD_FILE = "decision_threshold.json"
 
 
 def prediction_rows(
@@ -37,7 +40,9 @@ def prediction_rows(
     label_names: list[str],
     problem_type: str = SINGLE_LABEL,
     thresholds: list[float] | None = None,
+    decision_threshold: float | None = None,
 ) -> list[dict[str, Any]]:
+    """The rows of the module docstring; `decision_threshold`: a two-class model's positive-class threshold."""
     logits = np.asarray(logits, dtype=np.float64)
     if problem_type == REGRESSION:
         return [{"prediction": round(float(score), 6)} for score in logits.reshape(len(logits), -1)[:, 0]]
@@ -53,8 +58,14 @@ def prediction_rows(
             }
             for row, row_decisions in zip(probabilities, decisions, strict=True)
         ]
+
+    def chosen(row: np.ndarray) -> int:
+        if decision_threshold is None:
+            return int(row.argmax())
+        return POSITIVE_ID if row[POSITIVE_ID] >= decision_threshold else 1 - POSITIVE_ID
+
     return [
-        {"prediction": label_names[int(row.argmax())], "probabilities": _rounded(label_names, row)}
+        {"prediction": label_names[chosen(row)], "probabilities": _rounded(label_names, row)}
         for row in softmax(logits)
     ]
 
@@ -91,6 +102,41 @@ def read_thresholds(directory: str | Path, label_names: list[str]) -> list[float
             f"{type(error).__name__} {error}. It is written with the model at the end of a run; restore it, or "
             "delete it to decide every class at probability 0.5."
         ) from None
+
+
+def write_decision_threshold(
+    directory: str | Path, label_names: list[str], threshold: float, tuned_on: str | None
+) -> Path:
+    """decision_threshold.json next to a binary model: the positive class's probability cut-off."""
+    path = Path(directory) / DECISION_THRESHOLD_FILE
+    record = {
+        "threshold": threshold,
+        "positive_label": label_names[POSITIVE_ID],
+        "tuned_on": tuned_on,  # None: given with --decision_threshold
+        "rule": f"'{label_names[POSITIVE_ID]}' is predicted when its softmax probability is at or above the "
+        f"threshold, else '{label_names[1 - POSITIVE_ID]}'",
+    }
+    path.write_text(json.dumps(record, indent=2) + "\n")
+    return path
+
+
+def read_decision_threshold(directory: str | Path) -> float | None:
+    """The threshold saved with a binary model (decision_threshold.json); None where none was saved."""
+    path = Path(directory) / DECISION_THRESHOLD_FILE
+    if not path.is_file():
+        return None
+    try:
+        threshold = float(json.loads(path.read_text())["threshold"])
+    except (KeyError, TypeError, ValueError) as error:
+        threshold, problem = None, f"{type(error).__name__} {error}"
+    else:
+        problem = None if 0 < threshold < 1 else f"threshold {threshold} is not between 0 and 1"
+    if problem is not None:
+        raise ConfigError(
+            f"{path} does not hold a threshold between 0 and 1 ({problem}). It is written with the model at the "
+            "end of a run with --decision_threshold; restore it, or delete it to decide by the likelier class."
+        )
+    return threshold
 
 
 def per_class_report(

@@ -45,3 +45,30 @@ def tune_thresholds(probabilities: np.ndarray, references: np.ndarray) -> list[f
         order = np.lexsort((np.abs(THRESHOLD_GRID - DEFAULT_THRESHOLD), -f1))  # best F1, then nearest 0.5
         thresholds.append(float(THRESHOLD_GRID[order[0]]))
     return thresholds
+
+
+# Binary single-label classification (--decision_threshold): the positive class is label id 1.
+POSITIVE_ID = 1
+
+
+def positive_probabilities(logits: np.ndarray) -> np.ndarray:
+    """The softmax probability of the positive class (label id 1) of a two-class model."""
+    return softmax(logits)[:, POSITIVE_ID]
+
+
+def binary_decisions(logits: np.ndarray, threshold: float) -> np.ndarray:
+    """Label ids of a two-class model: 1 where the positive class's probability reaches `threshold`.
+
+    At 0.5 these are the argmax decisions (but for exact ties, which argmax gives to class 0).
+    """
+    return (positive_probabilities(logits) >= threshold).astype(np.int64)
+
+
+def tune_decision_threshold(logits: np.ndarray, references: np.ndarray) -> float:
+    """The positive class's threshold with the best positive-class F1 on these examples.
+
+    The multi-label rule applied to the one positive class: the same grid, ties nearest 0.5, and
+    0.5 when there is no positive example to tune on.
+    """
+    truth = (np.asarray(references) == POSITIVE_ID)[:, None]
+    return tune_thresholds(positive_probabilities(logits)[:, None], truth)[0]

@@ -31,6 +31,9 @@ HAND_WRITTEN_LORA_TARGETS = {
     "albert": ("query", "value"),
     "modernbert": ("Wqkv",),
     "mpnet": ("q", "v"),
+    # XLM-R XL and XXL: XLM-R's attention, pre-norm. Not yet one of FAMILY_NAMES (the families
+    # the test matrix trains); the memory planner plans it (recipes-lib plan --model facebook/xlm-roberta-xl).
+    "xlm-roberta-xl": ("query", "value"),
 }
 # Embeddings that number positions from padding_idx + 1 (create_position_ids_from_input_ids): of
 # max_position_embeddings (514 for roberta-base), padding_idx + 1 are never a token's position.

@@ -35,6 +35,7 @@ from recipes_lib.config.arguments import ParsedArguments
 from recipes_lib.config.recipe_spec import RecipeSpec
 from recipes_lib.config.validation import check_output_dir, check_task_options
 from recipes_lib.data.loading import load_classification_data
+from recipes_lib.data.long_text import DOCUMENT_COLUMN
 from recipes_lib.data.tokenize import tokenize
 from recipes_lib.evaluation.metrics import TaskMetrics
 from recipes_lib.memory.monitor import MemoryCallback, MemoryMonitor
@@ -48,6 +49,7 @@ from recipes_lib.modeling.loading import (
 )
 from recipes_lib.results import RESULTS_FILE
 from recipes_lib.run import record
+from recipes_lib.tracking.hub import check_push_to_hub
 from recipes_lib.tracking.wandb_run import Tracker, start_tracking
 from recipes_lib.training.autofit import choose_batch_size
 from recipes_lib.training.callbacks import PrecisionProbe, TokenCounter
@@ -128,6 +130,7 @@ class RecipeRun:
     def __enter__(self) -> RecipeRun:
         setup_logging(self.arguments)
         check_output_dir(self.training)
+        check_push_to_hub(self.training)  # no token or offline: stop before any download
         # `last` means the newest complete checkpoint (training/checkpoints.py); a bad value fails here, not after loading.
         self.resume_from = resolve_resume_checkpoint(
             self.training.resume_from_checkpoint, self.training.output_dir, RESULTS_FILE
@@ -170,14 +173,36 @@ class RecipeRun:
             " + ".join(self.data.text_columns),
         )
         check_task_options(self.training, labels)  # before tokenizing and loading weights
-        self.tokenized = tokenize(self.data, self.tokenizer, data_args, self.training.main_process_first)
+        self.tokenized = tokenize(
+            self.data,
+            self.tokenizer,
+            data_args,
+            self.training.main_process_first,
+            model_limit=self.profile.max_length,
+        )
         self.compute_metrics = TaskMetrics(labels.problem_type, labels.num_labels)
+        # sliding_window: metrics combine the validation split's windows into documents (the test
+        # split's while it is predicted: record.py).
+        self.compute_metrics.document_ids = self.document_ids("validation")
+        self.compute_metrics.window_pooling = data_args.window_pooling
         if self.training.class_weights:
             weights = class_weights_from(
                 self.training.class_weights, self.tokenized["train"]["labels"], labels.names
             )
             self.compute_loss = WeightedCrossEntropy(weights, self.training.label_smoothing_factor)
         return self.tokenized
+
+    def document_ids(self, split: str):
+        """The document of each row of a tokenized split under --long_text sliding_window; else None.
+
+        The rows are windows then: the Trainer trains on every one, and the planner's and
+        --auto_batch_size's per-batch memory holds as for any row (no window is longer than
+        max_seq_length); the number of steps follows the windows (logged by tokenize).
+        """
+        dataset = self.tokenized[split]
+        if DOCUMENT_COLUMN not in dataset.column_names:
+            return None
+        return dataset.data.column(DOCUMENT_COLUMN).to_numpy()
 
     def _check_model_family(self, base_config) -> None:
         """What the model's family supports (modeling/families.py), from config.json alone: attention kernel,

@@ -4,13 +4,16 @@
 
 1. Multi-label: one threshold per class tuned on the validation predictions (the metrics during
    training decided every class at 0.5); the per-class report; the test split predicted (and
-   scored, if labelled) at the tuned thresholds.
+   scored, if labelled) at the tuned thresholds. Binary with --decision_threshold: the positive
+   class's threshold (tuned on validation, or given), and both splits scored at 0.5 and at it.
 2. The memory phases closed, the precision the layers really ran in, the token counts summed
    over processes (the run's last collective step).
 3. --merge_adapter: the merged model scored on validation, on the main process.
 4. On the main process: eval/test predictions as JSON Lines, the thresholds beside the model, the
-   confusion matrix, then results.json (written atomically).
+   confusion matrix, then results.json (written atomically), then the model card, README.md
+   (tracking/model_card.py), from results.json's contents.
 5. Every results.json key into the W&B summary, under the same name.
+6. --push_to_hub: the Trainer's own push once more, now with the results and the run's card.
 """
 
 from __future__ import annotations
@@ -20,9 +23,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from recipes_lib.config.precision import autocast_for
 from recipes_lib.config.recipe_options import MERGED_SUBDIR
 from recipes_lib.config.tasks import DEFAULT_THRESHOLD, MULTI_LABEL, REGRESSION, TASK_METRICS
+from recipes_lib.config.validation import TUNE, parse_decision_threshold
 from recipes_lib.data.files import write_jsonl
 from recipes_lib.data.tokenize import padding_collator
 from recipes_lib.evaluation.inference import batch_logits
@@ -33,14 +39,22 @@ from recipes_lib.evaluation.predictions import (
     draw_confusion_matrix,
     per_class_report,
     prediction_rows,
+    write_decision_threshold,
     write_thresholds,
 )
-from recipes_lib.evaluation.thresholds import predicted_labels, sigmoid, tune_thresholds
+from recipes_lib.evaluation.thresholds import (
+    POSITIVE_ID,
+    predicted_labels,
+    sigmoid,
+    tune_decision_threshold,
+    tune_thresholds,
+)
 from recipes_lib.memory.peaks import peak_memory
 from recipes_lib.modeling.adapters import describe_merged_model, load_trained_model, read_base_quantization
 from recipes_lib.modeling.loading import count_parameters
 from recipes_lib.modeling.optimizers import optimizer_state_summary
 from recipes_lib.results import describe_device, library_versions, timestamp, write_results
+from recipes_lib.tracking.model_card import build_card, write_card
 from recipes_lib.tracking.names import METRIC_TITLES, eval_key
 
 logger = logging.getLogger("recipes_lib")
@@ -56,7 +70,11 @@ class EvaluationOutputs:
     tuned_metrics: dict[str, float] = field(default_factory=dict)  # eval_tuned_*: validation at those
     report: dict[str, Any] = field(default_factory=dict)  # per-class scores, confusion matrix
     test_logits: Any = None
+    test_references: Any = None  # None for an unlabelled test split
     test_metrics: dict[str, float] = field(default_factory=dict)
+    # Binary, --decision_threshold: the positive class's threshold, and the metrics at 0.5 and at it.
+    decision_threshold: float | None = None
+    threshold_results: dict[str, Any] = field(default_factory=dict)
 
 
 def _logits(predictions):
@@ -86,7 +104,10 @@ def evaluation_outputs(run, trainer) -> EvaluationOutputs:
     """Thresholds (multi-label), per-class scores and the test split, from the last validation pass."""
     labels = run.data.labels
     evaluation = trainer.last_evaluation  # each validation example once, gathered from every process
-    outputs = EvaluationOutputs(_logits(evaluation.predictions), evaluation.label_ids)
+    # Under --long_text sliding_window, one prediction per document: its windows combined.
+    outputs = EvaluationOutputs(
+        *run.compute_metrics.per_document(_logits(evaluation.predictions), evaluation.label_ids)
+    )
     if labels.problem_type == MULTI_LABEL:
         outputs.thresholds = tune_thresholds(sigmoid(outputs.logits), outputs.references)
         run.compute_metrics.thresholds = outputs.thresholds
@@ -97,12 +118,57 @@ def evaluation_outputs(run, trainer) -> EvaluationOutputs:
         )
     outputs.report = per_class(outputs.logits, outputs.references, labels, outputs.thresholds)
     if "test" in run.tokenized:
-        test = trainer.predict(run.tokenized["test"], metric_key_prefix="test")
-        outputs.test_logits = _logits(test.predictions)
+        with run.compute_metrics.scoring(run.document_ids("test")) as metrics:
+            test = trainer.predict(run.tokenized["test"], metric_key_prefix="test")
+            outputs.test_logits, test_references = metrics.per_document(
+                _logits(test.predictions), test.label_ids
+            )
         if run.data.test_has_labels:
+            outputs.test_references = test_references
             outputs.test_metrics = test.metrics
             trainer.log_metrics("test", test.metrics)
+    decide_binary_threshold(run, outputs)
     return outputs
+
+
+def decide_binary_threshold(run, outputs: EvaluationOutputs) -> None:
+    """--decision_threshold: the positive class's threshold, and validation (and test) scored at 0.5 and at it.
+
+    A tuned threshold scored on the validation split it was tuned on is optimistic, as the
+    multi-label thresholds are; the test split's figures at it are the honest ones.
+    """
+    option = parse_decision_threshold(run.training.decision_threshold)
+    if option is None:
+        return
+    names, metrics = run.data.labels.names, run.compute_metrics
+    tuned = option == TUNE
+    threshold = tune_decision_threshold(outputs.logits, outputs.references) if tuned else option
+    outputs.decision_threshold = threshold
+    results = {
+        "decision_threshold": threshold,
+        "decision_threshold_tuned_on": run.data.split_sources["validation"] if tuned else None,
+        "positive_label": names[POSITIVE_ID],
+    }
+    splits = {"eval": (outputs.logits, outputs.references)}
+    if outputs.test_references is not None:
+        splits["test"] = (outputs.test_logits, outputs.test_references)
+    for prefix, (logits, references) in splits.items():
+        references = np.asarray(references)
+        at_half = metrics.binary_scores(logits, references, DEFAULT_THRESHOLD)
+        at_threshold = metrics.binary_scores(logits, references, threshold)
+        results[f"{prefix}_f1_positive"] = at_half["f1_positive"]
+        results.update({f"{prefix}_threshold_{name}": value for name, value in at_threshold.items()})
+    outputs.threshold_results = results
+    shown = "test" if "test" in splits else "eval"  # the honest split where there is one
+    logger.info(
+        "Decision threshold for '%s': %.2f (%s); positive-class F1 on %s %.4f at 0.5, %.4f at it",
+        names[POSITIVE_ID],
+        threshold,
+        "tuned on validation" if tuned else "given",
+        "test" if shown == "test" else "validation",
+        results[f"{shown}_f1_positive"],
+        results[f"{shown}_threshold_f1_positive"],
+    )
 
 
 def evaluate_merged_model(run, references, observed_precision: str) -> dict[str, Any]:
@@ -128,6 +194,7 @@ def evaluate_merged_model(run, references, observed_precision: str) -> dict[str,
             progress=not training.disable_tqdm,
         )
     del model
+    logits, _ = run.compute_metrics.per_document(logits)  # sliding_window: one row per document
     names = run.data.labels.names
     scores = run.compute_metrics.scores(logits, references, thresholds=[DEFAULT_THRESHOLD] * len(names))
     what = describe_merged_model(read_base_quantization(training.output_dir))
@@ -161,6 +228,8 @@ def task_results(run, eval_metrics, outputs: EvaluationOutputs, merged: dict[str
         if outputs.thresholds
         else None,
         **outputs.tuned_metrics,
+        # Binary, --decision_threshold: the threshold, the positive class, and the metrics at 0.5 and at it.
+        **outputs.threshold_results,
         # --merge_adapter: what the merged model is, and its own validation metrics (thresholds 0.5).
         **merged,
         # Counted from the predictions gathered over all processes (evaluation/metrics.py), not len(dataset): a
@@ -168,6 +237,8 @@ def task_results(run, eval_metrics, outputs: EvaluationOutputs, merged: dict[str
         "eval_samples": eval_metrics["eval_samples"],
         "eval_split": data.split_sources["validation"],
         "text_columns": list(data.text_columns),
+        # Per split: examples longer than max_seq_length, the lengths keeping 95% and 99% whole (data/long_text.py).
+        "truncation": data.truncation,
         # Per class on the validation split: precision, recall, F1, support; rows true, columns predicted.
         **outputs.report,
         **({"test_split": data.split_sources["test"]} if "test" in run.tokenized else {}),
@@ -245,7 +316,9 @@ def write_prediction_files(run, outputs: EvaluationOutputs) -> None:
     output_dir, labels = Path(run.training.output_dir), run.data.labels
 
     def rows(logits):
-        return prediction_rows(logits, labels.names, labels.problem_type, outputs.thresholds)
+        return prediction_rows(
+            logits, labels.names, labels.problem_type, outputs.thresholds, outputs.decision_threshold
+        )
 
     write_jsonl(output_dir / EVAL_PREDICTIONS_FILE, rows(outputs.logits))
     if outputs.test_logits is not None:
@@ -255,6 +328,11 @@ def write_prediction_files(run, outputs: EvaluationOutputs) -> None:
         for directory in (output_dir, output_dir / MERGED_SUBDIR):
             if directory.is_dir():
                 write_thresholds(directory, labels.names, outputs.thresholds, validation_source)
+    if outputs.decision_threshold is not None:
+        tuned_on = outputs.threshold_results["decision_threshold_tuned_on"]
+        for directory in (output_dir, output_dir / MERGED_SUBDIR):
+            if directory.is_dir():
+                write_decision_threshold(directory, labels.names, outputs.decision_threshold, tuned_on)
     if outputs.report["confusion_matrix"] is not None:
         title = f"{run.spec.name}, {validation_source}"
         draw_confusion_matrix(outputs.report["confusion_matrix"], output_dir / CONFUSION_MATRIX_PNG, title)
@@ -290,6 +368,7 @@ def finish_run(run, trainer, train_result, eval_metrics: dict[str, Any]) -> dict
     if trainer.is_world_process_zero():
         write_prediction_files(run, outputs)
         path = write_results(run.training.output_dir, results)
+        write_card(run.training.output_dir, results, hub_repo_id(run, trainer))
         problem_type = run.data.labels.problem_type
         logger.info(
             "Done: %s, %.1f samples/s, peak memory %.2f GiB. Model and %s in %s",
@@ -304,4 +383,23 @@ def finish_run(run, trainer, train_result, eval_metrics: dict[str, Any]) -> dict
             run.training.output_dir,
         )
     run.tracker.finish(results)  # every results.json key into the W&B summary, same names
+    push_finished_run(run, trainer, results)
     return results
+
+
+def hub_repo_id(run, trainer) -> str | None:
+    """--push_to_hub: the repository the Trainer pushes to (its card's loading code names it); else None."""
+    return getattr(trainer, "hub_model_id", None) if run.training.push_to_hub else None
+
+
+def push_finished_run(run, trainer, results: dict[str, Any]) -> None:
+    """--push_to_hub: the Trainer's push with results.json and the run's card (RecipeTrainer.create_model_card).
+
+    The Trainer pushed the model when the script saved it, before the final evaluation; this
+    second commit adds the results and the card. Every process calls it: the Trainer saves the
+    model again first, a collective step under FSDP and DeepSpeed.
+    """
+    if not run.training.push_to_hub:
+        return
+    trainer.model_card = build_card(results, hub_repo_id(run, trainer))
+    trainer.push_to_hub(commit_message="End of training: results and model card")

@@ -172,6 +172,9 @@ RUN_ARTIFACTS = (
     "test_predictions.jsonl",
     "confusion_matrix.png",
     "label_thresholds.json",
+    # An old binary threshold would decide a new run's predictions (predict reads it beside the model).
+    "decision_threshold.json",
+    "README.md",  # the old run's model card
 )
 
 

@@ -4,23 +4,46 @@ evaluation loss that counts each example once, and the safeguards that keep a ru
 
 from __future__ import annotations
 
-import inspect
 import signal
+from contextlib import contextmanager
 from pathlib import Path
 
 import torch
-from transformers import Trainer
+from transformers import Trainer, TrainerCallback
 from transformers.trainer_pt_utils import LengthGroupedSampler
-from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, has_length, rotate_checkpoints
+from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, rotate_checkpoints
 
+from recipes_lib.config.versions import PrivateHook, check_private_attribute, check_private_hooks
 from recipes_lib.errors import TrainingDiverged, TrainingInterrupted
 from recipes_lib.training.autofit import train_with_out_of_memory_backoff
 from recipes_lib.training.checkpoints import COMPLETE_MARKER, last_complete_checkpoint, mark_complete
 from recipes_lib.training.losses import evaluation_loss
 from recipes_lib.training.safeguards import StopOnSignal, divergence_hint, first_non_finite_parameter
 
-# Where `_run_epoch` takes its epoch, whether the Trainer passes it by keyword (5.x) or position.
-_RUN_EPOCH_SIGNATURE = inspect.signature(Trainer._run_epoch)
+# The private Trainer methods RecipeTrainer still overrides or calls, each for want of a public
+# extension point that could do the same (the rest use callbacks and the public dataloader getters).
+# Checked on import, so a transformers release that renames one stops here with the fix rather than
+# training without the feature; tests/test_trainer_surface.py checks them against the installed release.
+PRIVATE_TRAINER_HOOKS = (
+    # The Trainer builds the training DataLoader in private code (`_get_dataloader`: unused columns
+    # dropped, worker seeding, accelerate's sharding); this is the one place a sampler can be swapped
+    # in without rebuilding all of that here.
+    PrivateHook(
+        "_get_train_sampler",
+        ("train_dataset",),
+        "its training order (length-grouped batches in a seeded order that a resumed run replays exactly)",
+    ),
+    # The Trainer deletes checkpoints beyond save_total_limit inside `_save_checkpoint`, before any
+    # callback (on_save) runs; only here can the completion marker come first.
+    PrivateHook(
+        "_save_checkpoint",
+        ("model", "trial"),
+        "complete checkpoints (the completion marker written before older checkpoints are deleted, "
+        "and the checkpoint saved on SIGINT/SIGTERM after the last step)",
+    ),
+    PrivateHook("_get_output_dir", ("trial",), "the directory its complete checkpoints are marked in"),
+)
+check_private_hooks(Trainer, PRIVATE_TRAINER_HOOKS)
 
 
 class RecipeTrainer(Trainer):
@@ -42,10 +65,18 @@ class RecipeTrainer(Trainer):
         # would come out twice too large. Treat the loss as the mean it is: DDP then averages
         # gradients across processes as it should.
         self.model_accepts_loss_kwargs = False
-        self.shuffled_sampler = None  # set by _get_train_sampler under group_by_length
+        # --auto_batch_size changes the batch the Trainer builds its DataLoader with (autofit.py).
+        check_private_attribute(self, "_train_batch_size", "--auto_batch_size (the batch after a back-off)")
         self.out_of_memory_at: list[int] = []  # --auto_batch_size: the batch sizes that ran out of memory
         self.stop_on_signal = StopOnSignal()
         self.add_callback(self.stop_on_signal)
+        self.sampler_epoch = SamplerEpoch()  # its sampler is set by _get_train_sampler under group_by_length
+        self.add_callback(self.sampler_epoch)
+
+    @property
+    def shuffled_sampler(self) -> ShuffledLengthGroupedSampler | None:
+        """The training sampler under group_by_length (None before training, or with another strategy)."""
+        return self.sampler_epoch.sampler
 
     def training_step(self, model, inputs, num_items_in_batch=None):
         loss = super().training_step(model, inputs, num_items_in_batch)
@@ -105,6 +136,22 @@ class RecipeTrainer(Trainer):
             )
         super().save_model(output_dir, _internal_call)
 
+    # The run's own model card (a huggingface_hub ModelCard, tracking/model_card.py), set once the
+    # run's results exist; until then the Trainer's draft.
+    model_card = None
+
+    def create_model_card(self, *args, **kwargs):
+        """README.md in output_dir: the run's card where it has set `model_card`, else the Trainer's draft.
+
+        `push_to_hub` calls this after saving the model again (peft's save rewrites README.md beside
+        an adapter) and just before uploading, so the card the run set is the one on the Hub.
+        """
+        if self.model_card is None:
+            return super().create_model_card(*args, **kwargs)
+        if self.is_world_process_zero():
+            self.model_card.save(Path(self.args.output_dir) / "README.md")
+        return None
+
     def _save_checkpoint(self, model, trial):
         """Trainer's checkpoint, then a completion marker, then the deletion of old checkpoints.
 
@@ -148,27 +195,35 @@ class RecipeTrainer(Trainer):
             # processes keep getting batches of similar length and none waits long for the others.
             # (`_train_batch_size`: what the Trainer trains with, after any automatic back-off.)
             step_size = self._train_batch_size * self.args.gradient_accumulation_steps * self.args.world_size
-            self.shuffled_sampler = ShuffledLengthGroupedSampler(sampler.lengths, step_size, seed)
-            return self.shuffled_sampler
+            self.sampler_epoch.sampler = ShuffledLengthGroupedSampler(sampler.lengths, step_size, seed)
+            return self.sampler_epoch.sampler
         return sampler
 
-    def _get_eval_sampler(self, eval_dataset):
-        # Under group_by_length the stock Trainer groups evaluation batches by length too, in a shuffled
-        # order: predictions would not follow the input rows. One process evaluates in input order;
-        # several take the Trainer's default (None: accelerate shards in order).
-        if eval_dataset is None or not has_length(eval_dataset) or self.args.world_size > 1:
-            return None
-        return torch.utils.data.SequentialSampler(eval_dataset)
+    def get_eval_dataloader(self, eval_dataset=None):
+        with self._evaluation_in_input_order():
+            return super().get_eval_dataloader(eval_dataset)
 
-    def _run_epoch(self, *args, **kwargs):
-        # accelerate's `set_epoch` does not reach the sampler in every case: not through the
-        # SkipBatchSampler(BatchSamplerShard(...)) of a multi-process run resumed mid-epoch, and
-        # older accelerate versions not through BatchSamplerShard at all. Without the epoch, the
-        # order would replay epoch 0's. So set it here, where the Trainer names the epoch.
-        if self.shuffled_sampler is not None:
-            bound = _RUN_EPOCH_SIGNATURE.bind_partial(self, *args, **kwargs)
-            self.shuffled_sampler.set_epoch(bound.arguments["epoch"])
-        return super()._run_epoch(*args, **kwargs)
+    def get_test_dataloader(self, test_dataset):
+        with self._evaluation_in_input_order():
+            return super().get_test_dataloader(test_dataset)
+
+    @contextmanager
+    def _evaluation_in_input_order(self):
+        """The Trainer's evaluation sampler as it is without length grouping: input order.
+
+        Under group_by_length the stock Trainer groups evaluation batches by length too, in a shuffled
+        order: predictions would not follow the input rows. Without it, one process evaluates in input
+        order and several take the Trainer's default (accelerate shards in order). The strategy is a
+        training setting the evaluation sampler alone reads, so it is lifted only while the evaluation
+        DataLoader is built: the public getters stand in for overriding the private `_get_eval_sampler`.
+        """
+        strategy = self.args.train_sampling_strategy
+        if strategy == "group_by_length":
+            self.args.train_sampling_strategy = "random"
+        try:
+            yield
+        finally:
+            self.args.train_sampling_strategy = strategy
 
     def evaluation_loop(self, *args, metric_key_prefix: str = "eval", **kwargs):
         """The stock loop, with the loss recomputed from the gathered predictions: each example once.
@@ -211,7 +266,7 @@ class ShuffledLengthGroupedSampler(torch.utils.data.Sampler):
       run resumed in the middle of epoch 2 draws that order in a fresh process (checkpointed RNG
       states are restored only after the order is drawn) and would train on other batches than
       the uninterrupted run. Seeding each epoch with seed + epoch makes the order the same in
-      both, on every process. RecipeTrainer sets the epoch before each one (`_run_epoch`).
+      both, on every process. RecipeTrainer sets the epoch before each one (`SamplerEpoch`).
 
     The unit grouped and moved is `step_size` examples: one optimizer step's worth (per-device
     batch x gradient accumulation steps x processes), so the micro-batches of a step, on every
@@ -240,3 +295,29 @@ class ShuffledLengthGroupedSampler(torch.utils.data.Sampler):
         order = torch.randperm(len(middle), generator=generator).tolist()
         for group in first + [middle[i] for i in order] + last:
             yield from group
+
+
+class SamplerEpoch(TrainerCallback):
+    """Hands the training sampler each epoch's number as the epoch begins.
+
+    accelerate's `set_epoch` does not reach the sampler in every case: not through the
+    SkipBatchSampler(BatchSamplerShard(...)) of a multi-process run resumed mid-epoch, and older
+    accelerate versions not through BatchSamplerShard at all. Without the epoch, the order would
+    replay epoch 0's. The Trainer calls `on_epoch_begin` before it draws the epoch's batches.
+
+    The epochs are counted as the Trainer counts them: the first from the state it starts or
+    resumes with (its epoch is fractional mid-epoch: 1.5 is half-way through epoch 1), then one more
+    at every begin.
+    """
+
+    def __init__(self):
+        self.sampler: ShuffledLengthGroupedSampler | None = None
+        self.epoch: int | None = None  # the epoch running now; None before the first of a train() call
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        self.epoch = None
+
+    def on_epoch_begin(self, args, state, control, **kwargs):
+        self.epoch = int(state.epoch or 0) if self.epoch is None else self.epoch + 1
+        if self.sampler is not None:
+            self.sampler.set_epoch(self.epoch)

@@ -6,12 +6,14 @@ What a recipe changes reaches the planner as data, its `TrainingShape` (config/r
 adapters or none, a 4-bit base or not, 8-bit or 32-bit optimizer state. The prediction has the five
 parts that results.json measures (memory/monitor.py), plus the CUDA context. One module per job:
 
-    configs.py     a model config by name or path, offline (KNOWN_CONFIGS), and BERT at every size
+    catalogue.py   the published config.json values of the encoders people pick, by Hub id
+    configs.py     a model config by name or path (local, Hub cache, catalogue, Hub), and BERT at every size
     parameters.py  the parameters of the model a recipe trains, counted on the meta device
     encoder.py     what decides the activations, read off the meta model, and each family's forward
     arithmetic.py  the bytes of every part: weights, gradients, optimizer state, activations, batch
     plan.py        Setup, the plan of one model (plan_memory) and the largest batch that fits
     report.py      plans for several models and recipes as rows, and every answer as text
+    fits.py        every catalogue model against every recipe in a budget (plan --fits)
 """
 
 from recipes_lib.memory.planner.arithmetic import MIN_8BIT_SIZE, activation_terms, layer_activation_terms

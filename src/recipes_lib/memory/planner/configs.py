@@ -1,7 +1,7 @@
 """Model configs for the planner, with no weights: from a local directory or config.json, the Hub
-cache, or the published values of the BERT checkpoints (KNOWN_CONFIGS), so `recipes-lib plan`
-answers offline with nothing downloaded. BERT_FAMILY is BERT at every size, for the largest model
-that fits.
+cache, the catalogue of published encoders (catalogue.py), or the Hub, so `recipes-lib plan`
+answers offline for every catalogue model with nothing downloaded. BERT_FAMILY is BERT at every
+size, for the largest model that fits.
 """
 
 from __future__ import annotations
@@ -11,29 +11,21 @@ from pathlib import Path
 from typing import Any
 
 from recipes_lib.errors import ModelError
+from recipes_lib.memory.planner.catalogue import CATALOGUE, catalogue_entry, catalogue_names
 
-# Published config.json values of the BERT checkpoints people mean by these names. A local
-# directory or config.json always wins.
-_BERT_UNCASED_VOCAB, _BERT_CASED_VOCAB = 30522, 28996
+# The catalogue's BERT checkpoints as BertConfig keyword arguments, by Hub id and alias (for
+# callers that build a BertConfig themselves; every other lookup goes through the catalogue).
 KNOWN_CONFIGS: dict[str, dict[str, Any]] = {
-    "bert-base-uncased": dict(vocab_size=_BERT_UNCASED_VOCAB),  # BertConfig's defaults are bert-base-uncased
-    "bert-base-cased": dict(vocab_size=_BERT_CASED_VOCAB),
-    "bert-large-uncased": dict(
-        vocab_size=_BERT_UNCASED_VOCAB,
-        hidden_size=1024,
-        num_hidden_layers=24,
-        num_attention_heads=16,
-        intermediate_size=4096,
-    ),
-    "bert-large-cased": dict(
-        vocab_size=_BERT_CASED_VOCAB,
-        hidden_size=1024,
-        num_hidden_layers=24,
-        num_attention_heads=16,
-        intermediate_size=4096,
-    ),
+    name: {key: value for key, value in entry.values.items() if key != "model_type"}
+    for name in catalogue_names(with_aliases=True)
+    if (entry := catalogue_entry(name)).model_type == "bert"
 }
-KNOWN_CONFIGS.update({f"google-bert/{name}": values for name, values in list(KNOWN_CONFIGS.items())})
+_BERT_UNCASED_VOCAB = CATALOGUE["google-bert/bert-base-uncased"].values["vocab_size"]
+
+# Where a config came from, as the plan says it (the first words are what tests and users read).
+SOURCE_CATALOGUE = "catalogue: the published config.json values shipped with recipes-lib (nothing downloaded)"
+SOURCE_HUB_CACHE = "Hub cache: its config.json in the local Hugging Face cache"
+SOURCE_HUB = "Hub: its config.json downloaded (config only, no weights)"
 
 
 def bert_shape(layers: int, hidden: int) -> dict[str, Any]:
@@ -66,39 +58,48 @@ BERT_FAMILY: tuple[tuple[str, dict[str, Any]], ...] = (
 
 
 def load_config(name_or_path: str, num_labels: int = 2):
-    """A model config from a local directory, a config.json, the Hub cache, or the published values.
+    """A model config from a local directory, a config.json, the Hub cache, the catalogue or the Hub.
 
     Nothing but config.json is read, so no weights are downloaded; offline, a Hub name works when
-    its config is cached, is pip-installed (MiniLM), or is one of KNOWN_CONFIGS.
+    its config is cached, is pip-installed (MiniLM), or is in the catalogue.
     """
     return load_config_and_source(name_or_path, num_labels)[0]
 
 
 def load_config_and_source(name_or_path: str, num_labels: int = 2) -> tuple[Any, str]:
-    """(config, where it came from, in words)."""
-    from transformers import AutoConfig, BertConfig
+    """(config, where it came from, in words), looked up in this order:
+
+    1. a config.json file, or a local model directory (a pip-installed copy counts as one);
+    2. the Hugging Face cache, so a checkpoint the user has downloaded is planned as it is;
+    3. the catalogue of published encoders, so a fresh clone plans them offline;
+    4. the Hub, for config.json only (fails fast under HF_HUB_OFFLINE=1).
+    """
+    from transformers import AutoConfig
 
     from recipes_lib.modeling.loading import resolve_model_path
 
     path = Path(name_or_path)
     if path.is_file():
-        return _config_from_file(path, num_labels), f"config file {path}"
-    # A name with published values needs no network: the cached config if there is one, else those.
-    known = name_or_path in KNOWN_CONFIGS
+        return _config_from_file(path, num_labels), f"local: config file {path}"
+    resolved = resolve_model_path(name_or_path)
+    if Path(resolved).is_dir():
+        config = AutoConfig.from_pretrained(resolved, num_labels=num_labels)
+        return config, f"local: directory {resolved}"
     try:
-        resolved = resolve_model_path(name_or_path)
-        config = AutoConfig.from_pretrained(resolved, num_labels=num_labels, local_files_only=known)
-        return config, ("local directory " + str(resolved)) if Path(
-            resolved
-        ).is_dir() else "Hugging Face Hub (config.json only)"
+        config = AutoConfig.from_pretrained(resolved, num_labels=num_labels, local_files_only=True)
+        return config, SOURCE_HUB_CACHE
+    except (OSError, ValueError):
+        pass  # not cached: the catalogue, then the Hub
+    entry = catalogue_entry(name_or_path)
+    if entry is not None:
+        return entry.config(num_labels), SOURCE_CATALOGUE
+    try:
+        return AutoConfig.from_pretrained(resolved, num_labels=num_labels), SOURCE_HUB
     except (OSError, ValueError) as error:
-        if known:
-            config = BertConfig(**KNOWN_CONFIGS[name_or_path], num_labels=num_labels)
-            return config, "built-in copy of its published config.json (not in the local cache)"
-        names = ", ".join(name for name in KNOWN_CONFIGS if "/" not in name)
         raise ModelError(
             f"No config for '{name_or_path}': {str(error).strip().splitlines()[0]}. Pass a local directory or "
-            f"config.json (no weights needed), or one of the built-in configs: {names}."
+            "config.json (no weights needed), or a model of the catalogue (recipes-lib plan --fits lists "
+            "them): " + ", ".join(catalogue_names()) + "."
         ) from None
 
 

@@ -166,8 +166,21 @@ class Encoder:
 _ENCODERS: dict[tuple, Encoder] = {}
 
 
+# Families the planner plans that the project does not train yet (not in modeling.families.FAMILY_NAMES,
+# so not in the family test matrix): checked against a measured step of a tiny model only
+# (tests/test_planner_families.py). XLM-R XL/XXL: XLM-R's embeddings (positions numbered from the
+# tokens, token types gathered) and classification head; pre-norm layers, whose two LayerNorms keep
+# their inputs as BERT's keep theirs, and one dropout on the T x H stream, after attention (the FFN's
+# output has none); no LayerNorm on the embeddings, one after the last layer instead.
+UNTRAINED_FAMILY_FORWARDS: dict[str, FamilyForward] = {
+    "xlm-roberta-xl": FamilyForward(
+        **_ROBERTA_HEAD, hidden_dropouts=1, token_type_ids=False, embedding_indices=2
+    ),
+}
+
+
 def _family_of(config) -> FamilyForward:
-    family = FAMILY_FORWARDS.get(config.model_type)
+    family = FAMILY_FORWARDS.get(config.model_type) or UNTRAINED_FAMILY_FORWARDS.get(config.model_type)
     if family is not None:
         return family
     missing = [

@@ -238,13 +238,16 @@ def _training_state(encoder: Encoder, parameters: Parameters, setup: Setup) -> d
     return parts
 
 
-def largest_batch(config, setup: Setup, budget_bytes: int, limit: int = 4096) -> int:
-    """The largest per-device batch whose predicted peak fits the budget (0: not even batch 1).
+def largest_batch(
+    config, setup: Setup, budget_bytes: int, limit: int = 4096, parameters: Parameters | None = None
+) -> int:
+    """The largest per-device batch whose predicted peak fits the budget (0: not even batch 1), up to `limit`.
 
     Every part but the activations is fixed, and the activations grow with the batch, so
     doubling then bisecting finds the edge in a few dozen evaluations of the arithmetic.
+    `parameters`: the counts for setup.shape, when the caller has them (see plan_memory).
     """
-    parameters = count_parameters_on_meta(config, setup.shape)
+    parameters = parameters or count_parameters_on_meta(config, setup.shape)
 
     def fits(batch: int) -> bool:
         return (

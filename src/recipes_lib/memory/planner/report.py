@@ -196,7 +196,7 @@ def format_plan(plan: MemoryPlan, max_batch: int, budget_gib: float) -> str:
 
 
 def format_sources(rows: list[PlanRow]) -> str:
-    """Where each model's config came from, one line per model: 'bert-base-uncased: built-in copy ...'."""
+    """Where each model's config came from, one line per model: 'bert-base-uncased: catalogue: ...'."""
     sources = {row.model: row.source for row in rows if row.source}
     return "\n".join(f"{model}: {source}" for model, source in sources.items())
 

@@ -1,0 +1,218 @@
+"""Inputs longer than --max_seq_length: what truncation costs, and the two ways around it (issue #22).
+
+--long_text decides what becomes of the tokens past max_seq_length, for one text column:
+
+    truncate        the first max_seq_length tokens (what every recipe did before: the rest is lost)
+    head_tail       the first quarter of the room and the last three quarters: the opening and the
+                    end of a document, where long documents tend to state what they are about
+                    (Sun et al. 2019, "How to Fine-Tune BERT for Text Classification": 128 head + 382
+                    tail of BERT's 510, the same split scaled to any max_seq_length)
+    sliding_window  the whole document, as overlapping windows of max_seq_length tokens, `--stride`
+                    tokens shared with the window before; every window is a row with the document's
+                    label and `document_id`, and evaluation and predict combine a document's windows
+                    into one prediction (evaluation/windows.py)
+
+The room is max_seq_length less the tokenizer's special tokens ([CLS] and [SEP] for BERT: 126 of
+128). Sentence pairs are truncated as the tokenizer does it (longest first); head_tail and
+sliding_window on a pair are an error, since which of the two texts to cut or window depends on the
+task (a question and its passage, two sentences of a paraphrase pair).
+
+Every mode also records each document's whole length in tokens, which `truncation_report` turns into
+the figures logged per split and kept in results.json: how many examples are longer than
+max_seq_length and which length would keep 95% and 99% of them whole.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from recipes_lib.errors import ConfigError
+
+TRUNCATE, HEAD_TAIL, SLIDING_WINDOW = "truncate", "head_tail", "sliding_window"
+DOCUMENT_COLUMN = "document_id"  # sliding_window: the input row each window came from
+DOCUMENT_LENGTH_COLUMN = "document_length"  # the whole input's tokens, special tokens included
+# head_tail: the head's share of the room (128 of 510 in Sun et al. 2019).
+HEAD_SHARE = 0.25
+# Above this share of a split's examples cut (say 5% of training), the run warns and names the flags that keep them.
+CUT_WARNING_SHARE = 0.05
+
+logger = logging.getLogger("recipes_lib")
+
+
+@dataclass(frozen=True)
+class SpecialTokens:
+    """How many special tokens a tokenizer puts before and after one text ([CLS] ... [SEP]: 1 and 1)."""
+
+    before: int
+    after: int
+
+    @classmethod
+    def of(cls, tokenizer) -> SpecialTokens:
+        # Read from the tokenizer itself: a probe word with and without its special tokens.
+        bare = tokenizer("long", add_special_tokens=False)["input_ids"]
+        full = tokenizer("long")["input_ids"]
+        before = next((i for i in range(len(full) - len(bare) + 1) if full[i : i + len(bare)] == bare), None)
+        if before is None:
+            raise ConfigError(
+                f"The tokenizer {type(tokenizer).__name__} does not put a text between its special tokens, "
+                "so --long_text head_tail and sliding_window cannot cut it; use --long_text truncate."
+            )
+        return cls(before=before, after=len(full) - len(bare) - before)
+
+    def room(self, max_length: int) -> int:
+        """Text tokens that fit in max_length beside the special tokens."""
+        return max_length - self.before - self.after
+
+
+def cut_document(
+    ids: list[int], special: SpecialTokens, room: int, mode: str, stride: int
+) -> list[list[int]]:
+    """The token ids the model sees of one document, `ids` with its special tokens: one row, or windows."""
+    end = len(ids) - special.after
+    before, text, after = ids[: special.before], ids[special.before : end], ids[end:]
+    if len(text) <= room:
+        return [ids]
+    if mode == TRUNCATE:
+        return [before + text[:room] + after]
+    if mode == HEAD_TAIL:
+        head = int(room * HEAD_SHARE)
+        return [before + text[:head] + text[len(text) - (room - head) :] + after]
+    step = room - stride
+    # Windows start every `step` tokens; the last one is the first that reaches the end of the text.
+    starts = range(0, max(len(text) - stride, 1), step)
+    return [before + text[start : start + room] + after for start in starts]
+
+
+def encode_long_texts(tokenizer, texts: list[str], data_args, indices: list[int], max_windows: int | None):
+    """One text column tokenized whole, then cut as --long_text says: the model's columns, the input row of
+    each output row (`rows`), and each output row's document id and whole length."""
+    special = SpecialTokens.of(tokenizer)
+    room = special.room(data_args.max_seq_length)
+    whole = tokenizer(
+        texts, add_special_tokens=True, return_attention_mask=False, return_token_type_ids=False
+    )
+    encoded: dict[str, list] = {"input_ids": [], "rows": [], DOCUMENT_COLUMN: [], DOCUMENT_LENGTH_COLUMN: []}
+    for row, ids in enumerate(whole["input_ids"]):
+        windows = cut_document(ids, special, room, data_args.long_text, data_args.stride)
+        windows = windows[:max_windows] if max_windows is not None else windows
+        encoded["input_ids"].extend(windows)
+        encoded["rows"].extend([row] * len(windows))
+        encoded[DOCUMENT_COLUMN].extend([indices[row]] * len(windows))
+        encoded[DOCUMENT_LENGTH_COLUMN].extend([len(ids)] * len(windows))
+    names = tokenizer.model_input_names
+    if "attention_mask" in names:
+        encoded["attention_mask"] = [[1] * len(ids) for ids in encoded["input_ids"]]
+    if "token_type_ids" in names:
+        encoded["token_type_ids"] = [[0] * len(ids) for ids in encoded["input_ids"]]
+    if data_args.pad_to_max_length:
+        model_columns = {key: encoded[key] for key in names if key in encoded}
+        padded = tokenizer.pad(model_columns, padding="max_length", max_length=data_args.max_seq_length)
+        encoded.update({key: list(padded[key]) for key in model_columns})
+    return encoded
+
+
+def check_long_text_columns(data_args, text_columns: tuple[str, ...]) -> None:
+    """head_tail and sliding_window cut one text; a sentence pair is an error that says what to do."""
+    if data_args.long_text != TRUNCATE and len(text_columns) > 1:
+        raise ConfigError(
+            f"--long_text {data_args.long_text} cuts one text, but this data is a pair of texts "
+            f"({' + '.join(text_columns)}): which one to cut or window depends on the task. Use --long_text "
+            "truncate (the tokenizer cuts the longer text first), or join the texts into one column."
+        )
+
+
+def document_lengths(dataset) -> np.ndarray:
+    """The whole length of each document of a tokenized split (one per document, however many windows)."""
+    lengths = dataset.data.column(DOCUMENT_LENGTH_COLUMN).to_numpy()
+    if DOCUMENT_COLUMN not in dataset.column_names:
+        return lengths
+    _, first_rows = np.unique(dataset.data.column(DOCUMENT_COLUMN).to_numpy(), return_index=True)
+    return lengths[np.sort(first_rows)]
+
+
+def truncation_report(
+    lengths: np.ndarray, rows: int, max_seq_length: int, model_limit: int | None
+) -> dict[str, Any]:
+    """What max_seq_length cuts of one split: examples longer, tokens lost, the lengths that keep 95% and 99%.
+
+    Lengths count the special tokens, as max_seq_length does. The suggested lengths are capped at
+    what the model takes (its position embeddings); `rows` is the split's rows after tokenizing
+    (windows, under sliding_window).
+    """
+    lengths = np.asarray(lengths, dtype=np.int64)
+    if len(lengths) == 0:
+        return {"examples": 0}
+    over = lengths > max_seq_length
+    cap = model_limit if model_limit is not None else int(lengths.max())
+
+    ordered = np.sort(lengths)
+
+    def keeping(share: float) -> int:
+        # The shortest length that at least `share` of the examples fit in whole.
+        return int(min(ordered[math.ceil(share * len(ordered)) - 1], cap))
+
+    return {
+        "examples": len(lengths),
+        "rows": rows,
+        "longer_than_max_seq_length": int(over.sum()),
+        "longer_share": round(float(over.mean()), 4),
+        "tokens_past_max_seq_length_share": round(
+            float(np.clip(lengths - max_seq_length, 0, None).sum() / lengths.sum()), 4
+        ),
+        "median_length": int(np.median(lengths)),
+        "longest": int(lengths.max()),
+        "length_keeping_95pct": keeping(0.95),
+        "length_keeping_99pct": keeping(0.99),
+        "model_max_length": model_limit,
+    }
+
+
+def log_truncation(reports: dict[str, dict[str, Any]], data_args) -> None:
+    """One line per split; a warning when more than CUT_WARNING_SHARE of a split's examples lose tokens."""
+    for split, report in reports.items():
+        if not report.get("examples"):
+            continue
+        logger.info(
+            "Lengths of %s (max_seq_length %d, --long_text %s): %d of %d examples longer (%.1f%%, %.1f%% of "
+            "tokens), median %d, longest %d; %d tokens keep 95%% whole, %d keep 99%%%s%s",
+            split,
+            data_args.max_seq_length,
+            data_args.long_text,
+            report["longer_than_max_seq_length"],
+            report["examples"],
+            100 * report["longer_share"],
+            100 * report["tokens_past_max_seq_length_share"],
+            report["median_length"],
+            report["longest"],
+            report["length_keeping_95pct"],
+            report["length_keeping_99pct"],
+            f" (the model takes {report['model_max_length']})" if report["model_max_length"] else "",
+            f"; {report['rows']} windows" if data_args.long_text == SLIDING_WINDOW else "",
+        )
+    # Training is what the threshold is about; an evaluated split cut much more (SST-2's validation
+    # sentences are longer than its training phrases) deserves the same warning.
+    cut = {split: r for split, r in reports.items() if r.get("longer_share", 0) > CUT_WARNING_SHARE}
+    if data_args.long_text == SLIDING_WINDOW or not cut:
+        return
+    what = "cut at the end" if data_args.long_text == TRUNCATE else "cut in the middle (head_tail)"
+    keeping = max(report["length_keeping_95pct"] for report in cut.values())
+    longer = f"--max_seq_length {keeping} keeps 95% of them whole"
+    if keeping <= data_args.max_seq_length:  # capped: the model takes no more
+        longer = f"The model takes no more than {data_args.max_seq_length} tokens"
+    others = {
+        HEAD_TAIL: "--long_text head_tail keeps their opening and end",
+        SLIDING_WINDOW: "--long_text sliding_window (with --stride) reads all of them",
+    }
+    logger.warning(
+        "%s examples are longer than max_seq_length %d and are %s: the model never sees those tokens. %s; %s.",
+        ", ".join(f"{100 * report['longer_share']:.0f}% of the {split}" for split, report in cut.items()),
+        data_args.max_seq_length,
+        what,
+        longer,
+        "; ".join(text for mode, text in others.items() if mode != data_args.long_text),
+    )

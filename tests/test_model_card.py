@@ -1,0 +1,429 @@
+"""Sharing a run: the model card of every recipe's output, the Hub push against a stub of the Hub API,
+and --decision_threshold on a skewed binary task.
+
+Every run is the recipe's own main() in this process, on the session's tiny BERT (two optimizer
+steps), except the threshold runs, which train long enough for the rare class to be ranked but
+not yet predicted at 0.5. Nothing reaches the network: `huggingface_hub.HfApi`'s `create_repo` and
+`upload_folder` are replaced by a recorder that lists what a real upload would send.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import re
+import shutil
+from pathlib import Path
+
+import pytest
+from huggingface_hub import ModelCard, RepoUrl
+
+from recipes_lib.cli.main import main as cli_main
+from recipes_lib.errors import RecipeError
+from recipes_lib.evaluation.thresholds import tune_decision_threshold
+from recipes_lib.tracking.model_card import CARD_TAG, card_metrics, check_card
+from tests.helpers.data import COLOURS, NOISE, learnable_rows, multi_label_files, read_jsonl, write_csv
+from tests.helpers.repo import RECIPES
+from tests.helpers.runs import QUICK, run_args, run_in_process
+
+ADAPTER_RECIPES = ("lora", "qlora")
+REPO_ID = "someone/tiny-colours"
+
+
+@pytest.fixture(scope="module")
+def recipe_runs(tiny_bert, learnable_data, tmp_path_factory) -> dict[str, Path]:
+    """Every recipe's output_dir, each with a labelled test split; LoRA and QLoRA with a merged model."""
+    root = tmp_path_factory.mktemp("cards")
+    test_file = write_csv(root / "test.csv", learnable_rows(32, seed=3))
+    runs = {}
+    for recipe in RECIPES:
+        extra = ["--test_file", str(test_file)]
+        if recipe in ADAPTER_RECIPES:
+            extra += ["--merge_adapter", "true"]
+        run_in_process(recipe, run_args(tiny_bert, learnable_data, root / recipe, *extra, **QUICK))
+        runs[recipe] = root / recipe
+    return runs
+
+
+def results_of(output_dir: Path) -> dict:
+    return json.loads((output_dir / "results.json").read_text())
+
+
+def code_blocks(card: ModelCard) -> list[str]:
+    return re.findall(r"```python\n(.*?)```", card.text, flags=re.DOTALL)
+
+
+# --- the card ---------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("recipe", RECIPES)
+def test_every_recipe_writes_a_card_whose_model_index_holds_the_scores_of_its_results(recipe, recipe_runs):
+    output_dir = recipe_runs[recipe]
+    results = results_of(output_dir)
+    card = ModelCard.load(output_dir / "README.md")
+    data = card.data
+
+    assert CARD_TAG in data.tags and recipe in data.tags
+    assert data.library_name == ("peft" if recipe in ADAPTER_RECIPES else "transformers")
+    assert data.pipeline_tag == "text-classification"
+    assert "model-index" in data.to_dict()  # what the Hub reads the scores from
+    scores = {(r.dataset_split, r.metric_type): r.metric_value for r in data.eval_results}
+    validation, test = results["eval_split"], results["test_split"]
+    assert validation != test
+    assert scores == {
+        (validation, "accuracy"): results["eval_accuracy"],
+        (validation, "f1"): results["eval_f1"],
+        (test, "accuracy"): results["test_accuracy"],
+        (test, "f1"): results["test_f1"],
+    }
+    assert [r.metric_value for r in data.eval_results] == [results[m.key] for m in card_metrics(results)]
+    check_card(output_dir / "README.md", results)  # the module's own reading agrees
+
+
+@pytest.mark.parametrize("recipe", RECIPES)
+def test_the_card_says_how_the_run_trained_what_it_held_and_which_files_are_which(recipe, recipe_runs):
+    results = results_of(recipe_runs[recipe])
+    text = ModelCard.load(recipe_runs[recipe] / "README.md").text
+    assert f"`{results['recipe']}` recipe" in text
+    assert "Labels, in id order: `cool`, `warm`" in text
+    assert f"Peak memory: {results['peak_memory_gib']:.2f} GiB" in text
+    assert f"Precision: {results['precision']}" in text
+    assert f"| learning rate | {results['config']['learning_rate']:.4g} |" in text
+    if recipe in ADAPTER_RECIPES:
+        assert "PeftModel.from_pretrained" in text and "`adapter_model.safetensors`" in text
+        assert "The merged model: `merged/`" in text and "/merged" in text
+        assert ("BitsAndBytesConfig" in text) == (recipe == "qlora")
+    else:
+        assert 'pipeline("text-classification"' in text and "PeftModel" not in text
+
+
+@pytest.mark.parametrize("recipe", ["full_ft", "lora"])
+def test_the_cards_loading_code_loads_the_saved_model(recipe, recipe_runs):
+    card = ModelCard.load(recipe_runs[recipe] / "README.md")
+    namespace: dict = {}
+    exec(code_blocks(card)[0], namespace)  # noqa: S102 - the card's own first example, on the local output_dir
+    if recipe == "full_ft":
+        assert {row["label"] for row in namespace["classifier"](["a red cat"])[0]} == {"cool", "warm"}
+    else:
+        assert type(namespace["model"]).__name__ == "PeftModelForSequenceClassification"
+        assert namespace["model"].config.id2label == {0: "cool", 1: "warm"}
+
+
+# --- pushing ----------------------------------------------------------------------------------------
+
+
+class StubHub:
+    """`HfApi.create_repo` and `upload_folder` recorded: the files a real upload would send, and the card sent."""
+
+    def __init__(self, monkeypatch, fail_with: Exception | None = None):
+        import huggingface_hub
+        from huggingface_hub.utils import filter_repo_objects
+
+        self.repos, self.uploads, self.cards = [], [], []
+        stub = self
+
+        def create_repo(api, repo_id, **kwargs):
+            if fail_with is not None:
+                raise fail_with
+            stub.repos.append(repo_id)
+            return RepoUrl(f"https://huggingface.co/{repo_id}")
+
+        def upload_folder(api, *, repo_id, folder_path, ignore_patterns=None, **kwargs):
+            root = Path(folder_path)
+            files = sorted(p.relative_to(root).as_posix() for p in root.rglob("*") if p.is_file())
+            stub.uploads.append(sorted(filter_repo_objects(files, ignore_patterns=ignore_patterns)))
+            stub.cards.append((root / "README.md").read_text() if (root / "README.md").is_file() else None)
+
+        monkeypatch.setattr(huggingface_hub.HfApi, "create_repo", create_repo)
+        monkeypatch.setattr(huggingface_hub.HfApi, "upload_folder", upload_folder)
+
+
+@pytest.fixture
+def online(monkeypatch):
+    """The Hub switched on (the suite runs with HF_HUB_OFFLINE=1) and a token, for the stubbed calls."""
+    from huggingface_hub import constants
+
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
+    monkeypatch.setattr("huggingface_hub.get_token", lambda: "hf_stub_token")
+
+
+def test_push_uploads_the_adapter_the_merged_model_the_card_and_results_but_no_checkpoint(
+    recipe_runs, tmp_path, monkeypatch, online, capsys
+):
+    output_dir = tmp_path / "lora"
+    shutil.copytree(recipe_runs["lora"], output_dir)
+    (output_dir / "checkpoint-2").mkdir()
+    (output_dir / "checkpoint-2" / "trainer_state.json").write_text("{}")
+    hub = StubHub(monkeypatch)
+
+    assert cli_main(["push", str(output_dir), "--repo_id", REPO_ID]) == 0
+
+    assert hub.repos == [REPO_ID]
+    [uploaded] = hub.uploads
+    adapter = [
+        "README.md",
+        "adapter_model.safetensors",
+        "adapter_config.json",
+        "config.json",
+        "tokenizer.json",
+    ]
+    merged = ["merged/model.safetensors", "merged/config.json", "merged/tokenizer.json"]
+    for name in [*adapter, *merged, "results.json", "eval_predictions.jsonl", "test_predictions.jsonl"]:
+        assert name in uploaded, (name, uploaded)
+    assert not any(name.startswith("checkpoint-") for name in uploaded)
+    printed = capsys.readouterr().out.splitlines()
+    assert printed[0] == f"Pushed {len(uploaded)} files to https://huggingface.co/{REPO_ID}:"
+    assert [line.strip() for line in printed[1:]] == uploaded
+    # The card went up naming the repository in its loading code, and its scores are still results.json's.
+    card = ModelCard(hub.cards[0])
+    assert f'PeftModel.from_pretrained(base, "{REPO_ID}")' in card.text and 'subfolder="merged"' in card.text
+    assert card.data.model_name == REPO_ID.split("/")[1]
+    check_card(output_dir / "README.md", results_of(output_dir))
+
+
+@pytest.mark.parametrize("offline", [False, True], ids=["no-token", "offline"])
+def test_push_without_a_token_or_in_offline_mode_stops_with_one_line_and_uploads_nothing(
+    offline, recipe_runs, monkeypatch, capsys
+):
+    from huggingface_hub import constants
+
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", offline)
+    monkeypatch.setattr("huggingface_hub.get_token", lambda: None)
+    hub = StubHub(monkeypatch)
+    card_before = (recipe_runs["full_ft"] / "README.md").read_text()
+
+    assert cli_main(["push", str(recipe_runs["full_ft"]), "--repo_id", REPO_ID]) != 0
+
+    error = capsys.readouterr().err
+    assert len(error.strip().splitlines()) == 1, error
+    assert (
+        "HF_HUB_OFFLINE" if offline else "no Hugging Face token"
+    ) in error and "Nothing was uploaded" in error
+    assert hub.repos == [] and hub.uploads == []
+    assert (recipe_runs["full_ft"] / "README.md").read_text() == card_before
+
+
+def test_push_without_a_network_stops_with_one_line(recipe_runs, monkeypatch, online, capsys):
+    import httpx
+
+    StubHub(monkeypatch, fail_with=httpx.ConnectError("[Errno -3] Temporary failure in name resolution"))
+    assert cli_main(["push", str(recipe_runs["full_ft"]), "--repo_id", REPO_ID]) != 0
+    error = capsys.readouterr().err
+    assert len(error.strip().splitlines()) == 1 and "name resolution" in error and REPO_ID in error, error
+
+
+def test_push_to_hub_without_a_token_stops_before_training(tiny_bert, learnable_data, tmp_path, monkeypatch):
+    monkeypatch.setattr("huggingface_hub.get_token", lambda: None)
+    from huggingface_hub import constants
+
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
+    args = run_args(tiny_bert, learnable_data, tmp_path / "run", "--push_to_hub", "true", **QUICK)
+    with pytest.raises(RecipeError, match="no Hugging Face token") as error:
+        run_in_process("full_ft", args)
+    assert "recipes-lib push" in str(error.value) and "\n" not in str(error.value)
+    assert not (tmp_path / "run" / "results.json").exists()
+
+
+def test_the_trainers_push_to_hub_ends_with_the_runs_card_and_results(
+    tiny_bert, learnable_data, tmp_path, monkeypatch, online
+):
+    hub = StubHub(monkeypatch)
+    args = run_args(
+        tiny_bert,
+        learnable_data,
+        tmp_path / "lora",
+        "--push_to_hub",
+        "true",
+        "--hub_model_id",
+        REPO_ID,
+        **QUICK,
+    )
+    results = run_in_process("lora", args)
+    assert hub.repos == [REPO_ID]
+    # Once when the script saves the model (the Trainer's own push), once more with the results and the card.
+    assert len(hub.uploads) == 2 and "results.json" not in hub.uploads[0]
+    assert "results.json" in hub.uploads[-1] and "adapter_model.safetensors" in hub.uploads[-1]
+    card = ModelCard(hub.cards[-1])
+    assert CARD_TAG in card.data.tags and f'"{REPO_ID}"' in card.text
+    assert [r.metric_value for r in card.data.eval_results] == [results[m.key] for m in card_metrics(results)]
+    assert (tmp_path / "lora" / "README.md").read_text() == hub.cards[-1]
+
+
+# --- --decision_threshold ---------------------------------------------------------------------------
+
+
+def skewed_rows(count: int, seed: int, positive_share: float = 0.1) -> list[tuple[str, str]]:
+    """A binary task with a rare positive class: 'yes' (label id 1, after 'no') when the colour is cool."""
+    rng = random.Random(seed)
+    warm = sorted(c for c, kind in COLOURS.items() if kind == "warm")
+    cool = sorted(c for c, kind in COLOURS.items() if kind == "cool")
+    rows = []
+    for _ in range(count):
+        positive = rng.random() < positive_share
+        words = rng.sample(NOISE, rng.randint(2, 6))
+        words.insert(rng.randint(0, len(words)), rng.choice(cool if positive else warm))
+        rows.append((" ".join(words), "yes" if positive else "no"))
+    return rows
+
+
+@pytest.fixture(scope="module")
+def skewed_files(tmp_path_factory) -> dict[str, Path]:
+    directory = tmp_path_factory.mktemp("skewed-binary")
+    return {
+        split: write_csv(directory / f"{split}.csv", skewed_rows(count, seed))
+        for split, count, seed in (("train", 320, 1), ("validation", 200, 2), ("test", 200, 3))
+    }
+
+
+@pytest.fixture(scope="module")
+def tuned_run(seeded_bert, skewed_files, tmp_path_factory) -> Path:
+    """55 steps of 8 at lr 5e-3: the rare class is ranked above the common one, but rarely reaches 0.5."""
+    output_dir = tmp_path_factory.mktemp("tuned") / "run"
+    steps = ["--max_steps", "55", "--learning_rate", "5e-3", "--max_eval_samples", "200"]
+    extra = [*steps, "--test_file", str(skewed_files["test"]), "--decision_threshold", "tune"]
+    run_in_process("full_ft", run_args(seeded_bert, skewed_files, output_dir, *extra, **QUICK))
+    return output_dir
+
+
+def test_a_tuned_threshold_raises_the_rare_positive_class_f1_on_the_test_split(tuned_run):
+    results = results_of(tuned_run)
+    assert results["positive_label"] == "yes" and results["decision_threshold_tuned_on"] == "validation.csv"
+    assert results["decision_threshold"] < 0.5
+    # Both splits at 0.5 and at the threshold; test is the honest comparison (validation tuned it).
+    assert results["eval_threshold_f1_positive"] >= results["eval_f1_positive"]
+    assert results["test_threshold_f1_positive"] > results["test_f1_positive"] + 0.2
+    assert results["test_threshold_f1"] > results["test_f1"]
+    saved = json.loads((tuned_run / "decision_threshold.json").read_text())
+    assert saved["threshold"] == results["decision_threshold"] and saved["positive_label"] == "yes"
+
+
+def test_the_saved_threshold_decides_the_runs_predictions_and_recipes_lib_predict(
+    tuned_run, skewed_files, tmp_path
+):
+    threshold = results_of(tuned_run)["decision_threshold"]
+    written = read_jsonl(tuned_run / "test_predictions.jsonl")
+    assert all((row["prediction"] == "yes") == (row["probabilities"]["yes"] >= threshold) for row in written)
+    assert any(row["prediction"] == "yes" and row["probabilities"]["yes"] < 0.5 for row in written)
+
+    output = tmp_path / "predictions.jsonl"
+    command = ["predict", str(tuned_run), "--input", str(skewed_files["test"]), "--output", str(output)]
+    assert cli_main(command) == 0
+    predicted = read_jsonl(output)
+    assert [row["prediction"] for row in predicted] == [row["prediction"] for row in written]
+    for mine, theirs in zip(predicted, written, strict=True):
+        assert mine["probabilities"]["yes"] == pytest.approx(theirs["probabilities"]["yes"], abs=1e-5)
+
+
+def test_the_card_of_a_tuned_run_gives_the_threshold_and_the_scores_at_it(tuned_run):
+    results = results_of(tuned_run)
+    card = check_card(tuned_run / "README.md", results)
+    threshold = results["decision_threshold"]
+    at_threshold = [r for r in card.data.eval_results if r.metric_args == {"threshold": threshold}]
+    assert {(r.dataset_split, r.metric_name) for r in at_threshold} >= {
+        ("test.csv", f"F1 of 'yes' (threshold {threshold:g})"),
+        ("validation.csv", f"F1 of 'yes' (threshold {threshold:g})"),
+    }
+    assert f"`yes` is predicted when its probability reaches {threshold:g}" in card.text
+    assert f'scores["yes"] >= {threshold:g}' in card.text
+
+
+def test_a_given_threshold_is_used_as_given(tiny_bert, learnable_data, tmp_path):
+    args = run_args(tiny_bert, learnable_data, tmp_path / "run", "--decision_threshold", "0.3", **QUICK)
+    results = run_in_process("full_ft", args)
+    assert results["decision_threshold"] == 0.3 and results["decision_threshold_tuned_on"] is None
+    assert results["positive_label"] == "warm"
+    assert json.loads((tmp_path / "run" / "decision_threshold.json").read_text())["threshold"] == 0.3
+
+
+def three_class_files(directory: Path) -> dict[str, Path]:
+    """The colour task with red split off as 'hot': three classes."""
+    rows = []
+    for text, label in learnable_rows(64, seed=1):
+        rows.append((text, "hot" if "red" in text.split() else label))
+    return {split: write_csv(directory / f"{split}.csv", rows) for split in ("train", "validation")}
+
+
+@pytest.mark.parametrize("task", ["multi-label", "three classes"])
+def test_a_decision_threshold_on_a_task_that_is_not_binary_is_refused_in_one_paragraph(
+    task, tiny_bert, tmp_path
+):
+    data = multi_label_files(tmp_path / "data") if task == "multi-label" else three_class_files(tmp_path)
+    args = run_args(tiny_bert, data, tmp_path / "run", "--decision_threshold", "tune", **QUICK)
+    with pytest.raises(RecipeError, match="--decision_threshold tune sets the probability") as error:
+        run_in_process("full_ft", args)
+    message = str(error.value)
+    assert "\n" not in message and "Leave --decision_threshold out" in message
+    assert ("multi_label_classification" if task == "multi-label" else "3 classes") in message
+
+
+@pytest.mark.parametrize("value", ["1.5", "0", "best"])
+def test_a_decision_threshold_that_is_not_tune_or_a_probability_is_refused(
+    value, tiny_bert, learnable_data, tmp_path
+):
+    args = run_args(tiny_bert, learnable_data, tmp_path / "run", "--decision_threshold", value, **QUICK)
+    with pytest.raises(RecipeError, match=f"decision_threshold is '{value}'.*between 0 and 1"):
+        run_in_process("full_ft", args)
+
+
+def test_the_tuned_threshold_has_the_best_positive_f1_ties_nearest_one_half():
+    import numpy as np
+
+    # The positives at probability 0.32 and 0.4, the negatives at 0.15 or below.
+    probabilities = np.array([0.32, 0.4, 0.1, 0.15, 0.05])
+    logits = np.stack([np.zeros(5), np.log(probabilities / (1 - probabilities))], axis=1)
+    assert (
+        tune_decision_threshold(logits, np.array([1, 1, 0, 0, 0])) == 0.3
+    )  # 0.2, 0.25 and 0.3 tie at F1 1: nearest 0.5
+    assert tune_decision_threshold(logits, np.zeros(5, dtype=int)) == 0.5  # no positive to tune on
+
+
+def minimal_results(problem_type: str, **scores) -> dict:
+    """What the card reads of a results.json, for a run that never trained."""
+    return {
+        "recipe": "full_ft",
+        "model_name_or_path": "bert-base-uncased",
+        "dataset": "glue/sst2",
+        "problem_type": problem_type,
+        "eval_split": "validation",
+        "test_split": "test",
+        "config": {"dataset_name": "glue", "dataset_config_name": "sst2", "learning_rate": 2e-5},
+        "output_dir": "outputs/full_ft",
+        **scores,
+    }
+
+
+def test_multi_label_cards_give_the_scores_at_0_5_and_at_the_tuned_thresholds_and_regression_drops_nan(
+    tmp_path,
+):
+    from recipes_lib.tracking.model_card import write_card
+
+    thresholds = {"cool": 0.35, "warm": 0.6}
+    multi = minimal_results(
+        "multi_label_classification",
+        label_thresholds=thresholds,
+        eval_accuracy=0.5,
+        eval_f1=0.6,
+        eval_f1_micro=0.7,
+        eval_tuned_accuracy=0.55,
+        eval_tuned_f1=0.65,
+        eval_tuned_f1_micro=0.75,
+        test_accuracy=0.52,
+        test_f1=0.62,
+        test_f1_micro=0.72,
+    )
+    (tmp_path / "multi").mkdir()
+    card = ModelCard.load(write_card(tmp_path / "multi", multi))
+    found = [(r.dataset_split, r.metric_name, r.metric_value, r.metric_args) for r in card.data.eval_results]
+    assert found[3] == ("validation", "accuracy (tuned thresholds)", 0.55, {"thresholds": thresholds})
+    assert found[6] == ("test", "accuracy (tuned thresholds)", 0.52, {"thresholds": thresholds})
+    assert [value for _, _, value, _ in found] == [0.5, 0.6, 0.7, 0.55, 0.65, 0.75, 0.52, 0.62, 0.72]
+    assert card.data.base_model == "bert-base-uncased" and card.data.datasets == ["glue"]
+    assert "[bert-base-uncased](https://huggingface.co/bert-base-uncased)" in card.text
+
+    (tmp_path / "regression").mkdir()
+    regression = minimal_results("regression", eval_mse=0.1, eval_pearson=float("nan"), eval_spearman=0.8)
+    card = ModelCard.load(write_card(tmp_path / "regression", regression))
+    assert [(r.metric_type, r.metric_value) for r in card.data.eval_results] == [
+        ("mse", 0.1),
+        ("spearmanr", 0.8),
+    ]

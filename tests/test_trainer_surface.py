@@ -1,0 +1,172 @@
+"""What RecipeTrainer needs from the installed transformers' Trainer, named one by one.
+
+Most of what RecipeTrainer adds goes through the Trainer's public extension points: callbacks
+(the sampler's epoch, the signal stop), the public dataloader getters (evaluation in input order),
+`compute_loss_func`, `training_step`, `save_model`, `evaluation_loop`. These tests check that those
+points still do what the library relies on. Two private methods have no public stand-in and are
+still overridden (training/trainer.py, PRIVATE_TRAINER_HOOKS): each is checked here by name and
+parameters, so a transformers release that changes one fails here, with the feature it breaks and
+what to do, before any recipe trains differently.
+"""
+
+from __future__ import annotations
+
+import pytest
+from datasets import Dataset
+from transformers import AutoModelForSequenceClassification, Trainer, TrainerState, TrainingArguments
+
+from recipes_lib.config import versions
+from recipes_lib.training.trainer import (
+    PRIVATE_TRAINER_HOOKS,
+    RecipeTrainer,
+    SamplerEpoch,
+    ShuffledLengthGroupedSampler,
+)
+from tests.helpers.models import word_tokenizer, word_vocabulary
+
+FIX = (
+    "install a transformers release inside setup.cfg's range (make test-latest, make test-oldest), or "
+    "port RecipeTrainer's override in src/recipes_lib/training/trainer.py to the new Trainer and update "
+    "its PrivateHook there"
+)
+
+
+@pytest.mark.parametrize("hook", PRIVATE_TRAINER_HOOKS, ids=lambda hook: hook.name)
+def test_each_private_trainer_method_the_library_overrides_is_still_there(hook):
+    problem = versions.hook_problem(Trainer, hook)
+    assert problem is None, (
+        f"RecipeTrainer depends on the private Trainer.{hook.name}({', '.join(hook.parameters)}) for "
+        f"{hook.feature}; the installed transformers {problem}: {FIX}."
+    )
+
+
+def test_the_trainer_still_sets_the_batch_size_auto_batch_size_changes(tiny_trainer):
+    assert hasattr(tiny_trainer, "_train_batch_size"), (
+        "--auto_batch_size sets the private Trainer._train_batch_size (training/autofit.py), which the "
+        f"installed transformers no longer has: {FIX}."
+    )
+
+
+def test_a_changed_private_method_stops_the_import_with_one_paragraph_naming_the_fix():
+    class Renamed:  # a release that renamed _get_train_sampler and changed _save_checkpoint
+        def _save_checkpoint(self, model, trial, metrics=None): ...
+
+        def _get_output_dir(self, trial): ...
+
+    with pytest.raises(versions.UnsupportedVersion) as error:
+        versions.check_private_hooks(Renamed, PRIVATE_TRAINER_HOOKS)
+    message = str(error.value)
+    assert "\n" not in message
+    assert "Renamed._get_train_sampler(self, train_dataset)" in message and "has no" in message
+    assert f"transformers {versions.metadata.version('transformers')}" in message
+    assert 'pip install "transformers' in message
+
+    Renamed._get_train_sampler = lambda self, train_dataset=None: None
+    with pytest.raises(
+        versions.UnsupportedVersion, match=r"defines Renamed._save_checkpoint\(model, trial, metrics\)"
+    ):
+        versions.check_private_hooks(Renamed, PRIVATE_TRAINER_HOOKS)
+
+
+def test_a_missing_private_attribute_fails_with_the_feature_and_the_fix():
+    with pytest.raises(versions.UnsupportedVersion, match="Trainer._train_batch_size for --auto_batch_size"):
+        versions.check_private_attribute(object(), "_train_batch_size", "--auto_batch_size")
+
+
+# --- The public extension points, doing what RecipeTrainer relies on --------------------------------
+
+
+def _rows(count: int) -> Dataset:
+    """Token rows of lengths 2-9 with the precomputed `length` column the recipes' tokenizing adds."""
+    vocab = word_vocabulary()
+    cls, word, sep = vocab["[CLS]"], vocab["a"], vocab["[SEP]"]
+    lengths = [2 + (i * 7) % 8 for i in range(count)]
+    return Dataset.from_dict(
+        {
+            "input_ids": [[cls] + [word] * (n - 2) + [sep] for n in lengths],
+            "attention_mask": [[1] * n for n in lengths],
+            "labels": [i % 2 for i in range(count)],
+            "length": lengths,
+        }
+    )
+
+
+@pytest.fixture
+def tiny_trainer(tiny_bert, tmp_path):
+    from transformers import DataCollatorWithPadding
+
+    args = TrainingArguments(
+        output_dir=str(tmp_path),
+        per_device_train_batch_size=4,
+        per_device_eval_batch_size=4,
+        num_train_epochs=3,
+        train_sampling_strategy="group_by_length",
+        save_strategy="no",
+        eval_strategy="no",
+        report_to="none",
+        use_cpu=True,
+    )
+    return RecipeTrainer(
+        model=AutoModelForSequenceClassification.from_pretrained(tiny_bert),
+        args=args,
+        train_dataset=_rows(24),
+        eval_dataset=_rows(18),
+        data_collator=DataCollatorWithPadding(word_tokenizer(word_vocabulary())),
+    )
+
+
+def test_the_trainer_builds_its_training_dataloader_with_our_sampler(tiny_trainer):
+    """The stock get_train_dataloader still takes its sampler from `_get_train_sampler`."""
+    tiny_trainer.get_train_dataloader()
+    assert isinstance(tiny_trainer.shuffled_sampler, ShuffledLengthGroupedSampler), (
+        "Trainer.get_train_dataloader no longer calls _get_train_sampler: RecipeTrainer's length-grouped, "
+        f"resumable training order is not used: {FIX}."
+    )
+
+
+def test_each_epoch_draws_its_own_order_through_the_epoch_callback(tiny_trainer, monkeypatch):
+    """on_epoch_begin comes before the epoch's batches are drawn, on every epoch of a real run.
+
+    (In this single-process run accelerate's set_epoch reaches the sampler too; in a multi-process
+    run resumed mid-epoch only the callback does, so its place before the draw is what counts.)
+    """
+    events = []
+    draw, begin = ShuffledLengthGroupedSampler.__iter__, SamplerEpoch.on_epoch_begin
+
+    def recording_draw(self):
+        events.append(("draw", self.epoch))
+        return draw(self)
+
+    def recording_begin(self, *args, **kwargs):
+        begin(self, *args, **kwargs)
+        events.append(("begin", self.epoch))
+
+    monkeypatch.setattr(ShuffledLengthGroupedSampler, "__iter__", recording_draw)
+    monkeypatch.setattr(SamplerEpoch, "on_epoch_begin", recording_begin)
+    tiny_trainer.train()
+    expected = [(event, epoch) for epoch in range(3) for event in ("begin", "draw")]
+    assert events == expected, (
+        "the Trainer no longer calls on_epoch_begin before each epoch draws its batches, so the "
+        f"training sampler may replay another epoch's order on resume (events: {events}): {FIX}."
+    )
+
+
+def test_the_epoch_callback_counts_epochs_from_the_state_a_run_resumes_with():
+    callback, state = SamplerEpoch(), TrainerState()
+    callback.sampler = ShuffledLengthGroupedSampler([3, 1, 2, 5], step_size=2, seed=0)
+    seen = []
+    for start in (None, 1.5, 2.0):  # a fresh run; resumed half-way through epoch 1; at the end of epoch 1
+        state.epoch = start
+        callback.on_train_begin(None, state, None)
+        for _ in range(2):
+            callback.on_epoch_begin(None, state, None)
+            seen.append(callback.sampler.epoch)
+    assert seen == [0, 1, 1, 2, 2, 3]
+
+
+@pytest.mark.parametrize("getter", ["get_eval_dataloader", "get_test_dataloader"])
+def test_evaluation_and_prediction_follow_the_input_rows_under_length_grouping(tiny_trainer, getter):
+    eval_dataset = tiny_trainer.eval_dataset
+    loader = getattr(tiny_trainer, getter)(eval_dataset)
+    assert [int(n) for batch in loader for n in batch["attention_mask"].sum(dim=1)] == eval_dataset["length"]
+    assert tiny_trainer.args.train_sampling_strategy == "group_by_length"  # lifted only while building
