@@ -14,13 +14,12 @@ As in the ticket demo, validation requests use phrasings training never shows. D
 
 from __future__ import annotations
 
-import csv
 import random
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
-from make_support_tickets import HELD_OUT_PER_CLASS, LABELS, PRODUCTS, REQUESTS  # noqa: E402
+from make_support_tickets import HELD_OUT_PER_CLASS, LABELS, PRODUCTS, REQUESTS, write_splits  # noqa: E402
 
 GREETINGS = [
     "Hello support team,",
@@ -133,13 +132,7 @@ def main(out_dir: Path = Path(__file__).parent / "long_documents") -> None:
     rng = random.Random(20261202)
     train = make_split(rng, 1000, held_out=False)
     validation = make_split(rng, 300, held_out=True)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    for name, rows in (("train", train), ("validation", validation)):
-        with open(out_dir / f"{name}.csv", "w", newline="") as handle:
-            writer = csv.writer(handle)
-            writer.writerow(["text", "label"])
-            writer.writerows(rows)
-        print(f"wrote {len(rows)} rows to {out_dir / (name + '.csv')}")
+    write_splits(out_dir, {"train": train, "validation": validation})
 
 
 if __name__ == "__main__":

@@ -176,8 +176,13 @@ def main(out_dir: Path = Path(__file__).parent / "support_tickets") -> None:
     rng = random.Random(20261130)
     train = make_split(rng, 1200, held_out=False)
     validation = make_split(rng, 400, held_out=True)
+    write_splits(out_dir, {"train": train, "validation": validation})
+
+
+def write_splits(out_dir: Path, splits: dict[str, list[tuple[str, str]]]) -> None:
+    """Each split as out_dir/<name>.csv with a text and a label column (make_long_documents.py too)."""
     out_dir.mkdir(parents=True, exist_ok=True)
-    for name, rows in (("train", train), ("validation", validation)):
+    for name, rows in splits.items():
         with open(out_dir / f"{name}.csv", "w", newline="") as handle:
             writer = csv.writer(handle)
             writer.writerow(["text", "label"])

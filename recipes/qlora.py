@@ -1,11 +1,13 @@
-"""QLoRA: LoRA on a frozen base whose linear layers are stored in 4-bit NF4 (bitsandbytes).
+"""QLoRA: LoRA on a frozen base whose linear layers are stored in 4-bit NF4 (bitsandbytes), or in 8 bits.
 
     accelerate launch --config_file accelerate_configs/single_gpu.yaml recipes/qlora.py
     accelerate launch --config_file accelerate_configs/single_gpu.yaml recipes/qlora.py --config recipes/configs/qlora.yaml
+    accelerate launch --config_file accelerate_configs/single_gpu.yaml recipes/qlora.py --base_bits 8
 
 Everything as in lora.py (same options, learning rate and saved adapter), but the encoder's linear
 weights are NF4 with double quantization (4.13 bits per weight), their matmuls in the run's precision
-(bf16 on GPUs that have it natively, fp16 on older ones, fp32 on CPUs). NEW marks what QLoRA changes.
+(bf16 on GPUs that have it natively, fp16 on older ones, fp32 on CPUs). --base_bits 8 loads the base
+in bitsandbytes' LLM.int8 instead (1 B per weight). NEW marks what QLoRA changes.
 """
 
 from recipes_lib.config.parsing import parse_arguments
@@ -13,8 +15,8 @@ from recipes_lib.config.registry import RECIPES
 from recipes_lib.data.tokenize import padding_collator
 from recipes_lib.modeling.adapters import (  # NEW
     add_lora,
-    check_4bit_support,
-    nf4_quantization_config,
+    base_quantization_config,
+    check_base_support,
     prepare_4bit_model,
     save_adapter_extras,
 )
@@ -22,25 +24,25 @@ from recipes_lib.modeling.loading import load_model
 from recipes_lib.run import RecipeRun, run_main
 from recipes_lib.training.trainer import RecipeTrainer
 
-SPEC = RECIPES["qlora"]  # NEW: the same options as lora.py, learning rate 1e-3
+SPEC = RECIPES["qlora"]  # NEW: lora.py's options and --base_bits, learning rate 1e-3
 
 
 def main(argv=None):
     # Arguments: model, data and training dataclasses; the --config YAML first, the command line wins
     args = parse_arguments(SPEC, argv)
     lora = args.options(SPEC.options)  # NEW
-    check_4bit_support(args.training.device)  # NEW: 4-bit runs on this device, before anything loads
+    check_base_support(args.training.device, lora.base_bits)  # NEW: they run here, before anything loads
     with RecipeRun(args, SPEC) as run:  # refuses another run's output_dir; resolves resume; seeds
         # Data: a DatasetDict (train, validation, test if given), labels as ids, tokenized and cached
         data = run.load_data()
         run.start_tracking()  # the W&B run starts here (offline without an API key); memory phases begin
         # Model: AutoModelForSequenceClassification, a new head for these labels
-        quantization = nf4_quantization_config(run.model_config, run.precision)  # NEW: NF4 in its precision
+        quantization = base_quantization_config(run.model_config, run.precision, lora.base_bits)  # NEW
         device_map = {"": args.training.device}  # NEW: quantized as the weights land there (they cannot move)
         model = load_model(
             args.model, run.model_config, quantization_config=quantization, device_map=device_map
         )
-        model = add_lora(prepare_4bit_model(model), lora)  # NEW: frozen 4-bit base; adapters and head train
+        model = add_lora(prepare_4bit_model(model), lora)  # NEW: frozen quantized base; adapters, head train
         run.fit_batch_size()  # --auto_batch_size: per-device batch from the planner, same effective batch
         trainer = RecipeTrainer(  # transformers.Trainer plus safeguards (signals, NaN, complete checkpoints)
             model=model,
@@ -56,7 +58,7 @@ def main(argv=None):
         run.clear_previous_run()  # --overwrite_output_dir: the old run is deleted here, after every check
         train_result = trainer.train(resume_from_checkpoint=run.resume_from)
         trainer.save_model()  # the model and tokenizer in output_dir
-        if run.is_main_process:  # NEW: config.json (label names) and the 4-bit settings; the merged model
+        if run.is_main_process:  # NEW: config.json (label names) and the base's bits; the merged model
             save_adapter_extras(args, run.model_config, run.tokenizer, lora, quantization)
         metrics = trainer.evaluate()
         run.write_results(trainer, train_result, metrics)  # predictions, results.json, the W&B summary

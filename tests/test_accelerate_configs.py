@@ -20,7 +20,12 @@ from tests.helpers.repo import REPO_ROOT
 CONFIG_DIR = REPO_ROOT / "accelerate_configs"
 CONFIGS = sorted(path.name for path in CONFIG_DIR.glob("*.yaml"))
 REQUIRED = {"cpu.yaml", "single_gpu.yaml", "multi_cpu.yaml", "multi_gpu.yaml", "fsdp.yaml"}
-REQUIRED |= {"deepspeed_zero2.yaml", "deepspeed_zero3.yaml", "multi_node.yaml"}
+REQUIRED |= {
+    "deepspeed_zero2.yaml",
+    "deepspeed_zero3.yaml",
+    "deepspeed_zero2_offload.yaml",
+    "multi_node.yaml",
+}
 
 
 def launch_without_starting(config: str, *options: str) -> dict:
@@ -89,6 +94,7 @@ def test_every_config_loads_with_accelerates_config_class(config):
         ("fsdp.yaml", "torchrun", 2),
         ("deepspeed_zero2.yaml", "deepspeed", 2),
         ("deepspeed_zero3.yaml", "deepspeed", 2),
+        ("deepspeed_zero2_offload.yaml", "deepspeed", 1),
     ],
 )
 def test_accelerate_launch_picks_the_launcher_and_process_count_the_config_says(config, launcher, processes):
@@ -101,7 +107,8 @@ def test_accelerate_launch_picks_the_launcher_and_process_count_the_config_says(
 
 
 @pytest.mark.parametrize("config, section", [("fsdp.yaml", "fsdp_config")] + [
-    (name, "deepspeed_config") for name in ("deepspeed_zero2.yaml", "deepspeed_zero3.yaml")
+    (name, "deepspeed_config")
+    for name in ("deepspeed_zero2.yaml", "deepspeed_zero3.yaml", "deepspeed_zero2_offload.yaml")
 ])  # fmt: skip
 def test_every_sharding_key_is_an_option_accelerate_launch_knows(config, section):
     """accelerate copies unknown keys onto its arguments and ignores them: a typo would silently fall back."""
@@ -179,12 +186,71 @@ def test_deepspeed_configs_give_their_zero_stage_and_leave_batch_and_clipping_to
         assert plugin.zero3_init_flag is True
 
 
+def test_zero_offload_config_is_one_process_of_zero2_with_the_optimizer_on_the_cpu_and_the_planners_figure():
+    """accelerate parses deepspeed_zero2_offload.yaml into ZeRO-2 with offload_optimizer cpu on one process
+    (no DeepSpeed or GPU needed), and the planner's figure for it: no optimizer state on the GPU."""
+    from accelerate.utils import DeepSpeedPlugin
+
+    from recipes_lib.memory.planner import Setup, load_config, plan_memory
+
+    launched = launch_without_starting("deepspeed_zero2_offload.yaml", "--main_process_port", "0")
+    assert (launched["launcher"], launched["args"].num_processes) == ("deepspeed", 1)
+    environment = accelerate_variables(launched["env"])
+    with mock.patch.dict(os.environ, environment):
+        settings = DeepSpeedPlugin().deepspeed_config
+    zero = settings["zero_optimization"]
+    assert zero["stage"] == 2 and zero["offload_optimizer"]["device"] == "cpu"
+    assert zero["offload_param"]["device"] == "none"  # ZeRO-Offload: the weights stay on the GPU
+    assert "reduce_bucket_size" not in zero  # so DeepSpeed's 5e8 default, as the planner assumes
+    for key in ("train_batch_size", "train_micro_batch_size_per_gpu", "gradient_accumulation_steps"):
+        assert settings[key] == "auto", key
+    assert environment["ACCELERATE_MIXED_PRECISION"] == "no"  # the recipe picks from the hardware
+
+    config = load_config("bert-large-uncased")
+    offloaded = plan_memory(config, Setup(bf16=True, optimizer_offload=True))
+    on_gpu = plan_memory(config, Setup(bf16=True))
+    assert offloaded.optimizer_state == 0 and offloaded.host >= 16 * offloaded.params_trainable
+    assert offloaded.weights < on_gpu.weights * 0.51  # bf16 weights: DeepSpeed's bf16 mode casts the model
+    # AdamW's 2.5 GiB leave the GPU; DeepSpeed's 0.93 GiB reduce bucket comes in.
+    assert offloaded.total < on_gpu.total - on_gpu.optimizer_state + offloaded.gradients
+    assert offloaded.total < on_gpu.total
+
+
+def test_adamw_8bit_under_optimizer_offload_is_refused_before_anything_loads(monkeypatch):
+    """accelerate would swap its 8-bit AdamW for DeepSpeed's CPU Adam: the run would not be adamw_8bit.
+
+    The check parse_arguments runs once TrainingArguments is built (which needs DeepSpeed installed
+    under a DeepSpeed launch, so it is called here on the parsed options directly)."""
+    from types import SimpleNamespace
+
+    from recipes_lib.config.recipe_options import Adam8bitArguments, LoraArguments
+    from recipes_lib.config.validation import _check_optimizer_offload
+    from recipes_lib.errors import ConfigError
+
+    environment = accelerate_variables(
+        launch_without_starting("deepspeed_zero2_offload.yaml", "--main_process_port", "0")["env"]
+    )
+    for variable, value in environment.items():
+        monkeypatch.setenv(variable, value)
+    adamw_8bit = SimpleNamespace(recipe_options={Adam8bitArguments: Adam8bitArguments()})
+    with pytest.raises(
+        ConfigError, match="adamw_8bit was launched with DeepSpeed's optimizer offload.*full_ft"
+    ):
+        _check_optimizer_offload(adamw_8bit)
+    _check_optimizer_offload(SimpleNamespace(recipe_options={}))  # full_ft: what the config is for
+    _check_optimizer_offload(SimpleNamespace(recipe_options={LoraArguments: LoraArguments()}))
+    monkeypatch.setenv("ACCELERATE_DEEPSPEED_OFFLOAD_OPTIMIZER_DEVICE", "none")  # deepspeed_zero2.yaml
+    _check_optimizer_offload(adamw_8bit)
+
+
 def test_deepspeed_is_an_optional_extra():
     setup = configparser.ConfigParser()
     setup.read(REPO_ROOT / "setup.cfg")
     extra = setup["options.extras_require"]["deepspeed"].split()
     assert any(requirement.startswith("deepspeed") for requirement in extra)
     assert not any("deepspeed" in line for line in setup["options"]["install_requires"].splitlines())
+    for extra in ("test", "dev"):  # CI installs these: DeepSpeed stays out of them
+        assert "deepspeed" not in setup["options.extras_require"][extra], extra
 
 
 def test_multi_node_template_marks_what_to_fill_in_and_splits_processes_per_machine():

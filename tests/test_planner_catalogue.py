@@ -1,11 +1,11 @@
 """The catalogue of published encoders (memory/planner/catalogue.py), the config lookup order, and
-`recipes-lib plan --fits`, whose table the README shows.
+`recipes-lib plan --fits`, whose table docs/memory.md and the README show.
 
 Every catalogue entry rebuilds its transformers config with every value it gives; the planner plans
 a model of every family from it offline; `plan` on a fresh machine (an empty Hugging Face home,
-HF_HUB_OFFLINE=1) names the catalogue as the source; and the README's "What trains in 24 GB"
-table is what `plan --fits` prints (all of it in the slow test, a few rows and the layout in the
-default suite).
+HF_HUB_OFFLINE=1) names the catalogue as the source; and the "What trains in 24 GB"
+table in docs/memory.md is what `plan --fits` prints (all of it in the slow test, a few rows and the
+layout in the default suite); the README shows its rows for the models the README's command names.
 """
 
 from __future__ import annotations
@@ -28,7 +28,20 @@ from tests.helpers.repo import REPO_ROOT
 SHAPES = {name: spec.default_shape() for name, spec in recipe_specs().items()}
 # The README's table: `recipes-lib plan --fits --bf16 --markdown` (bf16: what a recipe picks on an RTX 4090).
 README_SETUP = Setup(bf16=True)
-README_START, README_END = "<!-- plan --fits --bf16 --markdown: start -->", "<!-- plan --fits: end -->"
+FITS_START, FITS_END = "<!-- plan --fits --bf16 --markdown: start -->", "<!-- plan --fits: end -->"
+# docs/memory.md holds the whole table; the README, these models' rows of it (its command names them).
+DOCS_MEMORY = REPO_ROOT / "docs" / "memory.md"
+README_MODELS = [
+    "google-bert/bert-base-uncased",
+    "FacebookAI/roberta-large",
+    "FacebookAI/xlm-roberta-large",
+    "microsoft/deberta-v3-large",
+    "answerdotai/ModernBERT-large",
+    "google/electra-large-discriminator",
+    "microsoft/deberta-v2-xxlarge",
+    "facebook/xlm-roberta-xl",
+    "facebook/xlm-roberta-xxl",
+]
 
 
 def test_every_catalogue_entry_rebuilds_its_config_with_every_value():
@@ -166,22 +179,30 @@ def test_the_cheapest_recipe_gives_up_least_first():
     assert row.cheapest(["full_ft", "lora"], 64) == "lora" and row.cheapest(["full_ft", "lora"], 65) == "none"
 
 
-def _readme_fits() -> str:
-    readme = (REPO_ROOT / "README.md").read_text()
-    assert README_START in readme and README_END in readme, "README.md lost its --fits table markers"
-    return readme.split(README_START, 1)[1].split(README_END, 1)[0].strip()
+def _fits_block(path) -> str:
+    text = path.read_text()
+    assert FITS_START in text and FITS_END in text, f"{path.name} lost its --fits table markers"
+    return text.split(FITS_START, 1)[1].split(FITS_END, 1)[0].strip()
 
 
-def test_readme_fits_table_lists_every_catalogue_model_and_its_rows_are_the_commands():
+def _rows(block: str) -> list[str]:
+    return [line for line in block.splitlines() if line.startswith("| ") and line.endswith(" | predicted |")]
+
+
+def _model(row: str) -> str:
+    return row.split(" | ")[0].removeprefix("| ")
+
+
+def test_the_docs_fits_table_lists_every_catalogue_model_and_its_rows_are_the_commands():
     """A few rows recomputed (the whole table: the slow test below), and every line but the rows."""
-    block = _readme_fits().splitlines()
-    rows = [line for line in block if line.startswith("| ") and line.endswith(" | predicted |")]
-    assert [row.split(" | ")[0].removeprefix("| ") for row in rows] == catalogue_names()
+    block = _fits_block(DOCS_MEMORY).splitlines()
+    rows = _rows("\n".join(block))
+    assert [_model(row) for row in rows] == catalogue_names()
     models = ["google-bert/bert-base-uncased", "microsoft/deberta-v3-large", "albert/albert-base-v2"]
     fresh = format_fits(
         catalogue_fits(SHAPES, README_SETUP, 24, models=models), list(SHAPES), README_SETUP, 24, True
     )
-    fresh_rows = [line for line in fresh.splitlines() if line.endswith(" | predicted |")]
+    fresh_rows = _rows(fresh)
     assert all(row in rows for row in fresh_rows), fresh_rows
     # Everything outside the rows (the setup line, the header, the legend) is the command's too,
     # except the "Not planned" lines, which name models outside these three.
@@ -189,9 +210,26 @@ def test_readme_fits_table_lists_every_catalogue_model_and_its_rows_are_the_comm
     assert [line for line in block if line not in rows and "Not planned" not in line] == layout
 
 
+def test_the_readme_shows_the_docs_rows_of_the_models_its_command_names():
+    readme_text = (REPO_ROOT / "README.md").read_text()
+    readme, docs = _fits_block(REPO_ROOT / "README.md"), _fits_block(DOCS_MEMORY)
+    assert f"recipes-lib plan --fits --bf16 --markdown --model {' '.join(README_MODELS)}" in " ".join(
+        readme_text.replace("\\\n", " ").split()
+    ), "the README's --fits command no longer names README_MODELS"
+    assert [_model(row) for row in _rows(readme)] == README_MODELS
+    assert all(row in _rows(docs) for row in _rows(readme)), "README.md and docs/memory.md disagree"
+    docs_layout = [
+        line for line in docs.splitlines() if line not in _rows(docs) and "Not planned" not in line
+    ]
+    assert [line for line in readme.splitlines() if line not in _rows(readme)] == docs_layout
+
+
 @pytest.mark.slow
-def test_readme_fits_table_is_what_plan_fits_prints():
+def test_the_docs_fits_table_is_what_plan_fits_prints():
     fresh = format_fits(
         catalogue_fits(SHAPES, README_SETUP, 24), list(SHAPES), README_SETUP, 24, markdown=True
     )
-    assert _readme_fits() == fresh, "README.md is stale: paste `recipes-lib plan --fits --bf16 --markdown`"
+    assert _fits_block(DOCS_MEMORY) == fresh, (
+        "docs/memory.md is stale: paste `recipes-lib plan --fits --bf16 --markdown` there, and the "
+        "README's rows from it"
+    )

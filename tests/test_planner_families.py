@@ -23,7 +23,7 @@ from recipes_lib.config.recipe_spec import LoraShape, TrainingShape
 from recipes_lib.memory.planner import Encoder, Setup, load_config, plan_memory
 from recipes_lib.memory.tensors import TensorMemoryTracker
 from recipes_lib.units import GIB
-from tests.helpers.models import FAMILIES, build_tiny_family
+from tests.helpers.models import FAMILIES, PLANNER_VARIANTS, build_tiny_family
 from tests.helpers.runs import QUICK, run_args, run_in_process
 
 # One CPU thread: tiny models run ~15x faster without OpenMP threads competing for the shared cores.
@@ -148,20 +148,31 @@ def test_the_plan_with_activation_checkpointing_matches_a_measured_training_step
 
 
 @pytest.fixture(scope="module")
-def xlm_roberta_xl_dir(tmp_path_factory) -> Path:
-    return build_tiny_family("xlm-roberta-xl", tmp_path_factory.mktemp("planner-xl") / "xlm-roberta-xl")
+def variant_dirs(tmp_path_factory) -> dict[str, Path]:
+    root = tmp_path_factory.mktemp("planner-variants")
+    return {
+        name: build_tiny_family(model_type, root / name, **extra)
+        for name, (model_type, extra) in PLANNER_VARIANTS.items()
+    }
 
 
 @pytest.mark.parametrize("checkpointing", [False, True])
 @pytest.mark.parametrize("recipe", list(SHAPES))
-def test_the_plan_of_xlm_roberta_xl_matches_a_measured_training_step(
-    recipe, checkpointing, xlm_roberta_xl_dir
+@pytest.mark.parametrize("variant", list(PLANNER_VARIANTS))
+def test_the_plan_of_each_config_variant_matches_a_measured_training_step(
+    variant, recipe, checkpointing, variant_dirs
 ):
-    """XLM-R XL/XXL, which the planner plans (the catalogue has both) but the family matrix does not
-    train yet: pre-norm layers, one dropout per layer, no LayerNorm on the embeddings."""
+    """DeBERTa-v2 xlarge/xxlarge's ConvLayer (conv_kernel_size 3): its weights, and what it keeps
+    beside the first layer (the convolution's input, masks, GELU's input, its LayerNorm's)."""
     check_plan_against_step(
-        xlm_roberta_xl_dir, SHAPES[recipe], rows=8, length=32, checkpointing=checkpointing
+        variant_dirs[variant], SHAPES[recipe], rows=8, length=32, checkpointing=checkpointing
     )
+
+
+def test_the_encoder_finds_deberta_v2s_conv_layer(variant_dirs, family_dirs):
+    conv = Encoder.from_config(load_config(str(variant_dirs["deberta-v2-conv"])))
+    assert conv.conv_weights == 32 * 32 * 3  # hidden x hidden x kernel
+    assert Encoder.from_config(load_config(str(family_dirs["deberta-v2"]))).conv_weights == 0
 
 
 @pytest.mark.parametrize("family", ["albert", "mpnet"])
@@ -208,6 +219,7 @@ def test_the_encoder_reads_each_family_under_its_own_names(family_dirs):
     encoders = {family: Encoder.from_config(load_config(str(family_dirs[family]))) for family in FAMILIES}
     assert {(e.hidden, e.layers, e.heads, e.intermediate) for e in encoders.values()} == {(32, 2, 2, 64)}
     assert encoders["distilbert"].family.hidden_dropouts == 1  # dropout after the FFN only
+    assert encoders["xlm-roberta-xl"].family.layer == "pre-norm"  # LayerNorm before attention and FFN
     assert encoders["albert"].embedding_width == encoders["electra"].embedding_width == 16  # projected up
     assert encoders["albert"].activation_keeps == 4  # gelu_new, written as ops: x, tanh, 1 + tanh, x / 2
     assert encoders["bert"].activation_keeps == 1  # GELU keeps its input

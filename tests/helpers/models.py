@@ -38,8 +38,15 @@ FAMILY_SHAPES = {
     },
     "modernbert": {**SMALL, "global_attn_every_n_layers": 2, "local_attention": 16},
     "mpnet": SMALL,
-    # Planned, not yet trained by the family matrix (not one of FAMILY_NAMES): XLM-R XL/XXL's pre-norm layers.
+    # XLM-R XL/XXL: XLM-R's embeddings and head around pre-norm layers.
     "xlm-roberta-xl": SMALL,
+}
+
+
+# Variants the planner checks beside the families (tests/test_planner_families.py): a family's
+# config with more set. DeBERTa-v2 xlarge/xxlarge: a ConvLayer beside the first layer.
+PLANNER_VARIANTS = {
+    "deberta-v2-conv": ("deberta-v2", {"conv_kernel_size": 3, "conv_act": "gelu"}),
 }
 
 
@@ -81,8 +88,9 @@ def build_tiny_bert(
     return directory
 
 
-def build_tiny_family(model_type: str, directory: Path) -> Path:
-    """A family's base model (no classification head, as a pretrained checkpoint is published), seed 0."""
+def build_tiny_family(model_type: str, directory: Path, **extra) -> Path:
+    """A family's base model (no classification head, as a pretrained checkpoint is published), seed 0;
+    `extra`: more config values (PLANNER_VARIANTS)."""
     import torch
     from transformers import AutoConfig, AutoModel
 
@@ -98,6 +106,7 @@ def build_tiny_family(model_type: str, directory: Path) -> Path:
         max_position_embeddings=130,  # 128 tokens, and RoBERTa-style offsets of up to 2
         **FAMILY_SHAPES[model_type],
         **ids,
+        **extra,
     )
     torch.manual_seed(0)
     AutoModel.from_config(config).save_pretrained(directory)

@@ -249,6 +249,7 @@ def add_plan_parser(commands) -> None:
         choices=[8, 32],
         help="AdamW state bits of nn.Embedding weights, for the recipes with 8-bit optimizer state",
     )
+    add_plan_technique_options(plan_parser)
     plan_parser.add_argument(
         "--cuda_overhead_gib",
         type=float,
@@ -269,6 +270,28 @@ def add_plan_parser(commands) -> None:
         "--no_family", action="store_true", help="skip the largest-BERT-family-configuration answer"
     )
     plan_parser.add_argument("--markdown", action="store_true", help="print the table as Markdown")
+
+
+def add_plan_technique_options(plan_parser) -> None:
+    """The memory techniques of the largest encoders, as plan options (memory/planner/plan.py)."""
+    plan_parser.add_argument(
+        "--paged_optimizer",
+        action="store_true",
+        help="paged 8-bit AdamW (adamw_8bit --paged_optimizer true): its state may page out to CPU memory while "
+        "the activations need the room (GPU only; memory/planner/plan.py says what is assumed)",
+    )
+    plan_parser.add_argument(
+        "--base_bits",
+        type=int,
+        choices=[4, 8],
+        help="bits of the quantized base, for the recipes with one (qlora): 4 (NF4, default) or 8 (LLM.int8)",
+    )
+    plan_parser.add_argument(
+        "--optimizer_offload",
+        action="store_true",
+        help="DeepSpeed ZeRO-Offload (accelerate_configs/deepspeed_zero2_offload.yaml): optimizer state, fp32 "
+        "master weights and gradients in CPU memory (GPU only)",
+    )
 
 
 def add_predict_parser(commands) -> None:
@@ -363,6 +386,10 @@ def recipe_shapes(recipe: str, args) -> dict:
             shape = replace(shape, adapters=replace(shape.adapters, **lora_changes))
         if shape.optimizer_bits == 8 and args.embedding_optimizer_bits is not None:
             shape = replace(shape, embedding_optimizer_bits=args.embedding_optimizer_bits)
+        if shape.optimizer_bits == 8 and args.paged_optimizer:
+            shape = replace(shape, paged_optimizer=True)
+        if shape.quantized_base and args.base_bits is not None:
+            shape = replace(shape, base_bits=args.base_bits)
         shapes[name] = shape
     return shapes
 
@@ -408,6 +435,7 @@ def plan(args) -> int:
         cuda_overhead_gib=args.cuda_overhead_gib,
         num_processes=args.num_processes,
         sharding=args.sharding,
+        optimizer_offload=args.optimizer_offload,
     )
     try:
         shapes = recipe_shapes(args.recipe, args)

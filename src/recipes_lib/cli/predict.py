@@ -77,6 +77,8 @@ class TrainedRun:
         quantization = read_base_quantization(self.model_dir)
         if quantization is None:
             return "LoRA adapter on its full-precision base"
+        if quantization.load_in_8bit:
+            return "QLoRA adapter on its 8-bit LLM.int8 base"
         dtype = str(quantization.bnb_4bit_compute_dtype).removeprefix("torch.")
         return f"QLoRA adapter on its 4-bit {quantization.bnb_4bit_quant_type.upper()} base (compute {dtype})"
 

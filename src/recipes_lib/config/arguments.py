@@ -517,8 +517,12 @@ class ParsedArguments:
     show_traceback: bool
 
     def options(self, cls: type[Options]) -> Options:
-        """The recipe's own options of this class, e.g. `arguments.options(LoraArguments)`."""
+        """The recipe's own options of this class, e.g. `arguments.options(LoraArguments)`, or of a
+        subclass of it (qlora's QloraArguments are LoraArguments too)."""
         if cls not in self.recipe_options:
+            for options_class, options in self.recipe_options.items():
+                if issubclass(options_class, cls):
+                    return options
             raise TypeError(
                 f"This recipe has no {cls.__name__}; it has {[c.__name__ for c in self.recipe_options]}"
             )

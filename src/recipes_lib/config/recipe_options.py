@@ -100,3 +100,26 @@ class Adam8bitArguments:
         default=False,
         metadata={"help": "PagedAdamW8bit: state pages out to CPU memory when the GPU runs short."},
     )
+
+
+@dataclass
+class QloraArguments(LoraArguments):
+    """The options of recipes/qlora.py: LoRA's, and the bits of the quantized base."""
+
+    base_bits: int = field(
+        default=4,
+        metadata={
+            "help": "Bits of the frozen base's linear weights: 4 (NF4 with double quantization, QLoRA) or 8 "
+            "(bitsandbytes' LLM.int8: int8 weights and an fp32 scale per output row, 1 B per weight "
+            "instead of 0.52 B; closer to the full-precision base).",
+            "choices": [4, 8],
+        },
+    )
+
+    def __post_init__(self):
+        super().__post_init__()
+        if self.base_bits not in (4, 8):
+            raise ConfigError(
+                f"base_bits is {self.base_bits}; the qlora recipe loads its base in 4-bit NF4 (--base_bits 4, "
+                "the default) or in 8-bit LLM.int8 (--base_bits 8)."
+            )

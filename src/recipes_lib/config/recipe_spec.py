@@ -32,9 +32,13 @@ class TrainingShape:
     """What a recipe changes that decides its memory."""
 
     adapters: LoraShape | None = None  # None: every weight trains (full fine-tuning)
-    quantized_base: bool = False  # the encoder's linear weights stored in 4-bit NF4
+    quantized_base: bool = False  # the encoder's linear weights stored quantized (bitsandbytes)
+    base_bits: int = 4  # with quantized_base: 4 (NF4, QLoRA) or 8 (LLM.int8); read only then
     optimizer_bits: int = 32  # AdamW state per element of a weight matrix: 32-bit, or 8-bit blocks
     embedding_optimizer_bits: int = 32  # the same for nn.Embedding weights
+    # bitsandbytes' paged optimizer: the state of tensors of 100,000 elements or more lives in CUDA
+    # unified memory, which the driver evicts to CPU memory when the GPU runs short (memory/planner/plan.py).
+    paged_optimizer: bool = False
 
 
 def _full_fine_tuning(options: Any) -> TrainingShape:

@@ -16,21 +16,30 @@ from __future__ import annotations
 
 import dataclasses
 
-from recipes_lib.config.recipe_options import LORA_LEARNING_RATE, Adam8bitArguments, LoraArguments
+from recipes_lib.config.recipe_options import (
+    LORA_LEARNING_RATE,
+    Adam8bitArguments,
+    LoraArguments,
+    QloraArguments,
+)
 from recipes_lib.config.recipe_spec import RecipeSpec, TrainingShape
 from recipes_lib.errors import ConfigError
 
 
 def _adamw_8bit_shape(options: Adam8bitArguments) -> TrainingShape:
-    return TrainingShape(optimizer_bits=8, embedding_optimizer_bits=options.embedding_optimizer_bits)
+    return TrainingShape(
+        optimizer_bits=8,
+        embedding_optimizer_bits=options.embedding_optimizer_bits,
+        paged_optimizer=options.paged_optimizer,
+    )
 
 
 def _lora_shape(lora: LoraArguments) -> TrainingShape:
     return TrainingShape(adapters=lora.shape())
 
 
-def _qlora_shape(lora: LoraArguments) -> TrainingShape:
-    return TrainingShape(adapters=lora.shape(), quantized_base=True)
+def _qlora_shape(options: QloraArguments) -> TrainingShape:
+    return TrainingShape(adapters=options.shape(), quantized_base=True, base_bits=options.base_bits)
 
 
 # Full fine-tuning first: the others are compared with it.
@@ -53,8 +62,8 @@ RECIPES: dict[str, RecipeSpec] = {
         ),
         RecipeSpec(
             name="qlora",
-            summary="LoRA on a 4-bit NF4 base",
-            options=LoraArguments,
+            summary="LoRA on a 4-bit NF4 base (--base_bits 8: an 8-bit LLM.int8 base)",
+            options=QloraArguments,
             training_defaults={"learning_rate": LORA_LEARNING_RATE},
             shape=_qlora_shape,
         ),

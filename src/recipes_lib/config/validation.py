@@ -13,6 +13,7 @@ source, files and columns named, and the numbers that must be positive, one name
 from __future__ import annotations
 
 import logging
+import os
 from pathlib import Path
 
 from recipes_lib.config.arguments import SUPPORTED_DATA_EXTENSIONS, ParsedArguments
@@ -135,10 +136,29 @@ def validate_arguments(arguments: ParsedArguments) -> None:
     _check_training_schedule(training)
     parse_decision_threshold(training.decision_threshold)  # 'tune' or a probability
     _check_validation_split(data)
+    _check_optimizer_offload(arguments)
     if arguments.model.trust_remote_code:
         logger.warning(
             "trust_remote_code is on: Python code from '%s' will run on this machine.",
             arguments.model.model_name_or_path,
+        )
+
+
+def _check_optimizer_offload(arguments: ParsedArguments) -> None:
+    """adamw_8bit under DeepSpeed ZeRO-Offload (deepspeed_zero2_offload.yaml) would not be 8-bit AdamW:
+    accelerate replaces a recipe's own optimizer with DeepSpeed's CPU Adam when the optimizer is
+    offloaded, so its 8-bit (and paged) state would never exist. Refused, before anything loads."""
+    from recipes_lib.config.recipe_options import Adam8bitArguments
+
+    launched = os.environ.get("ACCELERATE_USE_DEEPSPEED", "false").lower() == "true"
+    offload = os.environ.get("ACCELERATE_DEEPSPEED_OFFLOAD_OPTIMIZER_DEVICE", "none").lower()
+    if launched and offload not in ("", "none") and Adam8bitArguments in arguments.recipe_options:
+        raise ConfigError(
+            f"adamw_8bit was launched with DeepSpeed's optimizer offload (offload_optimizer_device: {offload}). "
+            "There accelerate replaces the recipe's 8-bit AdamW with DeepSpeed's CPU Adam (32-bit state), so "
+            "the run would not be what the recipe says. Run recipes/full_ft.py with "
+            "accelerate_configs/deepspeed_zero2_offload.yaml (AdamW's state is on the CPU either way), or "
+            "adamw_8bit with single_gpu.yaml (add --paged_optimizer true to let its state page out to CPU memory)."
         )
 
 

@@ -37,12 +37,21 @@ def _storage(tensor: torch.Tensor) -> torch.UntypedStorage | None:
 
 
 def weight_tensors(model: torch.nn.Module):
-    """Parameters, buffers and, for 4-bit bitsandbytes weights, their quantization constants."""
+    """Parameters, buffers and, for quantized bitsandbytes weights, their quantization constants: a 4-bit
+    weight's quant_state; an 8-bit LLM.int8 weight's per-row scales (SCB), which its layer's matmul
+    state holds, with the int8 weights, after the first forward (storages already counted count once)."""
     for parameter in model.parameters():
         yield parameter
         quant_state = getattr(parameter, "quant_state", None)
         if quant_state is not None:
             yield from tensors_in(quant_state)
+        scales = getattr(parameter, "SCB", None)
+        if isinstance(scales, torch.Tensor):
+            yield scales
+    for module in model.modules():
+        state = getattr(module, "state", None)
+        if type(state).__name__ == "MatmulLtState":
+            yield from (t for t in (state.CB, state.SCB) if isinstance(t, torch.Tensor))
     yield from model.buffers()
 
 

@@ -1,4 +1,5 @@
-"""LoRA adapters (peft) and the 4-bit NF4 base of QLoRA, shared by recipes/lora.py and recipes/qlora.py.
+"""LoRA adapters (peft) and QLoRA's quantized base (4-bit NF4, or 8-bit LLM.int8 with --base_bits 8),
+shared by recipes/lora.py and recipes/qlora.py.
 
 LoRA freezes the encoder and learns, next to each targeted weight W (d_out x d_in), a low-rank
 update W + (alpha / r) * B A with A (r x d_in) and B (d_out x r). For bert-base with r=8 on the
@@ -9,7 +10,8 @@ query and value projections of its 12 layers:
     = 296,450 trainable of 109,483,778 (0.27%)
 
 Only those carry gradients and AdamW state (16 B each), so memory is the frozen weights (4 B per
-parameter in fp32; 0.5 B + block constants in 4-bit NF4 for QLoRA) plus activations.
+parameter in fp32; 0.5 B + block constants in 4-bit NF4 for QLoRA; 1 B + an fp32 scale per output
+row in 8-bit LLM.int8) plus activations.
 """
 
 from __future__ import annotations
@@ -157,6 +159,63 @@ def nf4_quantization_config(model_config, precision: str):
     )
 
 
+def int8_quantization_config(model_config):
+    """The 8-bit base (`--base_bits 8`): bitsandbytes' LLM.int8 linear layers (Dettmers et al., 2022).
+
+    Each weight is stored in int8 with one fp32 absmax scale per output row (SCB):
+        1 B per weight + 4 B per row (bert-base's 768 x 3072 FFN: 1.0013 B per weight),
+    twice NF4's 0.52 B, and closer to the full-precision weights (8 bits, a scale per row rather
+    than per 64 weights). Input columns with an outlier above llm_int8_threshold (6.0, bitsandbytes'
+    default) run in fp16 on CUDA; on CPU bitsandbytes 0.50 trains through dequantize-and-matmul in
+    the input's dtype. The same linears as the 4-bit base are quantized (the head, the pooler and
+    other projections outside the encoder layers stay in full precision).
+    """
+    from transformers import BitsAndBytesConfig
+
+    return BitsAndBytesConfig(
+        load_in_8bit=True, llm_int8_threshold=6.0, llm_int8_skip_modules=linears_outside_layers(model_config)
+    )
+
+
+def base_quantization_config(model_config, precision: str, bits: int = 4):
+    """The qlora recipe's base: 4-bit NF4 (`nf4_quantization_config`) or 8-bit LLM.int8."""
+    if bits == 8:
+        return int8_quantization_config(model_config)
+    if bits == 4:
+        return nf4_quantization_config(model_config, precision)
+    raise ConfigError(f"base_bits is {bits}; the quantized base is 4-bit NF4 (4) or 8-bit LLM.int8 (8).")
+
+
+def check_base_support(device: torch.device, bits: int = 4) -> None:
+    """The qlora recipe's preflight for a `bits`-bit base: `check_4bit_support`, or for 8 bits
+    `check_8bit_support`."""
+    check_8bit_support(device) if bits == 8 else check_4bit_support(device)
+
+
+def _first_line(error: Exception) -> str:
+    """What a failed bitsandbytes probe said, in one line (its class name when it said nothing)."""
+    text = str(error).strip()
+    return text.splitlines()[0] if text else type(error).__name__
+
+
+def check_8bit_support(device: torch.device) -> None:
+    """`--base_bits 8`'s preflight: one LLM.int8 layer's forward and backward on the training device,
+    through the kernels the model's linears will use (bitsandbytes 0.50 has them on CUDA and CPU)."""
+    try:
+        import bitsandbytes as bnb
+
+        layer = bnb.nn.Linear8bitLt(64, 64, bias=False, has_fp16_weights=False, threshold=6.0).to(device)
+        probe = torch.randn(2, 64, device=device, requires_grad=True)
+        layer(probe).sum().backward()
+    except Exception as error:  # ImportError, RuntimeError, NotImplementedError: all mean "not here"
+        detail = _first_line(error)
+        raise ModelError(
+            f"--base_bits 8 needs bitsandbytes' 8-bit LLM.int8 layers on {device}, and they fail here: {detail}. "
+            "Install a bitsandbytes built for this machine (pip install -U bitsandbytes; 0.50 runs LLM.int8 "
+            "on CUDA and CPU), or leave --base_bits at 4 (the NF4 base, less memory)."
+        ) from None
+
+
 def check_4bit_support(device: torch.device) -> None:
     """QLoRA's preflight: fail in seconds, before data or weights load, where 4-bit cannot run.
 
@@ -171,7 +230,7 @@ def check_4bit_support(device: torch.device) -> None:
         packed, state = bnb_functional.quantize_4bit(probe, quant_type="nf4")
         bnb_functional.dequantize_4bit(packed, state)
     except Exception as error:  # ImportError, RuntimeError, NotImplementedError: all mean "not here"
-        detail = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        detail = _first_line(error)
         raise ModelError(
             f"QLoRA needs bitsandbytes' 4-bit NF4 on {device}, and it fails here: {detail}. Install a "
             "bitsandbytes built for this machine (pip install -U bitsandbytes; 0.45+ runs 4-bit on CUDA and "
@@ -226,7 +285,8 @@ def save_adapter_extras(
 
 
 def read_base_quantization(adapter_dir: str | Path):
-    """The BitsAndBytesConfig of the 4-bit base an adapter was trained on (QLoRA), or None (LoRA)."""
+    """The BitsAndBytesConfig of the quantized base (4-bit NF4 or 8-bit LLM.int8) an adapter was trained on
+    (QLoRA), or None (LoRA)."""
     path = Path(adapter_dir) / BASE_QUANTIZATION_FILE
     if not path.is_file():
         return None
@@ -237,6 +297,17 @@ def read_base_quantization(adapter_dir: str | Path):
 
 def _compute_dtype_name(quantization) -> str:
     return str(quantization.bnb_4bit_compute_dtype).removeprefix("torch.")
+
+
+def _matmuls(quantization) -> str:
+    if quantization.load_in_8bit:
+        return "int8 matmuls (fp16 for outlier columns; dequantized on CPU)"
+    return f"4-bit matmuls in {_compute_dtype_name(quantization)}"
+
+
+def describe_quantized_base(quantization) -> str:
+    """'4-bit NF4' or '8-bit LLM.int8': the base a QLoRA adapter was trained on."""
+    return "8-bit LLM.int8" if quantization.load_in_8bit else "4-bit NF4"
 
 
 def merge_adapter(model_args: ModelArguments, model_config, adapter_dir, merged_dir, device=None) -> str:
@@ -272,9 +343,9 @@ def describe_merged_model(quantization) -> str:
             "a plain fp32 model, the adapter folded into the base's weights (same outputs to float rounding)"
         )
     return (
-        "a plain fp32 model, the adapter folded into the base's 4-bit NF4 weights dequantized to fp32 "
-        "(the weights QLoRA trained on, not the original full-precision ones). It is not the evaluated "
-        f"model, which ran its 4-bit matmuls in {_compute_dtype_name(quantization)} through bitsandbytes: "
+        f"a plain fp32 model, the adapter folded into the base's {describe_quantized_base(quantization)} "
+        "weights dequantized to fp32 (the weights QLoRA trained on, not the original full-precision ones). "
+        f"It is not the evaluated model, which ran its {_matmuls(quantization)} through bitsandbytes: "
         "its outputs differ from eval_predictions.jsonl by rounding (more under bf16/fp16). "
         "recipes-lib predict OUTPUT_DIR runs the evaluated model itself"
     )

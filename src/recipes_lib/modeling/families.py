@@ -1,12 +1,12 @@
 """What differs between encoder families, as one profile per model config.
 
-BERT, RoBERTa, XLM-R, DistilBERT, ALBERT, ELECTRA, DeBERTa, DeBERTa-v2/v3, ModernBERT and MPNet name
-their modules differently, support different attention kernels, count positions differently and
-shard at different layer classes. A recipe reads all of that from `profile_for(config)`, which asks
+BERT, RoBERTa, XLM-R (and its pre-norm XL/XXL), DistilBERT, ALBERT, ELECTRA, DeBERTa, DeBERTa-v2/v3,
+ModernBERT and MPNet name their modules differently, support different attention kernels, count
+positions differently and shard at different layer classes. A recipe reads all of that from `profile_for(config)`, which asks
 the libraries that already know before writing anything by hand:
 
     LoRA targets        peft's TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING; by hand where peft
-                        has none (DistilBERT, ALBERT, ModernBERT, MPNet)
+                        has none (DistilBERT, ALBERT, ModernBERT, MPNet, XLM-R XL)
     attention kernels   the model class's _supports_sdpa / _supports_flash_attn / _supports_flex_attn
     layer class         the class's _no_split_modules, else the class repeated in the model's layer
                         list (built on the meta device: shapes only, no weights, no download)
@@ -31,8 +31,7 @@ HAND_WRITTEN_LORA_TARGETS = {
     "albert": ("query", "value"),
     "modernbert": ("Wqkv",),
     "mpnet": ("q", "v"),
-    # XLM-R XL and XXL: XLM-R's attention, pre-norm. Not yet one of FAMILY_NAMES (the families
-    # the test matrix trains); the memory planner plans it (recipes-lib plan --model facebook/xlm-roberta-xl).
+    # XLM-R XL and XXL: XLM-R's attention (peft's mapping has xlm-roberta only), in pre-norm layers.
     "xlm-roberta-xl": ("query", "value"),
 }
 # Embeddings that number positions from padding_idx + 1 (create_position_ids_from_input_ids): of
@@ -42,6 +41,7 @@ FAMILY_NAMES = {
     "bert": "BERT",
     "roberta": "RoBERTa",
     "xlm-roberta": "XLM-RoBERTa",
+    "xlm-roberta-xl": "XLM-RoBERTa XL/XXL",
     "distilbert": "DistilBERT",
     "albert": "ALBERT",
     "electra": "ELECTRA",

@@ -47,7 +47,9 @@ def create_adamw_8bit(
     `embedding_optimizer_bits=32` keeps the state of every `nn.Embedding` weight in 32 bits through
     bitsandbytes' GlobalOptimManager, as bitsandbytes recommends for stability: the rows of rare
     tokens get rare, spiky gradients that 8-bit moments represent poorly. 8 quantizes them too.
-    `paged=True` uses PagedAdamW8bit, whose state can spill to CPU memory under GPU memory pressure.
+    `paged=True` uses PagedAdamW8bit: the moments of tensors of 100,000 elements or more in CUDA unified
+    memory, which the driver evicts to CPU memory under GPU memory pressure (memory/planner/plan.py says
+    what the planner assumes). On CPU bitsandbytes 0.50 falls back to ordinary buffers (said in the log).
     """
     import bitsandbytes as bnb
 
@@ -57,6 +59,14 @@ def create_adamw_8bit(
         raise ConfigError(
             f"embedding_optimizer_bits is {embedding_optimizer_bits}; use 32 (bitsandbytes' advice, the "
             "default) or 8."
+        )
+    if paged and training.device.type != "cuda":  # the model is still on the CPU here on every device
+        import logging
+
+        logging.getLogger(__name__).warning(
+            "--paged_optimizer: bitsandbytes pages optimizer state in CUDA unified memory only; on %s it keeps "
+            "ordinary buffers, the same state as without paging (paging is GPU-only).",
+            training.device.type,
         )
     optimizer_class = bnb.optim.PagedAdamW8bit if paged else bnb.optim.AdamW8bit
     optimizer = optimizer_class(

@@ -282,6 +282,8 @@ def model_results(run, trainer, memory_results: dict[str, Any]) -> dict[str, Any
         # LoRA: the layers adapted (resolved for the family) and the modules trained whole.
         "lora_target_modules": _listed(adapters.target_modules) if adapters is not None else None,
         "modules_trained_in_full": list(getattr(trainer.model, "modules_to_save", None) or []) or None,
+        # QLoRA: the bits of the frozen base's linear weights (4: NF4, 8: LLM.int8); else None.
+        "quantized_base_bits": run.shape.base_bits if run.shape.quantized_base else None,
         # What the optimizer's state tensors hold after training, measured (see modeling/optimizers.py).
         **optimizer_state_summary(trainer.optimizer, trainer.model),
         **peak_memory(run.device, run.memory),

@@ -57,8 +57,9 @@ def _is_adapter(results: dict[str, Any]) -> bool:
 
 
 def _is_quantized(results: dict[str, Any]) -> bool:
-    """Whether the adapter's base ran in 4-bit (QLoRA): its matmuls' compute dtype was recorded."""
-    return results.get("quantized_compute_dtype") is not None
+    """Whether the adapter's base ran quantized (QLoRA): its 4-bit matmuls' compute dtype was recorded,
+    or it ran on an 8-bit base (--base_bits 8)."""
+    return results.get("quantized_compute_dtype") is not None or results.get("quantized_base_bits") == 8
 
 
 def _hub_id(name: str | None) -> str | None:
@@ -403,7 +404,10 @@ def _adapter_code(where: str, results: dict[str, Any]) -> str:
         f'config = AutoConfig.from_pretrained("{where}")  # the label names, saved beside the adapter',
     ]
     extra = ""
-    if quantized:
+    if quantized and results.get("quantized_base_bits") == 8:
+        lines += ["", "quantization = BitsAndBytesConfig(load_in_8bit=True)  # the 8-bit LLM.int8 base"]
+        extra = ", quantization_config=quantization"
+    elif quantized:
         dtype = results.get("quantized_compute_dtype") or "float32"
         lines += [
             "import torch",
@@ -427,7 +431,8 @@ def _files_section(results: dict[str, Any]) -> str:
             "## Files\n\n`model.safetensors`, `config.json` (with the label names) and the tokenizer: a complete "
             "model. `results.json` holds every figure of the run; `eval_predictions.jsonl` its validation predictions."
         )
-    base = "its 4-bit NF4 base (`base_quantization_config.json`)" if _is_quantized(results) else "its base"
+    bits = "8-bit LLM.int8" if results.get("quantized_base_bits") == 8 else "4-bit NF4"
+    base = f"its {bits} base (`base_quantization_config.json`)" if _is_quantized(results) else "its base"
     lines = [
         "## Files",
         "",

@@ -4,12 +4,20 @@ The parts are the five that results.json measures (memory/monitor.py); plan.py a
 
     weights          parameters and buffers: 4 B each in fp32; a quantized base's NF4 linear weights
                      0.5 B + 1/64 B (8-bit block scale per 64 weights) + 4/16,384 B (fp32 scale of
-                     the scales per 256 blocks), about 0.516 B
+                     the scales per 256 blocks), about 0.516 B; its LLM.int8 linear weights (base_bits
+                     8) 1 B + an fp32 scale per output row (bert-base's FFN: 1.0013 B)
     gradients        4 B per trainable parameter (fp32, as the weights that train are fp32)
     optimizer_state  AdamW: 2 moments x 4 B + a 4 B step counter per tensor; 8-bit AdamW
                      (optimizer_bits 8): 2 x 1 B + 2 x 4 B of absmax per 256-element block = 2.03 B
                      for tensors of >= 4,096 elements (the embeddings stay 32-bit unless
-                     embedding_optimizer_bits is 8)
+                     embedding_optimizer_bits is 8). A paged optimizer's state buffers of tensors of
+                     >= 100,000 elements are in CUDA unified memory (paged_optimizer_bytes; plan.py
+                     says what the peak assumes of them)
+    ZeRO-Offload     (Setup.optimizer_offload, accelerate_configs/deepspeed_zero2_offload.yaml) the
+                     optimizer state, the fp32 master weights and fp32 gradients live in CPU memory
+                     (16 B per trainable parameter, offloaded_bytes); the GPU keeps the weights in the
+                     run's precision (2 B under bf16: DeepSpeed's bf16 mode casts the model) and
+                     DeepSpeed's gradient buffers (offload_gradient_bytes)
     activations      what forward saves for backward, layer by layer (below), at the peak of backward
     other            the input batch (int64 ids, token types, mask)
 
@@ -46,6 +54,11 @@ Encoder families. The sizes come from each family's config and its model on the 
     DeBERTa, DeBERTa-v2/v3           c2p and p2c scores (B x A x S x 2k each, kept by gather) against
                                      the relative position table projected and expanded to the batch
                                      (B x 2k x H each); the table's dropout per layer; an int64 mask
+    XLM-R XL/XXL                     pre-norm: BERT's layer with one dropout (after attention); no
+                                     LayerNorm on the embeddings, one after the last layer; its own
+                                     highest moment, without the final LayerNorm and the head
+    DeBERTa-v2 xlarge/xxlarge        a ConvLayer beside the first layer (conv_kernel_size): its input,
+                                     masks, activation input and LayerNorm, once per forward
     ModernBERT                       pre-norm; Wqkv's output (3 T x H) and rotated Q and K kept by SDPA;
                                      the gated FFN's 2F-wide input; float masks of the sliding-window
                                      layers; no token types, no biases; the head's dense layer and norm
@@ -81,21 +94,77 @@ NF4_CONSTANT_BYTES = 16 * 4 + 256 * 4 + 4
 
 
 def weight_bytes(parameters: Parameters, setup: Setup) -> int:
-    """Parameters and buffers: 4 B per fp32 parameter; each NF4 weight with its block scales and constants."""
-    fp32 = 4 * (parameters.total - sum(parameters.quantized_linears))
-    nf4 = sum(
-        math.ceil(n / 2)
-        + math.ceil(n / NF4_BLOCK)
-        + 4 * math.ceil(n / NF4_BLOCK / NF4_SCALE_BLOCK)
-        + NF4_CONSTANT_BYTES
-        for n in parameters.quantized_linears
-    )
-    return fp32 + nf4 + parameters.buffer_bytes
+    """Parameters and buffers: 4 B per fp32 parameter (2 B under ZeRO-Offload's bf16 mode); each NF4
+    weight with its block scales and constants; each int8 weight (base_bits 8) with its row scales."""
+    float_bytes = 2 if setup.optimizer_offload and setup.bf16 else 4
+    floats = float_bytes * (parameters.total - sum(parameters.quantized_linears))
+    if setup.shape.base_bits == 8:
+        # LLM.int8: int8 weights (CB) and one fp32 absmax per output row (SCB); nothing else kept.
+        quantized = sum(parameters.quantized_linears) + 4 * sum(parameters.quantized_rows)
+    else:
+        quantized = sum(
+            math.ceil(n / 2)
+            + math.ceil(n / NF4_BLOCK)
+            + 4 * math.ceil(n / NF4_BLOCK / NF4_SCALE_BLOCK)
+            + NF4_CONSTANT_BYTES
+            for n in parameters.quantized_linears
+        )
+    return floats + quantized + parameters.buffer_bytes
 
 
 def gradient_bytes(parameters: Parameters) -> int:
     """One fp32 gradient per trainable parameter."""
     return 4 * parameters.trainable
+
+
+# bitsandbytes pages an optimizer's state buffers (state1, state2) only for tensors of at least this
+# many elements (Optimizer8bit.get_state_buffer); the absmax, the maps and smaller tensors' state stay
+# in ordinary device memory.
+PAGED_MIN_ELEMENTS = 100_000
+
+
+def paged_optimizer_bytes(parameters: Parameters, setup: Setup) -> int:
+    """The part of optimizer_bytes a paged optimizer (PagedAdamW8bit) keeps in CUDA unified memory:
+    the two moments of every tensor of PAGED_MIN_ELEMENTS or more (2 x 1 B 8-bit, 2 x 4 B 32-bit).
+    0 on CPU, where bitsandbytes 0.50 falls back to ordinary buffers ("Paged optimizers are not
+    supported on CPU"), and without paging."""
+    if not setup.shape.paged_optimizer or setup.device != "cuda":
+        return 0
+    total = 0
+    for elements, is_embedding in parameters.trainable_tensors:
+        if elements < PAGED_MIN_ELEMENTS:
+            continue
+        keep_32bit = setup.shape.optimizer_bits == 32 or (
+            is_embedding and setup.shape.embedding_optimizer_bits == 32
+        )
+        total += 8 * elements if keep_32bit else 2 * elements
+    return total
+
+
+def offloaded_bytes(parameters: Parameters, setup: Setup) -> int:
+    """CPU memory of DeepSpeed ZeRO-Offload (stage 2, offload_optimizer_device cpu), per process:
+    DeepSpeedCPUAdam's fp32 master weights and two fp32 moments, and the fp32 gradients they step
+    on (16 B per trainable parameter), and a pinned buffer of the largest trainable tensor's gradient
+    in the weights' dtype. 0 without offload."""
+    if not setup.optimizer_offload:
+        return 0
+    largest = max((elements for elements, _ in parameters.trainable_tensors), default=0)
+    return 16 * parameters.trainable + (2 if setup.bf16 else 4) * largest
+
+
+# DeepSpeed's default reduce_bucket_size (elements): accelerate_configs/deepspeed_zero2_offload.yaml
+# leaves it unset, so the Trainer's "auto" (hidden_size^2) never applies.
+DEEPSPEED_REDUCE_BUCKET = 500_000_000
+
+
+def offload_gradient_bytes(parameters: Parameters, setup: Setup) -> int:
+    """What DeepSpeed ZeRO-Offload keeps of the gradients on the GPU, in the weights' dtype: the
+    largest trainable tensor's gradient as autograd makes it, DeepSpeed's GPU staging buffer of
+    the same size (temp_grad_buffer_for_gpu_offload), and one reduce bucket of reduce_bucket_size
+    elements (stage 2 without overlap_comm allocates one, whatever the model's size: 0.93 GiB in
+    bf16). Every other gradient goes to the CPU as backward makes it."""
+    largest = max((elements for elements, _ in parameters.trainable_tensors), default=0)
+    return (2 if setup.bf16 else 4) * (2 * largest + DEEPSPEED_REDUCE_BUCKET)
 
 
 def optimizer_bytes(parameters: Parameters, setup: Setup) -> int:
@@ -180,10 +249,33 @@ def layer_activation_terms(encoder: Encoder, setup: Setup) -> dict[str, int]:
     """Bytes that one encoder layer's forward keeps for backward, by what they are."""
     kind = encoder.family.layer
     if kind == "deberta":
-        return _deberta_layer_terms(encoder, setup)
-    if kind == "modernbert":
-        return _modernbert_layer_terms(encoder, setup)
-    return _post_norm_layer_terms(encoder, setup)
+        terms = _deberta_layer_terms(encoder, setup)
+    elif kind == "modernbert":
+        terms = _modernbert_layer_terms(encoder, setup)
+    else:
+        terms = _post_norm_layer_terms(encoder, setup)
+    return {**terms, **_int8_base_terms(encoder, setup)}
+
+
+def _int8_base_terms(encoder: Encoder, setup: Setup) -> dict[str, int]:
+    """An 8-bit LLM.int8 base (base_bits 8) keeps the input of every frozen linear, which a frozen
+    fp32 or NF4 linear does not: bitsandbytes' autograd functions hold it (MatMul8bitFp, the CPU
+    training path, as ctx.A; MatMul8bitLt on CUDA in ctx.tensors). Per token, the layer's distinct
+    linear inputs: the attention input, the context (unless a fused attention kernel keeps it as its
+    output already), the FFN input (H each) and the FFN's hidden activation (F), in fp32, 4 B (the
+    residual stream's dtype; under bf16 autocast on a GPU some are bf16, so this is an upper bound
+    there, not measured)."""
+    if not (setup.shape.quantized_base and setup.shape.base_bits == 8):
+        return {}
+    T = setup.batch_size * setup.seq_length
+    inputs = (2 if _fused_attention(encoder, setup) else 3) * encoder.hidden + encoder.intermediate
+    return {"int8 linears' inputs (kept by bitsandbytes)": T * inputs * 4}
+
+
+def _dequantized_bytes_per_weight(setup: Setup) -> int:
+    """Bytes per weight of a quantized linear's weight dequantized for its input gradient, for a moment:
+    NF4 to fp32 then a bf16 copy (6 B); LLM.int8's int8 weights times their row scales, in fp32 (4 B)."""
+    return 4 if setup.shape.base_bits == 8 else 6
 
 
 def _post_norm_layer_terms(encoder: Encoder, setup: Setup) -> dict[str, int]:
@@ -426,7 +518,10 @@ def _embedding_terms(encoder: Encoder, setup: Setup, trainable: bool) -> dict[st
         return {}  # frozen embeddings: nothing there needs a gradient
     z = _Sizes(encoder, setup)
     T, H, E = z.T, z.H, z.E
-    if encoder.family.layer_norm_ops:
+    pre_norm = encoder.family.layer == "pre-norm"  # XLM-R XL: no LayerNorm on the embeddings
+    if pre_norm:
+        terms = {}
+    elif encoder.family.layer_norm_ops:
         terms = {"embeddings: LayerNorm as ops": 3 * T * E * 4 + T * 4}
     else:
         terms = {"embeddings: LayerNorm input + stats": T * E * 4 + 2 * T * 4}
@@ -438,9 +533,9 @@ def _embedding_terms(encoder: Encoder, setup: Setup, trainable: bool) -> dict[st
         terms["embeddings: dropout mask"] = z.mask(T * E, 4)
     if E != H:  # ALBERT and ELECTRA project the narrower embeddings up to the hidden size
         terms["embeddings: projection input"] = T * E * (2 if setup.bf16 else 4)
-    if not setup.bf16 and encoder.family.layer != "modernbert":
-        # Under autocast the first layer's linears keep bf16 copies instead; ModernBERT's first
-        # layer counts its Wqkv input itself.
+    if not setup.bf16 and encoder.family.layer not in ("modernbert", "pre-norm"):
+        # Under autocast the first layer's linears keep bf16 copies instead; a pre-norm first layer
+        # counts its input itself (its LayerNorm keeps it), and ModernBERT's its Wqkv input.
         terms["embeddings: output (first layer's input)"] = T * H * 4
     return terms
 
@@ -457,6 +552,10 @@ def _encoder_terms(encoder: Encoder, setup: Setup) -> dict[str, int]:
             terms["position table, normalized"] = rows * z.H * 4
     if encoder.family.relative_bias and setup.adapters is None:
         terms["relative position bucket ids, int64"] = z.S * z.S * 8
+    if encoder.family.layer == "pre-norm":
+        terms["final LayerNorm input + stats"] = z.T * z.H * 4 + 2 * z.T * 4
+    if encoder.conv_weights:
+        terms.update(_conv_terms(encoder, setup))
     if encoder.family.layer == "modernbert":
         # Sliding-window layers always get a mask, the global ones only for padded batches; the
         # fused kernel makes each float.
@@ -476,6 +575,23 @@ def _encoder_terms(encoder: Encoder, setup: Setup) -> dict[str, int]:
     return terms
 
 
+def _conv_terms(encoder: Encoder, setup: Setup) -> dict[str, int]:
+    """DeBERTa-v2's ConvLayer (xlarge, xxlarge): a convolution of the embeddings' output, masked,
+    dropped out and activated, added to the first layer's output, LayerNorm, times the padding mask."""
+    z = _Sizes(encoder, setup)
+    T, H, e = z.T, z.H, z.e
+    # LayerNorm keeps its input and stats; the product with the float padding mask keeps the mask.
+    terms = {"conv layer: LayerNorm input + stats, padding mask": T * H * 4 + 2 * T * 4 + T * 4}
+    if setup.adapters is not None and not setup.gradient_checkpointing:
+        return terms  # a frozen convolution of frozen embeddings: nothing before the sum needs a gradient
+    # The convolution's input (a contiguous copy, or autocast's bf16 one), the bool mask of
+    # masked_fill, the dropout mask and the activation's input.
+    terms["conv layer: input, masks, activation input"] = T * H * e + z.B * z.S + z.mask(T * H, e) + T * H * e
+    if setup.bf16:
+        terms["conv layer: weight, bf16 copy"] = 2 * encoder.conv_weights
+    return terms
+
+
 def _head_terms(encoder: Encoder, setup: Setup) -> dict[str, int]:
     # The pooler's and classifier's tensors: batch x hidden each (FamilyForward.head).
     B, H = setup.batch_size, encoder.hidden
@@ -488,8 +604,8 @@ def _head_terms(encoder: Encoder, setup: Setup) -> dict[str, int]:
 def _first_layer_difference(encoder: Encoder, setup: Setup, fused: bool) -> int:
     """What the first layer keeps less than the others.
 
-    Adapters: the first layer's input needs no gradient. ModernBERT: its first layer has no
-    LayerNorm before the attention.
+    Adapters: the first layer's input needs no gradient (nor, pre-norm, does its first LayerNorm
+    keep it). ModernBERT: its first layer has no LayerNorm before the attention.
     """
     T, H = setup.batch_size * setup.seq_length, encoder.hidden
     e = 2 if setup.bf16 else 4
@@ -498,6 +614,8 @@ def _first_layer_difference(encoder: Encoder, setup: Setup, fused: bool) -> int:
         savings += T * H * 4 + 2 * T * 4
     if setup.adapters is None:
         return savings
+    if encoder.family.layer == "pre-norm":
+        savings += T * H * 4 + 2 * T * 4
     adapted = encoder.adapted_projections
     if encoder.family.layer != "modernbert" and not fused and adapted and "key" not in adapted:
         savings += T * H * e  # K needs no gradient there, so the copy of Q its gradient would use is not kept
@@ -530,26 +648,70 @@ def _backward_transient(encoder: Encoder, setup: Setup, fused: bool) -> int:
         # The gated FFN's backward: the gradients of Wi's 2F-wide output (LoRA: and of the gate's
         # product) while the layer's saved tensors are there (fitted to the CPU order of frees).
         return (2 if setup.adapters is not None else 1) * T * F * e + T * H * 4
+    if encoder.family.layer == "pre-norm":
+        return _pre_norm_transient(encoder, setup, fused)
     return _bert_transient(encoder, setup, fused) + _family_transient(encoder, setup)
 
 
+def _pre_norm_transient(encoder: Encoder, setup: Setup, fused: bool) -> int:
+    """XLM-R XL's highest moment, beyond everything forward kept (fitted to the CPU order of frees).
+
+    The final LayerNorm and the head come last in forward and go first in backward, so at the top
+    layer's moments they are not there: not made yet at the end of the last layer's forward, freed
+    by its backward. Full fine-tuning: the final LayerNorm's backward (the gradients of the last
+    hidden states and of its input, T x H each), or the FFN's output linear, whose input gradient
+    (T x F) joins the LayerNorm's, with the LayerNorm's input freed. LoRA: the end of the last
+    layer's forward (the frozen FFN's outputs, referenced but not kept, and the bool attention
+    mask), or the FFN's backward (the gradients of the GELU output and input). Activation
+    checkpointing keeps the bool attention mask for the recomputation, and the recomputed top
+    layer's LayerNorm outputs meet those gradients. The attention moment of long sequences is BERT's.
+    """
+    B, S, H, F = setup.batch_size, setup.seq_length, encoder.hidden, encoder.intermediate
+    T = B * S
+    e = 2 if setup.bf16 else 4
+    recomputed = setup.gradient_checkpointing
+    final_norm = T * H * 4 + 2 * T * 4
+    head = sum(_head_terms(encoder, setup).values())
+    if setup.adapters is None:
+        norm_moment = 2 * T * H * 4 - (2 * T * 4 if recomputed else 0)
+        ffn = max(norm_moment, T * H * 4 + T * F * e - final_norm) - head
+    else:
+        forward_end = T * F * e + 3 * T * H * 4 + B * S * S
+        backward = 2 * T * F * e + T * H * 4 + (T * H * 4 - 4 * T * 4 if recomputed else 0)
+        ffn = max(forward_end, backward) - final_norm - head
+        if setup.shape.quantized_base:  # a 4-bit weight dequantized (see _bert_transient)
+            ffn = max(ffn, _dequantized_bytes_per_weight(setup) * H * F - T * H * 2)
+    if recomputed:
+        ffn += B * S * S
+    return max(ffn, 0 if fused else _attention_moment(encoder, setup))
+
+
 def _bert_transient(encoder: Encoder, setup: Setup, fused: bool) -> int:
+    B, S, H, F = setup.batch_size, setup.seq_length, encoder.hidden, encoder.intermediate
+    T = B * S
+    e = 2 if setup.bf16 else 4
+    if setup.adapters is not None:
+        ffn = 2 * T * F * e + T * H * 4 + 4 * T * setup.adapters.r * e
+        if setup.shape.quantized_base:
+            # The input gradient of an NF4 linear needs its weight back: bitsandbytes dequantizes
+            # the largest one (H x F) to fp32 and copies it to bf16, 6 B per weight, for a moment.
+            ffn = max(ffn, _dequantized_bytes_per_weight(setup) * H * F - T * H * 2)
+    else:
+        ffn = T * F * e - T * H * 4
+    return max(ffn, 0 if fused else _attention_moment(encoder, setup))
+
+
+def _attention_moment(encoder: Encoder, setup: Setup) -> int:
+    """The top layer's attention moment (eager or math kernel): the gradients of the probabilities
+    (one, or two without attention dropout) once the FFN's saved tensors are gone."""
     B, S, H, F, A = setup.batch_size, setup.seq_length, encoder.hidden, encoder.intermediate, encoder.heads
     T = B * S
     e = 2 if setup.bf16 else 4
     probabilities = B * A * S * S * 4
     copies_of_probabilities = 1 if encoder.attention_dropout > 0 else 2
     if setup.adapters is not None:
-        ffn = 2 * T * F * e + T * H * 4 + 4 * T * setup.adapters.r * e
-        attention = copies_of_probabilities * probabilities - T * F * e - T * H * 4
-        if setup.shape.quantized_base:
-            # The input gradient of an NF4 linear needs its weight back: bitsandbytes dequantizes
-            # the largest one (H x F) to fp32 and copies it to bf16, 6 B per weight, for a moment.
-            ffn = max(ffn, 6 * H * F - T * H * 2)
-    else:
-        ffn = T * F * e - T * H * 4
-        attention = copies_of_probabilities * probabilities - 2 * T * F * e - 4 * T * H * 4
-    return max(ffn, 0 if fused else attention)
+        return copies_of_probabilities * probabilities - T * F * e - T * H * 4
+    return copies_of_probabilities * probabilities - 2 * T * F * e - 4 * T * H * 4
 
 
 def _family_transient(encoder: Encoder, setup: Setup) -> int:

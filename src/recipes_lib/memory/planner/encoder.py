@@ -26,7 +26,8 @@ class FamilyForward:
     comes from the config and the model built on the meta device (`Encoder.from_config`).
     """
 
-    # Which layer arithmetic: "post-norm" (BERT: LayerNorm after each residual sum), "deberta"
+    # Which layer arithmetic: "post-norm" (BERT: LayerNorm after each residual sum), "pre-norm"
+    # (XLM-R XL: LayerNorm before attention and before the FFN, one after the last layer), "deberta"
     # (disentangled attention over relative positions) or "modernbert" (pre-norm, gated FFN, rotary).
     layer: str = "post-norm"
     # The attention's query, key and value projections (a fused projection: its name three times).
@@ -58,6 +59,12 @@ FAMILY_FORWARDS: dict[str, FamilyForward] = {
     "bert": FamilyForward(),
     "roberta": FamilyForward(**_ROBERTA_HEAD, token_type_ids=False, embedding_indices=2),
     "xlm-roberta": FamilyForward(**_ROBERTA_HEAD, token_type_ids=False, embedding_indices=2),
+    # XLM-R XL/XXL: XLM-R's embeddings (positions numbered from the tokens, token types gathered)
+    # and head around pre-norm layers: one dropout on the T x H stream, after attention (the FFN's
+    # output has none); no LayerNorm on the embeddings, one after the last layer instead.
+    "xlm-roberta-xl": FamilyForward(
+        **_ROBERTA_HEAD, layer="pre-norm", hidden_dropouts=1, token_type_ids=False, embedding_indices=2
+    ),
     "electra": FamilyForward(**_ROBERTA_HEAD),  # the same head with GELU: it keeps the dense output
     "mpnet": FamilyForward(
         **_ROBERTA_HEAD, qkv=("q", "k", "v"), token_type_ids=False, embedding_indices=1, relative_bias=True
@@ -138,6 +145,9 @@ class Encoder:
     head_trains: bool = True  # the head's first linear trains (with adapters: when it is new, or asked)
     relative: RelativePositions | None = None  # DeBERTa
     sliding_layers: int = 0  # ModernBERT: layers with local (sliding-window) attention
+    # DeBERTa-v2 xlarge/xxlarge (conv_kernel_size > 0): the weights of the ConvLayer that mixes the
+    # embeddings into the first layer's output; 0: none.
+    conv_weights: int = 0
 
     @property
     def embedding_width(self) -> int:
@@ -166,21 +176,8 @@ class Encoder:
 _ENCODERS: dict[tuple, Encoder] = {}
 
 
-# Families the planner plans that the project does not train yet (not in modeling.families.FAMILY_NAMES,
-# so not in the family test matrix): checked against a measured step of a tiny model only
-# (tests/test_planner_families.py). XLM-R XL/XXL: XLM-R's embeddings (positions numbered from the
-# tokens, token types gathered) and classification head; pre-norm layers, whose two LayerNorms keep
-# their inputs as BERT's keep theirs, and one dropout on the T x H stream, after attention (the FFN's
-# output has none); no LayerNorm on the embeddings, one after the last layer instead.
-UNTRAINED_FAMILY_FORWARDS: dict[str, FamilyForward] = {
-    "xlm-roberta-xl": FamilyForward(
-        **_ROBERTA_HEAD, hidden_dropouts=1, token_type_ids=False, embedding_indices=2
-    ),
-}
-
-
 def _family_of(config) -> FamilyForward:
-    family = FAMILY_FORWARDS.get(config.model_type) or UNTRAINED_FAMILY_FORWARDS.get(config.model_type)
+    family = FAMILY_FORWARDS.get(config.model_type)
     if family is not None:
         return family
     missing = [
@@ -284,6 +281,7 @@ def _describe_encoder(config, adapters: LoraShape | None) -> Encoder:
         sliding_layers=sum(
             kind == "sliding_attention" for kind in getattr(config, "layer_types", None) or ()
         ),
+        conv_weights=sum(m.weight.numel() for m in model.modules() if isinstance(m, nn.Conv1d)),
     )
 
 

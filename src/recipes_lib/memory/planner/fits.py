@@ -5,12 +5,18 @@ activation checkpointing, as `recipes-lib plan --fits` prints it (the README's "
 For each model and recipe: the largest per-device batch that fits, without and with activation
 checkpointing, and the cheapest way to train it at the asked batch (32 by default). Every figure is
 the planner's prediction from the config alone; nothing here has run on a GPU.
+
+Beside the recipes, the memory techniques the largest encoders need on one GPU, each a recipe with
+one option or accelerate config changed (TECHNIQUES), each a column of its own next to its recipe:
+full_ft under DeepSpeed ZeRO-Offload (accelerate_configs/deepspeed_zero2_offload.yaml), adamw_8bit
+with --paged_optimizer, and qlora with --base_bits 8. Activation checkpointing is in every cell.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 from recipes_lib.config.recipe_spec import TrainingShape
 from recipes_lib.memory.planner.catalogue import CATALOGUE
@@ -22,6 +28,70 @@ from recipes_lib.units import GIB, format_table
 # The largest batch the table looks for: past it, a cell says "1024+" (a bigger batch fits too).
 # Searching further would only slow the table down for the small models.
 BATCH_LIMIT = 1024
+
+
+@dataclass(frozen=True)
+class Technique:
+    """A recipe with one memory technique added: its shape's and its Setup's changes."""
+
+    recipe: str
+    shape_changes: Mapping[str, Any] = field(default_factory=dict)
+    setup_changes: Mapping[str, Any] = field(default_factory=dict)
+    # Its column comes before the recipe's when it gives up less (an 8-bit base is closer to the
+    # full-precision one than NF4), after it otherwise (the same results, more time).
+    before: bool = False
+
+
+# In the order of `cheapest`: a technique that costs only time sits after its recipe.
+TECHNIQUES: dict[str, Technique] = {
+    # DeepSpeed ZeRO-Offload: AdamW's state and the fp32 master weights in CPU memory; exact AdamW.
+    "full_ft+offload": Technique("full_ft", setup_changes={"optimizer_offload": True}),
+    # PagedAdamW8bit: the 8-bit state may leave the GPU while the activations need the room.
+    "adamw_8bit+paged": Technique("adamw_8bit", shape_changes={"paged_optimizer": True}),
+    # LoRA on an 8-bit LLM.int8 base: twice NF4's weight bytes, closer to the full-precision base.
+    "qlora+int8": Technique("qlora", shape_changes={"base_bits": 8}, before=True),
+}
+
+
+TECHNIQUES_LEGEND = (
+    "Techniques: full_ft+offload is full_ft under accelerate_configs/deepspeed_zero2_offload.yaml (DeepSpeed "
+    "ZeRO-Offload: AdamW's state, fp32 master weights and gradients in CPU memory, 16 B per parameter there; "
+    "the GPU holds bf16 weights); adamw_8bit+paged is adamw_8bit --paged_optimizer true (the state may page "
+    "out to CPU memory while the activations need the room, and is back for the optimizer step); qlora+int8 "
+    "is qlora --base_bits 8 (an 8-bit LLM.int8 base, 1 B per weight). A technique that costs only time comes "
+    "right after its recipe in the cheapest order, the 8-bit base before NF4. Offload and paging run on a GPU "
+    "only; the 8-bit base's CPU path was checked against a CPU run, its CUDA path (int8 matmuls) was not; none "
+    "of the three has been measured on a GPU yet"
+)
+
+
+def fits_columns(recipes: Iterable[str]) -> list[str]:
+    """The recipes with each technique of theirs beside them, in the order `cheapest` tries them."""
+    columns = []
+    for recipe in recipes:
+        if recipe in TECHNIQUES:  # already a column: the list was expanded before
+            continue
+        mine = [name for name, technique in TECHNIQUES.items() if technique.recipe == recipe]
+        before = [name for name in mine if TECHNIQUES[name].before]
+        columns += before + [recipe] + [name for name in mine if name not in before]
+    return columns
+
+
+def with_techniques(
+    shapes: Mapping[str, TrainingShape | Exception],
+) -> dict[str, tuple[TrainingShape | Exception, Mapping[str, Any]]]:
+    """{column: (shape, Setup changes)}: the recipes' shapes, and each technique's from its recipe's."""
+    columns = {}
+    for name in fits_columns(shapes):
+        technique = TECHNIQUES.get(name)
+        if technique is None:
+            columns[name] = (shapes[name], {})
+            continue
+        shape = shapes[technique.recipe]
+        if not isinstance(shape, Exception):
+            shape = replace(shape, **technique.shape_changes)
+        columns[name] = (shape, technique.setup_changes)
+    return columns
 
 
 @dataclass
@@ -51,11 +121,18 @@ class ModelFits:
 
 
 def model_fits(
-    model: str, config, shapes: Mapping[str, TrainingShape | Exception], setup: Setup, budget_gib: float
+    model: str,
+    config,
+    shapes: Mapping[str, TrainingShape | Exception],
+    setup: Setup,
+    budget_gib: float,
+    setup_changes: Mapping[str, Mapping[str, Any]] | None = None,
 ) -> ModelFits:
-    """`config` (named `model`) trained every way in `shapes`, without and with activation checkpointing."""
+    """`config` (named `model`) trained every way in `shapes`, without and with activation checkpointing;
+    `setup_changes`: per way, what it changes in `setup` (a technique's accelerate config)."""
     row = ModelFits(model)
     for recipe, shape in shapes.items():
+        changes = (setup_changes or {}).get(recipe, {})
         try:
             if isinstance(shape, Exception):
                 raise shape
@@ -66,7 +143,9 @@ def model_fits(
             continue
         row.params = row.params or parameters.total
         for checkpointing in (False, True):
-            labelled = replace(setup, shape=shape, label=recipe, gradient_checkpointing=checkpointing)
+            labelled = replace(
+                setup, shape=shape, label=recipe, gradient_checkpointing=checkpointing, **changes
+            )
             try:
                 row.max_batch[recipe, checkpointing] = largest_batch(
                     config, labelled, int(budget_gib * GIB), limit=BATCH_LIMIT, parameters=parameters
@@ -84,10 +163,15 @@ def catalogue_fits(
     num_labels: int = 2,
 ) -> list[ModelFits]:
     """`model_fits` for each catalogue model (all of them by default), built from the catalogue's own
-    values, never a cached or downloaded config, so the table is the same on every machine."""
+    values, never a cached or downloaded config, so the table is the same on every machine. Every
+    recipe of `shapes` is planned with its techniques (`with_techniques`)."""
+    columns = with_techniques(shapes)
+    column_shapes = {name: shape for name, (shape, _) in columns.items()}
+    changes = {name: setup_changes for name, (_, setup_changes) in columns.items()}
     rows = []
     for name in models or CATALOGUE:
-        rows.append(model_fits(name, CATALOGUE[name].config(num_labels), shapes, setup, budget_gib))
+        config = CATALOGUE[name].config(num_labels)
+        rows.append(model_fits(name, config, column_shapes, setup, budget_gib, setup_changes=changes))
     return rows
 
 
@@ -115,8 +199,9 @@ def format_fits(
     markdown: bool = False,
 ) -> str:
     """One row per model: its parameters, the cheapest recipe that fits at the setup's batch, and
-    each recipe's largest batch; then what the cells mean and which rows had no plan."""
-    recipes = list(recipes)
+    each recipe's (and technique's, `fits_columns`) largest batch; then what the cells mean and which
+    rows had no plan."""
+    recipes = fits_columns(recipes)
     batch = setup.batch_size
     header = ["model", "params", f"cheapest at batch {batch}", *recipes, "figures"]
     body = [
@@ -138,6 +223,9 @@ def format_fits(
         "without activation checkpointing (ckpt) before with it: checkpointing costs time, not results; "
         "each later recipe changes what or how precisely the model trains.",
     ]
+    techniques = [name for name in recipes if name in TECHNIQUES]
+    if techniques:
+        lines.append(f"{bullet}{TECHNIQUES_LEGEND}.")
     reasons: dict[str, dict[str, None]] = {}  # reason -> the models it stopped (an ordered set)
     for row in rows:
         for reason in row.errors.values():

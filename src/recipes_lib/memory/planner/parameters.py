@@ -19,7 +19,8 @@ class Parameters:
     trainable: int
     trainable_tensors: list[tuple[int, bool]]  # (elements, is an nn.Embedding weight)
     buffer_bytes: int
-    quantized_linears: list[int] = field(default_factory=list)  # a 4-bit base: elements of each NF4 weight
+    quantized_linears: list[int] = field(default_factory=list)  # a quantized base: elements of each weight
+    quantized_rows: list[int] = field(default_factory=list)  # and its output rows (int8: one fp32 scale each)
 
 
 def count_parameters_on_meta(config, shape: TrainingShape | None = None) -> Parameters:
@@ -41,20 +42,22 @@ def count_parameters_on_meta(config, shape: TrainingShape | None = None) -> Para
 
         model.newly_initialized_modules = modules_the_checkpoint_lacks(config, model)
         model = add_lora(model, shape.adapters)
-    return _count(model, quantized)
+    counted = _count(model, [n for n, _ in quantized])
+    counted.quantized_rows = [rows for _, rows in quantized]
+    return counted
 
 
-def _quantized_linears(config, model) -> list[int]:
-    """The elements of each linear weight a 4-bit base stores in NF4: those of the repeated encoder
-    layers; the head, the pooler and other projections stay in full precision, as
-    adapters.nf4_quantization_config keeps them."""
+def _quantized_linears(config, model) -> list[tuple[int, int]]:
+    """(elements, output rows) of each linear weight a quantized base stores in NF4 or int8: those of
+    the repeated encoder layers; the head, the pooler and other projections stay in full precision,
+    as adapters.nf4_quantization_config and int8_quantization_config keep them."""
     from torch import nn
 
     from recipes_lib.modeling.families import linears_outside_layers
 
     keep = set(linears_outside_layers(config))
     return [
-        module.weight.numel()
+        (module.weight.numel(), module.weight.shape[0])
         for name, module in model.named_modules()
         if isinstance(module, nn.Linear) and name not in keep
     ]

@@ -5,6 +5,25 @@ The parts do not all peak at once: the Trainer frees the gradients after every o
 they build up in backward while the activations go. The predicted peak is weights + optimizer
 state + the larger of activations and gradients (both, with gradient accumulation) + the batch,
 plus the CUDA context; the plain sum of the parts is shown as an upper bound.
+
+Paged 8-bit AdamW (`TrainingShape.paged_optimizer`, adamw_8bit's --paged_optimizer): bitsandbytes
+allocates the two moments of every tensor of 100,000 elements or more with cudaMallocManaged (CUDA
+unified memory), outside PyTorch's allocator, and the driver evicts those pages to CPU memory when
+the GPU runs short, paging them back when the optimizer step touches them (bitsandbytes prefetches
+each tensor's state before its update). The planner assumes exactly that and no more: during forward
+and backward the paged state may be all on the CPU, giving its room to the activations; at the
+optimizer step it is all back on the GPU, with the weights and gradients (the activations are gone
+by then). So the peak is the larger of the two moments. It never plans oversubscription (a state
+that does not fit even at the step, paged in and out within every step: it runs, slowly, but is not
+counted as fitting), and it counts the paged bytes as device memory in use (what nvidia-smi and
+cudaMemGetInfo show); torch.cuda.max_memory_allocated never sees them. On CPU bitsandbytes 0.50
+falls back to ordinary buffers, so the plan is 8-bit AdamW's. Only a GPU can check the paging.
+
+DeepSpeed ZeRO-Offload on one GPU (`Setup.optimizer_offload`, deepspeed_zero2_offload.yaml): the
+optimizer state, the fp32 master weights and the fp32 gradients are on the CPU (`host`, 16 B per
+trainable parameter); the GPU holds the weights in the run's precision, DeepSpeed's gradient
+buffers and the activations. accelerate replaces a recipe's own optimizer with DeepSpeedCPUAdam
+there, so an 8-bit or paged optimizer cannot be offloaded (refused). GPU-only, not yet measured.
 """
 
 from __future__ import annotations
@@ -20,7 +39,10 @@ from recipes_lib.memory.planner.arithmetic import (
     gathered_layer_bytes,
     gradient_bytes,
     input_bytes,
+    offload_gradient_bytes,
+    offloaded_bytes,
     optimizer_bytes,
+    paged_optimizer_bytes,
     weight_bytes,
 )
 from recipes_lib.memory.planner.encoder import Encoder
@@ -80,6 +102,9 @@ class Setup:
     # Processes training together and how they shard the training state (SHARDED_PARTS).
     num_processes: int = 1
     sharding: str = "none"
+    # DeepSpeed ZeRO-Offload (accelerate_configs/deepspeed_zero2_offload.yaml): optimizer state,
+    # fp32 master weights and gradients in CPU memory. CUDA only.
+    optimizer_offload: bool = False
 
     @property
     def sharded_parts(self) -> tuple[str, ...]:
@@ -123,6 +148,10 @@ class MemoryPlan:
     activation_terms: dict[str, int]
     config: Any = None  # the model config the plan was made from
     encoder: Encoder | None = None  # what the activation arithmetic read from it
+    # Of optimizer_state: what a paged optimizer keeps in CUDA unified memory (evictable to the CPU).
+    paged_optimizer_state: int = 0
+    # CPU memory of ZeRO-Offload: optimizer state, fp32 master weights and gradients (not in `total`).
+    host: int = 0
 
     @property
     def cuda_overhead(self) -> int:
@@ -140,12 +169,19 @@ class MemoryPlan:
         The Trainer frees the gradients after each optimizer step (zero_grad sets them to None), so
         they build up in backward as the activations go: the peak holds the larger of the two.
         With gradient accumulation the gradients stay between micro-batches and meet the activations.
+        A paged optimizer's state may be on the CPU during forward and backward, and is all on the
+        device at the optimizer step, with the weights and gradients (the module docstring).
         """
-        if self.setup.gradient_accumulation_steps > 1:
+        if self.setup.gradient_accumulation_steps > 1 or self.setup.optimizer_offload:
+            # ZeRO-Offload's gradient buffers exist from the start of backward (the staging buffer
+            # from the start of training), when the activations are all there.
             transient = self.activations + self.gradients
         else:
             transient = max(self.activations, self.gradients)
-        return self.weights + self.optimizer_state + transient + self.other
+        resident_state = self.optimizer_state - self.paged_optimizer_state
+        forward_backward = self.weights + resident_state + transient + self.other
+        optimizer_step = self.weights + self.gradients + self.optimizer_state + self.other
+        return max(forward_backward, optimizer_step)
 
     @property
     def sum_of_parts(self) -> int:
@@ -171,6 +207,10 @@ def check_shape(shape: TrainingShape) -> None:
             raise ConfigError(
                 f"{name} is {getattr(shape, name)}; the planner knows 32-bit and 8-bit AdamW state."
             )
+    if shape.quantized_base and shape.base_bits not in (4, 8):
+        raise ConfigError(
+            f"base_bits is {shape.base_bits}; the planner knows a 4-bit NF4 and an 8-bit LLM.int8 base."
+        )
     lora = shape.adapters
     if lora is not None and (lora.r <= 0 or not 0 <= lora.dropout < 1 or not lora.target_modules):
         raise ConfigError(
@@ -215,6 +255,8 @@ def _checked_setup(config, setup: Setup) -> Setup:
             f"sharding must be one of {', '.join(SHARDED_PARTS)} (not {setup.sharding!r}) and "
             f"num_processes at least 1 (not {setup.num_processes})"
         )
+    if setup.optimizer_offload:
+        check_offload(setup)
     if setup.adapters is not None:
         from recipes_lib.modeling.adapters import resolve_lora_targets
 
@@ -223,18 +265,47 @@ def _checked_setup(config, setup: Setup) -> Setup:
     return setup
 
 
+def check_offload(setup: Setup) -> None:
+    """Refuse what DeepSpeed ZeRO-Offload cannot do, naming the fix."""
+    if setup.device != "cuda":
+        raise ConfigError(
+            "Optimizer offload is DeepSpeed ZeRO-Offload, which needs a CUDA GPU (the recipes refuse DeepSpeed "
+            "without one); plan it with --device cuda, or plan this CPU run without --optimizer_offload."
+        )
+    if setup.shape.optimizer_bits == 8 or setup.shape.paged_optimizer:
+        raise ConfigError(
+            "8-bit (or paged) AdamW cannot be offloaded: under ZeRO-Offload accelerate replaces a recipe's own "
+            "optimizer with DeepSpeed's CPU Adam (accelerate's map_pytorch_optim_to_deepspeed), whose state is "
+            "32-bit on the CPU, so adamw_8bit's 8-bit state would never exist. Offload full_ft instead (its state "
+            "leaves the GPU either way), or train adamw_8bit without the offload config (--paged_optimizer lets "
+            "its state make room for the activations)."
+        )
+    if setup.num_processes > 1 and not setup.sharding.startswith("zero"):
+        raise ConfigError(
+            f"Optimizer offload is DeepSpeed's; with {setup.num_processes} processes plan it with --sharding zero1, "
+            f"zero2 or zero3, not {setup.sharding}."
+        )
+
+
 def _training_state(encoder: Encoder, parameters: Parameters, setup: Setup) -> dict[str, int]:
     """Weights, gradients and optimizer state on one process: the sharded parts divided among the
-    processes, and with sharded weights, the one layer each process gathers to compute."""
+    processes, and with sharded weights, the one layer each process gathers to compute. With
+    ZeRO-Offload the optimizer state (and the fp32 gradients it steps on) are on the CPU (`host`)."""
     parts = {
         "weights": weight_bytes(parameters, setup),
         "gradients": gradient_bytes(parameters),
         "optimizer_state": optimizer_bytes(parameters, setup),
+        "paged_optimizer_state": paged_optimizer_bytes(parameters, setup),
     }
     for part in setup.sharded_parts:
         parts[part] = math.ceil(parts[part] / setup.num_processes)
     if "weights" in setup.sharded_parts:
         parts["weights"] += gathered_layer_bytes(encoder, parameters, setup)
+    if setup.optimizer_offload:
+        processes = setup.num_processes if setup.sharded_parts else 1
+        parts["host"] = math.ceil(offloaded_bytes(parameters, setup) / processes)
+        parts["gradients"] = offload_gradient_bytes(parameters, setup)
+        parts["optimizer_state"] = 0
     return parts
 
 

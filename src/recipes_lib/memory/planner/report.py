@@ -113,10 +113,10 @@ def describe_shape(shape: TrainingShape) -> str:
         targets = targets if isinstance(targets, str) else ", ".join(targets)
         parts.append(f"LoRA r={shape.adapters.r} on {targets}")
     if shape.quantized_base:
-        parts.append("4-bit base")
+        parts.append("8-bit LLM.int8 base" if shape.base_bits == 8 else "4-bit base")
     if shape.optimizer_bits == 8:
         embeddings = "8-bit" if shape.embedding_optimizer_bits == 8 else "32-bit embeddings"
-        parts.append(f"8-bit AdamW ({embeddings})")
+        parts.append(f"{'paged ' if shape.paged_optimizer else ''}8-bit AdamW ({embeddings})")
     return ", ".join(parts)
 
 
@@ -136,6 +136,8 @@ def describe_setup(setup: Setup, budget_gib: float, encoder: Encoder | None = No
         extras.append("gradient checkpointing")
     if setup.num_processes > 1:
         extras.append(describe_sharding(setup))
+    if setup.optimizer_offload:
+        extras.append("optimizer offloaded to CPU (DeepSpeed ZeRO-Offload)")
     return (
         f"batch {setup.batch_size} x {setup.seq_length} tokens per device, {', '.join(extras)}; "
         f"budget {budget_gib:g} GiB"
@@ -171,6 +173,8 @@ def format_plan(plan: MemoryPlan, max_batch: int, budget_gib: float) -> str:
         ("activations", plan.activations),
         ("other (input batch)", plan.other),
     ]
+    if plan.paged_optimizer_state:
+        rows[2] = (f"{rows[2][0]}, paged", plan.optimizer_state)
     if plan.cuda_overhead:
         rows.append(("CUDA context + workspace (assumed)", plan.cuda_overhead))
     lines = [
@@ -182,6 +186,7 @@ def format_plan(plan: MemoryPlan, max_batch: int, budget_gib: float) -> str:
     lines += [f"  {name:<36} {_gib(value):>8} GiB" for name, value in rows]
     lines.append(f"  {'sum of the parts (upper bound)':<36} {_gib(plan.sum_of_parts):>8} GiB")
     lines.append(f"  {'predicted peak (all at once)':<36} {_gib(plan.total):>8} GiB")
+    lines += _technique_lines(plan)
     lines.append("")
     lines.append("  activations, by what forward keeps for backward:")
     lines += [f"    {name:<50} {value / MIB:>10.1f} MiB" for name, value in plan.activation_terms.items()]
@@ -193,6 +198,23 @@ def format_plan(plan: MemoryPlan, max_batch: int, budget_gib: float) -> str:
     verdict = "fits" if plan.total <= budget_gib * GIB else "does NOT fit"
     lines += ["", f"{verdict} in {budget_gib:g} GiB; largest batch that fits: {max_batch or 'none'}"]
     return "\n".join(lines)
+
+
+def _technique_lines(plan: MemoryPlan) -> list[str]:
+    """What paging and offload do to the figures above, in words and GiB."""
+    lines = []
+    if plan.paged_optimizer_state:
+        lines.append(
+            f"  of the optimizer state, {_gib(plan.paged_optimizer_state)} GiB is paged (CUDA unified memory): "
+            "it may be on the CPU during forward and backward, and is back at the optimizer step; "
+            "torch.cuda.max_memory_allocated does not count it"
+        )
+    if plan.setup.optimizer_offload:
+        lines.append(
+            f"  in CPU memory (ZeRO-Offload): {_gib(plan.host)} GiB of fp32 master weights, AdamW state and "
+            "gradients; gradients above are DeepSpeed's GPU buffers"
+        )
+    return lines
 
 
 def format_sources(rows: list[PlanRow]) -> str:
