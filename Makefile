@@ -46,8 +46,9 @@ sweep-demo: $(BIN)/.installed
 	$(OFFLINE) $(BIN)/python -m recipes_lib.cli sweep recipes/sweeps/sweep_demo.yaml
 
 # Long documents (issue #22): all-MiniLM-L6-v2 on support-ticket threads of 300-470 tokens whose request
-# comes at the end (data/long_documents/), at max_seq_length 128 and the same 48 steps for each --long_text
-# mode; outputs/long_documents/<mode>, then the three side by side. About 3 min a mode on 2 free CPU cores.
+# comes at the end (data/long_documents/), at max_seq_length 128 and one epoch for each --long_text mode
+# (63 steps; sliding_window 260, over 4,160 windows); outputs/long_documents/<mode>, then the three side by
+# side. About 6 min each for truncate and head_tail, 35 min for sliding_window, on 2 busy CPU cores.
 LONG_TEXT_MODES ?= truncate head_tail sliding_window
 
 long-text-demo: $(BIN)/.installed

@@ -2,6 +2,7 @@
 
     bash benchmarks/gpu_check.sh                      # on an H200-class GPU machine, < 8 minutes
     python benchmarks/gpu_check.py --cpu --tiny        # the same code path on a CPU, in about a minute
+    bash benchmarks/gpu_check.sh --catalogue           # every catalogue model instead (gpu_catalogue.py)
 
 No downloads: each model is a randomly initialised BERT built from its configuration (bert-base:
 12 layers x 768, bert-large: 24 x 1024) with a WordPiece vocabulary of placeholder words, and the
@@ -189,6 +190,17 @@ def profile_steps(model_dir: Path, data: dict[str, Path], out_dir: Path, args) -
 
 
 def main(argv=None) -> int:
+    """The recipe check below, or with --catalogue the catalogue check (gpu_catalogue.py)."""
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if "--catalogue" in argv:
+        sys.path.insert(0, str(REPO_ROOT / "benchmarks"))
+        import gpu_catalogue
+
+        return gpu_catalogue.main(argv)
+    return recipe_check(argv)
+
+
+def recipe_check(argv) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--cpu", action="store_true", help="run on the CPU (checks the script, not the GPU)")
     parser.add_argument("--tiny", action="store_true", help="a 2-layer BERT instead of bert-base/bert-large")

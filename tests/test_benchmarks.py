@@ -168,3 +168,51 @@ def test_recipes_train_at_their_own_learning_rate_unless_one_is_given(tmp_path):
     assert learning_rate(["--switches"]) == "5e-05"
     assert learning_rate(["--recipes", "full_ft", "lora"]) is None  # LoRA would not learn at 5e-5
     assert learning_rate(["--recipes", "lora", "--learning_rate", "2e-3"]) == "0.002"
+
+
+def test_gpu_check_catalogue_mode_measures_each_family_within_the_planners_tolerance(tmp_path, one_thread):
+    """The catalogue mode's CPU path (--cpu --tiny): one BERT, one DeBERTa-v3 (v2 architecture) and
+    XLM-R XL (pre-norm), smallest published size first, each recipe's measured peak within 10% of the plan."""
+    gpu_check = load_benchmark("gpu_check")
+    output = tmp_path / "catalogue.json"
+    models = ["facebook/xlm-roberta-xl", "bert-base-uncased", "microsoft/deberta-v3-base"]
+    argv = ["--catalogue", "--cpu", "--tiny", "--models", *models, "--recipes", "full_ft", "lora",
+            "--work_dir", str(tmp_path / "work"), "--output", str(output)]  # fmt: skip
+    assert gpu_check.main(argv) == 0
+    report = json.loads(output.read_text())
+    assert report["figures"].startswith("measured on CPU") and report["not_reached"] == []
+    rows = report["rows"]
+    assert [(row["model"], row["recipe"]) for row in rows] == [
+        (model, recipe)
+        for model in ("google-bert/bert-base-uncased", "microsoft/deberta-v3-base", "facebook/xlm-roberta-xl")
+        for recipe in ("full_ft", "lora")
+    ]
+    for row in rows:
+        assert row["status"] == "ok" and row["batch"] == 8 and row["seq"] == 32, row
+        assert row["ratio"] == pytest.approx(row["planned_peak_gib"] / row["measured_peak_gib"], rel=1e-3)
+        assert abs(row["ratio"] - 1) <= report["tolerance"] == 0.10, row
+    lora = {row["model"]: row["params_trainable"] for row in rows if row["recipe"] == "lora"}
+    full = {row["model"]: row["params_trainable"] for row in rows if row["recipe"] == "full_ft"}
+    assert all(lora[model] < full[model] for model in lora)
+    assert not (tmp_path / "work" / "models").exists() or not any((tmp_path / "work" / "models").iterdir())
+
+
+def test_gpu_check_catalogue_mode_skips_what_the_plan_does_not_fit_and_lists_what_it_did_not_reach(tmp_path):
+    gpu_check = load_benchmark("gpu_check")
+    common = ["--catalogue", "--cpu", "--tiny", "--work_dir", str(tmp_path / "work")]
+    output = tmp_path / "small-budget.json"
+    argv = [*common, "--models", "bert-base-uncased", "--budget_gib", "0.0005", "--output", str(output)]
+    assert gpu_check.main(argv) == 0
+    rows = json.loads(output.read_text())["rows"]
+    assert [row["status"] for row in rows] == ["skipped"] * 4
+    assert all(
+        row["note"].startswith("the plan needs") and "over the 0.0005 GiB" in row["note"] for row in rows
+    )
+    output = tmp_path / "no-time.json"
+    assert gpu_check.main([*common, "--max_minutes", "0", "--output", str(output)]) == 0
+    report = json.loads(output.read_text())
+    assert report["rows"] == [] and len(report["not_reached"]) == 40
+    assert report["not_reached"][:2] == [
+        "albert/albert-base-v2",
+        "google/electra-small-discriminator",
+    ]  # smallest first

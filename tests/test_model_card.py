@@ -9,6 +9,7 @@ not yet predicted at 0.5. Nothing reaches the network: `huggingface_hub.HfApi`'s
 
 from __future__ import annotations
 
+import functools
 import json
 import random
 import re
@@ -136,6 +137,14 @@ class StubHub:
 
         monkeypatch.setattr(huggingface_hub.HfApi, "create_repo", create_repo)
         monkeypatch.setattr(huggingface_hub.HfApi, "upload_folder", upload_folder)
+        # huggingface_hub's module-level create_repo/upload_folder are methods bound at import, which
+        # the class patch above does not reach; transformers before 5.2x imports them by name.
+        import transformers.trainer
+
+        for module in (huggingface_hub, transformers.trainer):
+            for name, method in (("create_repo", create_repo), ("upload_folder", upload_folder)):
+                if hasattr(module, name):
+                    monkeypatch.setattr(module, name, functools.partial(method, None))
 
 
 @pytest.fixture

@@ -38,3 +38,31 @@ def test_activation_checkpointing_by_either_name_on_every_supported_release(flag
     args = RecipeTrainingArguments(output_dir=str(tmp_path), report_to="none", **{flag: True})
     assert args.activation_checkpointing and args.gradient_checkpointing  # the Trainer reads either
     assert not RecipeTrainingArguments(output_dir=str(tmp_path), report_to="none").activation_checkpointing
+
+
+def test_a_checkpoint_head_of_another_shape_is_initialised_afresh_even_where_quantized_loading_kept_it():
+    """transformers 5.6 loads a 2-class head into a 1-output head under a quantization config
+    (ignore_mismatched_sizes skipped); the loader resets it, as later releases do themselves."""
+    import torch
+    from torch import nn
+    from transformers import BertConfig, BertForSequenceClassification
+
+    from recipes_lib.modeling.loading import reset_wrong_shaped_linears
+
+    config = BertConfig(
+        vocab_size=64,
+        hidden_size=16,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        intermediate_size=32,
+        num_labels=1,
+    )
+    model = BertForSequenceClassification(config)
+    assert reset_wrong_shaped_linears(model) == []  # a model loaded right is left as it is
+    model.classifier.weight = nn.Parameter(torch.full((2, 16), 7.0))  # the checkpoint's 2-class head
+    model.classifier.bias = nn.Parameter(torch.full((2,), 7.0))
+    assert reset_wrong_shaped_linears(model) == [("classifier.weight", (2, 16), (1, 16))]
+    assert model.classifier.weight.shape == (1, 16) and model.classifier.bias.shape == (1,)
+    assert model.classifier.weight.abs().max() < 1 and torch.all(model.classifier.bias == 0)
+    logits = model(input_ids=torch.tensor([[2, 5, 3]])).logits
+    assert logits.shape == (1, 1)

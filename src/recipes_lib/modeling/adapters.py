@@ -30,7 +30,7 @@ from recipes_lib.config.recipe_options import MERGED_SUBDIR, LoraArguments
 from recipes_lib.config.recipe_spec import LoraShape
 from recipes_lib.errors import ConfigError, ModelError
 from recipes_lib.modeling.families import default_lora_targets, linear_layer_names, linears_outside_layers
-from recipes_lib.modeling.loading import load_model
+from recipes_lib.modeling.loading import load_model, reset_wrong_shaped_linears
 
 logger = logging.getLogger(__name__)
 
@@ -388,6 +388,7 @@ def load_trained_model(output_dir: str | Path, device: str | torch.device | None
             f"loaded here ({error}). Make that model available, or use the merged model in "
             f"{output_dir / MERGED_SUBDIR} (saved with --merge_adapter)."
         ) from None
+    reset_wrong_shaped_linears(base)  # transformers 5.6 keeps such a head under a quantization config
     if quantization is not None:
         base = prepare_4bit_model(base)
     elif device is not None:

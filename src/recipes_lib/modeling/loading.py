@@ -6,6 +6,8 @@ import logging
 import os
 from pathlib import Path
 
+import torch
+from torch import nn
 from transformers import AutoConfig, AutoModelForSequenceClassification, AutoTokenizer
 
 from recipes_lib.config.arguments import ModelArguments
@@ -184,7 +186,11 @@ def load_model(model_args: ModelArguments, model_config, **from_pretrained_kwarg
         )
     except OSError as error:
         raise _not_found(model_args, error) from None
-    mismatched = sorted(key for key, *_ in loading.get("mismatched_keys") or ())
+    loading["mismatched_keys"] = [
+        *(loading.get("mismatched_keys") or ()),
+        *reset_wrong_shaped_linears(model),
+    ]
+    mismatched = sorted(key for key, *_ in loading["mismatched_keys"])
     if mismatched:
         logger.warning(
             "The checkpoint's %s have another shape than this task needs (%s); they start from fresh "
@@ -196,6 +202,31 @@ def load_model(model_args: ModelArguments, model_config, **from_pretrained_kwarg
         )
     model.newly_initialized_modules = _modules_of(model, [*loading["missing_keys"], *mismatched])
     return model
+
+
+def reset_wrong_shaped_linears(model) -> list[tuple[str, tuple, tuple]]:
+    """Full-precision linears holding a checkpoint tensor of another shape than the layer declares,
+    initialised afresh; (weight name, checkpoint shape, layer shape) for each.
+
+    transformers before 5.2x skips `ignore_mismatched_sizes` when a quantization config loads the
+    model (tested on 5.6): a 2-class checkpoint's head stays 2 x hidden under a 1-output regression
+    head, and the loss fails on the shapes. Quantized linears (bitsandbytes' subclasses) store packed
+    weights of other shapes by design and are left alone.
+    """
+    reset = []
+    for name, module in model.named_modules():
+        expected = (module.out_features, module.in_features) if type(module) is nn.Linear else None
+        if expected is None or tuple(module.weight.shape) == expected:
+            continue
+        found = tuple(module.weight.shape)
+        factory = {"device": module.weight.device, "dtype": module.weight.dtype}
+        # As the families initialise a new head: normal(0, initializer_range), zero bias.
+        std = getattr(model.config, "initializer_range", 0.02)
+        module.weight = nn.Parameter(torch.randn(expected, **factory) * std)
+        if module.bias is not None:
+            module.bias = nn.Parameter(torch.zeros(expected[0], **factory))
+        reset.append((f"{name}.weight", found, expected))
+    return reset
 
 
 def _modules_of(model, parameter_names) -> tuple[str, ...]:
