@@ -43,14 +43,21 @@ class CatalogueEntry:
 # --- each family's shared values, then its sizes ------------------------------------------------------
 
 
-def _bert(vocab: int, hidden: int, layers: int, heads: int, ffn: int) -> dict[str, Any]:
+def _sizes(vocab: int, hidden: int, layers: int, heads: int, ffn: int) -> dict[str, int]:
+    """The five sizes every entry gives, under their config.json names."""
     return dict(
-        model_type="bert",
         vocab_size=vocab,
         hidden_size=hidden,
         num_hidden_layers=layers,
         num_attention_heads=heads,
         intermediate_size=ffn,
+    )
+
+
+def _bert(vocab: int, hidden: int, layers: int, heads: int, ffn: int) -> dict[str, Any]:
+    return dict(
+        model_type="bert",
+        **_sizes(vocab, hidden, layers, heads, ffn),
         max_position_embeddings=512,
         type_vocab_size=2,
     )
@@ -60,11 +67,7 @@ def _roberta(model_type: str, vocab: int, hidden: int, layers: int, heads: int, 
     # RoBERTa numbers positions from padding_idx + 1 = 2: 514 positions hold 512 tokens; no token types.
     return dict(
         model_type=model_type,
-        vocab_size=vocab,
-        hidden_size=hidden,
-        num_hidden_layers=layers,
-        num_attention_heads=heads,
-        intermediate_size=ffn,
+        **_sizes(vocab, hidden, layers, heads, ffn),
         max_position_embeddings=514,
         type_vocab_size=1,
         pad_token_id=1,
@@ -79,11 +82,7 @@ def _deberta_v3(vocab: int, hidden: int, layers: int, heads: int, ffn: int, **ex
     # positions in the input and no token types.
     return dict(
         model_type="deberta-v2",
-        vocab_size=vocab,
-        hidden_size=hidden,
-        num_hidden_layers=layers,
-        num_attention_heads=heads,
-        intermediate_size=ffn,
+        **_sizes(vocab, hidden, layers, heads, ffn),
         max_position_embeddings=512,
         type_vocab_size=0,
         relative_attention=True,
@@ -105,11 +104,7 @@ def _modernbert(hidden: int, layers: int, heads: int, ffn: int) -> dict[str, Any
     # Global attention in every third layer, a 128-token sliding window in the others.
     return dict(
         model_type="modernbert",
-        vocab_size=50368,
-        hidden_size=hidden,
-        num_hidden_layers=layers,
-        num_attention_heads=heads,
-        intermediate_size=ffn,
+        **_sizes(50368, hidden, layers, heads, ffn),
         max_position_embeddings=8192,
         global_attn_every_n_layers=3,
         local_attention=128,
@@ -167,11 +162,7 @@ def _mpnet(hidden: int, layers: int, heads: int, ffn: int) -> dict[str, Any]:
     # RoBERTa's vocabulary ids and position offset; relative position buckets in every layer.
     return dict(
         model_type="mpnet",
-        vocab_size=30527,
-        hidden_size=hidden,
-        num_hidden_layers=layers,
-        num_attention_heads=heads,
-        intermediate_size=ffn,
+        **_sizes(30527, hidden, layers, heads, ffn),
         max_position_embeddings=514,
         relative_attention_num_buckets=32,
         layer_norm_eps=1e-5,
