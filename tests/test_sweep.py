@@ -24,9 +24,10 @@ from types import SimpleNamespace
 import pytest
 import yaml
 
-from recipes_lib.cli import sweep_study
 from recipes_lib.cli.main import main as cli_main
-from recipes_lib.cli.sweep import (
+from recipes_lib.errors import ConfigError
+from recipes_lib.sweep import runner, study
+from recipes_lib.sweep.config import (
     SweepConfig,
     format_lr,
     load_sweep_file,
@@ -36,15 +37,15 @@ from recipes_lib.cli.sweep import (
     wandb_sweep_config,
     write_wandb_sweeps,
 )
-from recipes_lib.cli.sweep_report import (
+from recipes_lib.sweep.report import (
     CHART_FILE,
     RESULTS_JSON,
     compare_pair,
     detectable_difference,
     format_report,
 )
-from recipes_lib.cli.sweep_study import COMPLETE, FAILED, Outcome, failure_reason, recipe_exit_code, run_sweep
-from recipes_lib.errors import ConfigError
+from recipes_lib.sweep.runner import run_sweep
+from recipes_lib.sweep.trials import COMPLETE, FAILED, Outcome, failure_reason, recipe_exit_code
 from recipes_lib.tracking import names
 from tests.helpers.repo import ACCELERATE_CONFIGS, RECIPES_DIR, REPO_ROOT
 from tests.helpers.wandb_runs import isolated_wandb_env, offline_runs, read_run
@@ -456,7 +457,7 @@ def test_interrupted_then_resumed_runs_only_what_was_left_and_reports_as_if_neve
 def leave_running(config: SweepConfig) -> None:
     """Put the database where kill -9 during a trial leaves it: the interrupted trial RUNNING, its status
     "running" (what it was while its process ran)."""
-    with sqlite3.connect(Path(config.output_dir) / sweep_study.STUDY_FILE) as connection:
+    with sqlite3.connect(Path(config.output_dir) / study.STUDY_FILE) as connection:
         (trial_id,) = connection.execute(
             "SELECT trial_id FROM trial_user_attributes WHERE key = 'status' AND value_json = '\"interrupted\"'"
         ).fetchone()
@@ -502,7 +503,7 @@ def test_a_trial_left_running_by_a_killed_sweep_is_rerun_and_its_processes_stopp
 def test_one_sweep_at_a_time_per_output_dir_and_a_changed_grid_needs_another(tmp_path):
     config = make_config(tmp_path)
     with (
-        sweep_study.sweep_lock(Path(config.output_dir)),
+        runner.sweep_lock(Path(config.output_dir)),
         pytest.raises(ConfigError, match="Another sweep is running"),
     ):
         run_sweep(config, launch=StandIn(), preflight=no_budget, draw=False)
@@ -653,7 +654,7 @@ def test_every_trial_is_a_wandb_run_in_the_sweeps_group_with_recipe_rate_seed_an
 
 def test_the_dashboards_sweep_section_shows_what_the_sweeps_runs_logged(real_sweep, wandb_root):
     pytest.importorskip("wandb_workspaces")
-    from recipes_lib.cli.dashboard import SECTION_SWEEP, build_view, view_spec
+    from recipes_lib.tracking.dashboard import SECTION_SWEEP, build_view, view_spec
 
     spec = view_spec(build_view("bert-recipes", "an-entity", real_sweep.config.group))
     (section,) = [s for s in spec["section"]["panelBankConfig"]["sections"] if s["name"] == SECTION_SWEEP]
