@@ -317,9 +317,8 @@ def connect(built: str):
 
 def _existing_view(api, view) -> tuple[str, str] | None:
     """(internal name, id) of the project's saved view with this view's name: saving updates it."""
-    from wandb_workspaces._graphql import (
-        execute_graphql,
-    )  # the optional 'dashboard' extra, as workspaces_library
+    # Imported here: wandb-workspaces is optional (the 'dashboard' extra), as in workspaces_library.
+    from wandb_workspaces._graphql import execute_graphql
 
     query = """
         query ProjectViews($entityName: String, $name: String, $viewType: String = "project-view") {
