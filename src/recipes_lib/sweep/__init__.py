@@ -2,7 +2,7 @@
 
     config.py          the sweep file (and flags): checked, and each trial's command
     preflight.py       before any trial: the recipes' arguments and memory, checked in a child process
-                       (check_recipes.py, which imports torch so that the sweep's process never does)
+                       (check_recipes.py: parsing reads the device, which must not happen in the sweep)
     trials.py          one trial: its `accelerate launch`, its outcome
     study.py           the Optuna study in OUTPUT_DIR/sweep.db: samplers, heartbeat, what the trials recorded
     runner.py          the sweep: the plan, the search then the seeds, resuming, the report

@@ -3,7 +3,7 @@
     python -m recipes_lib.sweep.check_recipes < request.json > answer.json
 
 `recipes-lib sweep` runs this in a process of its own (preflight.run_preflight), so the sweep's own
-process never imports torch or touches a GPU: parsing the arguments reads the device (on a GPU that
+process never touches a GPU: parsing the arguments reads the device (on a GPU that
 initialises CUDA), and nothing of it may outlive the check. The request:
 
     {"recipes": {"lora": [ARGUMENTS...]}, "memory_budget_gib": 8.0 or null,

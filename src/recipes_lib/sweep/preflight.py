@@ -3,7 +3,7 @@ arguments, the memory budget, the processes and sharding of the accelerate confi
 check_recipes.py in a process of its own, and the answers read back.
 
 The check parses the recipes' arguments, which reads the device (on a GPU that initialises CUDA), and
-runs the planner: in a child process, so that the sweep's own process never imports torch and nothing
+runs the planner: in a child process, so that the sweep's own process never touches a GPU and nothing
 of the check outlives it.
 """
 

@@ -10,7 +10,7 @@ interrupted at once and queued again here (prepare_retries), both with Optuna's 
 rerun from the start (its directory is replaced: --overwrite_output_dir true). Finished trials,
 complete or failed, are not rerun (`retry_failed` reruns the failed ones).
 
-The sweep's own process never imports torch: the arguments and the planner are checked in a child
+The sweep's own process never touches a GPU: the arguments and the planner are checked in a child
 process (preflight.py), and each trial is its own `accelerate launch` (trials.py).
 """
 
