@@ -143,8 +143,9 @@ def pending(trials: list, run: Run, name: str, param: str, values: list | None, 
 
 
 def prepare_retries(study, run: Run, param: str) -> None:
-    """For each value whose newest trial was interrupted (or failed before this run, with retry_failed):
-    a WAITING copy with the same parameters (study.requeue), which the next trial runs."""
+    """For each value whose newest trial was interrupted by Ctrl-C or SIGTERM (or failed before this run,
+    with retry_failed): a WAITING copy with the same parameters (study.requeue), which the next trial
+    runs. A killed sweep's trials were queued again already, by the heartbeat's callback (study.py)."""
     trials = study.get_trials(deepcopy=False)
     waiting = {trial.params.get(param) for trial in trials if trial.state.name == "WAITING"}
     for value, trial in latest_by_key(trials, lambda t: t.params.get(param)).items():
