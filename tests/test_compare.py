@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from recipes_lib.cli.compare import CHART_FILE
 from recipes_lib.cli.main import main
+from recipes_lib.tools.compare import CHART_FILE
 from tests.helpers.runs import QUICK, run_args, run_in_process
 
 
@@ -59,14 +59,14 @@ def test_a_directory_without_results_is_refused(tmp_path, capsys):
 
 
 def test_the_chart_stacks_every_part_of_the_measured_breakdown():
-    import recipes_lib.cli.compare
     import recipes_lib.memory.monitor
+    import recipes_lib.tools.compare
 
-    assert recipes_lib.cli.compare.BREAKDOWN_KEYS == recipes_lib.memory.monitor.BREAKDOWN_KEYS
+    assert recipes_lib.tools.compare.BREAKDOWN_KEYS == recipes_lib.memory.monitor.BREAKDOWN_KEYS
 
 
 def test_the_chart_marks_pearson_for_regression_runs_and_exact_match_for_multi_label_ones():
-    from recipes_lib.cli.compare import _chart_metric
+    from recipes_lib.tools.compare import _chart_metric
 
     assert _chart_metric([{"problem_type": "regression"}] * 2) == ("eval_pearson", "Pearson")
     assert _chart_metric([{"problem_type": "multi_label_classification"}]) == ("eval_accuracy", "exact match")

@@ -15,7 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from recipes_lib.cli.dashboard import (
+from recipes_lib.tracking import names
+from recipes_lib.tracking.dashboard import (
     SECTION_COMPARISON,
     SECTION_CURVES,
     SECTION_MEMORY,
@@ -23,12 +24,10 @@ from recipes_lib.cli.dashboard import (
     SECTION_THROUGHPUT,
     build_report,
     build_view,
-    recipe_colours,
     report_blocks_spec,
     view_spec,
     wandb_dashboard,
 )
-from recipes_lib.tracking import names
 from recipes_lib.tracking.wandb_run import (
     COMPARE_JOB_TYPE,
     JOB_TYPE,
@@ -199,7 +198,7 @@ def test_the_view_groups_the_fine_tune_runs_of_the_group_by_recipe_one_colour_ea
     assert len(colours) == len(set(colours.values())) == len(RECIPES)
     for recipe in RECIPES:
         assert any(f"%22value%22%3A%22{recipe}%22" in key for key in colours), recipe
-    assert set(recipe_colours()) == set(RECIPES)
+    assert set(names.recipe_colours()) == set(RECIPES)
 
 
 @needs_extra
@@ -495,7 +494,7 @@ def test_compare_wandb_logs_the_table_and_chart_into_the_runs_group_as_one_compa
 
 
 def test_compare_wandb_refuses_runs_of_different_groups_without_experiment(recipe_runs, tmp_path, capsys):
-    from recipes_lib.cli.dashboard import log_comparison
+    from recipes_lib.tools.compare_wandb import log_comparison
 
     results = recipe_runs[RECIPES[0]][0]
     other = tmp_path / "other"
@@ -516,7 +515,7 @@ def test_with_a_key_and_the_network_it_saves_the_checked_view_and_prints_its_url
     import wandb_workspaces.reports.v2.interface as report_interface
     import wandb_workspaces.workspaces.interface as workspace_interface
 
-    from recipes_lib.cli import dashboard
+    from recipes_lib.tracking import dashboard
 
     class FakeApi:
         default_entity = "my-team"

@@ -204,7 +204,7 @@ WINDOWED = ("--long_text", "sliding_window", "--stride", str(STRIDE), "--text_co
 
 @pytest.mark.parametrize("pooling", ["mean", "max"])
 def test_a_windowed_run_evaluates_and_predicts_documents(tiny_bert, long_data, tmp_path, pooling):
-    from recipes_lib.cli.predict import predict
+    from recipes_lib.tools.predict import predict
 
     data = {**long_data, "test": long_data["validation"]}
     extra = (*WINDOWED, "--window_pooling", pooling, "--test_file", str(long_data["validation"]))
@@ -227,7 +227,7 @@ def test_a_windowed_run_evaluates_and_predicts_documents(tiny_bert, long_data, t
 
 @pytest.mark.parametrize("task", ["multi_label", "regression"])
 def test_windows_combine_for_multi_label_and_regression(tiny_bert, tmp_path, task):
-    from recipes_lib.cli.predict import predict
+    from recipes_lib.tools.predict import predict
 
     rows = {"train": long_rows(32, 1), "validation": long_rows(9, 2)}
     if task == "multi_label":
@@ -264,7 +264,7 @@ def test_head_tail_reads_the_end_of_each_document(tiny_bert, long_data, tmp_path
 def test_two_processes_count_each_document_once(tiny_bert, long_data, tmp_path):
     """21 documents, about 90 windows, split over two processes: the gathered windows, less accelerate's
     repeats, combine into 21 documents, scored as one process scores the saved model."""
-    from recipes_lib.cli.predict import predict
+    from recipes_lib.tools.predict import predict
 
     args = run_args(
         tiny_bert, long_data, tmp_path / "run", *WINDOWED, steps=2, eval_strategy="no", batch_size=4

@@ -75,8 +75,8 @@ def test_planner_predicts_the_measured_memory_of_each_technique_that_runs_on_cpu
 
 
 def test_qlora_on_an_8bit_base_trains_saves_reloads_and_merges(tiny_bert, learnable_data, tmp_path):
-    from recipes_lib.cli.predict import predict
     from recipes_lib.modeling.adapters import BASE_QUANTIZATION_FILE, load_trained_model
+    from recipes_lib.tools.predict import predict
 
     output_dir = tmp_path / "run"
     arguments = run_args(

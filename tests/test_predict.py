@@ -100,7 +100,7 @@ def assert_same_rows(actual: list[dict], expected: list[dict], tolerance: float 
 
 
 def _predict(run_dir, input_file, **options):
-    from recipes_lib.cli.predict import predict
+    from recipes_lib.tools.predict import predict
 
     return predict(run_dir, input_file, progress=False, **options)
 

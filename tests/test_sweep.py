@@ -9,6 +9,7 @@ kill -9 of a running sweep is the slow test at the end.
 
 from __future__ import annotations
 
+import ast
 import json
 import math
 import os
@@ -24,9 +25,10 @@ from types import SimpleNamespace
 import pytest
 import yaml
 
-from recipes_lib.cli import sweep_study
 from recipes_lib.cli.main import main as cli_main
-from recipes_lib.cli.sweep import (
+from recipes_lib.errors import ConfigError
+from recipes_lib.sweep import runner, study
+from recipes_lib.sweep.config import (
     SweepConfig,
     format_lr,
     load_sweep_file,
@@ -36,15 +38,15 @@ from recipes_lib.cli.sweep import (
     wandb_sweep_config,
     write_wandb_sweeps,
 )
-from recipes_lib.cli.sweep_report import (
+from recipes_lib.sweep.report import (
     CHART_FILE,
     RESULTS_JSON,
     compare_pair,
     detectable_difference,
     format_report,
 )
-from recipes_lib.cli.sweep_study import COMPLETE, FAILED, Outcome, failure_reason, recipe_exit_code, run_sweep
-from recipes_lib.errors import ConfigError
+from recipes_lib.sweep.runner import run_sweep
+from recipes_lib.sweep.trials import COMPLETE, FAILED, Outcome, failure_reason, recipe_exit_code
 from recipes_lib.tracking import names
 from tests.helpers.repo import ACCELERATE_CONFIGS, RECIPES_DIR, REPO_ROOT
 from tests.helpers.wandb_runs import isolated_wandb_env, offline_runs, read_run
@@ -456,7 +458,7 @@ def test_interrupted_then_resumed_runs_only_what_was_left_and_reports_as_if_neve
 def leave_running(config: SweepConfig) -> None:
     """Put the database where kill -9 during a trial leaves it: the interrupted trial RUNNING, its status
     "running" (what it was while its process ran)."""
-    with sqlite3.connect(Path(config.output_dir) / sweep_study.STUDY_FILE) as connection:
+    with sqlite3.connect(Path(config.output_dir) / study.STUDY_FILE) as connection:
         (trial_id,) = connection.execute(
             "SELECT trial_id FROM trial_user_attributes WHERE key = 'status' AND value_json = '\"interrupted\"'"
         ).fetchone()
@@ -502,7 +504,7 @@ def test_a_trial_left_running_by_a_killed_sweep_is_rerun_and_its_processes_stopp
 def test_one_sweep_at_a_time_per_output_dir_and_a_changed_grid_needs_another(tmp_path):
     config = make_config(tmp_path)
     with (
-        sweep_study.sweep_lock(Path(config.output_dir)),
+        runner.sweep_lock(Path(config.output_dir)),
         pytest.raises(ConfigError, match="Another sweep is running"),
     ):
         run_sweep(config, launch=StandIn(), preflight=no_budget, draw=False)
@@ -510,6 +512,83 @@ def test_one_sweep_at_a_time_per_output_dir_and_a_changed_grid_needs_another(tmp
     changed = make_config(tmp_path, recipes={"full_ft": {"learning_rate": [1e-5, 2e-5]}})
     with pytest.raises(ConfigError, match="was run with .* Give the changed sweep another output_dir"):
         run_sweep(changed, launch=StandIn(), preflight=no_budget, draw=False)
+
+
+# --- Optuna is an optional extra -------------------------------------------------------------------------
+
+
+def test_without_optuna_the_sweep_says_in_one_line_which_extra_to_install(tmp_path, monkeypatch, capsys):
+    path = tmp_path / "sweep.yaml"
+    path.write_text(yaml.safe_dump(config_values(tmp_path)))
+    monkeypatch.setitem(sys.modules, "optuna", None)  # `import optuna` fails as if it were not installed
+    assert cli_main(["sweep", str(path), "--dry_run"]) == 2
+    (line,) = capsys.readouterr().err.splitlines()
+    assert line.startswith("error: recipes-lib sweep runs its study with Optuna, which is not installed")
+    assert "pip install 'recipes-lib[sweep]'" in line
+    assert not (tmp_path / "sweep").exists()  # nothing started
+    # Writing W&B Sweeps files needs only the sweep file's checks.
+    assert cli_main(["sweep", str(path), "--wandb_sweep", str(tmp_path / "wandb.yaml")]) == 0
+    assert (tmp_path / "wandb-full_ft.yaml").is_file()
+
+
+# What a recipe script imports (recipes/*.py), and the command's parser.
+RECIPE_PATH_MODULES = (
+    "recipes_lib.run", "recipes_lib.training.trainer", "recipes_lib.config.parsing", "recipes_lib.config.registry",
+    "recipes_lib.data.tokenize", "recipes_lib.modeling.loading", "recipes_lib.modeling.adapters",
+    "recipes_lib.modeling.optimizers", "recipes_lib.cli.main",
+)  # fmt: skip
+
+
+def library_imports() -> dict[str, set[str]]:
+    """{module of src/recipes_lib: the modules it imports}, read from the source (imports inside
+    functions included); `from package import name` counts as importing package.name too."""
+    library = REPO_ROOT / "src"
+    imports: dict[str, set[str]] = {}
+    for path in (library / "recipes_lib").rglob("*.py"):
+        parts = path.relative_to(library).with_suffix("").parts
+        module = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+        names = imports.setdefault(module, set())
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                names.update(alias.name for alias in node.names)
+            elif isinstance(node, ast.ImportFrom) and node.module:
+                names.add(node.module)
+                names.update(f"{node.module}.{alias.name}" for alias in node.names)
+    return imports
+
+
+def test_only_the_sweep_reaches_optuna_in_the_library():
+    """Which modules of the library reach Optuna, directly or through others: the sweep's study, what
+    builds on it, and the sweep command, which imports the runner only after checking for Optuna."""
+    imports = library_imports()
+    reaches = {module for module, names in imports.items() if any(n.split(".")[0] == "optuna" for n in names)}
+    assert reaches == {"recipes_lib.sweep.study"}
+    while True:
+        more = {module for module, names in imports.items() if names & reaches} - reaches
+        if not more:
+            break
+        reaches |= more
+    assert reaches == {
+        "recipes_lib.sweep.study", "recipes_lib.sweep.report", "recipes_lib.sweep.runner",
+        "recipes_lib.cli.sweep", "recipes_lib.cli.main", "recipes_lib.cli.__main__",
+    }  # fmt: skip
+
+
+@pytest.mark.slow
+def test_the_recipes_and_the_parser_import_nothing_of_optuna():
+    """`pip install .` without the sweep extra gives working recipes: with optuna unimportable, the
+    recipe path still imports, and nothing of optuna is loaded."""
+    code = (
+        "import importlib, sys\n"
+        "sys.modules['optuna'] = None\n"
+        f"for name in {RECIPE_PATH_MODULES!r}:\n"
+        "    importlib.import_module(name)\n"
+        "loaded = sorted(m for m in sys.modules if m.split('.')[0] == 'optuna' and sys.modules[m] is not None)\n"
+        "print('optuna modules loaded:', loaded)\n"
+    )
+    completed = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert completed.returncode == 0, completed.stderr[-3000:]
+    assert "optuna modules loaded: []" in completed.stdout
 
 
 # --- compare: repeats of one setting, grouped -----------------------------------------------------------
@@ -653,7 +732,7 @@ def test_every_trial_is_a_wandb_run_in_the_sweeps_group_with_recipe_rate_seed_an
 
 def test_the_dashboards_sweep_section_shows_what_the_sweeps_runs_logged(real_sweep, wandb_root):
     pytest.importorskip("wandb_workspaces")
-    from recipes_lib.cli.dashboard import SECTION_SWEEP, build_view, view_spec
+    from recipes_lib.tracking.dashboard import SECTION_SWEEP, build_view, view_spec
 
     spec = view_spec(build_view("bert-recipes", "an-entity", real_sweep.config.group))
     (section,) = [s for s in spec["section"]["panelBankConfig"]["sections"] if s["name"] == SECTION_SWEEP]

@@ -296,7 +296,7 @@ def assert_same_predictions(actual: list[dict], expected: list[dict]) -> None:
 def test_predict_gives_the_evaluation_predictions_for_a_full_model_and_a_merged_adapter(
     task, multi_label_run, regression_run, tiny_bert, tmp_path
 ):
-    from recipes_lib.cli.predict import predict
+    from recipes_lib.tools.predict import predict
 
     output_dir, _, files = multi_label_run if task == "multi_label" else regression_run
     assert_same_predictions(
@@ -357,7 +357,7 @@ def test_the_shipped_task_data_reads_as_its_task_with_evaluation_texts_training_
 
 @pytest.mark.parametrize("recipe", ["adamw_8bit", "qlora"])
 def test_the_other_recipes_train_both_tasks_and_predict_what_they_evaluated(recipe, tiny_bert, tmp_path):
-    from recipes_lib.cli.predict import predict
+    from recipes_lib.tools.predict import predict
 
     for task, files in (
         (MULTI_LABEL, multi_label_files(tmp_path / "multi", 32, 16)),

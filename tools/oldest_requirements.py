@@ -1,4 +1,5 @@
-"""Print setup.cfg's install_requires with every lower bound pinned exactly: the oldest supported set.
+"""Print setup.cfg's install_requires and the `sweep` extra with every lower bound pinned exactly: the
+oldest supported set.
 
 `make test-oldest` installs this list into .venv-oldest and runs the default suite on it, so the
 lower bounds in setup.cfg stay ones the suite has passed on.
@@ -13,6 +14,8 @@ import re
 import sys
 from pathlib import Path
 
+# Extras pinned too: the sweep's Optuna (its study and heartbeat API changed names across 4.x).
+PINNED_EXTRAS = ("sweep",)
 # torch is left as written (`torch>=X`): the Makefile installs it first, the CPU build without a GPU, and
 # the pin for that build is the Makefile's, so pip keeps the torch it finds.
 UNPINNED = {"torch"}
@@ -37,7 +40,9 @@ def oldest(line: str) -> str:
 def main(path: str = "setup.cfg") -> None:
     config = configparser.ConfigParser()
     config.read_string(Path(path).read_text())
-    for line in config["options"]["install_requires"].splitlines():
+    requirements = [config["options"]["install_requires"]]
+    requirements += [config["options.extras_require"][extra] for extra in PINNED_EXTRAS]
+    for line in "\n".join(requirements).splitlines():
         line = line.split("#", 1)[0].strip()  # configparser drops comment-only lines, not trailing ones
         if line:
             print(oldest(line))

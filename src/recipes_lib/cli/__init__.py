@@ -1,1 +1,2 @@
-"""The `recipes-lib` command: tools that work on finished runs (compare, show, predict, dashboard) and the planner."""
+"""The `recipes-lib` command: parses the command line and hands each command to its module (tools/,
+sweep/, tracking/dashboard.py); nothing else lives here."""

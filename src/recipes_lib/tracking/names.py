@@ -1,4 +1,4 @@
-"""The names a run logs to W&B, defined once: tracking.py logs with them, cli/dashboard.py shows them.
+"""The names a run logs to W&B, defined once: tracking.py logs with them, dashboard.py shows them.
 
 Three kinds of name, from three sources:
 
@@ -10,7 +10,7 @@ Three kinds of name, from three sources:
   `memory/*` under the names below.
 - Pictures logged once at the end of a run (tracking.py): W&B tables and charts.
 
-The dashboard (cli/dashboard.py) builds every panel and column from these names and nothing else;
+The dashboard (tracking/dashboard.py) builds every panel and column from these names and nothing else;
 tests/test_dashboard.py checks each one against what real offline runs of every recipe logged, so a
 renamed metric fails a test instead of leaving an empty panel.
 """
@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from recipes_lib.config.registry import RECIPES
 from recipes_lib.config.tasks import TASK_METRICS
 
 # --- runs ------------------------------------------------------------------------------------------
@@ -168,7 +169,7 @@ LOGGED_WHEN = {
 # --- recipes-lib sweep ------------------------------------------------------------------------------
 
 # A sweep's trial adds these to its W&B config (tracking/wandb_run.py reads them from the environment
-# variable SWEEP_CONFIG_VARIABLE, which cli/sweep_study.py sets): the sweep, the trial's phase
+# variable SWEEP_CONFIG_VARIABLE, which sweep/trials.py sets): the sweep, the trial's phase
 # ("search" or "seeds") and, in the seeds phase, the setting the search chose ("lora lr=0.001"), so a
 # panel can group the runs of each recipe's chosen setting. The config also has learning_rate and seed.
 SWEEP_CONFIG_VARIABLE = "RECIPES_WANDB_CONFIG"
@@ -187,3 +188,15 @@ COMPARISON_CHART = "comparison/chart"
 def breakdown_column(part: str) -> str:
     """The results table's column for one part of the memory breakdown: "weights_gib"."""
     return f"{part}_gib"
+
+
+# --- what a comparison shows ----------------------------------------------------------------------------
+
+# Okabe-Ito (colour-blind safe), one per recipe in the order of recipes/: the W&B view's groups and the
+# sweep's chart colour each recipe alike.
+RECIPE_COLOURS = ("#0072B2", "#E69F00", "#009E73", "#CC79A7", "#D55E00", "#56B4E9", "#F0E442", "#000000")
+
+
+def recipe_colours() -> dict[str, str]:
+    """{recipe: colour}, one per recipe script of recipes/ (a script's name is its SPEC's name)."""
+    return {name: RECIPE_COLOURS[i % len(RECIPE_COLOURS)] for i, name in enumerate(RECIPES)}

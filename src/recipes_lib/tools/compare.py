@@ -5,7 +5,7 @@ parameters, optimizer state, speed, accuracy), then draws one chart: a stacked b
 weights / gradients / optimizer state / activations / other, with the run's accuracy marked, so
 the memory-for-accuracy trade-off reads at a glance. `--markdown` prints the table as Markdown
 (for a README or a W&B report). `--wandb` also logs the table and the chart into the runs' W&B
-group as one comparison run (dashboard.log_comparison). Runs that repeat one setting (every option
+group as one comparison run (compare_wandb.py). Runs that repeat one setting (every option
 equal but the seed and where the run wrote: `setting_key`) are also shown grouped, one row per
 setting with the mean ± std of its runs, as `recipes-lib sweep` leaves them.
 """
@@ -155,6 +155,7 @@ def _run_label(run: dict[str, Any], runs: list[dict[str, Any]]) -> str:
 def write_chart(runs: list[dict[str, Any]], path: str | os.PathLike) -> Path:
     """Top: one stacked bar per run (where the training memory went). Below it, in the same
     column: the run's accuracy. Reading down a column gives the trade-off."""
+    # matplotlib is imported only when a chart is drawn (a heavy import).
     import matplotlib
 
     matplotlib.use("Agg")  # files only: no display needed (servers, CI)

@@ -19,22 +19,24 @@ import csv
 import dataclasses
 import json
 import logging
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
 from datasets import DatasetDict
+from transformers import AutoConfig, AutoTokenizer
 
 from recipes_lib.config.arguments import DataArguments
 from recipes_lib.config.precision import autocast_for
 from recipes_lib.config.tasks import DEFAULT_THRESHOLD, MULTI_LABEL, SINGLE_LABEL
-from recipes_lib.data.files import DELIMITED, QUOTING_CHOICES, has_rows, read_local_files
+from recipes_lib.data.files import DELIMITED, QUOTING_CHOICES, has_rows, read_local_files, write_jsonl
 from recipes_lib.data.labels import LabelMapping
 from recipes_lib.data.loading import ClassificationData
 from recipes_lib.data.long_text import DOCUMENT_COLUMN
 from recipes_lib.data.tokenize import padding_collator, tokenize
-from recipes_lib.errors import ConfigError, DataError, ModelError
+from recipes_lib.errors import ConfigError, DataError, ModelError, RecipeError
 from recipes_lib.evaluation.inference import batch_logits
 from recipes_lib.evaluation.predictions import (
     THRESHOLDS_FILE,
@@ -248,8 +250,6 @@ def predict(
     progress: bool = True,
 ) -> list[dict[str, Any]]:
     """One row per input row, in input order, in the format of evaluation/predictions.py (by the run's kind of task)."""
-    from transformers import AutoConfig, AutoTokenizer
-
     if batch_size <= 0:
         raise ConfigError(
             f"--batch_size is {batch_size}; it must be a positive integer (32 is a good start)."
@@ -333,3 +333,31 @@ def run_decision_threshold(run: TrainedRun) -> float | None:
             "The positive class is predicted at probability %.2f or above (the run's threshold).", threshold
         )
     return threshold
+
+
+def write_predictions(
+    run_dir: str, input_file: str, output: str | None = None, batch_size: int = DEFAULT_BATCH_SIZE,
+    csv_quoting: str = "auto",
+) -> int:  # fmt: skip
+    """`recipes-lib predict`: the rows as JSON Lines, to `output` or standard output; returns the exit code."""
+    # Progress and notes on stderr: stdout carries only the predictions.
+    logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)
+    path = Path(output) if output else None
+    if path is not None and not path.parent.is_dir():
+        print(
+            f"error: the directory of --output '{path}' does not exist. Create it, or write elsewhere.",
+            file=sys.stderr,
+        )
+        return 2
+    try:
+        rows = predict(run_dir, input_file, batch_size=batch_size, csv_quoting=csv_quoting)
+    except RecipeError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return error.exit_code
+    if path is None:
+        for row in rows:
+            print(json.dumps(row, ensure_ascii=False))
+    else:
+        write_jsonl(path, rows)
+        print(f"Wrote {len(rows)} predictions to {path}", file=sys.stderr)
+    return 0

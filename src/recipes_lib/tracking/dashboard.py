@@ -1,4 +1,5 @@
-"""The recipe comparison in W&B: `recipes-lib wandb-dashboard` and `recipes-lib compare RUN... --wandb`.
+"""The recipe comparison as a saved W&B view: `recipes-lib wandb-dashboard` (the runs' side is wandb_run.py;
+`recipes-lib compare RUN... --wandb`, which logs the compare table into the group, is tools/compare.py).
 
 `recipes-lib wandb-dashboard --project P [--entity E] [--group G] [--report]` saves a W&B workspace
 view (a saved view of the project's workspace) built with W&B's own wandb-workspaces library, the
@@ -34,23 +35,19 @@ from __future__ import annotations
 import json
 import logging
 import sys
-from collections.abc import Mapping
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from recipes_lib.config.registry import RECIPES
+import requests
+import wandb
+
 from recipes_lib.tracking import names
 from recipes_lib.tracking.auth import has_credentials
-from recipes_lib.tracking.names import COMPARE_JOB_TYPE, JOB_TYPE
-
-# compare.py and tracking/wandb_run.py are imported where a comparison run is logged: building and saving a
-# view needs neither the results reader nor the Trainer (whose import pulls in peft and bitsandbytes).
+from recipes_lib.tracking.names import COMPARE_JOB_TYPE, JOB_TYPE, recipe_colours
 
 EXTRA = "dashboard"
 INSTALL_HINT = "pip install -e '.[dashboard]' (or: pip install wandb-workspaces)"
-# Okabe-Ito (colour-blind safe), one per recipe in the order of recipes/, as compare.py's chart uses.
-RECIPE_COLOURS = ("#0072B2", "#E69F00", "#009E73", "#CC79A7", "#D55E00", "#56B4E9", "#F0E442", "#000000")
 # How long saving may wait for the W&B server to answer at all before saying it cannot be reached.
 REACH_TIMEOUT_S = 10
 
@@ -68,7 +65,8 @@ class DashboardError(Exception):
 
 
 def workspaces_library():
-    """(wandb_workspaces.workspaces, wandb_workspaces.reports.v2), or a DashboardError naming the extra."""
+    """(wandb_workspaces.workspaces, wandb_workspaces.reports.v2), or a DashboardError naming the extra.
+    Imported here: wandb-workspaces is optional (the 'dashboard' extra)."""
     try:
         import wandb_workspaces.reports.v2 as wr
         import wandb_workspaces.workspaces as ws
@@ -82,11 +80,6 @@ def workspaces_library():
 
 def view_name(group: str | None) -> str:
     return f"Recipe comparison: {group}" if group else "Recipe comparison: every group"
-
-
-def recipe_colours() -> dict[str, str]:
-    """{recipe: colour}, one per recipe script of recipes/ (a script's name is its SPEC's name)."""
-    return {name: RECIPE_COLOURS[i % len(RECIPE_COLOURS)] for i, name in enumerate(RECIPES)}
 
 
 # --- panels -----------------------------------------------------------------------------------------
@@ -298,8 +291,6 @@ def _first_line(error: BaseException) -> str:
 
 def connect(built: str):
     """wandb.Api() once saving can work; else a DashboardError saying, in one line, what it needs."""
-    import wandb
-
     settings = wandb.setup().settings  # environment and settings files, as wandb.init reads them
     if not has_credentials(settings):
         raise DashboardError(
@@ -311,8 +302,6 @@ def connect(built: str):
             f"{built}, but W&B is in {settings.mode} mode (WANDB_MODE or `wandb {settings.mode}`): "
             "unset WANDB_MODE or run `wandb online` to save it."
         )
-    import requests
-
     try:
         requests.head(settings.base_url, timeout=REACH_TIMEOUT_S)
     except requests.RequestException as error:
@@ -328,6 +317,7 @@ def connect(built: str):
 
 def _existing_view(api, view) -> tuple[str, str] | None:
     """(internal name, id) of the project's saved view with this view's name: saving updates it."""
+    # Imported here: wandb-workspaces is optional (the 'dashboard' extra), as in workspaces_library.
     from wandb_workspaces._graphql import execute_graphql
 
     query = """
@@ -403,69 +393,4 @@ def _wandb_dashboard(project, entity, group, report, spec_file, sweep_metric=nam
             print(f"saved W&B report: {shared.url}")
     except Exception as error:  # the server said no (permissions, no such project): one line
         raise DashboardError(f"{built}, but W&B did not save it: {_first_line(error)}") from error
-    return 0
-
-
-# --- recipes-lib compare --wandb ----------------------------------------------------------------------
-
-
-def _one(values: set[str], what: str, flag: str) -> str:
-    if len(values) != 1:
-        raise DashboardError(
-            f"the runs are in different W&B {what}s ({', '.join(sorted(values))}): pass {flag} to choose "
-            "where the comparison run goes."
-        )
-    return next(iter(values))
-
-
-def log_comparison(
-    run_dirs: list[str],
-    chart: str | None = None,
-    draw: bool = True,
-    project: str | None = None,
-    group: str | None = None,
-) -> int:
-    """Log the compare table (and the chart compare drew) into the runs' group as one W&B run."""
-    from recipes_lib.cli.compare import CompareError, default_chart_path, load_runs
-    from recipes_lib.tracking.wandb_run import (
-        RunIdentity,
-        experiment_of,
-        offline_note,
-        project_of,
-        results_table,
-        start_run,
-    )
-
-    try:
-        runs = load_runs(run_dirs)
-        configs: list[Mapping[str, Any]] = [run.get("config") or {} for run in runs]
-        project = project or _one({project_of(config) for config in configs}, "project", "--wandb_project")
-        group = group or _one({experiment_of(config) for config in configs}, "group", "--experiment")
-    except (CompareError, DashboardError) as error:
-        print(f"error: {error}", file=sys.stderr)
-        return 2
-    recipes = [str(run.get(names.RECIPE, "?")) for run in runs]
-    identity = RunIdentity(
-        project=project,
-        group=group,
-        name=f"compare {' vs '.join(recipes)}",
-        tags=tuple(dict.fromkeys(["compare", *recipes])),
-        job_type=COMPARE_JOB_TYPE,
-    )
-    config = {"runs": [str(Path(run_dir).resolve()) for run_dir in run_dirs], "recipes": recipes}
-    run, fallback_reason = start_run(identity, config)
-    if run is None:
-        print("W&B is disabled (WANDB_MODE=disabled): no comparison run was logged.")
-        return 0
-    import wandb
-
-    logged: dict[str, Any] = {names.COMPARISON_TABLE: results_table(runs)}
-    chart_path = Path(chart) if chart else default_chart_path(run_dirs)
-    if draw and chart_path.is_file():
-        logged[names.COMPARISON_CHART] = wandb.Image(str(chart_path), caption="recipes-lib compare")
-    run.log(logged)
-    note = offline_note(run, fallback_reason, identity.name)
-    url = None if run.offline else run.url
-    run.finish()
-    print(f"W&B: {note}" if note else f"W&B: comparison run '{identity.name}' in group '{group}': {url}")
     return 0

@@ -1,9 +1,9 @@
 """The sweep's check before any trial: each recipe's arguments parsed, its peak memory predicted.
 
-    python -m recipes_lib.cli.sweep_preflight < request.json > answer.json
+    python -m recipes_lib.sweep.check_recipes < request.json > answer.json
 
-`recipes-lib sweep` runs this in a process of its own (sweep_study.run_preflight), so the sweep's own
-process never imports torch or touches a GPU: parsing the arguments reads the device (on a GPU that
+`recipes-lib sweep` runs this in a process of its own (preflight.run_preflight), so the sweep's own
+process never touches a GPU: parsing the arguments reads the device (on a GPU that
 initialises CUDA), and nothing of it may outlive the check. The request:
 
     {"recipes": {"lora": [ARGUMENTS...]}, "memory_budget_gib": 8.0 or null,
@@ -25,6 +25,8 @@ import warnings
 from dataclasses import replace
 from typing import Any
 
+import torch
+
 from recipes_lib.config.parsing import parse_arguments
 from recipes_lib.config.registry import recipe as recipe_spec
 from recipes_lib.errors import RecipeError
@@ -43,8 +45,6 @@ def device_budget(device) -> tuple[float | None, str | None]:
     """(GiB, where it comes from) of the training device: the GPU's memory; None on a CPU."""
     if device.type != "cuda":
         return None, None
-    import torch
-
     properties = torch.cuda.get_device_properties(device)
     return properties.total_memory / GIB, f"the memory of {properties.name}"
 

@@ -23,7 +23,21 @@ from itertools import combinations
 from pathlib import Path
 from typing import Any
 
-from recipes_lib.cli.sweep import SweepConfig, format_lr
+from scipy import optimize, stats
+
+from recipes_lib.sweep.config import SweepConfig, format_lr
+from recipes_lib.sweep.study import (
+    choose_learning_rate,
+    reason_of,
+    search_results,
+    search_study_name,
+    seeds_results,
+    seeds_study_name,
+    status_of,
+    study_trials,
+    sweep_trials,
+)
+from recipes_lib.tracking.names import recipe_colours
 from recipes_lib.units import GIB, MIB, format_table
 
 RESULTS_JSON = "sweep_results.json"
@@ -36,25 +50,6 @@ TEST_NAME = "Welch's t-test (scipy.stats.ttest_ind, equal_var=False), two-sided"
 # --- from the study to per-recipe figures --------------------------------------------------------------
 
 
-def search_results(trials: list) -> list:
-    """The latest trial of each learning rate of a search study (a rerun replaces an interrupted one)."""
-    latest: dict = {}
-    for trial in trials:
-        if "learning_rate" in trial.params and trial.state.name != "WAITING":  # WAITING: a retry not yet run
-            latest[trial.params["learning_rate"]] = trial
-    return [latest[lr] for lr in sorted(latest)]
-
-
-def choose_learning_rate(trials: list, direction: str) -> float | None:
-    """The learning rate of the best complete trial (ties: the lowest rate); None without one."""
-    complete = [trial for trial in trials if trial.state.name == "COMPLETE" and trial.value is not None]
-    if not complete:
-        return None
-    sign = 1 if direction == "maximize" else -1
-    best = max(complete, key=lambda trial: (sign * trial.value, -trial.params["learning_rate"]))
-    return best.params["learning_rate"]
-
-
 def trial_record(trial, config: SweepConfig) -> dict[str, Any]:
     """One trial as the report and sweep_results.json show it."""
     attrs, results = trial.user_attrs, trial.user_attrs.get("results") or {}
@@ -64,8 +59,8 @@ def trial_record(trial, config: SweepConfig) -> dict[str, Any]:
         "phase": attrs.get("phase"),
         "learning_rate": attrs.get("learning_rate"),
         "seed": attrs.get("seed"),
-        "status": attrs.get("status"),
-        "reason": attrs.get("reason") or None,
+        "status": status_of(trial),
+        "reason": reason_of(trial),
         "validation": results.get(config.metric),
         "test": results.get(config.test_metric),
         "peak_memory_gib": results.get("peak_memory_gib"),
@@ -95,9 +90,7 @@ def _mean(records: list[dict[str, Any]], key: str) -> float | None:
 
 def recipe_summary(config: SweepConfig, recipe: str, storage, preflight: dict[str, Any]) -> dict[str, Any]:
     """A recipe's search, chosen learning rate, seeds and their spread, memory and time per epoch."""
-    from recipes_lib.cli.sweep_study import seeds_study_name, study_trials
-
-    search = search_results(study_trials(storage, f"{recipe}:search"))
+    search = search_results(study_trials(storage, search_study_name(recipe)))
     summary: dict[str, Any] = {
         "recipe": recipe,
         "search": [trial_record(trial, config) for trial in search],
@@ -112,7 +105,7 @@ def recipe_summary(config: SweepConfig, recipe: str, storage, preflight: dict[st
         return summary
     seeds_trials = {
         t.params.get("seed"): t
-        for t in search_results_by_seed(study_trials(storage, seeds_study_name(recipe, chosen)))
+        for t in seeds_results(study_trials(storage, seeds_study_name(recipe, chosen)))
     }
     search_trial = next(trial for trial in search if trial.params["learning_rate"] == chosen)
     if config.search_seed in config.seeds:
@@ -136,15 +129,6 @@ def recipe_summary(config: SweepConfig, recipe: str, storage, preflight: dict[st
     return summary
 
 
-def search_results_by_seed(trials: list) -> list:
-    """The latest trial of each seed of a seeds study."""
-    latest: dict = {}
-    for trial in trials:
-        if "seed" in trial.params and trial.state.name != "WAITING":
-            latest[trial.params["seed"]] = trial
-    return list(latest.values())
-
-
 # --- the test of each pair -------------------------------------------------------------------------------
 
 
@@ -153,8 +137,6 @@ def detectable_difference(n_a: int, n_b: int, alpha: float = ALPHA, power: float
     probability `power` for n_a and n_b seeds (noncentral t, pooled degrees of freedom)."""
     if n_a < 2 or n_b < 2:
         return None
-    from scipy import optimize, stats
-
     df = n_a + n_b - 2
     critical = stats.t.ppf(1 - alpha / 2, df)
     scale = math.sqrt(1 / (1 / n_a + 1 / n_b))
@@ -192,8 +174,6 @@ def compare_pair(a: dict[str, Any], b: dict[str, Any], split: str, metric: str) 
             "p_value": None,
             "verdict": f"not tested: every seed gives {same} (no seed-to-seed noise to test against)",
         }
-    from scipy import stats
-
     result = stats.ttest_ind(values_a, values_b, equal_var=False)
     p_value = float(result.pvalue)
     pooled = math.sqrt((statistics.variance(values_a) + statistics.variance(values_b)) / 2)
@@ -225,8 +205,6 @@ def power_note(recipes: list[dict[str, Any]], split: str) -> str:
 
 def summarize(config: SweepConfig, storage, preflight: dict[str, dict[str, Any]]) -> dict[str, Any]:
     """Everything the report shows, as sweep_results.json holds it."""
-    from recipes_lib.cli.sweep_study import sweep_trials
-
     recipes = [recipe_summary(config, r.name, storage, preflight.get(r.name, {})) for r in config.recipes]
     chosen = [recipe for recipe in recipes if recipe.get("validation")]
     with_test = chosen and all(
@@ -362,12 +340,11 @@ def write_json(summary: dict[str, Any], output_dir: str | Path) -> Path:
 def write_chart(summary: dict[str, Any], output_dir: str | Path) -> Path:
     """Three panels: the metric against the learning rate (search), mean ± std per recipe at its chosen
     rate with every seed, and peak memory against the final metric."""
+    # matplotlib is imported only when a chart is drawn (a heavy import); Agg: no display needed.
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-
-    from recipes_lib.cli.dashboard import recipe_colours
 
     colours = recipe_colours()
     figure, (search, seeds, memory) = plt.subplots(1, 3, figsize=(15, 4.6), layout="constrained")
@@ -439,6 +416,8 @@ def _draw_seeds(axis, recipes, summary, colours) -> None:
 
 
 def _draw_memory(axis, recipes, summary, colours) -> None:
+    from matplotlib.ticker import MaxNLocator  # only when a chart is drawn, as in write_chart
+
     split = summary["final_split"]
     for recipe in recipes:
         figures = recipe.get(split)
@@ -461,17 +440,11 @@ def _draw_memory(axis, recipes, summary, colours) -> None:
             fontsize=8,
         )
     axis.ticklabel_format(axis="x", useOffset=False)
-    axis.xaxis.set_major_locator(matplotlib_ticker().MaxNLocator(5))
+    axis.xaxis.set_major_locator(MaxNLocator(5))
     axis.set_xlabel("peak memory, GiB (mean over the seeds)")
     axis.set_ylabel(f"{split} {summary['metric'].removeprefix('eval_')}")
     axis.set_title("Memory against the metric", fontsize=10)
     axis.grid(alpha=0.3)
-
-
-def matplotlib_ticker():
-    import matplotlib.ticker
-
-    return matplotlib.ticker
 
 
 def report(

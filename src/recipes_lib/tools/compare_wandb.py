@@ -1,0 +1,75 @@
+"""`recipes-lib compare RUN... --wandb`: the compare table (and the chart compare drew) logged into the
+runs' W&B group as one run of job type "compare", beside the runs it compares; the W&B view of
+tracking/dashboard.py shows it. Offline without an API key, as the recipes' own runs (docs/wandb.md).
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import wandb
+
+from recipes_lib.tools.compare import CompareError, default_chart_path, load_runs
+from recipes_lib.tracking import names
+from recipes_lib.tracking.names import COMPARE_JOB_TYPE
+from recipes_lib.tracking.wandb_run import (
+    RunIdentity,
+    experiment_of,
+    offline_note,
+    project_of,
+    results_table,
+    start_run,
+)
+
+
+def _one(values: set[str], what: str, flag: str) -> str:
+    if len(values) != 1:
+        raise CompareError(
+            f"the runs are in different W&B {what}s ({', '.join(sorted(values))}): pass {flag} to choose "
+            "where the comparison run goes."
+        )
+    return next(iter(values))
+
+
+def log_comparison(
+    run_dirs: list[str],
+    chart: str | None = None,
+    draw: bool = True,
+    project: str | None = None,
+    group: str | None = None,
+) -> int:
+    """Log the compare table (and the chart compare drew) into the runs' group as one W&B run."""
+    try:
+        runs = load_runs(run_dirs)
+        configs: list[Mapping[str, Any]] = [run.get("config") or {} for run in runs]
+        project = project or _one({project_of(config) for config in configs}, "project", "--wandb_project")
+        group = group or _one({experiment_of(config) for config in configs}, "group", "--experiment")
+    except CompareError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    recipes = [str(run.get(names.RECIPE, "?")) for run in runs]
+    identity = RunIdentity(
+        project=project,
+        group=group,
+        name=f"compare {' vs '.join(recipes)}",
+        tags=tuple(dict.fromkeys(["compare", *recipes])),
+        job_type=COMPARE_JOB_TYPE,
+    )
+    config = {"runs": [str(Path(run_dir).resolve()) for run_dir in run_dirs], "recipes": recipes}
+    run, fallback_reason = start_run(identity, config)
+    if run is None:
+        print("W&B is disabled (WANDB_MODE=disabled): no comparison run was logged.")
+        return 0
+    logged: dict[str, Any] = {names.COMPARISON_TABLE: results_table(runs)}
+    chart_path = Path(chart) if chart else default_chart_path(run_dirs)
+    if draw and chart_path.is_file():
+        logged[names.COMPARISON_CHART] = wandb.Image(str(chart_path), caption="recipes-lib compare")
+    run.log(logged)
+    note = offline_note(run, fallback_reason, identity.name)
+    url = None if run.offline else run.url
+    run.finish()
+    print(f"W&B: {note}" if note else f"W&B: comparison run '{identity.name}' in group '{group}': {url}")
+    return 0

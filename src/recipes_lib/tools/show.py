@@ -1,0 +1,56 @@
+"""`recipes-lib show RUN...`: finished runs as one short table (no chart; `compare` has the long one)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from recipes_lib.results import RESULTS_FILE, read_results
+from recipes_lib.tracking.names import TASK_METRIC_COLUMNS
+from recipes_lib.units import format_table
+
+# (results.json key, column title, format)
+SHOW_COLUMNS = (
+    ("recipe", "recipe", "{}"),
+    ("model_name_or_path", "model", "{}"),
+    ("eval_accuracy", "accuracy", "{:.4f}"),
+    ("eval_f1", "macro-F1", "{:.4f}"),
+    ("params_trainable", "trainable params", "{:,}"),
+    ("peak_memory_gib", "peak GiB", "{:.2f}"),
+    ("train_samples_per_s", "samples/s", "{:.1f}"),
+    ("train_tokens_per_s", "tokens/s", "{:.0f}"),
+    ("pad_ratio", "pad ratio", "{:.2f}"),
+    ("train_runtime_s", "train s", "{:.1f}"),
+    ("device", "device", "{}"),
+)
+
+
+def _cell(results: dict, key: str, fmt: str) -> str:
+    value = results.get(key)
+    return "-" if value is None else fmt.format(value)
+
+
+def show(run_dirs: list[str]) -> int:
+    rows, runs = [], []
+    for run_dir in run_dirs:
+        path = Path(run_dir)
+        if not (path / RESULTS_FILE).is_file() and not path.is_file():
+            print(
+                f"error: no {RESULTS_FILE} in '{run_dir}'; pass the output_dir of a finished run.",
+                file=sys.stderr,
+            )
+            return 2
+        runs.append(read_results(path))
+        memory_note = runs[-1].get("peak_memory_source")
+    # Multi-label and regression runs add their metrics (micro-F1; MSE, Pearson, Spearman) after macro-F1.
+    extra = [
+        (key, title, "{:.4f}")
+        for key, title in TASK_METRIC_COLUMNS
+        if any(run.get(key) is not None for run in runs)
+    ]
+    columns = [*SHOW_COLUMNS[:4], *extra, *SHOW_COLUMNS[4:]]
+    rows = [[_cell(results, key, fmt) for key, _, fmt in columns] for results in runs]
+    print(format_table([title for _, title, _ in columns], rows))
+    if memory_note:
+        print(f"peak GiB: {memory_note}")
+    return 0
