@@ -113,24 +113,26 @@ test-latest:
 GPU_VENV ?= .venv-gpu
 GPU_PYTHON ?= $(firstword $(wildcard $(HOME)/.pyenv/versions/3.12*/bin/python3.12) $(shell command -v python3.12 2>/dev/null))
 GPU_REHEARSAL_ARGS ?=
+# Named by the requirements' checksum, not dated by them: a fresh clone (CI) reuses a GPU_VENV outside it.
+GPU_VENV_STAMP := $(GPU_VENV)/.installed-$(shell cksum < benchmarks/gpu_image_requirements.txt | cut -d' ' -f1)
 
-$(GPU_VENV)/.installed: benchmarks/gpu_image_requirements.txt
+$(GPU_VENV_STAMP):
 	@test -n "$(GPU_PYTHON)" || { echo "No Python 3.12 here (the GPU machine's): set GPU_PYTHON=/path/to/python3.12"; exit 1; }
 	$(GPU_PYTHON) -m venv --clear $(GPU_VENV)
 	$(GPU_VENV)/bin/python -m pip install --quiet -r benchmarks/gpu_image_requirements.txt
 	$(GPU_VENV)/bin/python -m pip list --format=freeze > $(GPU_VENV)/installed.txt
 	touch $@
 
-gpu-rehearsal-venv: $(GPU_VENV)/.installed
+gpu-rehearsal-venv: $(GPU_VENV_STAMP)
 
 # The wheels a device call carries (carry [".whl"]); also prints their size against the 64 MiB limit.
-.whl/.complete: benchmarks/gpu_wheels.sh $(GPU_VENV)/.installed
+.whl/.complete: benchmarks/gpu_wheels.sh $(GPU_VENV_STAMP)
 	PYTHON=$(GPU_VENV)/bin/python bash benchmarks/gpu_wheels.sh
 	touch $@
 
 gpu-wheels: .whl/.complete
 
-gpu-rehearsal: $(GPU_VENV)/.installed .whl/.complete
+gpu-rehearsal: $(GPU_VENV_STAMP) .whl/.complete
 	GPU_CHECK_PYTHON=$(GPU_VENV)/bin/python GPU_CHECK_SITE=$(abspath $(GPU_VENV))/carried-site \
 		bash benchmarks/gpu_check.sh --cpu --tiny --output $(GPU_VENV)/rehearsal $(GPU_REHEARSAL_ARGS)
 
