@@ -207,25 +207,26 @@ def run_child(command: list[str], timeout_s: float, log_path: Path, env: dict | 
 
     Returns status ("ok", "failed" or "timed out"), seconds, and for a failure the reason: the end
     of the output. The output goes to a file, not a pipe, so a grandchild that outlives its parent
-    cannot keep this process waiting."""
+    cannot keep this process waiting. A process group, not a session: whatever ends this process's
+    session (the device's end of a call) ends the children too."""
     log_path.parent.mkdir(parents=True, exist_ok=True)
     started = time.monotonic()
     with log_path.open("w") as log:
-        process = subprocess.Popen(
-            command, stdout=log, stderr=subprocess.STDOUT, cwd=REPO_ROOT, env=env, start_new_session=True
-        )
+        process = start_child(command, log, env)
         try:
             returncode = process.wait(timeout=max(timeout_s, 1.0))
         except subprocess.TimeoutExpired:
-            kill_group(process)
-            seconds = time.monotonic() - started
-            return {
-                "status": "timed out",
-                "seconds": round(seconds, 1),
-                "reason": f"killed after {seconds:.0f} s (its limit: {timeout_s:.0f} s); last output: "
-                + (output_tail(log_path, 600) or "(none)"),
-            }
+            returncode = None
+        finally:
+            stop_child(process)
     seconds = round(time.monotonic() - started, 1)
+    if returncode is None:
+        return {
+            "status": "timed out",
+            "seconds": seconds,
+            "reason": f"killed after {seconds:.0f} s (its limit: {timeout_s:.0f} s); last output: "
+            + (output_tail(log_path, 600) or "(none)"),
+        }
     if returncode != 0:
         return {
             "status": "failed",
@@ -233,6 +234,31 @@ def run_child(command: list[str], timeout_s: float, log_path: Path, env: dict | 
             "reason": f"exit {returncode}: {output_tail(log_path) or '(no output)'}",
         }
     return {"status": "ok", "seconds": seconds}
+
+
+RUNNING: set[subprocess.Popen] = set()  # the children to kill if this process is told to stop
+
+
+def start_child(command: list[str], log, env: dict | None = None) -> subprocess.Popen:
+    process = subprocess.Popen(
+        command, stdout=log, stderr=subprocess.STDOUT, cwd=REPO_ROOT, env=env, process_group=0
+    )
+    RUNNING.add(process)
+    return process
+
+
+def stop_child(process: subprocess.Popen) -> None:
+    """Kill the child's group (a finished child's leftovers too) and forget it."""
+    kill_group(process)
+    RUNNING.discard(process)
+
+
+def stop_on_signal(signum, frame) -> None:
+    """SIGTERM, SIGINT, SIGHUP: kill every child group before going, so that none keeps the GPU."""
+    for process in list(RUNNING):
+        kill_group(process)
+    print(f"gpu_check: stopped by signal {signum}; the report holds the rows so far", flush=True)
+    os._exit(128 + signum)
 
 
 class Report:
@@ -460,8 +486,7 @@ def run_catalogue(args, report: Report, deadline: Deadline) -> None:
             command += ["--skip_rows", *[f"{row['model']}/{row['recipe']}" for row in done]]
         log = work / f"child-{len(done)}.log"
         log.parent.mkdir(parents=True, exist_ok=True)
-        process = subprocess.Popen(command, stdout=log.open("w"), stderr=subprocess.STDOUT, cwd=REPO_ROOT,
-                                   start_new_session=True)  # fmt: skip
+        process = start_child(command, log.open("w"))
         hung, seen, stopped = None, None, False
         while process.poll() is None:
             time.sleep(0.5)
@@ -483,10 +508,9 @@ def run_catalogue(args, report: Report, deadline: Deadline) -> None:
                     except subprocess.TimeoutExpired:
                         stopped = True
                 break
-        if hung is not None or stopped:
-            kill_group(process)
-        else:
+        if hung is None and not stopped:
             process.wait()
+        stop_child(process)
         state = read_json(progress) or {"rows": [], "not_reached": [], "models": []}
         done += state["rows"]
         finished = {row["model"] for row in done}
@@ -632,6 +656,8 @@ def main(argv=None) -> int:
     if argv[:1] == ["prepare"]:
         return prepare(argv[1:])
     args = parse_args(argv)
+    for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        signal.signal(signum, stop_on_signal)
     deadline = Deadline(args.budget_s)
     work = Path(args.work_dir)
     work.mkdir(parents=True, exist_ok=True)
