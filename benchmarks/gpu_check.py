@@ -44,6 +44,7 @@ import contextlib
 import json
 import os
 import random
+import shutil
 import signal
 import subprocess
 import sys
@@ -473,8 +474,7 @@ def run_catalogue(args, report: Report, deadline: Deadline) -> None:
             )
             break
         progress.unlink(missing_ok=True)
-        for leftover in (work / "models").glob("*"):  # a killed child's saved model
-            subprocess.run(["rm", "-rf", str(leftover)], check=False)
+        shutil.rmtree(work / "models", ignore_errors=True)  # a killed child's saved model
         command = [sys.executable, str(BENCHMARKS / "gpu_catalogue.py"), "--output", str(progress)]
         # The child stops starting rows a little before this process's deadline, to write its report.
         command += ["--work_dir", str(work), "--deadline_unix", f"{time.time() + deadline.left() - 2:.1f}"]
@@ -486,7 +486,8 @@ def run_catalogue(args, report: Report, deadline: Deadline) -> None:
             command += ["--skip_rows", *[f"{row['model']}/{row['recipe']}" for row in done]]
         log = work / f"child-{len(done)}.log"
         log.parent.mkdir(parents=True, exist_ok=True)
-        process = start_child(command, log.open("w"))
+        with log.open("w") as output:
+            process = start_child(command, output)
         hung, seen, stopped = None, None, False
         while process.poll() is None:
             time.sleep(0.5)
@@ -501,7 +502,7 @@ def run_catalogue(args, report: Report, deadline: Deadline) -> None:
                 break
             if deadline.left() <= 0:
                 if current:
-                    hung = {**current, "why": "the deadline"}
+                    hung = {**current, "why": "at the deadline"}
                 else:  # between rows, told the same deadline: it is writing its last report
                     try:
                         process.wait(timeout=RESERVE_S / 2)
@@ -518,19 +519,21 @@ def run_catalogue(args, report: Report, deadline: Deadline) -> None:
             [name for name in state.get("models", []) if name not in finished] if stopped else []
         )
         if hung is None:
-            if process.returncode not in (0, 1) and not stopped:  # 1: a row failed, and the row says why
+            # 1 with a failed row: the row says why; any other exit is the process's own failure.
+            row_failed = any(row["status"] == "failed" for row in state["rows"])
+            if process.returncode != 0 and not stopped and not (process.returncode == 1 and row_failed):
                 done.append({"model": "(catalogue)", "recipe": "-", "status": "failed",
                              "note": f"exit {process.returncode}: {output_tail(log, 600)}"})  # fmt: skip
             report.data["catalogue"] = done
             report.save(deadline)
             break
         row = {"model": hung["model"], "recipe": hung["recipe"], "status": "timed out",
-               "note": f"killed at {hung['why']}; last output: {output_tail(log, 400)}"}  # fmt: skip
+               "note": f"killed: {hung['why']}; last output: {output_tail(log, 400)}"}  # fmt: skip
         done.append(row)
         report.data["catalogue"] = done
         report.save(deadline)
         print(f"catalogue {row['model']}/{row['recipe']}: timed out ({hung['why']}); going on", flush=True)
-        if hung["why"] == "the deadline":
+        if hung["why"] == "at the deadline":
             report.data["catalogue_not_reached"] = [
                 name for name in state.get("models", []) if name not in {r["model"] for r in done}
             ]
