@@ -9,7 +9,8 @@ BIN := $(VENV)/bin
 OFFLINE := HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 TRANSFORMERS_OFFLINE=1 WANDB_MODE=offline
 PYTEST_ARGS ?= -m "not slow and not gpu"
 
-.PHONY: install demo sweep-demo long-text-demo test test-all test-oldest test-latest lint format clean
+.PHONY: install demo sweep-demo long-text-demo test test-all test-oldest test-latest lint format clean \
+	gpu-wheels gpu-rehearsal-venv gpu-rehearsal
 
 # Without a GPU, install PyTorch's CPU build first (a plain `torch` requirement pulls a multi-GB CUDA
 # build); with one, pip picks the build that matches the machine. torch is never pinned for GPU users.
@@ -103,6 +104,37 @@ test-latest:
 		-c $(LATEST_VENV)/constraints.txt -e ".[test]"
 	$(LATEST_BIN)/python -m pip list --format=freeze > $(LATEST_VENV)/installed.txt
 	$(OFFLINE) $(LATEST_BIN)/python -m pytest $(PYTEST_ARGS)
+
+# The GPU check rehearsed on this CPU (issue 34): benchmarks/gpu_check.sh --cpu --tiny, the shell script
+# itself, in a virtual environment pinned to the GPU machine's image (benchmarks/gpu_image_requirements.txt:
+# Python 3.12, torch 2.11.0, transformers 5.17.0, ...) with the carried wheels of .whl/ installed as there
+# (pip --no-index --no-deps --target). Needs PyPI once (about 5 GB: torch 2.11.0 is PyPI's CUDA 13.0 build,
+# the image's own, which runs on a CPU). tests/test_gpu_check.py runs it (slow).
+GPU_VENV ?= .venv-gpu
+GPU_PYTHON ?= $(firstword $(wildcard $(HOME)/.pyenv/versions/3.12*/bin/python3.12) $(shell command -v python3.12 2>/dev/null))
+GPU_REHEARSAL_ARGS ?=
+# Named by the requirements' checksum, not dated by them: a fresh clone (CI) reuses a GPU_VENV outside it.
+GPU_VENV_STAMP := $(GPU_VENV)/.installed-$(shell cksum < benchmarks/gpu_image_requirements.txt | cut -d' ' -f1)
+
+$(GPU_VENV_STAMP):
+	@test -n "$(GPU_PYTHON)" || { echo "No Python 3.12 here (the GPU machine's): set GPU_PYTHON=/path/to/python3.12"; exit 1; }
+	$(GPU_PYTHON) -m venv --clear $(GPU_VENV)
+	$(GPU_VENV)/bin/python -m pip install --quiet -r benchmarks/gpu_image_requirements.txt
+	$(GPU_VENV)/bin/python -m pip list --format=freeze > $(GPU_VENV)/installed.txt
+	touch $@
+
+gpu-rehearsal-venv: $(GPU_VENV_STAMP)
+
+# The wheels a device call carries (carry [".whl"]); also prints their size against the 64 MiB limit.
+.whl/.complete: benchmarks/gpu_wheels.sh $(GPU_VENV_STAMP)
+	PYTHON=$(GPU_VENV)/bin/python bash benchmarks/gpu_wheels.sh
+	touch $@
+
+gpu-wheels: .whl/.complete
+
+gpu-rehearsal: $(GPU_VENV_STAMP) .whl/.complete
+	GPU_CHECK_PYTHON=$(GPU_VENV)/bin/python GPU_CHECK_SITE=$(abspath $(GPU_VENV))/carried-site \
+		bash benchmarks/gpu_check.sh --cpu --tiny --output $(GPU_VENV)/rehearsal $(GPU_REHEARSAL_ARGS)
 
 # ruff, then the library's import layers (setup.cfg [importlinter]): imports point down, no cycles.
 lint: $(BIN)/.installed

@@ -1,8 +1,8 @@
 """The catalogue check: every catalogue model the device can hold, each recipe trained a few steps in
 this process, its measured peak against the memory planner's.
 
-    bash benchmarks/gpu_check.sh --catalogue [--models NAME ...] [--recipes ...]   # on a lent GPU
-    python benchmarks/gpu_check.py --catalogue --cpu --tiny                         # the same path on a CPU
+    bash benchmarks/gpu_check.sh --parts catalogue [--catalogue_models NAME ...]   # on a lent GPU
+    python benchmarks/gpu_catalogue.py --cpu --tiny                                 # the same path on a CPU
 
 For each model of the planner's catalogue (memory/planner/catalogue.py: config.json values, no
 weights), smallest first: its base model (no head, as a Hub checkpoint is published) is built with
@@ -24,9 +24,12 @@ torch.cuda.max_memory_allocated (the first step's peak is kept beside it), on a 
 tracker's peak (memory.tensors.TensorMemoryTracker). Both are compared with the plan's peak of all
 tensors (MemoryPlan.peak_tensors, without the CUDA context). ratio = planned / measured.
 
---max_minutes (8) bounds the run so that it fits one device call: a model is not started when the
-time the models so far took, scaled by its parameters, would pass the limit; what was not reached is
-listed. The JSON (--output) is written after every model, so a run cut short keeps its rows.
+--max_minutes (8), or --deadline_unix (gpu_check.py passes its own deadline), bounds the run: a model
+is not started when the time the models so far took, scaled by its parameters, would pass it; what
+was not reached is listed. Every recipe of a model is planned before the model is built, and a model
+none of whose recipes fits is never built. The JSON (--output) is rewritten, atomically, before each
+row is measured (naming the row and when it started: gpu_check.py's watchdog cuts off a row that runs
+past its limit and starts a new process with --skip_rows for the rows done) and after each row.
 --tiny scales every config down (2 layers, hidden 64, 2 heads, a 1024-token vocabulary; the FFN
 and embedding widths in proportion) and trains batch 8 x seq 32, so the CPU path takes about a minute.
 """
@@ -146,9 +149,9 @@ def build_base_model(config, directory: Path, device) -> Path:
 def release_optimizer_overrides() -> None:
     """bitsandbytes' GlobalOptimManager keeps the modules create_adamw_8bit registered (the
     embeddings): forget them, so the row's model is freed before the next row is measured."""
-    import bitsandbytes as bnb
-
-    bnb.optim.GlobalOptimManager.get_instance().initialize()
+    if "bitsandbytes" not in sys.modules:  # nothing registered: no 8-bit optimizer was made
+        return
+    sys.modules["bitsandbytes"].optim.GlobalOptimManager.get_instance().initialize()
 
 
 def free_memory(device) -> None:
@@ -286,41 +289,63 @@ def measure_steps(model, optimizer, batch: dict, steps: int, bf16: bool, max_gra
     }
 
 
-def check_recipe(way: str, model: tuple, model_dir: Path, budget_bytes: int, args) -> dict:
-    """One row: the plan for this model and recipe, and, where it fits, the measured peak."""
+def plan_row(way: str, model: tuple, model_dir: Path, budget_bytes: int, args):
+    """(row so far, the Setup to measure with, or None when the row ends here: skipped or not planned)."""
     from dataclasses import replace
 
-    import torch
-
-    from recipes_lib.memory.planner import Encoder, Setup, plan_memory
+    from recipes_lib.memory.planner import Setup, plan_memory
     from recipes_lib.units import GIB
 
     name, config, _ = model
     on_gpu = not args.cpu
     parsed, options, shape = recipe_arguments(way, model_dir, Path(args.work_dir), on_gpu, args.seq)
-    device = parsed.training.device
     setup = Setup(
         shape=shape, label=way, batch_size=args.batch, seq_length=args.seq, bf16=on_gpu,
-        device=device.type, padded=False,
+        device=parsed.training.device.type, padded=False,
     )  # fmt: skip
     row = {"model": name, "recipe": way, "seq": args.seq}
     try:
         batch, note = planned_batch(config, setup, budget_bytes)
     except Exception as error:  # the planner refuses it (a family without this recipe): say why
-        return {**row, "status": "not planned", "note": f"{type(error).__name__}: {error}"}
+        return {**row, "status": "not planned", "note": f"{type(error).__name__}: {error}"}, None
     row.update(batch=batch, note=note)
     if batch == 0:
-        return {**row, "status": "skipped"}
+        return {**row, "status": "skipped"}, None
     setup = replace(setup, batch_size=batch)
+    row["planned_peak_gib"] = round(plan_memory(config, setup).peak_tensors / GIB, 6)
+    return row, setup
+
+
+def hang_if_asked(name: str, way: str) -> None:
+    """GPU_CHECK_HANG naming catalogue/<model>/<recipe>: this row sleeps, as a hung row would (gpu_check.py
+    shows it being cut off)."""
+    row = f"catalogue/{name}/{way}"
+    if row in {item.strip() for item in os.environ.get("GPU_CHECK_HANG", "").split(",")}:
+        print(f"GPU_CHECK_HANG: {row} sleeps", flush=True)
+        time.sleep(1e6)
+
+
+def measure_row(way: str, model: tuple, model_dir: Path, row: dict, setup, args) -> dict:
+    """The measured peak of the recipe at the planned batch, next to the plan's."""
+    import torch
+
+    from recipes_lib.memory.planner import Encoder, plan_memory
+    from recipes_lib.units import GIB
+
+    name, config, _ = model
+    on_gpu = not args.cpu
+    parsed, options, _ = recipe_arguments(way, model_dir, Path(args.work_dir), on_gpu, args.seq)
+    device = parsed.training.device
     plan = plan_memory(config, setup)
-    row["planned_peak_gib"] = round(plan.peak_tensors / GIB, 6)
     free_memory(device)
     leftover = torch.cuda.memory_allocated(device) if device.type == "cuda" else 0
     started = time.perf_counter()
+    trained = optimizer = inputs = None
     try:
+        hang_if_asked(name, way)
         trained, optimizer = load_for_recipe(way, parsed, options, config)
         inputs = synthetic_batch(
-            config, batch, args.seq, device, Encoder.from_config(config).family.token_type_ids
+            config, setup.batch_size, args.seq, device, Encoder.from_config(config).family.token_type_ids
         )
         measured = measure_steps(
             trained, optimizer, inputs, args.steps, on_gpu, parsed.training.max_grad_norm
@@ -333,16 +358,16 @@ def check_recipe(way: str, model: tuple, model_dir: Path, budget_bytes: int, arg
         release_optimizer_overrides()
         free_memory(device)
     peak = measured["peak"] - leftover
-    row.update(
-        status="ok",
-        measured_peak_gib=round(peak / GIB, 6),
-        ratio=round(plan.peak_tensors / peak, 4),
-        first_step_peak_gib=_gib(measured["first_step_peak"], leftover),
-        max_reserved_gib=_gib(measured["reserved"], 0),
-        params_trainable=plan.params_trainable,
-        seconds=round(time.perf_counter() - started, 1),
-    )
-    return row
+    return {
+        **row,
+        "status": "ok",
+        "measured_peak_gib": round(peak / GIB, 6),
+        "ratio": round(plan.peak_tensors / peak, 4),
+        "first_step_peak_gib": _gib(measured["first_step_peak"], leftover),
+        "max_reserved_gib": _gib(measured["reserved"], 0),
+        "params_trainable": plan.params_trainable,
+        "seconds": round(time.perf_counter() - started, 1),
+    }
 
 
 def _gib(value: int | None, less: int) -> float | None:
@@ -354,28 +379,37 @@ def _gib(value: int | None, less: int) -> float | None:
 # --- the run ---------------------------------------------------------------------------------------
 
 
-def check_model(model: tuple, budget_bytes: int, args, deadline: float) -> list[dict]:
-    """Every asked recipe on one model; its base model is built only if one of them fits by the plan."""
+def check_model(model: tuple, budget_bytes: int, args, deadline: float, progress) -> list[dict]:
+    """Every asked recipe on one model (less --skip_rows): each planned first, and the base model built
+    only if one of them fits by the plan. `progress.started(way)` before a row is measured,
+    `progress.finished(row)` after each row."""
     name, config, params = model
     device = "cpu" if args.cpu else "cuda"
+    ways = [way for way in args.recipes if f"{name}/{way}" not in args.skip_rows]
+    if not ways:
+        return []
     model_dir = Path(args.work_dir) / "models" / name.replace("/", "--")
+    planned = {way: plan_row(way, model, model_dir, budget_bytes, args) for way in ways}
+    fits = [way for way in ways if planned[way][1] is not None]
     free_disk = shutil.disk_usage(Path(args.work_dir)).free
-    if free_disk < 1.2 * 4 * params + 2**30:
-        return [
-            {"model": name, "recipe": way, "status": "skipped", "note": f"{4 * params / 2**30:.0f} GiB "
-             f"of fp32 weights to save, {free_disk / 2**30:.0f} GiB of disk free"}
-            for way in args.recipes
-        ]  # fmt: skip
+    if fits and free_disk < 1.2 * 4 * params + 2**30:
+        note = (
+            f"{4 * params / 2**30:.0f} GiB of fp32 weights to save, {free_disk / 2**30:.0f} GiB of disk free"
+        )
+        planned.update({way: ({**planned[way][0], "status": "skipped", "note": note}, None) for way in fits})
     rows = []
     try:
-        for way in args.recipes:
-            if time.monotonic() > deadline:
-                rows.append({"model": name, "recipe": way, "status": "not reached", "note": "time limit"})
-                continue
-            if not model_dir.is_dir():
-                build_base_model(config, model_dir, device)
-            row = check_recipe(way, model, model_dir, budget_bytes, args)
+        for way in ways:
+            row, setup = planned[way]
+            if setup is not None and time.monotonic() > deadline:
+                row = {"model": name, "recipe": way, "status": "not reached", "note": "time limit"}
+            elif setup is not None:
+                progress.started(name, way)
+                if not model_dir.is_dir():
+                    build_base_model(config, model_dir, device)
+                row = measure_row(way, model, model_dir, row, setup, args)
             rows.append({"params": params, **row})
+            progress.finished(rows[-1])
             print(format_row(rows[-1], args.tiny), flush=True)
     finally:
         shutil.rmtree(model_dir, ignore_errors=True)
@@ -386,7 +420,6 @@ def parse_args(argv):
     from recipes_lib.memory.planner.catalogue import catalogue_names
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--catalogue", action="store_true", help="(this mode; gpu_check.py dispatches on it)")
     parser.add_argument("--cpu", action="store_true", help="run on the CPU (checks the code path)")
     parser.add_argument("--tiny", action="store_true", help="every config scaled down to 2 layers x 64")
     parser.add_argument("--models", nargs="+", default=None, help="Hub ids or aliases (default: all)")
@@ -396,6 +429,12 @@ def parse_args(argv):
     parser.add_argument("--steps", type=int, default=3, help="optimizer steps per row (at least 2)")
     parser.add_argument("--budget_gib", type=float, default=None, help="default: the device's memory")
     parser.add_argument("--max_minutes", type=float, default=8.0, help="start nothing that would end later")
+    parser.add_argument(
+        "--deadline_unix", type=float, default=None, help="instead of --max_minutes: the end, as time.time()"
+    )
+    parser.add_argument(
+        "--skip_rows", nargs="*", default=[], help="MODEL/RECIPE rows already done (gpu_check.py's restarts)"
+    )
     parser.add_argument("--work_dir", default="/tmp/gpu_catalogue_check", help="the saved random models")
     parser.add_argument(
         "--output",
@@ -452,24 +491,49 @@ def format_row(row: dict, tiny: bool) -> str:
     )
 
 
-def write_report(args, device: str, budget: int, rows: list[dict], not_reached: list[str], started: float):
-    import torch
-    import transformers
+class Progress:
+    """The report, rewritten (atomically) before each row is measured, naming it and when it started, and
+    after each row: a watchdog (gpu_check.py) cuts off a row that runs past its limit and keeps the rest."""
 
-    report = {
-        "device": device,
-        "figures": f"measured on {device}" + (" (tiny configs)" if args.tiny else ""),
-        "versions": {"torch": torch.__version__, "transformers": transformers.__version__},
-        "budget_gib": round(budget / 2**30, 2),
-        "args": vars(args),
-        "tolerance": TOLERANCE,
-        "elapsed_s": round(time.monotonic() - started, 1),
-        "rows": rows,
-        "not_reached": not_reached,
-    }
-    Path(args.output).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.output).write_text(json.dumps(report, indent=2) + "\n")
-    return report
+    def __init__(self, args, device: str, budget: int, models: list[str]):
+        self.args, self.device, self.budget, self.models = args, device, budget, models
+        self.started_at = time.monotonic()
+        self.rows: list[dict] = []
+        self.not_reached: list[str] = []
+        self.current: dict | None = None
+
+    def started(self, model: str, way: str) -> None:
+        self.current = {"model": model, "recipe": way, "started_unix": time.time()}
+        self.write()
+
+    def finished(self, row: dict) -> None:
+        self.rows.append(row)
+        self.current = None
+        self.write()
+
+    def write(self) -> dict:
+        import torch
+        import transformers
+
+        report = {
+            "device": self.device,
+            "figures": f"measured on {self.device}" + (" (tiny configs)" if self.args.tiny else ""),
+            "versions": {"torch": torch.__version__, "transformers": transformers.__version__},
+            "budget_gib": round(self.budget / 2**30, 2),
+            "args": vars(self.args),
+            "tolerance": TOLERANCE,
+            "elapsed_s": round(time.monotonic() - self.started_at, 1),
+            "models": self.models,
+            "rows": self.rows,
+            "not_reached": self.not_reached,
+            "current": self.current,
+        }
+        output = Path(self.args.output)
+        output.parent.mkdir(parents=True, exist_ok=True)
+        temporary = output.with_name(output.name + ".tmp")
+        temporary.write_text(json.dumps(report, indent=2) + "\n")
+        os.replace(temporary, output)
+        return report
 
 
 def main(argv=None) -> int:
@@ -495,26 +559,37 @@ def run_check(args) -> int:
     budget = int(args.budget_gib * 2**30) if args.budget_gib else memory
     Path(args.work_dir).mkdir(parents=True, exist_ok=True)
     started = time.monotonic()
-    deadline = started + 60 * args.max_minutes
+    if args.deadline_unix is not None:
+        deadline = started + (args.deadline_unix - time.time())
+        limit = f"by the deadline ({args.deadline_unix - time.time():.0f} s)"
+    else:
+        deadline = started + 60 * args.max_minutes
+        limit = f"in {args.max_minutes:g} minutes"
     models = models_by_size(args.models, args.tiny)
     print(f"device: {device}; budget {budget / 2**30:.1f} GiB; batch {args.batch}, seq {args.seq}, "
           f"{args.steps} steps; {len(models)} models, smallest first", flush=True)  # fmt: skip
     header = table_header(args.tiny)
     print(header, flush=True)
-    rows, not_reached, last = [], [], None  # last: (seconds, parameters) of the model before
+    progress = Progress(args, device, budget, [name for name, _, _ in models])
+    progress.write()
+    last = None  # (seconds, parameters) of the last model that trained
     for index, model in enumerate(models):
         estimate = last[0] * model[2] / last[1] if last else 0.0
         if time.monotonic() + estimate > deadline:
-            not_reached = [name for name, _, _ in models[index:]]
+            progress.not_reached = [name for name, _, _ in models[index:]]
             break
         model_started = time.monotonic()
-        rows += check_model(model, budget, args, deadline)
-        last = (time.monotonic() - model_started, model[2])
-        write_report(args, device, budget, rows, not_reached, started)
-    report = write_report(args, device, budget, rows, not_reached, started)
+        rows = check_model(model, budget, args, deadline, progress)
+        if any("measured_peak_gib" in row for row in rows):
+            last = (time.monotonic() - model_started, model[2])
+    report = progress.write()
     print(f"\n{report['figures']}, {report['elapsed_s']:.0f} s; ratio = planned / measured peak\n{header}")
-    print("\n".join(format_row(row, args.tiny) for row in rows))
-    if not_reached:
-        print(f"not reached in {args.max_minutes:g} minutes: {', '.join(not_reached)}")
+    print("\n".join(format_row(row, args.tiny) for row in progress.rows))
+    if progress.not_reached:
+        print(f"not reached {limit}: {', '.join(progress.not_reached)}")
     print(f"written to {args.output}")
-    return 0 if all(row["status"] in ("ok", "skipped", "not planned") for row in rows) else 1
+    return 0 if all(row["status"] in ("ok", "skipped", "not planned") for row in progress.rows) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -9,10 +9,15 @@ up to the Trainer, and the model and optimizer it hands to `RecipeTrainer(...)` 
 what the Trainer builds for `--optim`, fused AdamW). Then each trains on the same batches (the recipe's tokenization and collator, a seeded random order) in a plain loop
 that times each phase, synchronising the GPU when there is one. (The Trainer also clips gradients,
 max_grad_norm 1.0, before each optimizer step; that is not timed here.) The first `--warmup_steps` are not
-timed (they allocate optimizer state and warm kernels). Then `torch.profiler` records a few steps
-and the slowest operators are listed by their own (self) time, labelled by phase.
+timed (they allocate optimizer state and warm kernels). The timed steps are then run once more back to
+back, the GPU synchronised only at both ends: `steady_step_ms`, the step time without the phase
+clock's synchronisations (the figure gpu_check.py's MFU is computed from). Memory tracking is off
+(`--track_memory false`). Then `torch.profiler` records a few steps and the slowest operators are
+listed by their own (self) time, labelled by phase.
 
-Written to --report_dir as step_profile-<time>.json and .md, with the machine they ran on.
+Written to --report_dir as step_profile-<time>.json and .md, with the machine they ran on; the JSON
+after every recipe, so a run stopped part way keeps the recipes done. A recipe that fails is a row
+that says why, and the next recipe runs.
 """
 
 from __future__ import annotations
@@ -31,6 +36,11 @@ sys.path.insert(0, str(REPO_ROOT / "src"))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 PHASES = ("forward", "backward", "optimizer_step")
+
+
+class StepProfileError(Exception):
+    """Bad input (no such recipe, too little data): main() prints it and returns 2; callers that import
+    this module get an exception they can catch, not a SystemExit."""
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -53,7 +63,9 @@ def parse_args(argv=None) -> argparse.Namespace:
 def load_recipe(name: str):
     path = REPO_ROOT / "recipes" / f"{name}.py"
     if not path.is_file():
-        sys.exit(f"--recipes names '{name}', but there is no {path}. Pick a script of recipes/.")
+        raise StepProfileError(
+            f"--recipes names '{name}', but there is no {path}. Pick a script of recipes/."
+        )
     import importlib.util
 
     spec = importlib.util.spec_from_file_location(f"_recipe_{name}", path)
@@ -132,7 +144,7 @@ def training_batches(run, count: int):
     order = torch.randperm(len(train), generator=torch.Generator().manual_seed(arguments.training.seed))
     size = arguments.training.per_device_train_batch_size
     if len(train) < count * size:
-        sys.exit(
+        raise StepProfileError(
             f"step_profile needs {count * size} training examples ({count} batches of {size}: warm-up, "
             f"timed and profiled steps) and the data has {len(train)}. Give more data or fewer --steps."
         )
@@ -155,7 +167,14 @@ class PhaseClock:
         self.autocast = lambda: torch.autocast(device.type, dtype=torch.bfloat16, enabled=bf16)
         self.times: dict[str, list[float]] = {phase: [] for phase in PHASES}
 
-    def step(self, model, optimizer, batch, record: bool) -> None:
+    def step(self, model, optimizer, batch, record: bool, synchronize: bool = True) -> None:
+        if not synchronize:  # the steady-state pass: no waits between phases
+            with self.autocast():
+                loss = model(**batch).loss
+            loss.backward()
+            optimizer.step()
+            optimizer.zero_grad(set_to_none=True)
+            return
         self.synchronize()
         started = time.perf_counter()
         with self.autocast():  # the Trainer's mixed precision, as accelerate applies it
@@ -241,6 +260,14 @@ def profile_recipe(name: str, args: argparse.Namespace, work_dir: Path) -> dict:
     for step, batch in enumerate(batches[: args.warmup_steps + args.steps]):
         clock.step(model, optimizer, batch, record=step >= args.warmup_steps)
 
+    # The same timed steps back to back, synchronised at both ends only: the steady-state step.
+    clock.synchronize()
+    started = time.perf_counter()
+    for batch in batches[args.warmup_steps : args.warmup_steps + args.steps]:
+        clock.step(model, optimizer, batch, record=False, synchronize=False)
+    clock.synchronize()
+    steady_step_seconds = (time.perf_counter() - started) / max(args.steps, 1)
+
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
     with profile(activities=activities) as recorded:
         for batch in batches[args.warmup_steps + args.steps :]:
@@ -250,12 +277,15 @@ def profile_recipe(name: str, args: argparse.Namespace, work_dir: Path) -> dict:
     _, trainable = count_parameters(model)
     return {
         "recipe": name,
+        "status": "ok",
         "optimizer": type(optimizer).__name__ + (" (fused)" if _is_fused(optimizer) else ""),
         "bf16": bool(arguments.training.bf16),
         "params_trainable": trainable,
         "mean_tokens_per_batch": round(statistics.mean(b["attention_mask"].numel() for b in batches)),
         "median_ms": {phase: round(1000 * value, 2) for phase, value in medians.items()},
         "median_step_ms": round(1000 * sum(medians.values()), 2),
+        "timed_steps": args.steps,
+        "steady_step_ms": round(1000 * steady_step_seconds, 3),
         "median_collate_ms": round(1000 * collate_seconds, 3),
         "top_operators": top_operators(recorded, args.top_ops, args.profiled_steps),
     }
@@ -266,6 +296,12 @@ def _is_fused(optimizer) -> bool:
 
 
 def markdown(rows: list[dict], title: str, command: str, profiled_steps: int) -> str:
+    failed = [row for row in rows if row.get("status") == "failed"]
+    rows = [row for row in rows if row.get("status") != "failed"]
+    if not rows:
+        return "\n".join(
+            [f"`{command}`", "", f"**{title}**", ""] + [f"- {r['recipe']}: {r['note']}" for r in failed]
+        )
     base = rows[0]
     lines = [
         f"`{command}`",
@@ -275,16 +311,18 @@ def markdown(rows: list[dict], title: str, command: str, profiled_steps: int) ->
         "Median milliseconds per step (same batches for every recipe):",
         "",
         "| recipe | optimizer | trainable | forward | backward | optimizer step | step | step ratio to "
-        f"{base['recipe']} | collate one batch |",
-        "|---|---|---|---|---|---|---|---|---|",
+        f"{base['recipe']} | steady step | collate one batch |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for row in rows:
         ms = row["median_ms"]
         lines.append(
             f"| {row['recipe']} | {row['optimizer']} | {row['params_trainable']:,} | {ms['forward']:.1f} "
             f"| {ms['backward']:.1f} | {ms['optimizer_step']:.1f} | {row['median_step_ms']:.1f} "
-            f"| {row['median_step_ms'] / base['median_step_ms']:.3f} | {row['median_collate_ms']:.2f} |"
+            f"| {row['median_step_ms'] / base['median_step_ms']:.3f} | {row['steady_step_ms']:.1f} "
+            f"| {row['median_collate_ms']:.2f} |"
         )
+    lines += [f"\n{row['recipe']}: failed: {row['note']}" for row in failed]
     for row in rows:
         lines += [
             "",
@@ -305,33 +343,52 @@ def main(argv=None) -> int:
 
     args = parse_args(argv)
     work_dir = Path("outputs/benchmarks/step_profile")
-    rows = []
-    for name in args.recipes:
-        print(f"profiling {name} ...", flush=True)
-        row = profile_recipe(name, args, work_dir)
-        rows.append(row)
-        ms = row["median_ms"]
-        print(
-            f"  forward {ms['forward']:.1f} ms, backward {ms['backward']:.1f} ms, "
-            f"optimizer step {ms['optimizer_step']:.1f} ms",
-            flush=True,
-        )
     machine = machine_description()
     command = "python benchmarks/step_profile.py " + " ".join(sys.argv[1:] if argv is None else argv)
     title = (
         f"step profile, {args.model_name_or_path}, batch {args.per_device_train_batch_size}, "
         f"{args.steps} timed steps, {machine}"
     )
-    table = markdown(rows, title, command, args.profiled_steps)
     stamp = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H%M%SZ")
     report_dir = Path(args.report_dir)
     report_dir.mkdir(parents=True, exist_ok=True)
-    report = {"command": command, "machine": machine, "created_at": stamp, "rows": rows}
-    (report_dir / f"step_profile-{stamp}.json").write_text(json.dumps(report, indent=2) + "\n")
-    (report_dir / f"step_profile-{stamp}.md").write_text(table + "\n")
+    json_path, markdown_path = (
+        report_dir / f"step_profile-{stamp}.json",
+        report_dir / f"step_profile-{stamp}.md",
+    )
+    rows = []
+    for name in args.recipes:
+        print(f"profiling {name} ...", flush=True)
+        try:
+            row = profile_recipe(name, args, work_dir)
+        except StepProfileError as error:  # bad input: every recipe would fail alike
+            print(error, file=sys.stderr)
+            return 2
+        except Exception as error:  # this recipe's failure, not a reason to lose the others
+            detail = " ".join(str(error).split())[:300]
+            row = {"recipe": name, "status": "failed", "note": f"{type(error).__name__}: {detail}"}
+            print(f"  {name} failed: {row['note']}", flush=True)
+        rows.append(row)
+        if row.get("status") != "failed":
+            ms = row["median_ms"]
+            print(
+                f"  forward {ms['forward']:.1f} ms, backward {ms['backward']:.1f} ms, "
+                f"optimizer step {ms['optimizer_step']:.1f} ms; steady step {row['steady_step_ms']:.1f} ms",
+                flush=True,
+            )
+        report = {"command": command, "machine": machine, "created_at": stamp, "rows": rows}
+        _write_atomically(json_path, json.dumps(report, indent=2) + "\n")
+    table = markdown(rows, title, command, args.profiled_steps)
+    _write_atomically(markdown_path, table + "\n")
     print("\n" + table)
-    print(f"\nwritten: {report_dir / f'step_profile-{stamp}.json'} and .md")
-    return 0
+    print(f"\nwritten: {json_path} and .md")
+    return 0 if all(row.get("status") != "failed" for row in rows) else 1
+
+
+def _write_atomically(path: Path, text: str) -> None:
+    temporary = path.with_name(path.name + ".tmp")
+    temporary.write_text(text)
+    temporary.replace(path)
 
 
 if __name__ == "__main__":

@@ -136,23 +136,6 @@ def test_throughput_runs_the_three_batching_ways_side_by_side(
     assert summary["usual"]["real_tokens_per_s_ratio"] == 1.0
 
 
-@pytest.mark.slow
-def test_gpu_check_runs_every_recipe_in_its_cpu_tiny_mode(tmp_path, one_thread):
-    gpu_check = load_benchmark("gpu_check")
-    out = tmp_path / "out"
-    assert gpu_check.main(["--cpu", "--tiny", "--work_dir", str(tmp_path / "work"), "--out", str(out)]) == 0
-    report = json.loads((out / "gpu_check-cpu-tiny.json").read_text())
-    assert [row["recipe"] for row in report["rows"]] == ["full_ft", "adamw_8bit", "lora", "qlora"]
-    assert all(row["status"] == "ok" and row["samples_per_s"] > 0 for row in report["rows"])
-    assert all(row["predicted_peak_gib"] is not None for row in report["rows"])
-    (profile,) = out.glob("step_profile-*.json")
-    assert [row["recipe"] for row in json.loads(profile.read_text())["rows"]] == [
-        "full_ft",
-        "adamw_8bit",
-        "lora",
-    ]
-
-
 def test_recipes_train_at_their_own_learning_rate_unless_one_is_given(tmp_path):
     throughput = load_benchmark("throughput")
 
@@ -173,12 +156,12 @@ def test_recipes_train_at_their_own_learning_rate_unless_one_is_given(tmp_path):
 def test_gpu_check_catalogue_mode_measures_each_family_within_the_planners_tolerance(tmp_path, one_thread):
     """The catalogue mode's CPU path (--cpu --tiny): one BERT, one DeBERTa-v3 (v2 architecture) and
     XLM-R XL (pre-norm), smallest published size first, each recipe's measured peak within 10% of the plan."""
-    gpu_check = load_benchmark("gpu_check")
+    gpu_catalogue = load_benchmark("gpu_catalogue")
     output = tmp_path / "catalogue.json"
     models = ["facebook/xlm-roberta-xl", "bert-base-uncased", "microsoft/deberta-v3-base"]
-    argv = ["--catalogue", "--cpu", "--tiny", "--models", *models, "--recipes", "full_ft", "lora",
+    argv = ["--cpu", "--tiny", "--models", *models, "--recipes", "full_ft", "lora",
             "--work_dir", str(tmp_path / "work"), "--output", str(output)]  # fmt: skip
-    assert gpu_check.main(argv) == 0
+    assert gpu_catalogue.main(argv) == 0
     report = json.loads(output.read_text())
     assert report["figures"].startswith("measured on CPU") and report["not_reached"] == []
     rows = report["rows"]
@@ -198,18 +181,18 @@ def test_gpu_check_catalogue_mode_measures_each_family_within_the_planners_toler
 
 
 def test_gpu_check_catalogue_mode_skips_what_the_plan_does_not_fit_and_lists_what_it_did_not_reach(tmp_path):
-    gpu_check = load_benchmark("gpu_check")
-    common = ["--catalogue", "--cpu", "--tiny", "--work_dir", str(tmp_path / "work")]
+    gpu_catalogue = load_benchmark("gpu_catalogue")
+    common = ["--cpu", "--tiny", "--work_dir", str(tmp_path / "work")]
     output = tmp_path / "small-budget.json"
     argv = [*common, "--models", "bert-base-uncased", "--budget_gib", "0.0005", "--output", str(output)]
-    assert gpu_check.main(argv) == 0
+    assert gpu_catalogue.main(argv) == 0
     rows = json.loads(output.read_text())["rows"]
     assert [row["status"] for row in rows] == ["skipped"] * 4
     assert all(
         row["note"].startswith("the plan needs") and "over the 0.0005 GiB" in row["note"] for row in rows
     )
     output = tmp_path / "no-time.json"
-    assert gpu_check.main([*common, "--max_minutes", "0", "--output", str(output)]) == 0
+    assert gpu_catalogue.main([*common, "--max_minutes", "0", "--output", str(output)]) == 0
     report = json.loads(output.read_text())
     assert report["rows"] == [] and len(report["not_reached"]) == 40
     assert report["not_reached"][:2] == [
