@@ -17,6 +17,13 @@ batch order alone. `--recipes full_ft adamw_8bit lora` compares step time across
 the recipe defaults) instead, and `--switches` the cost of each throughput switch against
 full_ft's defaults (eager instead of SDPA attention, activation checkpointing, torch.compile).
 
+`--sizes 500 1000 2000 4000 16000` repeats the batching ways at each training-set size (the size
+axis of small-data runs); with `--baseline_src OLD/src` every recipe-default row is run twice, once
+with the library at OLD/src on PYTHONPATH ("recipe@baseline"), so a change to the batching is
+measured before and after in the same run. `--max_steps` caps each run's steps (the usual way at
+16,000 examples would take an hour on 2 CPU cores); pad ratio and tokens/s are then those of the
+steps taken, which the shuffled batch order makes a fair sample of the epoch.
+
 Reported from each run's results.json: samples/s, real (non-pad) tokens/s, pad ratio, wall time,
 accuracy, and the ratio of each to the first row. Results are written as JSON and as a Markdown
 table to --report_dir, with the machine they ran on.
@@ -71,6 +78,17 @@ def parse_args(argv=None) -> argparse.Namespace:
         "with --recipes each recipe's own default (LoRA's 1e-3 would not learn at 5e-5, nor full_ft at 1e-3)",
     )
     parser.add_argument("--num_train_epochs", type=float, default=1)
+    parser.add_argument("--max_steps", type=int, help="cap every run at this many optimizer steps")
+    parser.add_argument(
+        "--sizes",
+        type=int,
+        nargs="+",
+        help="training-set sizes to run the batching ways at (overrides --max_train_samples)",
+    )
+    parser.add_argument(
+        "--baseline_src",
+        help="also run every recipe-default row with this library source on PYTHONPATH (named recipe@baseline)",
+    )
     parser.add_argument(
         "--seeds", type=int, nargs="+", default=[42], help="run every way once per seed; report the means"
     )
@@ -112,6 +130,8 @@ def data_arguments(args: argparse.Namespace) -> list[str]:
 def common_recipe_args(args: argparse.Namespace, seed: int, output_dir: Path) -> list[str]:
     data = data_arguments(args)
     optional = ["--max_eval_samples", str(args.max_eval_samples)] if args.max_eval_samples else []
+    if args.max_steps:
+        optional += ["--max_steps", str(args.max_steps)]
     learning_rate = args.learning_rate
     if learning_rate is None and not args.recipes:
         learning_rate = TRAINER_DEFAULT_LEARNING_RATE  # one model, so one rate: the usual way's
@@ -130,15 +150,26 @@ def common_recipe_args(args: argparse.Namespace, seed: int, output_dir: Path) ->
     ]  # fmt: skip
 
 
-def run_one(recipe: str, extra: list[str], seed: int, args: argparse.Namespace, output_dir: Path) -> dict:
+def run_one(
+    recipe: str,
+    extra: list[str],
+    seed: int,
+    args: argparse.Namespace,
+    output_dir: Path,
+    src: str | None = None,
+) -> dict:
+    """One recipe process; `src`: a library source directory put first on PYTHONPATH (the baseline)."""
     config = args.accelerate_config or ("single_gpu.yaml" if _has_cuda() else "cpu.yaml")
+    env = dict(os.environ)
+    if src:
+        env["PYTHONPATH"] = os.pathsep.join([str(Path(src).resolve()), env.get("PYTHONPATH", "")])
     command = [
         sys.executable, "-m", "accelerate.commands.launch",
         "--config_file", str(REPO_ROOT / "accelerate_configs" / config),
         str(REPO_ROOT / "recipes" / f"{recipe}.py"), *common_recipe_args(args, seed, output_dir), *extra,
     ]  # fmt: skip
     started = time.perf_counter()
-    completed = subprocess.run(command, capture_output=True, text=True, cwd=REPO_ROOT)
+    completed = subprocess.run(command, capture_output=True, text=True, cwd=REPO_ROOT, env=env)
     wall = time.perf_counter() - started
     if completed.returncode != 0:
         sys.exit(f"{recipe} {' '.join(extra)} failed:\n{completed.stderr[-4000:]}")
@@ -158,8 +189,15 @@ def machine_description() -> str:
 
     if torch.cuda.is_available():
         return f"{torch.cuda.get_device_name(0)}, torch {torch.__version__}"
+    cpu_model, bf16 = platform.processor() or platform.machine(), "no AVX-512 BF16"
+    cpuinfo = Path("/proc/cpuinfo")
+    if cpuinfo.exists():
+        text = cpuinfo.read_text()
+        names = [line.split(":", 1)[1].strip() for line in text.splitlines() if line.startswith("model name")]
+        cpu_model = names[0] if names else cpu_model
+        bf16 = "AVX-512 BF16" if "avx512_bf16" in text else bf16
     return (
-        f"{os.cpu_count()} CPU cores ({platform.machine()}), torch {torch.__version__}, {platform.platform()}"
+        f"{os.cpu_count()} CPU cores ({cpu_model}, {bf16}), torch {torch.__version__}, {platform.platform()}"
     )
 
 
@@ -240,42 +278,65 @@ def markdown(summary: list[dict], title: str) -> str:
     return "\n".join(lines)
 
 
+def run_plan(args: argparse.Namespace) -> tuple[str, list[tuple[str, str, list[str], str | None]]]:
+    """(kind, [(row name, recipe, extra arguments, library source or None)]) for one training-set size."""
+    if args.recipes:
+        return "recipes", [(recipe, recipe, [], None) for recipe in args.recipes]
+    if args.switches:
+        return "switches", [(name, "full_ft", extra, None) for name, extra in SWITCHES.items()]
+    plan = []
+    for name in args.ways:
+        if name == "recipe" and args.baseline_src:
+            plan.append(("recipe@baseline", "full_ft", BATCHING_WAYS[name], args.baseline_src))
+        plan.append((name, "full_ft", BATCHING_WAYS[name], None))
+    return "batching", plan
+
+
 def main(argv=None) -> int:
     args = parse_args(argv)
     work_dir = Path(args.work_dir)
-    if args.recipes:
-        plan = [(recipe, recipe, []) for recipe in args.recipes]
-        kind = "recipes"
-    elif args.switches:
-        plan = [(name, "full_ft", extra) for name, extra in SWITCHES.items()]
-        kind = "switches"
-    else:
-        plan = [(name, "full_ft", BATCHING_WAYS[name]) for name in args.ways]
-        kind = "batching"
-    rows = []
-    # Seeds outermost, so a machine whose speed drifts during the run slows every way alike.
+    kind, plan = run_plan(args)
+    sizes = args.sizes or [args.max_train_samples]
+    rows_by_size: dict[int, list[dict]] = {size: [] for size in sizes}
+    # Seeds outermost, then sizes, so a machine whose speed drifts during the run slows every way alike.
     for seed in args.seeds:
-        for name, recipe, extra in plan:
-            print(f"running {name}, seed {seed} ({recipe} {' '.join(extra)}) ...", flush=True)
-            row = run_one(recipe, extra, seed, args, work_dir / f"{kind}-{name}-seed{seed}")
-            row["benchmark_name"], row["seed"] = name, seed
-            rows.append(row)
-            print(
-                f"  {row['train_samples_per_s']:.1f} samples/s, {row['train_tokens_per_s']:.0f} real tokens/s, "
-                f"pad ratio {row['pad_ratio']:.3f}, accuracy {row['eval_accuracy']:.4f}",
-                flush=True,
-            )
-    summary = summarise(rows)
+        for size in sizes:
+            args.max_train_samples = size
+            for name, recipe, extra, src in plan:
+                print(
+                    f"running {name}, {size} examples, seed {seed} ({recipe} {' '.join(extra)}) ...",
+                    flush=True,
+                )
+                output_dir = work_dir / f"{kind}-{size}-{name.replace('@', '-')}-seed{seed}"
+                row = run_one(recipe, extra, seed, args, output_dir, src)
+                row["benchmark_name"], row["seed"], row["train_size"] = name, seed, size
+                rows_by_size[size].append(row)
+                print(
+                    f"  {row['train_samples_per_s']:.1f} samples/s, {row['train_tokens_per_s']:.0f} real tokens/s, "
+                    f"pad ratio {row['pad_ratio']:.3f}, accuracy {row['eval_accuracy']:.4f}",
+                    flush=True,
+                )
     stamp = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H%M%SZ")
     machine = machine_description()
     command = "python benchmarks/throughput.py " + " ".join(sys.argv[1:] if argv is None else argv)
-    title = f"{kind} benchmark, {args.model_name_or_path}, {args.max_train_samples} train samples, {machine}"
-    table = markdown(summary, title)
+    # Ratios within each size, to its first row (the usual way when the batching ways run).
+    summaries = {size: summarise(rows) for size, rows in rows_by_size.items()}
+    steps = f", at most {args.max_steps} steps" if args.max_steps else ""
+    tables = [
+        markdown(
+            summary, f"{kind} benchmark, {args.model_name_or_path}, {size} train samples{steps}, {machine}"
+        )
+        for size, summary in summaries.items()
+    ]
+    table = "\n\n".join(tables)
     report_dir = Path(args.report_dir)
     report_dir.mkdir(parents=True, exist_ok=True)
+    runs = [{k: v for k, v in r.items() if k != "config"} for rows in rows_by_size.values() for r in rows]
     report = {
         "command": command, "machine": machine, "created_at": stamp, "kind": kind,
-        "summary": summary, "runs": [{k: v for k, v in r.items() if k != "config"} for r in rows],
+        "summary": summaries[sizes[0]] if len(sizes) == 1 else None,
+        "summary_by_size": {str(size): summary for size, summary in summaries.items()},
+        "runs": runs,
     }  # fmt: skip
     (report_dir / f"{kind}-{stamp}.json").write_text(json.dumps(report, indent=2, default=str) + "\n")
     (report_dir / f"{kind}-{stamp}.md").write_text(f"`{command}`\n\n{table}\n")
