@@ -41,6 +41,8 @@ FAMILY_SHAPES = {
     "mpnet": SMALL,
     # XLM-R XL/XXL: XLM-R's embeddings and head around pre-norm layers.
     "xlm-roberta-xl": SMALL,
+    # ERNIE 3.0: BERT's layers, task type embeddings beside the token types.
+    "ernie": {**SMALL, "use_task_id": True},
 }
 
 

@@ -284,6 +284,19 @@ MPNET = Family(
     ),
 )
 
+ERNIE = Family(
+    "ERNIE",
+    ("ernie",),
+    # BERT's layers, pooler and head; ERNIE 3.0 (use_task_id) also embeds task type ids, which the
+    # embeddings make as zeros when the batch has none.
+    FamilyForward(index_flags=("use_task_id",)),
+    lora_targets=("query", "value"),
+    # The Hub's checkpoints (nghuyong/ernie-*) are PaddleNLP's, converted by nghuyong/ERNIE-Pytorch's
+    # convert.py, which writes layer_norm_eps 1e-5 (and an FFN 4x the hidden size); 4 token types
+    # (PaddleNLP's ERNIE_PRETRAINED_INIT_CONFIGURATION, paddlenlp/transformers/ernie/configuration.py).
+    config_values=_published("ernie", type_vocab_size=4, layer_norm_eps=1e-5),
+)
+
 # Every family the project supports, in the order tables list them.
 FAMILIES: tuple[Family, ...] = (
     BERT,
@@ -297,6 +310,7 @@ FAMILIES: tuple[Family, ...] = (
     DEBERTA_V2,
     MODERNBERT,
     MPNET,
+    ERNIE,
 )
 _BY_MODEL_TYPE: dict[str, Family] = {
     model_type: family for family in FAMILIES for model_type in family.model_types

@@ -23,6 +23,7 @@ from recipes_lib.config.family_registry import (
     DEBERTA_V2,
     DISTILBERT,
     ELECTRA,
+    ERNIE,
     MODERNBERT,
     MPNET,
     ROBERTA,
@@ -62,6 +63,20 @@ def _deberta_v2_xlarge(layers: int) -> dict[str, Any]:
     # output (kernel 3, GELU) and 24 heads of 64 in a 1536-wide model.
     return DEBERTA_V2.config_values(
         128100, 1536, layers, 24, 6144, conv_kernel_size=3, conv_act="gelu", attention_head_size=64
+    )
+
+
+def _ernie_3(hidden: int, layers: int, ffn: int, task_types: int) -> dict[str, Any]:
+    # ERNIE 3.0: a 40,000-word Chinese vocabulary, 2048 positions, 12 heads, task type embeddings.
+    return ERNIE.config_values(
+        40000,
+        hidden,
+        layers,
+        12,
+        ffn,
+        max_position_embeddings=2048,
+        use_task_id=True,
+        task_type_vocab_size=task_types,
     )
 
 
@@ -120,6 +135,11 @@ _EMBEDDING_BERT = (
     "the model card's embedding width (384, 768, 1024) and BERT's small/base/large shapes of that width "
     "(12 x 384, 12 x 768, 24 x 1024); the layer and head counts were not seen in a copy of its config.json"
 )
+_ERNIE = (
+    "PaddleNLP's ERNIE_PRETRAINED_INIT_CONFIGURATION (paddlenlp/transformers/ernie/configuration.py) as "
+    "nghuyong/ERNIE-Pytorch's convert.py writes it into config.json (layer_norm_eps 1e-5, FFN 4 x hidden)"
+)
+_ERNIE_3_BASE = f"a quoted copy of its config.json (a model zoo's fine-tuning README); {_ERNIE}"
 _BGE_LARGE = "a model README (hidden 1024, 24 layers, 16 heads, FFN 4096, 512 tokens)"
 _E5_BASE = "a port's constants (BERT-base, 12 layers, 768 wide, 512 positions)"
 
@@ -166,6 +186,12 @@ _ENTRIES: tuple[CatalogueEntry, ...] = (
     _aliased("albert/albert-xxlarge-v2", ALBERT.config_values(30000, 4096, 12, 64, 16384), _ALBERT),
     # MPNet
     _aliased("microsoft/mpnet-base", MPNET.config_values(30527, 768, 12, 12, 3072), _MPNET),
+    # ERNIE 2.0 (English) and 3.0 (Chinese)
+    _entry("nghuyong/ernie-2.0-base-en", ERNIE.config_values(30522, 768, 12, 12, 3072), _ERNIE),
+    _entry("nghuyong/ernie-2.0-large-en", ERNIE.config_values(30522, 1024, 24, 16, 4096), _ERNIE),
+    _entry("nghuyong/ernie-3.0-nano-zh", _ernie_3(312, 4, 1248, task_types=16), _ERNIE),
+    _entry("nghuyong/ernie-3.0-medium-zh", _ernie_3(768, 6, 3072, task_types=16), _ERNIE),
+    _entry("nghuyong/ernie-3.0-base-zh", _ernie_3(768, 12, 3072, task_types=3), _ERNIE_3_BASE),
     # Sentence-embedding BERTs (fine-tuned for classification like any BERT)
     _aliased("sentence-transformers/all-MiniLM-L6-v2", BERT.config_values(30522, 384, 6, 12, 1536), _MINILM_L6),
     _aliased("sentence-transformers/all-MiniLM-L12-v2", BERT.config_values(30522, 384, 12, 12, 1536), _MINILM_L12),
