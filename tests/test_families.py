@@ -164,7 +164,7 @@ def test_roberta_accepts_its_full_length(family_models, learnable_data, tmp_path
     assert results["train_steps"] == 3
 
 
-@pytest.mark.parametrize("family", ["roberta", "xlm-roberta", "mpnet"])
+@pytest.mark.parametrize("family", ["roberta", "camembert", "xlm-roberta", "mpnet"])
 def test_roberta_style_positions_leave_512_of_514(family):
     from transformers import AutoConfig
 
@@ -189,6 +189,33 @@ def test_every_family_has_a_profile_with_lora_targets_that_exist(family):
     assert profile.lora_targets and set(profile.lora_targets) <= set(linear_layer_names(config))
     assert profile.layer_classes and profile.layer_modules
     assert "eager" in profile.attention_implementations
+
+
+def test_every_model_type_in_the_registry_is_one_familys_and_has_lora_targets_that_exist():
+    """peft's targets, or the entry's where peft has none (CamemBERT under RoBERTa's entry)."""
+    from transformers import AutoConfig
+
+    from recipes_lib.config.family_registry import FAMILIES, known_model_types
+    from recipes_lib.modeling.families import default_lora_targets, linear_layer_names
+
+    model_types = [model_type for family in FAMILIES for model_type in family.model_types]
+    assert len(model_types) == len(set(model_types)) == len(known_model_types())
+    for model_type in model_types:
+        targets, _ = default_lora_targets(model_type)
+        linears = linear_layer_names(AutoConfig.for_model(model_type, num_hidden_layers=1))
+        assert targets and set(targets) <= set(linears), model_type
+
+
+def test_automatic_precision_keeps_the_families_whose_entries_say_fp16_overflows_in_fp32():
+    from recipes_lib.config.precision import FP16_UNSAFE_MODEL_TYPES, DeviceCapability, choose_precision
+
+    assert {"deberta", "deberta-v2"} == FP16_UNSAFE_MODEL_TYPES
+    old_gpu = DeviceCapability("cuda", "T4", native_bf16=False, native_fp16=True)
+    choices = {
+        model_type: choose_precision(old_gpu, bf16=None, fp16=None, launcher=None, model_type=model_type)
+        for model_type in ("deberta-v2", "bert")
+    }
+    assert choices["deberta-v2"].precision == "fp32" and choices["bert"].precision == "fp16"
 
 
 def test_a_sentencepiece_tokenizer_without_its_package_is_a_clear_error_before_data_loads(

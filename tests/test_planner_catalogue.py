@@ -78,6 +78,9 @@ def test_aliases_name_the_same_entry_and_every_name_is_unique():
         ("distilbert/distilroberta-base", 82e6),
         ("facebook/xlm-roberta-xl", 3.5e9),
         ("facebook/xlm-roberta-xxl", 10.7e9),
+        # PaddleNLP's AutoNLP model list: "12-layer, 768-hidden, 12-heads, 118M parameters", "6-layer, ... 75M".
+        ("nghuyong/ernie-3.0-base-zh", 118e6),
+        ("nghuyong/ernie-3.0-medium-zh", 75e6),
     ],
 )
 def test_the_catalogue_gives_the_published_parameter_counts(name, published):
@@ -100,6 +103,7 @@ def test_the_catalogue_gives_the_published_parameter_counts(name, published):
         "albert/albert-xxlarge-v2",
         "microsoft/mpnet-base",
         "BAAI/bge-small-en-v1.5",
+        "nghuyong/ernie-3.0-base-zh",
     ],
 )
 def test_the_planner_plans_a_model_of_every_family_from_the_catalogue(name):

@@ -212,15 +212,17 @@ def test_the_planner_predicts_every_recipe_run_on_every_family(
 
 def test_the_encoder_reads_each_family_under_its_own_names(family_dirs):
     """Sizes from the config and the meta model, whatever the family calls them."""
-    from recipes_lib.memory.planner import FAMILY_FORWARDS
-    from recipes_lib.modeling.families import FAMILY_NAMES
+    from recipes_lib.config.family_registry import family_for
 
-    assert set(FAMILY_FORWARDS) == set(FAMILY_NAMES)  # a family the project supports, the planner knows
-    encoders = {family: Encoder.from_config(load_config(str(family_dirs[family]))) for family in FAMILIES}
+    configs = {family: load_config(str(family_dirs[family])) for family in FAMILIES}
+    encoders = {family: Encoder.from_config(config) for family, config in configs.items()}
+    # What no config or module says comes from the family's entry.
+    assert all(encoders[name].family == family_for(name).forward_for(configs[name]) for name in FAMILIES)
     assert {(e.hidden, e.layers, e.heads, e.intermediate) for e in encoders.values()} == {(32, 2, 2, 64)}
     assert encoders["distilbert"].family.hidden_dropouts == 1  # dropout after the FFN only
     assert encoders["xlm-roberta-xl"].family.layer == "pre-norm"  # LayerNorm before attention and FFN
     assert encoders["albert"].embedding_width == encoders["electra"].embedding_width == 16  # projected up
+    assert encoders["ernie"].family.embedding_indices == 1  # ERNIE 3.0's task type ids (use_task_id)
     assert encoders["albert"].activation_keeps == 4  # gelu_new, written as ops: x, tanh, 1 + tanh, x / 2
     assert encoders["bert"].activation_keeps == 1  # GELU keeps its input
     assert encoders["modernbert"].gated_ffn and encoders["modernbert"].sliding_layers == 1
@@ -243,6 +245,22 @@ def test_the_encoder_reads_each_family_under_its_own_names(family_dirs):
         "modernbert": ["Wqkv"],
         "mpnet": ["q", "v"],
     }
+
+
+def test_camembert_is_planned_as_roberta_whose_entry_lists_it():
+    """CamemBERT is RoBERTa's architecture under its own model_type: the same plan at the same sizes."""
+    from transformers import AutoConfig
+
+    from tests.helpers.models import SMALL
+
+    sizes = dict(vocab_size=64, max_position_embeddings=130, pad_token_id=1, **SMALL)
+    setup = Setup(shape=SHAPES["lora"], device="cpu", batch_size=8, seq_length=32)
+    roberta, camembert = (
+        plan_memory(AutoConfig.for_model(model_type, **sizes), setup)
+        for model_type in ("roberta", "camembert")
+    )
+    assert camembert.activation_terms == roberta.activation_terms
+    assert camembert.params_trainable == roberta.params_trainable
 
 
 def test_a_config_of_an_unknown_family_without_bert_names_is_refused():

@@ -4,14 +4,15 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from recipes_lib.modeling.families import FAMILY_NAMES
+from recipes_lib.config import family_registry
 from tests.helpers.data import COLOURS, NOISE
 
 SPECIAL_TOKENS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
 
-FAMILIES = tuple(FAMILY_NAMES)  # every family the project supports
+# Every family the project supports (config/family_registry.py), by its own model_type.
+FAMILIES = tuple(family.model_type for family in family_registry.FAMILIES)
 SMALL = {"hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 2, "intermediate_size": 64}
-# Each family's config, in its own names: 2 layers, hidden 32.
+# Each family's config, in its own names: 2 layers, hidden 32. A new family adds its line here.
 FAMILY_SHAPES = {
     "bert": SMALL,
     "roberta": SMALL,
@@ -40,6 +41,8 @@ FAMILY_SHAPES = {
     "mpnet": SMALL,
     # XLM-R XL/XXL: XLM-R's embeddings and head around pre-norm layers.
     "xlm-roberta-xl": SMALL,
+    # ERNIE 3.0: BERT's layers, task type embeddings beside the token types.
+    "ernie": {**SMALL, "use_task_id": True},
 }
 
 

@@ -32,15 +32,18 @@ from dataclasses import dataclass
 
 import torch
 
+from recipes_lib.config.family_registry import FAMILIES
 from recipes_lib.errors import ConfigError
 
 logger = logging.getLogger("recipes_lib")
 
 PRECISIONS = ("fp32", "bf16", "fp16")
 TORCH_DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
-# Their attention and relative-position scores overflow fp16's range (65,504): a NaN loss in the
-# first epochs is a known DeBERTa-under-fp16 failure. Automatic precision keeps them in fp32.
-FP16_UNSAFE_MODEL_TYPES = frozenset({"deberta", "deberta-v2"})
+# The families whose scores overflow fp16's range (DeBERTa: a NaN loss in the first epochs is a known
+# failure under fp16), by their entries' fp16_overflows. Automatic precision keeps them in fp32.
+FP16_UNSAFE_MODEL_TYPES = frozenset(
+    model_type for family in FAMILIES if family.fp16_overflows for model_type in family.model_types
+)
 # The environment variable `accelerate launch` sets from its config's `mixed_precision`.
 LAUNCHER_VARIABLE = "ACCELERATE_MIXED_PRECISION"
 

@@ -1,16 +1,17 @@
 """What differs between encoder families, as one profile per model config.
 
-BERT, RoBERTa, XLM-R (and its pre-norm XL/XXL), DistilBERT, ALBERT, ELECTRA, DeBERTa, DeBERTa-v2/v3,
-ModernBERT and MPNet name their modules differently, support different attention kernels, count
-positions differently and shard at different layer classes. A recipe reads all of that from `profile_for(config)`, which asks
-the libraries that already know before writing anything by hand:
+The encoder families (one entry each in config/family_registry.py: BERT, RoBERTa, DeBERTa-v3,
+ModernBERT, ...) name their modules differently, support different attention kernels, count
+positions differently and shard at different layer classes. A recipe reads all of that from
+`profile_for(config)`, which asks the libraries that already know before the family's entry says
+the rest:
 
-    LoRA targets        peft's TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING; by hand where peft
-                        has none (DistilBERT, ALBERT, ModernBERT, MPNet, XLM-R XL)
+    LoRA targets        peft's TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING; the entry's where
+                        peft has none (DistilBERT, ALBERT, ModernBERT, MPNet, XLM-R XL, ...)
     attention kernels   the model class's _supports_sdpa / _supports_flash_attn / _supports_flex_attn
     layer class         the class's _no_split_modules, else the class repeated in the model's layer
                         list (built on the meta device: shapes only, no weights, no download)
-    position offset     by hand: RoBERTa-style embeddings number positions from padding_idx + 1
+    position offset     the entry's: RoBERTa-style embeddings number positions from padding_idx + 1
     token type ids      the config's type_vocab_size (0 or absent: the model takes none)
 
 Everything here needs only config.json, so every check runs before data or weights load.
@@ -24,32 +25,10 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-# LoRA on the attention query and value projections, or the fused QKV projection, where peft's
-# own mapping has no entry for the family.
-HAND_WRITTEN_LORA_TARGETS = {
-    "distilbert": ("q_lin", "v_lin"),
-    "albert": ("query", "value"),
-    "modernbert": ("Wqkv",),
-    "mpnet": ("q", "v"),
-    # XLM-R XL and XXL: XLM-R's attention (peft's mapping has xlm-roberta only), in pre-norm layers.
-    "xlm-roberta-xl": ("query", "value"),
-}
-# Embeddings that number positions from padding_idx + 1 (create_position_ids_from_input_ids): of
-# max_position_embeddings (514 for roberta-base), padding_idx + 1 are never a token's position.
-PADDING_OFFSET_POSITIONS = frozenset({"roberta", "xlm-roberta", "camembert", "mpnet", "xlm-roberta-xl"})
-FAMILY_NAMES = {
-    "bert": "BERT",
-    "roberta": "RoBERTa",
-    "xlm-roberta": "XLM-RoBERTa",
-    "xlm-roberta-xl": "XLM-RoBERTa XL/XXL",
-    "distilbert": "DistilBERT",
-    "albert": "ALBERT",
-    "electra": "ELECTRA",
-    "deberta": "DeBERTa",
-    "deberta-v2": "DeBERTa-v2/v3",
-    "modernbert": "ModernBERT",
-    "mpnet": "MPNet",
-}
+from recipes_lib.config.family_registry import FAMILIES, family_for
+
+# Every family the project supports, by its own model_type: its name in tables and messages.
+FAMILY_NAMES = {family.model_type: family.name for family in FAMILIES}
 
 
 @dataclass(frozen=True)
@@ -88,7 +67,8 @@ def default_lora_targets(model_type: str) -> tuple[tuple[str, ...], str]:
     targets = MAPPING.get(model_type) or MAPPING.get(model_type.replace("-", "_"))
     if targets:
         return tuple(targets), "peft"
-    return HAND_WRITTEN_LORA_TARGETS.get(model_type, ()), "hand-written"
+    family = family_for(model_type)
+    return (family.lora_targets if family else ()), "hand-written"
 
 
 def meta_model(config) -> nn.Module:
@@ -124,10 +104,11 @@ def _build_profile(config) -> ArchitectureProfile:
     layer_modules, layer_classes = _repeated_layers(model)
     declared = tuple(getattr(model_class, "_no_split_modules", None) or ())
     positions = getattr(config, "max_position_embeddings", None)
-    offset = (config.pad_token_id or 0) + 1 if model_type in PADDING_OFFSET_POSITIONS else 0
+    family = family_for(model_type)
+    offset = (config.pad_token_id or 0) + 1 if family and family.positions_after_padding else 0
     return ArchitectureProfile(
         model_type=model_type,
-        family=FAMILY_NAMES.get(model_type, model_type),
+        family=family.name if family else model_type,
         lora_targets=targets,
         lora_targets_source=targets_source,
         attention_implementations=_attention_implementations(model_class),
@@ -169,11 +150,10 @@ def linears_outside_layers(config) -> list[str]:
     )
 
 
-def describe_families(model_types=tuple(FAMILY_NAMES)) -> tuple[list[str], list[list[str]]]:
-    """(header, rows): each family's profile as `recipes-lib families` prints it (from its default config)."""
+def describe_families(families=FAMILIES) -> tuple[list[str], list[list[str]]]:
+    """(header, rows): each family's profile as `recipes-lib families` prints it (from the default config
+    of its own model_type)."""
     from transformers import AutoConfig
-
-    from recipes_lib.config.precision import FP16_UNSAFE_MODEL_TYPES
 
     header = [
         "family",
@@ -185,17 +165,16 @@ def describe_families(model_types=tuple(FAMILY_NAMES)) -> tuple[list[str], list[
         "FSDP unit",
     ]
     rows = []
-    for model_type in model_types:
-        profile = profile_for(AutoConfig.for_model(model_type))
-        offset = model_type in PADDING_OFFSET_POSITIONS
+    for family in families:
+        profile = profile_for(AutoConfig.for_model(family.model_type))
         rows.append(
             [
                 profile.family,
-                model_type,
+                family.model_type,
                 f"{' '.join(profile.lora_targets)} ({profile.lora_targets_source})",
                 " > ".join(profile.attention_implementations),
-                "fp32 (fp16 overflows)" if model_type in FP16_UNSAFE_MODEL_TYPES else "fp16",
-                "positions - (pad id + 1)" if offset else "positions",
+                "fp32 (fp16 overflows)" if family.fp16_overflows else "fp16",
+                "positions - (pad id + 1)" if family.positions_after_padding else "positions",
                 ", ".join(profile.layer_classes),
             ]
         )

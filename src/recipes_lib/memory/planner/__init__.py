@@ -9,9 +9,10 @@ parts that results.json measures (memory/monitor.py), plus the CUDA context. One
     catalogue.py   the published config.json values of the encoders people pick, by Hub id
     configs.py     a model config by name or path (local, Hub cache, catalogue, Hub), and BERT at every size
     parameters.py  the parameters of the model a recipe trains, counted on the meta device
-    encoder.py     what decides the activations, read off the meta model, and each family's forward
+    encoder.py     what decides the activations, read off the meta model and the family's entry
     arithmetic.py  the bytes of every part: weights, gradients, optimizer state, activations, batch
-    plan.py        Setup, the plan of one model (plan_memory) and the largest batch that fits
+    setup.py       Setup: how the model trains (the recipe's shape, batch, precision, processes)
+    plan.py        the plan of one model (plan_memory) and the largest batch that fits
     report.py      plans for several models and recipes as rows, and every answer as text
     fits.py        every catalogue model against every recipe in a budget (plan --fits)
 """
@@ -23,7 +24,7 @@ from recipes_lib.memory.planner.configs import (
     load_config,
     load_config_and_source,
 )
-from recipes_lib.memory.planner.encoder import FAMILY_FORWARDS, Encoder, FamilyForward
+from recipes_lib.memory.planner.encoder import Encoder, FamilyForward
 from recipes_lib.memory.planner.parameters import Parameters, count_parameters_on_meta
 from recipes_lib.memory.planner.plan import (
     DEFAULT_CUDA_OVERHEAD_GIB,
@@ -38,7 +39,6 @@ from recipes_lib.memory.planner.report import PLANNING_ERRORS, PlanRow, format_p
 __all__ = [
     "BERT_FAMILY",
     "DEFAULT_CUDA_OVERHEAD_GIB",
-    "FAMILY_FORWARDS",
     "KNOWN_CONFIGS",
     "MIN_8BIT_SIZE",
     "PLANNING_ERRORS",

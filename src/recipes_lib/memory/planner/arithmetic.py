@@ -70,13 +70,11 @@ tests/test_planner_families.py does for every family.
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING
 
+from recipes_lib.config.family_registry import DISENTANGLED, GATED_ROTARY, PRE_NORM
 from recipes_lib.memory.planner.encoder import Encoder
 from recipes_lib.memory.planner.parameters import Parameters
-
-if TYPE_CHECKING:
-    from recipes_lib.memory.planner.plan import Setup
+from recipes_lib.memory.planner.setup import Setup
 
 # bitsandbytes' defaults: 8-bit optimizer state only for tensors of at least this many elements,
 # quantized in blocks of 256 values (one fp32 absmax each); two 256-entry fp32 quantization maps.
@@ -248,9 +246,9 @@ class _Sizes:
 def layer_activation_terms(encoder: Encoder, setup: Setup) -> dict[str, int]:
     """Bytes that one encoder layer's forward keeps for backward, by what they are."""
     kind = encoder.family.layer
-    if kind == "deberta":
+    if kind == DISENTANGLED:
         terms = _deberta_layer_terms(encoder, setup)
-    elif kind == "modernbert":
+    elif kind == GATED_ROTARY:
         terms = _modernbert_layer_terms(encoder, setup)
     else:
         terms = _post_norm_layer_terms(encoder, setup)
@@ -518,14 +516,14 @@ def _embedding_terms(encoder: Encoder, setup: Setup, trainable: bool) -> dict[st
         return {}  # frozen embeddings: nothing there needs a gradient
     z = _Sizes(encoder, setup)
     T, H, E = z.T, z.H, z.E
-    pre_norm = encoder.family.layer == "pre-norm"  # XLM-R XL: no LayerNorm on the embeddings
+    pre_norm = encoder.family.layer == PRE_NORM  # XLM-R XL: no LayerNorm on the embeddings
     if pre_norm:
         terms = {}
     elif encoder.family.layer_norm_ops:
         terms = {"embeddings: LayerNorm as ops": 3 * T * E * 4 + T * 4}
     else:
         terms = {"embeddings: LayerNorm input + stats": T * E * 4 + 2 * T * 4}
-    if encoder.family.layer == "deberta":
+    if encoder.family.layer == DISENTANGLED:
         terms["embeddings: padding mask, float"] = T * 4  # the LayerNorm output is multiplied by it
     if encoder.family.embedding_indices:
         terms["embeddings: position (and token type) ids, int64"] = encoder.family.embedding_indices * T * 8
@@ -533,7 +531,7 @@ def _embedding_terms(encoder: Encoder, setup: Setup, trainable: bool) -> dict[st
         terms["embeddings: dropout mask"] = z.mask(T * E, 4)
     if E != H:  # ALBERT and ELECTRA project the narrower embeddings up to the hidden size
         terms["embeddings: projection input"] = T * E * (2 if setup.bf16 else 4)
-    if not setup.bf16 and encoder.family.layer not in ("modernbert", "pre-norm"):
+    if not setup.bf16 and encoder.family.layer not in (GATED_ROTARY, PRE_NORM):
         # Under autocast the first layer's linears keep bf16 copies instead; a pre-norm first layer
         # counts its input itself (its LayerNorm keeps it), and ModernBERT's its Wqkv input.
         terms["embeddings: output (first layer's input)"] = T * H * 4
@@ -552,11 +550,11 @@ def _encoder_terms(encoder: Encoder, setup: Setup) -> dict[str, int]:
             terms["position table, normalized"] = rows * z.H * 4
     if encoder.family.relative_bias and setup.adapters is None:
         terms["relative position bucket ids, int64"] = z.S * z.S * 8
-    if encoder.family.layer == "pre-norm":
+    if encoder.family.layer == PRE_NORM:
         terms["final LayerNorm input + stats"] = z.T * z.H * 4 + 2 * z.T * 4
     if encoder.conv_weights:
         terms.update(_conv_terms(encoder, setup))
-    if encoder.family.layer == "modernbert":
+    if encoder.family.layer == GATED_ROTARY:
         # Sliding-window layers always get a mask, the global ones only for padded batches; the
         # fused kernel makes each float.
         masked = encoder.sliding_layers + (encoder.layers - encoder.sliding_layers if setup.padded else 0)
@@ -569,7 +567,7 @@ def _encoder_terms(encoder: Encoder, setup: Setup) -> dict[str, int]:
         # first token. BERT's and DeBERTa's layers count them already (as the next layer's input)
         # under full fine-tuning. (A head that drops out first, RoBERTa's, keeps none of them, but
         # the peak comes before they go: at the last LayerNorm, with them just made.)
-        counted = encoder.family.layer != "modernbert" and setup.adapters is None
+        counted = encoder.family.layer != GATED_ROTARY and setup.adapters is None
         if encoder.family.head_reads_a_view and encoder.head_trains and not counted:
             terms["last hidden states (kept by the trained head)"] = z.T * z.H * 4
     return terms
@@ -610,14 +608,14 @@ def _first_layer_difference(encoder: Encoder, setup: Setup, fused: bool) -> int:
     T, H = setup.batch_size * setup.seq_length, encoder.hidden
     e = 2 if setup.bf16 else 4
     savings = 0
-    if encoder.family.layer == "modernbert":
+    if encoder.family.layer == GATED_ROTARY:
         savings += T * H * 4 + 2 * T * 4
     if setup.adapters is None:
         return savings
-    if encoder.family.layer == "pre-norm":
+    if encoder.family.layer == PRE_NORM:
         savings += T * H * 4 + 2 * T * 4
     adapted = encoder.adapted_projections
-    if encoder.family.layer != "modernbert" and not fused and adapted and "key" not in adapted:
+    if encoder.family.layer != GATED_ROTARY and not fused and adapted and "key" not in adapted:
         savings += T * H * e  # K needs no gradient there, so the copy of Q its gradient would use is not kept
         relative = encoder.relative
         if relative is not None and relative.p2c:
@@ -644,11 +642,11 @@ def _backward_transient(encoder: Encoder, setup: Setup, fused: bool) -> int:
     """
     T, H, F = setup.batch_size * setup.seq_length, encoder.hidden, encoder.intermediate
     e = 2 if setup.bf16 else 4
-    if encoder.family.layer == "modernbert":
+    if encoder.family.layer == GATED_ROTARY:
         # The gated FFN's backward: the gradients of Wi's 2F-wide output (LoRA: and of the gate's
         # product) while the layer's saved tensors are there (fitted to the CPU order of frees).
         return (2 if setup.adapters is not None else 1) * T * F * e + T * H * 4
-    if encoder.family.layer == "pre-norm":
+    if encoder.family.layer == PRE_NORM:
         return _pre_norm_transient(encoder, setup, fused)
     return _bert_transient(encoder, setup, fused) + _family_transient(encoder, setup)
 
@@ -742,7 +740,7 @@ def _family_transient(encoder: Encoder, setup: Setup) -> int:
             extra -= T * F * e
     if family.relative_bias:  # MPNet: the position bias of the whole forward, and a float padding mask
         extra += B * encoder.heads * S * S * 4 + (3 * B * S * S if setup.padded else 0)
-    if family.layer == "deberta":
+    if family.layer == DISENTANGLED:
         # DeBERTa: an int64 attention mask (B x S x S) and the relative positions (S x S), made once
         # per forward; v1's LayerNorm, written as ops, has two more T x H temporaries.
         extra += B * S * S * 8 + S * S * 8 + (2 * T * H * 4 if family.layer_norm_ops else 0)

@@ -3,9 +3,10 @@
 With these, `recipes-lib plan --model NAME` answers offline for every model listed here, on a fresh
 clone with an empty Hugging Face cache. Each entry holds the published config.json values that
 decide the model's size and what its forward keeps (the `transformers.AutoConfig.for_model`
-arguments), the other names people give it, and where the values were checked. Everything a
-family's config class defaults to already (dropouts, activation, layer-norm epsilon) is left out
-unless the published config differs.
+arguments), the other names people give it, and where the values were checked. What every
+checkpoint of a family shares comes from the family's entry (`config_values` in
+config/family_registry.py); everything its config class defaults to already (dropouts, activation,
+layer-norm epsilon) is left out unless the published config differs.
 
 A name that is not here still resolves as before: a local directory or config.json, the Hub cache,
 then the network (configs.load_config_and_source says which it used).
@@ -15,6 +16,20 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Any
+
+from recipes_lib.config.family_registry import (
+    ALBERT,
+    BERT,
+    DEBERTA_V2,
+    DISTILBERT,
+    ELECTRA,
+    ERNIE,
+    MODERNBERT,
+    MPNET,
+    ROBERTA,
+    XLM_ROBERTA,
+    XLM_ROBERTA_XL,
+)
 
 
 @dataclass(frozen=True)
@@ -40,135 +55,28 @@ class CatalogueEntry:
         return config
 
 
-# --- each family's shared values, then its sizes ------------------------------------------------------
+# --- the checkpoints' values: each family's config_values (config/family_registry.py) -------------
 
 
-def _sizes(vocab: int, hidden: int, layers: int, heads: int, ffn: int) -> dict[str, int]:
-    """The five sizes every entry gives, under their config.json names."""
-    return dict(
-        vocab_size=vocab,
-        hidden_size=hidden,
-        num_hidden_layers=layers,
-        num_attention_heads=heads,
-        intermediate_size=ffn,
-    )
-
-
-def _bert(vocab: int, hidden: int, layers: int, heads: int, ffn: int) -> dict[str, Any]:
-    return dict(
-        model_type="bert",
-        **_sizes(vocab, hidden, layers, heads, ffn),
-        max_position_embeddings=512,
-        type_vocab_size=2,
-    )
-
-
-def _roberta(model_type: str, vocab: int, hidden: int, layers: int, heads: int, ffn: int) -> dict[str, Any]:
-    # RoBERTa numbers positions from padding_idx + 1 = 2: 514 positions hold 512 tokens; no token types.
-    return dict(
-        model_type=model_type,
-        **_sizes(vocab, hidden, layers, heads, ffn),
-        max_position_embeddings=514,
-        type_vocab_size=1,
-        pad_token_id=1,
-        bos_token_id=0,
-        eos_token_id=2,
-        layer_norm_eps=1e-5,
-    )
-
-
-def _deberta_v3(vocab: int, hidden: int, layers: int, heads: int, ffn: int, **extra: Any) -> dict[str, Any]:
-    # DeBERTa-v2/v3: relative positions in 256 log buckets, shared attention keys, no absolute
-    # positions in the input and no token types.
-    return dict(
-        model_type="deberta-v2",
-        **_sizes(vocab, hidden, layers, heads, ffn),
-        max_position_embeddings=512,
-        type_vocab_size=0,
-        relative_attention=True,
-        max_relative_positions=-1,
-        position_buckets=256,
-        norm_rel_ebd="layer_norm",
-        share_att_key=True,
-        pos_att_type=["p2c", "c2p"],
-        position_biased_input=False,
-        layer_norm_eps=1e-7,
-        pooler_hidden_size=hidden,
-        pooler_dropout=0,
-        pooler_hidden_act="gelu",
-        **extra,
-    )
-
-
-def _modernbert(hidden: int, layers: int, heads: int, ffn: int) -> dict[str, Any]:
-    # Global attention in every third layer, a 128-token sliding window in the others.
-    return dict(
-        model_type="modernbert",
-        **_sizes(50368, hidden, layers, heads, ffn),
-        max_position_embeddings=8192,
-        global_attn_every_n_layers=3,
-        local_attention=128,
-        pad_token_id=50283,
-    )
-
-
-def _electra(embedding: int, hidden: int, layers: int, heads: int, ffn: int) -> dict[str, Any]:
-    return dict(_bert(30522, hidden, layers, heads, ffn), model_type="electra", embedding_size=embedding)
-
-
-def _albert(hidden: int, layers: int, heads: int, ffn: int) -> dict[str, Any]:
-    # One group of shared layer weights, a 128-wide embedding projected up; v2 trains without dropout.
-    return dict(
-        model_type="albert",
-        vocab_size=30000,
-        embedding_size=128,
-        hidden_size=hidden,
-        num_hidden_layers=layers,
-        num_attention_heads=heads,
-        intermediate_size=ffn,
-        max_position_embeddings=512,
-        type_vocab_size=2,
-        num_hidden_groups=1,
-        inner_group_num=1,
-        hidden_act="gelu_new",
-        hidden_dropout_prob=0.0,
-        attention_probs_dropout_prob=0.0,
-        classifier_dropout_prob=0.1,
-    )
-
-
-def _distilbert(hidden: int, layers: int, heads: int, ffn: int) -> dict[str, Any]:
-    # DistilBERT's own config names: dim, n_layers, n_heads, hidden_dim.
-    return dict(
-        model_type="distilbert",
-        vocab_size=30522,
-        dim=hidden,
-        n_layers=layers,
-        n_heads=heads,
-        hidden_dim=ffn,
-        max_position_embeddings=512,
-    )
-
-
-def _deberta_v2(layers: int) -> dict[str, Any]:
+def _deberta_v2_xlarge(layers: int) -> dict[str, Any]:
     # DeBERTa-v2 xlarge and xxlarge: v3's attention with a convolution beside the first layer's
     # output (kernel 3, GELU) and 24 heads of 64 in a 1536-wide model.
-    return _deberta_v3(
+    return DEBERTA_V2.config_values(
         128100, 1536, layers, 24, 6144, conv_kernel_size=3, conv_act="gelu", attention_head_size=64
     )
 
 
-def _mpnet(hidden: int, layers: int, heads: int, ffn: int) -> dict[str, Any]:
-    # RoBERTa's vocabulary ids and position offset; relative position buckets in every layer.
-    return dict(
-        model_type="mpnet",
-        **_sizes(30527, hidden, layers, heads, ffn),
-        max_position_embeddings=514,
-        relative_attention_num_buckets=32,
-        layer_norm_eps=1e-5,
-        pad_token_id=1,
-        bos_token_id=0,
-        eos_token_id=2,
+def _ernie_3(hidden: int, layers: int, ffn: int, task_types: int) -> dict[str, Any]:
+    # ERNIE 3.0: a 40,000-word Chinese vocabulary, 2048 positions, 12 heads, task type embeddings.
+    return ERNIE.config_values(
+        40000,
+        hidden,
+        layers,
+        12,
+        ffn,
+        max_position_embeddings=2048,
+        use_task_id=True,
+        task_type_vocab_size=task_types,
     )
 
 
@@ -227,63 +135,77 @@ _EMBEDDING_BERT = (
     "the model card's embedding width (384, 768, 1024) and BERT's small/base/large shapes of that width "
     "(12 x 384, 12 x 768, 24 x 1024); the layer and head counts were not seen in a copy of its config.json"
 )
+_ERNIE = (
+    "PaddleNLP's ERNIE_PRETRAINED_INIT_CONFIGURATION (paddlenlp/transformers/ernie/configuration.py) as "
+    "nghuyong/ERNIE-Pytorch's convert.py writes it into config.json (layer_norm_eps 1e-5, FFN 4 x hidden)"
+)
+_ERNIE_3_BASE = f"a quoted copy of its config.json (a model zoo's fine-tuning README); {_ERNIE}"
 _BGE_LARGE = "a model README (hidden 1024, 24 layers, 16 heads, FFN 4096, 512 tokens)"
 _E5_BASE = "a port's constants (BERT-base, 12 layers, 768 wide, 512 positions)"
 
-# Sizes in each family function's order: vocabulary (where the family has several), hidden size,
-# layers, attention heads, FFN width.
+# Each family's config_values (config/family_registry.py) takes the sizes in this order: vocabulary,
+# hidden size, layers, attention heads, FFN width; then what the checkpoint gives besides. One
+# checkpoint per line.
+# fmt: off
 _ENTRIES: tuple[CatalogueEntry, ...] = (
     # BERT
-    _aliased("google-bert/bert-base-uncased", _bert(30522, 768, 12, 12, 3072), _BERT_BASE),
-    _aliased("google-bert/bert-base-cased", _bert(28996, 768, 12, 12, 3072), _BERT_BASE_CASED),
-    _aliased("google-bert/bert-large-uncased", _bert(30522, 1024, 24, 16, 4096), _BERT_LARGE),
-    _aliased("google-bert/bert-large-cased", _bert(28996, 1024, 24, 16, 4096), _BERT_LARGE_CASED),
+    _aliased("google-bert/bert-base-uncased", BERT.config_values(30522, 768, 12, 12, 3072), _BERT_BASE),
+    _aliased("google-bert/bert-base-cased", BERT.config_values(28996, 768, 12, 12, 3072), _BERT_BASE_CASED),
+    _aliased("google-bert/bert-large-uncased", BERT.config_values(30522, 1024, 24, 16, 4096), _BERT_LARGE),
+    _aliased("google-bert/bert-large-cased", BERT.config_values(28996, 1024, 24, 16, 4096), _BERT_LARGE_CASED),
     # RoBERTa, DistilRoBERTa
-    _aliased("FacebookAI/roberta-base", _roberta("roberta", 50265, 768, 12, 12, 3072), _GLUE_DUMP),
-    _aliased("FacebookAI/roberta-large", _roberta("roberta", 50265, 1024, 24, 16, 4096), _GLUE_DUMP),
-    _aliased("distilbert/distilroberta-base", _roberta("roberta", 50265, 768, 6, 12, 3072), _DISTILROBERTA),
+    _aliased("FacebookAI/roberta-base", ROBERTA.config_values(50265, 768, 12, 12, 3072), _GLUE_DUMP),
+    _aliased("FacebookAI/roberta-large", ROBERTA.config_values(50265, 1024, 24, 16, 4096), _GLUE_DUMP),
+    _aliased("distilbert/distilroberta-base", ROBERTA.config_values(50265, 768, 6, 12, 3072), _DISTILROBERTA),
     # DistilBERT
-    _aliased("distilbert/distilbert-base-uncased", _distilbert(768, 6, 12, 3072), _DISTILBERT),
+    _aliased("distilbert/distilbert-base-uncased", DISTILBERT.config_values(30522, 768, 6, 12, 3072), _DISTILBERT),
     # XLM-RoBERTa; XL and XXL are pre-norm (their own model_type)
-    _aliased("FacebookAI/xlm-roberta-base", _roberta("xlm-roberta", 250002, 768, 12, 12, 3072), _GLUE_DUMP),
-    _aliased("FacebookAI/xlm-roberta-large", _roberta("xlm-roberta", 250002, 1024, 24, 16, 4096), _XLMR_TREE),
-    _aliased("facebook/xlm-roberta-xl", _roberta("xlm-roberta-xl", 250880, 2560, 36, 32, 10240), _XLMR_XL),
-    _aliased("facebook/xlm-roberta-xxl", _roberta("xlm-roberta-xl", 250880, 4096, 48, 32, 16384), _XLMR_XL),
+    _aliased("FacebookAI/xlm-roberta-base", XLM_ROBERTA.config_values(250002, 768, 12, 12, 3072), _GLUE_DUMP),
+    _aliased("FacebookAI/xlm-roberta-large", XLM_ROBERTA.config_values(250002, 1024, 24, 16, 4096), _XLMR_TREE),
+    _aliased("facebook/xlm-roberta-xl", XLM_ROBERTA_XL.config_values(250880, 2560, 36, 32, 10240), _XLMR_XL),
+    _aliased("facebook/xlm-roberta-xxl", XLM_ROBERTA_XL.config_values(250880, 4096, 48, 32, 16384), _XLMR_XL),
     # DeBERTa-v3, mDeBERTa-v3, DeBERTa-v2
-    _aliased("microsoft/deberta-v3-xsmall", _deberta_v3(128100, 384, 12, 6, 1536), _DEBERTA_V3_XSMALL),
-    _aliased("microsoft/deberta-v3-small", _deberta_v3(128100, 768, 6, 12, 3072), _DEBERTA_V3_SIZES),
-    _aliased("microsoft/deberta-v3-base", _deberta_v3(128100, 768, 12, 12, 3072), _DEBERTA_V3_BASE),
-    _aliased("microsoft/deberta-v3-large", _deberta_v3(128100, 1024, 24, 16, 4096), _DEBERTA_V3_LARGE),
-    _aliased("microsoft/mdeberta-v3-base", _deberta_v3(251000, 768, 12, 12, 3072), _MDEBERTA),
-    _aliased("microsoft/deberta-v2-xlarge", _deberta_v2(layers=24), _DEBERTA_V2_XLARGE),
-    _aliased("microsoft/deberta-v2-xxlarge", _deberta_v2(layers=48), _PADDLE),
+    _aliased("microsoft/deberta-v3-xsmall", DEBERTA_V2.config_values(128100, 384, 12, 6, 1536), _DEBERTA_V3_XSMALL),
+    _aliased("microsoft/deberta-v3-small", DEBERTA_V2.config_values(128100, 768, 6, 12, 3072), _DEBERTA_V3_SIZES),
+    _aliased("microsoft/deberta-v3-base", DEBERTA_V2.config_values(128100, 768, 12, 12, 3072), _DEBERTA_V3_BASE),
+    _aliased("microsoft/deberta-v3-large", DEBERTA_V2.config_values(128100, 1024, 24, 16, 4096), _DEBERTA_V3_LARGE),
+    _aliased("microsoft/mdeberta-v3-base", DEBERTA_V2.config_values(251000, 768, 12, 12, 3072), _MDEBERTA),
+    _aliased("microsoft/deberta-v2-xlarge", _deberta_v2_xlarge(layers=24), _DEBERTA_V2_XLARGE),
+    _aliased("microsoft/deberta-v2-xxlarge", _deberta_v2_xlarge(layers=48), _PADDLE),
     # ModernBERT
-    _entry("answerdotai/ModernBERT-base", _modernbert(768, 22, 12, 1152), _MODERNBERT),
-    _entry("answerdotai/ModernBERT-large", _modernbert(1024, 28, 16, 2624), _MODERNBERT),
-    # ELECTRA (the discriminators: the model one fine-tunes); the embedding width first
-    _entry("google/electra-small-discriminator", _electra(128, 256, 12, 4, 1024), _ELECTRA),
-    _entry("google/electra-base-discriminator", _electra(768, 768, 12, 12, 3072), _ELECTRA),
-    _entry("google/electra-large-discriminator", _electra(1024, 1024, 24, 16, 4096), _ELECTRA),
+    _entry("answerdotai/ModernBERT-base", MODERNBERT.config_values(50368, 768, 22, 12, 1152), _MODERNBERT),
+    _entry("answerdotai/ModernBERT-large", MODERNBERT.config_values(50368, 1024, 28, 16, 2624), _MODERNBERT),
+    # ELECTRA (the discriminators: the model one fine-tunes), with their embedding width
+    _entry("google/electra-small-discriminator", ELECTRA.config_values(30522, 256, 12, 4, 1024, embedding_size=128), _ELECTRA),
+    _entry("google/electra-base-discriminator", ELECTRA.config_values(30522, 768, 12, 12, 3072, embedding_size=768), _ELECTRA),
+    _entry("google/electra-large-discriminator", ELECTRA.config_values(30522, 1024, 24, 16, 4096, embedding_size=1024), _ELECTRA),
     # ALBERT v2
-    _aliased("albert/albert-base-v2", _albert(768, 12, 12, 3072), _ALBERT),
-    _aliased("albert/albert-large-v2", _albert(1024, 24, 16, 4096), _ALBERT),
-    _aliased("albert/albert-xlarge-v2", _albert(2048, 24, 16, 8192), _ALBERT),
-    _aliased("albert/albert-xxlarge-v2", _albert(4096, 12, 64, 16384), _ALBERT),
+    _aliased("albert/albert-base-v2", ALBERT.config_values(30000, 768, 12, 12, 3072), _ALBERT),
+    _aliased("albert/albert-large-v2", ALBERT.config_values(30000, 1024, 24, 16, 4096), _ALBERT),
+    _aliased("albert/albert-xlarge-v2", ALBERT.config_values(30000, 2048, 24, 16, 8192), _ALBERT),
+    _aliased("albert/albert-xxlarge-v2", ALBERT.config_values(30000, 4096, 12, 64, 16384), _ALBERT),
     # MPNet
-    _aliased("microsoft/mpnet-base", _mpnet(768, 12, 12, 3072), _MPNET),
+    _aliased("microsoft/mpnet-base", MPNET.config_values(30527, 768, 12, 12, 3072), _MPNET),
+    # ERNIE 2.0 (English) and 3.0 (Chinese)
+    _entry("nghuyong/ernie-2.0-base-en", ERNIE.config_values(30522, 768, 12, 12, 3072), _ERNIE),
+    _entry("nghuyong/ernie-2.0-large-en", ERNIE.config_values(30522, 1024, 24, 16, 4096), _ERNIE),
+    _entry("nghuyong/ernie-3.0-nano-zh", _ernie_3(312, 4, 1248, task_types=16), _ERNIE),
+    _entry("nghuyong/ernie-3.0-medium-zh", _ernie_3(768, 6, 3072, task_types=16), _ERNIE),
+    _entry("nghuyong/ernie-3.0-base-zh", _ernie_3(768, 12, 3072, task_types=3), _ERNIE_3_BASE),
     # Sentence-embedding BERTs (fine-tuned for classification like any BERT)
-    _aliased("sentence-transformers/all-MiniLM-L6-v2", _bert(30522, 384, 6, 12, 1536), _MINILM_L6),
-    _aliased("sentence-transformers/all-MiniLM-L12-v2", _bert(30522, 384, 12, 12, 1536), _MINILM_L12),
-    _entry("BAAI/bge-small-en-v1.5", _bert(30522, 384, 12, 12, 1536), _EMBEDDING_BERT),
-    _entry("BAAI/bge-base-en-v1.5", _bert(30522, 768, 12, 12, 3072), _EMBEDDING_BERT),
-    _entry("BAAI/bge-large-en-v1.5", _bert(30522, 1024, 24, 16, 4096), _BGE_LARGE),
-    _entry("intfloat/e5-small-v2", _bert(30522, 384, 12, 12, 1536), _EMBEDDING_BERT),
-    _entry("intfloat/e5-base-v2", _bert(30522, 768, 12, 12, 3072), _E5_BASE),
-    _entry("intfloat/e5-large-v2", _bert(30522, 1024, 24, 16, 4096), _EMBEDDING_BERT),
-    _entry("thenlper/gte-small", _bert(30522, 384, 12, 12, 1536), _EMBEDDING_BERT),
-    _entry("thenlper/gte-base", _bert(30522, 768, 12, 12, 3072), _EMBEDDING_BERT),
-    _entry("thenlper/gte-large", _bert(30522, 1024, 24, 16, 4096), _EMBEDDING_BERT),
+    _aliased("sentence-transformers/all-MiniLM-L6-v2", BERT.config_values(30522, 384, 6, 12, 1536), _MINILM_L6),
+    _aliased("sentence-transformers/all-MiniLM-L12-v2", BERT.config_values(30522, 384, 12, 12, 1536), _MINILM_L12),
+    _entry("BAAI/bge-small-en-v1.5", BERT.config_values(30522, 384, 12, 12, 1536), _EMBEDDING_BERT),
+    _entry("BAAI/bge-base-en-v1.5", BERT.config_values(30522, 768, 12, 12, 3072), _EMBEDDING_BERT),
+    _entry("BAAI/bge-large-en-v1.5", BERT.config_values(30522, 1024, 24, 16, 4096), _BGE_LARGE),
+    _entry("intfloat/e5-small-v2", BERT.config_values(30522, 384, 12, 12, 1536), _EMBEDDING_BERT),
+    _entry("intfloat/e5-base-v2", BERT.config_values(30522, 768, 12, 12, 3072), _E5_BASE),
+    _entry("intfloat/e5-large-v2", BERT.config_values(30522, 1024, 24, 16, 4096), _EMBEDDING_BERT),
+    _entry("thenlper/gte-small", BERT.config_values(30522, 384, 12, 12, 1536), _EMBEDDING_BERT),
+    _entry("thenlper/gte-base", BERT.config_values(30522, 768, 12, 12, 3072), _EMBEDDING_BERT),
+    _entry("thenlper/gte-large", BERT.config_values(30522, 1024, 24, 16, 4096), _EMBEDDING_BERT),
 )
+# fmt: on
 
 # Every entry by its Hub id, in the order above (smallest to largest within a family).
 CATALOGUE: dict[str, CatalogueEntry] = {entry.hub_id: entry for entry in _ENTRIES}

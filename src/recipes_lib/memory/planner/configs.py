@@ -10,6 +10,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from recipes_lib.config.family_registry import BERT
 from recipes_lib.errors import ModelError
 from recipes_lib.memory.planner.catalogue import CATALOGUE, catalogue_entry, catalogue_names
 
@@ -18,7 +19,7 @@ from recipes_lib.memory.planner.catalogue import CATALOGUE, catalogue_entry, cat
 KNOWN_CONFIGS: dict[str, dict[str, Any]] = {
     name: {key: value for key, value in entry.values.items() if key != "model_type"}
     for name in catalogue_names(with_aliases=True)
-    if (entry := catalogue_entry(name)).model_type == "bert"
+    if (entry := catalogue_entry(name)).model_type == BERT.model_type
 }
 _BERT_UNCASED_VOCAB = CATALOGUE["google-bert/bert-base-uncased"].values["vocab_size"]
 

@@ -5,78 +5,24 @@ sizes: FFN width (DistilBERT's hidden_dim, ModernBERT's gated 2F-wide first line
 (ALBERT and ELECTRA project E up to H), one layer's weights, what the FFN activation keeps (run once:
 ALBERT's gelu_new keeps 4 T x F), the attention kernels the class has (DeBERTa and MPNet: eager only)
 and the linears the adapters wrap ("auto": the family's own). What each family's forward keeps
-beyond that, which neither the config nor the modules say, is written by hand: `FAMILY_FORWARDS`.
+beyond that, which neither the config nor the modules say, is its entry's `FamilyForward`
+(config/family_registry.py).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+from recipes_lib.config.family_registry import (
+    DISENTANGLED,
+    GATED_ROTARY,
+    FamilyForward,
+    family_for,
+    known_model_types,
+)
 from recipes_lib.config.recipe_spec import LoraShape
 from recipes_lib.errors import ModelError
 from recipes_lib.memory.planner.parameters import modules_the_checkpoint_lacks
-
-
-@dataclass(frozen=True)
-class FamilyForward:
-    """What an encoder family's forward keeps for backward that neither its config nor its modules say.
-
-    Read off transformers' modeling_<family>.py (5.x) and checked against measured training steps
-    of a tiny model of every family (tests/test_planner_families.py). Everything that has a size
-    comes from the config and the model built on the meta device (`Encoder.from_config`).
-    """
-
-    # Which layer arithmetic: "post-norm" (BERT: LayerNorm after each residual sum), "pre-norm"
-    # (XLM-R XL: LayerNorm before attention and before the FFN, one after the last layer), "deberta"
-    # (disentangled attention over relative positions) or "modernbert" (pre-norm, gated FFN, rotary).
-    layer: str = "post-norm"
-    # The attention's query, key and value projections (a fused projection: its name three times).
-    qkv: tuple[str, str, str] = ("query", "key", "value")
-    # Dropouts on the T x H stream in one layer: BERT after attention and after the FFN; DistilBERT
-    # only after the FFN.
-    hidden_dropouts: int = 2
-    # B x H tensors the pooler and the classification head keep: always, and more with dropout.
-    # BERT: the pooler's tanh output, then the dropout's mask and output; RoBERTa's head drops out
-    # twice, around its dense layer.
-    head: tuple[int, int] = (1, 2)
-    # The head's first linear reads hidden_states[:, 0], a view: when it trains, the whole last
-    # T x H output stays with it (BERT's pooler, DistilBERT's pre_classifier, ModernBERT's head).
-    head_reads_a_view: bool = True
-    # DeBERTa v1 writes its LayerNorm as separate ops: it keeps x - mean twice and the normalized
-    # output (3 T x H) and sqrt(var + eps) (T) instead of PyTorch's input, mean and rstd.
-    layer_norm_ops: bool = False
-    # The family's tokenizer gives token_type_ids, part of the input batch.
-    token_type_ids: bool = True
-    # Token-sized int64 indices the embeddings make and keep for their backward: RoBERTa numbers
-    # positions from the tokens (and, given no token_type_ids, gathers token types for them).
-    embedding_indices: int = 0
-    # MPNet: one relative position bias per forward, from an embedding of S x S bucket ids.
-    relative_bias: bool = False
-
-
-_ROBERTA_HEAD = dict(head=(1, 4), head_reads_a_view=False)  # dropout, dense, tanh, dropout, out_proj
-FAMILY_FORWARDS: dict[str, FamilyForward] = {
-    "bert": FamilyForward(),
-    "roberta": FamilyForward(**_ROBERTA_HEAD, token_type_ids=False, embedding_indices=2),
-    "xlm-roberta": FamilyForward(**_ROBERTA_HEAD, token_type_ids=False, embedding_indices=2),
-    # XLM-R XL/XXL: XLM-R's embeddings (positions numbered from the tokens, token types gathered)
-    # and head around pre-norm layers: one dropout on the T x H stream, after attention (the FFN's
-    # output has none); no LayerNorm on the embeddings, one after the last layer instead.
-    "xlm-roberta-xl": FamilyForward(
-        **_ROBERTA_HEAD, layer="pre-norm", hidden_dropouts=1, token_type_ids=False, embedding_indices=2
-    ),
-    "electra": FamilyForward(**_ROBERTA_HEAD),  # the same head with GELU: it keeps the dense output
-    "mpnet": FamilyForward(
-        **_ROBERTA_HEAD, qkv=("q", "k", "v"), token_type_ids=False, embedding_indices=1, relative_bias=True
-    ),
-    "distilbert": FamilyForward(qkv=("q_lin", "k_lin", "v_lin"), hidden_dropouts=1, token_type_ids=False),
-    "albert": FamilyForward(),
-    # ContextPooler: dense and GELU on the first token (GELU keeps the dense output), then dropout.
-    "deberta": FamilyForward(layer="deberta", qkv=("in_proj",) * 3, layer_norm_ops=True),
-    "deberta-v2": FamilyForward(layer="deberta", qkv=("query_proj", "key_proj", "value_proj")),
-    # head: dense, GELU (keeps the dense output), LayerNorm (keeps GELU's output), then dropout.
-    "modernbert": FamilyForward(layer="modernbert", qkv=("Wqkv",) * 3, head=(3, 1), token_type_ids=False),
-}
 
 
 @dataclass(frozen=True)
@@ -177,16 +123,16 @@ _ENCODERS: dict[tuple, Encoder] = {}
 
 
 def _family_of(config) -> FamilyForward:
-    family = FAMILY_FORWARDS.get(config.model_type)
+    family = family_for(config.model_type)
     if family is not None:
-        return family
+        return family.forward_for(config)
     missing = [
         name
         for name in ("hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size")
         if getattr(config, name, None) is None
     ]
     if missing:
-        known = ", ".join(FAMILY_FORWARDS)
+        known = ", ".join(known_model_types())
         raise ModelError(
             f"The planner knows these encoder families: {known}, and BERT-like configs; this "
             f"{config.model_type} config has no {', '.join(missing)}."
@@ -255,11 +201,11 @@ def _describe_encoder(config, adapters: LoraShape | None) -> Encoder:
     hidden = config.hidden_size
     intermediate = getattr(config, "intermediate_size", None) or getattr(config, "hidden_dim", None)
     gated = False
-    if family.layer == "modernbert":  # Wi projects to 2 x intermediate: GELU(one half) x the other half
+    if family.layer == GATED_ROTARY:  # Wi projects to 2 x intermediate: GELU(one half) x the other half
         gated = linears["mlp.Wi"].out_features == 2 * linears["mlp.Wo"].in_features
         intermediate = linears["mlp.Wo"].in_features
     keeps, keeps_output = what_activation_keeps(_activation_module(layer))
-    relative = _relative_positions(config, model, layer_path) if family.layer == "deberta" else None
+    relative = _relative_positions(config, model, layer_path) if family.layer == DISENTANGLED else None
     return Encoder(
         model_type=config.model_type,
         hidden=hidden,
@@ -320,6 +266,10 @@ def _relative_positions(config, model, layer_path: str) -> RelativePositions | N
     max_relative = getattr(config, "max_relative_positions", -1)
     max_relative = config.max_position_embeddings if max_relative < 1 else max_relative
     table = model.get_submodule(layer_path.rsplit(".layer.", 1)[0]).rel_embeddings
+    # v2/v3's attention sets share_att_key from the config (v1's has none: its own projections).
+    shared = any(
+        getattr(module, "share_att_key", False) for module in model.get_submodule(layer_path).modules()
+    )
     return RelativePositions(
         c2p="c2p" in pos_att_type,
         p2c="p2c" in pos_att_type,
@@ -327,7 +277,7 @@ def _relative_positions(config, model, layer_path: str) -> RelativePositions | N
         position_buckets=max(getattr(config, "position_buckets", -1), 0),
         table_rows=table.num_embeddings,
         table_norm="layer_norm" in getattr(config, "norm_rel_ebd", "none"),
-        separate_projections=config.model_type == "deberta" or not getattr(config, "share_att_key", False),
+        separate_projections=not shared,
     )
 
 

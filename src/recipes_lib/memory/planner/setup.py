@@ -1,0 +1,94 @@
+"""How a model trains, as the planner sees it: a `Setup` (the recipe's training shape, the batch,
+the precision, the processes and how they shard the training state).
+
+Its own module so that the arithmetic (arithmetic.py) and the plan (plan.py), which both read it,
+import it from below rather than from each other.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from recipes_lib.config.recipe_spec import LoraShape, TrainingShape
+
+# The CUDA context and cuBLAS workspace live outside PyTorch's allocator, so max_memory_allocated
+# never shows them. This default is an assumption, not a measurement made here: on a GPU, a run's
+# results.json gives device_used_gib - reserved_at_end_gib per phase (memory/monitor.py): the context and
+# workspace, on a GPU no other process uses. Pass that with --cuda_overhead_gib.
+DEFAULT_CUDA_OVERHEAD_GIB = 0.5
+
+# Several processes (accelerate_configs/): the parts of the training state each process keeps only
+# 1/N of, for N processes; the other parts every process holds in full. Activations belong to each
+# process's own batch, so they never divide.
+#   none                DDP (multi_gpu.yaml): every process holds everything
+#   zero1               DeepSpeed ZeRO-1: optimizer state
+#   zero2               DeepSpeed ZeRO-2 (deepspeed_zero2.yaml): optimizer state, gradients
+#   fsdp_shard_grad_op  FSDP SHARD_GRAD_OP: the same; weights are gathered in full from forward to
+#                       the end of backward, so at the peak every process holds all of them
+#   zero3               DeepSpeed ZeRO-3 (deepspeed_zero3.yaml): optimizer state, gradients, weights
+#   fsdp_full_shard     FSDP FULL_SHARD (fsdp.yaml): optimizer state, gradients, weights
+# With the weights sharded, each process still gathers the full weights of the layer it computes
+# (FSDP wraps one unit per BertLayer; ZeRO-3 gathers submodules as they run): one encoder layer,
+# in bf16 under mixed precision, is added to the weights. The split follows this planner's layout
+# (fp32 weights and gradients, as the Trainer keeps them); DeepSpeed's bf16 mode keeps bf16 weights
+# and gradients and an fp32 master copy in the optimizer state: the same bytes, split differently.
+SHARDED_PARTS: dict[str, tuple[str, ...]] = {
+    "none": (),
+    "zero1": ("optimizer_state",),
+    "zero2": ("optimizer_state", "gradients"),
+    "fsdp_shard_grad_op": ("optimizer_state", "gradients"),
+    "zero3": ("optimizer_state", "gradients", "weights"),
+    "fsdp_full_shard": ("optimizer_state", "gradients", "weights"),
+}
+
+
+@dataclass(frozen=True)
+class Setup:
+    """How the model trains: what changes the memory besides the model itself."""
+
+    # What the recipe changes (adapters, a 4-bit base, 8-bit optimizer state): all the arithmetic reads.
+    shape: TrainingShape = TrainingShape()
+    # The recipe's name, or any words: shown in reports, never read by the arithmetic.
+    label: str = ""
+    batch_size: int = 32
+    seq_length: int = 128
+    bf16: bool = False
+    gradient_checkpointing: bool = False
+    device: str = "cuda"  # "cuda" or "cpu": their attention kernels and dropout masks differ
+    attention: str = "sdpa"  # or "eager"
+    # Padded batches give the fused attention kernel a mask, which it makes float per layer.
+    padded: bool = True
+    # Above 1, gradients stay from one micro-batch to the next, so they meet the activations.
+    gradient_accumulation_steps: int = 1
+    cuda_overhead_gib: float = DEFAULT_CUDA_OVERHEAD_GIB
+    # Processes training together and how they shard the training state (SHARDED_PARTS).
+    num_processes: int = 1
+    sharding: str = "none"
+    # DeepSpeed ZeRO-Offload (accelerate_configs/deepspeed_zero2_offload.yaml): optimizer state,
+    # fp32 master weights and gradients in CPU memory. CUDA only.
+    optimizer_offload: bool = False
+
+    @property
+    def sharded_parts(self) -> tuple[str, ...]:
+        """The parts each process keeps 1/num_processes of."""
+        return SHARDED_PARTS[self.sharding] if self.num_processes > 1 else ()
+
+    @property
+    def adapters(self) -> LoraShape | None:
+        return self.shape.adapters
+
+    @property
+    def adapted_attention(self) -> set[str]:
+        """BERT's attention projections (query, key, value) the target names name ('all-linear': all
+        three). The arithmetic reads the adapted linears off the model itself (Encoder.adapters)."""
+        if self.shape.adapters is None:
+            return set()
+        targets = self.shape.adapters.target_modules
+        names = {"query", "key", "value"} if _is_all_linear(targets) else set(targets)
+        return names & {"query", "key", "value"}
+
+
+def _is_all_linear(targets: tuple[str, ...] | str) -> bool:
+    if isinstance(targets, str):
+        return targets.lower() == "all-linear"
+    return [name.lower() for name in targets] == ["all-linear"]
