@@ -7,14 +7,11 @@ import logging
 import resource
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Any, Protocol
 
 import torch
 
 from recipes_lib.units import GIB
-
-if TYPE_CHECKING:
-    from recipes_lib.memory.monitor import MemoryMonitor
 
 logger = logging.getLogger(__name__)
 
@@ -25,7 +22,14 @@ def peak_rss_gib() -> float:
     return peak / GIB if sys.platform == "darwin" else peak * 1024 / GIB
 
 
-def peak_memory(device: torch.device, monitor: MemoryMonitor | None = None) -> dict[str, float | str | None]:
+class PhasePeaks(Protocol):
+    """What `peak_memory` reads of a run's memory monitor (memory/monitor.py's MemoryMonitor)."""
+
+    phases: dict[str, Any]
+    process_peak_rss: int
+
+
+def peak_memory(device: torch.device, monitor: PhasePeaks | None = None) -> dict[str, float | str | None]:
     """The whole run's peak: CUDA max allocated / reserved, or on CPU the process's peak RSS.
 
     The MemoryMonitor resets the peak counters (CUDA's and the kernel's RSS peak) as each phase
