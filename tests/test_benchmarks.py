@@ -6,23 +6,11 @@ for every recipe, padding counted, ratios against the first row), not how fast a
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
 
 import pytest
 
-from tests.helpers.repo import REPO_ROOT
-
-
-def load_benchmark(name: str):
-    sys.path.insert(0, str(REPO_ROOT / "benchmarks"))
-    spec = importlib.util.spec_from_file_location(
-        f"benchmark_{name}", REPO_ROOT / "benchmarks" / f"{name}.py"
-    )
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+from tests.helpers.repo import load_benchmark
 
 
 def fake_run(name, seed, samples_per_s, tokens_per_s, runtime, steps, accuracy):

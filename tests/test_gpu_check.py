@@ -17,8 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers.repo import REPO_ROOT
-from tests.test_benchmarks import load_benchmark
+from tests.helpers.repo import REPO_ROOT, load_benchmark
 
 
 def test_a_child_past_its_timeout_is_killed_with_what_it_started_and_says_why(tmp_path):

@@ -25,3 +25,16 @@ def load_recipe(name: str) -> ModuleType:
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+
+def load_benchmark(name: str) -> ModuleType:
+    """benchmarks/<name>.py imported from its file, with benchmarks/ on sys.path for its own imports."""
+    import sys
+
+    sys.path.insert(0, str(REPO_ROOT / "benchmarks"))
+    spec = importlib.util.spec_from_file_location(
+        f"benchmark_{name}", REPO_ROOT / "benchmarks" / f"{name}.py"
+    )
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
