@@ -13,6 +13,8 @@ recipes-lib families [--markdown]
     what each encoder family gets: LoRA targets, attention kernel, precision, FSDP unit
 recipes-lib predict outputs/demo/lora --input texts.csv [--output predictions.jsonl] [--batch_size 32]
     predictions of a finished run for a file of texts, as JSON Lines
+recipes-lib export outputs/demo/full_ft [--quantize int8] [--eval_file F] [--max_metric_drop 0.5]
+    a finished run as ONNX (and int8) in OUTPUT_DIR/export/, gated against the PyTorch model on held-out rows
 recipes-lib push outputs/demo/lora --repo_id NAME/MODEL [--private] [--token T]
     a finished run (model or adapter, merged model, model card, results) uploaded to the Hugging Face Hub
 recipes-lib wandb-dashboard --project bert-recipes [--entity E] [--group G] [--report]
@@ -27,6 +29,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from recipes_lib.cli.export import add_export_parser, export_command
 from recipes_lib.cli.push import add_push_parser, push_command
 from recipes_lib.cli.sweep import add_sweep_parser
 from recipes_lib.results import RESULTS_FILE, read_results
@@ -87,6 +90,7 @@ def main(argv: list[str] | None = None) -> int:
     show_parser.add_argument("run_dirs", nargs="+", help="output directories holding results.json")
     add_compare_parser(commands)
     add_dashboard_parser(commands)
+    add_export_parser(commands)
     add_plan_parser(commands)
     add_predict_parser(commands)
     add_push_parser(commands)
@@ -130,6 +134,8 @@ def main(argv: list[str] | None = None) -> int:
             spec_file=args.spec_file,
             sweep_metric=args.sweep_metric,
         )
+    if args.command == "export":
+        return export_command(args)
     if args.command == "plan":
         return plan(args)
     if args.command == "predict":
