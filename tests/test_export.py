@@ -198,7 +198,7 @@ def _damaging_exporter():
     return mock.patch("recipes_lib.export.command.export_onnx", export_then_damage)
 
 
-def test_the_gate_refuses_a_damaged_export_and_keeps_a_good_one(exported_run, data, tmp_path, capsys):
+def test_the_gate_refuses_a_damaged_export(exported_run, data, tmp_path, capsys):
     from recipes_lib.cli.main import main
     from recipes_lib.errors import ConfigError
 
@@ -218,7 +218,12 @@ def test_the_gate_refuses_a_damaged_export_and_keeps_a_good_one(exported_run, da
     with pytest.raises(ConfigError, match="failed its quality gate"):
         _predict(fresh / "export.failed", data["validation"])
 
-    # A second, damaged export of a run that has a good one: export/ stays as it was.
+
+@pytest.mark.slow
+def test_a_failed_export_leaves_an_earlier_good_one_as_it_was(exported_run):
+    from recipes_lib.cli.main import main
+
+    run_dir, _, _ = exported_run
     good_report = (run_dir / "export" / "export_report.json").read_bytes()
     with _damaging_exporter():
         assert main(["export", str(run_dir)]) == 1

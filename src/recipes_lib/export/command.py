@@ -113,24 +113,14 @@ def export_run(
     """Export the run in `run_dir` to ONNX (and int8), gate it, and move it to export/ or export.failed/."""
     from transformers import AutoConfig, AutoTokenizer
 
-    if quantize is not None and quantize not in QUANTIZATIONS:
-        raise ConfigError(
-            f"--quantize is '{quantize}'; the one quantization offered is int8 (dynamic, ONNX Runtime)."
-        )
-    if max_metric_drop < 0:
-        raise ConfigError(
-            f"--max_metric_drop is {max_metric_drop}; give the points the metric may lose, 0 or more."
-        )
-    if batch_size <= 0:
-        raise ConfigError(f"--batch_size is {batch_size}; it must be a positive integer.")
+    _check_options(quantize, max_metric_drop, batch_size)
     results_dir, model_dir, results = locate_run(run_dir)
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     model_config = AutoConfig.from_pretrained(model_dir)
     label_names = [model_config.id2label[i] for i in range(model_config.num_labels)]
     problem_type = model_config.problem_type or results.get("problem_type") or SINGLE_LABEL
-    rows = gate_rows(
-        results["config"], tokenizer, label_names, eval_file
-    )  # the data first: a bad path costs seconds
+    # The held-out rows before the weights: a bad path costs seconds, not an export.
+    rows = gate_rows(results["config"], tokenizer, label_names, eval_file)
 
     staging = Path(tempfile.mkdtemp(prefix=".export-", dir=results_dir))
     staging.chmod(0o755)  # mkdtemp's 0700 would follow the directory to export/
@@ -155,16 +145,16 @@ def export_run(
         collator = padding_collator(tokenizer, data_arguments(results["config"]), cpu)
         reference_logits = batch_logits(reference, rows.encoded, collator, cpu, batch_size, progress)
         del model, reference
-        thresholds, decision_threshold = _thresholds(staging, results, label_names, problem_type)
-        decider = Decider(problem_type, label_names, thresholds, decision_threshold)
-        compared = {}
-        for name, file in (("fp32", FP32_MODEL), ("int8", INT8_MODEL)):
-            if (staging / file).is_file():
-                logits = onnx_logits(
-                    onnx_session(staging / file), rows.encoded, collator, batch_size, progress
-                )
-                compared[name] = {**compare(reference_logits, logits, rows, decider), "file": file,
-                                  "size_bytes": size_on_disk(staging / file)}  # fmt: skip
+        decider = Decider(
+            problem_type, label_names, *_thresholds(staging, results, label_names, problem_type)
+        )
+        compared = {
+            name: _compare_model(
+                staging / file, reference_logits, rows, collator, decider, batch_size, progress
+            )
+            for name, file in (("fp32", FP32_MODEL), ("int8", INT8_MODEL))
+            if (staging / file).is_file()
+        }
         failures = verdict(compared, max_metric_drop)
         report = {
             "passed": not failures,
@@ -184,6 +174,31 @@ def export_run(
         shutil.rmtree(staging, ignore_errors=True)
         raise
     return ExportOutcome(directory, report, failures)
+
+
+def _check_options(quantize: str | None, max_metric_drop: float, batch_size: int) -> None:
+    if quantize is not None and quantize not in QUANTIZATIONS:
+        raise ConfigError(
+            f"--quantize is '{quantize}'; the one quantization offered is int8 (dynamic, ONNX Runtime)."
+        )
+    if max_metric_drop < 0:
+        raise ConfigError(
+            f"--max_metric_drop is {max_metric_drop}; give the points the metric may lose, 0 or more."
+        )
+    if batch_size <= 0:
+        raise ConfigError(f"--batch_size is {batch_size}; it must be a positive integer.")
+
+
+def _compare_model(
+    path: Path, reference_logits, rows, collator, decider, batch_size: int, progress: bool
+) -> dict:
+    """One exported model's gate figures (gate.compare), with its file and size on disk."""
+    logits = onnx_logits(onnx_session(path), rows.encoded, collator, batch_size, progress)
+    return {
+        **compare(reference_logits, logits, rows, decider),
+        "file": path.name,
+        "size_bytes": size_on_disk(path),
+    }
 
 
 def _settle(staging: Path, results_dir: Path, passed: bool) -> Path:
