@@ -275,3 +275,32 @@ def test_every_family_exports_and_passes_the_gate(family, data, tmp_path):
     )
     assert outcome.passed, outcome.failures
     assert fp32["agreement"] == 1.0 and fp32["max_abs_logit_difference"] < 1e-4
+
+
+# --- benchmarks/serving.py -----------------------------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_the_serving_benchmark_measures_every_engine_on_the_same_rows(exported_run, tmp_path):
+    """Three child processes (one per engine), each importing torch: slow on 2 cores, not long."""
+    import subprocess
+    import sys
+
+    from tests.helpers.repo import REPO_ROOT
+
+    run_dir, _, _ = exported_run
+    command = [sys.executable, str(REPO_ROOT / "benchmarks" / "serving.py"), str(run_dir), "--rows", "32",
+               "--latency_rows", "5", "--warmup", "1", "--threads", "1", "--report_dir", str(tmp_path)]  # fmt: skip
+    done = subprocess.run(command, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    [result] = tmp_path.glob("serving_*.json")
+    record = json.loads(result.read_text())
+    assert [row["engine"] for row in record["engines"]] == ["pytorch", "onnx_fp32", "onnx_int8"]
+    for row in record["engines"]:
+        assert row["rows"] == 32 and row["latency_rows"] == 5
+        assert 0 < row["latency_ms_median"] <= row["latency_ms_p95"] and row["throughput_rows_per_s"] > 0
+        assert row["size_bytes"] > 0 and row["peak_memory_bytes"] > 0
+    assert record["engines"][2]["size_bytes"] < record["engines"][1]["size_bytes"]  # int8 weights
+    assert record["engines"][1]["gate"]["agreement"] == 1.0
+    assert {"cpu", "avx512_bf16", "versions", "date", "git_commit"} <= set(record["machine"])
+    assert "ONNX Runtime int8" in done.stdout
