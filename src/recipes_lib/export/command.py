@@ -40,7 +40,7 @@ from recipes_lib.export.gate import (
     gate_rows,
     verdict,
 )
-from recipes_lib.export.onnx_model import export_onnx, model_to_export, quantize_int8, size_on_disk
+from recipes_lib.export.onnx_model import INT8_WEIGHTS, export_onnx, model_to_export, quantize_int8, size_on_disk
 from recipes_lib.export.runtime import onnx_logits, onnx_session
 from recipes_lib.modeling.adapters import ADAPTER_CONFIG_FILE, MERGED_SUBDIR, load_trained_model
 from recipes_lib.results import RESULTS_FILE
@@ -109,11 +109,12 @@ def export_run(
     max_metric_drop: float = DEFAULT_MAX_METRIC_DROP,
     batch_size: int = GATE_BATCH_SIZE,
     progress: bool = True,
+    int8_weights: str = "signed",
 ) -> ExportOutcome:
     """Export the run in `run_dir` to ONNX (and int8), gate it, and move it to export/ or export.failed/."""
     from transformers import AutoConfig, AutoTokenizer
 
-    _check_options(quantize, max_metric_drop, batch_size)
+    _check_options(quantize, max_metric_drop, batch_size, int8_weights)
     results_dir, model_dir, results = locate_run(run_dir)
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     model_config = AutoConfig.from_pretrained(model_dir)
@@ -131,7 +132,7 @@ def export_run(
         export_seconds = time.perf_counter() - started
         logger.info("Exported %s to ONNX with the %s exporter in %.1f s.", what, exporter, export_seconds)
         if quantize == "int8":
-            quantize_int8(staging / FP32_MODEL, staging / INT8_MODEL)
+            quantize_int8(staging / FP32_MODEL, staging / INT8_MODEL, int8_weights)
         shutil.rmtree(staging / ".scratch", ignore_errors=True)
         write_bundle(staging, model_dir, results_dir, results, tokenizer, model_config, exporter)
 
@@ -163,6 +164,7 @@ def export_run(
             "exported": what,
             "exporter": exporter,
             "export_seconds": round(export_seconds, 1),
+            "int8_weights": int8_weights if quantize == "int8" else None,
             "rows_from": rows.source,
             "max_metric_drop_points": max_metric_drop,
             "min_fp32_agreement": MIN_FP32_AGREEMENT,
@@ -176,7 +178,9 @@ def export_run(
     return ExportOutcome(directory, report, failures)
 
 
-def _check_options(quantize: str | None, max_metric_drop: float, batch_size: int) -> None:
+def _check_options(quantize: str | None, max_metric_drop: float, batch_size: int, int8_weights: str) -> None:
+    if int8_weights not in INT8_WEIGHTS:
+        raise ConfigError(f"--int8_weights is '{int8_weights}'; use one of {', '.join(INT8_WEIGHTS)}.")
     if quantize is not None and quantize not in QUANTIZATIONS:
         raise ConfigError(
             f"--quantize is '{quantize}'; the one quantization offered is int8 (dynamic, ONNX Runtime)."

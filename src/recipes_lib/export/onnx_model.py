@@ -143,9 +143,14 @@ def export_onnx(model, tokenizer, path: str | Path) -> str:
     )
 
 
-def quantize_int8(fp32_path: str | Path, int8_path: str | Path) -> None:
-    """ONNX Runtime's dynamic int8 quantization: int8 weights, activations quantized per batch at run time.
+INT8_WEIGHTS = ("signed", "unsigned")
 
+
+def quantize_int8(fp32_path: str | Path, int8_path: str | Path, weights: str = "signed") -> None:
+    """ONNX Runtime's dynamic int8 quantization: 8-bit weights, activations quantized (uint8) per batch at run time.
+
+    `weights`: "signed" (int8, ONNX Runtime's default, U8S8 matmuls) or "unsigned" (uint8, U8U8), which
+    ONNX Runtime documents as the fallback when U8S8 loses accuracy (its x86 kernels can saturate).
     No calibration data is needed; what it costs in accuracy is measured by the gate, not assumed.
     """
     fp32_path = Path(fp32_path)
@@ -154,18 +159,18 @@ def quantize_int8(fp32_path: str | Path, int8_path: str | Path) -> None:
     level = root.level
     root.setLevel(max(level, logging.WARNING))
     try:
-        _quantize(fp32_path, Path(int8_path))
+        _quantize(fp32_path, Path(int8_path), weights)
     finally:
         root.setLevel(level)
 
 
-def _quantize(fp32_path: Path, int8_path: Path) -> None:
+def _quantize(fp32_path: Path, int8_path: Path, weights: str) -> None:
     from onnxruntime.quantization import QuantType, quantize_dynamic
 
     quantize_dynamic(
         fp32_path,
         int8_path,
-        weight_type=QuantType.QInt8,
+        weight_type=QuantType.QInt8 if weights == "signed" else QuantType.QUInt8,
         use_external_data_format=fp32_path.with_name(fp32_path.name + ".data").is_file(),
     )
 
