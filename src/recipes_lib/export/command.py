@@ -40,7 +40,13 @@ from recipes_lib.export.gate import (
     gate_rows,
     verdict,
 )
-from recipes_lib.export.onnx_model import INT8_WEIGHTS, export_onnx, model_to_export, quantize_int8, size_on_disk
+from recipes_lib.export.onnx_model import (
+    INT8_WEIGHTS,
+    export_onnx,
+    model_to_export,
+    quantize_int8,
+    size_on_disk,
+)
 from recipes_lib.export.runtime import onnx_logits, onnx_session
 from recipes_lib.modeling.adapters import ADAPTER_CONFIG_FILE, MERGED_SUBDIR, load_trained_model
 from recipes_lib.results import RESULTS_FILE
