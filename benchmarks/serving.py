@@ -285,7 +285,12 @@ def main(argv=None) -> int:
             f"{engine}: {row['latency_ms_median']:.2f} ms median at batch 1, {row['throughput_rows_per_s']:.0f} rows/s at batch 32",
             file=sys.stderr,
         )
-    record = {"run_dir": str(args.run_dir), "threads": args.threads, "machine": machine_at_start, "engines": rows}
+    record = {
+        "run_dir": str(args.run_dir),
+        "threads": args.threads,
+        "machine": machine_at_start,
+        "engines": rows,
+    }
     stamp = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H%M%SZ")
     report_dir = Path(args.report_dir)
     report_dir.mkdir(parents=True, exist_ok=True)
