@@ -10,6 +10,9 @@ padding settings from results.json's "config", the tokenizer saved with the mode
 precision the run evaluated in (autocast on the GPU, when predicting on the kind of device the run
 used). Inputs are tokenized as in training (data.tokenize) and batched with dynamic padding
 (data.padding_collator). The rows come out in input order, in the one format of evaluation/predictions.py.
+
+An export made by `recipes-lib export` (OUTPUT_DIR/export, or one of its .onnx files) runs in ONNX
+Runtime on the CPU instead, with the run's settings carried in its export_config.json (export/bundle.py).
 """
 
 from __future__ import annotations
