@@ -1,7 +1,8 @@
 """`recipes-lib` console entry point: tools that work on finished runs, and the memory planner.
 
 This package only parses the command line and hands each command to the module that does it:
-tools/ (compare, show, predict, push, plan), tracking/dashboard.py (wandb-dashboard), sweep/ (sweep).
+tools/ (compare, show, predict, push, plan), export/ (export), tracking/dashboard.py (wandb-dashboard),
+sweep/ (sweep).
 
 The commands, one source for the list docs/development.md repeats (tests/test_docs.py checks both
 against the parser built here):
@@ -16,6 +17,8 @@ recipes-lib families [--markdown]
     what each encoder family gets: LoRA targets, attention kernel, precision, FSDP unit
 recipes-lib predict outputs/demo/lora --input texts.csv [--output predictions.jsonl] [--batch_size 32]
     predictions of a finished run for a file of texts, as JSON Lines
+recipes-lib export outputs/demo/full_ft [--quantize int8] [--eval_file F] [--max_metric_drop 0.5]
+    a finished run as ONNX (and int8) in OUTPUT_DIR/export/, gated against the PyTorch model on held-out rows
 recipes-lib push outputs/demo/lora --repo_id NAME/MODEL [--private] [--token T]
     a finished run (model or adapter, merged model, model card, results) uploaded to the Hugging Face Hub
 recipes-lib wandb-dashboard --project bert-recipes [--entity E] [--group G] [--report]
@@ -29,6 +32,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from recipes_lib.cli.export import add_export_parser, export_command
 from recipes_lib.cli.plan import add_plan_parser
 from recipes_lib.cli.sweep import add_sweep_parser
 from recipes_lib.units import format_table
@@ -41,6 +45,7 @@ def main(argv: list[str] | None = None) -> int:
     show_parser.add_argument("run_dirs", nargs="+", help="output directories holding results.json")
     add_compare_parser(commands)
     add_dashboard_parser(commands)
+    add_export_parser(commands)
     add_plan_parser(commands)
     add_predict_parser(commands)
     add_push_parser(commands)
@@ -92,6 +97,8 @@ def dispatch(args: argparse.Namespace) -> int:
             spec_file=args.spec_file,
             sweep_metric=args.sweep_metric,
         )
+    if args.command == "export":
+        return export_command(args)
     if args.command == "plan":
         from recipes_lib.tools.plan import plan
 

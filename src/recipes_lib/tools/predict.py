@@ -10,6 +10,9 @@ padding settings from results.json's "config", the tokenizer saved with the mode
 precision the run evaluated in (autocast on the GPU, when predicting on the kind of device the run
 used). Inputs are tokenized as in training (data.tokenize) and batched with dynamic padding
 (data.padding_collator). The rows come out in input order, in the one format of evaluation/predictions.py.
+
+An export made by `recipes-lib export` (OUTPUT_DIR/export, or one of its .onnx files) runs in ONNX
+Runtime on the CPU instead, with the run's settings carried in its export_config.json (export/bundle.py).
 """
 
 from __future__ import annotations
@@ -45,6 +48,7 @@ from recipes_lib.evaluation.predictions import (
     read_thresholds,
 )
 from recipes_lib.evaluation.windows import combine_windows
+from recipes_lib.export.bundle import find_export
 from recipes_lib.modeling.adapters import (
     ADAPTER_CONFIG_FILE,
     MERGED_SUBDIR,
@@ -254,11 +258,17 @@ def predict(
         raise ConfigError(
             f"--batch_size is {batch_size}; it must be a positive integer (32 is a good start)."
         )
-    run = find_run(run_dir)  # the cheap checks first: run, input, columns; then the weights
+    exported = find_export(run_dir)  # OUTPUT_DIR/export (or a .onnx file in it): ONNX Runtime, not PyTorch
+    if exported is not None:
+        run = TrainedRun(
+            results_dir=exported.directory, model_dir=exported.directory, results=exported.run_results
+        )
+    else:
+        run = find_run(run_dir)  # the cheap checks first: run, input, columns; then the weights
     data_args = data_arguments(run.config)
     dataset = read_input(input_file, csv_quoting, run.config.get("cache_dir"))
     columns = text_columns(run, dataset, input_file)
-    device = choose_device(device)
+    device = torch.device("cpu") if exported is not None else choose_device(device)  # ONNX Runtime: CPU
     try:
         tokenizer = AutoTokenizer.from_pretrained(run.model_dir)
         model_config = AutoConfig.from_pretrained(run.model_dir)
@@ -276,7 +286,7 @@ def predict(
         "Predicting %d rows of %s with the %s in %s on %s (text: %s, max_seq_length %d)",
         len(dataset),
         input_file,
-        run.describe(),
+        exported.describe() if exported is not None else run.describe(),
         run.model_dir,
         device,
         " + ".join(columns),
@@ -292,10 +302,16 @@ def predict(
         description=str(input_file),
     )
     encoded = tokenize(data, tokenizer, data_args, lambda desc: contextlib.nullcontext())["test"]
-    model = load_trained_model(run.model_dir, device=device).eval()
-    with _autocast(run, device):
+    if exported is not None:
+        from recipes_lib.export.runtime import onnx_logits, onnx_session
+
         collator = padding_collator(tokenizer, data_args, device)
-        logits = batch_logits(model, encoded, collator, device, batch_size, progress)
+        logits = onnx_logits(onnx_session(exported.onnx_path), encoded, collator, batch_size, progress)
+    else:
+        model = load_trained_model(run.model_dir, device=device).eval()
+        with _autocast(run, device):
+            collator = padding_collator(tokenizer, data_args, device)
+            logits = batch_logits(model, encoded, collator, device, batch_size, progress)
     if DOCUMENT_COLUMN in encoded.column_names:  # --long_text sliding_window: one row per document
         document_ids = encoded.data.column(DOCUMENT_COLUMN).to_numpy()
         logits, _ = combine_windows(logits, document_ids, data_args.window_pooling)

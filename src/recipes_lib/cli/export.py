@@ -1,0 +1,80 @@
+"""`recipes-lib export`: the parser and the dispatch; the work is in recipes_lib.export."""
+
+from __future__ import annotations
+
+import sys
+
+
+def add_export_parser(commands) -> None:
+    from recipes_lib.export.gate import DEFAULT_MAX_METRIC_DROP, MIN_FP32_AGREEMENT
+
+    parser = commands.add_parser(
+        "export",
+        help="Export a finished run to ONNX (optionally int8), checked against the PyTorch model before it is kept.",
+        description="Export the model of a finished run (full model, LoRA or QLoRA adapter, merged first) to "
+        "OUTPUT_DIR/export/model.onnx with dynamic batch and sequence axes, with its tokenizer, label names, "
+        "thresholds and long-text settings; --quantize int8 adds ONNX Runtime's dynamic int8 model. Every "
+        "exported model is run on the run's validation split (or --eval_file) beside the PyTorch model: "
+        f"when one loses more than --max_metric_drop points, or the fp32 model agrees on under "
+        f"{100 * MIN_FP32_AGREEMENT:g}% of the rows, the command exits 1 and leaves the files in "
+        "OUTPUT_DIR/export.failed/ (an earlier export/ is kept). Needs the 'export' extra.",
+    )
+    parser.add_argument("run_dir", help="the output_dir of a finished run (or its merged/ subdirectory)")
+    parser.add_argument("--quantize", choices=["int8"], help="also write model.int8.onnx (dynamic int8)")
+    parser.add_argument(
+        "--eval_file", help="labelled held-out rows for the gate (default: the run's validation split)"
+    )
+    parser.add_argument(
+        "--max_metric_drop",
+        type=float,
+        default=DEFAULT_MAX_METRIC_DROP,
+        help=f"points of accuracy (regression: Pearson x100) an export may lose (default {DEFAULT_MAX_METRIC_DROP})",
+    )
+    parser.add_argument(
+        "--int8_weights",
+        choices=["signed", "unsigned"],
+        default="signed",
+        help="with --quantize int8: int8 weights (ONNX Runtime's default) or uint8 ones, its documented "
+        "fallback when int8 weights lose accuracy (docs/export.md)",
+    )
+    parser.add_argument("--batch_size", type=int, default=32, help="rows per batch in the gate (default 32)")
+
+
+def export_command(args) -> int:
+    import logging
+
+    from recipes_lib.errors import RecipeError
+
+    logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)
+    try:
+        from recipes_lib.export.command import export_run, summary
+
+        outcome = export_run(args.run_dir, quantize=args.quantize, eval_file=args.eval_file,
+                             max_metric_drop=args.max_metric_drop, batch_size=args.batch_size,
+                             int8_weights=args.int8_weights)  # fmt: skip
+    except ImportError as error:
+        print(f"error: export needs onnx, onnxscript and onnxruntime ({error}); pip install 'recipes-lib[export]'.",
+              file=sys.stderr)  # fmt: skip
+        return 2
+    except RecipeError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return error.exit_code
+    print(summary(outcome))
+    if not outcome.passed:
+        print(
+            f"error: the export failed its quality gate: {'; and '.join(outcome.failures)}. The files are in "
+            f"{outcome.directory} for inspection, not in export/; nothing there is meant to be deployed.",
+            file=sys.stderr,
+        )
+        int8 = outcome.report["models"].get("int8")
+        if (
+            int8 is not None
+            and outcome.report.get("int8_weights") == "signed"
+            and any("int8" in f for f in outcome.failures)
+        ):
+            print(
+                "The fp32 export alone may pass (drop --quantize), or try --int8_weights unsigned.",
+                file=sys.stderr,
+            )
+        return 1
+    return 0

@@ -1,0 +1,104 @@
+"""The export directory: the ONNX models and everything that turns their logits into the run's predictions.
+
+    OUTPUT_DIR/export/
+        model.onnx              fp32, dynamic batch and sequence axes (model.onnx.data beside it above 1.8 GiB)
+        model.int8.onnx         with --quantize int8: ONNX Runtime's dynamic int8 quantization
+        config.json             the model's config: label names (id2label) and problem_type
+        tokenizer files         the tokenizer the run saved with its model
+        label_thresholds.json   a multi-label run's per-class thresholds, where it tuned them
+        decision_threshold.json a binary run's positive-class threshold, where it had one
+        export_config.json      the run's settings predict needs (text columns, max_seq_length, padding,
+                                --long_text, stride, window pooling, problem type), the exporter used
+        export_report.json      the quality gate's figures (gate.py)
+
+There is deliberately no results.json: the directory is not a run, and tools that list runs skip it.
+A directory whose gate failed is named export.failed/; predict refuses it.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from recipes_lib.errors import ConfigError
+from recipes_lib.evaluation.predictions import DECISION_THRESHOLD_FILE, THRESHOLDS_FILE
+
+EXPORT_SUBDIR = "export"
+FAILED_SUBDIR = "export.failed"
+FP32_MODEL = "model.onnx"
+INT8_MODEL = "model.int8.onnx"
+SETTINGS_FILE = "export_config.json"
+REPORT_FILE = "export_report.json"
+# What predict reads from results.json, carried into export_config.json's "run".
+RUN_KEYS = ("config", "text_columns", "problem_type", "decision_threshold", "label_thresholds", "recipe",
+            "model_name_or_path")  # fmt: skip
+
+
+def write_bundle(
+    directory: Path, model_dir: Path, results_dir: Path, results: dict, tokenizer, model_config, exporter: str
+) -> None:
+    """Everything but the ONNX files and the report into `directory`: tokenizer, config, thresholds, settings."""
+    tokenizer.save_pretrained(directory)
+    model_config.save_pretrained(directory)
+    for name in (THRESHOLDS_FILE, DECISION_THRESHOLD_FILE):
+        source = next((d / name for d in (model_dir, results_dir) if (d / name).is_file()), None)
+        if source is not None:
+            shutil.copyfile(source, directory / name)
+    run = {key: results[key] for key in RUN_KEYS if key in results}
+    # The exported model runs in fp32 on the CPU whatever the run trained in.
+    run.update(precision="fp32", device="cpu")
+    settings = {
+        "run": run,
+        "exporter": exporter,
+        "inputs": list(tokenizer.model_input_names),
+        "dynamic_axes": ["batch", "sequence"],
+        "max_seq_length": results["config"].get("max_seq_length"),
+        "long_text": results["config"].get("long_text", "truncate"),
+        "stride": results["config"].get("stride"),
+        "window_pooling": results["config"].get("window_pooling", "mean"),
+    }
+    (directory / SETTINGS_FILE).write_text(json.dumps(settings, indent=2) + "\n")
+
+
+@dataclass
+class ExportedModel:
+    """An export directory predict can run: which ONNX file, and the run's settings it carries."""
+
+    directory: Path
+    onnx_path: Path
+    settings: dict[str, Any]
+
+    @property
+    def run_results(self) -> dict[str, Any]:
+        """The part of the run's results.json that predict reads ("config", "text_columns", ...)."""
+        return self.settings["run"]
+
+    def describe(self) -> str:
+        return f"ONNX export ({self.onnx_path.name}, {self.settings.get('exporter', '?')} exporter) of a " \
+               f"{self.run_results.get('recipe', '?')} run"  # fmt: skip
+
+
+def find_export(path: str | Path) -> ExportedModel | None:
+    """The export at `path` (an export directory, or one of its .onnx files), or None if `path` is not one.
+
+    An export whose gate failed (export.failed/, or a report saying so) is refused with the reason.
+    """
+    path = Path(path)
+    onnx_path = path if path.suffix == ".onnx" and path.is_file() else path / FP32_MODEL
+    directory = onnx_path.parent
+    if not (directory / SETTINGS_FILE).is_file() or not onnx_path.is_file():
+        return None
+    report_path = directory / REPORT_FILE
+    report = json.loads(report_path.read_text()) if report_path.is_file() else {}
+    if directory.name == FAILED_SUBDIR or report.get("passed") is False:
+        raise ConfigError(
+            f"'{directory}' holds an export that failed its quality gate ({report.get('reason', 'see its report')}), "
+            f"so it is not served. Fix the cause and run `recipes-lib export` again, or predict with the run's "
+            f"PyTorch model (pass the run's output_dir)."
+        )
+    return ExportedModel(
+        directory=directory, onnx_path=onnx_path, settings=json.loads((directory / SETTINGS_FILE).read_text())
+    )

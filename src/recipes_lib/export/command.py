@@ -1,0 +1,241 @@
+"""`recipes-lib export OUTPUT_DIR`: export, quantize, gate, and only then call the directory export/.
+
+Everything is written to a temporary directory beside the run and renamed at the end: export/ when
+the gate passes (replacing an earlier export only then), export.failed/ when it does not, so a
+failed export never sits where a deployment script looks, and never overwrites a good one.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import shutil
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from recipes_lib.config.tasks import MULTI_LABEL, SINGLE_LABEL
+from recipes_lib.data.tokenize import padding_collator
+from recipes_lib.errors import ConfigError, ModelError
+from recipes_lib.evaluation.inference import batch_logits
+from recipes_lib.evaluation.predictions import read_decision_threshold, read_thresholds
+from recipes_lib.export.bundle import (
+    EXPORT_SUBDIR,
+    FAILED_SUBDIR,
+    FP32_MODEL,
+    INT8_MODEL,
+    REPORT_FILE,
+    write_bundle,
+)
+from recipes_lib.export.gate import (
+    DEFAULT_MAX_METRIC_DROP,
+    MIN_FP32_AGREEMENT,
+    Decider,
+    compare,
+    data_arguments,
+    gate_rows,
+    verdict,
+)
+from recipes_lib.export.onnx_model import (
+    INT8_WEIGHTS,
+    export_onnx,
+    model_to_export,
+    quantize_int8,
+    size_on_disk,
+)
+from recipes_lib.export.runtime import onnx_logits, onnx_session
+from recipes_lib.modeling.adapters import ADAPTER_CONFIG_FILE, MERGED_SUBDIR, load_trained_model
+from recipes_lib.results import RESULTS_FILE
+
+logger = logging.getLogger(__name__)
+
+QUANTIZATIONS = ("int8",)
+GATE_BATCH_SIZE = 32
+
+
+@dataclass
+class ExportOutcome:
+    directory: Path  # export/ or export.failed/
+    report: dict[str, Any]
+    failures: list[str] = field(default_factory=list)
+
+    @property
+    def passed(self) -> bool:
+        return not self.failures
+
+
+def locate_run(path: str | Path) -> tuple[Path, Path, dict]:
+    """(results_dir, model_dir, results.json) of a finished run's output_dir, or of its merged/ subdirectory."""
+    path = Path(path)
+    results_dir = path.parent if path.name == MERGED_SUBDIR and not (path / RESULTS_FILE).is_file() else path
+    results_path = results_dir / RESULTS_FILE
+    if not results_path.is_file():
+        raise ConfigError(
+            f"'{path}' holds no {RESULTS_FILE}, so it is not the output_dir of a finished run. Pass the output_dir "
+            f"of a run that finished (the directory holding {RESULTS_FILE} and the model)."
+        )
+    results = json.loads(results_path.read_text())
+    if not isinstance(results.get("config"), dict):
+        raise ConfigError(f'{results_path} has no "config" (the run\'s settings); run the recipe again.')
+    if not any(
+        (path / name).is_file()
+        for name in ("model.safetensors", "model.safetensors.index.json", ADAPTER_CONFIG_FILE)
+    ):
+        raise ModelError(
+            f"'{path}' holds {RESULTS_FILE} but no model; pass the directory the run saved its model in."
+        )
+    return results_dir, path, results
+
+
+def _thresholds(directory: Path, results: dict, label_names: list[str], problem_type: str):
+    """(multi-label thresholds, binary decision threshold) as predict uses them (the bundle holds the files)."""
+    if problem_type == MULTI_LABEL:
+        saved = results.get("label_thresholds")
+        fallback = (
+            [float(saved[n]) for n in label_names]
+            if isinstance(saved, dict) and set(saved) == set(label_names)
+            else None
+        )
+        return read_thresholds(directory, label_names) or fallback, None
+    if problem_type == SINGLE_LABEL and len(label_names) == 2:
+        saved = results.get("decision_threshold")
+        fallback = float(saved) if isinstance(saved, (int, float)) and 0 < saved < 1 else None
+        return None, read_decision_threshold(directory) or fallback
+    return None, None
+
+
+def export_run(
+    run_dir: str | Path,
+    quantize: str | None = None,
+    eval_file: str | None = None,
+    max_metric_drop: float = DEFAULT_MAX_METRIC_DROP,
+    batch_size: int = GATE_BATCH_SIZE,
+    progress: bool = True,
+    int8_weights: str = "signed",
+) -> ExportOutcome:
+    """Export the run in `run_dir` to ONNX (and int8), gate it, and move it to export/ or export.failed/."""
+    from transformers import AutoConfig, AutoTokenizer
+
+    _check_options(quantize, max_metric_drop, batch_size, int8_weights)
+    results_dir, model_dir, results = locate_run(run_dir)
+    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    model_config = AutoConfig.from_pretrained(model_dir)
+    label_names = [model_config.id2label[i] for i in range(model_config.num_labels)]
+    problem_type = model_config.problem_type or results.get("problem_type") or SINGLE_LABEL
+    # The held-out rows before the weights: a bad path costs seconds, not an export.
+    rows = gate_rows(results["config"], tokenizer, label_names, eval_file)
+
+    staging = Path(tempfile.mkdtemp(prefix=".export-", dir=results_dir))
+    staging.chmod(0o755)  # mkdtemp's 0700 would follow the directory to export/
+    try:
+        started = time.perf_counter()
+        model, what = model_to_export(model_dir, staging / ".scratch")
+        exporter = export_onnx(model, tokenizer, staging / FP32_MODEL)
+        export_seconds = time.perf_counter() - started
+        logger.info("Exported %s to ONNX with the %s exporter in %.1f s.", what, exporter, export_seconds)
+        if quantize == "int8":
+            quantize_int8(staging / FP32_MODEL, staging / INT8_MODEL, int8_weights)
+        shutil.rmtree(staging / ".scratch", ignore_errors=True)
+        write_bundle(staging, model_dir, results_dir, results, tokenizer, model_config, exporter)
+
+        # The reference: the model the run evaluated (an adapter on its base, as predict loads it).
+        reference = (
+            model
+            if not (model_dir / ADAPTER_CONFIG_FILE).is_file()
+            else load_trained_model(model_dir, "cpu").eval()
+        )
+        cpu = torch.device("cpu")
+        collator = padding_collator(tokenizer, data_arguments(results["config"]), cpu)
+        reference_logits = batch_logits(reference, rows.encoded, collator, cpu, batch_size, progress)
+        del model, reference
+        decider = Decider(
+            problem_type, label_names, *_thresholds(staging, results, label_names, problem_type)
+        )
+        compared = {
+            name: _compare_model(
+                staging / file, reference_logits, rows, collator, decider, batch_size, progress
+            )
+            for name, file in (("fp32", FP32_MODEL), ("int8", INT8_MODEL))
+            if (staging / file).is_file()
+        }
+        failures = verdict(compared, max_metric_drop)
+        report = {
+            "passed": not failures,
+            "reason": "; ".join(failures) if failures else None,
+            "run": str(results_dir.name),
+            "exported": what,
+            "exporter": exporter,
+            "export_seconds": round(export_seconds, 1),
+            "int8_weights": int8_weights if quantize == "int8" else None,
+            "rows_from": rows.source,
+            "max_metric_drop_points": max_metric_drop,
+            "min_fp32_agreement": MIN_FP32_AGREEMENT,
+            "models": compared,
+        }
+        (staging / REPORT_FILE).write_text(json.dumps(report, indent=2) + "\n")
+        directory = _settle(staging, results_dir, passed=not failures)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    return ExportOutcome(directory, report, failures)
+
+
+def _check_options(quantize: str | None, max_metric_drop: float, batch_size: int, int8_weights: str) -> None:
+    if int8_weights not in INT8_WEIGHTS:
+        raise ConfigError(f"--int8_weights is '{int8_weights}'; use one of {', '.join(INT8_WEIGHTS)}.")
+    if quantize is not None and quantize not in QUANTIZATIONS:
+        raise ConfigError(
+            f"--quantize is '{quantize}'; the one quantization offered is int8 (dynamic, ONNX Runtime)."
+        )
+    if max_metric_drop < 0:
+        raise ConfigError(
+            f"--max_metric_drop is {max_metric_drop}; give the points the metric may lose, 0 or more."
+        )
+    if batch_size <= 0:
+        raise ConfigError(f"--batch_size is {batch_size}; it must be a positive integer.")
+
+
+def _compare_model(
+    path: Path, reference_logits, rows, collator, decider, batch_size: int, progress: bool
+) -> dict:
+    """One exported model's gate figures (gate.compare), with its file and size on disk."""
+    logits = onnx_logits(onnx_session(path), rows.encoded, collator, batch_size, progress)
+    return {
+        **compare(reference_logits, logits, rows, decider),
+        "file": path.name,
+        "size_bytes": size_on_disk(path),
+    }
+
+
+def _settle(staging: Path, results_dir: Path, passed: bool) -> Path:
+    """Rename the finished temporary directory: export/ (replacing an earlier one) or export.failed/."""
+    target = results_dir / (EXPORT_SUBDIR if passed else FAILED_SUBDIR)
+    if target.exists():
+        retired = Path(tempfile.mkdtemp(prefix=".export-old-", dir=results_dir))
+        target.rename(retired / target.name)
+        staging.rename(target)
+        shutil.rmtree(retired, ignore_errors=True)
+    else:
+        staging.rename(target)
+    if passed:  # a failure left by an earlier attempt no longer describes this run's export
+        shutil.rmtree(results_dir / FAILED_SUBDIR, ignore_errors=True)
+    return target
+
+
+def summary(outcome: ExportOutcome) -> str:
+    """The report as a few lines for the terminal."""
+    report = outcome.report
+    lines = [f"Exported {report['exported']} ({report['exporter']} exporter) to {outcome.directory}",
+             f"Gate on {report['rows_from']}:"]  # fmt: skip
+    for name, result in report["models"].items():
+        metric = result["metric"]
+        lines.append(
+            f"  {name:5} {result['file']:16} {result['size_bytes'] / 2**20:8.1f} MiB  agreement {100 * result['agreement']:6.2f}%"
+            f"  {metric} {100 * result['onnx'][metric]:.2f} (PyTorch {100 * result['pytorch'][metric]:.2f}, "
+            f"drop {result['metric_drop_points']:.2f} points)  largest logit difference {result['max_abs_logit_difference']:.2e}"
+        )
+    return "\n".join(lines)

@@ -1,0 +1,209 @@
+"""The quality gate: an exported model against the PyTorch model, on the same held-out rows, before anyone deploys it.
+
+The rows are the run's validation split, read and tokenized as the run read them (its data settings
+from results.json: files, label column, max_seq_length, --long_text, --max_eval_samples, the
+held-out share of train and the seed), or `--eval_file`, a labelled file in the training data's
+format. Each exported model's logits are compared with the PyTorch model's on every row:
+
+    agreement      the share of rows (documents, under sliding_window) with the same prediction,
+                   decided as predict decides it (argmax, the run's decision threshold, or each
+                   class's tuned threshold); regression: the share whose score moves by at most 1% of
+                   the PyTorch scores' standard deviation
+    metric         the task's headline metric for both (accuracy; regression: Pearson), in points
+                   (x100), and its drop from PyTorch to the export
+    logit difference  the largest absolute difference of any logit on any row (or window)
+
+The gate passes when every exported model (fp32, and int8 when asked for) loses at most
+--max_metric_drop points and the fp32 model agrees on at least 99% of the rows. Dynamic int8
+quantization is expected to move logits by a few hundredths; it is held to the metric only.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from datasets import DatasetDict
+
+from recipes_lib.config.arguments import DataArguments
+from recipes_lib.config.tasks import MULTI_LABEL, REGRESSION, SINGLE_LABEL, TASK_METRICS
+from recipes_lib.data.loading import ClassificationData, load_classification_data
+from recipes_lib.data.long_text import DOCUMENT_COLUMN
+from recipes_lib.data.tokenize import LABEL_COLUMN, tokenize
+from recipes_lib.errors import ConfigError, DataError
+from recipes_lib.evaluation.metrics import TaskMetrics
+from recipes_lib.evaluation.predictions import prediction_rows
+from recipes_lib.evaluation.windows import combine_windows
+
+DEFAULT_MAX_METRIC_DROP = 0.5  # points of the headline metric (accuracy: 0.5 points = 0.005)
+MIN_FP32_AGREEMENT = 0.99
+HEADLINE_METRIC = {SINGLE_LABEL: "accuracy", MULTI_LABEL: "accuracy", REGRESSION: "pearson"}
+# Regression "agrees" when the score moves by at most this share of the PyTorch scores' spread.
+REGRESSION_AGREEMENT_SHARE = 0.01
+
+
+def data_arguments(config: dict[str, Any]) -> DataArguments:
+    """The run's data settings from results.json's config (every DataArguments field it holds)."""
+    names = {field.name for field in dataclasses.fields(DataArguments)}
+    return DataArguments(**{key: value for key, value in config.items() if key in names})
+
+
+@dataclass
+class GateRows:
+    """Held-out rows as the model sees them, and what the task needs to score its predictions."""
+
+    encoded: Any  # a tokenized datasets.Dataset: one row per input (per window under sliding_window)
+    references: np.ndarray  # one label per document, encoded in the model's label order
+    document_ids: np.ndarray | None  # sliding_window: each row's document
+    window_pooling: str
+    source: str  # where the rows come from, in words
+
+    def per_document(self, logits: np.ndarray) -> np.ndarray:
+        if self.document_ids is None:
+            return logits
+        return combine_windows(logits, self.document_ids, self.window_pooling)[0]
+
+
+def gate_rows(config: dict[str, Any], tokenizer, label_names: list[str], eval_file: str | None) -> GateRows:
+    """The run's validation split (or `eval_file`), tokenized as the run tokenized it."""
+    data_args = data_arguments(config)
+    if eval_file is not None:
+        if not Path(eval_file).is_file():
+            raise ConfigError(
+                f"--eval_file '{eval_file}' does not exist. Pass a labelled file of held-out rows."
+            )
+        # The file stands in for both splits: its labels define the mapping, remapped to the model's below.
+        data_args = dataclasses.replace(
+            data_args, dataset_name=None, train_file=str(eval_file), validation_file=str(eval_file),
+            test_file=None, max_train_samples=1, max_eval_samples=None,
+        )  # fmt: skip
+    try:
+        data = load_classification_data(data_args, config.get("cache_dir"), seed=config.get("seed", 42))
+    except (DataError, ConfigError, FileNotFoundError) as error:
+        raise DataError(
+            f"The gate could not read the run's validation rows ({error}). Pass --eval_file, a labelled file "
+            "of held-out rows with the run's text and label columns."
+        ) from None
+    validation = ClassificationData(
+        raw=DatasetDict({"validation": data.raw["validation"]}),
+        text_columns=data.text_columns,
+        label_column=data.label_column,
+        labels=data.labels,
+        description=data.description,
+    )
+    encoded = tokenize(validation, tokenizer, data_args, lambda desc: contextlib.nullcontext())["validation"]
+    references = np.asarray(encoded[LABEL_COLUMN])
+    document_ids = None
+    if DOCUMENT_COLUMN in encoded.column_names:
+        document_ids = encoded.data.column(DOCUMENT_COLUMN).to_numpy()
+        _, first_windows = combine_windows(np.zeros((len(encoded), 1)), document_ids)
+        references = references[first_windows]
+    references = _in_model_order(references, data.labels, label_names)
+    source = (
+        str(eval_file)
+        if eval_file
+        else f"the run's validation split ({data.split_sources.get('validation')})"
+    )
+    return GateRows(encoded, references, document_ids, data_args.window_pooling, source)
+
+
+def _in_model_order(references: np.ndarray, labels, label_names: list[str]) -> np.ndarray:
+    """Labels encoded in the data's class order, re-encoded in the model's (an eval file may lack a class)."""
+    if labels.problem_type == REGRESSION or list(labels.names) == list(label_names):
+        return references
+    missing = [name for name in labels.names if name not in label_names]
+    if missing:
+        raise DataError(
+            f"The held-out rows have labels the model does not know: {', '.join(map(str, missing))} (the model's: "
+            f"{', '.join(label_names)}). Pass an --eval_file labelled with the model's classes."
+        )
+    position = np.array([label_names.index(name) for name in labels.names])
+    if labels.problem_type == MULTI_LABEL:
+        reordered = np.zeros((len(references), len(label_names)), dtype=references.dtype)
+        reordered[:, position] = references
+        return reordered
+    return position[references]
+
+
+@dataclass
+class Decider:
+    """How logits become the run's predictions and metrics (the task, label names and thresholds)."""
+
+    problem_type: str
+    label_names: list[str]
+    thresholds: list[float] | None = None  # multi-label
+    decision_threshold: float | None = None  # binary
+
+    def decisions(self, logits: np.ndarray) -> list:
+        rows = prediction_rows(
+            logits, self.label_names, self.problem_type, self.thresholds, self.decision_threshold
+        )
+        return [row["prediction"] for row in rows]
+
+    def metrics(self, logits: np.ndarray, references: np.ndarray) -> dict[str, float]:
+        metrics = TaskMetrics(self.problem_type, len(self.label_names))
+        if self.thresholds is not None:
+            metrics.thresholds = list(self.thresholds)
+        if self.decision_threshold is not None:
+            scores = metrics.binary_scores(logits, references, self.decision_threshold)
+        else:
+            scores = metrics.scores(logits, references)
+        return {name: float(scores[name]) for name in TASK_METRICS[self.problem_type] if name in scores}
+
+
+def compare(
+    reference_logits: np.ndarray, exported_logits: np.ndarray, rows: GateRows, decider: Decider
+) -> dict[str, Any]:
+    """One exported model against the PyTorch model on `rows`: agreement, metrics, largest logit difference."""
+    largest = (
+        float(np.max(np.abs(reference_logits.astype(np.float64) - exported_logits)))
+        if len(reference_logits)
+        else 0.0
+    )
+    reference, exported = rows.per_document(reference_logits), rows.per_document(exported_logits)
+    if decider.problem_type == REGRESSION:
+        spread = float(np.std(reference[:, 0])) or 1.0
+        agree = np.abs(reference[:, 0] - exported[:, 0]) <= REGRESSION_AGREEMENT_SHARE * spread
+    else:
+        agree = np.array(
+            [a == b for a, b in zip(decider.decisions(reference), decider.decisions(exported), strict=True)]
+        )
+    headline = HEADLINE_METRIC[decider.problem_type]
+    pytorch_metrics = decider.metrics(reference, rows.references)
+    exported_metrics = decider.metrics(exported, rows.references)
+    return {
+        "rows": len(reference),
+        "agreement": float(agree.mean()),
+        "disagreeing_rows": int((~agree).sum()),
+        "metric": headline,
+        "pytorch": pytorch_metrics,
+        "onnx": exported_metrics,
+        "metric_drop_points": round(100 * (pytorch_metrics[headline] - exported_metrics[headline]), 6),
+        "max_abs_logit_difference": largest,
+    }
+
+
+def verdict(
+    results: dict[str, dict], max_metric_drop: float, min_fp32_agreement: float = MIN_FP32_AGREEMENT
+) -> list[str]:
+    """What fails the gate, one sentence per failed check (empty: it passes). `results`: {"fp32": compare(...), ...}."""
+    failures = []
+    for name, result in results.items():
+        if result["metric_drop_points"] > max_metric_drop:
+            failures.append(
+                f"the {name} model's {result['metric']} is {result['metric_drop_points']:.2f} points below PyTorch's "
+                f"({100 * result['onnx'][result['metric']]:.2f} against {100 * result['pytorch'][result['metric']]:.2f}), "
+                f"more than --max_metric_drop {max_metric_drop:g}"
+            )
+    fp32 = results.get("fp32")
+    if fp32 is not None and fp32["agreement"] < min_fp32_agreement:
+        failures.append(
+            f"the fp32 model agrees with PyTorch on {100 * fp32['agreement']:.2f}% of the {fp32['rows']} rows "
+            f"({fp32['disagreeing_rows']} differ), {100 * (min_fp32_agreement - fp32['agreement']):.2f} points below "
+            f"the {100 * min_fp32_agreement:g}% required"
+        )
+    return failures

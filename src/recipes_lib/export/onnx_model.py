@@ -1,0 +1,185 @@
+"""A run's model as ONNX: merged first if it is an adapter, exported with torch.onnx, quantized to int8 by ONNX Runtime.
+
+The exporter is `torch.onnx.export(..., dynamo=True)` (torch.export, then onnxscript): optimum's
+exporter pins transformers below 4.58 and cannot serve transformers 5. A family whose graph
+torch.export cannot capture falls back to the TorchScript exporter (`dynamo=False`); the export
+records which one made the file. Both take the batch and the sequence length as dynamic axes.
+"""
+
+from __future__ import annotations
+
+import logging
+import warnings
+from pathlib import Path
+
+import torch
+
+from recipes_lib.errors import ModelError
+from recipes_lib.modeling.adapters import (
+    ADAPTER_CONFIG_FILE,
+    MERGED_SUBDIR,
+    load_trained_model,
+    merge_adapter,
+    read_base_quantization,
+)
+
+logger = logging.getLogger(__name__)
+
+DYNAMO, TORCHSCRIPT = "dynamo", "torchscript"
+# ONNX's protobuf cannot hold more than 2 GiB: larger models keep their weights in a .data file beside.
+SINGLE_FILE_LIMIT_BYTES = 1.8 * 2**30
+LOGITS_OUTPUT = "logits"
+
+
+class LogitsOnly(torch.nn.Module):
+    """The classifier with named tensor inputs and its logits as the one output (no ModelOutput, no loss)."""
+
+    def __init__(self, model, input_names: list[str]):
+        super().__init__()
+        self.model = model
+        self.input_names = list(input_names)
+
+    def forward(self, input_ids, attention_mask=None, token_type_ids=None):
+        inputs = {"input_ids": input_ids, "attention_mask": attention_mask, "token_type_ids": token_type_ids}
+        return self.model(**{name: inputs[name] for name in self.input_names}).logits
+
+
+def model_to_export(model_dir: str | Path, scratch_dir: str | Path):
+    """The plain fp32 classifier to export from a run's model directory, and what it is, in words.
+
+    A full model loads as it is. A LoRA adapter is folded into its base (peft's merge_and_unload: the
+    adapter model's outputs to float rounding). A QLoRA adapter is folded into its 4-bit base
+    dequantized to fp32, as --merge_adapter does (modeling.adapters.merge_adapter), written to
+    `scratch_dir` first; a merged/ directory the run already saved is used as it is.
+    """
+    from transformers import AutoConfig, AutoModelForSequenceClassification
+
+    model_dir = Path(model_dir)
+    if not (model_dir / ADAPTER_CONFIG_FILE).is_file():
+        model = AutoModelForSequenceClassification.from_pretrained(model_dir, dtype=torch.float32)
+        return model.eval(), "the full model"
+    merged_dir = model_dir / MERGED_SUBDIR
+    if (merged_dir / "config.json").is_file():
+        model = AutoModelForSequenceClassification.from_pretrained(merged_dir, dtype=torch.float32)
+        return model.eval(), f"the merged model the run saved ({MERGED_SUBDIR}/)"
+    quantization = read_base_quantization(model_dir)
+    if quantization is None:
+        model = load_trained_model(model_dir, device="cpu").merge_and_unload()
+        return model.float().eval(), "the LoRA adapter merged into its base"
+    import json
+
+    from recipes_lib.config.arguments import ModelArguments
+
+    base = json.loads((model_dir / ADAPTER_CONFIG_FILE).read_text())["base_model_name_or_path"]
+    scratch = Path(scratch_dir) / MERGED_SUBDIR
+    merge_adapter(
+        ModelArguments(model_name_or_path=base), AutoConfig.from_pretrained(model_dir), model_dir, scratch
+    )
+    model = AutoModelForSequenceClassification.from_pretrained(scratch, dtype=torch.float32)
+    return model.eval(), "the QLoRA adapter merged into its 4-bit base dequantized to fp32"
+
+
+def _parameter_bytes(model) -> int:
+    return sum(parameter.numel() * parameter.element_size() for parameter in model.parameters())
+
+
+def export_onnx(model, tokenizer, path: str | Path) -> str:
+    """Write `model` (a sequence classifier) to `path` as ONNX with dynamic batch and sequence axes.
+
+    Returns the exporter that made it: "dynamo", or "torchscript" where torch.export could not
+    capture the model (the reason is logged). Raises ModelError naming both failures if neither can.
+    """
+    input_names = list(tokenizer.model_input_names)
+    wrapper = LogitsOnly(model, input_names).eval()
+    # Two rows of different lengths: padding and a mask that is not all ones are in the traced graph.
+    example = tokenizer(["an example to export", "a second, longer example to export with"], padding=True,
+                        return_tensors="pt")  # fmt: skip
+    example = {name: example[name] for name in input_names}
+    dynamic_axes = {name: {0: "batch", 1: "sequence"} for name in input_names}
+    dynamic_axes[LOGITS_OUTPUT] = {0: "batch"}
+    external_data = _parameter_bytes(model) > SINGLE_FILE_LIMIT_BYTES
+    path = Path(path)
+    failures = []
+    for exporter in (DYNAMO, TORCHSCRIPT):
+        try:
+            with warnings.catch_warnings(), torch.no_grad():
+                warnings.simplefilter(
+                    "ignore"
+                )  # the exporters' notes on deprecated arguments and traced branches
+                torch.onnx.export(
+                    wrapper,
+                    (),
+                    f=str(path),
+                    kwargs=example,
+                    # The names of the forward signature, in its order: the graph's inputs are called so.
+                    input_names=[
+                        name
+                        for name in ("input_ids", "attention_mask", "token_type_ids")
+                        if name in input_names
+                    ],  # fmt: skip
+                    output_names=[LOGITS_OUTPUT],
+                    dynamic_axes=dynamic_axes,
+                    dynamo=exporter == DYNAMO,
+                    external_data=external_data,
+                    verbose=False,
+                    **({"opset_version": 17} if exporter == TORCHSCRIPT else {}),
+                )
+            if failures:
+                logger.warning(
+                    "The dynamo exporter failed (%s); exported with TorchScript instead.", failures[0]
+                )
+            return exporter
+        except Exception as error:  # the exporters raise many kinds: each is a reason to try the other
+            text = str(error).strip()
+            failures.append(
+                f"{exporter}: {type(error).__name__}: {text.splitlines()[0] if text else ''}"[:300]
+            )
+            for leftover in (path, path.with_name(path.name + ".data")):
+                leftover.unlink(missing_ok=True)
+    raise ModelError(
+        f"The {model.config.model_type} model could not be exported to ONNX by either exporter ("
+        + "; ".join(failures)
+        + "). Upgrade torch and onnxscript, or serve it with `recipes-lib predict` in PyTorch."
+    )
+
+
+INT8_WEIGHTS = ("signed", "unsigned")
+
+
+def quantize_int8(fp32_path: str | Path, int8_path: str | Path, weights: str = "signed") -> None:
+    """ONNX Runtime's dynamic int8 quantization: 8-bit weights, activations quantized (uint8) per batch at run time.
+
+    `weights`: "signed" (int8, ONNX Runtime's default, U8S8 matmuls) or "unsigned" (uint8, U8U8), which
+    ONNX Runtime documents as the fallback when U8S8 loses accuracy (its x86 kernels can saturate).
+    No calibration data is needed; what it costs in accuracy is measured by the gate, not assumed.
+    """
+    fp32_path = Path(fp32_path)
+    # The quantizer logs a line per tensor it leaves in float (on the root logger, at INFO): keep it quiet.
+    root = logging.getLogger()
+    level = root.level
+    root.setLevel(max(level, logging.WARNING))
+    try:
+        _quantize(fp32_path, Path(int8_path), weights)
+    finally:
+        root.setLevel(level)
+
+
+def _quantize(fp32_path: Path, int8_path: Path, weights: str) -> None:
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+
+    quantize_dynamic(
+        fp32_path,
+        int8_path,
+        weight_type=QuantType.QInt8 if weights == "signed" else QuantType.QUInt8,
+        use_external_data_format=fp32_path.with_name(fp32_path.name + ".data").is_file(),
+    )
+
+
+def files_of(onnx_path: str | Path) -> list[Path]:
+    """An ONNX model's files: the graph, and its external weights where it has them."""
+    onnx_path = Path(onnx_path)
+    return [path for path in (onnx_path, onnx_path.with_name(onnx_path.name + ".data")) if path.is_file()]
+
+
+def size_on_disk(onnx_path: str | Path) -> int:
+    return sum(path.stat().st_size for path in files_of(onnx_path))

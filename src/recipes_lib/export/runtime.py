@@ -1,0 +1,45 @@
+"""Logits of an exported model through ONNX Runtime, batched as predict batches the PyTorch model.
+
+The rows are the tokenized dataset predict and the gate build (data.tokenize); each batch is padded
+to its longest row by the run's collator (data.padding_collator) and fed to the session as int64
+arrays under the graph's own input names.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+
+def onnx_session(onnx_path: str | Path, threads: int | None = None):
+    """An ONNX Runtime CPU session; `threads`: intra-op threads (default: ONNX Runtime's, one per core)."""
+    import onnxruntime
+
+    options = onnxruntime.SessionOptions()
+    if threads is not None:
+        options.intra_op_num_threads = threads
+    options.log_severity_level = 3  # errors only: not the notes on unused initializers
+    return onnxruntime.InferenceSession(str(onnx_path), options, providers=["CPUExecutionProvider"])
+
+
+def session_logits(session, batch: dict) -> np.ndarray:
+    """One batch (tensors or arrays by input name) through `session`: its logits as float32."""
+    names = [node.name for node in session.get_inputs()]
+    feed = {name: np.asarray(batch[name], dtype=np.int64) for name in names}
+    return np.asarray(session.run(None, feed)[0], dtype=np.float32)
+
+
+def onnx_logits(session, encoded, collator, batch_size: int, progress: bool = True) -> np.ndarray:
+    """The exported model's logits for tokenized rows, in input order (evaluation.inference.batch_logits' twin)."""
+    from tqdm.auto import tqdm
+
+    model_inputs = collator.tokenizer.model_input_names
+    encoded = encoded.remove_columns([c for c in encoded.column_names if c not in model_inputs])
+    logits = []
+    for start in tqdm(range(0, len(encoded), batch_size), desc="Predicting (ONNX)", unit="batch",
+                      disable=not progress):  # fmt: skip
+        rows = encoded.select(range(start, min(start + batch_size, len(encoded))))
+        batch = collator([rows[i] for i in range(len(rows))])
+        logits.append(session_logits(session, {name: batch[name].numpy() for name in model_inputs}))
+    return np.concatenate(logits)
