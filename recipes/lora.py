@@ -31,14 +31,14 @@ def main(argv=None):
         # Model: AutoModelForSequenceClassification, a new head for these labels
         model = load_model(args.model, run.model_config)
         model = add_lora(model, lora)  # NEW: a PeftModel; the encoder frozen, adapters and the head train
-        run.fit_batch_size()  # --auto_batch_size: per-device batch from the planner, same effective batch
+        training_args = run.resolve(args.training)  # a copy: the family's precision, auto batch size
         trainer = RecipeTrainer(  # transformers.Trainer plus safeguards (signals, NaN, complete checkpoints)
             model=model,
-            args=args.training,
+            args=training_args,  # what the Trainer gets; args.training stays as parsed
             train_dataset=data["train"],
             eval_dataset=data["validation"],
             processing_class=run.tokenizer,
-            data_collator=padding_collator(run.tokenizer, args.data, args.training.device),
+            data_collator=padding_collator(run.tokenizer, args.data, training_args.device),
             compute_metrics=run.compute_metrics,  # the task's metrics, from evaluate modules
             compute_loss_func=run.compute_loss,  # --class_weights: weighted cross-entropy; else the model's
             callbacks=run.callbacks(model),  # memory phases, tokens/s, precision, W&B curves, early stopping
