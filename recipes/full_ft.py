@@ -26,7 +26,7 @@ def main(argv=None):
         data = run.load_data()
         run.start_tracking()  # the W&B run starts here (offline without an API key); memory phases begin
         # Model: AutoModelForSequenceClassification, a new head for these labels
-        model = load_model(args.model, run.model_config)
+        model = load_model(run.model_args, run.model_config)  # args.model with the family's attention kernel
         training_args = run.resolve(args.training)  # a copy: the family's precision, auto batch size
         trainer = RecipeTrainer(  # transformers.Trainer plus safeguards (signals, NaN, complete checkpoints)
             model=model,

@@ -40,7 +40,7 @@ def main(argv=None):
         quantization = base_quantization_config(run.model_config, run.precision, lora.base_bits)  # NEW
         device_map = {"": args.training.device}  # NEW: quantized as the weights land there (they cannot move)
         model = load_model(
-            args.model, run.model_config, quantization_config=quantization, device_map=device_map
+            run.model_args, run.model_config, quantization_config=quantization, device_map=device_map
         )
         model = add_lora(prepare_4bit_model(model), lora)  # NEW: frozen quantized base; adapters, head train
         training_args = run.resolve(args.training)  # a copy: the family's precision, auto batch size
@@ -59,7 +59,7 @@ def main(argv=None):
         train_result = trainer.train(resume_from_checkpoint=run.resume_from)
         trainer.save_model()  # the model and tokenizer in output_dir
         if run.is_main_process:  # NEW: config.json (label names) and the base's bits; the merged model
-            save_adapter_extras(args, run.model_config, run.tokenizer, lora, quantization)
+            save_adapter_extras(run.arguments, run.model_config, run.tokenizer, lora, quantization)
         metrics = trainer.evaluate()
         run.write_results(trainer, train_result, metrics)  # predictions, results.json, the W&B summary
     return run.results

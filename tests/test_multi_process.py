@@ -225,7 +225,9 @@ def test_compute_metrics_reports_how_many_predictions_it_scored():
 
 
 @pytest.mark.parametrize("label_smoothing", [0.0, 0.1])
-def test_the_runs_eval_loss_is_the_stock_trainers_in_one_process(tiny_bert, tmp_path, label_smoothing, one_thread):
+def test_the_runs_eval_loss_is_the_stock_trainers_in_one_process(
+    tiny_bert, tmp_path, label_smoothing, one_thread
+):
     """Recomputing the loss from the gathered predictions (the run's compute_metrics) changes nothing
     where nothing was repeated, under the stock Trainer and RecipeTrainer alike."""
     from datasets import Dataset

@@ -151,7 +151,12 @@ def test_a_gpu_that_only_emulates_bf16_gets_fp16_and_deberta_fp32(monkeypatch):
     assert (training.precision, training.mixed_precision, training.fp16) == ("fp16", "fp16", True)
     # The family's precision comes back as a copy; the parsed arguments keep theirs.
     settled = training.resolved(training.precision_for("deberta-v2"))
-    assert (settled.precision, settled.mixed_precision, settled.fp16, settled.bf16) == ("fp32", "no", False, False)
+    assert (settled.precision, settled.mixed_precision, settled.fp16, settled.bf16) == (
+        "fp32",
+        "no",
+        False,
+        False,
+    )
     assert "overflows in fp16" in settled.precision_choice.reason
     assert (training.precision, training.mixed_precision, training.fp16) == ("fp16", "fp16", True)
     # An explicit fp16 stays fp16 for DeBERTa too: the user asked for it.

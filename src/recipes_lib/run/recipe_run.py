@@ -6,8 +6,9 @@ extension points (`args`, `compute_metrics`, `compute_loss_func`, `callbacks`) a
 steps the script names, what a run must do around them:
 
     __enter__             refuse another run's output_dir, resolve --resume_from_checkpoint, seed, logging
-    load_data()           tokenizer and config.json checks; the family decides the precision; the data,
-                          its labels (which decide the task) and the tokenized DatasetDict
+    load_data()           tokenizer and config.json checks; the family decides the attention kernel
+                          (run.model_args) and the precision; the data, its labels (which decide the
+                          task) and the tokenized DatasetDict
     start_tracking()      the W&B run starts (the Trainer's WandbCallback logs into it); memory phases begin
     resolve(training)     the TrainingArguments the Trainer gets: a copy with the family's precision and
                           --auto_batch_size's batch; under FSDP the family's layer class is the unit
@@ -18,7 +19,8 @@ steps the script names, what a run must do around them:
 
 The parsed arguments are never changed. What the run resolves comes back as copies
 (`dataclasses.replace`): the TrainingArguments the script passes to the Trainer in view, and the
-run's own record of what ran (`run.arguments`: the task `auto` resolved, the precision decided),
+`run.model_args` the script loads the model with, and the run's own record of what ran
+(`run.arguments`: the attention kernel and the task `auto` resolved, the precision decided),
 which results.json's and W&B's config show. Everything the record writes comes from what any
 `transformers.Trainer` offers (its `state`, `args`, the metrics `evaluate` and `predict` return,
 the predictions `compute_metrics` sees, callbacks), so a stock Trainer keeps it too.
@@ -133,6 +135,11 @@ class RecipeRun:
         return self.arguments.training
 
     @property
+    def model_args(self):
+        """The model arguments with the attention kernel the family takes (None resolved), after load_data."""
+        return self.arguments.model
+
+    @property
     def device(self):
         return self.training.device
 
@@ -228,8 +235,11 @@ class RecipeRun:
     def _check_model_family(self, base_config) -> None:
         """What the model's family supports (modeling/families.py), from config.json alone: attention kernel,
         sequence length, LoRA targets; then the precision for that family (in the run's copy)."""
-        model_args = self.arguments.model
+        # check_model_support fills in the family's attention kernel: in the run's copy, which the
+        # script hands load_model as run.model_args.
+        model_args = replace(self.arguments.model)
         self.profile = check_model_support(model_args, base_config, self.arguments.data.max_seq_length)
+        self.arguments = replace(self.arguments, model=model_args)
         if self.shape.adapters is not None:
             self.shape = replace(self.shape, adapters=check_lora_targets(self.shape.adapters, base_config))
         self.precision_choice = self.training.precision_for(base_config.model_type)
