@@ -110,3 +110,17 @@ def test_a_stock_trainer_in_full_ft_writes_the_same_results_card_and_predictions
     np.testing.assert_allclose(written_probabilities, expected, atol=1e-5)
     test_rows = read_jsonl(stock_dir / "test_predictions.jsonl")
     assert [row["prediction"] for row in test_rows[: len(rows)]] == [row["prediction"] for row in rows]
+
+
+def test_any_trainer_takes_a_recipe_models_loss_as_the_mean_it_is(tiny_bert, tmp_path):
+    """A classifier's forward takes **kwargs, so the stock Trainer would treat its mean loss as a sum
+    (times the processes, not divided over accumulation); load_model's model says it is not."""
+    from transformers import Trainer, TrainingArguments
+
+    from recipes_lib.config.arguments import ModelArguments
+    from recipes_lib.modeling.loading import load_model, load_model_config
+
+    model_args = ModelArguments(model_name_or_path=str(tiny_bert))
+    model = load_model(model_args, load_model_config(model_args))
+    arguments = TrainingArguments(output_dir=str(tmp_path), use_cpu=True, report_to="none")
+    assert Trainer(model=model, args=arguments).model_accepts_loss_kwargs is False

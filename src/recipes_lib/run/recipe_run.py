@@ -187,7 +187,7 @@ class RecipeRun:
         labels = self.data.labels
         # 'auto' resolved, in the run's copy: the config in results.json then says what ran, as W&B's does.
         self.arguments = replace(self.arguments, data=replace(data_args, problem_type=labels.problem_type))
-        self.model_config = load_model_config(model_args, labels)
+        self.model_config = load_model_config(self.model_args, labels)
         logger.info(
             "Data: %s, %d train / %d validation examples, %d classes (%s), text: %s",
             self.data.description,

@@ -71,7 +71,8 @@ class RecipeTrainer(Trainer):
         # number of processes (and skips the division by gradient_accumulation_steps). Their loss is
         # a plain mean over the local batch, so under 2 processes the logged loss and the gradients
         # would come out twice too large. Treat the loss as the mean it is: DDP then averages
-        # gradients across processes as it should.
+        # gradients across processes as it should. (A recipe's model says so itself, for any
+        # Trainer: `accepts_loss_kwargs = False` from modeling/loading.py; this covers other models.)
         self.model_accepts_loss_kwargs = False
         # --auto_batch_size changes the batch the Trainer builds its DataLoader with (autofit.py).
         check_private_attribute(self, "_train_batch_size", "--auto_batch_size (the batch after a back-off)")
