@@ -52,9 +52,12 @@ def test_a_resolved_copy_keeps_the_precision_decision_and_shares_nothing_with_th
 
 def test_a_resolved_copy_takes_the_familys_precision_and_the_parsed_arguments_keep_theirs(monkeypatch):
     import recipes_lib.config.arguments as config
-    from tests.test_precision import TURING
+    from recipes_lib.config.precision import DeviceCapability
 
-    monkeypatch.setattr(config, "detect_capability", lambda use_cpu: TURING)  # a T4: automatic fp16
+    turing = DeviceCapability(
+        "cuda", "Tesla T4 (compute capability 7.5)", native_bf16=False, native_fp16=True
+    )
+    monkeypatch.setattr(config, "detect_capability", lambda use_cpu: turing)  # automatic fp16
     training = _parse([]).training
     assert (training.precision, training.fp16) == ("fp16", True)
     resolved = training.resolved(training.precision_for("deberta-v2"))
