@@ -70,6 +70,22 @@ def test_a_resolved_copy_takes_the_familys_precision_and_the_parsed_arguments_ke
     assert (training.precision, training.fp16, training.mixed_precision) == ("fp16", True, "fp16")
 
 
+def test_an_explicit_choice_stays_explicit_in_the_copy_and_its_warning_is_not_repeated(monkeypatch, caplog):
+    import recipes_lib.config.arguments as config
+    from recipes_lib.config.precision import DeviceCapability
+
+    avx2 = DeviceCapability("cpu", "CPU, AVX2 kernels", native_bf16=False, native_fp16=False)
+    monkeypatch.setattr(config, "detect_capability", lambda use_cpu: avx2)  # bf16 only emulated
+    with caplog.at_level("WARNING", logger="recipes_lib"):
+        training = _parse(["--bf16", "true"]).training
+        warned = [r.message for r in caplog.records if "emulated" in r.message]
+        resolved = training.resolved()
+    assert len(warned) == 1
+    assert [r.message for r in caplog.records if "emulated" in r.message] == warned  # none from the copy
+    assert resolved.precision_choice == training.precision_choice and resolved.precision_choice.explicit
+    assert (resolved.bf16, resolved.mixed_precision) == (True, "bf16")
+
+
 def test_the_parsed_arguments_are_unchanged_after_the_run_has_trained(tiny_bert, learnable_data, tmp_path):
     """full_ft with --auto_batch_size (the planner's batch 4 x 4 for the 16 asked) and the task left
     `auto`: the Trainer trains with the resolved copy; every parsed field stays as parsed."""
