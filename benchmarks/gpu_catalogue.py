@@ -214,7 +214,7 @@ def load_for_recipe(way: str, args, options, config):
     training, device = args.training, args.training.device
     config = copy.deepcopy(config)  # from_pretrained writes the quantization config into it
     check_model_support(args.model, config, args.data.max_seq_length)
-    training.settle_precision(config.model_type)
+    training = training.resolved(training.precision_for(config.model_type))  # a copy, as RecipeRun.resolve
     torch.manual_seed(0)
     if recipe == "qlora":
         quantization = base_quantization_config(config, training.precision, options.base_bits)

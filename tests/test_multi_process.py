@@ -180,7 +180,7 @@ def test_two_process_evaluation_counts_each_example_once_and_matches_one_process
     assert results["eval_accuracy"] == pytest.approx(one_process["eval_accuracy"], abs=1e-12)
     assert results["eval_f1"] == pytest.approx(one_process["eval_f1"], abs=1e-12)
     # The loss too (the Trainer's own per-batch average counted the padding repeat: 1.6% off here,
-    # until RecipeTrainer.evaluation_loop recomputed it from the gathered predictions).
+    # until the run's compute_metrics recomputed it from the gathered predictions: run/metrics.py).
     assert results["eval_loss"] == pytest.approx(one_process["eval_loss"], rel=1e-5)
 
 
@@ -225,10 +225,11 @@ def test_compute_metrics_reports_how_many_predictions_it_scored():
 
 
 @pytest.mark.parametrize("label_smoothing", [0.0, 0.1])
-def test_recipe_trainer_eval_loss_is_the_stock_trainers_in_one_process(
+def test_the_runs_eval_loss_is_the_stock_trainers_in_one_process(
     tiny_bert, tmp_path, label_smoothing, one_thread
 ):
-    """Recomputing the loss from the gathered predictions changes nothing where nothing was repeated."""
+    """Recomputing the loss from the gathered predictions (the run's compute_metrics) changes nothing
+    where nothing was repeated, under the stock Trainer and RecipeTrainer alike."""
     from datasets import Dataset
     from transformers import (
         AutoModelForSequenceClassification,
@@ -240,6 +241,7 @@ def test_recipe_trainer_eval_loss_is_the_stock_trainers_in_one_process(
 
     from recipes_lib.config.tasks import SINGLE_LABEL
     from recipes_lib.evaluation.metrics import TaskMetrics
+    from recipes_lib.run.metrics import RunMetrics
     from recipes_lib.training.trainer import RecipeTrainer
 
     tokenizer = AutoTokenizer.from_pretrained(tiny_bert)
@@ -258,16 +260,22 @@ def test_recipe_trainer_eval_loss_is_the_stock_trainers_in_one_process(
         report_to="none",
     )
     losses = {}
-    for trainer_class in (Trainer, RecipeTrainer):
+    for trainer_class, metrics in (
+        (Trainer, TaskMetrics(SINGLE_LABEL, 2)),  # the Trainer's own loss: a mean of batch means
+        (Trainer, RunMetrics(SINGLE_LABEL, 2, label_smoothing=label_smoothing)),
+        (RecipeTrainer, RunMetrics(SINGLE_LABEL, 2, label_smoothing=label_smoothing)),
+    ):
         trainer = trainer_class(
             model=AutoModelForSequenceClassification.from_pretrained(tiny_bert),
             args=arguments,
             eval_dataset=dataset,
             data_collator=DataCollatorWithPadding(tokenizer),
-            compute_metrics=TaskMetrics(SINGLE_LABEL, 2),
+            compute_metrics=metrics,
         )
-        losses[trainer_class.__name__] = trainer.evaluate()["eval_loss"]
-    assert losses["RecipeTrainer"] == pytest.approx(losses["Trainer"], rel=1e-6)
+        losses[(trainer_class.__name__, type(metrics).__name__)] = trainer.evaluate()["eval_loss"]
+    stock = losses[("Trainer", "TaskMetrics")]
+    assert losses[("Trainer", "RunMetrics")] == pytest.approx(stock, rel=1e-6)
+    assert losses[("RecipeTrainer", "RunMetrics")] == pytest.approx(stock, rel=1e-6)
 
 
 def test_training_loss_is_a_mean_whatever_the_gradient_accumulation(tiny_bert, tmp_path, one_thread):

@@ -149,13 +149,19 @@ def test_a_gpu_that_only_emulates_bf16_gets_fp16_and_deberta_fp32(monkeypatch):
     monkeypatch.setattr(config, "detect_capability", lambda use_cpu: TURING)
     training = _parse([])
     assert (training.precision, training.mixed_precision, training.fp16) == ("fp16", "fp16", True)
-    training.settle_precision("deberta-v2")
-    assert (training.precision, training.mixed_precision, training.fp16) == ("fp32", "no", False)
-    assert "overflows in fp16" in training.precision_choice.reason
+    # The family's precision comes back as a copy; the parsed arguments keep theirs.
+    settled = training.resolved(training.precision_for("deberta-v2"))
+    assert (settled.precision, settled.mixed_precision, settled.fp16, settled.bf16) == (
+        "fp32",
+        "no",
+        False,
+        False,
+    )
+    assert "overflows in fp16" in settled.precision_choice.reason
+    assert (training.precision, training.mixed_precision, training.fp16) == ("fp16", "fp16", True)
     # An explicit fp16 stays fp16 for DeBERTa too: the user asked for it.
     explicit = _parse(["--fp16"])
-    explicit.settle_precision("deberta-v2")
-    assert explicit.precision == "fp16"
+    assert explicit.precision_for("deberta-v2") == explicit.precision_choice
 
 
 def test_save_steps_alone_switches_to_step_saving_and_a_contradiction_is_an_error():

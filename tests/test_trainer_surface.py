@@ -2,8 +2,9 @@
 
 Most of what RecipeTrainer adds goes through the Trainer's public extension points: callbacks
 (the sampler's epoch, the signal stop), the public dataloader getters (evaluation in input order),
-`compute_loss_func`, `training_step`, `save_model`, `evaluation_loop`. These tests check that those
-points still do what the library relies on. Two private methods have no public stand-in and are
+`compute_loss_func`, `training_step`, `save_model`; the run's evaluation loss goes through
+`compute_metrics`, with any Trainer. These tests check that those points still do what the library
+relies on. Two private methods have no public stand-in and are
 still overridden (training/trainer.py, PRIVATE_TRAINER_HOOKS): each is checked here by name and
 parameters, so a transformers release that changes one fails here, with the feature it breaks and
 what to do, before any recipe trains differently.
@@ -170,3 +171,12 @@ def test_evaluation_and_prediction_follow_the_input_rows_under_length_grouping(t
     loader = getattr(tiny_trainer, getter)(eval_dataset)
     assert [int(n) for batch in loader for n in batch["attention_mask"].sum(dim=1)] == eval_dataset["length"]
     assert tiny_trainer.args.train_sampling_strategy == "group_by_length"  # lifted only while building
+
+
+def test_a_loss_from_compute_metrics_is_the_eval_loss_the_trainer_reports(tiny_trainer):
+    """The run's compute_metrics returns the loss over the gathered predictions (run/metrics.py); the
+    Trainer files a `loss` key from compute_metrics under eval_loss in place of its own average."""
+    tiny_trainer.compute_metrics = lambda prediction: {"loss": 123.5, "rows": len(prediction.label_ids)}
+    metrics = tiny_trainer.evaluate()
+    assert metrics["eval_loss"] == 123.5
+    assert metrics["eval_rows"] == len(tiny_trainer.eval_dataset)

@@ -8,9 +8,11 @@ in parsing.py.
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import logging
 import os
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
@@ -25,6 +27,10 @@ from recipes_lib.config.precision import (
     launcher_mixed_precision,
 )
 from recipes_lib.errors import ConfigError
+
+# The precision `RecipeTrainingArguments.resolved` hands the copy it builds (its __post_init__ takes it
+# as decided rather than reading the resolved bf16/fp16 values as explicit flags).
+_DECIDED_PRECISION: ContextVar[PrecisionChoice | None] = ContextVar("decided_precision", default=None)
 
 SUPPORTED_DATA_EXTENSIONS = (".csv", ".tsv", ".json", ".jsonl", ".parquet")
 
@@ -430,12 +436,16 @@ class RecipeTrainingArguments(TrainingArguments):
             self._imply_best_model_at_end()
         on_cpu = self.use_cpu or os.environ.get("ACCELERATE_USE_CPU", "false").lower() == "true"
         self.capability = detect_capability(use_cpu=on_cpu)
-        self._flags = (self.bf16, self.fp16)  # as given: settle_precision decides again with them
-        self._apply_precision(
-            choose_precision(
-                self.capability, bf16=self.bf16, fp16=self.fp16, launcher=launcher_mixed_precision()
+        self._flags = (self.bf16, self.fp16)  # as given: precision_for decides again with them
+        decided = _DECIDED_PRECISION.get()  # set while `resolved` builds a copy
+        if decided is not None:
+            self._apply_precision(decided, warn=False)  # decided (and any warning given) when parsed
+        else:
+            self._apply_precision(
+                choose_precision(
+                    self.capability, bf16=self.bf16, fp16=self.fp16, launcher=launcher_mixed_precision()
+                )
             )
-        )
         super().__post_init__()
         # TrainingArguments takes the launcher's mixed_precision whenever bf16 and fp16 are both
         # false, so `--bf16 false` under a bf16 accelerate config would still train in bf16.
@@ -472,11 +482,11 @@ class RecipeTrainingArguments(TrainingArguments):
         # A resumed run continues the patience count where it stopped.
         self.restore_callback_states_from_checkpoint = True
 
-    def _apply_precision(self, choice: PrecisionChoice) -> None:
+    def _apply_precision(self, choice: PrecisionChoice, warn: bool = True) -> None:
         self.precision_choice = choice
         self.bf16 = choice.precision == "bf16"
         self.fp16 = choice.precision == "fp16"
-        warning = emulation_warning(choice, self.capability) if choice.explicit else None
+        warning = emulation_warning(choice, self.capability) if choice.explicit and warn else None
         if warning:
             logging.getLogger("recipes_lib").warning(warning)
 
@@ -485,20 +495,39 @@ class RecipeTrainingArguments(TrainingArguments):
         """'bf16', 'fp16' or 'fp32': what the run computes in (precision.py decides)."""
         return self.precision_choice.precision
 
-    def settle_precision(self, model_type: str) -> None:
-        """The automatic choice, revisited once the model family is known (before the Trainer exists).
+    def precision_for(self, model_type: str) -> PrecisionChoice:
+        """The automatic choice, revisited once the model family is known; this object is left as it is.
 
         Only one case changes: automatic fp16 (a GPU without native bf16) for a family that
         overflows in fp16 becomes fp32. Explicit choices are never changed.
         """
         if self.precision_choice.explicit or model_type not in FP16_UNSAFE_MODEL_TYPES:
-            return
-        choice = choose_precision(
+            return self.precision_choice
+        return choose_precision(
             self.capability, bf16=self._flags[0], fp16=self._flags[1], launcher=None, model_type=model_type
         )
-        if choice.precision != self.precision:
-            self._apply_precision(choice)
-            self.mixed_precision = choice.mixed_precision
+
+    def resolved(self, precision: PrecisionChoice | None = None, **changes) -> RecipeTrainingArguments:
+        """A copy with `changes` and `precision` (default: this object's); this object is left as it is.
+
+        `dataclasses.replace` builds the copy through `__init__`, so `__post_init__` runs again, on
+        values already resolved: TrainingArguments' own steps give the same result (its device is
+        set up again; the accelerator state is shared per process), but bf16/fp16 now hold the
+        decision and would read as explicit flags. The copy therefore takes the decision itself
+        (its reason, whether it was explicit; no second warning) and the flags as given. Every
+        value is copied deep: nothing mutable (the accelerator config, fsdp_config) is shared, so
+        what the Trainer does to its copy stays there.
+        """
+        choice = precision or self.precision_choice
+        values = {f.name: copy.deepcopy(getattr(self, f.name)) for f in dataclasses.fields(self) if f.init}
+        values.update(changes, bf16=choice.precision == "bf16", fp16=choice.precision == "fp16")
+        token = _DECIDED_PRECISION.set(choice)
+        try:
+            resolved = dataclasses.replace(self, **values)
+        finally:
+            _DECIDED_PRECISION.reset(token)
+        resolved._flags = self._flags
+        return resolved
 
 
 SHARED_ARGUMENT_CLASSES = (ModelArguments, DataArguments)

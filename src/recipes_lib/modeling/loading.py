@@ -201,6 +201,10 @@ def load_model(model_args: ModelArguments, model_config, **from_pretrained_kwarg
             ),
         )
     model.newly_initialized_modules = _modules_of(model, [*loading["missing_keys"], *mismatched])
+    # The head's loss is a mean over the local batch, not a sum over `num_items_in_batch`; without
+    # this, any Trainer (seeing **kwargs in forward) multiplies it by the number of processes and
+    # skips the division by gradient_accumulation_steps. transformers reads this attribute for it.
+    model.accepts_loss_kwargs = False
     return model
 
 

@@ -3,16 +3,18 @@
     with RecipeRun(args, SPEC) as run:      output_dir checked, --resume_from_checkpoint resolved, seed set
         data = run.load_data()               tokenizer and config.json checks, then the tokenized DatasetDict
         run.start_tracking()                 the W&B run starts; memory phases begin
-        model = load_model(...)
-        run.fit_batch_size()                 --auto_batch_size: the largest per-device batch that fits
-        trainer = RecipeTrainer(..., compute_metrics=run.compute_metrics,
-                                compute_loss_func=run.compute_loss, callbacks=run.callbacks())
+        model = load_model(run.model_args, run.model_config)
+        training_args = run.resolve(args.training)   a copy: the family's precision, --auto_batch_size's batch
+        trainer = RecipeTrainer(..., args=training_args, compute_metrics=run.compute_metrics,
+                                compute_loss_func=run.compute_loss, callbacks=run.callbacks(model))
         run.clear_previous_run()             --overwrite_output_dir: the old run goes, after every check
         train_result = trainer.train(resume_from_checkpoint=run.resume_from)
         trainer.save_model()
         metrics = trainer.evaluate()
         run.write_results(trainer, train_result, metrics)   predictions, results.json, W&B summary
 
+`args` is never changed; `run.model_args` and `training_args` are copies with what the run resolved.
+Any `transformers.Trainer` works in place of RecipeTrainer (recipes/README.md says what goes).
 `run_main(main)` turns a user error into one paragraph on stderr and an exit code.
 """
 

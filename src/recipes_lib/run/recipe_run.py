@@ -2,18 +2,28 @@
 
 The recipe script builds the datasets, the model and the Trainer itself, and calls `train`,
 `save_model` and `evaluate` on it. The run supplies what the Trainer takes through its own
-extension points (`compute_metrics`, `compute_loss_func`, `callbacks`) and does, at the steps the
-script names, what a run must do around them:
+extension points (`args`, `compute_metrics`, `compute_loss_func`, `callbacks`) and does, at the
+steps the script names, what a run must do around them:
 
     __enter__             refuse another run's output_dir, resolve --resume_from_checkpoint, seed, logging
-    load_data()           tokenizer and config.json checks; the family settles the precision and the FSDP
-                          unit; the data, its labels (which decide the task) and the tokenized DatasetDict
+    load_data()           tokenizer and config.json checks; the family decides the attention kernel
+                          (run.model_args) and the precision; the data, its labels (which decide the
+                          task) and the tokenized DatasetDict
     start_tracking()      the W&B run starts (the Trainer's WandbCallback logs into it); memory phases begin
-    fit_batch_size()      --auto_batch_size: the per-device batch the planner fits, same effective batch
+    resolve(training)     the TrainingArguments the Trainer gets: a copy with the family's precision and
+                          --auto_batch_size's batch; under FSDP the family's layer class is the unit
     callbacks(model)      memory phases, token counts, the precision probe, W&B curves, early stopping
     clear_previous_run()  --overwrite_output_dir: the previous run is deleted, once every check has passed
     write_results(...)    multi-label thresholds, test predictions, the merged model's scores, the
                           prediction files, results.json and the W&B summary (run/record.py)
+
+The parsed arguments are never changed. What the run resolves comes back as copies
+(`dataclasses.replace`): the TrainingArguments the script passes to the Trainer in view, and the
+`run.model_args` the script loads the model with, and the run's own record of what ran
+(`run.arguments`: the attention kernel and the task `auto` resolved, the precision decided),
+which results.json's and W&B's config show. Everything the record writes comes from what any
+`transformers.Trainer` offers (its `state`, `args`, the metrics `evaluate` and `predict` return,
+the predictions `compute_metrics` sees, callbacks), so a stock Trainer keeps it too.
 
 Leaving the block through an exception writes no results.json: a results file always belongs to a
 finished run.
@@ -31,13 +41,13 @@ import datasets
 import transformers
 from transformers import EarlyStoppingCallback, set_seed
 
-from recipes_lib.config.arguments import ParsedArguments
+from recipes_lib.config.arguments import ParsedArguments, RecipeTrainingArguments
+from recipes_lib.config.precision import PrecisionChoice
 from recipes_lib.config.recipe_spec import RecipeSpec
 from recipes_lib.config.validation import check_output_dir, check_task_options
 from recipes_lib.data.loading import load_classification_data
 from recipes_lib.data.long_text import DOCUMENT_COLUMN
 from recipes_lib.data.tokenize import tokenize
-from recipes_lib.evaluation.metrics import TaskMetrics
 from recipes_lib.memory.monitor import MemoryCallback, MemoryMonitor
 from recipes_lib.modeling.adapters import check_lora_targets
 from recipes_lib.modeling.families import ArchitectureProfile
@@ -49,6 +59,7 @@ from recipes_lib.modeling.loading import (
 )
 from recipes_lib.results import RESULTS_FILE
 from recipes_lib.run import record
+from recipes_lib.run.metrics import RunMetrics
 from recipes_lib.tracking.hub import check_push_to_hub
 from recipes_lib.tracking.wandb_run import Tracker, start_tracking
 from recipes_lib.training.autofit import choose_batch_size
@@ -75,6 +86,10 @@ def name_fsdp_layer_classes(profile: ArchitectureProfile) -> None:
 
     accelerate wraps the layer classes a model declares (_no_split_modules), and most encoders
     declare none. An fsdp_transformer_layer_cls_to_wrap in the accelerate config still wins.
+    `accelerate launch` hands its FSDP settings to the process as FSDP_* variables, which
+    accelerate reads when the Trainer builds its Accelerator; the layer class goes beside them.
+    (Through TrainingArguments' fsdp_config instead, the Trainer would build the FSDP plugin from
+    those arguments and their defaults, overriding the accelerate config's other settings.)
     """
     if os.environ.get("ACCELERATE_USE_FSDP", "false").lower() == "true":
         os.environ.setdefault("FSDP_TRANSFORMER_CLS_TO_WRAP", ",".join(profile.layer_classes))
@@ -88,6 +103,8 @@ class RecipeRun:
     """One run of a recipe: what the Trainer is handed, and the bookkeeping at the steps the script names."""
 
     def __init__(self, arguments: ParsedArguments, spec: RecipeSpec):
+        self.parsed = arguments  # never changed
+        # What ran: the parsed arguments at first; load_data and resolve replace it by copies.
         self.arguments = arguments
         self.spec = spec
         self.options = arguments.recipe_options.get(spec.options) if spec.options is not None else None
@@ -98,21 +115,29 @@ class RecipeRun:
         self.tokenizer = None
         self.model_config = None
         self.profile: ArchitectureProfile | None = None
+        # The precision the run computes in: the parsed choice, revisited for the family in load_data.
+        self.precision_choice: PrecisionChoice = arguments.training.precision_choice
         self.data = None
         self.tokenized: datasets.DatasetDict | None = None
         # What the Trainer is handed (compute_metrics, compute_loss_func, callbacks).
-        self.compute_metrics: TaskMetrics | None = None
+        self.compute_metrics: RunMetrics | None = None
         self.compute_loss: WeightedCrossEntropy | None = None
         self.tokens = TokenCounter()
         self.precision_probe = PrecisionProbe(self.training.device.type)
         self.tracker = Tracker()
         self.memory: MemoryMonitor | None = None
-        self.batch_choice = None  # --auto_batch_size: what fit_batch_size chose
+        self.batch_choice = None  # --auto_batch_size: what resolve chose
         self.results: dict[str, Any] | None = None
 
     @property
-    def training(self):
+    def training(self) -> RecipeTrainingArguments:
+        """The training arguments as the run has resolved them so far (the parsed ones are not changed)."""
         return self.arguments.training
+
+    @property
+    def model_args(self):
+        """The model arguments with the attention kernel the family takes (None resolved), after load_data."""
+        return self.arguments.model
 
     @property
     def device(self):
@@ -121,7 +146,7 @@ class RecipeRun:
     @property
     def precision(self) -> str:
         """'bf16', 'fp16' or 'fp32' (config/precision.py), final once `load_data` has read the model family."""
-        return self.training.precision
+        return self.precision_choice.precision
 
     @property
     def is_main_process(self) -> bool:
@@ -148,10 +173,10 @@ class RecipeRun:
 
         Cheapest checks first. The tokenizer and config.json are small: a wrong model name or a
         max_seq_length the model cannot take fails before a dataset download. The model's family
-        then settles the training precision (DeBERTa stays out of automatic fp16) and, under FSDP,
-        the layer class it wraps. Every check on columns and labels runs before tokenization and
-        before the model weights are fetched; the labels decide the task (`problem_type`), which
-        the model config, the metrics and the loss follow.
+        then decides the training precision (DeBERTa stays out of automatic fp16). Every check on
+        columns and labels runs before tokenization and before the model weights are fetched; the
+        labels decide the task (`problem_type`), which the model config, the metrics and the loss
+        follow, and which `run.arguments` (a copy) records in place of `auto`.
         """
         model_args, data_args = self.arguments.model, self.arguments.data
         self.tokenizer = load_tokenizer(model_args)
@@ -160,9 +185,9 @@ class RecipeRun:
             data_args, cache_dir=model_args.cache_dir, seed=self.training.seed
         )
         labels = self.data.labels
-        # 'auto' resolved: the config in results.json then says what ran, as W&B's does.
-        data_args.problem_type = labels.problem_type
-        self.model_config = load_model_config(model_args, labels)
+        # 'auto' resolved, in the run's copy: the config in results.json then says what ran, as W&B's does.
+        self.arguments = replace(self.arguments, data=replace(data_args, problem_type=labels.problem_type))
+        self.model_config = load_model_config(self.model_args, labels)
         logger.info(
             "Data: %s, %d train / %d validation examples, %d classes (%s), text: %s",
             self.data.description,
@@ -180,16 +205,19 @@ class RecipeRun:
             self.training.main_process_first,
             model_limit=self.profile.max_length,
         )
-        self.compute_metrics = TaskMetrics(labels.problem_type, labels.num_labels)
-        # sliding_window: metrics combine the validation split's windows into documents (the test
-        # split's while it is predicted: record.py).
-        self.compute_metrics.document_ids = self.document_ids("validation")
-        self.compute_metrics.window_pooling = data_args.window_pooling
+        weights = None
         if self.training.class_weights:
             weights = class_weights_from(
                 self.training.class_weights, self.tokenized["train"]["labels"], labels.names
             )
             self.compute_loss = WeightedCrossEntropy(weights, self.training.label_smoothing_factor)
+        self.compute_metrics = RunMetrics(
+            labels.problem_type, labels.num_labels, weights, self.training.label_smoothing_factor
+        )
+        # sliding_window: metrics combine the validation split's windows into documents (the test
+        # split's while it is predicted: record.py).
+        self.compute_metrics.document_ids = self.document_ids("validation")
+        self.compute_metrics.window_pooling = data_args.window_pooling
         return self.tokenized
 
     def document_ids(self, split: str):
@@ -206,13 +234,17 @@ class RecipeRun:
 
     def _check_model_family(self, base_config) -> None:
         """What the model's family supports (modeling/families.py), from config.json alone: attention kernel,
-        sequence length, LoRA targets; then the precision and the FSDP unit for that family."""
-        model_args = self.arguments.model
+        sequence length, LoRA targets; then the precision for that family (in the run's copy)."""
+        # check_model_support fills in the family's attention kernel: in the run's copy, which the
+        # script hands load_model as run.model_args.
+        model_args = replace(self.arguments.model)
         self.profile = check_model_support(model_args, base_config, self.arguments.data.max_seq_length)
+        self.arguments = replace(self.arguments, model=model_args)
         if self.shape.adapters is not None:
             self.shape = replace(self.shape, adapters=check_lora_targets(self.shape.adapters, base_config))
-        self.training.settle_precision(base_config.model_type)
-        name_fsdp_layer_classes(self.profile)
+        self.precision_choice = self.training.precision_for(base_config.model_type)
+        if self.precision_choice != self.training.precision_choice:  # automatic fp16 for DeBERTa: fp32
+            self.arguments = replace(self.arguments, training=self.training.resolved(self.precision_choice))
         adapted = self.shape.adapters
         logger.info(
             "%s (%s): attention %s, precision %s (%s)%s",
@@ -220,7 +252,7 @@ class RecipeRun:
             base_config.model_type,
             model_args.attn_implementation,
             self.precision,
-            self.training.precision_choice.reason,
+            self.precision_choice.reason,
             f", LoRA on {listed_text(adapted.target_modules)}" if adapted is not None else "",
         )
 
@@ -231,22 +263,47 @@ class RecipeRun:
         before the memory phases: starting it is not counted as loading the model.
         """
         self.tracker = start_tracking(self.arguments, self.spec)
+        self._start_memory_phases()
+
+    def _start_memory_phases(self) -> None:
         self.memory = MemoryMonitor(self.device, track_tensors=self.training.track_memory)
         self.memory.start_phase("model_load")  # lasts until the first training step
 
-    def fit_batch_size(self) -> None:
-        """--auto_batch_size: set the largest per-device batch the planner fits in this device's free
-        memory, with gradient accumulation keeping the effective batch (training/autofit.py)."""
-        if self.training.auto_batch_size:
-            self.batch_choice = choose_batch_size(self.arguments, self.shape, self.model_config)
+    def resolve(self, training: RecipeTrainingArguments) -> RecipeTrainingArguments:
+        """The TrainingArguments to hand the Trainer: a copy of `training` with what the run resolved.
+
+        - the precision the model's family takes (load_data decided it: DeBERTa stays out of
+          automatic fp16);
+        - --auto_batch_size: the largest per-device batch the planner fits in this device's free
+          memory, with gradient accumulation keeping the effective batch (training/autofit.py).
+          Call it with the model loaded: the free memory is read here.
+
+        `training` (the parsed arguments, or a copy the script made) is left as it is. Under an
+        FSDP launch, the family's layer class becomes the unit FSDP wraps (`name_fsdp_layer_classes`).
+        """
+        changes = {}
+        if training.auto_batch_size:
+            self.batch_choice = choose_batch_size(
+                replace(self.arguments, training=training), self.shape, self.model_config
+            )
+            changes = {
+                "per_device_train_batch_size": self.batch_choice.batch_size,
+                "gradient_accumulation_steps": self.batch_choice.accumulation,
+            }
+        if self.profile is not None:
+            name_fsdp_layer_classes(self.profile)
+        resolved = training.resolved(self.precision_choice, **changes)
+        self.arguments = replace(self.arguments, training=resolved)
+        return resolved
 
     def callbacks(self, model) -> list:
         """The run's Trainer callbacks: memory phases, token counts, the precision probe, W&B's
-        throughput and memory curves, and early stopping under --early_stopping_patience."""
+        throughput and memory curves, and early stopping under --early_stopping_patience.
+
+        Without `start_tracking()` first (no W&B run of the run's own), the memory phases start here.
+        """
         if self.memory is None:
-            raise RuntimeError(
-                "Call run.start_tracking() before run.callbacks(): the memory phases start there."
-            )
+            self._start_memory_phases()
         total, trainable = count_parameters(model)
         logger.info(
             "Model: %s, %s parameters, %s trainable",

@@ -1,6 +1,10 @@
 """What a finished run writes: predictions, results.json and the W&B summary, from the Trainer's outputs.
 
-`finish_run` is `RecipeRun.write_results`. In order:
+`finish_run` is `RecipeRun.write_results`. It reads the Trainer only through what every
+`transformers.Trainer` has: `state`, `args` (the copy `RecipeRun.resolve` made, with any batch a
+back-off changed), the metrics `evaluate` and `predict` return, the final validation predictions
+the run's `compute_metrics` saw (run/metrics.py), `log_metrics`, `push_to_hub`. Besides those, the
+run's own: the data and labels, its callbacks' counts, the memory phases. In order:
 
 1. Multi-label: one threshold per class tuned on the validation predictions (the metrics during
    training decided every class at 0.5); the per-class report; the test split predicted (and
@@ -19,7 +23,7 @@
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -56,6 +60,7 @@ from recipes_lib.modeling.optimizers import optimizer_state_summary
 from recipes_lib.results import describe_device, library_versions, timestamp, write_results
 from recipes_lib.tracking.model_card import build_card, write_card
 from recipes_lib.tracking.names import METRIC_TITLES, eval_key
+from recipes_lib.training.trainer import evaluation_in_input_order
 
 logger = logging.getLogger("recipes_lib")
 
@@ -100,14 +105,45 @@ def per_class(logits, references, labels, thresholds) -> dict[str, Any]:
     return per_class_report(logits.argmax(-1), references, labels.names)
 
 
-def evaluation_outputs(run, trainer) -> EvaluationOutputs:
-    """Thresholds (multi-label), per-class scores and the test split, from the last validation pass."""
-    labels = run.data.labels
-    evaluation = trainer.last_evaluation  # each validation example once, gathered from every process
-    # Under --long_text sliding_window, one prediction per document: its windows combined.
-    outputs = EvaluationOutputs(
-        *run.compute_metrics.per_document(_logits(evaluation.predictions), evaluation.label_ids)
+def evaluates_in_input_order(trainer) -> bool:
+    """Whether the Trainer's evaluation batches follow the validation rows' order.
+
+    RecipeTrainer's do (it says so). The stock Trainer's do, except under
+    train_sampling_strategy group_by_length, where it groups evaluation batches by length too.
+    """
+    return getattr(trainer, "evaluates_in_input_order", False) or (
+        trainer.args.train_sampling_strategy != "group_by_length"
     )
+
+
+def final_validation(run, trainer, eval_metrics: dict[str, Any]):
+    """The final validation pass's predictions (window rows under sliding_window), in the rows' order,
+    and its metrics.
+
+    They are the last the run's compute_metrics saw: the script's `trainer.evaluate()`, each
+    validation example once, gathered from every process. A Trainer that evaluated in another order
+    predicts the split once more in input order (its metrics, computed per document in that order,
+    replace the script's: under sliding_window only they can differ).
+    """
+    validation = run.tokenized["validation"]
+    seen = run.compute_metrics.last_predictions
+    if seen is None or len(seen.logits) != len(validation):
+        raise RuntimeError(
+            "The run's compute_metrics has not seen the final validation pass. Hand the Trainer "
+            "compute_metrics=run.compute_metrics and call trainer.evaluate() before run.write_results()."
+        )
+    if evaluates_in_input_order(trainer):
+        return seen, eval_metrics
+    with evaluation_in_input_order(trainer.args):
+        output = trainer.predict(validation, metric_key_prefix="eval")
+    return run.compute_metrics.last_predictions, {**eval_metrics, **output.metrics}
+
+
+def evaluation_outputs(run, trainer, evaluation) -> EvaluationOutputs:
+    """Thresholds (multi-label), per-class scores and the test split, from the final validation pass."""
+    labels = run.data.labels
+    # Under --long_text sliding_window, one prediction per document: its windows combined.
+    outputs = EvaluationOutputs(*run.compute_metrics.per_document(evaluation.logits, evaluation.references))
     if labels.problem_type == MULTI_LABEL:
         outputs.thresholds = tune_thresholds(sigmoid(outputs.logits), outputs.references)
         run.compute_metrics.thresholds = outputs.thresholds
@@ -118,7 +154,11 @@ def evaluation_outputs(run, trainer) -> EvaluationOutputs:
         )
     outputs.report = per_class(outputs.logits, outputs.references, labels, outputs.thresholds)
     if "test" in run.tokenized:
-        with run.compute_metrics.scoring(run.document_ids("test")) as metrics:
+        # In the rows' order with any Trainer: the prediction file and the windows' documents follow it.
+        with (
+            run.compute_metrics.scoring(run.document_ids("test")) as metrics,
+            evaluation_in_input_order(trainer.args),
+        ):
             test = trainer.predict(run.tokenized["test"], metric_key_prefix="test")
             outputs.test_logits, test_references = metrics.per_document(
                 _logits(test.predictions), test.label_ids
@@ -248,7 +288,7 @@ def task_results(run, eval_metrics, outputs: EvaluationOutputs, merged: dict[str
 
 def training_results(run, trainer, train_result, tokens: tuple[int, int]) -> dict[str, Any]:
     """How training went: steps, loss, the kept checkpoint, speed and padding."""
-    training, state = run.training, trainer.state
+    training, state = trainer.args, trainer.state
     metrics = train_result.metrics
     runtime = metrics["train_runtime"]
     real_tokens, all_tokens = tokens
@@ -288,27 +328,32 @@ def model_results(run, trainer, memory_results: dict[str, Any]) -> dict[str, Any
         **optimizer_state_summary(trainer.optimizer, trainer.model),
         **peak_memory(run.device, run.memory),
         **memory_results,
-        "auto_batch_size": choice.after_training(run.training, trainer.out_of_memory_at).to_dict()
+        # The batch the Trainer's arguments hold at the end: after any out-of-memory back-off (RecipeTrainer).
+        "auto_batch_size": choice.after_training(
+            trainer.args, getattr(trainer, "out_of_memory_at", [])
+        ).to_dict()
         if choice is not None
         else None,
     }
 
 
-def environment_results(run, precision: str) -> dict[str, Any]:
+def environment_results(run, trainer, precision: str) -> dict[str, Any]:
     """Where and how it ran: device, processes, precision, versions, the full config."""
-    training = run.training
+    training = trainer.args
     return {
         "device": describe_device(run.device),
         "num_processes": training.world_size,
         # Read from the autocast state inside the model during training, not from the flags.
         "precision": precision,
-        "precision_reason": training.precision_choice.reason,
+        "precision_reason": run.precision_choice.reason,
         # QLoRA: the dtype of the 4-bit layers' matmuls (bitsandbytes' compute dtype); else None.
         "quantized_compute_dtype": run.precision_probe.quantized_compute,
         "versions": library_versions(),
         "created_at": timestamp(),
         "output_dir": str(training.output_dir),
-        "config": run.arguments.to_dict(),
+        # What ran: the parsed arguments with what the run resolved (task, precision) and the
+        # Trainer's own copy of the training arguments (the batch it trained with).
+        "config": replace(run.arguments, training=training).to_dict(),
     }
 
 
@@ -352,7 +397,12 @@ def finish_run(run, trainer, train_result, eval_metrics: dict[str, Any]) -> dict
     """Predictions, results.json and the W&B summary of a finished run (this module's docstring)."""
     trainer.log_metrics("train", train_result.metrics)
     trainer.log_metrics("eval", eval_metrics)
-    outputs = evaluation_outputs(run, trainer)
+    evaluation, eval_metrics = final_validation(run, trainer, eval_metrics)
+    outputs = evaluation_outputs(run, trainer, evaluation)
+    if run.memory is None:  # the script handed the Trainer none of run.callbacks()
+        raise RuntimeError(
+            "Hand the Trainer callbacks=run.callbacks(model): the run's memory phases start there."
+        )
     memory_results = run.memory.finish()
     for line in run.memory.summary_lines(memory_results):
         logger.info(line)
@@ -365,7 +415,7 @@ def finish_run(run, trainer, train_result, eval_metrics: dict[str, Any]) -> dict
         **task_results(run, eval_metrics, outputs, merged),
         **training_results(run, trainer, train_result, tokens),
         **model_results(run, trainer, memory_results),
-        **environment_results(run, precision),
+        **environment_results(run, trainer, precision),
     }
     if trainer.is_world_process_zero():
         write_prediction_files(run, outputs)
@@ -399,9 +449,12 @@ def push_finished_run(run, trainer, results: dict[str, Any]) -> None:
 
     The Trainer pushed the model when the script saved it, before the final evaluation; this
     second commit adds the results and the card. Every process calls it: the Trainer saves the
-    model again first, a collective step under FSDP and DeepSpeed.
+    model again first, a collective step under FSDP and DeepSpeed. A stock Trainer writes and
+    uploads its own draft card there; the run's card is then written into output_dir again.
     """
     if not run.training.push_to_hub:
         return
     trainer.model_card = build_card(results, hub_repo_id(run, trainer))
     trainer.push_to_hub(commit_message="End of training: results and model card")
+    if trainer.is_world_process_zero():
+        write_card(run.training.output_dir, results, hub_repo_id(run, trainer))

@@ -108,10 +108,11 @@ def planner_setup(arguments, shape: TrainingShape, device: torch.device) -> Setu
 def choose_batch_size(
     arguments, shape: TrainingShape, model_config, budget_bytes: int | None = None
 ) -> BatchChoice:
-    """Set per_device_train_batch_size and gradient_accumulation_steps from the planner's answer.
+    """The per-device batch and gradient accumulation the planner fits; `arguments` are left as they are.
 
     `shape` is what the recipe trains (its `RecipeSpec.shape(options)`); `budget_bytes` defaults to
-    what this device has free (`device_budget_bytes`).
+    what this device has free (`device_budget_bytes`). The run hands the Trainer a copy of its
+    TrainingArguments with these two values (`RecipeRun.resolve`).
     """
     training = arguments.training
     device = training.device
@@ -135,7 +136,6 @@ def choose_batch_size(
         largest = None
     batch = batch_for(effective, effective if largest is None else max(largest, 1))
     choice = BatchChoice(requested, accumulation, largest, budget / GIB, batch, effective // batch)
-    apply_batch_size(training, choice.batch_size, choice.accumulation)
     logger.info(
         "auto_batch_size: %.1f GiB free; the planner fits batch %s; training with %d x %d gradient "
         "accumulation = %d per device per step, as asked.",
@@ -149,13 +149,18 @@ def choose_batch_size(
 
 
 def apply_batch_size(training, batch_size: int, accumulation: int) -> None:
+    """Set the batch in the Trainer's own arguments (a back-off during training; never the parsed ones)."""
     training.per_device_train_batch_size = batch_size
     training.gradient_accumulation_steps = accumulation
 
 
 def train_with_out_of_memory_backoff(trainer, train_once: Callable[[], Any]):
     """`train_once()` (the stock Trainer.train), retried with the next smaller divisor of the effective
-    batch on out-of-memory. The batch sizes that ran out are appended to `trainer.out_of_memory_at`."""
+    batch on out-of-memory. The batch sizes that ran out are appended to `trainer.out_of_memory_at`.
+
+    The smaller batch goes into `trainer.args`, the copy the run resolved for this Trainer (as the
+    Trainer's own auto_find_batch_size does), so results.json reports the batch that trained.
+    """
     from accelerate.utils import find_executable_batch_size
 
     args = trainer.args

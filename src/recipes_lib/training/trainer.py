@@ -1,6 +1,12 @@
-"""The Trainer every recipe uses: the stock Trainer plus length grouping that resumes exactly, an
-evaluation loss that counts each example once, and the safeguards that keep a run from being lost
-(stop on signals and NaN, complete checkpoints, the --auto_batch_size out-of-memory back-off)."""
+"""The Trainer every recipe uses: the stock Trainer plus length grouping that resumes exactly,
+evaluation in input order, and the safeguards that keep a run from being lost (stop on signals and
+NaN, complete checkpoints, the --auto_batch_size out-of-memory back-off).
+
+It holds only what a callback cannot do; each override says why. The run's bookkeeping (metrics,
+the evaluation loss over each example once, predictions, results.json, the model card, W&B) comes
+through the Trainer's public hooks (run/), so a stock `transformers.Trainer` keeps it; see
+recipes/README.md for what goes with the subclass.
+"""
 
 from __future__ import annotations
 
@@ -9,7 +15,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import torch
-from transformers import Trainer, TrainerCallback
+from transformers import Trainer, TrainerCallback, TrainingArguments
 from transformers.trainer_pt_utils import LengthGroupedSampler, get_length_grouped_indices
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, rotate_checkpoints
 
@@ -17,7 +23,6 @@ from recipes_lib.config.versions import PrivateHook, check_private_attribute, ch
 from recipes_lib.errors import TrainingDiverged, TrainingInterrupted
 from recipes_lib.training.autofit import train_with_out_of_memory_backoff
 from recipes_lib.training.checkpoints import COMPLETE_MARKER, last_complete_checkpoint, mark_complete
-from recipes_lib.training.losses import evaluation_loss
 from recipes_lib.training.safeguards import StopOnSignal, divergence_hint, first_non_finite_parameter
 
 # The private Trainer methods RecipeTrainer still overrides or calls, each for want of a public
@@ -51,19 +56,23 @@ class RecipeTrainer(Trainer):
 
     SIGINT/SIGTERM save a checkpoint and stop, a non-finite loss stops the run, weights holding NaN
     are never saved, and every checkpoint ends with a completion marker that resuming relies on
-    (safeguards.py, checkpoints.py). The evaluation loss is the task's loss (the model config's
-    problem_type; the class weights of a `WeightedCrossEntropy` compute_loss_func) over the gathered
-    predictions.
+    (safeguards.py, checkpoints.py). Under group_by_length, training batches come in a seeded order
+    a resumed run replays, and evaluation keeps the rows' order.
     """
+
+    # The run's record reads this: predictions follow the validation rows (run/record.py).
+    evaluates_in_input_order = True
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
+        # Why here: the Trainer sets this in its constructor; no callback or argument reaches it.
         # Sequence-classification models take **kwargs in forward, so the Trainer assumes their loss is
         # a sum divided by `num_items_in_batch` counted over all processes, and multiplies it by the
         # number of processes (and skips the division by gradient_accumulation_steps). Their loss is
         # a plain mean over the local batch, so under 2 processes the logged loss and the gradients
         # would come out twice too large. Treat the loss as the mean it is: DDP then averages
-        # gradients across processes as it should.
+        # gradients across processes as it should. (A recipe's model says so itself, for any
+        # Trainer: `accepts_loss_kwargs = False` from modeling/loading.py; this covers other models.)
         self.model_accepts_loss_kwargs = False
         # --auto_batch_size changes the batch the Trainer builds its DataLoader with (autofit.py).
         check_private_attribute(self, "_train_batch_size", "--auto_batch_size (the batch after a back-off)")
@@ -78,6 +87,7 @@ class RecipeTrainer(Trainer):
         """The training sampler under group_by_length (None before training, or with another strategy)."""
         return self.sampler_epoch.sampler
 
+    # Why an override: callbacks see the loss only at logging steps, after the optimizer step took it.
     def training_step(self, model, inputs, num_items_in_batch=None):
         loss = super().training_step(model, inputs, num_items_in_batch)
         # The Trainer already reads the loss on the host every micro-batch (its logging NaN filter,
@@ -95,6 +105,7 @@ class RecipeTrainer(Trainer):
         checkpoint = last_complete_checkpoint(self.args.output_dir)
         return f" The last complete checkpoint, from before the fault, is {checkpoint}." if checkpoint else ""
 
+    # Why an override: the signal handlers and the out-of-memory retry wrap the whole of train().
     def train(self, *args, **kwargs):
         """Trainer.train, stopping cleanly on SIGINT/SIGTERM: checkpoint saved, TrainingInterrupted raised.
 
@@ -125,6 +136,7 @@ class RecipeTrainer(Trainer):
             signal_number,
         )
 
+    # Why an override: on_save runs after the weights are written; this refuses before.
     def save_model(self, output_dir=None, _internal_call=False):
         """Save the model (final, or inside a checkpoint), unless its weights hold NaN or inf."""
         broken = first_non_finite_parameter(self.model)
@@ -140,6 +152,7 @@ class RecipeTrainer(Trainer):
     # run's results exist; until then the Trainer's draft.
     model_card = None
 
+    # Why an override: push_to_hub writes its draft card between saving and uploading, with no callback between.
     def create_model_card(self, *args, **kwargs):
         """README.md in output_dir: the run's card where it has set `model_card`, else the Trainer's draft.
 
@@ -152,6 +165,7 @@ class RecipeTrainer(Trainer):
             self.model_card.save(Path(self.args.output_dir) / "README.md")
         return None
 
+    # Why an override: the Trainer deletes old checkpoints inside this method, before on_save runs.
     def _save_checkpoint(self, model, trial):
         """Trainer's checkpoint, then a completion marker, then the deletion of old checkpoints.
 
@@ -182,6 +196,7 @@ class RecipeTrainer(Trainer):
                 use_mtime=True,
             )
 
+    # Why an override: the sampler is built in private code a callback cannot reach.
     def _get_train_sampler(self, train_dataset=None):
         # The Trainer drops unused columns before building the sampler, which throws away the
         # precomputed `length` column; the length-grouped sampler would then re-read every example
@@ -199,54 +214,36 @@ class RecipeTrainer(Trainer):
             return self.sampler_epoch.sampler
         return sampler
 
+    # Why an override: the evaluation sampler is built in private code a callback cannot reach.
     def get_eval_dataloader(self, eval_dataset=None):
-        with self._evaluation_in_input_order():
+        with evaluation_in_input_order(self.args):
             return super().get_eval_dataloader(eval_dataset)
 
+    # Why an override: as get_eval_dataloader, for predict().
     def get_test_dataloader(self, test_dataset):
-        with self._evaluation_in_input_order():
+        with evaluation_in_input_order(self.args):
             return super().get_test_dataloader(test_dataset)
 
-    @contextmanager
-    def _evaluation_in_input_order(self):
-        """The Trainer's evaluation sampler as it is without length grouping: input order.
 
-        Under group_by_length the stock Trainer groups evaluation batches by length too, in a shuffled
-        order: predictions would not follow the input rows. Without it, one process evaluates in input
-        order and several take the Trainer's default (accelerate shards in order). The strategy is a
-        training setting the evaluation sampler alone reads, so it is lifted only while the evaluation
-        DataLoader is built: the public getters stand in for overriding the private `_get_eval_sampler`.
-        """
-        strategy = self.args.train_sampling_strategy
-        if strategy == "group_by_length":
-            self.args.train_sampling_strategy = "random"
-        try:
-            yield
-        finally:
-            self.args.train_sampling_strategy = strategy
+@contextmanager
+def evaluation_in_input_order(args: TrainingArguments):
+    """The Trainer's evaluation sampler as it is without length grouping: input order.
 
-    def evaluation_loop(self, *args, metric_key_prefix: str = "eval", **kwargs):
-        """The stock loop, with the loss recomputed from the gathered predictions: each example once.
-
-        The Trainer averages each batch's mean loss, taken before accelerate drops the examples
-        repeated to give every process an equal share. With 63 validation examples on 2 processes,
-        the second process's last batch holds 31 examples and a repeat of the first, which then
-        weighs 1/32 of that batch's loss. The gathered logits and labels hold each example exactly once.
-        """
-        output = super().evaluation_loop(*args, metric_key_prefix=metric_key_prefix, **kwargs)
-        self.last_evaluation = output  # every example once: the run's predictions and per-class scores
-        logits, labels = output.predictions, output.label_ids
-        if isinstance(logits, tuple):
-            logits = logits[0]
-        if logits is not None and labels is not None:
-            output.metrics[f"{metric_key_prefix}_loss"] = evaluation_loss(
-                torch.as_tensor(logits, dtype=torch.float32),
-                torch.as_tensor(labels),
-                problem_type=getattr(self.model.config, "problem_type", None),
-                class_weights=getattr(self.compute_loss_func, "class_weights", None),
-                label_smoothing=self.args.label_smoothing_factor,
-            )
-        return output
+    Under group_by_length the stock Trainer groups evaluation batches by length too, in a shuffled
+    order: predictions would not follow the input rows. Without it, one process evaluates in input
+    order and several take the Trainer's default (accelerate shards in order). The strategy is a
+    training setting the evaluation sampler alone reads, so it is lifted only while the evaluation
+    DataLoader is built (RecipeTrainer's getters), or while the run predicts with another Trainer
+    (run/record.py): the public getters stand in for overriding the private `_get_eval_sampler`.
+    `args` are the Trainer's own (its copy), never the parsed ones.
+    """
+    strategy = args.train_sampling_strategy
+    if strategy == "group_by_length":
+        args.train_sampling_strategy = "random"
+    try:
+        yield
+    finally:
+        args.train_sampling_strategy = strategy
 
 
 class ShuffledLengthGroupedSampler(torch.utils.data.Sampler):

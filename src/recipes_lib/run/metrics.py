@@ -1,0 +1,60 @@
+"""The run's `compute_metrics`: the hook every Trainer calls with each evaluation's gathered predictions.
+
+Through it the run gets, from any `transformers.Trainer` (RecipeTrainer or the stock one), what
+its record needs of an evaluation:
+
+- the task's metrics (`TaskMetrics`: accuracy and F1, or MSE and correlations; `samples`);
+- `loss`, the task's loss over the gathered predictions, each example once. The Trainer's own
+  `eval_loss` averages each batch's mean loss, taken before accelerate drops the examples repeated
+  to give every process an equal share: with 63 validation examples on 2 processes, the second
+  process's last batch holds 31 examples and a repeat of the first, which then weighs 1/32 of that
+  batch's loss. The Trainer files a `loss` returned here under `eval_loss` (`test_loss`) in place
+  of its own (it adds the prefix to compute_metrics' keys after setting its loss;
+  tests/test_trainer_surface.py pins that);
+- `last_predictions`: the logits and labels of the latest evaluation, in the order the Trainer
+  evaluated the rows. The record reads the final validation pass from it (run/record.py).
+"""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple
+
+import numpy as np
+import torch
+
+from recipes_lib.evaluation.metrics import TaskMetrics
+from recipes_lib.training.losses import evaluation_loss
+
+
+class Predictions(NamedTuple):
+    logits: np.ndarray  # one row per evaluated row (a window, under --long_text sliding_window)
+    references: np.ndarray
+
+
+class RunMetrics(TaskMetrics):
+    """`TaskMetrics` plus the evaluation loss over the gathered predictions and the latest predictions."""
+
+    def __init__(
+        self,
+        problem_type: str,
+        num_labels: int,
+        class_weights: list[float] | None = None,
+        label_smoothing: float = 0.0,
+    ):
+        super().__init__(problem_type, num_labels)
+        self.class_weights, self.label_smoothing = class_weights, label_smoothing
+        self.last_predictions: Predictions | None = None
+
+    def __call__(self, eval_prediction) -> dict[str, Any]:
+        logits = eval_prediction.predictions
+        if isinstance(logits, tuple):
+            logits = logits[0]
+        self.last_predictions = Predictions(np.asarray(logits), np.asarray(eval_prediction.label_ids))
+        loss = evaluation_loss(
+            torch.as_tensor(self.last_predictions.logits, dtype=torch.float32),
+            torch.as_tensor(self.last_predictions.references),
+            problem_type=self.problem_type,
+            class_weights=self.class_weights,
+            label_smoothing=self.label_smoothing,
+        )
+        return {**super().__call__(eval_prediction), "loss": loss}
