@@ -81,7 +81,7 @@ def exported_run(lively_bert, data, tmp_path_factory) -> tuple[Path, int, str]:
 
 
 def _predict(run_dir, input_file, **options):
-    from recipes_lib.cli.predict import predict
+    from recipes_lib.tools.predict import predict
 
     return predict(run_dir, input_file, progress=False, **options)
 
