@@ -94,6 +94,8 @@ def test_the_card_says_how_the_run_trained_what_it_held_and_which_files_are_whic
         assert "PeftModel.from_pretrained" in text and "`adapter_model.safetensors`" in text
         assert "The merged model: `merged/`" in text and "/merged" in text
         assert ("BitsAndBytesConfig" in text) == (recipe == "qlora")
+        if recipe == "qlora":  # torch's name for the compute dtype (results.json says fp32), not torch.fp32
+            assert re.search(r"bnb_4bit_compute_dtype=torch\.(float32|bfloat16|float16)\)", text), text
     else:
         assert 'pipeline("text-classification"' in text and "PeftModel" not in text
 

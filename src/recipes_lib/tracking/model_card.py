@@ -447,7 +447,9 @@ def _quantization_code(results: dict[str, Any]) -> str | None:
         return None
     if results.get("quantized_base_bits") == 8:
         return "quantization = BitsAndBytesConfig(load_in_8bit=True)  # the 8-bit LLM.int8 base"
-    dtype = results.get("quantized_compute_dtype") or "float32"
+    # results.json names precisions as the run does (fp32, bf16, fp16); the code needs torch's dtype names.
+    named = results.get("quantized_compute_dtype") or "float32"
+    dtype = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}.get(named, named)
     return (
         "quantization = BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type='nf4', "
         f"bnb_4bit_use_double_quant=True, bnb_4bit_compute_dtype=torch.{dtype})"
