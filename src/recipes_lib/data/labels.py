@@ -8,7 +8,7 @@ tokenization: an error names the first bad row, and where it is.
 The checks read each split's label column as Arrow holds it (`label_values`), not row by row in
 Python: a million rows cost about what a few classes do. Each distinct value is looked at once
 (so a class's name is normalised once, not per row), and the rows only through arrays of codes;
-the row-by-row reading is kept for the column types this does not cover.
+a column of another Arrow type (structs, nested lists) is refused in one paragraph.
 """
 
 from __future__ import annotations
