@@ -354,3 +354,31 @@ def test_a_hub_test_split_whose_labels_are_minus_one_is_predicted_not_scored(mon
         DataArguments(dataset_name="glue", dataset_config_name="sst2", test_split_name="test")
     )
     assert data.test_has_labels is False and len(data.raw["test"]) == 2
+
+
+# -- label columns the checks refuse in one paragraph (before, a TypeError deep in the row-by-row reading)
+
+
+def jsonl(path: Path, labels: list) -> Path:
+    path.write_text(
+        "".join(json.dumps({"text": f"row {i}", "label": v}) + "\n" for i, v in enumerate(labels))
+    )
+    return path
+
+
+def test_validation_lists_against_single_label_training_labels_are_refused_in_one_paragraph(tmp_path):
+    train = jsonl(tmp_path / "train.jsonl", ["warm", "cool"])
+    validation = jsonl(tmp_path / "validation.jsonl", [["warm"], ["cool", "warm"]])
+    with pytest.raises(
+        DataError, match=r"The labels are lists \(\['warm'\] in row 1\).*one class per row"
+    ) as error:
+        load_classification_data(DataArguments(train_file=str(train), validation_file=str(validation)))
+    assert "\n" not in str(error.value)
+
+
+def test_a_label_column_of_structs_is_refused_naming_its_type(tmp_path):
+    train = jsonl(tmp_path / "train.jsonl", [{"name": "warm"}, {"name": "cool"}])
+    with pytest.raises(
+        DataError, match=r"Label column 'label' holds struct<name: string> values; labels must be"
+    ):
+        load_classification_data(DataArguments(train_file=str(train), validation_file=str(train)))

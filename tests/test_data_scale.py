@@ -100,7 +100,7 @@ def test_an_ambiguous_file_names_the_first_line_the_readings_differ_on(tmp_path)
         decide_quoting(str(path))
 
 
-# -- the labels: columnar, and the same as row by row ------------------------------------------------
+# -- the labels: read through Arrow, with the outcomes the row-by-row checks had ---------------------
 
 # What the label checks gave before issue #24 (row by row), for each kind of label: task, class names,
 # ids, flags or not, and the log line of describe_labels.
@@ -135,13 +135,6 @@ def split_of(values, features=None) -> Dataset:
     )
 
 
-def read_row_by_row(monkeypatch) -> None:
-    """From here on, every label column is read row by row in Python, as all were before issue #24."""
-    monkeypatch.setattr(
-        label_module, "label_values", lambda dataset, column: label_module._RowLabels(list(dataset[column]))
-    )
-
-
 def outcome(raw: DatasetDict, options: dict, locate: dict | None = None):
     """What the checks make of the labels: the mapping and each split's log line, or the error."""
     try:
@@ -153,37 +146,34 @@ def outcome(raw: DatasetDict, options: dict, locate: dict | None = None):
 
 
 @pytest.mark.parametrize("kind", KINDS, ids=[kind[0] for kind in KINDS])
-def test_the_columnar_label_checks_give_the_mapping_the_row_by_row_checks_gave(kind, monkeypatch):
+def test_the_columnar_label_checks_give_the_mapping_the_row_by_row_checks_gave(kind):
     name, values, options, problem_type, names, to_id, multi_hot, described = kind
-    split = split_of(values, FEATURES.get(name))
-    assert isinstance(
-        label_module.label_values(split, "label"), label_module._ScalarLabels | label_module._ListLabels
+    raw = DatasetDict(
+        {"train": split_of(values, FEATURES.get(name)), "validation": split_of(values, FEATURES.get(name))}
     )
-    raw = DatasetDict({"train": split, "validation": split})
     expected = (problem_type, names, to_id, multi_hot, options.get("label_delimiter"), [described, described])
     assert outcome(raw, options) == expected
-    read_row_by_row(monkeypatch)
-    assert outcome(raw, options) == expected
 
 
-# Labels the checks refuse, each kind of error: the columnar readers must say what the row-by-row one says.
+# Labels the checks refuse, each kind of error, and the error the row-by-row checks gave (recorded from
+# them before they were deleted): the columnar reading must say the same.
 BAD = [
-    ("an unseen class", ["warm", "cool"], ["warm", "lukewarm", "hot", "lukewarm"], {}),
-    ("an unseen score-like class", [1, 0], [1, 0.5], {}),
-    ("a non-number for regression", [0.5, 0.25], ["0.5", "high"], {}),
-    ("an infinite score", [0.5, 0.25], [0.5, float("inf")], {}),
-    ("a boolean score", [0.5, 0.25], [True, False], {"problem_type": "regression"}),
-    ("a fraction as a class", [1.0, 0.5], [1.0], {"problem_type": "single_label_classification"}),
-    ("a class named twice", [["warm"], ["cool", "cool "]], [["warm"]], {}),
-    ("a fraction among class ids", [[1], [2, 1.5]], [[1]], {}),
-    ("an unseen class in a list", [["warm"], ["cool"]], [["warm", "bird"], ["bird"], []], {}),
-    ("flags of another width", [[0, 1], [1, 0]], [[0, 1], [1, 0, 1]], {}),
-    ("a delimiter on ids", [1, 0], [1], {"label_delimiter": ";"}),
-    ("a delimiter on lists", [["a"], ["b"]], [["a"]], {"label_delimiter": ";"}),
-    ("a delimited class twice", ["a;b", "b;b"], ["a"], {"label_delimiter": ";"}),
-    ("an unseen delimited class", ["a;b", "b"], ["a;c", "c"], {"label_delimiter": ";"}),
-    ("lists for single-label", [["a"], ["b"]], [["a"]], {"problem_type": "single_label_classification"}),
-    ("one class", ["warm", "warm"], ["warm"], {}),
+    ('an unseen class', ['warm', 'cool'], ['warm', 'lukewarm', 'hot', 'lukewarm'], {}, 'DataError', "The validation data has label(s) the training data never uses: 'hot', 'lukewarm' (first at validation.jsonl line 2). Training labels are: cool, warm. Fix those labels, or add training examples of those classes."),
+    ('an unseen score-like class', [1, 0], [1, 0.5], {}, 'DataError', 'The validation data has label(s) the training data never uses: 0.5 (first at validation.jsonl line 2). Training labels are: 0, 1. Fix those labels, or add training examples of those classes; if the labels are scores, train with --problem_type regression.'),
+    ('a non-number for regression', [0.5, 0.25], ['0.5', 'high'], {}, 'DataError', "validation.jsonl line 2 has the label 'high', which is not a number; regression learns a score per row, so every 'label' must be a finite number. Fix that row, or, for classes, use --problem_type auto or single_label_classification."),
+    ('an infinite score', [0.5, 0.25], [0.5, float("inf")], {}, 'DataError', "validation.jsonl line 2 has the label inf, which is not a number; regression learns a score per row, so every 'label' must be a finite number. Fix that row, or, for classes, use --problem_type auto or single_label_classification."),
+    ('a boolean score', [0.5, 0.25], [True, False], {'problem_type': 'regression'}, 'DataError', "validation.jsonl line 1 has the label True, which is not a number; regression learns a score per row, so every 'label' must be a finite number. Fix that row, or, for classes, use --problem_type auto or single_label_classification."),
+    ('a fraction as a class', [1.0, 0.5], [1.0], {'problem_type': 'single_label_classification'}, 'DataError', 'train.jsonl line 2 has the label 0.5, which is not a class: --problem_type single_label_classification needs class names, ids or booleans. For a score to predict, use --problem_type regression (or auto).'),
+    ('a class named twice', [['warm'], ['cool', 'cool ']], [['warm']], {}, 'DataError', "train.jsonl line 2 has the labels ['cool', 'cool '], which name a class twice. A multi-label row lists each of its classes once (['billing', 'shipping']); a row of 0/1 flags per class must be written as the names of the classes flagged."),
+    ('a fraction among class ids', [[1], [2, 1.5]], [[1]], {}, 'DataError', 'train.jsonl line 2 lists 1.5 among its classes; a multi-label row lists class names (strings) or class ids (integers). Fix that row.'),
+    ('an unseen class in a list', [['warm'], ['cool']], [['warm', 'bird'], ['bird'], []], {}, 'DataError', "The validation data has label(s) the training data never uses: 'bird' (first at validation.jsonl line 1). Training labels are: cool, warm. Fix those labels, or add training examples of those classes."),
+    ('flags of another width', [[0, 1], [1, 0]], [[0, 1], [1, 0, 1]], {}, 'DataError', 'validation.jsonl line 2 has the labels [1, 0, 1], but the training rows are 2 0/1 flags, one per class. Give every row the same 2 flags.'),
+    ('a delimiter on ids', [1, 0], [1], {'label_delimiter': ';'}, 'ConfigError', "--label_delimiter ';' splits string labels, but the training labels are not strings. Leave --label_delimiter out."),
+    ('a delimiter on lists', [['a'], ['b']], [['a']], {'label_delimiter': ';'}, 'ConfigError', "--label_delimiter ';' splits string labels, but the training labels are lists already. Leave --label_delimiter out."),
+    ('a delimited class twice', ['a;b', 'b;b'], ['a'], {'label_delimiter': ';'}, 'DataError', "train.jsonl line 2 has the labels 'b;b', which name a class twice. A multi-label row lists each of its classes once (['billing', 'shipping']); a row of 0/1 flags per class must be written as the names of the classes flagged."),
+    ('an unseen delimited class', ['a;b', 'b'], ['a;c', 'c'], {'label_delimiter': ';'}, 'DataError', "The validation data has label(s) the training data never uses: 'c' (first at validation.jsonl line 1). Training labels are: a, b. Fix those labels, or add training examples of those classes."),
+    ('lists for single-label', [['a'], ['b']], [['a']], {'problem_type': 'single_label_classification'}, 'ConfigError', '--problem_type single_label_classification takes one label per row, but the training labels are lists, which means several classes per row. Use --problem_type multi_label_classification (or auto).'),
+    ('one class', ['warm', 'warm'], ['warm'], {}, 'DataError', "The training data has 1 distinct label(s) in 'label' (['warm']); classification needs at least 2."),
 ]  # fmt: skip
 
 
@@ -192,15 +182,10 @@ def locator(split: str):
 
 
 @pytest.mark.parametrize("case", BAD, ids=[case[0] for case in BAD])
-def test_bad_labels_are_the_same_error_columnar_and_row_by_row(case, monkeypatch):
-    _, train, validation, options = case
+def test_bad_labels_are_the_same_error_columnar_and_row_by_row(case):
+    _, train, validation, options, error, message = case
     raw = DatasetDict({"train": split_of(train), "validation": split_of(validation)})
-    assert not isinstance(label_module.label_values(raw["validation"], "label"), label_module._RowLabels)
-    locate = {split: locator(split) for split in raw}
-    columnar = outcome(raw, options, locate)
-    assert columnar[0] in ("DataError", "ConfigError"), columnar
-    read_row_by_row(monkeypatch)
-    assert outcome(raw, options, locate) == columnar
+    assert outcome(raw, options, {split: locator(split) for split in raw}) == (error, message)
 
 
 @pytest.mark.parametrize(
@@ -210,7 +195,7 @@ def test_bad_labels_are_the_same_error_columnar_and_row_by_row(case, monkeypatch
         ([["warm"], [1]], "The multi-label rows mix class names and class ids"),
     ],
 )
-def test_a_json_column_of_mixed_types_is_read_row_by_row_with_the_errors_it_had(tmp_path, labels, message):
+def test_a_json_column_of_mixed_types_keeps_the_errors_it_had(tmp_path, labels, message):
     train = tmp_path / "train.jsonl"
     train.write_text(
         "".join(json.dumps({"text": f"row {i}", "label": v}) + "\n" for i, v in enumerate(labels))

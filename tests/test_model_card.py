@@ -69,14 +69,14 @@ def test_every_recipe_writes_a_card_whose_model_index_holds_the_scores_of_its_re
     assert data.pipeline_tag == "text-classification"
     assert "model-index" in data.to_dict()  # what the Hub reads the scores from
     scores = {(r.dataset_split, r.metric_type): r.metric_value for r in data.eval_results}
-    validation, test = results["eval_split"], results["test_split"]
-    assert validation != test
+    # The splits by role, not by the files they were read from (validation.csv, test.csv).
     assert scores == {
-        (validation, "accuracy"): results["eval_accuracy"],
-        (validation, "f1"): results["eval_f1"],
-        (test, "accuracy"): results["test_accuracy"],
-        (test, "f1"): results["test_f1"],
+        ("validation", "accuracy"): results["eval_accuracy"],
+        ("validation", "f1"): results["eval_f1"],
+        ("test", "accuracy"): results["test_accuracy"],
+        ("test", "f1"): results["test_f1"],
     }
+    assert {r.dataset_name for r in data.eval_results} == {"train.csv"}
     assert [r.metric_value for r in data.eval_results] == [results[m.key] for m in card_metrics(results)]
     check_card(output_dir / "README.md", results)  # the module's own reading agrees
 
@@ -94,20 +94,131 @@ def test_the_card_says_how_the_run_trained_what_it_held_and_which_files_are_whic
         assert "PeftModel.from_pretrained" in text and "`adapter_model.safetensors`" in text
         assert "The merged model: `merged/`" in text and "/merged" in text
         assert ("BitsAndBytesConfig" in text) == (recipe == "qlora")
+        if recipe == "qlora":  # torch's name for the compute dtype (results.json says fp32), not torch.fp32
+            assert re.search(r"bnb_4bit_compute_dtype=torch\.(float32|bfloat16|float16)\)", text), text
     else:
         assert 'pipeline("text-classification"' in text and "PeftModel" not in text
 
 
 @pytest.mark.parametrize("recipe", ["full_ft", "lora"])
-def test_the_cards_loading_code_loads_the_saved_model(recipe, recipe_runs):
+def test_the_cards_loading_code_loads_the_saved_model(recipe, recipe_runs, tiny_bert, monkeypatch):
     card = ModelCard.load(recipe_runs[recipe] / "README.md")
+    # The card names the run's folder by its name (run from the folder above it) and a local base model
+    # by its directory's name (its path is the reader's to give): the code as a reader would run it.
+    code = code_blocks(card)[0].replace(f'"{tiny_bert.name}"', f'"{tiny_bert}"')
+    monkeypatch.chdir(recipe_runs[recipe].parent)
     namespace: dict = {}
-    exec(code_blocks(card)[0], namespace)  # noqa: S102 - the card's own first example, on the local output_dir
+    exec(code, namespace)  # noqa: S102 - the card's own first example, on the local output_dir
     if recipe == "full_ft":
         assert {row["label"] for row in namespace["classifier"](["a red cat"])[0]} == {"cool", "warm"}
     else:
         assert type(namespace["model"]).__name__ == "PeftModelForSequenceClassification"
         assert namespace["model"].config.id2label == {0: "cool", 1: "warm"}
+
+
+# A card is public once pushed: no path of the machine it was made on. POSIX roots where runs, models and
+# data live, a Windows drive, and the test's own temporary root (wherever the platform puts it).
+ABSOLUTE_PATH = re.compile(r"(/tmp|/work|/home|/root|/Users|/var|/private|/mnt|/data)/|\b[A-Za-z]:[\\/]")
+
+
+def assert_no_absolute_path(text: str, *roots: Path) -> None:
+    found = ABSOLUTE_PATH.search(text)
+    assert found is None, (
+        f"the card holds a local path: ...{text[max(found.start() - 60, 0) : found.end() + 60]}..."
+    )
+    for root in roots:
+        assert str(root) not in text and root.as_posix() not in text, f"the card names {root}"
+
+
+@pytest.mark.parametrize("recipe", RECIPES)
+def test_no_card_names_a_local_path_only_file_names_and_the_splits_roles(recipe, recipe_runs, tiny_bert):
+    output_dir = recipe_runs[recipe]
+    assert_no_absolute_path((output_dir / "README.md").read_text(), output_dir.parent, tiny_bert)
+    card = ModelCard.load(output_dir / "README.md")
+    assert card.data.base_model is None  # a local model with no Hub id in its config: not linked
+    assert f"A local model (`{tiny_bert.name}`)" in card.text
+    assert "Training: `train.csv`" in card.text
+    assert {r.dataset_split for r in card.data.eval_results} == {"validation", "test"}
+
+
+def local_results(tmp_path: Path, problem_type: str, origin: str | None = None, **scores) -> dict:
+    """A results.json of a run on a local model directory and local files, all under tmp_path."""
+    model_dir = tmp_path / "models" / "my-encoder"
+    model_dir.mkdir(parents=True)
+    (model_dir / "config.json").write_text(json.dumps({"_name_or_path": origin} if origin else {}))
+    files = {split: str(tmp_path / "data" / f"{split}.csv") for split in ("train", "validation", "test")}
+    return {
+        **minimal_results(problem_type, **scores),
+        "model_name_or_path": str(model_dir),
+        "dataset": files["train"],
+        "eval_split": "validation.csv",
+        "test_split": "test.csv",
+        "output_dir": str(tmp_path / "outputs" / "run"),
+        "config": {
+            "train_file": files["train"],
+            "validation_file": files["validation"],
+            "test_file": files["test"],
+        },
+        "lora_target_modules": ["query", "value"],  # an adapter: its card names the base in the loading code
+        "merged_model": "a plain fp32 model",
+        "decision_threshold_tuned_on": "validation.csv",
+    }
+
+
+@pytest.mark.parametrize(
+    "problem_type, scores",
+    [
+        (
+            "single_label_classification",
+            {"eval_accuracy": 0.9, "test_accuracy": 0.8, "decision_threshold": 0.3},
+        ),
+        ("multi_label_classification", {"eval_f1": 0.6, "test_f1": 0.5, "label_thresholds": {"a": 0.4}}),
+        ("regression", {"eval_mse": 0.1, "test_mse": 0.2}),
+    ],
+)
+def test_cards_of_local_models_and_files_name_them_without_their_paths(problem_type, scores, tmp_path):
+    from recipes_lib.tracking.model_card import build_card
+
+    results = local_results(
+        tmp_path, problem_type, positive_label="yes", per_class={"no": {}, "yes": {}}, **scores
+    )
+    for repo_id in (None, REPO_ID):
+        text = str(build_card(results, repo_id))
+        assert_no_absolute_path(text, tmp_path)
+        assert "`my-encoder`" in text and "`train.csv`" in text and "validation.csv" in text
+        assert [r.dataset_split for r in ModelCard(text).data.eval_results] == ["validation", "test"]
+
+
+def test_a_local_copy_of_a_hub_model_is_named_by_the_hub_id_its_config_gives(tmp_path):
+    from recipes_lib.tracking.model_card import build_card
+
+    results = local_results(
+        tmp_path, "regression", origin="sentence-transformers/all-MiniLM-L6-v2", eval_mse=0.1
+    )
+    card = build_card(results)
+    assert card.data.base_model == "sentence-transformers/all-MiniLM-L6-v2"
+    assert (
+        "[sentence-transformers/all-MiniLM-L6-v2](https://huggingface.co/sentence-transformers/all-MiniLM-L6-v2)"
+        in (card.text)
+    )
+    assert 'from_pretrained("sentence-transformers/all-MiniLM-L6-v2", config=config)' in card.text
+    assert_no_absolute_path(str(card), tmp_path)
+
+
+def test_windows_paths_are_cut_to_their_names_too():
+    from recipes_lib.tracking.model_card import build_card
+
+    results = {
+        **minimal_results("regression", eval_mse=0.1),
+        "model_name_or_path": "C:\\Users\\me\\models\\my-encoder",
+        "dataset": "C:\\Users\\me\\data\\train.csv",
+        "eval_split": "validation.csv",
+        "output_dir": "D:\\runs\\regression",
+        "config": {"train_file": "C:\\Users\\me\\data\\train.csv"},
+    }
+    text = str(build_card(results))
+    assert_no_absolute_path(text)
+    assert "A local model (`my-encoder`)" in text and "`train.csv`" in text and 'model="regression"' in text
 
 
 # --- pushing ----------------------------------------------------------------------------------------
@@ -329,8 +440,8 @@ def test_the_card_of_a_tuned_run_gives_the_threshold_and_the_scores_at_it(tuned_
     threshold = results["decision_threshold"]
     at_threshold = [r for r in card.data.eval_results if r.metric_args == {"threshold": threshold}]
     assert {(r.dataset_split, r.metric_name) for r in at_threshold} >= {
-        ("test.csv", f"F1 of 'yes' (threshold {threshold:g})"),
-        ("validation.csv", f"F1 of 'yes' (threshold {threshold:g})"),
+        ("test", f"F1 of 'yes' (threshold {threshold:g})"),
+        ("validation", f"F1 of 'yes' (threshold {threshold:g})"),
     }
     assert f"`yes` is predicted when its probability reaches {threshold:g}" in card.text
     assert f'scores["yes"] >= {threshold:g}' in card.text

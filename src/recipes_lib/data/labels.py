@@ -8,11 +8,12 @@ tokenization: an error names the first bad row, and where it is.
 The checks read each split's label column as Arrow holds it (`label_values`), not row by row in
 Python: a million rows cost about what a few classes do. Each distinct value is looked at once
 (so a class's name is normalised once, not per row), and the rows only through arrays of codes;
-the row-by-row reading is kept for the column types this does not cover.
+a column of another Arrow type (structs, nested lists) is refused in one paragraph.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import math
 from collections import Counter
@@ -365,12 +366,13 @@ def normalise_label(value):
 
 # -- one split's label column, as the checks ask about it ------------------------------------------
 #
-# Three readers answer the same questions about a column. The columnar two, for the usual Arrow
-# types, look at each distinct value once in Python (a few classes however many rows) and at the
-# rows only through numpy and pyarrow arrays; floats and integers, whose distinct values can be as
-# many as the rows (scores), are checked as arrays. Anything else (a JSON column of mixed types,
-# structs, nested lists) is read row by row, the way every column was before the data grew: that is
-# _RowLabels, which the tests also hold the columnar readers to.
+# A column is read through Arrow: each distinct value (pyarrow's dictionary_encode) is looked at once
+# in Python, so a million rows of a few classes cost about what the few classes do, and the rows only
+# through pyarrow.compute and numpy arrays of codes. Floats and integers, whose distinct values can
+# be as many as the rows (scores), are checked as arrays. A list column is its items (flattened, read
+# the same way) and each item's row. A JSON column (datasets' Json feature: a .jsonl whose labels mix
+# types) is read through its storage, each distinct JSON text decoded once. No column is ever held as
+# Python values row by row.
 
 
 @dataclass
@@ -405,100 +407,37 @@ def _all(mask: np.ndarray | pa.Array) -> bool:
     return bool(mask.all()) if isinstance(mask, np.ndarray) else len(mask) == 0 or pc.all(mask).as_py()
 
 
-class _RowLabels:
-    """A label column as Python values, one row at a time."""
-
-    def __init__(self, values: list):
-        self.values, self.rows = values, len(values)
-
-    def value(self, index: int):
-        return self.values[index]
-
-    @property
-    def lists(self) -> bool:
-        return any(isinstance(value, list | tuple) for value in self.values)
-
-    @property
-    def strings(self) -> bool:
-        return any(isinstance(normalise_label(value), str) for value in self.values)
-
-    @property
-    def all_bools(self) -> bool:
-        return all(isinstance(value, bool) for value in self.values)
-
-    def first_missing(self) -> int | None:
-        return next((i for i, value in enumerate(self.values) if normalise_label(value) in (None, "")), None)
-
-    def first_fraction(self) -> int | None:
-        return next((i for i, value in enumerate(self.values) if _is_fraction(value)), None)
-
-    def first_not_number(self) -> int | None:
-        return next((i for i, value in enumerate(self.values) if not _is_number(value)), None)
-
-    def scores(self) -> tuple[float, float, float]:
-        scores = [float(value) for value in self.values]
-        return sum(scores) / len(scores), min(scores), max(scores)
-
-    def first_unlabelled(self, feature) -> int | None:
-        return next((i for i, value in enumerate(self.values) if unlabelled_value(value, feature)), None)
-
-    def hidden(self, feature) -> bool:
-        return all(unlabelled_value(v, feature) for v in self.values) or all(
-            normalise_label(v) == -1 for v in self.values
-        )
-
-    def multi_hot_width(self) -> int | None:
-        """The number of 0/1 flags in every row, if the rows are such flags (see _multi_hot_width)."""
-        values = self.values
-        if not values or not all(isinstance(value, list | tuple) for value in values):
-            return None
-        widths = {len(value) for value in values}
-        flags = {normalise_label(flag) for value in values for flag in value}
-        return widths.pop() if len(widths) == 1 and min(widths) >= 2 and flags <= {0, 1} else None
-
-    def first_not_flags(self, width: int) -> int | None:
-        return next(
-            (i for i, v in enumerate(self.values) if not isinstance(v, list | tuple) or len(v) != width), None
-        )
-
-    def classes(self, mapping: LabelMapping | None) -> ClassTally:
-        classes_of = _single if mapping is None else mapping.classes_of
-        rows = [classes_of(value) for value in self.values]
-        counts = Counter(c for row in rows for c in row)
-
-        def first(wanted):
-            return next(((i, c) for i, row in enumerate(rows) for c in row if wanted(c)), None)
-
-        repeat = next((i for i, row in enumerate(rows) if len(set(row)) != len(row)), None)
-        return ClassTally(counts, {type(c) for row in rows for c in row}, repeat, first)
-
-
 class _ScalarLabels:
-    """A label column of strings, integers, floats or booleans (a ClassLabel's ids too), as Arrow holds it."""
+    """A label column of strings, integers, floats or booleans (a ClassLabel's ids too), or of JSON values
+    of mixed types, as Arrow holds it."""
 
     def __init__(self, array: pa.Array):
         self.array, self.rows = array, len(array)
-        kind = array.type
-        self.kind = (
-            "string"
-            if pa.types.is_string(kind) or pa.types.is_large_string(kind)
-            else "bool"
-            if pa.types.is_boolean(kind)
-            else "null"
-            if pa.types.is_null(kind)
-            else "number"
-        )
+        self.kind = _kind(array.type)
 
     def value(self, index: int):
-        return self.array[index].as_py()
+        value = self.array[index].as_py()
+        return (
+            json.loads(value) if self.kind == "json" and value is not None else value
+        )  # JSON comes as its text
 
     @cached_property
     def distinct(self) -> tuple[list, np.ndarray]:
         """(the distinct values, None for a missing one; each row's index into them)."""
         if self.kind == "null":
             return [None] * bool(self.rows), np.zeros(self.rows, dtype=np.int64)
+        if self.kind == "json":  # each distinct JSON text decoded once
+            encoded = self.array.storage.dictionary_encode(null_encoding="encode")
+            texts = encoded.dictionary.to_pylist()
+            values = [None if text is None else json.loads(text) for text in texts]
+            return values, encoded.indices.to_numpy(zero_copy_only=False)
         encoded = self.array.dictionary_encode(null_encoding="encode")
         return encoded.dictionary.to_pylist(), encoded.indices.to_numpy(zero_copy_only=False)
+
+    @property
+    def _by_value(self) -> bool:
+        """Whether the checks ask each distinct value (strings, JSON), not the rows as numbers."""
+        return self.kind in ("string", "json")
 
     def first_of(self, wanted: list[int] | np.ndarray) -> int | None:
         """The first row whose value is one of the distinct values numbered `wanted`."""
@@ -519,24 +458,30 @@ class _ScalarLabels:
 
     @property
     def lists(self) -> bool:
-        return False
+        return self.kind == "json" and any(isinstance(value, list) for value in self.distinct[0])
 
     @property
     def strings(self) -> bool:
+        if self.kind == "json":
+            return any(isinstance(normalise_label(value), str) for value in self.distinct[0])
         return self.kind == "string" and self.array.null_count < self.rows
 
     @property
     def all_bools(self) -> bool:
+        if self.kind == "json":
+            return all(isinstance(value, bool) for value in self.distinct[0])
         return (self.kind == "bool" and self.array.null_count == 0) or self.rows == 0
 
     def first_missing(self) -> int | None:
-        if self.kind == "string":
+        if self._by_value:
             return self.first_where(lambda value: normalise_label(value) in (None, ""))
         if self.array.null_count == 0 and not pa.types.is_floating(self.array.type):
             return None
         return _first(pc.is_null(self.array, nan_is_null=True))  # NaN: a blank cell in a numeric column
 
     def first_fraction(self) -> int | None:
+        if self.kind == "json":
+            return self.first_where(_is_fraction)
         if not pa.types.is_floating(self.array.type):
             return None
         values = self.array
@@ -545,14 +490,14 @@ class _ScalarLabels:
         return _first(pc.and_(pc.is_valid(values), pc.invert(whole)).fill_null(False))
 
     def first_not_number(self) -> int | None:
-        if self.kind == "string":
+        if self._by_value:
             return self.first_where(lambda value: not _is_number(value))
         if self.kind != "number":  # booleans and blanks are no scores
             return 0 if self.rows else None
         return _first(pc.invert(pc.is_finite(self.array)).fill_null(True))
 
     def scores(self) -> tuple[float, float, float]:
-        if self.kind == "string":
+        if self._by_value:
             values, codes = self.distinct
             counts = np.bincount(codes, minlength=len(values))
             scores = np.array([float(value) for value in values])
@@ -562,7 +507,7 @@ class _ScalarLabels:
         return total / self.rows, extremes["min"].as_py(), extremes["max"].as_py()
 
     def _unlabelled(self, feature) -> np.ndarray | pa.Array:
-        if self.kind == "string":
+        if self._by_value:
             values, codes = self.distinct
             return np.array([unlabelled_value(value, feature) for value in values], dtype=bool)[codes]
         unlabelled = pc.is_null(self.array, nan_is_null=True)
@@ -576,12 +521,14 @@ class _ScalarLabels:
     def hidden(self, feature) -> bool:
         if self.rows == 0 or _all(self._unlabelled(feature)):
             return True
+        if self.kind == "json":
+            return all(normalise_label(value) == -1 for value in self.distinct[0])
         if self.kind != "number":
             return False  # strings and booleans are never -1
         return _all(pc.equal(self._floats, -1).fill_null(False))
 
     def multi_hot_width(self) -> int | None:
-        return None
+        return None  # rows of flags are lists, which Arrow holds as a list column (_ListLabels)
 
     def first_not_flags(self, width: int) -> int | None:
         return 0 if self.rows else None
@@ -619,7 +566,10 @@ class _ListLabels:
         self.present = ~array.is_null().to_numpy(zero_copy_only=False)
 
     def value(self, index: int):
-        return self.array[index].as_py()
+        row = self.array[index].as_py()
+        if row is None or self.elements.kind != "json":
+            return row
+        return [None if text is None else json.loads(text) for text in row]  # JSON items come as their text
 
     @property
     def lists(self) -> bool:
@@ -664,8 +614,13 @@ class _ListLabels:
         return _first_true(~self.present | (self.lengths != width))
 
     def classes(self, mapping: LabelMapping | None) -> ClassTally:
-        if mapping is None:  # one class per row, and the rows are lists: as the rows say, row by row
-            return _RowLabels(self.array.to_pylist()).classes(None)
+        if mapping is None:  # a single-label task, and these rows are lists
+            row = _first_true(self.present)
+            raise DataError(
+                f"The labels are lists ({self.value(row) if row is not None else []!r} in row {(row or 0) + 1}), "
+                "but the training labels are one class per row. Give every split one label per row, or lists "
+                "in every split for multi-label classification."
+            )
         # A missing row has the classes of None: none with a delimiter, else None itself.
         missing_classes = mapping.classes_of(None)
         missing_rows = int((~self.present).sum())
@@ -708,47 +663,53 @@ class _ListLabels:
 
 
 def label_values(dataset, column: str):
-    """A reader of one split's label column: columnar for the usual Arrow types, row by row for the rest."""
+    """A reader of one split's label column, through Arrow: scalars (JSON too), or lists of them."""
     array = _arrow_column(dataset, column)
-    if array is not None:
-        if _scalar(array.type):
-            return _ScalarLabels(array)
-        if (pa.types.is_list(array.type) or pa.types.is_large_list(array.type)) and _scalar(
-            array.type.value_type
-        ):
-            return _ListLabels(array)
-    return _RowLabels(list(dataset[column]))
-
-
-def _scalar(kind: pa.DataType) -> bool:
-    return (
-        pa.types.is_string(kind)
-        or pa.types.is_large_string(kind)
-        or pa.types.is_boolean(kind)
-        or pa.types.is_integer(kind)
-        or pa.types.is_float32(kind)
-        or pa.types.is_float64(kind)
-        or pa.types.is_null(kind)
+    if pa.types.is_dictionary(array.type):
+        array = array.dictionary_decode()
+    if (pa.types.is_list(array.type) or pa.types.is_large_list(array.type)) and _kind(
+        array.type.value_type
+    ) is not None:
+        return _ListLabels(array)
+    if _kind(array.type) is not None:
+        return _ScalarLabels(array)
+    raise DataError(
+        f"Label column '{column}' holds {array.type} values; labels must be class names or ids, booleans, "
+        "numbers (regression), or lists of class names or ids (multi-label). Fix the column, or set "
+        "--label_column_name to the column that holds the labels."
     )
 
 
-def _arrow_column(dataset, column: str) -> pa.Array | None:
+def _kind(kind: pa.DataType) -> str | None:
+    """How a flat Arrow column is read: 'string', 'number', 'bool', 'null', 'json' (mixed types); None: not a label."""
+    if pa.types.is_string(kind) or pa.types.is_large_string(kind):
+        return "string"
+    if pa.types.is_integer(kind) or pa.types.is_floating(kind):
+        return "number"
+    if pa.types.is_boolean(kind):
+        return "bool"
+    if pa.types.is_null(kind):
+        return "null"
+    if isinstance(kind, pa.BaseExtensionType) and kind.extension_name == "arrow.json":
+        return "json"
+    return None
+
+
+def _arrow_column(dataset, column: str) -> pa.Array:
     """The split's column as one Arrow array, in the split's row order (after a select or a shuffle).
 
     datasets keeps a split made by select, shuffle or train_test_split as the whole table plus an
     indices mapping (`_indices`); its own way of applying one, row by row, takes seconds a million
-    rows. Taken here in one call; None (read it row by row) if datasets ever keeps it otherwise.
+    rows. Taken here in one call (`with_format("arrow")` would apply it the same way, in batches).
     """
     table = getattr(dataset.data, "table", dataset.data)
-    if column not in table.column_names:
-        return None
     array = table.column(column)
     indices = getattr(dataset, "_indices", None)
     if indices is not None:
         array = array.take(indices.column(0))
-    if len(array) != len(dataset):
-        return None
+    if len(array) != len(dataset):  # a layout of datasets this does not know: let datasets apply it
+        array = dataset.with_format("arrow")[column]
     return array.combine_chunks()
 
 
-Labels = _RowLabels | _ScalarLabels | _ListLabels
+Labels = _ScalarLabels | _ListLabels

@@ -1,10 +1,15 @@
 """The model card of a finished run: README.md in its output_dir, from results.json alone.
 
-The metadata is huggingface_hub's `ModelCardData`, with the scores as `EvalResult`s, which the Hub
-reads as the card's model-index (each with its split's name); the text says what a reader needs to
-use the model: base model, recipe, task and labels, data, the training arguments that matter, the
-scores, measured peak memory and precision, how to load it, and for LoRA and QLoRA which files are
-the adapter and which the merged model.
+The card is huggingface_hub's `ModelCard.from_template` over the Jinja template shipped beside this
+module (templates/model_card.md, package data). The metadata is a `ModelCardData`, with the scores
+as `EvalResult`s, which the Hub reads as the card's model-index; the template lays out the text a
+reader needs to use the model (base model, recipe, task and labels, data, training settings,
+scores, memory and precision, how to load it, which files are which). This module only decides
+what goes in: the values, worked out from results.json, that the template shows.
+
+A card is public once pushed, so it names nothing of the machine it was made on: the base model
+by its Hub id (or "a local model" and its directory's name), data files by file name, splits as
+train / validation / test, and the run by its output directory's name (or the Hub repository).
 
 Built from results.json (not from the live run) so that `recipes-lib push` makes the same card
 from a finished output_dir, with the repository's name in the loading code. `check_card` reads a
@@ -13,10 +18,12 @@ card back with `ModelCard.load` and checks it offline: the Hub's own validation 
 
 from __future__ import annotations
 
+import json
 import math
 import re
 from dataclasses import dataclass
-from pathlib import Path
+from importlib import resources
+from pathlib import Path, PurePath
 from typing import Any
 
 from huggingface_hub import EvalResult, ModelCard, ModelCardData
@@ -28,6 +35,7 @@ from recipes_lib.tracking.names import METRIC_TITLES
 
 CARD_FILE = "README.md"
 CARD_TAG = "recipes-lib"  # marks a card this module wrote
+TEMPLATE = ("templates", "model_card.md")  # package data of recipes_lib.tracking (setup.cfg)
 # The Hub's metric ids (evaluate's names) for the metrics the runs report.
 HUB_METRIC_TYPES = {"accuracy": "accuracy", "f1": "f1", "f1_micro": "f1", "f1_positive": "f1"}
 HUB_METRIC_TYPES.update({"mse": "mse", "pearson": "pearsonr", "spearman": "spearmanr"})
@@ -38,6 +46,8 @@ TASK_WORDS = {
 }
 # A Hub model id: "name" or "owner/name"; anything else (a local directory) is not linked.
 _HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*(/[\w.-]+)?$")
+# A Hub dataset's own split name ("validation_matched"); "10% of train held out" is none.
+_SPLIT_NAME = re.compile(r"^[\w.-]+$")
 
 
 @dataclass(frozen=True)
@@ -49,6 +59,19 @@ class CardMetric:
     metric: str  # the name in TASK_METRICS (or f1_positive)
     title: str
     args: dict[str, Any] | None = None  # the decision threshold(s), where they matter
+
+
+@dataclass(frozen=True)
+class BaseModel:
+    """The model the run started from, as a card may name it: a Hub id, or only a local directory's name."""
+
+    hub_id: str | None
+    local_name: str | None  # the local directory's name (no path), when the run loaded one
+
+    @property
+    def loadable(self) -> str:
+        """What the card's loading code passes to from_pretrained: the Hub id, else the directory's name."""
+        return self.hub_id or self.local_name or "BASE_MODEL"
 
 
 def _is_adapter(results: dict[str, Any]) -> bool:
@@ -63,9 +86,49 @@ def _is_quantized(results: dict[str, Any]) -> bool:
 
 
 def _hub_id(name: str | None) -> str | None:
-    if not name or Path(name).exists() or not _HUB_ID.match(name):
+    """`name` if it reads as a Hub model id: not a local path (absolute, or existing here)."""
+    if not name or PurePath(name).is_absolute() or re.match(r"^[A-Za-z]:[\\/]", name):
+        return None
+    if Path(name).exists() or not _HUB_ID.match(name):
         return None
     return name
+
+
+def base_model(results: dict[str, Any]) -> BaseModel:
+    """The base model by its Hub id: as given, or, for a local directory, its config's `_name_or_path`
+    when that is one (a local copy of a Hub model, such as the demo's); else only the directory's name."""
+    given = results.get("model_name_or_path")
+    if _hub_id(given):
+        return BaseModel(given, None)
+    if not given:
+        return BaseModel(None, None)
+    config, origin = Path(given) / "config.json", None
+    if config.is_file():  # gone when the card is remade on another machine: then only the name
+        try:
+            origin = json.loads(config.read_text()).get("_name_or_path")
+        except (OSError, ValueError):
+            origin = None
+    return BaseModel(_hub_id(origin), _file_name(given) or None)
+
+
+def _file_name(value: str | None) -> str | None:
+    """A file or directory by its name only, whichever system wrote the path (Windows' too)."""
+    if not value:
+        return value
+    return re.split(r"[\\/]", str(value).rstrip("\\/"))[-1]
+
+
+def _is_local_data(results: dict[str, Any]) -> bool:
+    return bool(results.get("config", {}).get("train_file"))
+
+
+def _split(results: dict[str, Any], role: str) -> str:
+    """The split a score comes from, as the model-index names it: 'validation' or 'test' for local files
+    and held-out parts of train; a Hub dataset's own split name (validation_matched) where it has one."""
+    source = results.get("eval_split" if role == "validation" else "test_split")
+    if _is_local_data(results) or not source or not _SPLIT_NAME.match(str(source)):
+        return role
+    return str(source)
 
 
 def _scores(results: dict[str, Any]):
@@ -76,7 +139,7 @@ def _scores(results: dict[str, Any]):
     positive class's own F1.
     """
     problem_type, names = results["problem_type"], TASK_METRICS[results["problem_type"]]
-    splits = {"eval": results.get("eval_split") or "validation", "test": results.get("test_split") or "test"}
+    splits = {"eval": _split(results, "validation"), "test": _split(results, "test")}
     if problem_type == MULTI_LABEL:
         at_half, tuned = {"threshold": 0.5}, {"thresholds": results.get("label_thresholds")}
         for name in names:
@@ -128,7 +191,7 @@ def _dataset(results: dict[str, Any]) -> tuple[str, str, str | None]:
     """(dataset type, dataset name, Hub config) for the model-index: a Hub dataset, or the local files."""
     config = results.get("config", {})
     if config.get("train_file"):
-        return "local", Path(config["train_file"]).name, None
+        return "local", _file_name(config["train_file"]), None
     name = config.get("dataset_name") or str(results.get("dataset", "unknown")).split("/")[0]
     return name, str(results.get("dataset", name)), config.get("dataset_config_name")
 
@@ -151,13 +214,12 @@ def card_data(results: dict[str, Any], model_name: str) -> ModelCardData:
         )
         for metric in card_metrics(results)
     ]
-    recipe = results["recipe"]
     return ModelCardData(
         model_name=model_name,
-        base_model=_hub_id(results.get("model_name_or_path")),
+        base_model=base_model(results).hub_id,
         library_name="peft" if _is_adapter(results) else "transformers",
         pipeline_tag="text-classification",
-        tags=[CARD_TAG, recipe, results["problem_type"].replace("_", "-")],
+        tags=[CARD_TAG, results["recipe"], results["problem_type"].replace("_", "-")],
         datasets=[dataset_type] if dataset_type != "local" else None,
         metrics=sorted({HUB_METRIC_TYPES[name] for name in TASK_METRICS[results["problem_type"]]}),
         eval_results=eval_results or None,
@@ -165,23 +227,15 @@ def card_data(results: dict[str, Any], model_name: str) -> ModelCardData:
 
 
 def build_card(results: dict[str, Any], repo_id: str | None = None) -> ModelCard:
-    """The run's card: `repo_id` names the model in the loading code (default: the run's output_dir)."""
-    where = repo_id or str(results.get("output_dir", "."))
-    model_name = (repo_id or Path(where).name or "model").split("/")[-1]
-    sections = [
-        _summary(results, model_name),
-        _task_section(results),
-        _data_section(results),
-        _training_section(results),
-        _results_section(results),
-        _memory_section(results),
-        _usage_section(results, where, repo_id is not None),
-        _files_section(results),
-        _versions_section(results),
-    ]
-    text = "\n\n".join(section.strip() for section in sections if section) + "\n"
-    data = card_data(results, model_name)
-    return ModelCard(f"---\n{data.to_yaml()}\n---\n\n{text}")
+    """The run's card: `repo_id` names the model in the loading code (default: the output_dir's name)."""
+    model_name = (repo_id or _file_name(str(results.get("output_dir", "."))) or "model").split("/")[-1]
+    model_name = model_name if model_name != "." else "model"
+    with resources.as_file(resources.files("recipes_lib.tracking").joinpath(*TEMPLATE)) as template:
+        return ModelCard.from_template(
+            card_data(results, model_name),
+            template_path=str(template),
+            **_template_values(results, model_name, repo_id),
+        )
 
 
 def write_card(output_dir: str | Path, results: dict[str, Any], repo_id: str | None = None) -> Path:
@@ -210,69 +264,125 @@ def check_card(path: str | Path, results: dict[str, Any]) -> ModelCard:
     return card
 
 
-# --- the text, one section each ----------------------------------------------------------------------
+# --- what the template shows -------------------------------------------------------------------------
 
 
-def _summary(results: dict[str, Any], model_name: str) -> str:
-    base = results.get("model_name_or_path")
-    linked = f"[{base}](https://huggingface.co/{base})" if _hub_id(base) else f"`{base}`"
+def _template_values(results: dict[str, Any], model_name: str, repo_id: str | None) -> dict[str, Any]:
+    """The values templates/model_card.md fills in, each already worded (the template only lays them out)."""
+    problem_type = results["problem_type"]
     spec = RECIPES.get(results["recipe"])
-    how = f": {spec.summary}" if spec is not None and spec.summary else ""
+    threshold = results.get("decision_threshold")
+    positive = results.get("positive_label")
+    on_hub = repo_id is not None
+    # The saved model in the loading code: the Hub repository, or this folder by its name (the card
+    # sits in it; a local path would publish the machine's layout once the card is pushed).
+    where = repo_id or model_name
+    return {
+        "title": model_name,
+        "base": base_model(results),
+        "recipe": results["recipe"],
+        "recipe_summary": spec.summary if spec is not None and spec.summary else None,
+        "task_words": TASK_WORDS[problem_type],
+        "problem_type": problem_type,
+        "is_regression": problem_type == REGRESSION,
+        "dataset": _dataset_shown(results),
+        "label_names": list(results.get("per_class") or {}),
+        "label_thresholds": results.get("label_thresholds") or None,
+        "decision_threshold": threshold,
+        "threshold_source": (
+            f"tuned on `{_file_name(results['decision_threshold_tuned_on'])}` for the best F1 of that class"
+            if results.get("decision_threshold_tuned_on")
+            else "given"
+        ),
+        "positive_label": positive,
+        "negative_label": next(
+            (name for name in results.get("per_class") or {} if name != positive), "the other"
+        ),
+        "data_rows": _data_rows(results),
+        "training_rows": _training_rows(results),
+        "score_rows": _score_rows(results),
+        "optimistic": bool(results.get("label_thresholds") or results.get("decision_threshold_tuned_on")),
+        "peak_memory_gib": results.get("peak_memory_gib"),
+        "peak_memory_source": results.get("peak_memory_source"),
+        "peak_memory_reserved_gib": results.get("peak_memory_reserved_gib"),
+        "device": results.get("device"),
+        "processes": _processes(results),
+        "precision": results.get("precision"),
+        "precision_reason": results.get("precision_reason"),
+        "quantized_compute_dtype": results.get("quantized_compute_dtype"),
+        "is_adapter": _is_adapter(results),
+        "where": where,
+        "on_hub": on_hub,
+        "function": {SINGLE_LABEL: "softmax", MULTI_LABEL: "sigmoid", REGRESSION: "none"}[problem_type],
+        "quantization": _quantization_code(results),
+        "quantized_base": _quantized_base(results),
+        "merged_model": results.get("merged_model"),
+        "merged_dir": MERGED_SUBDIR,
+        "merged_where": where if on_hub else f"{where}/{MERGED_SUBDIR}",
+        "versions": ", ".join(
+            f"{name} {version}" for name, version in (results.get("versions") or {}).items() if version
+        ),
+        "created_at": results.get("created_at"),
+    }
+
+
+def _dataset_shown(results: dict[str, Any]) -> str:
+    """The training data in the text: the Hub dataset ('glue/sst2'), or the training file's name."""
+    if _is_local_data(results):
+        return _file_name(results["config"]["train_file"])
+    return str(results.get("dataset"))
+
+
+def _split_shown(results: dict[str, Any], role: str) -> str | None:
+    """'validation (`dev.tsv`)': the split and where its rows came from, by file name only."""
+    source = results.get("eval_split" if role == "validation" else "test_split")
+    if not source:
+        return None
+    source = _file_name(source) if _is_local_data(results) else source
+    split = _split(results, role)
+    return split if source == split else f"{split} (`{source}`)"
+
+
+def _processes(results: dict[str, Any]) -> str:
+    processes = results.get("num_processes") or 1
+    return f"{processes} {'process' if processes == 1 else 'processes'}"
+
+
+def _data_rows(results: dict[str, Any]) -> list[str]:
+    rows = [
+        f"Training: `{_dataset_shown(results)}`, {results.get('train_samples')} examples",
+        f"Validation: {_split_shown(results, 'validation')}, {results.get('eval_samples')} examples",
+    ]
+    if results.get("test_split"):
+        rows.append(f"Test: {_split_shown(results, 'test')}")
+    if results.get("text_columns"):
+        rows.append(f"Text: {' + '.join(f'`{c}`' for c in results['text_columns'])}")
+    return rows
+
+
+def _long_text(config: dict[str, Any]) -> str | None:
+    """How inputs longer than max_seq_length were handled (data/long_text.py)."""
+    mode = config.get("long_text")
+    if mode != "sliding_window":
+        return mode
+    windows = config.get("max_windows_per_document")
+    trained_on = f", training on at most {windows} windows a document" if windows else ""
     return (
-        f"# {model_name}\n\n{linked} fine-tuned for {TASK_WORDS[results['problem_type']]} on "
-        f"`{results.get('dataset')}` with the `{results['recipe']}` recipe of recipes-lib{how}."
+        f"sliding_window (stride {config.get('stride')}, a document's windows pooled by "
+        f"{config.get('window_pooling')}{trained_on})"
     )
 
 
-def _task_section(results: dict[str, Any]) -> str:
-    problem_type = results["problem_type"]
-    lines = ["## Task and labels", "", f"- Task: {TASK_WORDS[problem_type]} (`{problem_type}`)"]
-    per_class = results.get("per_class") or {}
-    if problem_type == REGRESSION:
-        lines.append("- Output: one score (the model's single logit, not squashed)")
-    elif per_class:
-        lines.append(f"- Labels, in id order: {', '.join(f'`{name}`' for name in per_class)}")
-    if results.get("label_thresholds"):
-        pairs = ", ".join(f"`{name}` {value:g}" for name, value in results["label_thresholds"].items())
-        lines.append(
-            f"- A class is predicted when its sigmoid probability reaches its threshold: {pairs} "
-            "(tuned on the validation split, saved as `label_thresholds.json`)"
-        )
-    if results.get("decision_threshold") is not None:
-        tuned_on = results.get("decision_threshold_tuned_on")
-        source = f"tuned on `{tuned_on}` for the best F1 of that class" if tuned_on else "given"
-        lines.append(
-            f"- `{results['positive_label']}` is predicted when its probability reaches "
-            f"{results['decision_threshold']:g} ({source}; saved as `decision_threshold.json`), "
-            "not at 0.5"
-        )
-    return "\n".join(lines)
-
-
-def _data_section(results: dict[str, Any]) -> str:
-    lines = [
-        "## Data",
-        "",
-        f"- Training: `{results.get('dataset')}`, {results.get('train_samples')} examples",
-        f"- Validation: `{results.get('eval_split')}`, {results.get('eval_samples')} examples",
-    ]
-    if results.get("test_split"):
-        lines.append(f"- Test: `{results['test_split']}`")
-    if results.get("text_columns"):
-        lines.append(f"- Text: {' + '.join(f'`{c}`' for c in results['text_columns'])}")
-    return "\n".join(lines)
-
-
-def _training_section(results: dict[str, Any]) -> str:
+def _training_rows(results: dict[str, Any]) -> list[tuple[str, str]]:
+    """The training table's (setting, value) rows, those the run has."""
     config = results.get("config", {})
     processes = results.get("num_processes") or 1
     per_device = config.get("per_device_train_batch_size")
     accumulation = config.get("gradient_accumulation_steps") or 1
     batch = lora = parameters = None
     if per_device:
-        noun = "process" if processes == 1 else "processes"
         effective = per_device * accumulation * processes
-        batch = f"{per_device} per device x {accumulation} accumulation x {processes} {noun} = {effective}"
+        batch = f"{per_device} per device x {accumulation} accumulation x {_processes(results)} = {effective}"
     if "lora_r" in config:
         lora = f"{config['lora_r']} / {config.get('lora_alpha')} / {config.get('lora_dropout')}"
     if results.get("params_total"):
@@ -283,6 +393,7 @@ def _training_section(results: dict[str, Any]) -> str:
         ("optimizer steps", results.get("train_steps")),
         ("batch", batch),
         ("max_seq_length", config.get("max_seq_length")),
+        ("long texts", _long_text(config)),
         ("warmup", config.get("warmup_steps")),
         ("weight decay", config.get("weight_decay")),
         ("scheduler", config.get("lr_scheduler_type")),
@@ -294,8 +405,7 @@ def _training_section(results: dict[str, Any]) -> str:
         ("parameters", parameters),
         ("final training loss", results.get("train_loss")),
     ]
-    table = "\n".join(f"| {name} | {_shown(value)} |" for name, value in rows if value is not None)
-    return f"## Training\n\n| setting | value |\n|---|---|\n{table}"
+    return [(name, _shown(value)) for name, value in rows if value is not None]
 
 
 def _shown(value) -> str:
@@ -309,147 +419,38 @@ def _shown(value) -> str:
     return str(value)
 
 
-def _results_section(results: dict[str, Any]) -> str:
-    rows = [f"| {m.split} | {m.title} | {results[m.key]:.4f} |" for m in card_metrics(results)]
-    merged = [
-        f"| {results.get('eval_split')} | {METRIC_TITLES[name]}, merged model | {results[f'merged_eval_{name}']:.4f} |"
+def _score_rows(results: dict[str, Any]) -> list[tuple[str, str, float]]:
+    """The results table: the model-index's scores, then the merged model's (LoRA) on validation."""
+    rows = [(m.split, m.title, results[m.key]) for m in card_metrics(results)]
+    rows += [
+        (
+            _split(results, "validation"),
+            f"{METRIC_TITLES[name]}, merged model",
+            results[f"merged_eval_{name}"],
+        )
         for name in TASK_METRICS[results["problem_type"]]
         if _is_score(results.get(f"merged_eval_{name}"))
     ]
-    notes = []
-    if results.get("label_thresholds") or results.get("decision_threshold_tuned_on"):
-        notes.append(
-            "\n\nScores on the validation split at thresholds tuned on it are optimistic; the test "
-            "split's are not."
-        )
+    return rows
+
+
+def _quantized_base(results: dict[str, Any]) -> str | None:
+    """The adapter's quantized base, in words; None when the base ran unquantized."""
+    if not _is_quantized(results):
+        return None
+    return "8-bit LLM.int8" if results.get("quantized_base_bits") == 8 else "4-bit NF4"
+
+
+def _quantization_code(results: dict[str, Any]) -> str | None:
+    """The BitsAndBytesConfig line that loads the adapter's base as the run quantized it."""
+    if not _is_quantized(results):
+        return None
+    if results.get("quantized_base_bits") == 8:
+        return "quantization = BitsAndBytesConfig(load_in_8bit=True)  # the 8-bit LLM.int8 base"
+    # results.json names precisions as the run does (fp32, bf16, fp16); the code needs torch's dtype names.
+    named = results.get("quantized_compute_dtype") or "float32"
+    dtype = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}.get(named, named)
     return (
-        "## Results\n\n| split | metric | value |\n|---|---|---|\n"
-        + "\n".join(rows + merged)
-        + "".join(notes)
+        "quantization = BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type='nf4', "
+        f"bnb_4bit_use_double_quant=True, bnb_4bit_compute_dtype=torch.{dtype})"
     )
-
-
-def _memory_section(results: dict[str, Any]) -> str:
-    lines = ["## Memory and precision", ""]
-    if results.get("peak_memory_gib") is not None:
-        lines.append(
-            f"- Peak memory: {results['peak_memory_gib']:.2f} GiB ({results.get('peak_memory_source')})"
-        )
-    if results.get("peak_memory_reserved_gib") is not None:
-        lines.append(f"- Peak reserved by the CUDA allocator: {results['peak_memory_reserved_gib']:.2f} GiB")
-    processes = results.get("num_processes") or 1
-    lines.append(
-        f"- Device: {results.get('device')}, {processes} {'process' if processes == 1 else 'processes'}"
-    )
-    lines.append(f"- Precision: {results.get('precision')} ({results.get('precision_reason')})")
-    if results.get("quantized_compute_dtype"):
-        lines.append(f"- 4-bit layers computed in {results['quantized_compute_dtype']}")
-    return "\n".join(lines)
-
-
-def _usage_section(results: dict[str, Any], where: str, on_hub: bool) -> str:
-    """How to load it: the pipeline or AutoModel for a full model, peft for an adapter, and the merged one."""
-    problem_type = results["problem_type"]
-    function = {SINGLE_LABEL: "softmax", MULTI_LABEL: "sigmoid", REGRESSION: "none"}[problem_type]
-    parts = ["## How to use"]
-    if not _is_adapter(results):
-        parts.append(_pipeline_code(where, function, results))
-    else:
-        parts.append(_adapter_code(where, results))
-        if results.get("merged_model"):
-            subfolder = f', subfolder="{MERGED_SUBDIR}"' if on_hub else ""
-            path = where if on_hub else f"{where}/{MERGED_SUBDIR}"
-            parts.append(
-                f"The merged model, in `{MERGED_SUBDIR}/`, loads without peft. It is {results['merged_model']}.\n\n```python\n"
-                "from transformers import AutoModelForSequenceClassification, AutoTokenizer, pipeline\n\n"
-                f'model = AutoModelForSequenceClassification.from_pretrained("{path}"{subfolder})\n'
-                f'tokenizer = AutoTokenizer.from_pretrained("{path}"{subfolder})\n'
-                f'classifier = pipeline("text-classification", model=model, tokenizer=tokenizer, '
-                f'function_to_apply="{function}", top_k=None)\n```'
-            )
-    if results.get("decision_threshold") is not None:
-        positive, threshold = results["positive_label"], results["decision_threshold"]
-        negative = next((name for name in results.get("per_class") or {} if name != positive), "the other")
-        parts.append(
-            f"Decide as the run did, at its threshold:\n\n```python\n"
-            "scores = {row['label']: row['score'] for row in classifier([text])[0]}\n"
-            f'label = "{positive}" if scores["{positive}"] >= {threshold:g} else "{negative}"\n```'
-        )
-    parts.append(
-        "From a checkout of the recipes, `recipes-lib predict OUTPUT_DIR --input texts.csv` predicts with the "
-        "saved model exactly as the run evaluated it (tokenization, thresholds, precision)."
-    )
-    return "\n\n".join(parts)
-
-
-def _pipeline_code(where: str, function: str, results: dict[str, Any]) -> str:
-    return (
-        "```python\nfrom transformers import pipeline\n\n"
-        f'classifier = pipeline("text-classification", model="{where}", function_to_apply="{function}", top_k=None)\n'
-        'classifier(["an example text"])  # per text, each label with its score\n```\n\n'
-        "Or the model itself: `AutoModelForSequenceClassification.from_pretrained(...)` and "
-        "`AutoTokenizer.from_pretrained(...)` on the same name."
-    )
-
-
-def _adapter_code(where: str, results: dict[str, Any]) -> str:
-    base = results.get("model_name_or_path")
-    quantized = _is_quantized(results)
-    lines = [
-        "```python",
-        "from peft import PeftModel",
-        "from transformers import AutoConfig, AutoModelForSequenceClassification, AutoTokenizer"
-        + (", BitsAndBytesConfig" if quantized else ""),
-        "",
-        f'config = AutoConfig.from_pretrained("{where}")  # the label names, saved beside the adapter',
-    ]
-    extra = ""
-    if quantized and results.get("quantized_base_bits") == 8:
-        lines += ["", "quantization = BitsAndBytesConfig(load_in_8bit=True)  # the 8-bit LLM.int8 base"]
-        extra = ", quantization_config=quantization"
-    elif quantized:
-        dtype = results.get("quantized_compute_dtype") or "float32"
-        lines += [
-            "import torch",
-            "",
-            "quantization = BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type='nf4', "
-            f"bnb_4bit_use_double_quant=True, bnb_4bit_compute_dtype=torch.{dtype})",
-        ]
-        extra = ", quantization_config=quantization"
-    lines += [
-        f'base = AutoModelForSequenceClassification.from_pretrained("{base}", config=config{extra})',
-        f'model = PeftModel.from_pretrained(base, "{where}")  # the adapter and the trained head',
-        f'tokenizer = AutoTokenizer.from_pretrained("{where}")',
-        "```",
-    ]
-    return "\n".join(lines)
-
-
-def _files_section(results: dict[str, Any]) -> str:
-    if not _is_adapter(results):
-        return (
-            "## Files\n\n`model.safetensors`, `config.json` (with the label names) and the tokenizer: a complete "
-            "model. `results.json` holds every figure of the run; `eval_predictions.jsonl` its validation predictions."
-        )
-    bits = "8-bit LLM.int8" if results.get("quantized_base_bits") == 8 else "4-bit NF4"
-    base = f"its {bits} base (`base_quantization_config.json`)" if _is_quantized(results) else "its base"
-    lines = [
-        "## Files",
-        "",
-        f"- The adapter: `adapter_model.safetensors` and `adapter_config.json` at the top level, with the trained "
-        f"head inside; it needs {base} `{results.get('model_name_or_path')}`.",
-    ]
-    if results.get("merged_model"):
-        lines.append(f"- The merged model: `{MERGED_SUBDIR}/`, a plain model with no peft dependency.")
-    else:
-        lines.append("- No merged model: the run did not ask for one (`--merge_adapter`).")
-    lines.append(
-        "- `results.json`: every figure of the run; `eval_predictions.jsonl`: its validation predictions."
-    )
-    return "\n".join(lines)
-
-
-def _versions_section(results: dict[str, Any]) -> str:
-    versions = results.get("versions") or {}
-    listed = ", ".join(f"{name} {version}" for name, version in versions.items() if version)
-    return f"## Versions\n\n{listed}\n\nCreated {results.get('created_at')}." if listed else ""

@@ -1,0 +1,110 @@
+"""bitsandbytes loads only where a recipe uses it, and its kernels line on CPU comes explained.
+
+peft imports bitsandbytes whenever it is installed, and transformers imports peft with
+TrainingArguments, so every command used to load it and, on a CPU with AVX-512 BF16, print "Failed
+to load CPU gemm_4bit_forward from kernels-community" (config/bitsandbytes_import.py). Each check
+runs in a fresh interpreter: this test process has long loaded bitsandbytes for other tests.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from recipes_lib.config.bitsandbytes_import import EXPLANATION, KERNELS_LOGGER, KERNELS_MESSAGE
+from tests.helpers.repo import REPO_ROOT
+
+KERNELS_LINE = "gemm_4bit_forward"
+
+
+def run_python(code: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO_ROOT / "src"), str(REPO_ROOT)])}
+    completed = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=REPO_ROOT,
+        env=env,
+    )
+    assert completed.returncode == 0, completed.stderr[-3000:]
+    return completed
+
+
+def test_full_fts_imports_leave_bitsandbytes_unloaded_until_a_recipe_uses_it():
+    completed = run_python(
+        """
+        from recipes_lib.config.bitsandbytes_import import bitsandbytes_loaded
+        import recipes_lib.run, recipes_lib.training.trainer, recipes_lib.modeling.loading
+        from tests.helpers.repo import load_recipe
+        load_recipe("full_ft")
+        print("after full_ft's imports:", bitsandbytes_loaded())
+        import bitsandbytes
+        bitsandbytes.optim.AdamW8bit  # what adamw_8bit uses: the first real use loads it
+        print("after a use:", bitsandbytes_loaded())
+        """
+    )
+    assert "after full_ft's imports: False" in completed.stdout and "after a use: True" in completed.stdout
+    assert_explained(completed.stderr)
+
+
+def test_plan_prints_bitsandbytes_kernels_line_only_explained():
+    """plan counts a LoRA model's parameters with peft, whose LoRA dispatch loads bitsandbytes."""
+    completed = run_python(
+        """
+        from recipes_lib.cli.main import main
+        main(["plan", "--model", "bert-base-uncased", "--no_family"])
+        """
+    )
+    assert "qlora" in completed.stdout
+    assert_explained(completed.stderr)
+
+
+def assert_explained(stderr: str) -> None:
+    """No kernels line before our explanation; where it appears (CPUs with AVX-512 BF16), explained once."""
+    assert KERNELS_LINE not in stderr.split(EXPLANATION)[0], stderr
+    if KERNELS_LINE in stderr:
+        assert stderr.count(EXPLANATION) == 1
+
+
+@pytest.mark.slow
+def test_a_full_ft_run_neither_loads_bitsandbytes_nor_prints_its_kernels_line(tmp_path):
+    completed = run_python(
+        f"""
+        from pathlib import Path
+        from recipes_lib.config.bitsandbytes_import import bitsandbytes_loaded
+        from tests.helpers.data import learnable_rows, write_csv
+        from tests.helpers.models import build_tiny_bert
+        from tests.helpers.runs import QUICK, run_args, run_in_process
+        root = Path({str(tmp_path)!r})
+        data = {{split: write_csv(root / f"{{split}}.csv", learnable_rows(16, seed=1)) for split in ("train", "validation")}}
+        run_in_process("full_ft", run_args(build_tiny_bert(root / "bert"), data, root / "run", **QUICK))
+        print("bitsandbytes loaded:", bitsandbytes_loaded())
+        """
+    )
+    assert "bitsandbytes loaded: False" in completed.stdout
+    assert KERNELS_LINE not in completed.stderr and EXPLANATION not in completed.stderr
+    assert (tmp_path / "run" / "results.json").is_file()
+
+
+def test_the_kernels_line_is_explained_once_before_it(caplog, monkeypatch):
+    from recipes_lib.config import bitsandbytes_import
+
+    monkeypatch.setattr(bitsandbytes_import._ExplainKernelsLine, "explained", False)
+    monkeypatch.setattr(logging.getLogger("recipes_lib"), "propagate", True)
+    caplog.set_level(logging.INFO)
+    kernels_logger = logging.getLogger(KERNELS_LOGGER)
+    for _ in range(2):  # as bitsandbytes words it (backends/cpu/ops.py)
+        kernels_logger.warning(f"{KERNELS_MESSAGE}: %s. Please make sure ...", "No module named 'kernels'")
+    kernels_logger.warning("another bitsandbytes warning")
+    messages = [record.getMessage() for record in caplog.records]
+    assert messages.count(EXPLANATION) == 1 and messages.index(EXPLANATION) == 0
+    assert (
+        sum(message.startswith(KERNELS_MESSAGE) for message in messages) == 2
+        and messages[-1] == "another bitsandbytes warning"
+    )
