@@ -1,7 +1,7 @@
 # Two commands do all the set-up on a fresh machine with python3:
 #   make demo   fine-tunes the real all-MiniLM-L6-v2 with every CPU recipe on the shipped support-ticket data (offline)
 #   make sweep-demo   full_ft and LoRA at tuned learning rates over 3 seeds, with the seed-noise verdict (offline)
-#   make test   runs the offline test suite
+#   make test   runs the offline test suite (the default set: not marked slow or gpu)
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
@@ -9,7 +9,7 @@ BIN := $(VENV)/bin
 OFFLINE := HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 TRANSFORMERS_OFFLINE=1 WANDB_MODE=offline
 PYTEST_ARGS ?= -m "not slow and not gpu"
 
-.PHONY: install demo sweep-demo long-text-demo test test-all test-oldest test-latest lint format clean \
+.PHONY: install demo sweep-demo long-text-demo test test-all test-slow test-oldest test-latest lint format clean \
 	gpu-wheels gpu-rehearsal-venv gpu-rehearsal
 
 # Without a GPU, install PyTorch's CPU build first (a plain `torch` requirement pulls a multi-GB CUDA
@@ -65,6 +65,13 @@ test: $(BIN)/.installed
 
 test-all: PYTEST_ARGS = -m "not gpu"
 test-all: test
+
+# Only the tests marked slow (CI runs them after `make test`). pytest exits 5 when it selects no test
+# (a narrowed PYTEST_ARGS, or no slow test left): nothing failed, so that is not an error here.
+SLOW_PYTEST_ARGS ?= -m "slow and not gpu"
+
+test-slow: $(BIN)/.installed
+	$(OFFLINE) $(BIN)/python -m pytest $(SLOW_PYTEST_ARGS) || test $$? -eq 5
 
 # The default suite on the oldest supported versions: setup.cfg's lower bounds pinned exactly
 # (tools/oldest_requirements.py), in a virtual environment of its own, made afresh each time. torch is

@@ -15,6 +15,11 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 os.environ.setdefault("WANDB_MODE", "offline")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+# One CPU thread per process (this one, read as torch loads, and every recipe process a test starts):
+# the tiny models gain nothing from a second thread, and on cores shared with other jobs OpenMP's
+# threads wait on each other: 80 steps of the tiny BERT took 80 s with 2 threads and 7 s with one
+# (2-core test machine, load ~17; about the same CPU work when the cores are idle).
+os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 from tests.helpers.data import learnable_rows, write_csv  # noqa: E402
 from tests.helpers.models import build_tiny_bert  # noqa: E402

@@ -1,5 +1,7 @@
-"""The lists docs/development.md keeps agree with the code: the `recipes-lib` commands (also listed in
-the docstring of recipes_lib/cli/main.py) and the library's packages. Offline, no model, no run."""
+"""The docs agree with the code and with each other: the lists docs/development.md keeps (the
+`recipes-lib` commands, also listed in the docstring of recipes_lib/cli/main.py, and the library's
+packages), docs/families.md's table, every relative link and its anchor, and the README's length.
+Offline, no model, no run."""
 
 from __future__ import annotations
 
@@ -8,9 +10,26 @@ import re
 import pytest
 
 import recipes_lib.cli.main as cli_main
+from recipes_lib.modeling.families import describe_families
+from recipes_lib.units import format_table
 from tests.helpers.repo import REPO_ROOT
 
 DEVELOPMENT_MD = REPO_ROOT / "docs" / "development.md"
+FAMILIES_MD = REPO_ROOT / "docs" / "families.md"
+FAMILIES_START, FAMILIES_END = (
+    "<!-- recipes-lib families --markdown: start -->",
+    "<!-- recipes-lib families: end -->",
+)
+# The README is the newcomer's first page (issue #29): details go to docs/, the README links to them.
+README_MOST_CHARACTERS = 10_000
+# Every Markdown page a reader follows links through.
+PAGES = sorted(
+    [REPO_ROOT / "README.md", *(REPO_ROOT / "docs").glob("*.md"), *(REPO_ROOT / "recipes").glob("*.md"),
+     *(REPO_ROOT / "benchmarks").glob("*.md")]
+)  # fmt: skip
+# [text](target) and ![alt](target); a target with a scheme (https:, mailto:) is not checked.
+LINK = re.compile(r"!?\[[^\]]*\]\(([^)\s]+)\)")
+FENCE = re.compile(r"^```.*?^```", re.MULTILINE | re.DOTALL)
 LIBRARY = REPO_ROOT / "src" / "recipes_lib"
 # `- `recipes-lib plan`: ...`, one line a command, in docs/development.md
 DOCS_COMMAND = re.compile(r"^- `recipes-lib ([a-z][a-z-]*)`", re.MULTILINE)
@@ -66,3 +85,66 @@ def test_every_test_module_the_package_table_names_exists():
     assert named
     missing = sorted(name for name in named if not (REPO_ROOT / "tests" / name).is_file())
     assert not missing, f"docs/development.md names test modules that do not exist: {missing}"
+
+
+def heading_anchors(markdown: str) -> set[str]:
+    """The anchors GitHub gives a page's headings: lower case, punctuation dropped but - and _,
+    spaces to -, a repeated heading numbered -1, -2, ..."""
+    anchors: set[str] = set()
+    for heading in re.findall(r"^#{1,6} (.+?)\s*$", FENCE.sub("", markdown), re.MULTILINE):
+        anchor = re.sub(r"[^\w\- ]", "", heading.lower()).replace(" ", "-")
+        numbered, count = anchor, 0
+        while numbered in anchors:
+            count += 1
+            numbered = f"{anchor}-{count}"
+        anchors.add(numbered)
+    return anchors
+
+
+def broken_links(page) -> list[str]:
+    broken = []
+    for target in LINK.findall(FENCE.sub("", page.read_text())):
+        if re.match(r"[a-z]+:", target):
+            continue
+        path, _, anchor = target.partition("#")
+        linked = (page.parent / path).resolve() if path else page
+        if not linked.exists():
+            broken.append(f"{target} (no such file)")
+        elif anchor and linked.suffix == ".md" and anchor not in heading_anchors(linked.read_text()):
+            broken.append(f"{target} (no heading with that anchor in {linked.name})")
+    return broken
+
+
+@pytest.mark.parametrize("page", PAGES, ids=lambda page: str(page.relative_to(REPO_ROOT)))
+def test_every_relative_link_reaches_its_file_and_heading(page):
+    broken = broken_links(page)
+    assert not broken, f"{page.relative_to(REPO_ROOT)}: broken links: {broken}"
+
+
+def test_the_link_check_finds_a_missing_file_and_a_missing_heading(tmp_path):
+    (tmp_path / "other.md").write_text("# Other page\n\n## What a run: `measures`\n")
+    page = tmp_path / "page.md"
+    page.write_text(
+        "[ok](other.md#what-a-run-measures) [ok](#top) [web](https://example.com/x.md)\n"
+        "[gone](missing.md) [moved](other.md#no-such-heading)\n```\n[in code](ignored.md)\n```\n# Top\n"
+    )
+    assert broken_links(page) == [
+        "missing.md (no such file)",
+        "other.md#no-such-heading (no heading with that anchor in other.md)",
+    ]
+
+
+def test_docs_families_table_is_what_recipes_lib_families_prints():
+    text = FAMILIES_MD.read_text()
+    assert FAMILIES_START in text and FAMILIES_END in text, "docs/families.md lost its table markers"
+    shown = text.split(FAMILIES_START, 1)[1].split(FAMILIES_END, 1)[0].strip()
+    assert shown == format_table(*describe_families(), markdown=True).strip(), (
+        "docs/families.md is stale: paste `recipes-lib families --markdown` between its markers"
+    )
+
+
+def test_the_readme_stays_short():
+    length = len((REPO_ROOT / "README.md").read_text().encode())
+    assert length <= README_MOST_CHARACTERS, (
+        f"README.md is {length:,} bytes, over {README_MOST_CHARACTERS:,}: move the detail to docs/ and link it"
+    )

@@ -42,6 +42,15 @@ def minority_recall(tiny_bert, data, output_dir, *extra):
     return results, results["per_class"]["cool"]["recall"]
 
 
+def test_balanced_class_weights_weigh_the_rare_class_by_its_share(tiny_bert, skewed_data, tmp_path):
+    """The weights a run computes and records, in a 2-step run (what they do to recall: the slow test below)."""
+    args = run_args(tiny_bert, skewed_data, tmp_path / "run", "--class_weights", "balanced", **QUICK)
+    weights = run_in_process("full_ft", args)["class_weights"]
+    assert weights["cool"] > 3 * weights["warm"]  # 12% of train
+
+
+# Slow: two 45-step runs (~40 s on 2 cores); the test above checks the weights by default.
+@pytest.mark.slow
 def test_balanced_class_weights_raise_the_minority_class_recall(seeded_bert, skewed_data, tmp_path):
     plain, plain_recall = minority_recall(seeded_bert, skewed_data, tmp_path / "plain")
     weighted, weighted_recall = minority_recall(

@@ -261,6 +261,8 @@ def test_head_tail_reads_the_end_of_each_document(tiny_bert, long_data, tmp_path
     assert results["eval_samples"] == 21 and results["truncation"]["train"]["longer_share"] == 1.0
 
 
+# Slow: a 2-process launch (~30 s on 2 cores); test_multi_process.py checks the gathered evaluation by default.
+@pytest.mark.slow
 def test_two_processes_count_each_document_once(tiny_bert, long_data, tmp_path):
     """21 documents, about 90 windows, split over two processes: the gathered windows, less accelerate's
     repeats, combine into 21 documents, scored as one process scores the saved model."""

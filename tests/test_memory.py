@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import warnings
 
 import pytest
@@ -13,7 +14,7 @@ from recipes_lib.memory.monitor import MemoryMonitor
 from recipes_lib.memory.tensors import TensorMemoryTracker, storage_bytes, weight_tensors
 from recipes_lib.modeling.optimizers import optimizer_state_tensors
 from recipes_lib.units import GIB
-from tests.helpers.runs import QUICK, run_args, run_in_process, run_recipe_process
+from tests.helpers.runs import QUICK, run_args, run_in_process
 
 
 def _model_and_batch(vocab_size=100, hidden=32, rows=4, length=16, dropout=0.1):
@@ -124,13 +125,11 @@ def test_monitor_watches_only_batches_that_can_set_a_new_peak():
     assert all(results["memory_breakdown_gib"][key] > 0 for key in ("weights", "gradients", "activations"))
 
 
-def test_a_run_writes_and_logs_memory_per_phase(tiny_bert, learnable_data, tmp_path):
-    """Through `accelerate launch`, as a user runs it."""
+def test_a_run_writes_and_logs_memory_per_phase(tiny_bert, learnable_data, tmp_path, caplog):
+    """In this process (the recipe's own main; test_end_to_end.py launches one as a user does)."""
     output_dir = tmp_path / "run"
-    completed = run_recipe_process(
-        "full_ft", run_args(tiny_bert, learnable_data, output_dir, "--num_train_epochs", "1")
-    )
-    assert completed.returncode == 0, completed.stdout[-3000:] + completed.stderr[-3000:]
+    with caplog.at_level(logging.INFO, logger="recipes_lib"):
+        run_in_process("full_ft", run_args(tiny_bert, learnable_data, output_dir, "--num_train_epochs", "1"))
     results = json.loads((output_dir / "results.json").read_text())
     phases = results["memory_phases"]
     assert list(phases) == ["model_load", "train", "evaluation"]
@@ -144,7 +143,7 @@ def test_a_run_writes_and_logs_memory_per_phase(tiny_bert, learnable_data, tmp_p
     assert results["tensor_peak_gib"] <= sum(breakdown.values())
     # peak_memory_gib keeps its meaning: the process's peak RSS over the whole run on CPU.
     assert results["peak_memory_gib"] >= max(phase["peak_rss_gib"] for phase in phases.values()) - 1e-4
-    log = completed.stdout + completed.stderr
+    log = caplog.text
     assert "Memory, train: max allocated" in log and "Memory breakdown (peak of each kind)" in log
 
 

@@ -46,7 +46,9 @@ def bert_large():
     [("adamw_8bit", ["--paged_optimizer", "true"]), ("qlora", ["--base_bits", "8"])],
     ids=["paged_adamw_8bit", "qlora_int8_base"],
 )
-@pytest.mark.parametrize("model_kind", ["tiny", "minilm"])
+# MiniLM slow (a real 22.7M-parameter run, ~10 s each on 2 cores): the tiny BERT checks every technique by
+# default, and test_planner_families.py checks MiniLM's plan against a measured step by default.
+@pytest.mark.parametrize("model_kind", ["tiny", pytest.param("minilm", marks=pytest.mark.slow)])
 def test_planner_predicts_the_measured_memory_of_each_technique_that_runs_on_cpu(
     recipe, options, model_kind, tiny_bert, minilm_dir, learnable_data, tmp_path
 ):

@@ -43,13 +43,6 @@ RUN_ARGS = ("--max_steps", "40", "--save_strategy", "steps", "--save_steps", "4"
 ONE_THREAD = {**os.environ, "OMP_NUM_THREADS": "1"}
 
 
-def recipe_param(name: str):
-    return pytest.param(name, marks=() if name == "full_ft" else pytest.mark.slow)
-
-
-RECIPE_PARAMS = [recipe_param(name) for name in RECIPES]
-
-
 def recipe_args(recipe: str, tiny_bert: Path, data, output_dir: Path, *extra: str) -> list[str]:
     # LoRA's own dropout (0.1 by default) is turned off like the model's, so runs can be compared.
     lora = ["--lora_dropout", "0"] if recipe in ("lora", "qlora") else []
@@ -121,7 +114,11 @@ def uninterrupted(tiny_bert, learnable_data, tmp_path_factory):
 # --- kill -9, SIGTERM, SIGINT ------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("recipe", RECIPE_PARAMS)
+# Slow (~35 s a recipe on 2 cores): by default the SIGTERM test below stops a real process and resumes
+# it, test_resume_skips_a_checkpoint_cut_short_while_saving covers a kill during a save, and
+# test_recipes.py's resumed run ends with the uninterrupted weights for full_ft, adamw_8bit and lora.
+@pytest.mark.slow
+@pytest.mark.parametrize("recipe", RECIPES)
 def test_kill_9_at_a_random_step_then_resume_last_ends_with_the_uninterrupted_weights(
     recipe, uninterrupted, tiny_bert, learnable_data, tmp_path
 ):

@@ -675,6 +675,8 @@ def wandb_root(tmp_path_factory):
     wandb.teardown()
 
 
+# Three real trials, each an `accelerate launch` (~60 s in all on 2 cores): the tests that read them are
+# marked slow, and CI runs them; the fake-trial tests above check the sweep's logic by default.
 @pytest.fixture(scope="module")
 def real_sweep(tiny_bert, learnable_data, tmp_path_factory, one_thread, wandb_root):
     """Three real trials: the search (5e-3, and 1e12, which diverges) at seed 1, then 5e-3 at seed 2."""
@@ -687,6 +689,8 @@ def real_sweep(tiny_bert, learnable_data, tmp_path_factory, one_thread, wandb_ro
     return SimpleNamespace(config=config, results=sweep_results(config), seconds=time.monotonic() - started)
 
 
+# Slow: reads the real sweep (see the fixture); the fake-trial tests above cover the logic by default.
+@pytest.mark.slow
 def test_a_real_sweep_records_the_diverging_trial_as_failed_and_finishes(real_sweep):
     config, results = real_sweep.config, real_sweep.results
     (full_ft,) = results["recipes"]
@@ -712,6 +716,8 @@ def test_a_real_sweep_records_the_diverging_trial_as_failed_and_finishes(real_sw
     ) == 1
 
 
+# Slow: reads the real sweep (see the fixture); the fake-trial tests above cover the logic by default.
+@pytest.mark.slow
 def test_every_trial_is_a_wandb_run_in_the_sweeps_group_with_recipe_rate_seed_and_phase(
     real_sweep, wandb_root
 ):
@@ -730,6 +736,8 @@ def test_every_trial_is_a_wandb_run_in_the_sweeps_group_with_recipe_rate_seed_an
     assert names.SWEEP_CHOSEN not in configs[(5e-3, 1)].summary["config"]
 
 
+# Slow: reads the real sweep (see the fixture); the fake-trial tests above cover the logic by default.
+@pytest.mark.slow
 def test_the_dashboards_sweep_section_shows_what_the_sweeps_runs_logged(real_sweep, wandb_root):
     pytest.importorskip("wandb_workspaces")
     from recipes_lib.tracking.dashboard import SECTION_SWEEP, build_view, view_spec
@@ -760,6 +768,8 @@ def test_the_dashboards_sweep_section_shows_what_the_sweeps_runs_logged(real_swe
     assert chosen and all(config_keys <= set(run.summary["config"]) for run in chosen)
 
 
+# Slow: reads the real sweep (see the fixture); the fake-trial tests above cover the logic by default.
+@pytest.mark.slow
 def test_compare_on_the_sweeps_trials_groups_the_seeds_of_the_chosen_rate(real_sweep, capsys):
     config = real_sweep.config
     runs = [str(trial_dir(config, "full_ft", 5e-3, seed)) for seed in (1, 2)]
