@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import platform
 import re
 import subprocess
@@ -77,7 +78,15 @@ def machine() -> dict:
             versions[name] = metadata.version(name)
         except metadata.PackageNotFoundError:
             versions[name] = None
-    return {"cpu": cpu, "gpu": gpu, "python": platform.python_version(), "versions": versions}
+    # How busy the machine was when the record was written (1, 5, 15 min): times and speeds depend on it.
+    load = [round(value, 2) for value in os.getloadavg()] if hasattr(os, "getloadavg") else None
+    return {
+        "cpu": cpu,
+        "gpu": gpu,
+        "python": platform.python_version(),
+        "versions": versions,
+        "load_average": load,
+    }
 
 
 def git_commit() -> dict:
@@ -153,6 +162,12 @@ def machine_line(record: dict, record_path: str) -> str:
     )
     gpu = ", GPU " + ", ".join(record["machine"]["gpu"]) if record["machine"].get("gpu") else ", no GPU"
     wall = f"; {record['wall_s'] / 60:.1f} min in all" if record.get("wall_s") else ""
+    load = record["machine"].get("load_average")
+    wall += (
+        f", load average {load[1]:.1f} over the 5 min before it was recorded ({cpu['cores']} cores)"
+        if load
+        else ""
+    )
     commit = record["git"].get("commit") or "unknown"
     return (
         f"`{record['command']}` on {record['date'][:10]}: {cpu['model']} ({cpu['cores']} cores, {isa}){gpu}; "
