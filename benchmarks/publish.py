@@ -123,9 +123,18 @@ def run_figures(run_dir: Path) -> dict:
     return figures
 
 
-def write_record(name: str, sources: list[Path], command: str, wall_s: float | None, out_dir: Path) -> Path:
+def write_record(
+    name: str,
+    sources: list[Path],
+    command: str,
+    wall_s: float | None,
+    out_dir: Path,
+    commit: str | None = None,
+) -> Path:
+    """`commit`: the commit the runs ran from, where it is not the checkout's now (a record written later)."""
+    git = {"commit": commit, "dirty": False, "given": True} if commit else git_commit()
     record = {"name": name, "command": command, "date": datetime.now(UTC).isoformat(timespec="seconds"),
-              "machine": machine(), "git": git_commit(), "wall_s": wall_s}  # fmt: skip
+              "machine": machine(), "git": git, "wall_s": wall_s}  # fmt: skip
     sweep_files = [
         source / "sweep_results.json" for source in sources if (source / "sweep_results.json").is_file()
     ]
@@ -269,13 +278,16 @@ def main(argv: list[str] | None = None) -> int:
     record.add_argument("--command", required=True, help="the command that produced the runs, as published")
     record.add_argument("--wall_s", type=float, default=None, help="the command's wall time in seconds")
     record.add_argument("--out_dir", type=Path, default=RESULTS_DIR)
+    record.add_argument(
+        "--git_commit", default=None, help="the commit the runs ran from (default: the checkout's)"
+    )
     tables = commands.add_parser("tables", help="regenerate every marked table from its record")
     tables.add_argument(
         "--check", action="store_true", help="change nothing; exit 1 if a table differs from its record"
     )
     args = parser.parse_args(argv)
     if args.command == "record":
-        path = write_record(args.name, args.sources, args.command, args.wall_s, args.out_dir)
+        path = write_record(args.name, args.sources, args.command, args.wall_s, args.out_dir, args.git_commit)
         print(f"record: {path}")
         return 0
     stale = []

@@ -35,7 +35,9 @@ def test_every_published_table_is_what_its_committed_record_renders(publish):
             assert record.startswith("benchmarks/results/") and (REPO_ROOT / record).is_file(), (name, record)
             assert body == publish.render(table, record), f"{name}: the {table} table differs from {record}"
     assert publish.main(["tables", "--check"]) == 0
-    assert blocks == sum(len(publish.published_blocks((REPO_ROOT / n).read_text())) for n in publish.PUBLISHED_FILES)
+    assert blocks == sum(
+        len(publish.published_blocks((REPO_ROOT / n).read_text())) for n in publish.PUBLISHED_FILES
+    )
 
 
 def fake_run(directory, recipe: str, accuracy: float, problem_type="single_label_classification"):

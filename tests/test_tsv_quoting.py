@@ -56,7 +56,7 @@ def test_pandas_quotes_only_the_field_with_doubled_quotes_and_it_is_read_quoted_
         assert texts_read(train) == [text for text, _ in TICKETS]
     decisions = [r.getMessage() for r in caplog.records if ": read " in r.getMessage()]
     assert decisions and all("read quoted (as csv and pandas write it)" in message for message in decisions)
-    assert "1 fields are enclosed in '\"' (the first at line 2)" in decisions[0]
+    assert "fields enclosed in '\"': 1 (the first at line 2)" in decisions[0]
 
 
 PANDAS_WRITERS = pytest.mark.parametrize(

@@ -315,7 +315,7 @@ def _weigh_quotes(path: str, delimiter: str, differs_line: int) -> bool:
     evidence = quoting_evidence(path, delimiter)
     if evidence.bare_quote_line is None:
         logger.info(
-            "%s: read quoted (as csv and pandas write it): %d fields are enclosed in '\"' (the first at "
+            "%s: read quoted (as csv and pandas write it): fields enclosed in '\"': %d (the first at "
             "line %s), and every '\"' in the file opens, closes or is doubled inside one. Read unquoted, "
             "the texts from line %s on would keep those quotes; --csv_quoting none reads it so.",
             path,
