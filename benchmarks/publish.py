@@ -161,7 +161,7 @@ def _figure(value, fmt: str = "{:.4f}") -> str:
     return "-" if value is None else fmt.format(value)
 
 
-def machine_line(record: dict, record_path: str) -> str:
+def machine_line(record: dict, record_path: str, link: str) -> str:
     cpu, versions = record["machine"]["cpu"], record["machine"]["versions"]
     flags = cpu.get("flags") or {}
     isa = (
@@ -182,7 +182,7 @@ def machine_line(record: dict, record_path: str) -> str:
         f"`{record['command']}` on {record['date'][:10]}: {cpu['model']} ({cpu['cores']} cores, {isa}){gpu}; "
         f"torch {versions.get('torch')}, transformers {versions.get('transformers')}, peft {versions.get('peft')}, "
         f"bitsandbytes {versions.get('bitsandbytes')}; commit {commit}{' (modified)' if record['git'].get('dirty') else ''}"
-        f"{wall}. Record: [{record_path}]({record_path})."
+        f"{wall}. Record: [{record_path}]({link})."
     )
 
 
@@ -246,7 +246,8 @@ TABLES = {
 }
 
 
-def render(table: str, record_path: str) -> str:
+def render(table: str, record_path: str, published_in: str = "README.md") -> str:
+    """The block for `record_path`, its link relative to the file it is published in (a repository path)."""
     if table not in TABLES:
         raise SystemExit(f"error: no table kind '{table}'; use one of {', '.join(TABLES)}.")
     path = REPO_ROOT / record_path
@@ -255,11 +256,12 @@ def render(table: str, record_path: str) -> str:
             f"error: the record {record_path} does not exist; write it with `benchmarks/publish.py record`."
         )
     record = json.loads(path.read_text())
-    return "\n".join([*TABLES[table](record), "", machine_line(record, record_path)]) + "\n"
+    link = os.path.relpath(path, (REPO_ROOT / published_in).parent)
+    return "\n".join([*TABLES[table](record), "", machine_line(record, record_path, link)]) + "\n"
 
 
-def regenerate(text: str) -> str:
-    return BLOCK.sub(lambda m: m["start"] + render(m["table"], m["record"]) + m["end"], text)
+def regenerate(text: str, published_in: str = "README.md") -> str:
+    return BLOCK.sub(lambda m: m["start"] + render(m["table"], m["record"], published_in) + m["end"], text)
 
 
 def published_blocks(text: str) -> list[tuple[str, str, str]]:
@@ -269,7 +271,7 @@ def published_blocks(text: str) -> list[tuple[str, str, str]]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    commands = parser.add_subparsers(dest="command", required=True)
+    commands = parser.add_subparsers(dest="action", required=True)
     record = commands.add_parser("record", help="write a record of a demo's runs (or a sweep's output dir)")
     record.add_argument("name", help="the record's name: demo, task-demo, long-text-demo, sweep-demo")
     record.add_argument(
@@ -286,7 +288,7 @@ def main(argv: list[str] | None = None) -> int:
         "--check", action="store_true", help="change nothing; exit 1 if a table differs from its record"
     )
     args = parser.parse_args(argv)
-    if args.command == "record":
+    if args.action == "record":
         path = write_record(args.name, args.sources, args.command, args.wall_s, args.out_dir, args.git_commit)
         print(f"record: {path}")
         return 0
@@ -296,7 +298,7 @@ def main(argv: list[str] | None = None) -> int:
         if not path.is_file():
             continue
         text = path.read_text()
-        fresh = regenerate(text)
+        fresh = regenerate(text, name)
         if fresh != text:
             stale.append(name)
             if not args.check:

@@ -33,7 +33,9 @@ def test_every_published_table_is_what_its_committed_record_renders(publish):
         for table, record, body in publish.published_blocks(text):
             blocks += 1
             assert record.startswith("benchmarks/results/") and (REPO_ROOT / record).is_file(), (name, record)
-            assert body == publish.render(table, record), f"{name}: the {table} table differs from {record}"
+            assert body == publish.render(table, record, name), (
+                f"{name}: the {table} table differs from {record}"
+            )
     assert publish.main(["tables", "--check"]) == 0
     assert blocks == sum(
         len(publish.published_blocks((REPO_ROOT / n).read_text())) for n in publish.PUBLISHED_FILES
@@ -63,7 +65,7 @@ def test_a_record_keeps_each_runs_figures_and_the_machine_and_a_hand_edit_is_cau
 
     table = publish.render("demo", str(path))
     assert "| full_ft | 0.8475 | 0.8375 | 1,234 | 3.0 MiB | 1.40 GiB | 70.0 | 50.0 |" in table
-    assert f"Record: [{path}]({path})." in table and "`make demo` on " in table
+    assert f"Record: [{path}](" in table and "`make demo` on " in table
     page = f"# Results\n\n<!-- record demo {path}: start -->\nstale\n<!-- record: end -->\n"
     fresh = publish.regenerate(page)
     assert "| lora | 0.8150 |" in fresh and "stale" not in fresh
