@@ -29,7 +29,7 @@ import platform
 import re
 import subprocess
 import sys
-from datetime import UTC, datetime
+from datetime import datetime, timezone
 from importlib import metadata
 from pathlib import Path
 
@@ -133,7 +133,7 @@ def write_record(
 ) -> Path:
     """`commit`: the commit the runs ran from, where it is not the checkout's now (a record written later)."""
     git = {"commit": commit, "dirty": False, "given": True} if commit else git_commit()
-    record = {"name": name, "command": command, "date": datetime.now(UTC).isoformat(timespec="seconds"),
+    record = {"name": name, "command": command, "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
               "machine": machine(), "git": git, "wall_s": wall_s}  # fmt: skip
     sweep_files = [
         source / "sweep_results.json" for source in sources if (source / "sweep_results.json").is_file()
@@ -143,7 +143,7 @@ def write_record(
     else:
         record["runs"] = [run_figures(source) for source in sources]
     out_dir.mkdir(parents=True, exist_ok=True)
-    path = out_dir / f"{name}-{datetime.now(UTC).strftime('%Y-%m-%dT%H%M%SZ')}.json"
+    path = out_dir / f"{name}-{datetime.now(timezone.utc).strftime('%Y-%m-%dT%H%M%SZ')}.json"
     temporary = path.with_suffix(".json.tmp")  # never a half-written record under the final name
     temporary.write_text(json.dumps(record, indent=1) + "\n")
     temporary.replace(path)
