@@ -9,8 +9,8 @@ BIN := $(VENV)/bin
 OFFLINE := HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 TRANSFORMERS_OFFLINE=1 WANDB_MODE=offline
 PYTEST_ARGS ?= -m "not slow and not gpu"
 
-.PHONY: install demo sweep-demo long-text-demo test test-all test-slow test-oldest test-latest lint format clean \
-	gpu-wheels gpu-rehearsal-venv gpu-rehearsal
+.PHONY: install demo sweep-demo long-text-demo task-demo test test-all test-slow test-oldest test-latest lint \
+	format clean gpu-wheels gpu-rehearsal-venv gpu-rehearsal
 
 # Without a GPU, install PyTorch's CPU build first (a plain `torch` requirement pulls a multi-GB CUDA
 # build); with one, pip picks the build that matches the machine. torch is never pinned for GPU users.
@@ -31,7 +31,14 @@ install: $(BIN)/.installed
 # Read when the demo runs, after the install.
 DEMO_RECIPES ?= $(shell $(BIN)/python -m recipes_lib.config.registry)
 
+# Each demo ends by writing its figures and the machine (CPU model and flags, GPU, versions, date, git commit)
+# to a record, benchmarks/results/<demo>-<UTC time>.json; `python benchmarks/publish.py tables` then puts
+# its table wherever a block names it (benchmarks/RESULTS.md), and tests/test_publish.py checks the two agree.
+RECORD = $(BIN)/python benchmarks/publish.py record
+STARTED = date +%s >
+
 demo: $(BIN)/.installed
+	mkdir -p outputs/demo && $(STARTED) outputs/demo/.started
 	for recipe in $(DEMO_RECIPES); do \
 		$(OFFLINE) $(BIN)/accelerate launch --config_file accelerate_configs/cpu.yaml \
 			recipes/$$recipe.py --config recipes/configs/demo.yaml || exit 1; \
@@ -39,12 +46,17 @@ demo: $(BIN)/.installed
 	# The runs side by side: memory (and what holds it), speed, accuracy; chart in outputs/demo/memory_comparison.png.
 	# --wandb: the same table and chart as one comparison run in the demo's W&B group (offline here).
 	$(OFFLINE) $(BIN)/python -m recipes_lib.cli compare --wandb $(addprefix outputs/demo/,$(DEMO_RECIPES))
+	$(RECORD) demo $(addprefix outputs/demo/,$(DEMO_RECIPES)) --command "make demo" \
+		--wall_s $$(( $$(date +%s) - $$(cat outputs/demo/.started) ))
 
 # A fair comparison in one command (docs/sweeps.md): full_ft and LoRA each over three learning rates on the
 # demo data, the best of each repeated over 3 seeds, every trial its own accelerate launch; the report,
 # sweep_results.json and sweep_results.png in outputs/sweep_demo/. Rerun after a stop to resume it.
 sweep-demo: $(BIN)/.installed
+	mkdir -p outputs && $(STARTED) outputs/.sweep_demo_started
 	$(OFFLINE) $(BIN)/python -m recipes_lib.cli sweep recipes/sweeps/sweep_demo.yaml
+	$(RECORD) sweep-demo outputs/sweep_demo --command "make sweep-demo" \
+		--wall_s $$(( $$(date +%s) - $$(cat outputs/.sweep_demo_started) ))
 
 # Long documents (issue #22): all-MiniLM-L6-v2 on support-ticket threads of 300-470 tokens whose request
 # comes at the end (data/long_documents/), at max_seq_length 128 and one epoch for each --long_text mode
@@ -53,12 +65,29 @@ sweep-demo: $(BIN)/.installed
 LONG_TEXT_MODES ?= truncate head_tail sliding_window
 
 long-text-demo: $(BIN)/.installed
+	mkdir -p outputs/long_documents && $(STARTED) outputs/long_documents/.started
 	for mode in $(LONG_TEXT_MODES); do \
 		$(OFFLINE) $(BIN)/accelerate launch --config_file accelerate_configs/cpu.yaml recipes/full_ft.py \
 			--config recipes/configs/long_documents.yaml --long_text $$mode \
 			--output_dir outputs/long_documents/$$mode || exit 1; \
 	done
 	$(OFFLINE) $(BIN)/python -m recipes_lib.cli show $(addprefix outputs/long_documents/,$(LONG_TEXT_MODES))
+	$(RECORD) long-text-demo $(addprefix outputs/long_documents/,$(LONG_TEXT_MODES)) --command "make long-text-demo" \
+		--wall_s $$(( $$(date +%s) - $$(cat outputs/long_documents/.started) ))
+
+# The multi-label and regression tasks (docs/data-and-tasks.md): full_ft (at 1e-4, see the configs) and LoRA
+# on each; outputs/demo_multilabel/<recipe>, outputs/demo_regression/<recipe>, then one record of the four.
+task-demo: $(BIN)/.installed
+	mkdir -p outputs && $(STARTED) outputs/.task_demo_started
+	for task in multilabel regression; do \
+		$(OFFLINE) $(BIN)/accelerate launch --config_file accelerate_configs/cpu.yaml recipes/full_ft.py \
+			--config recipes/configs/demo_$$task.yaml --learning_rate 1e-4 || exit 1; \
+		$(OFFLINE) $(BIN)/accelerate launch --config_file accelerate_configs/cpu.yaml recipes/lora.py \
+			--config recipes/configs/demo_$$task.yaml || exit 1; \
+	done
+	$(RECORD) task-demo outputs/demo_multilabel/full_ft outputs/demo_multilabel/lora outputs/demo_regression/full_ft \
+		outputs/demo_regression/lora --command "make task-demo" \
+		--wall_s $$(( $$(date +%s) - $$(cat outputs/.task_demo_started) ))
 
 test: $(BIN)/.installed
 	$(OFFLINE) $(BIN)/python -m pytest $(PYTEST_ARGS)

@@ -59,10 +59,33 @@ def test_a_directory_without_results_is_refused(tmp_path, capsys):
 
 
 def test_the_chart_stacks_every_part_of_the_measured_breakdown():
-    import recipes_lib.memory.monitor
-    import recipes_lib.tools.compare
+    """Each run's bar is its measured parts stacked, in results.json's order, and its total their sum."""
+    import matplotlib
 
-    assert recipes_lib.tools.compare.BREAKDOWN_KEYS == recipes_lib.memory.monitor.BREAKDOWN_KEYS
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from recipes_lib.tools.compare import _draw_memory_bars
+
+    # Every part a different size, so a part left out or stacked twice changes the heights and the total.
+    parts = ("weights", "gradients", "optimizer_state", "activations", "other")
+    runs = [
+        {"memory_breakdown_gib": dict(zip(parts, (0.5, 0.25, 1.0, 0.125, 0.0625), strict=True))},
+        {"memory_breakdown_gib": dict(zip(parts, (0.5, 0.01, 0.02, 0.3, 0.04), strict=True))},
+    ]
+    figure, axis = plt.subplots()
+    try:
+        totals = _draw_memory_bars(axis, runs, [0, 1], "GiB", 1.0)
+        for position, run in enumerate(runs):
+            bars = sorted((bar for bar in axis.patches if bar.get_x() < position < bar.get_x() + bar.get_width()),
+                          key=lambda bar: bar.get_y())  # fmt: skip
+            assert [bar.get_height() for bar in bars] == pytest.approx(
+                [run["memory_breakdown_gib"][p] for p in parts]
+            )
+            assert totals[position] == pytest.approx(sum(run["memory_breakdown_gib"].values()))
+        assert [text.get_text() for text in axis.texts] == ["1.94", "0.87"]
+    finally:
+        plt.close(figure)
 
 
 def test_the_chart_marks_pearson_for_regression_runs_and_exact_match_for_multi_label_ones():

@@ -507,24 +507,71 @@ def test_compare_wandb_refuses_runs_of_different_groups_without_experiment(recip
     assert "different W&B groups" in line and "--experiment" in line
 
 
+class FakeWandbGraphQL:
+    """W&B's GraphQL endpoint, as wandb_workspaces speaks to it through the SDK's service API
+    (`api._service_api.execute_graphql(query, variables=...)`): a project's saved views, and
+    upsertView, which updates the view whose id it is given and adds a view without one. The lowest
+    seam the saving code has: the query text and everything above it are real."""
+
+    app_url = "https://wandb.example"
+
+    def __init__(self, views=()):
+        self.views = {view["id"]: view for view in views}
+
+    def execute_graphql(self, query: str, variables=None):
+        import re
+
+        variables = variables or {}
+        operation = re.search(r"(?:query|mutation)\s+(\w+)", query).group(1)
+        if operation == "ProjectViews":
+            wanted = (variables["entityName"], variables["name"], variables.get("viewType", "project-view"))
+            edges = [
+                {"node": {"id": view["id"], "name": view["name"], "displayName": view["displayName"]}}
+                for view in self.views.values()
+                if (view["entityName"], view["projectName"], view["type"]) == wanted
+            ]
+            return {"project": {"allViews": {"edges": edges}}}
+        if operation == "UpsertView2":
+            view_id = variables.get("id") or f"view-{len(self.views) + 1}"
+            inserted = view_id not in self.views
+            self.views[view_id] = {**variables, "id": view_id}
+            return {"upsertView": {"view": {"id": view_id, "name": variables["name"]}, "inserted": inserted}}
+        raise AssertionError(f"the dashboard sent an unexpected GraphQL operation: {operation}")
+
+
+def saved_view(project: str, name: str, display_name: str, view_id: str, entity: str = "my-team") -> dict:
+    return {"id": view_id, "name": name, "displayName": display_name, "entityName": entity,
+            "projectName": project, "type": "project-view", "spec": "{}"}  # fmt: skip
+
+
 @needs_extra
-def test_with_a_key_and_the_network_it_saves_the_checked_view_and_prints_its_url(monkeypatch, capsys):
-    """The saving step with W&B's server stood in for: what it would send, and what it prints."""
+def test_with_a_key_and_the_network_it_saves_the_checked_view_and_updates_it_not_a_duplicate(
+    monkeypatch, capsys
+):
+    """Saving against a stand-in W&B server: the existing view of the same name is found and updated
+    (its id kept, no second view), on the first save and on every save after it."""
     import wandb
     import wandb_workspaces.reports.v2 as wr
     import wandb_workspaces.reports.v2.interface as report_interface
-    import wandb_workspaces.workspaces.interface as workspace_interface
 
     from recipes_lib.tracking import dashboard
+
+    group = "bert-base-uncased_glue-sst2"
+    server = FakeWandbGraphQL(
+        [
+            saved_view("bert-recipes", "nw-abc123-v", dashboard.view_name(group), "view-id"),
+            saved_view("bert-recipes", "nw-other-v", "someone else's view", "other-id"),
+            saved_view("another-project", "nw-elsewhere-v", dashboard.view_name(group), "elsewhere-id"),
+        ]
+    )
 
     class FakeApi:
         default_entity = "my-team"
 
-    sent = {}
+        def __init__(self):
+            self._service_api = server
 
-    def upsert_view(view):
-        sent["view"] = view
-        return {"upsertView": {"view": {"name": view.name, "id": view.id or "new-id"}}}
+    sent = {}
 
     def save_report(report, draft=False, clone=False):
         sent["report"] = report
@@ -532,30 +579,37 @@ def test_with_a_key_and_the_network_it_saves_the_checked_view_and_prints_its_url
         return report
 
     monkeypatch.setattr(dashboard, "connect", lambda built: FakeApi())
-    monkeypatch.setattr(dashboard, "_existing_view", lambda api, view: ("nw-abc123-v", "view-id"))
-    monkeypatch.setattr(workspace_interface.internal, "upsert_view2", upsert_view)
-    monkeypatch.setattr(wr.Report, "save", save_report)
     monkeypatch.setattr(wandb, "Api", FakeApi)
-    monkeypatch.setattr(workspace_interface, "get_app_url", lambda api: "https://wandb.example")
-    monkeypatch.setattr(report_interface, "get_app_url", lambda api: "https://wandb.example")
+    monkeypatch.setattr(wr.Report, "save", save_report)
     monkeypatch.setattr(report_interface, "_get_api", FakeApi)
 
-    assert wandb_dashboard("bert-recipes", group="bert-base-uncased_glue-sst2", report=True) == 0
-    view = sent["view"]
-    # The entity came from the API; the existing view of the same name is updated, not duplicated.
-    assert (view.entity, view.project, view.id, view.name) == (
-        "my-team",
-        "bert-recipes",
-        "view-id",
-        "nw-abc123-v",
-    )
-    saved = json.loads(view.spec.model_dump_json(by_alias=True, exclude_none=True))
-    checked = view_spec(build_view("bert-recipes", "", "bert-base-uncased_glue-sst2"))
-    assert referenced_keys(saved) == referenced_keys(checked)
+    for _ in range(2):
+        assert wandb_dashboard("bert-recipes", group=group, report=True) == 0
+        lines = [line for line in capsys.readouterr().out.splitlines() if not line.startswith("[INFO]")]
+        assert lines == [
+            "updated W&B view: https://wandb.example/my-team/bert-recipes?nw=abc123",
+            "saved W&B report: https://wandb.example/my-team/bert-recipes/reports/"
+            "Recipe-comparison:-bert-base-uncased_glue-sst2--report-id",
+        ]
+        assert sorted(server.views) == ["elsewhere-id", "other-id", "view-id"]  # updated, not duplicated
+        view = server.views["view-id"]
+        assert (view["entityName"], view["projectName"], view["name"]) == (
+            "my-team",
+            "bert-recipes",
+            "nw-abc123-v",
+        )
+        checked = view_spec(build_view("bert-recipes", "", group))
+        assert referenced_keys(json.loads(view["spec"])) == referenced_keys(checked)
+        assert server.views["other-id"]["spec"] == server.views["elsewhere-id"]["spec"] == "{}"
     assert sent["report"].entity == "my-team"
-    lines = capsys.readouterr().out.splitlines()
-    assert lines == [
-        "updated W&B view: https://wandb.example/my-team/bert-recipes?nw=abc123",
-        "saved W&B report: https://wandb.example/my-team/bert-recipes/reports/"
-        "Recipe-comparison:-bert-base-uncased_glue-sst2--report-id",
-    ]
+
+    # A project without that view: the first save adds it, the next one updates it.
+    server.views.clear()
+    assert wandb_dashboard("bert-recipes", group=group) == 0
+    assert capsys.readouterr().out.startswith(
+        "saved W&B view: https://wandb.example/my-team/bert-recipes?nw="
+    )
+    (first,) = server.views
+    assert wandb_dashboard("bert-recipes", group=group) == 0
+    assert "updated W&B view: " in capsys.readouterr().out
+    assert list(server.views) == [first]

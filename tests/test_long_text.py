@@ -202,27 +202,49 @@ def tiny_bert(tmp_path_factory) -> Path:
 WINDOWED = ("--long_text", "sliding_window", "--stride", str(STRIDE), "--text_column_names", "text")
 
 
-@pytest.mark.parametrize("pooling", ["mean", "max"])
-def test_a_windowed_run_evaluates_and_predicts_documents(tiny_bert, long_data, tmp_path, pooling):
+# Short documents, one window each: their figure is the same whichever way windows are pooled.
+SHORT_DOCUMENTS = [("red", "warm"), ("blue", "cool"), ("green leaf", "cool")]
+
+
+def test_window_pooling_changes_each_documents_figure_and_predict_pools_as_the_run_did(
+    tiny_bert, long_data, tmp_path
+):
     from recipes_lib.tools.predict import predict
 
-    data = {**long_data, "test": long_data["validation"]}
-    extra = (*WINDOWED, "--window_pooling", pooling, "--test_file", str(long_data["validation"]))
-    results = run_in_process(
-        "full_ft", run_args(tiny_bert, data, tmp_path, *extra, steps=2, eval_strategy="no")
-    )
-    assert results["eval_samples"] == 21 and results["truncation"]["validation"]["examples"] == 21
-    assert results["truncation"]["validation"]["rows"] > 21  # windows
-    evaluated = read_jsonl(tmp_path / "eval_predictions.jsonl")
-    assert len(evaluated) == 21 and len(read_jsonl(tmp_path / "test_predictions.jsonl")) == 21
-    assert results["test_accuracy"] == pytest.approx(results["eval_accuracy"])
-    predicted = predict(tmp_path, long_data["validation"], batch_size=5, progress=False)
-    assert [row["prediction"] for row in predicted] == [row["prediction"] for row in evaluated]
-    for got, want in zip(predicted, evaluated, strict=True):
-        for name, probability in want["probabilities"].items():
-            assert got["probabilities"][name] == pytest.approx(probability, abs=1e-5)
-    saved = json.loads((tmp_path / "results.json").read_text())
-    assert saved["config"]["long_text"] == "sliding_window" and saved["truncation"]["train"]["examples"] == 64
+    documents = [(text, label) for text, label, _, _ in long_rows(21, 2)] + SHORT_DOCUMENTS
+    validation = write_csv(tmp_path / "validation.csv", documents)
+    data = {"train": long_data["train"], "validation": validation, "test": validation}
+    evaluated = {}
+    for pooling in ("mean", "max"):
+        output_dir = tmp_path / pooling
+        extra = (*WINDOWED, "--window_pooling", pooling, "--test_file", str(validation))
+        results = run_in_process(
+            "full_ft", run_args(tiny_bert, data, output_dir, *extra, steps=2, eval_strategy="no")
+        )
+        assert results["eval_samples"] == len(documents) and results["truncation"]["validation"]["rows"] > 24
+        evaluated[pooling] = read_jsonl(output_dir / "eval_predictions.jsonl")
+        assert len(evaluated[pooling]) == len(documents)
+        assert len(read_jsonl(output_dir / "test_predictions.jsonl")) == len(documents)
+        assert results["test_accuracy"] == pytest.approx(results["eval_accuracy"])
+        predicted = predict(output_dir, validation, batch_size=5, progress=False)
+        assert [row["prediction"] for row in predicted] == [row["prediction"] for row in evaluated[pooling]]
+        for got, want in zip(predicted, evaluated[pooling], strict=True):
+            for name, probability in want["probabilities"].items():
+                assert got["probabilities"][name] == pytest.approx(probability, abs=1e-5)
+        saved = json.loads((output_dir / "results.json").read_text())
+        assert saved["config"]["window_pooling"] == pooling and saved["truncation"]["train"]["examples"] == 64
+
+    def probabilities(pooling: str, index: int) -> list[float]:
+        return list(evaluated[pooling][index]["probabilities"].values())
+
+    # The same seed trains the same model: one window, one figure, whatever the pooling ...
+    for index in range(21, len(documents)):
+        assert probabilities("mean", index) == pytest.approx(probabilities("max", index), abs=1e-6)
+    # ... and for documents of several windows the pooling changes the figure (a tiny model two steps
+    # in gives windows close logits: the figures differ in their last decimals, above the 6 kept).
+    differences = [max(abs(a - b) for a, b in zip(probabilities("mean", i), probabilities("max", i), strict=True))
+                   for i in range(21)]  # fmt: skip
+    assert sum(difference > 2e-6 for difference in differences) >= 5, differences
 
 
 @pytest.mark.parametrize("task", ["multi_label", "regression"])
@@ -253,11 +275,34 @@ def test_windows_combine_for_multi_label_and_regression(tiny_bert, tmp_path, tas
         assert [row["prediction"] for row in predicted] == [row["prediction"] for row in evaluated]
 
 
-def test_head_tail_reads_the_end_of_each_document(tiny_bert, long_data, tmp_path):
+def test_head_tail_reads_the_end_of_each_document(tiny_bert, long_data, tmp_path, tokenizer):
+    """The colour that decides each label is planted after 40 to 60 noise words: past the first
+    MAX_LENGTH tokens, inside head_tail's tail. What the model is given holds it only with head_tail."""
+    rows = long_rows(21, 2)
+    data = _classification_data(
+        [text for text, *_ in rows], [label for _, label, _, _ in rows], split="train"
+    )
+    planted = [
+        {tokenizer.convert_tokens_to_ids(word) for word in text.split() if word in COLOURS}
+        for text, *_ in rows
+    ]
+    assert all(planted)
+
+    def given_to_the_model(mode: str) -> list[set[int]]:
+        return [
+            set(ids)
+            for ids in tokenize(data, tokenizer, _data_args(long_text=mode), _no_wait)["train"]["input_ids"]
+        ]
+
+    assert all(
+        not colours & ids for colours, ids in zip(planted, given_to_the_model("truncate"), strict=True)
+    )
+    assert all(colours <= ids for colours, ids in zip(planted, given_to_the_model("head_tail"), strict=True))
     results = run_in_process(
         "full_ft",
         run_args(tiny_bert, long_data, tmp_path, "--long_text", "head_tail", steps=2, eval_strategy="no"),
     )
+    assert results["config"]["long_text"] == "head_tail"
     assert results["eval_samples"] == 21 and results["truncation"]["train"]["longer_share"] == 1.0
 
 

@@ -98,6 +98,18 @@ def test_plan_command_refuses_zero_processes(tiny_bert, capsys):
 
 def test_plan_for_a_tiny_model_matches_its_config(tiny_bert):
     """load_config reads the tiny test model's directory: the planner sees its real sizes."""
+    import math
+
+    from transformers import AutoModelForSequenceClassification
+
     config = load_config(str(tiny_bert))
-    plan = plan_memory(config, Setup(shape=TrainingShape(), num_processes=2, sharding="zero3"))
-    assert plan.params_total > 0 and plan.weights < 4 * plan.params_total
+    model = AutoModelForSequenceClassification.from_pretrained(tiny_bert)  # the real model, fp32
+    weight_bytes = sum(t.numel() * t.element_size() for t in (*model.parameters(), *model.buffers()))
+    layer_bytes = sum(p.numel() * p.element_size() for p in model.base_model.encoder.layer[0].parameters())
+    alone = plan_memory(config, Setup(shape=TrainingShape()))
+    assert alone.params_total == sum(p.numel() for p in model.parameters())
+    assert alone.weights == weight_bytes
+    # ZeRO-3 on 2 processes: half the weights each, plus the one layer a process gathers to compute.
+    sharded = plan_memory(config, Setup(shape=TrainingShape(), num_processes=2, sharding="zero3"))
+    assert sharded.params_total == alone.params_total
+    assert sharded.weights == math.ceil(weight_bytes / 2) + layer_bytes

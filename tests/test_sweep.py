@@ -198,7 +198,11 @@ def test_every_trial_is_an_accelerate_launch_with_its_own_deterministic_director
                  f"--output_dir {tmp_path / 'sweep' / 'lora' / 'lr0.001-seed2'}", "--overwrite_output_dir true",
                  "--experiment sweep-sweep", "--run_name lora lr=0.001 seed=2"):  # fmt: skip
         assert part in joined, part
-    assert trial_dir(config, "lora", 1e-3, 2) == trial_dir(config, "lora", 0.001, 2)
+    # One rate reached two ways (a grid's product, a written number) is one trial, one directory.
+    computed = sum([1e-4] * 10)  # 0.0010000000000000002
+    assert computed != 1e-3
+    assert trial_dir(config, "lora", computed, 2) == trial_dir(config, "lora", 1e-3, 2)
+    assert trial_dir(config, "lora", computed, 2).name == "lr0.001-seed2"
     assert format_lr(2e-5) == "2e-5" and format_lr(1e12) == "1e+12"
 
 
@@ -340,6 +344,29 @@ def test_a_sweep_searches_each_recipe_then_repeats_the_chosen_rate_over_fresh_se
     assert again.launched == []
     assert "To run: nothing" in capsys.readouterr().out
     assert comparable(sweep_results(config)) == comparable(results)
+
+
+class TiedStandIn(StandIn):
+    """Every search trial of a recipe scores the same above its lowest rate: the tie rule decides."""
+
+    SCORES = {("full_ft", 2e-5): 0.80, ("full_ft", 5e-5): 0.86, ("full_ft", 1e-4): 0.86,
+              ("lora", 3e-4): 0.83, ("lora", 1e-3): 0.83}  # fmt: skip
+
+    def __call__(self, trial, config) -> Outcome:
+        self.launched.append((trial.recipe, trial.phase, trial.learning_rate, trial.seed))
+        value = self.SCORES[trial.recipe, trial.learning_rate]
+        return Outcome(COMPLETE, value=value, exit_code=0, wall_s=1.0,
+                       results={config.metric: value, "train_runtime_s": 3.0, "epochs": 1.0})  # fmt: skip
+
+
+def test_a_tie_in_the_search_chooses_the_lowest_rate_and_the_seeds_run_at_it(tmp_path):
+    config = make_config(tmp_path)
+    launcher = TiedStandIn()
+    assert run_sweep(config, launch=launcher, preflight=no_budget) == 0
+    full_ft, lora = sweep_results(config)["recipes"]
+    assert (full_ft["chosen_learning_rate"], lora["chosen_learning_rate"]) == (5e-5, 3e-4)
+    seeds = sorted((r, lr) for r, phase, lr, _ in launcher.launched if phase == "seeds")
+    assert seeds == [("full_ft", 5e-5)] * 3 + [("lora", 3e-4)] * 3
 
 
 def test_the_pair_test_is_welchs_t_test_with_its_p_value_and_how_weak_three_seeds_are(tmp_path):

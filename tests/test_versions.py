@@ -26,8 +26,18 @@ def test_an_unsupported_transformers_fails_with_one_line_naming_the_range(instal
     assert versions.supported_range("transformers") in message
 
 
-def test_the_installed_transformers_is_supported():
-    versions.check_supported_versions()
+def test_the_installed_transformers_is_supported_and_the_check_reads_it(monkeypatch):
+    from packaging.specifiers import SpecifierSet
+
+    installed = versions.metadata.version("transformers")
+    assert SpecifierSet(versions.supported_range("transformers")).contains(installed, prereleases=True)
+    looked_up = []
+    real_version = versions.metadata.version
+    monkeypatch.setattr(
+        versions.metadata, "version", lambda name: looked_up.append(name) or real_version(name)
+    )
+    assert versions.check_supported_versions() is None  # no error for what is installed
+    assert "transformers" in looked_up  # and it did look at the installed transformers
 
 
 @pytest.mark.parametrize("flag", ["activation_checkpointing", "gradient_checkpointing"])

@@ -30,11 +30,14 @@ recipes-lib sweep recipes/sweeps/sweep_demo.yaml [--memory_budget GIB] [--dry_ru
 from __future__ import annotations
 
 import argparse
+import contextlib
+import io
 import sys
 
 from recipes_lib.cli.export import add_export_parser, export_command
 from recipes_lib.cli.plan import add_plan_parser
 from recipes_lib.cli.sweep import add_sweep_parser
+from recipes_lib.config.bitsandbytes_import import quiet_bitsandbytes
 from recipes_lib.units import format_table
 
 
@@ -87,7 +90,12 @@ def dispatch(args: argparse.Namespace) -> int:
             )
         return code
     if args.command == "wandb-dashboard":
-        from recipes_lib.tracking.dashboard import wandb_dashboard
+        # Loading it is not this command's output: wandb's import loads bitsandbytes (whose CPU backend
+        # may warn), and transformers' integrations print "[INFO] Running in WANDB offline mode".
+        with quiet_bitsandbytes(), contextlib.redirect_stdout(io.StringIO()):
+            import transformers.integrations.integration_utils  # noqa: F401
+
+            from recipes_lib.tracking.dashboard import wandb_dashboard
 
         return wandb_dashboard(
             args.project,

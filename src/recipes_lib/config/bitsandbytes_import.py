@@ -23,6 +23,7 @@ import importlib.abc
 import importlib.util
 import logging
 import sys
+from contextlib import contextmanager
 
 PACKAGE = "bitsandbytes"
 # The logger and the message bitsandbytes 0.50's CPU backend warns with (bitsandbytes/backends/cpu/ops.py).
@@ -78,3 +79,18 @@ def defer_bitsandbytes() -> None:
 def bitsandbytes_loaded() -> bool:
     """Whether bitsandbytes' code has run in this process (its submodules load with it), not just its lazy stub."""
     return any(name.startswith(PACKAGE + ".") for name in sys.modules)
+
+
+@contextmanager
+def quiet_bitsandbytes():
+    """bitsandbytes' warnings silenced for a command that never uses it but may load it on the way
+    (wandb's import does: pydantic reads the source of every loaded module, the lazy stub included)."""
+    loggers = [logging.getLogger(PACKAGE), logging.getLogger(KERNELS_LOGGER)]
+    levels = [bnb_logger.level for bnb_logger in loggers]
+    for bnb_logger in loggers:
+        bnb_logger.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        for bnb_logger, level in zip(loggers, levels, strict=True):
+            bnb_logger.setLevel(level)

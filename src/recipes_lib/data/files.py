@@ -8,14 +8,17 @@ can still yield rows of the right width, and then the run trains on fragments wi
 So a delimited file is read both ways (Python's `csv` module, with and without quoting) before
 `datasets` loads it. A reading is plausible when every record has the header's number of fields.
 One plausible reading decides; two that agree are the same file. When both are plausible and
-disagree, the file is quoted if writing its quoted reading back with `csv` (minimal or full
-quoting) gives the file again, as it does for whatever a quoting writer made; otherwise it is an
-error naming `--csv_quoting`, never a guess.
+disagree, the way each '"' is written decides (`quoting_evidence`): a file whose every '"' opens,
+closes or is doubled inside a field in quotes is quoted, as csv and pandas write it (they also
+quote fields that need no quotes); a file with a '"' inside a bare text, and no field in quotes
+that only quoting explains (a doubled '"', a delimiter, a line end), is GLUE-style. Only when it
+has both, the run stops and asks for `--csv_quoting`, never a guess. The reading taken, and why,
+is logged.
 
 All of it streams, in constant memory whatever the file's size: the two readings advance side by
 side, one record each at a time, and are compared as they go (a file without a '"' is read once:
-both readings are the same); the writer check, when it is needed, is a second pass that writes one
-block of records at a time and compares it with the next stretch of the file. No record is kept.
+both readings are the same); the look at the quotes, when it is needed, is a second pass that
+holds one record's text at a time. No record is kept.
 The line each record starts on, which an error about a row names (the line an editor shows), is
 found by reading the file again up to that row, only when an error asks for it.
 """
@@ -26,7 +29,6 @@ import csv
 import itertools
 import json
 import logging
-import os
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -40,8 +42,7 @@ logger = logging.getLogger(__name__)
 
 DELIMITED = {".csv": ",", ".tsv": "\t"}
 QUOTING_CHOICES = ("auto", "quoted", "none")
-_CHUNK = 1 << 16  # characters read at a time when comparing with the file's text
-_BLOCK = 1024  # records written at a time by the writer check
+_CHUNK = 1 << 16  # bytes read at a time when looking for a '"'
 
 
 @dataclass
@@ -157,102 +158,80 @@ def _compare_readings(path: str, delimiter: str) -> _Comparison:
     return _Comparison(quoted, unquoted, differs_line)
 
 
-class _FileText:
-    """A file's text as the writer check compares it, a stretch at a time, with its '\r\n' line ends as '\n'."""
+class _LineTap:
+    """The lines the csv module takes from a file, kept until the record they make is looked at."""
 
     def __init__(self, handle):
-        self._handle, self._text, self._at = handle, "", 0
+        self._handle, self.taken = handle, []
 
-    def read(self, size: int) -> str:
-        """The next `size` characters (fewer at the end of the file)."""
-        if len(self._text) - self._at < size:
-            parts = [self._text[self._at :]]
-            held = len(parts[0])
-            while held < size:
-                chunk = self._handle.read(max(_CHUNK, size))
-                if not chunk:
-                    break
-                while chunk.endswith("\r"):  # a '\r\n' split across two reads is still one line end
-                    more = self._handle.read(1)
-                    if not more:
-                        break
-                    chunk += more
-                chunk = chunk.replace("\r\n", "\n")
-                parts.append(chunk)
-                held += len(chunk)
-            self._text, self._at = "".join(parts), 0
-        text = self._text[self._at : self._at + size]
-        self._at += len(text)
+    def __iter__(self) -> _LineTap:
+        return self
+
+    def __next__(self) -> str:
+        line = next(self._handle)
+        self.taken.append(line)
+        return line
+
+    def record_text(self) -> str:
+        """The text of the record just read, without its line end; forgets it."""
+        text = "".join(self.taken)
+        self.taken.clear()
+        for end in ("\r\n", "\n", "\r"):
+            if text.endswith(end):
+                return text[: -len(end)]
         return text
 
-    def has_text_left(self) -> bool:
-        """Whether anything but newlines is left."""
-        while True:
-            rest = self.read(_CHUNK)
-            if not rest:
-                return False
-            if rest.strip("\n"):
-                return True
 
+@dataclass
+class QuotingEvidence:
+    """What the '"' in a delimited file say about its writer: the first line of each kind of field.
 
-class _LineWriter:
-    """Keeps what csv.writer writes for a row (it writes a row in one call)."""
-
-    line = ""
-
-    def write(self, text: str) -> None:
-        self.line = text
-
-
-def _writes_the_file(path: str, delimiter: str, quoting: int) -> bool:
-    """Whether writing the quoted reading with `quoting` gives the file's text, trailing newlines aside.
-
-    The comparison `written.rstrip("\n") == text.rstrip("\n")` of whole texts, streamed: block by
-    block while the two agree; where they first differ, both must hold nothing but newlines from there.
+    Each field of the quoted reading is either enclosed in quotes in the file (any '"' inside
+    doubled), or bare. A quoting writer (csv, pandas) encloses every field that holds a '"', the
+    delimiter or a line end, and may enclose others too; it never leaves a '"' bare.
     """
-    kept = _LineWriter()
-    writer = csv.writer(kept, delimiter=delimiter, quoting=quoting, lineterminator="\n")
-    with _open(path) as records_handle, _open(path) as text_handle:
-        text = _FileText(text_handle)
 
-        def written_lines() -> Iterator[str]:
-            for record, _ in _records(records_handle, delimiter, quoted=True):
-                if record is None:
-                    raise _StrayQuote
-                writer.writerow(record)
-                yield kept.line
-
-        lines = written_lines()
-        try:
-            return _agrees(lines, text)
-        except _StrayQuote:  # the quoted reading failed: no quoting writer made this file
-            return False
+    enclosed_line: int | None = None  # a field enclosed in quotes
+    enclosed_fields: int = 0
+    # An enclosed field holding what only quoting can hold: a doubled '"', the delimiter or a line end.
+    # Read unquoted, its text would keep the doubled quotes or split in two: quoting is the one reading.
+    writer_line: int | None = None
+    bare_quote_line: int | None = None  # a '"' in a field not enclosed: text, which no quoting writer leaves
 
 
-class _StrayQuote(Exception):
-    pass
+def quoting_evidence(path: str, delimiter: str) -> QuotingEvidence:
+    """Read the file quoted and look at how each field is written; streams, and stops once both kinds are seen."""
+    evidence = QuotingEvidence()
+    with _open(path) as handle:
+        tap = _LineTap(handle)
+        reader = csv.reader(tap, delimiter=delimiter, quoting=csv.QUOTE_MINIMAL, strict=True)
+        start = 1
+        for record in reader:
+            text = tap.record_text()
+            if record:
+                _weigh_record(evidence, record, text, delimiter, start)
+                if evidence.writer_line is not None and evidence.bare_quote_line is not None:
+                    break
+            start = reader.line_num + 1
+    return evidence
 
 
-def _agrees(lines: Iterator[str], text: _FileText) -> bool:
-    """Whether the written lines and the file's text are the same, trailing newlines aside."""
-    while True:
-        written = "".join(itertools.islice(lines, _BLOCK))
-        found = text.read(len(written))
-        if found != written:
-            same = len(os.path.commonprefix([written, found]))
-            return not (
-                written[same:].strip("\n")
-                or found[same:].strip("\n")
-                or any(line.strip("\n") for line in lines)
-                or text.has_text_left()
-            )
-        if not written:  # every record written, and the file agreed
-            return not text.has_text_left()
-
-
-def written_by_a_quoting_writer(path: str, delimiter: str) -> bool:
-    """Whether writing the file's quoted reading with csv's minimal or full quoting reproduces it, line ends aside."""
-    return any(_writes_the_file(path, delimiter, quoting) for quoting in (csv.QUOTE_MINIMAL, csv.QUOTE_ALL))
+def _weigh_record(evidence: QuotingEvidence, record: list[str], text: str, delimiter: str, line: int) -> None:
+    at = 0
+    for index, value in enumerate(record):
+        at += index > 0  # the delimiter before the field
+        enclosed = '"' + value.replace('"', '""') + '"'
+        if text.startswith(enclosed, at):
+            at += len(enclosed)
+            evidence.enclosed_fields += 1
+            if evidence.enclosed_line is None:
+                evidence.enclosed_line = line
+            if evidence.writer_line is None and any(mark in value for mark in ('"', delimiter, "\n", "\r")):
+                evidence.writer_line = line
+        else:
+            at += len(value)
+            if '"' in value and evidence.bare_quote_line is None:
+                evidence.bare_quote_line = line
 
 
 class RecordLines:
@@ -300,22 +279,68 @@ def decide_quoting(path: str, requested: str = "auto") -> tuple[bool, RecordLine
     quoted, unquoted = both.quoted, both.unquoted
     if quoted.plausible and unquoted.plausible and both.differs_line is not None:
         # Split without quotes, a quoted text with a tab and a newline can still give two rows of the
-        # right width. A file a quoting writer made is exactly what writing its quoted reading gives.
-        if written_by_a_quoting_writer(path, delimiter):
-            return True, RecordLines(path, delimiter, True, quoted.count - 1)
-        raise DataError(
-            f"{path} reads two ways, and both give rows of the header's width: with quoting (as Python's csv "
-            f"module and pandas write) and without (GLUE-style, a '\"' is text). They differ from line "
-            f"{both.differs_line} on. Say which it is: --csv_quoting quoted or --csv_quoting none."
+        # right width, and a text may itself be in quotes: the way each '"' is written decides.
+        quoted_reading = _weigh_quotes(path, delimiter, both.differs_line)
+        return quoted_reading, RecordLines(
+            path, delimiter, quoted_reading, (quoted if quoted_reading else unquoted).count - 1
         )
     if quoted.plausible:
+        if not unquoted.plausible:
+            logger.info(
+                "%s: read quoted (as csv and pandas write it): read unquoted, line %s does not have the "
+                "header's %s fields.",
+                path,
+                unquoted.bad_line,
+                quoted.width,
+            )
         return True, RecordLines(path, delimiter, True, quoted.count - 1)
     if unquoted.plausible:
+        logger.info(
+            "%s: read unquoted (GLUE-style, a '\"' is text): read quoted, line %s has a '\"' that "
+            "does not open and close a whole field, or not the header's %s fields.",
+            path,
+            quoted.bad_line,
+            unquoted.width,
+        )
         return False, RecordLines(path, delimiter, False, unquoted.count - 1)
     raise DataError(
         f"{path} has rows whose field count differs from the header's, whether read with quoting (first at line "
         f"{quoted.bad_line}) or without (first at line {unquoted.bad_line}). Fix those lines: quote fields that "
         "hold the delimiter, or give every row the header's fields."
+    )
+
+
+def _weigh_quotes(path: str, delimiter: str, differs_line: int) -> bool:
+    """Whether a file both readings fit is quoted, from how its '"' are written; logs why, or asks."""
+    evidence = quoting_evidence(path, delimiter)
+    if evidence.bare_quote_line is None:
+        logger.info(
+            "%s: read quoted (as csv and pandas write it): fields enclosed in '\"': %d (the first at "
+            "line %s), and every '\"' in the file opens, closes or is doubled inside one. Read unquoted, "
+            "the texts from line %s on would keep those quotes; --csv_quoting none reads it so.",
+            path,
+            evidence.enclosed_fields,
+            evidence.enclosed_line,
+            differs_line,
+        )
+        return True
+    if evidence.writer_line is None:
+        logger.info(
+            "%s: read unquoted (GLUE-style, a '\"' is text): line %s has a '\"' inside a text, which a "
+            "quoting writer never leaves bare, and the fields in quotes (the first at line %s) hold no "
+            "doubled '\"', delimiter or line end that only quoting explains, so their quotes are text; "
+            "--csv_quoting quoted reads them as quoting.",
+            path,
+            evidence.bare_quote_line,
+            evidence.enclosed_line,
+        )
+        return False
+    raise DataError(
+        f"{path} reads two ways, and both give rows of the header's width: with quoting (as Python's csv "
+        f"module and pandas write) and without (GLUE-style, a '\"' is text). Line {evidence.writer_line} "
+        f"has a field in quotes that only quoting explains (a doubled '\"', a delimiter or a line end inside), "
+        f"but line {evidence.bare_quote_line} has a '\"' inside a text, which a quoting writer never leaves. "
+        "Say which it is: --csv_quoting quoted or --csv_quoting none."
     )
 
 

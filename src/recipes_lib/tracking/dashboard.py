@@ -33,15 +33,14 @@ with one line that says which, after the check. Offline runs: `wandb sync` them,
 from __future__ import annotations
 
 import json
-import logging
 import sys
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import requests
 import wandb
 
+from recipes_lib.config.bitsandbytes_import import quiet_bitsandbytes
 from recipes_lib.tracking import names
 from recipes_lib.tracking.auth import has_credentials
 from recipes_lib.tracking.names import COMPARE_JOB_TYPE, JOB_TYPE, recipe_colours
@@ -346,25 +345,11 @@ def wandb_dashboard(
 ) -> int:
     """`recipes-lib wandb-dashboard`: build and check the view offline, then save it and print its URL."""
     try:
-        with _quiet_bitsandbytes():
+        with quiet_bitsandbytes():
             return _wandb_dashboard(project, entity, group, report, spec_file, sweep_metric)
     except DashboardError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
-
-
-@contextmanager
-def _quiet_bitsandbytes():
-    """The curve names come from transformers' rewrite_logs, whose module imports peft and so
-    bitsandbytes, whose CPU backend may warn about optional kernels on import: nothing this command
-    uses, and its one line of output is for what it needs."""
-    bnb_logger = logging.getLogger("bitsandbytes")
-    level = bnb_logger.level
-    bnb_logger.setLevel(logging.ERROR)
-    try:
-        yield
-    finally:
-        bnb_logger.setLevel(level)
 
 
 def _wandb_dashboard(project, entity, group, report, spec_file, sweep_metric=names.ACCURACY) -> int:

@@ -1,0 +1,317 @@
+"""Records of the demos' figures, and the published tables generated from them.
+
+Every figure README.md, benchmarks/RESULTS.md and docs/ show from a demo comes from a record in
+benchmarks/results/: the figures of each run, and the machine that ran them (CPU model and flags,
+GPU, library versions, date, git commit). The Makefile's demo targets write one when they finish:
+
+    python benchmarks/publish.py record demo outputs/demo/full_ft outputs/demo/lora ... --command "make demo"
+    python benchmarks/publish.py record sweep-demo outputs/sweep_demo --command "make sweep-demo"
+
+and a published table sits between markers naming its table kind and its record:
+
+    <!-- record demo benchmarks/results/demo-2026-12-03T061500Z.json: start -->
+    ...generated...
+    <!-- record: end -->
+
+    python benchmarks/publish.py tables            # rewrites every marked block from its record
+    python benchmarks/publish.py tables --check    # exit 1 if a block differs from its record
+
+tests/test_publish.py runs the check on every file: a table edited by hand, or a record changed
+without its table, fails the default test suite.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import re
+import subprocess
+import sys
+from datetime import datetime, timezone
+from importlib import metadata
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+RESULTS_DIR = REPO_ROOT / "benchmarks" / "results"
+PUBLISHED_FILES = (
+    "README.md",
+    "benchmarks/RESULTS.md",
+    *sorted(f"docs/{p.name}" for p in (REPO_ROOT / "docs").glob("*.md")),
+)
+LIBRARIES = ("torch", "transformers", "accelerate", "datasets", "peft", "bitsandbytes", "recipes-lib")
+# CPU flags that decide how the recipes compute on CPU (docs/precision.md).
+CPU_FLAGS = ("avx2", "avx512f", "avx512_bf16", "amx_bf16")
+BLOCK = re.compile(
+    r"(?P<start><!-- record (?P<table>[\w-]+) (?P<record>\S+): start -->\n)(?P<body>.*?)(?P<end><!-- record: end -->)",
+    re.DOTALL,
+)
+
+
+# --- the machine -------------------------------------------------------------------------------------
+
+
+def machine() -> dict:
+    """What ran the figures: CPU model, cores and the flags that matter, GPU, library versions."""
+    cpu = {"model": platform.processor() or platform.machine(), "cores": None, "flags": {}}
+    try:
+        text = Path("/proc/cpuinfo").read_text()
+        model = re.search(r"^model name\s*:\s*(.+)$", text, re.MULTILINE)
+        flags = set((re.search(r"^flags\s*:\s*(.+)$", text, re.MULTILINE) or [None, ""])[1].split())
+        cpu["model"] = model.group(1).strip() if model else cpu["model"]
+        cpu["cores"] = len(re.findall(r"^processor\s*:", text, re.MULTILINE))
+        cpu["flags"] = {flag: flag in flags for flag in CPU_FLAGS}
+    except OSError:  # not Linux: the model platform gives, no flags
+        pass
+    gpu = None
+    try:
+        import torch
+
+        if torch.cuda.is_available():
+            gpu = [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())]
+    except ImportError:
+        pass
+    versions = {}
+    for name in LIBRARIES:
+        try:
+            versions[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            versions[name] = None
+    # How busy the machine was when the record was written (1, 5, 15 min): times and speeds depend on it.
+    load = [round(value, 2) for value in os.getloadavg()] if hasattr(os, "getloadavg") else None
+    return {
+        "cpu": cpu,
+        "gpu": gpu,
+        "python": platform.python_version(),
+        "versions": versions,
+        "load_average": load,
+    }
+
+
+def git_commit() -> dict:
+    def git(*args: str) -> str:
+        done = subprocess.run(["git", *args], cwd=REPO_ROOT, capture_output=True, text=True, check=False)
+        return done.stdout.strip()
+
+    return {
+        "commit": git("rev-parse", "--short", "HEAD") or None,
+        "dirty": bool(git("status", "--porcelain", "src", "recipes")),
+    }
+
+
+# --- records -----------------------------------------------------------------------------------------
+
+# What a published table shows of a run's results.json; the record keeps these, per run.
+RUN_FIELDS = (
+    "recipe", "model_name_or_path", "problem_type", "eval_accuracy", "eval_f1", "eval_pearson",
+    "eval_micro_f1", "eval_samples", "train_samples", "epochs", "train_steps", "train_runtime_s",
+    "train_samples_per_s", "params_total", "params_trainable", "optimizer_state_bytes",
+    "peak_memory_gib", "peak_memory_source", "precision", "device", "config",
+)  # fmt: skip
+
+
+def run_figures(run_dir: Path) -> dict:
+    results_file = run_dir / "results.json"
+    if not results_file.is_file():
+        raise SystemExit(
+            f"error: {results_file} does not exist: run the demo first (its run writes results.json)."
+        )
+    results = json.loads(results_file.read_text())
+    figures = {key: results[key] for key in RUN_FIELDS if key in results}
+    figures["run_dir"] = str(run_dir)
+    return figures
+
+
+def write_record(
+    name: str,
+    sources: list[Path],
+    command: str,
+    wall_s: float | None,
+    out_dir: Path,
+    commit: str | None = None,
+) -> Path:
+    """`commit`: the commit the runs ran from, where it is not the checkout's now (a record written later)."""
+    git = {"commit": commit, "dirty": False, "given": True} if commit else git_commit()
+    record = {"name": name, "command": command, "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+              "machine": machine(), "git": git, "wall_s": wall_s}  # fmt: skip
+    sweep_files = [
+        source / "sweep_results.json" for source in sources if (source / "sweep_results.json").is_file()
+    ]
+    if sweep_files:
+        record["sweep"] = json.loads(sweep_files[0].read_text())
+    else:
+        record["runs"] = [run_figures(source) for source in sources]
+    out_dir.mkdir(parents=True, exist_ok=True)
+    path = out_dir / f"{name}-{datetime.now(timezone.utc).strftime('%Y-%m-%dT%H%M%SZ')}.json"
+    temporary = path.with_suffix(".json.tmp")  # never a half-written record under the final name
+    temporary.write_text(json.dumps(record, indent=1) + "\n")
+    temporary.replace(path)
+    return path
+
+
+# --- tables ------------------------------------------------------------------------------------------
+
+
+def _mib(value: float | None) -> str:
+    return "-" if value is None else f"{value / 2**20:,.1f} MiB"
+
+
+def _figure(value, fmt: str = "{:.4f}") -> str:
+    return "-" if value is None else fmt.format(value)
+
+
+def machine_line(record: dict, record_path: str, link: str) -> str:
+    cpu, versions = record["machine"]["cpu"], record["machine"]["versions"]
+    flags = cpu.get("flags") or {}
+    isa = (
+        "AVX-512 BF16"
+        if flags.get("avx512_bf16")
+        else ("AVX-512" if flags.get("avx512f") else ("AVX2" if flags.get("avx2") else "no AVX2"))
+    )
+    gpu = ", GPU " + ", ".join(record["machine"]["gpu"]) if record["machine"].get("gpu") else ", no GPU"
+    wall = f"; {record['wall_s'] / 60:.1f} min in all" if record.get("wall_s") else ""
+    load = record["machine"].get("load_average")
+    wall += (
+        f", load average {load[1]:.1f} over the 5 min before it was recorded ({cpu['cores']} cores)"
+        if load
+        else ""
+    )
+    commit = record["git"].get("commit") or "unknown"
+    return (
+        f"`{record['command']}` on {record['date'][:10]}: {cpu['model']} ({cpu['cores']} cores, {isa}){gpu}; "
+        f"torch {versions.get('torch')}, transformers {versions.get('transformers')}, peft {versions.get('peft')}, "
+        f"bitsandbytes {versions.get('bitsandbytes')}; commit {commit}{' (modified)' if record['git'].get('dirty') else ''}"
+        f"{wall}. Record: [{record_path}]({link})."
+    )
+
+
+def demo_table(record: dict) -> list[str]:
+    lines = [
+        "| recipe | accuracy | macro-F1 | trainable parameters | optimizer state | peak memory (process RSS) | samples/s | train s |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for run in record["runs"]:
+        lines.append(
+            f"| {run['recipe']} | {_figure(run.get('eval_accuracy'))} | {_figure(run.get('eval_f1'))} | "
+            f"{run['params_trainable']:,} | {_mib(run.get('optimizer_state_bytes'))} | "
+            f"{_figure(run.get('peak_memory_gib'), '{:.2f} GiB')} | {_figure(run.get('train_samples_per_s'), '{:.1f}')} | "
+            f"{_figure(run.get('train_runtime_s'), '{:.1f}')} |"
+        )
+    return lines
+
+
+def task_table(record: dict) -> list[str]:
+    lines = ["| task | recipe | validation figures | train s | peak RSS |", "|---|---|---|---|---|"]
+    for run in record["runs"]:
+        if run.get("problem_type") == "regression":
+            figures = f"Pearson {_figure(run.get('eval_pearson'), '{:.3f}')}"
+        else:
+            figures = f"accuracy {_figure(run.get('eval_accuracy'), '{:.3f}')}, macro-F1 {_figure(run.get('eval_f1'), '{:.3f}')}"
+        lines.append(f"| {run.get('problem_type')} | {run['recipe']} | {figures} | {_figure(run.get('train_runtime_s'), '{:.1f}')} | "
+                     f"{_figure(run.get('peak_memory_gib'), '{:.2f} GiB')} |")  # fmt: skip
+    return lines
+
+
+def long_text_table(record: dict) -> list[str]:
+    lines = ["| --long_text | accuracy | macro-F1 | train steps | train s |", "|---|---|---|---|---|"]
+    for run in record["runs"]:
+        mode = (run.get("config") or {}).get("long_text", "?")
+        lines.append(f"| {mode} | {_figure(run.get('eval_accuracy'))} | {_figure(run.get('eval_f1'))} | "
+                     f"{run.get('train_steps')} | {_figure(run.get('train_runtime_s'), '{:.1f}')} |")  # fmt: skip
+    return lines
+
+
+def sweep_table(record: dict) -> list[str]:
+    lines = ["| recipe | chosen learning rate | final mean ± std | seeds |", "|---|---|---|---|"]
+    sweep = record["sweep"]
+    for recipe in sweep["recipes"]:
+        spread = recipe.get("test") or recipe.get("validation") or {}
+        mean_std = f"{spread['mean']:.4f} ± {spread['std']:.4f}" if spread.get("mean") is not None else "-"
+        values = " ".join(f"{v:.4f}" for v in spread.get("values") or [])
+        lines.append(f"| {recipe['recipe']} | {recipe['chosen_learning_rate']} | {mean_std} | {values} |")
+    for pair in sweep.get("pairs") or []:
+        lines.append("")
+        lines.append(
+            f"{pair['a']} vs {pair['b']} ({pair['test']}): p = {_figure(pair.get('p_value'), '{:.3f}')}; {pair.get('verdict')}."
+        )
+    return lines
+
+
+TABLES = {
+    "demo": demo_table,
+    "task-demo": task_table,
+    "long-text-demo": long_text_table,
+    "sweep-demo": sweep_table,
+}
+
+
+def render(table: str, record_path: str, published_in: str = "README.md") -> str:
+    """The block for `record_path`, its link relative to the file it is published in (a repository path)."""
+    if table not in TABLES:
+        raise SystemExit(f"error: no table kind '{table}'; use one of {', '.join(TABLES)}.")
+    path = REPO_ROOT / record_path
+    if not path.is_file():
+        raise SystemExit(
+            f"error: the record {record_path} does not exist; write it with `benchmarks/publish.py record`."
+        )
+    record = json.loads(path.read_text())
+    link = os.path.relpath(path, (REPO_ROOT / published_in).parent)
+    return "\n".join([*TABLES[table](record), "", machine_line(record, record_path, link)]) + "\n"
+
+
+def regenerate(text: str, published_in: str = "README.md") -> str:
+    return BLOCK.sub(lambda m: m["start"] + render(m["table"], m["record"], published_in) + m["end"], text)
+
+
+def published_blocks(text: str) -> list[tuple[str, str, str]]:
+    """(table, record, body) of each marked block."""
+    return [(m["table"], m["record"], m["body"]) for m in BLOCK.finditer(text)]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    commands = parser.add_subparsers(dest="action", required=True)
+    record = commands.add_parser("record", help="write a record of a demo's runs (or a sweep's output dir)")
+    record.add_argument("name", help="the record's name: demo, task-demo, long-text-demo, sweep-demo")
+    record.add_argument(
+        "sources", nargs="+", type=Path, help="run directories (results.json) or a sweep's output dir"
+    )
+    record.add_argument("--command", required=True, help="the command that produced the runs, as published")
+    record.add_argument("--wall_s", type=float, default=None, help="the command's wall time in seconds")
+    record.add_argument("--out_dir", type=Path, default=RESULTS_DIR)
+    record.add_argument(
+        "--git_commit", default=None, help="the commit the runs ran from (default: the checkout's)"
+    )
+    tables = commands.add_parser("tables", help="regenerate every marked table from its record")
+    tables.add_argument(
+        "--check", action="store_true", help="change nothing; exit 1 if a table differs from its record"
+    )
+    args = parser.parse_args(argv)
+    if args.action == "record":
+        path = write_record(args.name, args.sources, args.command, args.wall_s, args.out_dir, args.git_commit)
+        print(f"record: {path}")
+        return 0
+    stale = []
+    for name in PUBLISHED_FILES:
+        path = REPO_ROOT / name
+        if not path.is_file():
+            continue
+        text = path.read_text()
+        fresh = regenerate(text, name)
+        if fresh != text:
+            stale.append(name)
+            if not args.check:
+                path.write_text(fresh)
+    if args.check and stale:
+        print(
+            f"error: tables differ from their records in {', '.join(stale)}: run benchmarks/publish.py tables.",
+            file=sys.stderr,
+        )
+        return 1
+    print(("stale: " if args.check else "updated: ") + (", ".join(stale) or "nothing"))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

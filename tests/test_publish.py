@@ -1,0 +1,81 @@
+"""benchmarks/publish.py: every published demo table is generated from a committed record, and says so.
+
+A marked block (`<!-- record TABLE RECORD: start -->` ... `<!-- record: end -->`) in README.md,
+benchmarks/RESULTS.md or docs/ must be exactly what its record renders: a figure edited by hand, or
+a record replaced without regenerating its table, fails here.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+
+import pytest
+
+from tests.helpers.repo import REPO_ROOT
+
+
+@pytest.fixture(scope="module")
+def publish():
+    spec = importlib.util.spec_from_file_location("publish", REPO_ROOT / "benchmarks" / "publish.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["publish"] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_every_published_table_is_what_its_committed_record_renders(publish):
+    blocks = 0
+    for name in publish.PUBLISHED_FILES:
+        text = (REPO_ROOT / name).read_text()
+        assert text.count("<!-- record ") == text.count("<!-- record: end -->"), f"{name}: an unclosed block"
+        for table, record, body in publish.published_blocks(text):
+            blocks += 1
+            assert record.startswith("benchmarks/results/") and (REPO_ROOT / record).is_file(), (name, record)
+            assert body == publish.render(table, record, name), (
+                f"{name}: the {table} table differs from {record}"
+            )
+    assert publish.main(["tables", "--check"]) == 0
+    assert blocks == sum(
+        len(publish.published_blocks((REPO_ROOT / n).read_text())) for n in publish.PUBLISHED_FILES
+    )
+
+
+def fake_run(directory, recipe: str, accuracy: float, problem_type="single_label_classification"):
+    directory.mkdir(parents=True)
+    results = {"recipe": recipe, "problem_type": problem_type, "eval_accuracy": accuracy, "eval_f1": accuracy - 0.01,
+               "params_trainable": 1234, "optimizer_state_bytes": 3 * 2**20, "peak_memory_gib": 1.4,
+               "train_samples_per_s": 70.0, "train_runtime_s": 50.0, "train_steps": 63,
+               "config": {"long_text": "head_tail"}, "not_published": "left out"}  # fmt: skip
+    (directory / "results.json").write_text(json.dumps(results))
+    return directory
+
+
+def test_a_record_keeps_each_runs_figures_and_the_machine_and_a_hand_edit_is_caught(publish, tmp_path):
+    runs = [fake_run(tmp_path / "full_ft", "full_ft", 0.8475), fake_run(tmp_path / "lora", "lora", 0.815)]
+    path = publish.write_record("demo", runs, "make demo", 290.0, tmp_path / "results")
+    record = json.loads(path.read_text())
+    assert path.name.startswith("demo-") and record["command"] == "make demo" and record["wall_s"] == 290.0
+    assert [run["recipe"] for run in record["runs"]] == ["full_ft", "lora"]
+    assert "not_published" not in record["runs"][0] and record["runs"][1]["eval_accuracy"] == 0.815
+    cpu = record["machine"]["cpu"]
+    assert cpu["model"] and set(cpu["flags"]) == set(publish.CPU_FLAGS)
+    assert record["machine"]["versions"]["torch"] and record["date"] and "commit" in record["git"]
+
+    table = publish.render("demo", str(path))
+    assert "| full_ft | 0.8475 | 0.8375 | 1,234 | 3.0 MiB | 1.40 GiB | 70.0 | 50.0 |" in table
+    assert f"Record: [{path}](" in table and "`make demo` on " in table
+    page = f"# Results\n\n<!-- record demo {path}: start -->\nstale\n<!-- record: end -->\n"
+    fresh = publish.regenerate(page)
+    assert "| lora | 0.8150 |" in fresh and "stale" not in fresh
+    assert publish.regenerate(fresh) == fresh  # generated once, unchanged after
+    assert publish.regenerate(fresh.replace("0.8150", "0.8200")) == fresh  # a hand edit is put back
+    assert "| head_tail | 0.8475 |" in publish.render("long-text-demo", str(path))
+
+
+def test_a_record_of_runs_that_did_not_finish_is_refused(publish, tmp_path):
+    (tmp_path / "unfinished").mkdir()
+    with pytest.raises(SystemExit, match="results.json does not exist: run the demo first"):
+        publish.write_record("demo", [tmp_path / "unfinished"], "make demo", None, tmp_path / "results")
+    assert not (tmp_path / "results").exists() or not list((tmp_path / "results").iterdir())
