@@ -24,6 +24,7 @@ from recipes_lib.training.distillation import (
 from recipes_lib.training.losses import evaluation_loss
 from tests.helpers.data import learnable_rows, write_csv
 from tests.helpers.models import build_tiny_bert
+from tests.helpers.repo import load_recipe
 from tests.helpers.runs import QUICK, run_args, run_in_process
 
 TASKS = (SINGLE_LABEL, MULTI_LABEL, REGRESSION)
@@ -227,4 +228,4 @@ def test_the_recipe_distils_with_unlabelled_rows_and_caches_the_teacher(tmp_path
 
 def test_the_recipe_refuses_a_missing_teacher_before_loading_anything(tmp_path, tiny_bert, learnable_data):
     with pytest.raises(ConfigError, match="--teacher"):
-        run_in_process("distill", run_args(tiny_bert, learnable_data, tmp_path / "out", **QUICK))
+        load_recipe("distill").main(run_args(tiny_bert, learnable_data, tmp_path / "out", **QUICK))
