@@ -22,7 +22,14 @@ from recipes_lib.training.distillation import (
     pack_targets,
 )
 from recipes_lib.training.losses import evaluation_loss
-from tests.helpers.data import learnable_rows, write_csv
+from tests.helpers.data import (
+    learnable_rows,
+    multi_label_files,
+    read_jsonl,
+    regression_files,
+    write_csv,
+    write_jsonl,
+)
 from tests.helpers.models import build_tiny_bert
 from tests.helpers.repo import load_recipe
 from tests.helpers.runs import QUICK, run_args, run_in_process
@@ -229,3 +236,40 @@ def test_the_recipe_distils_with_unlabelled_rows_and_caches_the_teacher(tmp_path
 def test_the_recipe_refuses_a_missing_teacher_before_loading_anything(tmp_path, tiny_bert, learnable_data):
     with pytest.raises(ConfigError, match="--teacher"):
         load_recipe("distill").main(run_args(tiny_bert, learnable_data, tmp_path / "out", **QUICK))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("task", ["multi_label", "regression", "sliding_window"])
+def test_the_recipe_distils_every_task_and_long_text_mode_with_rows_the_teacher_labels(
+    task, tmp_path, tiny_bert
+):
+    """Multi-label (a JSON Lines row whose label is null), regression (an empty score cell), and a
+    single-label run read in sliding windows: each trains on the teacher's targets for every row."""
+    extra = []
+    if task == "multi_label":
+        data = multi_label_files(tmp_path / "data", train=32, validation=16)
+    elif task == "regression":
+        data = regression_files(tmp_path / "data", train=32, validation=16)
+    else:
+        data = {
+            "train": write_csv(tmp_path / "train.csv", learnable_rows(32, seed=1)),
+            "validation": write_csv(tmp_path / "validation.csv", learnable_rows(16, seed=2)),
+        }
+        extra = ["--long_text", "sliding_window", "--max_seq_length", "8", "--stride", "2"]
+    teacher = tmp_path / "teacher"
+    run_in_process("full_ft", run_args(tiny_bert, data, teacher, *extra, **QUICK))  # on every label
+    if task == "multi_label":
+        records = read_jsonl(data["train"])
+        records[0]["label"] = None
+        write_jsonl(data["train"], records)
+    elif task == "regression":
+        lines = data["train"].read_text().splitlines()
+        lines[1] = lines[1].rsplit(",", 1)[0] + ","  # the first row's score left empty
+        data["train"].write_text("\n".join(lines) + "\n")
+    extra += ["--teacher", str(teacher)]
+    results = run_in_process("distill", run_args(tiny_bert, data, tmp_path / "student", *extra, **QUICK))
+    assert math.isfinite(results["eval_loss"])
+    if task == "sliding_window":
+        assert results["train_samples"] > 32  # windows, each with its document's teacher logits
+    else:
+        assert results["train_samples"] == 32  # 31 labelled + the one the teacher labels

@@ -286,7 +286,7 @@ def _teacher_data_arguments(teacher_dir: Path, run_data_args: DataArguments) -> 
         results_path = teacher_dir.parent / RESULTS_FILE  # a merged model: OUTPUT_DIR/merged
     config = json.loads(results_path.read_text()).get("config", {}) if results_path.is_file() else {}
     names = {field.name for field in dataclasses.fields(DataArguments)}
-    kept = ("max_seq_length", "long_text", "window_stride", "window_pooling", "pad_to_max_length")
+    kept = ("max_seq_length", "long_text", "stride", "window_pooling", "pad_to_max_length")
     changes = {key: config[key] for key in kept if key in config and key in names}
     return dataclasses.replace(run_data_args, **changes)
 
