@@ -227,6 +227,17 @@ def test_the_recipe_distils_with_unlabelled_rows_and_caches_the_teacher(tmp_path
     assert math.isfinite(results["eval_loss"])
     cached = sorted((output_dir / TEACHER_LOGITS_DIR).glob("*.npy"))
     assert len(cached) == 1 and np.load(cached[0]).shape == (48 + 8, 2)
+    # Row by row, the teacher's own logits: the labelled rows in file order, then the unlabelled ones.
+    from transformers import AutoModelForSequenceClassification, AutoTokenizer
+
+    teacher = AutoModelForSequenceClassification.from_pretrained(tiny_teacher).eval()
+    tokenizer = AutoTokenizer.from_pretrained(tiny_teacher)
+    order = [i for i in range(48) if i % 3] + [i for i in range(48) if not i % 3]
+    for cached_row in (0, 31, 32, 47):
+        inputs = tokenizer(rows[order[cached_row]][0], truncation=True, max_length=32, return_tensors="pt")
+        with torch.no_grad():
+            expected = teacher(**inputs).logits[0].numpy()
+        np.testing.assert_allclose(np.load(cached[0])[cached_row], expected, atol=1e-5)
     stamp = cached[0].stat().st_mtime_ns
     run_in_process("distill", args)  # the same teacher and rows: read from the cache, not recomputed
     assert cached[0].stat().st_mtime_ns == stamp
@@ -256,6 +267,9 @@ def test_the_recipe_distils_every_task_and_long_text_mode_with_rows_the_teacher_
             "validation": write_csv(tmp_path / "validation.csv", learnable_rows(16, seed=2)),
         }
         extra = ["--long_text", "sliding_window", "--max_seq_length", "8", "--stride", "2"]
+        transfer = write_csv(
+            tmp_path / "transfer.csv", [(t,) for t, _ in learnable_rows(8, seed=4)], header=("text",)
+        )
     teacher = tmp_path / "teacher"
     run_in_process("full_ft", run_args(tiny_bert, data, teacher, *extra, **QUICK))  # on every label
     if task == "multi_label":
@@ -267,9 +281,11 @@ def test_the_recipe_distils_every_task_and_long_text_mode_with_rows_the_teacher_
         lines[1] = lines[1].rsplit(",", 1)[0] + ","  # the first row's score left empty
         data["train"].write_text("\n".join(lines) + "\n")
     extra += ["--teacher", str(teacher)]
+    if task == "sliding_window":
+        extra += ["--transfer_file", str(transfer)]  # documents numbered after the training file's
     results = run_in_process("distill", run_args(tiny_bert, data, tmp_path / "student", *extra, **QUICK))
     assert math.isfinite(results["eval_loss"])
     if task == "sliding_window":
-        assert results["train_samples"] > 32  # windows, each with its document's teacher logits
+        assert results["train_samples"] > 32 + 8  # windows, each with its document's teacher logits
     else:
         assert results["train_samples"] == 32  # 31 labelled + the one the teacher labels

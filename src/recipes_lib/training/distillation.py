@@ -21,6 +21,7 @@ at weight 1: the teacher's soft targets carry more than its hard label would.
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import dataclasses
 import gc
@@ -194,6 +195,8 @@ class UnlabelledRows:
                             "--train_file, and the unlabelled rows as --transfer_file."
                         )
                     original, copy_dir = data_args.train_file, tempfile.mkdtemp(prefix="distill-labelled-")
+                    # Removed by restore(); if loading fails first, when the process ends.
+                    atexit.register(shutil.rmtree, copy_dir, True)
                     data_args.train_file = _copy_rows_except(original, set(missing), copy_dir, data_args)
                     parts.append(train.select(missing).remove_columns(label))
                     logger.info(
@@ -480,7 +483,10 @@ def add_teacher_targets(run, options: DistillArguments, unlabelled: UnlabelledRo
         parts.append(encoded.add_column(LABEL_COLUMN, packed_extra.tolist()))
     features = parts[0].features.copy()
     features[LABEL_COLUMN] = Sequence(Value("float32"))
-    run.tokenized["train"] = concatenate_datasets([part.cast(features) for part in parts])
+    columns = parts[0].column_names  # the unlabelled rows' columns in the training split's order
+    run.tokenized["train"] = concatenate_datasets(
+        [part.select_columns(columns).cast(features) for part in parts]
+    )
     class_weights = getattr(run.compute_loss, "class_weights", None)
     run.compute_loss = DistillationLoss(
         labels.problem_type,
