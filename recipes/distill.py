@@ -31,22 +31,22 @@ def main(argv=None):
     with RecipeRun(args, SPEC) as run:  # refuses another run's output_dir; resolves resume; seeds
         # Data: a DatasetDict (train, validation, test if given), labels as ids, tokenized and cached
         check_teacher(distill.teacher)  # NEW: a saved model, checked before any data or weights load
-        unlabelled = UnlabelledRows.set_aside(args.data, distill)  # NEW: empty label cells, --transfer_file
+        unlabelled = UnlabelledRows.set_aside(run, distill)  # NEW: empty label cells, --transfer_file
         data = run.load_data()
         # NEW: the teacher's logits (computed once, cached, the teacher freed) packed into the training
         # NEW: rows' labels, unlabelled rows added; run.compute_loss becomes the distillation loss
         data = add_teacher_targets(run, distill, unlabelled)  # NEW
         run.start_tracking()  # the W&B run starts here (offline without an API key); memory phases begin
         # Model: AutoModelForSequenceClassification, a new head for these labels
-        model = load_model(args.model, run.model_config)
-        run.fit_batch_size()  # --auto_batch_size: per-device batch from the planner, same effective batch
+        model = load_model(run.model_args, run.model_config)  # args.model with the family's attention kernel
+        training_args = run.resolve(args.training)  # a copy: the family's precision, auto batch size
         trainer = RecipeTrainer(  # transformers.Trainer plus safeguards (signals, NaN, complete checkpoints)
             model=model,
-            args=args.training,
+            args=training_args,  # what the Trainer gets; args.training stays as parsed
             train_dataset=data["train"],
             eval_dataset=data["validation"],
             processing_class=run.tokenizer,
-            data_collator=padding_collator(run.tokenizer, args.data, args.training.device),
+            data_collator=padding_collator(run.tokenizer, args.data, training_args.device),
             compute_metrics=run.compute_metrics,  # the task's metrics, from evaluate modules
             compute_loss_func=run.compute_loss,  # --class_weights: weighted cross-entropy; else the model's
             callbacks=run.callbacks(model),  # memory phases, tokens/s, precision, W&B curves, early stopping

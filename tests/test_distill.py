@@ -3,8 +3,10 @@ without a gold label, the teacher's cached logits, and the recipe end to end on 
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -164,19 +166,19 @@ def test_rows_with_an_empty_label_cell_are_set_aside_and_the_rest_copied_as_writ
     rows = [("a red cat", "warm"), ('the "blue", dog', ""), ("green chair", "cool"), ("it was orange", "")]
     train = write_csv(tmp_path / "train.csv", rows)
     transfer = write_csv(tmp_path / "more.csv", [("yellow table",), ("purple sat",)], header=("text",))
-    data_args = DataArguments(train_file=str(train), validation_file=str(train))
-    unlabelled = UnlabelledRows.set_aside(
-        data_args, DistillArguments(teacher="t", transfer_file=str(transfer))
-    )
-    assert data_args.train_file != str(train)
+    parsed = Arguments(data=DataArguments(train_file=str(train), validation_file=str(train)))
+    run = SimpleNamespace(arguments=parsed)
+    unlabelled = UnlabelledRows.set_aside(run, DistillArguments(teacher="t", transfer_file=str(transfer)))
+    data_args = run.arguments.data
+    assert data_args.train_file != str(train) and parsed.data.train_file == str(train)  # a copy changed
     with open(data_args.train_file, newline="") as handle:
         copied = handle.read()
     assert copied == "text,label\r\na red cat,warm\r\ngreen chair,cool\r\n"
     texts = unlabelled.text_rows(("text",))["text"]
     assert texts == ['the "blue", dog', "it was orange", "yellow table", "purple sat"]
     copy = data_args.train_file
-    unlabelled.restore(data_args)
-    assert data_args.train_file == str(train)
+    unlabelled.restore(run)
+    assert run.arguments.data.train_file == str(train)
     assert not __import__("os").path.exists(copy)
 
 
@@ -185,6 +187,13 @@ def test_distill_options_refuse_a_bad_temperature_or_alpha():
         DistillArguments(teacher="t", distill_temperature=0)
     with pytest.raises(ConfigError, match="distill_alpha is 1.5"):
         DistillArguments(teacher="t", distill_alpha=1.5)
+
+
+@dataclasses.dataclass(frozen=True)
+class Arguments:
+    """The one field of the parsed arguments the set-aside reads and replaces."""
+
+    data: DataArguments
 
 
 @pytest.fixture(scope="module")
@@ -249,7 +258,6 @@ def test_the_recipe_refuses_a_missing_teacher_before_loading_anything(tmp_path, 
         load_recipe("distill").main(run_args(tiny_bert, learnable_data, tmp_path / "out", **QUICK))
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("task", ["multi_label", "regression", "sliding_window"])
 def test_the_recipe_distils_every_task_and_long_text_mode_with_rows_the_teacher_labels(
     task, tmp_path, tiny_bert

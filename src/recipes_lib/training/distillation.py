@@ -172,7 +172,8 @@ class UnlabelledRows:
 
     The run's own loading refuses a training row without a label, so `set_aside` points
     --train_file at a copy holding only its labelled rows (the records copied as written) while
-    `RecipeRun.load_data` reads it; `restore` points it back, so results.json names the user's file.
+    `RecipeRun.load_data` reads it (in the run's copy of the arguments); `restore` points it back,
+    so results.json names the user's file.
     """
 
     rows: list[Dataset]  # each source's rows (columns as read); empty: there are none
@@ -180,7 +181,10 @@ class UnlabelledRows:
     copy_dir: str | None = None
 
     @classmethod
-    def set_aside(cls, data_args: DataArguments, options: DistillArguments) -> UnlabelledRows:
+    def set_aside(cls, run, options: DistillArguments) -> UnlabelledRows:
+        """Before `run.load_data()`: the rows without a label read, and the run's copy of the arguments
+        pointed at the labelled rows (the parsed arguments are not changed)."""
+        data_args = run.arguments.data
         parts, original, copy_dir = [], None, None
         if data_args.train_file is not None and not data_args.label_delimiter:
             train = read_local_files({"train": data_args.train_file}, None, data_args.csv_quoting)[0]["train"]
@@ -197,7 +201,10 @@ class UnlabelledRows:
                     original, copy_dir = data_args.train_file, tempfile.mkdtemp(prefix="distill-labelled-")
                     # Removed by restore(); if loading fails first, when the process ends.
                     atexit.register(shutil.rmtree, copy_dir, True)
-                    data_args.train_file = _copy_rows_except(original, set(missing), copy_dir, data_args)
+                    labelled = _copy_rows_except(original, set(missing), copy_dir, data_args)
+                    run.arguments = dataclasses.replace(
+                        run.arguments, data=dataclasses.replace(data_args, train_file=labelled)
+                    )
                     parts.append(train.select(missing).remove_columns(label))
                     logger.info(
                         "%s: %d of %d rows have no label; the teacher labels them.",
@@ -220,9 +227,13 @@ class UnlabelledRows:
             )
         return cls(rows=parts, original_train_file=original, copy_dir=copy_dir)
 
-    def restore(self, data_args: DataArguments) -> None:
+    def restore(self, run) -> None:
+        """After `run.load_data()`: the run's arguments name the user's --train_file again; the copy goes."""
         if self.original_train_file is not None:
-            data_args.train_file = self.original_train_file
+            run.arguments = dataclasses.replace(
+                run.arguments,
+                data=dataclasses.replace(run.arguments.data, train_file=self.original_train_file),
+            )
             self.original_train_file = None
         if self.copy_dir is not None:
             shutil.rmtree(self.copy_dir, ignore_errors=True)
@@ -440,8 +451,8 @@ def add_teacher_targets(run, options: DistillArguments, unlabelled: UnlabelledRo
     train, each training row's labels become [gold..., teacher logits...], and `run.compute_loss`
     becomes the `DistillationLoss` the Trainer gets.
     """
+    unlabelled.restore(run)
     data_args, training = run.arguments.data, run.training
-    unlabelled.restore(data_args)
     teacher_dir = check_teacher(options.teacher)
     labels, text_columns = run.data.labels, run.data.text_columns
     raw_train = _text_only(run.data.raw["train"], text_columns)
