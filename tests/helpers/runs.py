@@ -139,6 +139,7 @@ def run_recording_results_writes(
 ) -> subprocess.CompletedProcess:
     """`accelerate launch` a recipe through scripts/record_results_writes.py, which logs each results.json
     write (the writing process's RANK) in `ledger`; the run must succeed."""
+    args = with_teacher(recipe, args)
     command = accelerate_launch_command(
         RECORD_RESULTS_WRITES, [str(recipe_script(recipe)), *args], accelerate_config, *launch_options
     )
