@@ -38,10 +38,12 @@ RECORD = $(BIN)/python benchmarks/publish.py record
 STARTED = date +%s >
 
 demo: $(BIN)/.installed
+	# distill's teacher is the full_ft run just made (the same MiniLM: the demo runs the recipe, it does not shrink the model).
 	mkdir -p outputs/demo && $(STARTED) outputs/demo/.started
 	for recipe in $(DEMO_RECIPES); do \
+		teacher=""; if [ $$recipe = distill ]; then teacher="--teacher outputs/demo/full_ft"; fi; \
 		$(OFFLINE) $(BIN)/accelerate launch --config_file accelerate_configs/cpu.yaml \
-			recipes/$$recipe.py --config recipes/configs/demo.yaml || exit 1; \
+			recipes/$$recipe.py --config recipes/configs/demo.yaml $$teacher || exit 1; \
 	done
 	# The runs side by side: memory (and what holds it), speed, accuracy; chart in outputs/demo/memory_comparison.png.
 	# --wandb: the same table and chart as one comparison run in the demo's W&B group (offline here).

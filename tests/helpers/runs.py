@@ -70,19 +70,51 @@ def run_args(
     ]  # fmt: skip
 
 
+# The distill recipe's own options: the teacher, trained by full_ft, does not take them.
+DISTILL_OPTIONS = ("--teacher", "--distill_temperature", "--distill_alpha", "--transfer_file")
+
+
+def with_teacher(recipe_name: str, args: list[str]) -> list[str]:
+    """`args`, plus a --teacher for the distill recipe when they name none (the tests that run every recipe).
+
+    The teacher is a two-step full_ft run on the same model and data, in OUTPUT_DIR-teacher beside
+    the run (reused when it finished), so it has the run's classes and task whatever the data.
+    """
+    if recipe_name != "distill" or "--teacher" in args:
+        return args
+    output_dir = Path(args[args.index("--output_dir") + 1])
+    teacher_dir = output_dir.with_name(f"{output_dir.name}-teacher")
+    if not (teacher_dir / "results.json").is_file():
+        teacher_args = []
+        skip = False
+        for item in args:
+            if skip:
+                skip = False
+            elif item in DISTILL_OPTIONS or item == "--resume_from_checkpoint":
+                skip = True
+            else:
+                teacher_args.append(item)
+        teacher_args[teacher_args.index("--output_dir") + 1] = str(teacher_dir)
+        teacher_args += ["--max_steps", "2", "--eval_strategy", "no", "--save_strategy", "no"]
+        teacher_args += ["--overwrite_output_dir", "true", "--report_to", "none"]
+        load_recipe("full_ft").main(teacher_args)
+    return [*args, "--teacher", str(teacher_dir)]
+
+
 def run_in_process(recipe_name: str, args: list[str]) -> dict[str, Any]:
     """The recipe script's own main(args), in this process: results.json's contents.
 
     Faster than `accelerate launch` (no new interpreter, no second import of torch), and the same
     code the launched script runs.
     """
-    return load_recipe(recipe_name).main(args)
+    return load_recipe(recipe_name).main(with_teacher(recipe_name, args))
 
 
 def accelerate_launch_command(
     script: Path, args: list[str], accelerate_config: str = "cpu.yaml", *launch_options: str
 ) -> list[str]:
     """`accelerate launch --config_file accelerate_configs/CONFIG [OPTIONS] SCRIPT ARGS`, with this Python."""
+    args = with_teacher(script.stem, args)
     return [
         sys.executable, "-m", "accelerate.commands.launch",
         "--config_file", str(ACCELERATE_CONFIGS / accelerate_config),
@@ -107,6 +139,7 @@ def run_recording_results_writes(
 ) -> subprocess.CompletedProcess:
     """`accelerate launch` a recipe through scripts/record_results_writes.py, which logs each results.json
     write (the writing process's RANK) in `ledger`; the run must succeed."""
+    args = with_teacher(recipe, args)
     command = accelerate_launch_command(
         RECORD_RESULTS_WRITES, [str(recipe_script(recipe)), *args], accelerate_config, *launch_options
     )

@@ -19,6 +19,7 @@ import dataclasses
 from recipes_lib.config.recipe_options import (
     LORA_LEARNING_RATE,
     Adam8bitArguments,
+    DistillArguments,
     LoraArguments,
     QloraArguments,
 )
@@ -66,6 +67,12 @@ RECIPES: dict[str, RecipeSpec] = {
             options=QloraArguments,
             training_defaults={"learning_rate": LORA_LEARNING_RATE},
             shape=_qlora_shape,
+        ),
+        # The student trains in full; the teacher only runs inference, once, before the student loads.
+        RecipeSpec(
+            name="distill",
+            summary="a student trains in full on a teacher run's logits (and the gold labels)",
+            options=DistillArguments,
         ),
     )
 }
