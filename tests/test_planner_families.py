@@ -16,14 +16,12 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-import torch
 
 from recipes_lib.cli.main import main
 from recipes_lib.config.recipe_spec import LoraShape, TrainingShape
 from recipes_lib.memory.planner import Encoder, Setup, load_config, plan_memory
-from recipes_lib.memory.tensors import TensorMemoryTracker
 from recipes_lib.units import GIB
-from tests.helpers.models import FAMILIES, PLANNER_VARIANTS, build_tiny_family
+from tests.helpers.models import FAMILIES, PLANNER_VARIANTS, build_tiny_family, measured_training_step
 from tests.helpers.runs import QUICK, run_args, run_in_process
 
 # One CPU thread: tiny models run ~15x faster without OpenMP threads competing for the shared cores.
@@ -37,65 +35,6 @@ SHAPES = {"full_ft": TrainingShape(), "lora": TrainingShape(adapters=LoraShape()
 def family_dirs(tmp_path_factory) -> dict[str, Path]:
     root = tmp_path_factory.mktemp("planner-families")
     return {family: build_tiny_family(family, root / family) for family in FAMILIES}
-
-
-def measured_training_step(
-    model_dir: Path, shape: TrainingShape, rows: int, length: int, checkpointing: bool = False
-) -> dict:
-    """Breakdown and peak of one training step on CPU, measured as a recipe's step is (memory.py).
-
-    A padded batch (the first row half padding), as the recipes' dynamically padded batches are.
-    `checkpointing`: activation checkpointing, enabled as the Trainer enables it.
-    """
-    from transformers import AutoConfig, AutoTokenizer
-
-    from recipes_lib.config.arguments import ModelArguments
-    from recipes_lib.modeling.adapters import add_lora
-    from recipes_lib.modeling.loading import check_model_support, load_model
-
-    config = AutoConfig.from_pretrained(model_dir, num_labels=2)
-    model_args = ModelArguments(model_name_or_path=str(model_dir))
-    model_args.attn_implementation = None  # the family's best kernel, as a recipe resolves it
-    check_model_support(model_args, config, length)
-    torch.manual_seed(0)
-    model = load_model(model_args, config)
-    if shape.adapters is not None:
-        model = add_lora(model, shape.adapters)
-    if checkpointing:
-        # transformers 5.23's name, or the one before it (older supported releases).
-        enable = (
-            getattr(model, "activation_checkpointing_enable", None) or model.gradient_checkpointing_enable
-        )
-        enable()
-    model.train()
-    trained = [p for p in model.parameters() if p.requires_grad]
-    optimizer = torch.optim.AdamW(trained, lr=1e-3, fused=True)
-    generator = torch.Generator().manual_seed(0)
-    batch = {
-        "input_ids": torch.randint(5, config.vocab_size, (rows, length), generator=generator),
-        "attention_mask": torch.ones(rows, length, dtype=torch.long),
-        "labels": torch.randint(0, 2, (rows,), generator=generator),
-    }
-    batch["attention_mask"][0, length // 2 :] = 0
-    if "token_type_ids" in AutoTokenizer.from_pretrained(model_dir).model_input_names:
-        batch["token_type_ids"] = torch.zeros(rows, length, dtype=torch.long)
-
-    def step():
-        model(**batch).loss.backward()
-        torch.nn.utils.clip_grad_norm_(trained, 1.0)
-        optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
-
-    step()  # creates the optimizer state
-    tracker = TensorMemoryTracker(model, optimizer, batch)
-    torch.manual_seed(1)
-    with tracker:
-        step()
-    return {
-        **tracker.breakdown_bytes(),
-        "peak": tracker.peak_total,
-        "trainable": sum(p.numel() for p in trained),
-    }
 
 
 def check_plan_against_step(

@@ -139,6 +139,8 @@ def plan_fits(args, shapes: dict, setup) -> int:
                   file=sys.stderr)  # fmt: skip
             return 2
         models.append(entry.hub_id)
+    # distill's student trains as full_ft does (same shape, same column); its teacher pass is not planned.
+    shapes = {name: shape for name, shape in shapes.items() if name != "distill"}
     rows = catalogue_fits(shapes, setup, args.budget_gib, models=models or None, num_labels=args.num_labels)
     print(format_fits(rows, list(shapes), setup, args.budget_gib, markdown=args.markdown))
     return 0
