@@ -90,6 +90,9 @@ def strata(training: TrainingRows, folds: int) -> tuple[np.ndarray, str]:
         sets = ["|".join(sorted(map(str, training.labels.classes_of(value)))) for value in values]
         counts = Counter(sets)
         merged = [value if counts[value] >= folds else RARE_SETS for value in sets]
+        if 0 < merged.count(RARE_SETS) < folds:  # too few rare rows to spread: they join the commonest set
+            commonest = Counter(value for value in merged if value != RARE_SETS).most_common(1)[0][0]
+            merged = [commonest if value == RARE_SETS else value for value in merged]
         how = (
             "each row's label set, sets of fewer than K rows merged into one stratum (a fallback: iterative "
             "stratification is not in scikit-learn)"

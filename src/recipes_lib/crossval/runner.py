@@ -2,8 +2,8 @@
 
 The engine is the sweep's (src/recipes_lib/sweep/): each fold is one trial, its own `accelerate launch`
 of the recipe script (trials.py) with --train_file and --validation_file pointing at the fold's files;
-the study is OUTPUT_DIR/crossval.db (Optuna's RDB storage on SQLite, with its heartbeat), one study with a
-GridSampler over the folds. Rerunning the same command resumes: a fold a killed run left running is failed
+the study is OUTPUT_DIR/crossval.db (Optuna's RDB storage on SQLite, with its heartbeat), one study whose
+trials are the folds, enqueued in order. Rerunning the same command resumes: a fold a killed run left running is failed
 by the heartbeat and queued again, finished folds are not rerun (study.py, runner.py).
 """
 
@@ -16,7 +16,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import optuna
 from tqdm.auto import tqdm
 
 from recipes_lib.config.tasks import MULTI_LABEL, REGRESSION
@@ -168,9 +167,8 @@ def run_crossval(
             print(f"Resuming: {len(stale.trials)} fold(s) interrupted by the last run will be rerun: "
                   + ", ".join(str(t.user_attrs.get("output_dir")) for t in stale.trials))  # fmt: skip
         folds = list(range(settings.folds))
-        study = open_study(
-            storage, settings.study_name, config, optuna.samplers.GridSampler({"fold": folds}, seed=0)
-        )
+        # Every fold is enqueued with its number (enqueue_next), so the sampler never draws: Optuna's default.
+        study = open_study(storage, settings.study_name, config, sampler=None)
         check_search_space(
             study,
             {"folds": settings.folds, "seed": settings.seed, "group_column": settings.group_column,
