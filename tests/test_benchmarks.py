@@ -189,3 +189,15 @@ def test_gpu_check_catalogue_mode_skips_what_the_plan_does_not_fit_and_lists_wha
         "albert/albert-base-v2",
         "google/electra-small-discriminator",
     ]  # smallest first
+
+
+def test_label_noise_flips_the_asked_fraction_to_other_classes_and_scores_the_flags():
+    label_noise = load_benchmark("label_noise")
+    labels = ["billing", "shipping", "technical", "account"] * 50
+    noisy, flipped = label_noise.flip_labels(labels, 0.1, seed=0)
+    assert len(flipped) == 20 and len(set(flipped)) == 20
+    assert all(noisy[row] != labels[row] for row in flipped)
+    assert all(noisy[row] == labels[row] for row in set(range(200)) - set(flipped))
+    assert label_noise.flip_labels(labels, 0.1, seed=0) == (noisy, flipped)  # the seed decides
+    scores = label_noise.detection({1, 2, 3, 4}, {2, 3, 9})
+    assert scores["precision"] == 0.5 and scores["recall"] == 2 / 3 and scores["flagged_and_flipped"] == 2

@@ -25,6 +25,10 @@ recipes-lib wandb-dashboard --project bert-recipes [--entity E] [--group G] [--r
     a saved W&B view comparing the recipes of a group (the dashboard extra)
 recipes-lib sweep recipes/sweeps/sweep_demo.yaml [--memory_budget GIB] [--dry_run] [--wandb_sweep FILE]
     a fair recipe comparison: a learning-rate search per recipe, the best repeated over seeds, a report (resumable)
+recipes-lib crossval full_ft --folds 5 --output_dir outputs/cv [--group_column C] [--seed S] --config recipes/configs/demo.yaml
+    K-fold cross-validation: every training row's out-of-fold prediction, the metric per fold and mean ± std (resumable)
+recipes-lib label-issues outputs/cv [--top 10] [--drop_label_issues [FILE]]
+    the training rows most likely mislabelled, by cleanlab from the out-of-fold probabilities (data-quality extra)
 """
 
 from __future__ import annotations
@@ -34,6 +38,7 @@ import contextlib
 import io
 import sys
 
+from recipes_lib.cli.crossval import add_crossval_parser, add_label_issues_parser
 from recipes_lib.cli.export import add_export_parser, export_command
 from recipes_lib.cli.plan import add_plan_parser
 from recipes_lib.cli.sweep import add_sweep_parser
@@ -53,12 +58,21 @@ def main(argv: list[str] | None = None) -> int:
     add_predict_parser(commands)
     add_push_parser(commands)
     add_sweep_parser(commands)
+    add_crossval_parser(commands)
+    add_label_issues_parser(commands)
     families_parser = commands.add_parser(
         "families",
         help="What each encoder family gets: LoRA targets, attention kernel, precision, FSDP unit.",
     )
     families_parser.add_argument("--markdown", action="store_true", help="print the table as Markdown")
-    args = parser.parse_args(argv)
+    # crossval passes the options it does not know to the recipe; every other command knows all of its own.
+    args, recipe_tokens = parser.parse_known_args(argv)
+    if recipe_tokens and args.command != "crossval":
+        parser.error(f"unrecognized arguments: {' '.join(recipe_tokens)}")
+    if args.command == "crossval":
+        from recipes_lib.cli.crossval import crossval_command
+
+        return crossval_command(args, recipe_tokens)
     return dispatch(args)
 
 
@@ -125,6 +139,10 @@ def dispatch(args: argparse.Namespace) -> int:
         from recipes_lib.cli.sweep import sweep_command
 
         return sweep_command(args)
+    if args.command == "label-issues":
+        from recipes_lib.cli.crossval import label_issues_command
+
+        return label_issues_command(args)
     return 2
 
 

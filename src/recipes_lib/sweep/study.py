@@ -75,17 +75,18 @@ class RequeueStaleTrials:
         self.trials.append(trial)
 
 
-def storage_url(config: SweepConfig) -> str:
-    return f"sqlite:///{(Path(config.output_dir) / STUDY_FILE).resolve()}"
+def storage_url(config: SweepConfig, file: str = STUDY_FILE) -> str:
+    return f"sqlite:///{(Path(config.output_dir) / file).resolve()}"
 
 
-def open_storage(config: SweepConfig, on_stale_trial: RequeueStaleTrials):
-    """The study database with Optuna's heartbeat on: a trial left running by a dead sweep goes to `on_stale_trial`."""
+def open_storage(config: SweepConfig, on_stale_trial: RequeueStaleTrials, file: str = STUDY_FILE):
+    """The study database with Optuna's heartbeat on: a trial left running by a dead sweep goes to
+    `on_stale_trial`. `file`: the database's name in the output_dir (crossval keeps its own, crossval.db)."""
     optuna.logging.set_verbosity(optuna.logging.ERROR)  # the sweep says what failed, once
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # heartbeat_interval is experimental in every Optuna version used
         return optuna.storages.RDBStorage(
-            storage_url(config),
+            storage_url(config, file),
             heartbeat_interval=HEARTBEAT_INTERVAL_S,
             grace_period=GRACE_PERIOD_S,
             **{STALE_TRIAL_CALLBACK: on_stale_trial},

@@ -1,0 +1,105 @@
+"""How well `recipes-lib label-issues` finds wrong labels: a fraction of the demo's training labels flipped
+at a fixed seed, a cross-validation of the noisy file, cleanlab's flags against the flipped rows.
+
+    python benchmarks/label_noise.py --output_dir outputs/label_noise [--fraction 0.1] [--folds 3]
+        [--seed 0] [--accelerate_config accelerate_configs/cpu.yaml] [-- recipe options, e.g. --num_train_epochs 1]
+
+Writes OUTPUT_DIR/noisy_train.csv (the flipped rows listed in flipped_rows.json), runs `recipes-lib
+crossval` and `recipes-lib label-issues` on it (OUTPUT_DIR/crossval), and prints and writes
+OUTPUT_DIR/label_noise.json: the flagged rows' precision and recall against the flipped ones. Rerun the
+same command to resume a stopped cross-validation.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import random
+import subprocess
+import sys
+from pathlib import Path
+
+
+def flip_labels(labels: list[str], fraction: float, seed: int) -> tuple[list[str], list[int]]:
+    """`fraction` of the rows (rounded) given another class, drawn uniformly: (the new labels, the flipped rows)."""
+    rng = random.Random(seed)
+    classes = sorted(set(labels))
+    flipped = sorted(rng.sample(range(len(labels)), round(fraction * len(labels))))
+    noisy = list(labels)
+    for row in flipped:
+        noisy[row] = rng.choice([name for name in classes if name != labels[row]])
+    return noisy, flipped
+
+
+def detection(flagged: set[int], flipped: set[int]) -> dict[str, float | int]:
+    """Precision (flagged rows that were flipped) and recall (flipped rows that were flagged)."""
+    hits = len(flagged & flipped)
+    return {
+        "flipped": len(flipped),
+        "flagged": len(flagged),
+        "flagged_and_flipped": hits,
+        "precision": hits / len(flagged) if flagged else 0.0,
+        "recall": hits / len(flipped) if flipped else 0.0,
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--train_file", default="data/support_tickets/train.csv")
+    parser.add_argument("--config", default="recipes/configs/demo.yaml")
+    parser.add_argument("--recipe", default="full_ft")
+    parser.add_argument("--output_dir", default="outputs/label_noise")
+    parser.add_argument("--fraction", type=float, default=0.1)
+    parser.add_argument("--folds", type=int, default=3)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--accelerate_config", default="accelerate_configs/cpu.yaml")
+    args, recipe_options = parser.parse_known_args(argv)
+    recipe_options = [option for option in recipe_options if option != "--"]
+    output_dir = Path(args.output_dir)
+    output_dir.mkdir(parents=True, exist_ok=True)
+
+    with open(args.train_file, newline="", encoding="utf-8") as handle:
+        rows = list(csv.DictReader(handle))
+    noisy, flipped = flip_labels([row["label"] for row in rows], args.fraction, args.seed)
+    noisy_file = output_dir / "noisy_train.csv"
+    with open(noisy_file, "w", newline="", encoding="utf-8") as handle:
+        writer = csv.DictWriter(handle, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows({**row, "label": label} for row, label in zip(rows, noisy, strict=True))
+    (output_dir / "flipped_rows.json").write_text(json.dumps(flipped) + "\n")
+
+    crossval_dir = output_dir / "crossval"
+    cli = [sys.executable, "-m", "recipes_lib.cli"]
+    crossval = [*cli, "crossval", args.recipe, "--folds", str(args.folds), "--seed", str(args.seed),
+                "--output_dir", str(crossval_dir), "--accelerate_config", args.accelerate_config,
+                "--config", args.config, "--train_file", str(noisy_file), *recipe_options]  # fmt: skip
+    for command in (crossval, [*cli, "label-issues", str(crossval_dir), "--drop_label_issues"]):
+        print("$ " + " ".join(command), flush=True)
+        if subprocess.run(command).returncode != 0:
+            return 1
+    with open(crossval_dir / "label_issues.csv", newline="", encoding="utf-8") as handle:
+        flagged = {int(line["row"]) for line in csv.DictReader(handle)}
+    crossval_results = json.loads((crossval_dir / "crossval_results.json").read_text())
+    record = {
+        "train_file": args.train_file,
+        "rows": len(rows),
+        "fraction": args.fraction,
+        "seed": args.seed,
+        "recipe": args.recipe,
+        "folds": args.folds,
+        "recipe_options": recipe_options,
+        crossval_results["metric"] + "_mean": crossval_results["mean"],
+        crossval_results["metric"] + "_std": crossval_results["std"],
+        **detection(flagged, set(flipped)),
+    }
+    (output_dir / "label_noise.json").write_text(json.dumps(record, indent=2) + "\n")
+    print(
+        f"{record['flipped']} of {len(rows)} labels flipped (seed {args.seed}); {record['flagged']} rows flagged: "
+        f"precision {record['precision']:.3f}, recall {record['recall']:.3f}. {crossval_dir / 'label_issues.csv'}"
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,186 @@
+"""`recipes-lib crossval` and `recipes-lib label-issues`: their flags, and the dispatch to crossval/.
+
+crossval takes the recipe's own arguments after its flags, as on the recipe's command line
+(`--config FILE`, `--num_train_epochs 1`, ...); what it needs of them to make the folds (the training
+file, the label column, the task) is read here from the --config file and the command line, the
+command line winning, as in the recipe.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from recipes_lib.errors import ConfigError, RecipeError
+
+MISSING_OPTUNA = (
+    "recipes-lib crossval runs its folds as the sweep's trials, with Optuna, which is not installed; install the "
+    "'sweep' extra: pip install 'recipes-lib[sweep]' (in a checkout: pip install -e '.[sweep]')."
+)
+MISSING_CLEANLAB = (
+    "recipes-lib label-issues uses cleanlab, which is not installed; install the 'data-quality' extra: "
+    "pip install 'recipes-lib[data-quality]' (in a checkout: pip install -e '.[data-quality]')."
+)
+# The recipe's data arguments the folds are made from.
+DATA_KEYS = ("train_file", "label_column_name", "problem_type", "label_delimiter", "csv_quoting")
+# Recipe options crossval sets for every fold itself.
+CROSSVAL_OWNED_OPTIONS = {
+    "validation_file": "crossval (each fold's held-out rows)",
+    "output_dir": "crossval's --output_dir (each fold in OUTPUT_DIR/fold-K)",
+    "overwrite_output_dir": "crossval (a rerun fold replaces its own directory)",
+    "run_name": "crossval (<recipe> fold K/N)",
+    "experiment": "crossval's --experiment (one W&B group per cross-validation)",
+    "resume_from_checkpoint": "crossval (an interrupted fold is rerun from the start)",
+    "max_eval_samples": "nobody: every held-out row must be predicted",
+}
+
+
+def add_crossval_parser(commands) -> None:
+    parser = commands.add_parser(
+        "crossval",
+        allow_abbrev=False,  # an abbreviation of a recipe option must not turn into one of these
+        help="K-fold cross-validation of a recipe: every training row predicted by a model that never saw it.",
+        description="Split the training file into K stratified folds, train the recipe once per fold (each its own "
+        "`accelerate launch`, the study in OUTPUT_DIR/crossval.db: rerun the same command to resume), and write "
+        "every row's out-of-fold prediction (oof_predictions.jsonl) and the metric per fold with mean ± std "
+        "(crossval_results.json). Any other option is passed to the recipe. docs/crossval.md has the details.",
+    )
+    parser.add_argument("recipe", help="the recipe: full_ft, lora, qlora, adamw_8bit")
+    parser.add_argument("--folds", type=int, default=5, help="the number of folds K (default 5)")
+    parser.add_argument("--output_dir", required=True, help="where the folds, the study and the results go")
+    parser.add_argument(
+        "--group_column", help="a column whose rows stay together (a customer, a thread): never on both sides"
+    )
+    parser.add_argument(
+        "--seed", type=int, default=42, help="the seed of the split and of every fold's training (default 42)"
+    )
+    parser.add_argument("--config", help="the recipe's config YAML (as the recipe's own --config)")
+    parser.add_argument(
+        "--accelerate_config",
+        default="accelerate_configs/single_gpu.yaml",
+        help="every fold's accelerate config (default accelerate_configs/single_gpu.yaml; cpu.yaml without a GPU)",
+    )
+    parser.add_argument(
+        "--metric",
+        help="the results.json key reported per fold (default eval_accuracy; multi-label eval_f1_micro; "
+        "regression eval_mse)",
+    )
+    parser.add_argument(
+        "--experiment", help="the W&B group of every fold (default crossval-<output_dir's name>)"
+    )
+    parser.add_argument("--recipes_dir", default="recipes", help="the folder holding the recipe scripts")
+    parser.add_argument("--retry_failed", action="store_true", help="rerun folds that failed before")
+
+
+def add_label_issues_parser(commands) -> None:
+    parser = commands.add_parser(
+        "label-issues",
+        help="The training rows most likely mislabelled, from a cross-validation's out-of-fold probabilities.",
+        description="cleanlab's find_label_issues and label-quality scores over OUTPUT_DIR/oof_predictions.jsonl "
+        "(from recipes-lib crossval): writes label_issues.csv, worst first, and prints the top rows and a count "
+        "of suspects per class. The 'data-quality' extra.",
+    )
+    parser.add_argument("crossval_dir", help="a recipes-lib crossval output_dir")
+    parser.add_argument("--top", type=int, default=10, help="how many rows to print (default 10)")
+    parser.add_argument(
+        "--drop_label_issues",
+        nargs="?",
+        const="",
+        metavar="FILE",
+        help="also write the training file without the flagged rows, to retrain and compare: to FILE, or "
+        "CROSSVAL_DIR/train_cleaned.<the training file's extension>",
+    )
+
+
+def recipe_option_pairs(tokens: list[str]) -> tuple[tuple[str, tuple[str, ...]], ...]:
+    """['--num_train_epochs', '1', '--bf16', '--x=2'] -> (('num_train_epochs', ('1',)), ('bf16', ()), ('x', ('2',)))."""
+    pairs: list[tuple[str, list[str]]] = []
+    for token in tokens:
+        if token.startswith("--"):
+            key, _, value = token[2:].partition("=")
+            pairs.append((key, [value] if value else []))
+        elif pairs:
+            pairs[-1][1].append(token)
+        else:
+            raise ConfigError(
+                f"'{token}' is not an option: after the recipe's name, crossval takes options (--key value), "
+                "its own and the recipe's."
+            )
+    for key, _ in pairs:
+        if key in CROSSVAL_OWNED_OPTIONS:
+            raise ConfigError(
+                f"--{key} is set for every fold by {CROSSVAL_OWNED_OPTIONS[key]}; leave it out of the recipe's "
+                "arguments."
+            )
+    return tuple((key, tuple(values)) for key, values in pairs)
+
+
+def data_values(config_file: str | None, pairs) -> dict[str, Any]:
+    """The recipe's data arguments: the --config file's, then the command line's."""
+    values: dict[str, Any] = {}
+    if config_file is not None:
+        if not Path(config_file).is_file():
+            raise ConfigError(
+                f"--config {config_file} is not a file; give a recipe config such as recipes/configs/demo.yaml."
+            )
+        loaded = yaml.safe_load(Path(config_file).read_text()) or {}
+        if not isinstance(loaded, dict):
+            raise ConfigError(
+                f"--config {config_file} must be a mapping of recipe options, not a {type(loaded).__name__}."
+            )
+        values.update({key: loaded[key] for key in DATA_KEYS if loaded.get(key) is not None})
+    for key, tokens in pairs:
+        if key in DATA_KEYS and tokens:
+            values[key] = " ".join(tokens)
+    return values
+
+
+def crossval_command(args, recipe_tokens: list[str]) -> int:
+    try:
+        try:
+            importlib.import_module("optuna")
+        except ImportError:
+            raise ConfigError(MISSING_OPTUNA) from None
+        from recipes_lib.crossval.runner import CrossvalSettings, run_crossval
+
+        pairs = recipe_option_pairs(recipe_tokens)
+        settings = CrossvalSettings(
+            recipe=args.recipe,
+            output_dir=args.output_dir,
+            folds=args.folds,
+            seed=args.seed,
+            group_column=args.group_column,
+            config_file=args.config,
+            recipe_args=pairs,
+            data=tuple(data_values(args.config, pairs).items()),
+            accelerate_config=args.accelerate_config,
+            metric=args.metric,
+            experiment=args.experiment,
+            recipes_dir=args.recipes_dir,
+            retry_failed=args.retry_failed,
+        )
+        return run_crossval(settings)
+    except RecipeError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return error.exit_code
+    except KeyboardInterrupt:
+        print("\ninterrupted: no fold was running; run the same command to start again.", file=sys.stderr)
+        return 130
+
+
+def label_issues_command(args) -> int:
+    try:
+        try:
+            importlib.import_module("cleanlab")
+        except ImportError:
+            raise ConfigError(MISSING_CLEANLAB) from None
+        from recipes_lib.crossval.label_issues import label_issues
+
+        return label_issues(args.crossval_dir, top=args.top, drop_to=args.drop_label_issues)
+    except RecipeError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return error.exit_code

@@ -1,0 +1,13 @@
+"""`recipes-lib crossval` and `recipes-lib label-issues`: K-fold cross-validation on the sweep's engine,
+out-of-fold predictions, and the rows most likely mislabelled.
+
+    folds.py          the training file read as the recipe reads it; the checks; the stratified (grouped)
+                      folds; each fold's train and held-out files
+    runner.py         the folds as the sweep's trials (one `accelerate launch` each, the study in
+                      OUTPUT_DIR/crossval.db, resumable), then the results
+    oof.py            out-of-fold predictions (oof_predictions.jsonl) and the mean ± std over folds
+    label_issues.py   cleanlab over the out-of-fold probabilities: label_issues.csv, a cleaned file
+
+crossval builds on the sweep (it needs Optuna, the 'sweep' extra); label-issues needs cleanlab, the
+'data-quality' extra.
+"""

@@ -1,0 +1,232 @@
+"""The folds of a cross-validation: the training file read as the recipe reads it, its rows split into K
+folds (stratified, grouped), each fold's train and held-out files written for its run.
+
+Stratification, by task:
+
+    single-label   StratifiedKFold on the class (StratifiedGroupKFold with --group_column)
+    multi-label    iterative stratification is not in scikit-learn; the fallback stratifies on each row's
+                   label set as one string ("billing|shipping"), with every set of fewer than K rows merged
+                   into one stratum of rare sets: common combinations spread evenly, rare ones at least mixed
+    regression     the target cut into quantile bins (at most 10, each of at least K rows), then stratified
+
+Every check that can stop a cross-validation runs here, before any fold trains.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from datasets import DatasetDict
+
+from recipes_lib.config.arguments import DataArguments
+from recipes_lib.config.tasks import MULTI_LABEL, REGRESSION, SINGLE_LABEL
+from recipes_lib.data.files import DELIMITED, read_local_files, write_jsonl
+from recipes_lib.data.labels import LabelMapping, label_mapping
+from recipes_lib.errors import ConfigError, DataError
+
+FOLDS_DIR = "folds"
+TRAIN_NAME, HELD_OUT_NAME = "train", "held_out"
+MAX_REGRESSION_BINS = 10
+RARE_SETS = "(label sets of fewer than K rows)"
+
+
+@dataclass
+class TrainingRows:
+    """The training file's rows, in file order, and what their labels mean."""
+
+    path: str
+    rows: list[dict[str, Any]]
+    columns: list[str]
+    label_column: str
+    labels: LabelMapping
+
+    @property
+    def task(self) -> str:
+        return self.labels.problem_type
+
+    def given_label(self, index: int):
+        return self.rows[index][self.label_column]
+
+
+def read_training_rows(data: dict[str, Any], cache_dir: str | None = None) -> TrainingRows:
+    """The training file named by the recipe's data arguments (`data`: train_file, label_column_name,
+    problem_type, label_delimiter, csv_quoting), its labels read by the recipe's own label logic."""
+    path = data.get("train_file")
+    if not path:
+        raise ConfigError(
+            "Cross-validation splits a local training file, and the recipe's arguments name none; give "
+            "--train_file FILE (CSV, TSV, JSON Lines), on the command line or in the --config file."
+        )
+    if not Path(path).is_file():
+        raise ConfigError(f"The training file {path} does not exist; give --train_file an existing file.")
+    arguments = DataArguments(
+        train_file=path,
+        label_column_name=data.get("label_column_name") or "label",
+        problem_type=data.get("problem_type") or "auto",
+        label_delimiter=data.get("label_delimiter"),
+    )
+    raw, locate = read_local_files({"train": path}, cache_dir, quoting=data.get("csv_quoting") or "auto")
+    train = raw["train"]
+    # The recipe checks labels on train and validation; every row of this file is both, fold by fold.
+    labels = label_mapping(DatasetDict(train=train, validation=train), arguments, locate)
+    return TrainingRows(path, train.to_list(), train.column_names, arguments.label_column_name, labels)
+
+
+# --- the splits ---------------------------------------------------------------------------------------
+
+
+def strata(training: TrainingRows, folds: int) -> tuple[np.ndarray, str]:
+    """What each row is stratified on, and how that was chosen, in words."""
+    values = [training.given_label(i) for i in range(len(training.rows))]
+    if training.task == SINGLE_LABEL:
+        return np.array([str(value) for value in values]), "the class (StratifiedKFold)"
+    if training.task == MULTI_LABEL:
+        sets = ["|".join(sorted(map(str, training.labels.classes_of(value)))) for value in values]
+        counts = Counter(sets)
+        merged = [value if counts[value] >= folds else RARE_SETS for value in sets]
+        if 0 < merged.count(RARE_SETS) < folds:  # too few rare rows to spread: they join the commonest set
+            commonest = Counter(value for value in merged if value != RARE_SETS).most_common(1)[0][0]
+            merged = [commonest if value == RARE_SETS else value for value in merged]
+        how = (
+            "each row's label set, sets of fewer than K rows merged into one stratum (a fallback: iterative "
+            "stratification is not in scikit-learn)"
+        )
+        return np.array(merged), how
+    targets = np.array([float(value) for value in values])
+    bins = max(1, min(MAX_REGRESSION_BINS, len(targets) // folds))
+    edges = np.unique(np.quantile(targets, np.linspace(0, 1, bins + 1)[1:-1]))
+    return np.digitize(targets, edges).astype(str), f"the target in {len(edges) + 1} quantile bins"
+
+
+def check_folds(training: TrainingRows, folds: int, group_column: str | None) -> None:
+    """Every reason the folds cannot be made, one paragraph each, before any training."""
+    rows = len(training.rows)
+    if folds < 2 or folds > rows:
+        raise ConfigError(
+            f"--folds is {folds}; it must be at least 2 and at most the number of training rows ({rows} in "
+            f"{training.path}). 5 is the usual choice."
+        )
+    if training.task == SINGLE_LABEL:
+        counts = Counter(str(training.given_label(i)) for i in range(rows))
+        small = {name: count for name, count in counts.items() if count < folds}
+        if small:
+            listed = ", ".join(f"'{name}' ({count} rows)" for name, count in sorted(small.items()))
+            raise DataError(
+                f"The label column '{training.label_column}' of {training.path} has classes with fewer rows than "
+                f"--folds {folds}: {listed}. Each fold must hold every class out once and train on it; use "
+                f"--folds {max(2, min(small.values()))} or fewer, or add rows of those classes."
+            )
+    if group_column is None:
+        return
+    if group_column not in training.columns:
+        raise ConfigError(
+            f"--group_column '{group_column}' is not a column of {training.path}; its columns are: "
+            f"{', '.join(training.columns)}."
+        )
+    groups = {str(row[group_column]) for row in training.rows}
+    if len(groups) < 2:
+        raise DataError(
+            f"--group_column '{group_column}' holds one group ({next(iter(groups))!r}) in all {rows} rows of "
+            f"{training.path}: nothing can be held out without its group. Name a column that tells groups apart "
+            "(a customer, a thread), or leave --group_column out."
+        )
+    if len(groups) < folds:
+        raise DataError(
+            f"--group_column '{group_column}' has {len(groups)} groups in {training.path}, fewer than --folds "
+            f"{folds}: a group is never split, so each fold needs a group of its own. Use --folds {len(groups)} or "
+            "fewer."
+        )
+
+
+def assign_folds(
+    training: TrainingRows, folds: int, seed: int, group_column: str | None = None
+) -> tuple[np.ndarray, str]:
+    """Each row's fold (0..K-1) and how the split was stratified; checked first (check_folds)."""
+    from sklearn.model_selection import StratifiedGroupKFold, StratifiedKFold
+
+    check_folds(training, folds, group_column)
+    stratum, how = strata(training, folds)
+    index = np.zeros(len(training.rows))
+    if group_column is None:
+        splits = StratifiedKFold(n_splits=folds, shuffle=True, random_state=seed).split(index, stratum)
+    else:
+        groups = np.array([str(row[group_column]) for row in training.rows])
+        splitter = StratifiedGroupKFold(n_splits=folds, shuffle=True, random_state=seed)
+        splits = splitter.split(index, stratum, groups)
+        how += f", rows of one '{group_column}' in one fold (StratifiedGroupKFold)"
+    assignment = np.full(len(training.rows), -1)
+    for fold, (_, held_out) in enumerate(splits):
+        assignment[held_out] = fold
+    check_every_fold_trains_on_every_class(training, assignment)
+    return assignment, how
+
+
+def check_every_fold_trains_on_every_class(training: TrainingRows, assignment: np.ndarray) -> None:
+    """A fold whose training part lacks a class would build a model without it (its probabilities could
+    not be set beside the other folds'): refused, naming the fold and the class."""
+    if training.task == REGRESSION:
+        return
+    everything = set(map(str, training.labels.names))
+    for fold in range(int(assignment.max()) + 1):
+        seen: set[str] = set()
+        for index in np.flatnonzero(assignment != fold):
+            value = training.given_label(int(index))
+            classes = training.labels.classes_of(value) if training.task == MULTI_LABEL else [value]
+            seen.update(str(name) for name in classes)
+        missing = everything - seen
+        if missing:
+            raise DataError(
+                f"Fold {fold}'s training part has no row of {', '.join(sorted(missing))}: with these groups and "
+                "folds every row of that class is held out at once, and the fold's model could not learn it. "
+                "Use fewer folds, or add rows of that class in other groups."
+            )
+
+
+# --- the files each fold's run reads ------------------------------------------------------------------
+
+
+def fold_dir(output_dir: str | Path, fold: int) -> Path:
+    return Path(output_dir) / FOLDS_DIR / str(fold)
+
+
+def fold_files(training: TrainingRows, output_dir: str | Path, fold: int) -> tuple[Path, Path]:
+    """(train, held_out) of the fold: delimited files keep their format, any other is written as JSON Lines."""
+    suffix = Path(training.path).suffix.lower()
+    suffix = suffix if suffix in DELIMITED or suffix == ".jsonl" else ".jsonl"
+    directory = fold_dir(output_dir, fold)
+    return directory / f"{TRAIN_NAME}{suffix}", directory / f"{HELD_OUT_NAME}{suffix}"
+
+
+def write_fold_files(training: TrainingRows, assignment: np.ndarray, output_dir: str | Path) -> None:
+    """Every fold's train (the other folds' rows) and held-out rows, in the training file's order, and
+    folds.json (each row's fold)."""
+    for fold in range(int(assignment.max()) + 1):
+        train_path, held_out_path = fold_files(training, output_dir, fold)
+        train_path.parent.mkdir(parents=True, exist_ok=True)
+        for path, keep in ((train_path, assignment != fold), (held_out_path, assignment == fold)):
+            write_rows(path, [training.rows[i] for i in np.flatnonzero(keep)], training.columns)
+    record = {"train_file": training.path, "folds": assignment.tolist()}
+    (Path(output_dir) / FOLDS_DIR / "folds.json").write_text(json.dumps(record) + "\n")
+
+
+def held_out_rows(assignment: np.ndarray, fold: int) -> list[int]:
+    """The training file's row indices a fold holds out, in file order (the order of its predictions)."""
+    return [int(i) for i in np.flatnonzero(assignment == fold)]
+
+
+def write_rows(path: Path, rows: list[dict[str, Any]], columns: list[str]) -> None:
+    if path.suffix in DELIMITED:
+        temporary = path.with_name(f".{path.name}.tmp")
+        with open(temporary, "w", newline="", encoding="utf-8") as handle:
+            writer = csv.DictWriter(handle, fieldnames=columns, delimiter=DELIMITED[path.suffix])
+            writer.writeheader()
+            writer.writerows(rows)
+        temporary.replace(path)
+    else:
+        write_jsonl(path, rows)

@@ -1,0 +1,293 @@
+"""`recipes-lib crossval`: K folds as the sweep's trials, then the out-of-fold predictions and the figures.
+
+The engine is the sweep's (src/recipes_lib/sweep/): each fold is one trial, its own `accelerate launch`
+of the recipe script (trials.py) with --train_file and --validation_file pointing at the fold's files;
+the study is OUTPUT_DIR/crossval.db (Optuna's RDB storage on SQLite, with its heartbeat), one study whose
+trials are the folds, enqueued in order. Rerunning the same command resumes: a fold a killed run left running is failed
+by the heartbeat and queued again, finished folds are not rerun (study.py, runner.py).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from tqdm.auto import tqdm
+
+from recipes_lib.config.tasks import MULTI_LABEL, REGRESSION
+from recipes_lib.crossval.folds import (
+    TrainingRows,
+    assign_folds,
+    fold_files,
+    read_training_rows,
+    write_fold_files,
+)
+from recipes_lib.crossval.oof import OOF_FILE, RESULTS_FILE, format_summary, out_of_fold_rows, summary
+from recipes_lib.data.files import write_jsonl
+from recipes_lib.errors import ConfigError
+from recipes_lib.results import read_results
+from recipes_lib.sweep.config import (
+    LearningRateSearch,
+    RecipeSweep,
+    SweepConfig,
+    check_paths,
+    launch_prefix,
+    recipe_arguments,
+)
+from recipes_lib.sweep.runner import (
+    LOG_DIR,
+    Run,
+    SweepStopped,
+    TrialFailed,
+    pending,
+    prepare_retries,
+    stop_on_sigterm,
+    sweep_lock,
+    trial_objective,
+)
+from recipes_lib.sweep.study import (
+    RequeueStaleTrials,
+    check_search_space,
+    fail_stale_trials,
+    latest_by_key,
+    open_storage,
+    open_study,
+    status_of,
+    study_trials,
+)
+from recipes_lib.sweep.trials import COMPLETE, Outcome, Trial, launch_trial
+
+STUDY_FILE = "crossval.db"
+FOLD_PHASE = "fold"
+DEFAULT_METRICS = {MULTI_LABEL: "eval_f1_micro", REGRESSION: "eval_mse"}
+DEFAULT_METRIC = "eval_accuracy"
+BAD_INPUT_EXIT_CODE = 2
+
+
+@dataclass(frozen=True)
+class CrossvalSettings:
+    """What `recipes-lib crossval` was asked: the recipe and its arguments, the folds, where."""
+
+    recipe: str
+    output_dir: str
+    folds: int = 5
+    seed: int = 42
+    group_column: str | None = None
+    config_file: str | None = None
+    recipe_args: tuple[tuple[str, tuple[str, ...]], ...] = ()
+    data: tuple[tuple[str, Any], ...] = ()  # the recipe's data arguments, from --config then the command line
+    accelerate_config: str = "accelerate_configs/single_gpu.yaml"
+    metric: str | None = None
+    experiment: str | None = None
+    recipes_dir: str = "recipes"
+    retry_failed: bool = False
+
+    @property
+    def study_name(self) -> str:
+        return f"{self.recipe}:folds"
+
+
+@dataclass
+class FoldTrial(Trial):
+    fold: int = 0
+    folds: int = 0
+
+    @property
+    def label(self) -> str:
+        return f"{self.recipe} fold {self.fold + 1}/{self.folds}"
+
+
+def engine_config(settings: CrossvalSettings, metric: str) -> SweepConfig:
+    """The sweep's config for the folds: one recipe at its own learning rate, the folds' seed."""
+    direction = "minimize" if metric.endswith(("loss", "mse", "mae", "error")) else "maximize"
+    config = SweepConfig(
+        recipes=(RecipeSweep(settings.recipe, LearningRateSearch()),),
+        output_dir=settings.output_dir,
+        base_config=settings.config_file,
+        accelerate_config=settings.accelerate_config,
+        metric=metric,
+        direction=direction,
+        search_seed=settings.seed,
+        seeds=(settings.seed,),
+        args=settings.recipe_args,
+        experiment=settings.experiment or f"crossval-{Path(settings.output_dir).resolve().name}",
+        recipes_dir=settings.recipes_dir,
+        retry_failed=settings.retry_failed,
+    )
+    check_paths(config)
+    return config
+
+
+def fold_output_dir(settings: CrossvalSettings, fold: int) -> Path:
+    return Path(settings.output_dir) / f"fold-{fold}"
+
+
+def fold_trial(
+    settings: CrossvalSettings, config: SweepConfig, training: TrainingRows, fold: int
+) -> FoldTrial:
+    """The fold's `accelerate launch`: the recipe's arguments, then the fold's files, seed and directory."""
+    train_path, held_out_path = fold_files(training, settings.output_dir, fold)
+    output_dir = fold_output_dir(settings, fold)
+    command = [
+        *launch_prefix(config, sys.executable),
+        str(Path(config.recipes_dir) / f"{settings.recipe}.py"),
+        *recipe_arguments(config, settings.recipe),
+        "--train_file", str(train_path),
+        "--validation_file", str(held_out_path),
+        "--seed", str(settings.seed),
+        "--output_dir", str(output_dir),
+        "--overwrite_output_dir", "true",
+        "--run_name", f"{settings.recipe} fold {fold + 1}/{settings.folds}",
+    ]  # fmt: skip
+    log = Path(settings.output_dir) / LOG_DIR / f"fold-{fold}.log"
+    return FoldTrial(settings.recipe, FOLD_PHASE, None, settings.seed, output_dir, log, command,  # type: ignore[arg-type]
+                     fold=fold, folds=settings.folds)  # fmt: skip
+
+
+def run_crossval(
+    settings: CrossvalSettings, launch: Callable[[Trial, SweepConfig], Outcome] = launch_trial
+) -> int:
+    """Check and write the folds, run what is left of them (resuming), then the out-of-fold predictions
+    and crossval_results.json. Returns the exit code."""
+    output_dir = Path(settings.output_dir)
+    data = dict(settings.data)
+    training = read_training_rows(data)
+    assignment, stratified = assign_folds(training, settings.folds, settings.seed, settings.group_column)
+    metric = settings.metric or DEFAULT_METRICS.get(training.task, DEFAULT_METRIC)
+    config = engine_config(settings, metric)
+    with sweep_lock(output_dir):
+        stale = RequeueStaleTrials()
+        storage = open_storage(config, on_stale_trial=stale, file=STUDY_FILE)
+        fail_stale_trials(storage)
+        if stale.trials:
+            print(f"Resuming: {len(stale.trials)} fold(s) interrupted by the last run will be rerun: "
+                  + ", ".join(str(t.user_attrs.get("output_dir")) for t in stale.trials))  # fmt: skip
+        folds = list(range(settings.folds))
+        # Every fold is enqueued with its number (enqueue_next), so the sampler never draws: Optuna's default.
+        study = open_study(storage, settings.study_name, config, sampler=None)
+        check_search_space(
+            study,
+            {"folds": settings.folds, "seed": settings.seed, "group_column": settings.group_column,
+             "train_file": str(Path(training.path).resolve())},
+        )  # fmt: skip
+        write_fold_files(training, assignment, output_dir)
+        run = Run(config, storage, launch)
+        run.retry_before.setdefault(settings.study_name, len(study.trials))
+        prepare_retries(study, run, "fold")
+        todo = pending(study.get_trials(deepcopy=False), run, settings.study_name, "fold", folds)
+        print(
+            f"Cross-validation of {settings.recipe} on {training.path}: {settings.folds} folds of "
+            f"{len(training.rows)} rows ({training.task}), stratified on {stratified}; seed {settings.seed}; "
+            f"{metric} on each held-out fold. Study: {output_dir / STUDY_FILE}; W&B group: {config.group}. "
+            f"To run: {len(todo)} fold(s)."
+        )
+
+        def make_trial(trial) -> Trial:
+            return fold_trial(settings, config, training, trial.suggest_categorical("fold", folds))
+
+        try:
+            with (
+                stop_on_sigterm(),
+                tqdm(total=len(todo), unit="fold", desc=f"crossval {output_dir.name}") as bar,
+            ):
+                run.bar = bar
+                for _ in todo:
+                    enqueue_next(study, run, folds)
+                    study.optimize(trial_objective(run, make_trial), n_trials=1, catch=(TrialFailed,))
+                    stop_on_bad_input(study)
+        except (KeyboardInterrupt, SweepStopped) as error:
+            print(
+                "\ninterrupted: the running fold is recorded as interrupted; run the same command to resume."
+            )
+            return getattr(error, "exit_code", 130)
+        return finish(settings, config, training, assignment, stratified, storage)
+
+
+def enqueue_next(study, run: Run, folds: list[int]) -> None:
+    """Unless a retry already waits (it runs first), the lowest fold still to run as the study's next
+    trial: the folds run in ascending order."""
+    trials = study.get_trials(deepcopy=False)
+    if any(trial.state.name == "WAITING" for trial in trials):
+        return
+    left = pending(trials, run, study.study_name, "fold", folds)
+    if left:
+        study.enqueue_trial({"fold": left[0]})
+
+
+def stop_on_bad_input(study) -> None:
+    """A fold whose recipe refused its arguments (exit code 2): every other fold would too, so stop now."""
+    last = study.get_trials(deepcopy=False)[-1]
+    if last.user_attrs.get("exit_code") == BAD_INPUT_EXIT_CODE:
+        raise ConfigError(
+            f"The recipe refused the fold's arguments, so no other fold was started: {last.user_attrs.get('reason')} "
+            f"(log: {last.user_attrs.get('log')}). Fix the arguments and rerun the same command with --retry_failed."
+        )
+
+
+def finish(
+    settings: CrossvalSettings,
+    config: SweepConfig,
+    training: TrainingRows,
+    assignment,
+    stratified: str,
+    storage,
+) -> int:
+    """The out-of-fold predictions and crossval_results.json, once every fold is complete."""
+    latest = latest_by_key(study_trials(storage, settings.study_name), lambda trial: trial.params.get("fold"))
+    per_fold = []
+    for fold in range(settings.folds):
+        trial = latest.get(fold)
+        per_fold.append({
+            "fold": fold,
+            "status": "to run" if trial is None else status_of(trial),
+            config.metric: None if trial is None else trial.value,
+            "rows_held_out": int((assignment == fold).sum()),
+            "output_dir": str(fold_output_dir(settings, fold)),
+            "reason": None if trial is None else trial.user_attrs.get("reason") or None,
+        })  # fmt: skip
+    unfinished = [row for row in per_fold if row["status"] != COMPLETE]
+    values = [row[config.metric] for row in per_fold]
+    print(format_summary(config.metric, values))
+    if unfinished:
+        for row in unfinished:
+            print(f"fold {row['fold']}: {row['status']}: {row['reason'] or 'not run'}")
+        print(
+            "Not every fold is complete, so no out-of-fold predictions were written; rerun the same command "
+            "(--retry_failed reruns the failed folds)."
+        )
+        return 1
+    output_dir = Path(settings.output_dir)
+    rows = out_of_fold_rows(
+        training, assignment, {fold: fold_output_dir(settings, fold) for fold in range(settings.folds)}
+    )
+    write_jsonl(output_dir / OOF_FILE, rows)
+    first_run = read_results(fold_output_dir(settings, 0))
+    results = {
+        "recipe": settings.recipe,
+        "train_file": training.path,
+        "data_arguments": dict(settings.data),
+        "task": training.task,
+        "label_column": training.label_column,
+        "text_columns": first_run.get("text_columns"),
+        "classes": [str(name) for name in training.labels.names],
+        "folds": settings.folds,
+        "seed": settings.seed,
+        "group_column": settings.group_column,
+        "stratified_on": stratified,
+        "metric": config.metric,
+        "direction": config.direction,
+        **summary([float(value) for value in values]),
+        "per_fold": per_fold,
+        "oof_predictions": str(output_dir / OOF_FILE),
+    }
+    temporary = output_dir / f".{RESULTS_FILE}.tmp"
+    temporary.write_text(json.dumps(results, indent=2) + "\n")
+    temporary.replace(output_dir / RESULTS_FILE)
+    print(f"Out-of-fold predictions: {output_dir / OOF_FILE}; figures: {output_dir / RESULTS_FILE}.")
+    if training.task != REGRESSION:
+        print(f"Rows most likely mislabelled: recipes-lib label-issues {output_dir}")
+    return 0

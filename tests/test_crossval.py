@@ -1,0 +1,397 @@
+"""`recipes-lib crossval` and `recipes-lib label-issues` (src/recipes_lib/crossval/).
+
+The folds and their checks on small files; the fold loop with a stand-in launcher that writes what a
+fold's run writes (its held-out predictions, results.json), for every task type, interrupted and
+resumed; cleanlab finding planted label flips in synthetic out-of-fold probabilities. One real
+cross-validation of the tiny BERT is the slow test at the end.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import random
+import sqlite3
+from collections import Counter
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from recipes_lib.cli.main import main as cli_main
+from recipes_lib.crossval.folds import assign_folds, read_training_rows
+from recipes_lib.crossval.oof import OOF_FILE, RESULTS_FILE
+from recipes_lib.crossval.runner import STUDY_FILE, CrossvalSettings, run_crossval
+from recipes_lib.results import RESULTS_FILE as RUN_RESULTS_FILE
+from recipes_lib.sweep.trials import COMPLETE, Outcome
+from tests.helpers.data import learnable_rows, write_csv, write_jsonl
+from tests.helpers.repo import ACCELERATE_CONFIGS, RECIPES_DIR
+
+pytest.importorskip("optuna")
+
+
+def single_label_file(directory: Path, rows: int = 60, groups: int | None = None) -> Path:
+    """Rows of two classes, 'cool' and 'warm'; with `groups`, a customer column."""
+    records = learnable_rows(rows, seed=3)
+    if groups is None:
+        return write_csv(directory / "train.csv", records)
+    with_groups = [(text, label, f"customer-{i % groups}") for i, (text, label) in enumerate(records)]
+    return write_csv(directory / "train.csv", with_groups, header=("text", "label", "customer"))
+
+
+def multi_label_file(directory: Path, rows: int = 40) -> Path:
+    rng = random.Random(4)
+    teams = ["billing", "shipping", "technical"]
+    records = [
+        {"text": f"ticket {i}", "labels": sorted(rng.sample(teams, rng.randint(1, 2)))} for i in range(rows)
+    ]
+    return write_jsonl(directory / "train.jsonl", records)
+
+
+def regression_file(directory: Path, rows: int = 40) -> Path:
+    rng = random.Random(5)
+    return write_csv(directory / "train.csv", [(f"ticket {i}", round(rng.random(), 3)) for i in range(rows)],
+                     header=("text", "urgency"))  # fmt: skip
+
+
+# --- the folds -------------------------------------------------------------------------------------------
+
+
+def test_folds_cover_every_row_once_and_keep_the_class_balance(tmp_path):
+    training = read_training_rows({"train_file": str(single_label_file(tmp_path, rows=60))})
+    assignment, how = assign_folds(training, folds=5, seed=1)
+    assert sorted(Counter(assignment.tolist())) == [0, 1, 2, 3, 4]  # every row in exactly one fold
+    assert len(assignment) == 60 and (assignment >= 0).all()
+    labels = np.array([row["label"] for row in training.rows])
+    overall = (labels == "cool").mean()
+    for fold in range(5):
+        assert abs((labels[assignment == fold] == "cool").mean() - overall) <= 1 / 12 + 1e-9
+    assert "StratifiedKFold" in how
+    again, _ = assign_folds(training, folds=5, seed=1)
+    other, _ = assign_folds(training, folds=5, seed=2)
+    assert (again == assignment).all() and (other != assignment).any()  # the seed decides
+
+
+def test_rows_of_one_group_never_sit_on_both_sides(tmp_path):
+    training = read_training_rows({"train_file": str(single_label_file(tmp_path, rows=60, groups=12))})
+    assignment, how = assign_folds(training, folds=3, seed=1, group_column="customer")
+    folds_of_group: dict[str, set[int]] = {}
+    for row, fold in zip(training.rows, assignment, strict=True):
+        folds_of_group.setdefault(row["customer"], set()).add(int(fold))
+    assert all(len(folds) == 1 for folds in folds_of_group.values())
+    assert sorted(set(assignment.tolist())) == [0, 1, 2] and "StratifiedGroupKFold" in how
+
+
+def test_multi_label_and_regression_folds_are_stratified_by_their_fallbacks(tmp_path):
+    (tmp_path / "m").mkdir()
+    (tmp_path / "r").mkdir()
+    multi = read_training_rows(
+        {"train_file": str(multi_label_file(tmp_path / "m")), "label_column_name": "labels"}
+    )
+    assignment, how = assign_folds(multi, folds=4, seed=0)
+    assert multi.task == "multi_label_classification" and "label set" in how and "fallback" in how
+    assert sorted(Counter(assignment.tolist()).values()) == [10, 10, 10, 10]
+    regression = read_training_rows(
+        {"train_file": str(regression_file(tmp_path / "r")), "label_column_name": "urgency"}
+    )
+    assignment, how = assign_folds(regression, folds=4, seed=0)
+    assert regression.task == "regression" and "quantile bins" in how
+    scores = np.array([row["urgency"] for row in regression.rows])
+    means = [scores[assignment == fold].mean() for fold in range(4)]
+    assert max(means) - min(means) < 0.15  # each fold spans the range, not one end of it
+
+
+@pytest.mark.parametrize(
+    ("extra", "file_kind", "expected"),
+    [
+        (
+            ["--folds", "1"],
+            "plain",
+            "--folds is 1; it must be at least 2 and at most the number of training rows (60",
+        ),
+        (["--folds", "61"], "plain", "--folds is 61; it must be at least 2"),
+        (["--folds", "5"], "rare", "has classes with fewer rows than --folds 5: 'rare' (2 rows)"),
+        (["--group_column", "shop"], "groups", "--group_column 'shop' is not a column of"),
+        (["--group_column", "customer"], "one group", "holds one group ('customer-0') in all 60 rows"),
+    ],
+)
+def test_bad_folds_are_refused_in_one_paragraph_before_any_training(
+    tmp_path, capsys, extra, file_kind, expected
+):
+    if file_kind == "plain":
+        train = single_label_file(tmp_path)
+    elif file_kind == "rare":
+        train = write_csv(
+            tmp_path / "train.csv", learnable_rows(40, seed=1) + [("odd one", "rare"), ("odd two", "rare")]
+        )
+    else:
+        train = single_label_file(tmp_path, groups=12 if file_kind == "groups" else 1)
+    output_dir = tmp_path / "cv"
+    code = cli_main(["crossval", "full_ft", "--output_dir", str(output_dir), "--train_file", str(train),
+                     "--accelerate_config", str(ACCELERATE_CONFIGS / "cpu.yaml"), *extra])  # fmt: skip
+    errors = [line for line in capsys.readouterr().err.splitlines() if line.startswith("error: ")]
+    assert code == 2 and len(errors) == 1 and expected in errors[0], errors  # one paragraph
+    assert not output_dir.exists()  # nothing written, nothing launched
+
+
+def test_options_crossval_sets_itself_are_refused_on_the_recipes_command_line(tmp_path, capsys):
+    train = single_label_file(tmp_path)
+    code = cli_main(["crossval", "full_ft", "--output_dir", str(tmp_path / "cv"), "--train_file", str(train),
+                     "--validation_file", str(train)])  # fmt: skip
+    assert code == 2 and "--validation_file is set for every fold by crossval" in capsys.readouterr().err
+
+
+# --- the fold loop, with a stand-in launcher ------------------------------------------------------------------
+
+
+def held_out_of(command: list[str]) -> Path:
+    return Path(command[command.index("--validation_file") + 1])
+
+
+def read_rows(path: Path) -> list[dict]:
+    if path.suffix == ".jsonl":
+        return [json.loads(line) for line in path.read_text().splitlines()]
+    with open(path, newline="") as handle:
+        return list(csv.DictReader(handle))
+
+
+class StandIn:
+    """Writes what a fold's run writes (eval_predictions.jsonl for its held-out file, results.json) and
+    launches nothing. Predictions: the given label, confidently, so they can be checked row by row."""
+
+    def __init__(self, task: str = "single", interrupt_at: int | None = None):
+        self.task, self.interrupt_at, self.launched = task, interrupt_at, []
+
+    def __call__(self, trial, config) -> Outcome:
+        if self.interrupt_at is not None and len(self.launched) == self.interrupt_at:
+            self.interrupt_at = None
+            self.interrupted = trial.fold
+            raise KeyboardInterrupt
+        self.launched.append(trial.fold)
+        assert trial.command[trial.command.index("--train_file") + 1].endswith(
+            f"folds/{trial.fold}/train" + held_out_of(trial.command).suffix
+        )
+        rows = read_rows(held_out_of(trial.command))
+        trial.output_dir.mkdir(parents=True, exist_ok=True)
+        with open(trial.output_dir / "eval_predictions.jsonl", "w") as handle:
+            for row in rows:
+                handle.write(json.dumps(self.prediction(row)) + "\n")
+        value = round(0.8 + 0.01 * trial.fold, 4)
+        (trial.output_dir / RUN_RESULTS_FILE).write_text(
+            json.dumps({config.metric: value, "text_columns": ["text"]})
+        )
+        return Outcome(COMPLETE, value=value, exit_code=0, wall_s=1.0, results={config.metric: value})
+
+    def prediction(self, row: dict) -> dict:
+        if self.task == "regression":
+            return {"prediction": float(row["urgency"])}
+        if self.task == "multi":
+            teams = ["billing", "shipping", "technical"]
+            return {
+                "prediction": row["labels"],
+                "probabilities": {t: 0.9 if t in row["labels"] else 0.1 for t in teams},
+            }
+        other = {"cool": "warm", "warm": "cool"}[row["label"]]
+        return {"prediction": row["label"], "probabilities": {row["label"]: 0.9, other: 0.1}}
+
+
+def settings_for(tmp_path: Path, train: Path, folds: int = 3, **data) -> CrossvalSettings:
+    return CrossvalSettings(
+        recipe="full_ft", output_dir=str(tmp_path / "cv"), folds=folds, seed=7,
+        data=(("train_file", str(train)), *data.items()), accelerate_config=str(ACCELERATE_CONFIGS / "cpu.yaml"),
+        recipes_dir=str(RECIPES_DIR),
+    )  # fmt: skip
+
+
+def read_oof(settings: CrossvalSettings) -> list[dict]:
+    return [json.loads(line) for line in (Path(settings.output_dir) / OOF_FILE).read_text().splitlines()]
+
+
+def test_every_row_gets_its_held_out_prediction_and_the_folds_mean_and_std(tmp_path, capsys):
+    settings = settings_for(tmp_path, single_label_file(tmp_path, rows=30))
+    launcher = StandIn()
+    assert run_crossval(settings, launch=launcher) == 0
+    assert launcher.launched == [0, 1, 2]  # in order
+    oof = read_oof(settings)
+    given = [row["label"] for row in read_rows(Path(settings.data[0][1]))]
+    assert [row["row"] for row in oof] == list(range(30))
+    assert [row["label"] for row in oof] == given == [row["prediction"] for row in oof]
+    assert set(oof[0]) == {"row", "fold", "label", "prediction", "probabilities"}
+    assert set(oof[0]["probabilities"]) == {"cool", "warm"}
+    results = json.loads((Path(settings.output_dir) / RESULTS_FILE).read_text())
+    assert [fold["eval_accuracy"] for fold in results["per_fold"]] == [0.8, 0.81, 0.82]
+    assert results["mean"] == pytest.approx(0.81) and results["std"] == pytest.approx(0.01)
+    assert sum(fold["rows_held_out"] for fold in results["per_fold"]) == 30
+    assert "eval_accuracy: 0.8100 ± 0.0100 (std over folds)" in capsys.readouterr().out
+
+
+def test_multi_label_and_regression_out_of_fold_formats(tmp_path):
+    (tmp_path / "m").mkdir()
+    (tmp_path / "r").mkdir()
+    multi = settings_for(tmp_path / "m", multi_label_file(tmp_path / "m"), label_column_name="labels")
+    assert run_crossval(multi, launch=StandIn("multi")) == 0
+    row = read_oof(multi)[0]
+    assert isinstance(row["label"], list) and row["prediction"] == row["label"]
+    assert set(row["probabilities"]) == {"billing", "shipping", "technical"}
+    assert json.loads((Path(multi.output_dir) / RESULTS_FILE).read_text())["metric"] == "eval_f1_micro"
+    regression = settings_for(tmp_path / "r", regression_file(tmp_path / "r"), label_column_name="urgency")
+    assert run_crossval(regression, launch=StandIn("regression")) == 0
+    row = read_oof(regression)[0]
+    assert set(row) == {"row", "fold", "label", "prediction"} and row["prediction"] == pytest.approx(
+        row["label"]
+    )
+    assert json.loads((Path(regression.output_dir) / RESULTS_FILE).read_text())["metric"] == "eval_mse"
+
+
+def test_interrupted_then_resumed_runs_only_the_folds_left(tmp_path, capsys):
+    settings = settings_for(tmp_path, single_label_file(tmp_path, rows=30))
+    first = StandIn(interrupt_at=1)  # Ctrl-C during fold 1
+    assert run_crossval(settings, launch=first) == 130
+    assert not (Path(settings.output_dir) / OOF_FILE).exists()
+    second = StandIn()
+    assert run_crossval(settings, launch=second) == 0
+    assert first.launched == [0] and first.interrupted == 1 and second.launched == [1, 2]
+    assert len(read_oof(settings)) == 30
+
+
+def test_a_fold_left_running_by_a_killed_crossval_is_rerun_and_the_finished_ones_are_not(tmp_path, capsys):
+    """kill -9 leaves the fold's trial RUNNING in the database: Optuna's heartbeat fails it and the rerun
+    queues it again (the sweep's machinery, study.py)."""
+    settings = settings_for(tmp_path, single_label_file(tmp_path, rows=30))
+    assert run_crossval(settings, launch=StandIn(interrupt_at=1)) == 130
+    with sqlite3.connect(Path(settings.output_dir) / STUDY_FILE) as connection:
+        connection.execute("UPDATE trials SET state = 'RUNNING', datetime_complete = NULL WHERE number = 1")
+        connection.execute(
+            "UPDATE trial_user_attributes SET value_json = '\"running\"' WHERE key = 'status' AND "
+            "trial_id = (SELECT trial_id FROM trials WHERE number = 1)"
+        )
+    second = StandIn()
+    assert run_crossval(settings, launch=second) == 0
+    assert "Resuming: 1 fold(s) interrupted by the last run will be rerun" in capsys.readouterr().out
+    assert second.launched == [1, 2]
+
+
+def test_another_fold_count_needs_another_output_dir(tmp_path):
+    from recipes_lib.errors import ConfigError
+
+    train = single_label_file(tmp_path, rows=30)
+    assert run_crossval(settings_for(tmp_path, train, folds=3), launch=StandIn()) == 0
+    with pytest.raises(ConfigError, match="was run with"):
+        run_crossval(settings_for(tmp_path, train, folds=2), launch=StandIn())
+
+
+# --- label issues -------------------------------------------------------------------------------------------
+
+
+def planted_crossval(directory: Path, rows: int = 200, flips: int = 20, task: str = "single") -> set[int]:
+    """A finished cross-validation's files, by hand: probabilities confident in each row's true class,
+    and `flips` rows whose given label was flipped. Returns the flipped rows."""
+    rng = random.Random(0)
+    classes = ["billing", "shipping", "technical"]
+    flipped = set(rng.sample(range(rows), flips))
+    records, oof = [], []
+    for row in range(rows):
+        true = classes[row % 3]
+        given = rng.choice([c for c in classes if c != true]) if row in flipped else true
+        confidence = rng.uniform(0.7, 0.95)
+        probabilities = {c: confidence if c == true else (1 - confidence) / 2 for c in classes}
+        if task == "multi":
+            records.append({"text": f"ticket {row}", "labels": [given]})
+            probabilities = {c: (confidence if c == true else 1 - confidence) for c in classes}
+            oof.append(
+                {
+                    "row": row,
+                    "fold": row % 2,
+                    "label": [given],
+                    "prediction": [true],
+                    "probabilities": probabilities,
+                }
+            )
+        else:
+            records.append({"text": f"ticket {row}", "label": given})
+            oof.append(
+                {
+                    "row": row,
+                    "fold": row % 2,
+                    "label": given,
+                    "prediction": true,
+                    "probabilities": probabilities,
+                }
+            )
+    directory.mkdir(parents=True, exist_ok=True)
+    label_column = "labels" if task == "multi" else "label"
+    train = write_jsonl(directory / "train.jsonl", records)
+    write_jsonl(directory / OOF_FILE, oof)
+    results = {"train_file": str(train), "data_arguments": {"train_file": str(train), "label_column_name": label_column},
+               "task": "multi_label_classification" if task == "multi" else "single_label_classification",
+               "classes": classes, "folds": 2, "text_columns": ["text"]}  # fmt: skip
+    (directory / RESULTS_FILE).write_text(json.dumps(results))
+    return flipped
+
+
+def read_issues(directory: Path) -> list[dict]:
+    with open(directory / "label_issues.csv", newline="") as handle:
+        return list(csv.DictReader(handle))
+
+
+@pytest.mark.parametrize("task", ["single", "multi"])
+def test_label_issues_finds_the_planted_flips_worst_first(tmp_path, capsys, task):
+    pytest.importorskip("cleanlab")
+    flipped = planted_crossval(tmp_path / "cv", task=task)
+    assert cli_main(["label-issues", str(tmp_path / "cv"), "--drop_label_issues"]) == 0
+    issues = read_issues(tmp_path / "cv")
+    found = {int(issue["row"]) for issue in issues}
+    precision, recall = len(found & flipped) / len(found), len(found & flipped) / len(flipped)
+    assert precision >= 0.9 and recall >= 0.75, (precision, recall)
+    qualities = [float(issue["label_quality"]) for issue in issues]
+    assert qualities == sorted(qualities)  # worst first
+    assert issues[0]["text"] == f"ticket {issues[0]['row']}"
+    out = capsys.readouterr().out
+    assert "look mislabelled" in out and "Suspects per given class: billing" in out
+    cleaned = [
+        json.loads(line) for line in (tmp_path / "cv" / "train_cleaned.jsonl").read_text().splitlines()
+    ]
+    assert len(cleaned) == 200 - len(found)
+    assert {record["text"] for record in cleaned}.isdisjoint({f"ticket {row}" for row in found})
+
+
+def test_label_issues_says_in_one_line_that_regression_is_not_supported(tmp_path, capsys):
+    pytest.importorskip("cleanlab")
+    (tmp_path / "cv").mkdir()
+    (tmp_path / "cv" / RESULTS_FILE).write_text(json.dumps({"task": "regression", "train_file": "x.csv"}))
+    (tmp_path / "cv" / OOF_FILE).write_text("")
+    assert cli_main(["label-issues", str(tmp_path / "cv")]) == 2
+    assert capsys.readouterr().out.strip().count("\n") == 0
+
+
+def test_label_issues_without_a_crossval_says_what_to_run(tmp_path, capsys):
+    assert cli_main(["label-issues", str(tmp_path)]) == 2
+    assert "Run `recipes-lib crossval RECIPE --output_dir" in capsys.readouterr().err
+
+
+# --- the real thing -------------------------------------------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_a_real_two_fold_crossval_of_the_tiny_bert(tmp_path, tiny_bert, one_thread, monkeypatch):
+    """Two real folds (each its own accelerate launch), then label-issues on their probabilities."""
+    monkeypatch.setenv("WANDB_MODE", "disabled")
+    train = write_csv(tmp_path / "train.csv", learnable_rows(48, seed=1))
+    output_dir = tmp_path / "cv"
+    code = cli_main([
+        "crossval", "full_ft", "--folds", "2", "--output_dir", str(output_dir), "--recipes_dir", str(RECIPES_DIR),
+        "--accelerate_config", str(ACCELERATE_CONFIGS / "cpu.yaml"), "--model_name_or_path", str(tiny_bert),
+        "--train_file", str(train), "--max_seq_length", "32", "--per_device_train_batch_size", "16",
+        "--max_steps", "2", "--eval_strategy", "no", "--save_strategy", "no", "--report_to", "none",
+    ])  # fmt: skip
+    assert code == 0
+    oof = [json.loads(line) for line in (output_dir / OOF_FILE).read_text().splitlines()]
+    assert [row["row"] for row in oof] == list(range(48))
+    assert all(set(row["probabilities"]) == {"cool", "warm"} for row in oof)
+    results = json.loads((output_dir / RESULTS_FILE).read_text())
+    assert (
+        len(results["per_fold"]) == 2 and results["std"] is not None and results["text_columns"] == ["text"]
+    )
+    if pytest.importorskip("cleanlab"):
+        assert cli_main(["label-issues", str(output_dir)]) == 0
+        assert (output_dir / "label_issues.csv").is_file()
