@@ -95,8 +95,10 @@ def test_a_stray_quote_late_in_a_glue_file_still_reads_unquoted(tmp_path):
 def test_an_ambiguous_file_names_the_first_line_the_readings_differ_on(tmp_path):
     path = tmp_path / "train.tsv"
     rows = "".join(f"row {i}\twarm\n" for i in range(50))
-    path.write_text("text\tlabel\n" + rows + '"red cat"\tcool\n' + rows)
-    with pytest.raises(DataError, match="They differ from line 52 on. Say which it is"):
+    # A quoted field only quoting explains (a doubled quote inside) and, later, a bare stray quote: both
+    # readings have evidence, so the run asks.
+    path.write_text("text\tlabel\n" + rows + '"red ""cat"""\tcool\n' + rows + 'a 5" screen\twarm\n')
+    with pytest.raises(DataError, match="Line 52 has a field in quotes.*but line 103 has .* Say which it is"):
         decide_quoting(str(path))
 
 

@@ -56,7 +56,12 @@ def test_planner_predicts_the_measured_memory_of_each_technique_that_runs_on_cpu
     from recipes_lib.config.parsing import parse_arguments
 
     model = tiny_bert if model_kind == "tiny" else minilm_dir
-    results = run_in_process(recipe, run_args(model, learnable_data, tmp_path / "run", *options, **QUICK))
+    # Random batches: a padded peak batch, the case these plans were checked on (the length-grouped
+    # order's first batch, nearly unpadded, leaves the 8-bit base's plan 11% high: see the closing note).
+    sampling = ["--train_sampling_strategy", "random"]
+    results = run_in_process(
+        recipe, run_args(model, learnable_data, tmp_path / "run", *options, *sampling, **QUICK)
+    )
     spec = recipe_specs()[recipe]
     parsed = parse_arguments(spec, ["--output_dir", str(tmp_path / "parsed"), *options])
     shape = spec.shape(parsed.options(spec.options))
@@ -215,7 +220,8 @@ def test_plan_command_plans_each_technique_and_refuses_an_impossible_one(capsys)
 
 
 def test_fits_plans_every_technique_beside_its_recipe_in_the_cheapest_order():
-    shapes = {name: spec.default_shape() for name, spec in recipe_specs().items()}
+    # As plan --fits: distill's student is full_ft's column again, so it is left out (tools/plan.py).
+    shapes = {name: spec.default_shape() for name, spec in recipe_specs().items() if name != "distill"}
     columns = fits_columns(shapes)
     assert columns == [
         "full_ft", "full_ft+offload", "adamw_8bit", "adamw_8bit+paged", "lora", "qlora+int8", "qlora",

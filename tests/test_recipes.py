@@ -48,8 +48,11 @@ def probe_logits(model, tokenizer) -> torch.Tensor:
 def swap_runs(bert256, learnable_data, tmp_path_factory, one_thread) -> dict[str, dict]:
     root = tmp_path_factory.mktemp("swap")
     results = {}
-    for recipe in CPU_RECIPES:
-        completed = run_recipe_process(recipe, run_args(bert256, learnable_data, root / recipe, *SWAP_ARGS))
+    for recipe in CPU_RECIPES:  # full_ft first: distill learns from its run
+        teacher = ["--teacher", str(root / "full_ft")] if recipe == "distill" else []
+        completed = run_recipe_process(
+            recipe, [*run_args(bert256, learnable_data, root / recipe, *SWAP_ARGS), *teacher]
+        )
         assert completed.returncode == 0, recipe + completed.stdout[-3000:] + completed.stderr[-3000:]
         results[recipe] = json.loads((root / recipe / "results.json").read_text())
     return results
