@@ -56,8 +56,8 @@ def test_planner_predicts_the_measured_memory_of_each_technique_that_runs_on_cpu
     from recipes_lib.config.parsing import parse_arguments
 
     model = tiny_bert if model_kind == "tiny" else minilm_dir
-    # Random batches: a padded peak batch, the case these plans were checked on (the length-grouped
-    # order's first batch, nearly unpadded, leaves the 8-bit base's plan 11% high: see the closing note).
+    # Random batches: a padded peak batch, the case these plans were checked on (with issue #33's wider
+    # length grouping the first batch was nearly unpadded and the 8-bit base's plan 11% high).
     sampling = ["--train_sampling_strategy", "random"]
     results = run_in_process(
         recipe, run_args(model, learnable_data, tmp_path / "run", *options, *sampling, **QUICK)

@@ -249,18 +249,13 @@ def evaluation_in_input_order(args: TrainingArguments):
 class ShuffledLengthGroupedSampler(torch.utils.data.Sampler):
     """Length-grouped batches in a random order, drawn from (seed, epoch) alone.
 
-    Three changes to the Trainer's LengthGroupedSampler, which cuts the shuffled data into
+    Two changes to the Trainer's LengthGroupedSampler, which cuts the shuffled data into
     mega-batches, sorts each by length and emits it longest first:
 
-    - Mega-batch size. The stock sampler makes at least 4 mega-batches (`len // (batch * 4)`
-      batches each, at most 50), so that no long-to-short sweep spans the whole epoch. Small data
-      then sorts in small mega-batches drawn from the whole length range: 1,000 examples in batches
-      of 32 sort 7 batches (224 examples) at a time and waste about a quarter of the compute on
-      padding, where 4,000 waste 8% (benchmarks/RESULTS.md, "Small data"). The batch order is
-      shuffled here (next point), so there is no sweep to avoid: every mega-batch is 50 steps of
-      examples, or the whole epoch when it is shorter, and padding stays as low at 1,000 examples as
-      at 16,000. Batch members are still drawn afresh each epoch: the data is shuffled before it is
-      sorted, so examples of equal length fall into other batches every epoch.
+    - Mega-batch size: the stock one, `min(len // (batch * 4), 50)` batches. Sorting 50 steps or
+      the whole epoch at once (issue #33) cut padding at 1,000 examples from 25% to 7% at the same
+      full_ft accuracy on SST-2, but cost LoRA 7.5 points on the demo (0.815 -> 0.740, one seed;
+      benchmarks/RESULTS.md, "Small data"), so the stock size stays until that is understood.
     - Batch order. Emitted as is, every mega-batch is a sweep from the longest sentences to the
       shortest, so the learning rate meets the data in a sawtooth of lengths, which costs accuracy
       against the same batches shuffled (benchmarks/RESULTS.md, section 1, has the figures). Here
@@ -278,14 +273,10 @@ class ShuffledLengthGroupedSampler(torch.utils.data.Sampler):
     process, come from neighbouring, similar lengths.
     """
 
-    MEGA_BATCH_STEPS = 50  # the stock sampler's cap: 50 x 32 = 1,600 examples sorted together
-
     def __init__(self, lengths: list[int], step_size: int, seed: int):
         # A plain list: a datasets column read one element at a time is slow to sort.
         self.lengths = list(lengths)
         self.step_size, self.seed, self.epoch = step_size, seed, 0
-        steps = -(-len(self.lengths) // step_size)  # ceil: an incomplete last step counts
-        self.mega_batch_steps = max(1, min(steps, self.MEGA_BATCH_STEPS))
 
     def set_epoch(self, epoch: int) -> None:
         self.epoch = epoch
@@ -295,9 +286,8 @@ class ShuffledLengthGroupedSampler(torch.utils.data.Sampler):
 
     def __iter__(self):
         generator = torch.Generator().manual_seed(self.seed + self.epoch)
-        indices = get_length_grouped_indices(
-            self.lengths, self.step_size, mega_batch_mult=self.mega_batch_steps, generator=generator
-        )
+        # transformers' own grouping, at its own mega-batch size (mega_batch_mult=None).
+        indices = get_length_grouped_indices(self.lengths, self.step_size, generator=generator)
         size = self.step_size
         groups = [indices[start : start + size] for start in range(0, len(indices), size)]
         first, middle = groups[:1], groups[1:]
