@@ -58,8 +58,8 @@ from recipes_lib.modeling.loading import (
     load_tokenizer,
 )
 from recipes_lib.results import RESULTS_FILE
-from recipes_lib.run import record
 from recipes_lib.run.metrics import RunMetrics
+from recipes_lib.run.record import finish_run
 from recipes_lib.tracking.hub import check_push_to_hub
 from recipes_lib.tracking.wandb_run import Tracker, start_tracking
 from recipes_lib.training.autofit import choose_batch_size
@@ -330,5 +330,5 @@ class RecipeRun:
 
     def write_results(self, trainer, train_result, eval_metrics: dict[str, Any]) -> dict[str, Any]:
         """Everything a finished run writes: see run/record.py. Returns the results (results.json's keys)."""
-        self.results = record.finish_run(self, trainer, train_result, eval_metrics)
+        self.results = finish_run(self, trainer, train_result, eval_metrics)
         return self.results
