@@ -35,7 +35,7 @@ from recipes_lib.training.checkpoints import (
     resolve_resume_checkpoint,
 )
 from tests.helpers.repo import RECIPES, REPO_ROOT, load_recipe
-from tests.helpers.runs import QUICK, run_args, run_in_process
+from tests.helpers.runs import QUICK, run_args, run_in_process, with_teacher
 
 # 256 examples / 16 per batch = 16 steps per epoch: 40 steps cross two epoch boundaries, and a
 # checkpoint every 4 steps lands both mid-epoch and on an epoch end.
@@ -46,7 +46,12 @@ ONE_THREAD = {**os.environ, "OMP_NUM_THREADS": "1"}
 def recipe_args(recipe: str, tiny_bert: Path, data, output_dir: Path, *extra: str) -> list[str]:
     # LoRA's own dropout (0.1 by default) is turned off like the model's, so runs can be compared.
     lora = ["--lora_dropout", "0"] if recipe in ("lora", "qlora") else []
-    return run_args(tiny_bert, data, output_dir, *RUN_ARGS, *lora, *extra)
+    return with_teacher(recipe, run_args(tiny_bert, data, output_dir, *RUN_ARGS, *lora, *extra))
+
+
+def same_teacher(recipe: str, reference: Path) -> list[str]:
+    """distill's --teacher of the reference run, so the resumed run learns from the very same teacher."""
+    return ["--teacher", str(reference.with_name(f"{reference.name}-teacher"))] if recipe == "distill" else []
 
 
 def start(recipe: str, args: list[str], **popen) -> subprocess.Popen:
@@ -128,7 +133,8 @@ def test_kill_9_at_a_random_step_then_resume_last_ends_with_the_uninterrupted_we
     # Checkpoints in epochs 0 and 1 (16 steps each), then a kill up to 0.1 s later: mid-step or mid-save.
     after_checkpoint, delay = rng.choice([4, 12, 20]), rng.uniform(0.0, 0.1)
     where = f"killed {delay:.3f} s after checkpoint {after_checkpoint} or later was complete"
-    process = start(recipe, recipe_args(recipe, tiny_bert, learnable_data, output_dir))
+    teacher = same_teacher(recipe, reference)
+    process = start(recipe, recipe_args(recipe, tiny_bert, learnable_data, output_dir, *teacher))
     wait_for_checkpoint(output_dir, process, after_checkpoint)
     time.sleep(delay)
     process.kill()  # SIGKILL: no handler runs, files are left as they are, mid-step or mid-save
@@ -138,7 +144,9 @@ def test_kill_9_at_a_random_step_then_resume_last_ends_with_the_uninterrupted_we
     code, stderr = finish(
         start(
             recipe,
-            recipe_args(recipe, tiny_bert, learnable_data, output_dir, "--resume_from_checkpoint", "last"),
+            recipe_args(
+                recipe, tiny_bert, learnable_data, output_dir, *teacher, "--resume_from_checkpoint", "last"
+            ),
         )
     )
     assert code == 0, where + stderr[-3000:]
@@ -197,6 +205,7 @@ def test_ctrl_c_under_accelerate_launch_stops_the_recipe_with_a_checkpoint(
     wait_for_checkpoint(output_dir, process, 4)
     os.killpg(process.pid, signal.SIGINT)
     _, stderr = finish(process)  # the pipes close when the recipe process, not just the launcher, has exited
+    # The recipe receives the terminal's SIGINT before the launcher's SIGTERM, and names the first.
     assert "\ninterrupted: SIGINT stopped training at step" in stderr, stderr[-3000:]
     assert complete_checkpoint_steps(output_dir) and not (output_dir / "results.json").exists()
 

@@ -90,7 +90,10 @@ def with_teacher(recipe_name: str, args: list[str]) -> list[str]:
         for item in args:
             if skip:
                 skip = False
-            elif item in DISTILL_OPTIONS or item == "--resume_from_checkpoint":
+            elif item in DISTILL_OPTIONS or item in (
+                "--resume_from_checkpoint",
+                "--save_steps",
+            ):  # it saves nothing
                 skip = True
             else:
                 teacher_args.append(item)

@@ -55,8 +55,13 @@ class StopOnSignal(TrainerCallback):
                 signal.signal(number, handler)
 
     def _handle(self, number, frame):
-        if self._received is not None and number == signal.SIGINT:
+        if self._received == signal.SIGINT and number == signal.SIGINT:
             raise KeyboardInterrupt  # a second Ctrl-C: stop now, without a checkpoint
+        if self._received is not None:
+            # Under `accelerate launch` one Ctrl-C brings the terminal's SIGINT and then the
+            # launcher's SIGTERM: the first signal is the one that asked to stop, and a SIGTERM
+            # following a Ctrl-C is not a second Ctrl-C.
+            return
         self._received = number
         logger.warning(
             "Received %s: training stops after this step and saves a checkpoint "
