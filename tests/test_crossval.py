@@ -576,15 +576,18 @@ def test_label_issues_without_a_crossval_says_what_to_run(tmp_path, capsys):
 
 @pytest.mark.slow
 def test_a_real_two_fold_crossval_of_the_tiny_bert(tmp_path, tiny_bert, one_thread, monkeypatch):
-    """Two real folds (each its own accelerate launch), then label-issues on their probabilities."""
+    """Two real folds (each its own accelerate launch) scoring a test file too, their weights deleted once
+    complete; then label-issues on their probabilities, and on one fold's run as a single run."""
     monkeypatch.setenv("WANDB_MODE", "disabled")
     train = write_csv(tmp_path / "train.csv", learnable_rows(48, seed=1))
+    test = write_csv(tmp_path / "test.csv", learnable_rows(10, seed=5))
     output_dir = tmp_path / "cv"
     code = cli_main([
         "crossval", "full_ft", "--folds", "2", "--output_dir", str(output_dir), "--recipes_dir", str(RECIPES_DIR),
         "--accelerate_config", str(ACCELERATE_CONFIGS / "cpu.yaml"), "--model_name_or_path", str(tiny_bert),
-        "--train_file", str(train), "--max_seq_length", "32", "--per_device_train_batch_size", "16",
-        "--max_steps", "2", "--eval_strategy", "no", "--save_strategy", "no", "--report_to", "none",
+        "--train_file", str(train), "--test_file", str(test), "--max_seq_length", "32",
+        "--per_device_train_batch_size", "16", "--max_steps", "2", "--eval_strategy", "no", "--save_strategy", "no",
+        "--report_to", "none",
     ])  # fmt: skip
     assert code == 0
     oof = [json.loads(line) for line in (output_dir / OOF_FILE).read_text().splitlines()]
@@ -594,6 +597,29 @@ def test_a_real_two_fold_crossval_of_the_tiny_bert(tmp_path, tiny_bert, one_thre
     assert (
         len(results["per_fold"]) == 2 and results["std"] is not None and results["text_columns"] == ["text"]
     )
+    figures = results["test"]
+    assert figures["metric"] == "test_accuracy" and len(figures["per_fold"]) == 2
+    assert all(0 <= value <= 1 for value in figures["per_fold"]) and 0 <= figures["ensemble"] <= 1
+    # The ensemble's probabilities are the folds' mean, row by row.
+    folds = [
+        [
+            json.loads(line)
+            for line in (output_dir / f"fold-{k}" / "test_predictions.jsonl").read_text().splitlines()
+        ]
+        for k in range(2)
+    ]
+    ensemble = [
+        json.loads(line) for line in (output_dir / "test_ensemble_predictions.jsonl").read_text().splitlines()
+    ]
+    assert len(ensemble) == 10
+    for index, line in enumerate(ensemble):
+        expected = (folds[0][index]["probabilities"]["warm"] + folds[1][index]["probabilities"]["warm"]) / 2
+        assert line["probabilities"]["warm"] == pytest.approx(expected, abs=2e-6)
+    for k in range(2):  # the weights went; the predictions and results stayed
+        assert not list((output_dir / f"fold-{k}").glob("*.safetensors"))
+        assert (output_dir / f"fold-{k}" / "eval_predictions.jsonl").is_file()
     if pytest.importorskip("cleanlab"):
         assert cli_main(["label-issues", str(output_dir)]) == 0
         assert (output_dir / "label_issues.csv").is_file()
+        assert cli_main(["label-issues", str(output_dir / "fold-0")]) == 0  # a run: its validation rows
+        assert (output_dir / "fold-0" / "label_issues.csv").is_file()
