@@ -45,7 +45,7 @@ ISSUES_FILE = "label_issues.csv"
 CLEANED_STEM = "train_cleaned"
 VALIDATION_CLEANED_STEM = "validation_cleaned"
 # The recipe's data arguments a run's results.json holds (its "config"), to read its validation file as it did.
-RUN_DATA_KEYS = ("label_column_name", "problem_type", "label_delimiter", "csv_quoting")
+RUN_DATA_KEYS = ("label_column_name", "label_delimiter", "csv_quoting")
 
 
 @dataclass
@@ -118,7 +118,9 @@ def read_run(directory: Path) -> HeldOutPredictions:
             f"The run's validation file {validation_file} is not there (a relative path is read from where this "
             "command runs): run label-issues from where the run was launched."
         )
-    validation = read_labelled_rows(validation_file, {key: config.get(key) for key in RUN_DATA_KEYS})
+    # Read as the run's own task (its labels alone might look like another: one class per multi-label row).
+    data = {**{key: config.get(key) for key in RUN_DATA_KEYS}, "problem_type": task}
+    validation = read_labelled_rows(validation_file, data)
     if len(lines) != len(validation.rows):
         raise DataError(
             f"{directory / EVAL_PREDICTIONS_FILE} has {len(lines)} predictions for the {len(validation.rows)} rows "
