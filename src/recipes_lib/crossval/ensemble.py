@@ -49,8 +49,9 @@ def read_test_predictions(fold_dir: Path) -> list[dict[str, Any]]:
     path = Path(fold_dir) / TEST_PREDICTIONS_FILE
     if not path.is_file():
         raise DataError(
-            f"{path} is missing: the fold's run was given --test_file but wrote no test predictions. Its log says "
-            "why; run the fold again (delete its directory, rerun the same command with --retry_failed)."
+            f"{path} is missing: the fold's run wrote no test predictions (it ran before --test_file was added to the "
+            "command, or its recipe could not read the file: its log says). A finished fold is not rerun; give the "
+            "cross-validation with --test_file a new --output_dir."
         )
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
