@@ -430,14 +430,11 @@ class LabelColumn:
         values = encoded.dictionary.to_pylist()
         return [_json(v) for v in values] if self.kind == "json" else values, _numpy(encoded.indices)
 
-    def _first_of(self, wanted: list[int]) -> int | None:
-        """The first row with an item whose distinct value is numbered in `wanted`."""
-        item = _first(np.isin(self.distinct[1], wanted)) if wanted else None
-        return None if item is None else int(self.item_rows[item])
-
     def _first_where(self, test: Callable[[Any], bool]) -> int | None:
         """The first row with an item that passes `test` (asked once per distinct value)."""
-        return self._first_of([k for k, value in enumerate(self.distinct[0]) if test(value)])
+        wanted = [k for k, value in enumerate(self.distinct[0]) if test(value)]
+        item = _first(np.isin(self.distinct[1], wanted)) if wanted else None
+        return None if item is None else int(self.item_rows[item])
 
     @property
     def _by_value(self) -> bool:
@@ -451,11 +448,7 @@ class LabelColumn:
     @cached_property
     def _floats(self) -> pa.Array:
         """A scalar column's values as float64 (booleans as 0.0 and 1.0; a missing value stays missing)."""
-        return (
-            pa.nulls(self.rows, pa.float64())
-            if self.kind == "null"
-            else pc.cast(self.array, pa.float64(), safe=False)
-        )
+        return pc.cast(self.array, pa.float64(), safe=False)
 
     @property
     def lists(self) -> bool:
@@ -465,17 +458,13 @@ class LabelColumn:
 
     @property
     def strings(self) -> bool:
-        if self.kind == "json" and not self.listed:
-            return any(isinstance(normalise_label(value), str) for value in self.distinct[0])
-        return not self.listed and self.kind == "string" and self.array.null_count < self.rows
+        return self._by_value and any(isinstance(normalise_label(value), str) for value in self.distinct[0])
 
     @property
     def all_bools(self) -> bool:
-        if self.rows == 0 or self.listed:
-            return self.rows == 0
-        if self.kind == "json":
-            return all(isinstance(value, bool) for value in self.distinct[0])
-        return self.kind == "bool" and self.array.null_count == 0
+        return self.rows == 0 or (
+            not self.listed and all(isinstance(value, bool) for value in self.distinct[0])
+        )
 
     def first_missing(self) -> int | None:
         if self.listed:
@@ -484,9 +473,8 @@ class LabelColumn:
             return self._first_where(lambda value: normalise_label(value) in (None, ""))
         if self.array.null_count == 0 and not pa.types.is_floating(self.array.type):
             return None
-        return _first(
-            _numpy(pc.is_null(self.array, nan_is_null=True))
-        )  # NaN: a blank cell in a numeric column
+        # NaN: a blank cell in a numeric column
+        return _first(_numpy(pc.is_null(self.array, nan_is_null=True)))
 
     def first_fraction(self) -> int | None:
         if self.kind == "json" and not self.listed:
@@ -562,39 +550,50 @@ class LabelColumn:
                 "in every split for multi-label classification."
             )
         values, codes = self.distinct
-        # Every class a row names is an occurrence: its item, and its class's number in `classes`.
-        if mapping is not None and mapping.multi_hot and self.listed:
-            ones = np.array([normalise_label(value) == 1 for value in values], dtype=bool)[codes]
-            items = np.flatnonzero(ones)
-            class_ids = items - self.row_starts[self.item_rows[items]]  # a flag's position in its row
-            classes = list(range(int(class_ids.max()) + 1)) if class_ids.size else []
+        multi_hot = mapping is not None and mapping.multi_hot and self.listed
+        if (
+            multi_hot
+        ):  # an item's class is its position in its row, where its flag is 1: value (position, flag)
+            ones = np.array([normalise_label(value) == 1 for value in values], dtype=np.int64)[codes]
+            positions = np.arange(len(codes)) - self.row_starts[self.item_rows]
+            codes = positions * 2 + ones
+            per_value = [
+                [p] if flag else [] for p in range(int(positions.max(initial=-1)) + 1) for flag in (0, 1)
+            ]
         else:
-            classes_of = _single if mapping is None or self.listed else mapping.classes_of
-            per_value = [classes_of(value) for value in values]
-            classes = list(dict.fromkeys(c for value_classes in per_value for c in value_classes))
-            number = {c: i for i, c in enumerate(classes)}
-            sizes = np.array([len(value_classes) for value_classes in per_value], dtype=np.int64)
-            value_starts = np.cumsum(sizes) - sizes  # where each value's classes begin in `flat`
-            flat = np.array([number[c] for value_classes in per_value for c in value_classes], dtype=np.int64)
-            item_sizes = sizes[codes]
-            items = np.repeat(np.arange(len(codes)), item_sizes)
-            # An occurrence's place in its value's classes: its index minus its item's first occurrence.
-            within = np.arange(len(items)) - np.repeat(np.cumsum(item_sizes) - item_sizes, item_sizes)
-            class_ids = flat[value_starts[codes[items]] + within]
-        rows = self.item_rows[items]
-        occurrences = np.bincount(class_ids, minlength=len(classes)).tolist()
-        counts = Counter({c: n for c, n in zip(classes, occurrences, strict=True) if n})
-        # A row naming a class twice: the same (row, class) key twice, side by side once sorted.
-        keys = np.sort(rows * max(len(classes), 1) + class_ids)
-        repeats = keys[1:][keys[1:] == keys[:-1]]
-        first_repeat = int(repeats[0] // max(len(classes), 1)) if repeats.size else None
+            per_value = [
+                (_single if mapping is None or self.listed else mapping.classes_of)(v) for v in values
+            ]
+        counts: Counter = Counter()
+        for value_classes, items in zip(
+            per_value, np.bincount(codes, minlength=len(per_value)).tolist(), strict=True
+        ):
+            for c in value_classes if items else ():
+                counts[c] += items
+
+        def first_row(wanted_values: list[int]) -> tuple[int, int] | None:
+            """(the first row with an item of one of these distinct values, that item's value)."""
+            item = _first(np.isin(codes, wanted_values)) if wanted_values else None
+            return None if item is None else (int(self.item_rows[item]), int(codes[item]))
 
         def first(wanted):
-            chosen = [i for i, c in enumerate(classes) if wanted(c)]
-            hit = _first(np.isin(class_ids, chosen)) if chosen else None
-            return None if hit is None else (int(rows[hit]), classes[int(class_ids[hit])])
+            hits = {k: next((c for c in cs if wanted(c)), _NONE) for k, cs in enumerate(per_value)}
+            found = first_row([k for k, c in hits.items() if c is not _NONE])
+            return None if found is None else (found[0], hits[found[1]])
 
+        if self.listed and not multi_hot:  # a list naming a class twice: two items of one class in a row
+            number = {c: i for i, c in enumerate(counts)}
+            item_classes = np.array([number[c] for (c,) in per_value], dtype=np.int64)[codes]
+            keys = np.sort(self.item_rows * len(number) + item_classes)
+            repeats = keys[1:][keys[1:] == keys[:-1]]
+            first_repeat = int(repeats[0] // len(number)) if repeats.size else None
+        else:  # a value naming a class twice: a delimited string, a JSON list
+            repeated = first_row([k for k, cs in enumerate(per_value) if len(set(cs)) != len(cs)])
+            first_repeat = None if repeated is None else repeated[0]
         return ClassTally(counts, {type(c) for c in counts}, first_repeat, first)
+
+
+_NONE = object()
 
 
 def label_values(dataset, column: str) -> LabelColumn:
