@@ -186,6 +186,10 @@ def load_model(model_args: ModelArguments, model_config, **from_pretrained_kwarg
         )
     except OSError as error:
         raise _not_found(model_args, error) from None
+    # Named as the user named it, not by the pip-installed copy's directory that `resolve_model_path` read it
+    # from: peft saves this name as the adapter's base_model_name_or_path, and a path into this machine's
+    # site-packages would mean nothing elsewhere (a reload resolves the name again).
+    model.name_or_path = model.config.name_or_path = model_args.model_name_or_path
     loading["mismatched_keys"] = [
         *(loading.get("mismatched_keys") or ()),
         *reset_wrong_shaped_linears(model),
