@@ -563,7 +563,7 @@ def test_multi_label_cards_give_the_scores_at_0_5_and_at_the_tuned_thresholds_an
 def test_an_adapter_of_a_pip_installed_hub_model_names_its_base_by_the_hub_id(
     recipe, minilm_dir, tmp_path, monkeypatch
 ):
-    """A Hub id the run read from its pip-installed copy (modeling/loading.py PACKAGED_MODELS): the adapter's
+    """A Hub id the run read from its pip-installed copy (modeling/sources.py PACKAGED_MODELS): the adapter's
     base_model_name_or_path is the Hub id, not that copy's directory, and the adapter reloads from it.
 
     Paths given relative (the run's cwd is tmp_path) stay relative: nothing in the saved files names a

@@ -30,7 +30,8 @@ from recipes_lib.config.recipe_options import MERGED_SUBDIR, LoraArguments
 from recipes_lib.config.recipe_spec import LoraShape
 from recipes_lib.errors import ConfigError, ModelError
 from recipes_lib.modeling.families import default_lora_targets, linear_layer_names, linears_outside_layers
-from recipes_lib.modeling.loading import load_model, reset_wrong_shaped_linears, resolve_model_path
+from recipes_lib.modeling.loading import load_model, reset_wrong_shaped_linears
+from recipes_lib.modeling.sources import resolve_model_path
 
 logger = logging.getLogger(__name__)
 
