@@ -580,9 +580,13 @@ def test_an_adapter_of_a_pip_installed_hub_model_names_its_base_by_the_hub_id(
     run_in_process(recipe, run_args(hub_id, data, output_dir, **{**QUICK, "steps": 1}))
     adapter_config = json.loads((output_dir / "adapter_config.json").read_text())
     assert adapter_config["base_model_name_or_path"] == hub_id
-    for name in ("adapter_config.json", "results.json", "config.json", "README.md"):
-        text = (output_dir / name).read_text()
+    saved = [*output_dir.rglob("*.json"), *output_dir.rglob("*.md")]  # results, configs, tokenizer, card
+    assert {"adapter_config.json", "results.json", "config.json", "README.md"} <= {
+        path.name for path in saved
+    }
+    for path in saved:
+        text = path.read_text()
         assert_no_absolute_path(text, tmp_path, minilm_dir)
-        assert "site-packages" not in text, name
+        assert "site-packages" not in text, path
     assert json.loads((output_dir / "results.json").read_text())["output_dir"] == str(output_dir)
     assert load_trained_model(output_dir).peft_config["default"].base_model_name_or_path == hub_id

@@ -61,7 +61,7 @@ class LabelMapping:
 
     @property
     def num_labels(self) -> int:
-        return self.class_label.num_classes
+        return len(self.names)  # asked once a row by `encode`: no ClassLabel built for it
 
     @property
     def id2label(self) -> dict[int, str]:
