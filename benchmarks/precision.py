@@ -36,7 +36,7 @@ from transformers import AutoModelForSequenceClassification, BitsAndBytesConfig
 
 from recipes_lib.config.precision import TORCH_DTYPES, choose_precision, detect_capability
 from recipes_lib.modeling.adapters import LoraArguments, add_lora
-from recipes_lib.modeling.loading import packaged_model_dir
+from recipes_lib.modeling.sources import packaged_model_dir
 
 RECIPES = ("full_ft", "adamw_8bit", "lora", "qlora")
 

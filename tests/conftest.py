@@ -22,7 +22,7 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 from tests.helpers.data import learnable_rows, write_csv  # noqa: E402
-from tests.helpers.models import build_tiny_bert  # noqa: E402
+from tests.helpers.models import build_tiny_bert, liven  # noqa: E402
 
 
 @pytest.fixture(scope="session")
@@ -44,6 +44,12 @@ def seeded_bert(tmp_path_factory) -> Path:
 
     torch.manual_seed(0)
     return build_tiny_bert(tmp_path_factory.mktemp("seeded-bert"))
+
+
+@pytest.fixture(scope="module")
+def lively_bert(tmp_path_factory) -> Path:
+    """The tiny BERT with weights large enough that each input gets its own probabilities (`liven`)."""
+    return liven(build_tiny_bert(tmp_path_factory.mktemp("lively-bert")))
 
 
 @pytest.fixture(scope="session")

@@ -53,16 +53,30 @@ def test_full_fts_imports_leave_bitsandbytes_unloaded_until_a_recipe_uses_it():
     assert_explained(completed.stderr)
 
 
-def test_plan_prints_bitsandbytes_kernels_line_only_explained():
-    """plan counts a LoRA model's parameters with peft, whose LoRA dispatch loads bitsandbytes."""
+def test_plan_never_imports_bitsandbytes_and_a_later_recipe_in_the_process_still_finds_it():
+    """plan counts a LoRA model's parameters with peft, which imports bitsandbytes and whose LoRA dispatch
+    loads it: the planner hides it (bitsandbytes_hidden), and afterwards peft and transformers find it."""
     completed = run_python(
         """
+        import sys
         from recipes_lib.cli.main import main
+        heavy = ("torch", "transformers", "datasets", "peft", "bitsandbytes")
+        print("heavy modules of the command line:", sorted({m.split(".")[0] for m in sys.modules} & set(heavy)))
         main(["plan", "--model", "bert-base-uncased", "--no_family"])
+        print("bitsandbytes modules after plan:", sorted(m for m in sys.modules if m.split(".")[0] == "bitsandbytes"))
+        print("plan done", file=sys.stderr, flush=True)
+        from peft.import_utils import is_bnb_4bit_available, is_bnb_available
+        from transformers.utils.import_utils import is_bitsandbytes_available
+        print("found again:", is_bnb_available(), is_bnb_4bit_available(), is_bitsandbytes_available())
         """
     )
+    assert "heavy modules of the command line: []" in completed.stdout  # each command imports its own
     assert "qlora" in completed.stdout
-    assert_explained(completed.stderr)
+    assert "bitsandbytes modules after plan: []" in completed.stdout
+    assert "found again: True True True" in completed.stdout  # asking for 4-bit layers loads it, explained
+    during_plan, after_plan = completed.stderr.split("plan done")
+    assert KERNELS_LINE not in during_plan and EXPLANATION not in during_plan
+    assert_explained(after_plan)
 
 
 def assert_explained(stderr: str) -> None:

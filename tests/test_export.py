@@ -1,8 +1,8 @@
 """`recipes-lib export`: ONNX (and int8) of a finished run, the quality gate, and predict from the export.
 
 The runs are two optimizer steps of the recipe's own main() on a tiny BERT whose weights are drawn
-larger than BERT's initialisation (as in test_predict.py), so that rows get probabilities that differ
-by around 1e-2 and a model that is not the PyTorch one cannot agree by chance. One export takes
+larger than BERT's initialisation (conftest's `lively_bert`, as in test_predict.py), so that rows get
+probabilities that differ by around 1e-2 and a model that is not the PyTorch one cannot agree by chance. One export takes
 10-80 s on 2 cores (torch.export and onnxscript dominate), so the fast tests share one export;
 every family, and LoRA, are `slow`.
 """
@@ -15,10 +15,9 @@ from pathlib import Path
 from unittest import mock
 
 import pytest
-import torch
 
 from tests.helpers.data import learnable_rows, read_jsonl, write_csv
-from tests.helpers.models import FAMILIES, build_tiny_bert, build_tiny_family
+from tests.helpers.models import FAMILIES, build_tiny_family
 from tests.helpers.runs import QUICK, run_args, run_in_process
 
 pytest.importorskip("onnxruntime")
@@ -30,21 +29,6 @@ TOLERANCE = 1e-5
 TINY_INT8_DROP = "50"
 
 
-def _liven(directory: Path) -> Path:
-    """Redraw the saved model's matrices larger, so each input gets its own probabilities."""
-    from transformers import AutoModelForSequenceClassification
-
-    model = AutoModelForSequenceClassification.from_pretrained(directory)
-    generator = torch.Generator().manual_seed(0)
-    with torch.no_grad():
-        for name, parameter in model.named_parameters():
-            if parameter.dim() == 2 and "embeddings" not in name:
-                scale = 0.5 if "classifier" in name else 0.1
-                parameter.copy_(torch.randn(parameter.shape, generator=generator) * scale)
-    model.save_pretrained(directory)
-    return directory
-
-
 @pytest.fixture(scope="module")
 def data(tmp_path_factory) -> dict[str, Path]:
     directory = tmp_path_factory.mktemp("export-data")
@@ -52,11 +36,6 @@ def data(tmp_path_factory) -> dict[str, Path]:
         "train": write_csv(directory / "train.csv", learnable_rows(64, seed=1)),
         "validation": write_csv(directory / "validation.csv", learnable_rows(24, seed=2)),
     }
-
-
-@pytest.fixture(scope="module")
-def lively_bert(tmp_path_factory) -> Path:
-    return _liven(build_tiny_bert(tmp_path_factory.mktemp("export-bert")))
 
 
 def _train(recipe: str, model: Path, data: dict[str, Path], output_dir: Path, *extra: str) -> Path:

@@ -557,3 +557,36 @@ def test_multi_label_cards_give_the_scores_at_0_5_and_at_the_tuned_thresholds_an
         ("mse", 0.1),
         ("spearmanr", 0.8),
     ]
+
+
+@pytest.mark.parametrize("recipe", ["lora", "qlora"])
+def test_an_adapter_of_a_pip_installed_hub_model_names_its_base_by_the_hub_id(
+    recipe, minilm_dir, tmp_path, monkeypatch
+):
+    """A Hub id the run read from its pip-installed copy (modeling/sources.py PACKAGED_MODELS): the adapter's
+    base_model_name_or_path is the Hub id, not that copy's directory, and the adapter reloads from it.
+
+    Paths given relative (the run's cwd is tmp_path) stay relative: nothing in the saved files names a
+    directory of this machine that the user did not write."""
+    from recipes_lib.modeling.adapters import load_trained_model
+
+    monkeypatch.chdir(tmp_path)
+    data = {
+        "train": write_csv(Path("train.csv"), learnable_rows(16, seed=1)),
+        "validation": write_csv(Path("dev.csv"), learnable_rows(8, seed=2)),
+    }
+    hub_id = "sentence-transformers/all-MiniLM-L6-v2"
+    output_dir = Path("out") / recipe
+    run_in_process(recipe, run_args(hub_id, data, output_dir, **{**QUICK, "steps": 1}))
+    adapter_config = json.loads((output_dir / "adapter_config.json").read_text())
+    assert adapter_config["base_model_name_or_path"] == hub_id
+    saved = [*output_dir.rglob("*.json"), *output_dir.rglob("*.md")]  # results, configs, tokenizer, card
+    assert {"adapter_config.json", "results.json", "config.json", "README.md"} <= {
+        path.name for path in saved
+    }
+    for path in saved:
+        text = path.read_text()
+        assert_no_absolute_path(text, tmp_path, minilm_dir)
+        assert "site-packages" not in text, path
+    assert json.loads((output_dir / "results.json").read_text())["output_dir"] == str(output_dir)
+    assert load_trained_model(output_dir).peft_config["default"].base_model_name_or_path == hub_id

@@ -16,28 +16,10 @@ import pytest
 import torch
 
 from tests.helpers.data import learnable_rows, write_csv
-from tests.helpers.models import build_tiny_bert
 from tests.helpers.runs import QUICK, run_args, run_in_process
 
 TOLERANCE = 1e-5
 MERGED = "merged"
-
-
-@pytest.fixture(scope="module")
-def lively_bert(tmp_path_factory) -> Path:
-    """The tiny BERT with weights large enough that each input gets its own probabilities."""
-    from transformers import BertForSequenceClassification
-
-    directory = build_tiny_bert(tmp_path_factory.mktemp("lively-bert"))
-    model = BertForSequenceClassification.from_pretrained(directory)
-    generator = torch.Generator().manual_seed(0)
-    with torch.no_grad():
-        for name, parameter in model.named_parameters():
-            if parameter.dim() == 2 and "embeddings" not in name:
-                scale = 0.5 if "classifier" in name else 0.1
-                parameter.copy_(torch.randn(parameter.shape, generator=generator) * scale)
-    model.save_pretrained(directory)
-    return directory
 
 
 @pytest.fixture(scope="module")

@@ -152,3 +152,36 @@ def test_a_file_no_single_writer_explains_stops_and_asks_naming_both_lines(tmp_p
     assert "--csv_quoting quoted or --csv_quoting none" in str(error.value)
     assert decide_quoting(str(train), "quoted")[0] is True
     assert decide_quoting(str(train), "none")[0] is False
+
+
+@pytest.mark.parametrize("quoted", [True, False], ids=["quoted", "unquoted"])
+def test_a_copy_without_some_rows_keeps_the_other_records_as_written(tmp_path, quoted):
+    """distill's labelled copy of --train_file: multi-line fields, blank lines and a line separator
+    inside a text (which str.splitlines would split, the csv module not) stay as written."""
+    from recipes_lib.data.files import copy_delimited_rows
+
+    if quoted:
+        records = [
+            "text\tlabel\n",
+            '"one\ntwo"\twarm\n',
+            "\n",
+            "b\u2028c\tcool\n",
+            '"say ""hi"""\twarm\n',
+            "last\tcool\n",
+        ]
+    else:
+        records = [
+            "text\tlabel\n",
+            'a "quote\twarm\n',
+            "\n",
+            "b\u2028c\tcool\n",
+            'say "hi\twarm\n',
+            "last\tcool\n",
+        ]
+    source, copy = tmp_path / "train.tsv", tmp_path / "copy" / "train.tsv"
+    source.write_text("".join(records), encoding="utf-8")
+    copy.parent.mkdir()
+    copy_delimited_rows(str(source), str(copy), {0, 3}, quoted)
+    # rows 0..3 are records 1, 3, 4, 5 (the blank line goes with row 0)
+    assert copy.read_text(encoding="utf-8") == records[0] + records[3] + records[4]
+    assert len(decide_quoting(str(copy), "quoted" if quoted else "none")[1]) == 2

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import sys
 
+from recipes_lib.export import DEFAULT_MAX_METRIC_DROP, MIN_FP32_AGREEMENT
+
 
 def add_export_parser(commands) -> None:
-    from recipes_lib.export.gate import DEFAULT_MAX_METRIC_DROP, MIN_FP32_AGREEMENT
-
     parser = commands.add_parser(
         "export",
         help="Export a finished run to ONNX (optionally int8), checked against the PyTorch model before it is kept.",

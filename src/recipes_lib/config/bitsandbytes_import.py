@@ -12,9 +12,10 @@ plain `import bitsandbytes` lazy with the standard library's `importlib.util.Laz
 module object exists, and bitsandbytes' code runs at its first real use (an attribute read, or an
 import of one of its submodules): adamw_8bit's optimizer, QLoRA's quantization, LoRA on an 8-bit
 base, the reload of a quantized adapter, and peft's LoRA itself, whose layer dispatch asks
-bitsandbytes whether it has 4-bit layers (peft/tuners/lora/model.py), which `plan` meets too when
-it counts a LoRA model's parameters. A full fine-tune never loads it. When it does load, the
-kernels line is preceded by one line of ours saying what it means.
+bitsandbytes whether it has 4-bit layers (peft/tuners/lora/model.py). A full fine-tune never loads
+it, and `plan`, which builds LoRA models with peft to count their parameters, never imports it
+(`bitsandbytes_hidden`). When it does load, the kernels line is preceded by one line of ours saying
+what it means.
 """
 
 from __future__ import annotations
@@ -94,3 +95,42 @@ def quiet_bitsandbytes():
     finally:
         for bnb_logger, level in zip(loggers, levels, strict=True):
             bnb_logger.setLevel(level)
+
+
+@contextmanager
+def bitsandbytes_hidden():
+    """bitsandbytes kept out of the block (unless it is loaded already), for code that never uses it.
+
+    The planner builds a LoRA model on the meta device with peft to count what trains; peft imports
+    bitsandbytes and asks it for its 8-bit and 4-bit layers, which loads it (and on some CPUs prints
+    its kernels line) for a command, `plan`, that quantizes nothing. In the block `import
+    bitsandbytes` fails, as if it were not installed, and peft skips its bitsandbytes layers, which a
+    meta model has none of. Afterwards the module is as it was, and the answers peft and
+    transformers cached about bitsandbytes in the block are forgotten, so a recipe that runs later in
+    the same process (a test, a sweep's check) finds it again.
+    """
+    if bitsandbytes_loaded():
+        yield
+        return
+    before = sys.modules.get(PACKAGE, _ABSENT)
+    sys.modules[PACKAGE] = None  # importlib: "import of bitsandbytes halted; None in sys.modules"
+    try:
+        yield
+    finally:
+        if before is _ABSENT:
+            sys.modules.pop(PACKAGE, None)
+        else:
+            sys.modules[PACKAGE] = before
+        for module_name, cached in (
+            ("peft.import_utils", "is_bnb_available"),
+            ("peft.import_utils", "is_bnb_4bit_available"),
+            ("transformers.utils.import_utils", "is_bitsandbytes_available"),
+        ):
+            answer = getattr(sys.modules.get(module_name), cached, None)
+            if hasattr(answer, "cache_clear"):
+                answer.cache_clear()
+        # peft imported first in the block keeps `peft.helpers.bnb = None`: only its condition-number
+        # tool (no recipe's) reads it.
+
+
+_ABSENT = object()

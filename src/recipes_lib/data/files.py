@@ -93,6 +93,24 @@ def _open(path: str):
     return open(path, newline="", encoding="utf-8-sig")
 
 
+def copy_delimited_rows(path: str, target: str, skipped: set[int], quoted: bool) -> None:
+    """Copy a CSV/TSV without the data rows `skipped` (row indices; the header is no row), every kept
+    record's lines as written, a line at a time (a blank line goes with the record before it)."""
+    delimiter = DELIMITED[Path(path).suffix.lower()]
+    with (
+        _open(path) as records,
+        open(path, encoding="utf-8", newline="") as lines,
+        open(target, "w", encoding="utf-8", newline="") as copy,
+    ):
+        starts = (line for _, line in _records(records, delimiter, quoted))
+        next_start, record = next(starts, None), -1  # record 0 is the header
+        for number, line in enumerate(lines, start=1):
+            if number == next_start:
+                record, next_start = record + 1, next(starts, None)
+            if record == 0 or (record > 0 and record - 1 not in skipped):
+                copy.write(line)
+
+
 def read_delimited(path: str, delimiter: str, quoted: bool) -> Reading:
     """Read as quoted (strictly: a quote must open and close a whole field, as writers do) or unquoted."""
     reading = Reading()

@@ -5,10 +5,12 @@ regression; otherwise single-label classes), or taken from --problem_type and ch
 them. Every labelled split is then checked against the mapping, on the raw values, before
 tokenization: an error names the first bad row, and where it is.
 
-The checks read each split's label column as Arrow holds it (`label_values`), not row by row in
-Python: a million rows cost about what a few classes do. Each distinct value is looked at once
-(so a class's name is normalised once, not per row), and the rows only through arrays of codes;
-a column of another Arrow type (structs, nested lists) is refused in one paragraph.
+A split's label column is read once, as Arrow holds it (`LabelColumn`): its items (a list column's,
+flattened; a scalar column's values) and each item's row. Each distinct item is looked at once in
+Python (pyarrow's dictionary_encode), the rows only through pyarrow.compute and numpy arrays of
+codes, so a million rows cost about what a few classes do; numbers, whose distinct values can be as
+many as the rows (scores), are checked as arrays. A column of another Arrow type (structs, nested
+lists) is refused in one paragraph.
 """
 
 from __future__ import annotations
@@ -53,16 +55,23 @@ class LabelMapping:
     multi_hot: bool = False
 
     @property
+    def class_label(self) -> ClassLabel:
+        """The names as datasets' ClassLabel (which refuses a name given twice): id <-> name."""
+        return ClassLabel(names=self.names)
+
+    @property
     def num_labels(self) -> int:
-        return len(self.names)
+        return len(self.names)  # asked once a row by `encode`: no ClassLabel built for it
 
     @property
     def id2label(self) -> dict[int, str]:
-        return dict(enumerate(self.names))
+        classes = self.class_label
+        return {i: classes.int2str(i) for i in range(classes.num_classes)}
 
     @property
     def label2id(self) -> dict[str, int]:
-        return {name: i for i, name in enumerate(self.names)}
+        classes = self.class_label
+        return {name: classes.str2int(name) for name in classes.names}
 
     def classes_of(self, value) -> list:
         """A multi-label row's classes, as raw values (normalised): a list as is, a string split, a scalar alone."""
@@ -87,6 +96,11 @@ class LabelMapping:
                 row[self.to_id[raw]] = 1.0
             return row
         return self.to_id[normalise_label(value)]
+
+
+def _numbered(classes, names: list[str], **task) -> LabelMapping:
+    """The mapping of these classes, in id order (class i has id i), with these names."""
+    return LabelMapping(names=list(names), to_id={c: i for i, c in enumerate(classes)}, **task)
 
 
 def label_mapping(raw: DatasetDict, data_args: DataArguments, locate: dict) -> LabelMapping:
@@ -114,19 +128,18 @@ def label_mapping(raw: DatasetDict, data_args: DataArguments, locate: dict) -> L
     return _checked(mapping, raw, label_column, locate, {"train": values})
 
 
-def _is_list_feature(feature) -> bool:
-    """A datasets feature holding a list per row (List, Sequence, LargeList; [Value] in old releases)."""
-    return isinstance(feature, list) or (hasattr(feature, "feature") and not isinstance(feature, ClassLabel))
-
-
-def _problem_type(values: Labels, feature, data_args: DataArguments, locate: dict) -> str:
+def _problem_type(values: LabelColumn, feature, data_args: DataArguments, locate: dict) -> str:
     """The task the labels describe (lists or a delimiter: multi-label; fractions: regression), or the one asked for."""
     requested, delimiter = data_args.problem_type, data_args.label_delimiter
     if delimiter == "":
         raise ConfigError(
             "--label_delimiter is empty; give the string between a row's classes, e.g. ';' or '|'."
         )
-    lists = _is_list_feature(feature) or values.lists
+    # A datasets feature holding a list per row (List, Sequence, LargeList; [Value] in old releases).
+    list_feature = isinstance(feature, list) or (
+        hasattr(feature, "feature") and not isinstance(feature, ClassLabel)
+    )
+    lists = list_feature or values.lists
     if delimiter is not None and (lists or not values.strings):
         raise ConfigError(
             f"--label_delimiter '{delimiter}' splits string labels, but the training labels are "
@@ -166,74 +179,57 @@ def _is_number(value) -> bool:
         return False
 
 
-def _single_label_mapping(values: Labels, feature, label_column: str, locate: dict) -> LabelMapping:
+def _single_label_mapping(values: LabelColumn, feature, label_column: str, locate: dict) -> LabelMapping:
     if isinstance(feature, ClassLabel):
-        names = list(feature.names)
-        return LabelMapping(names=names, to_id={i: i for i in range(len(names))})
-    classes = values.classes(None)
-    kinds = classes.kinds
-    if len(kinds) > 1 or not kinds <= {int, str}:
-        kind_names = ", ".join(sorted(k.__name__ for k in kinds))
-        odd = classes.first(lambda c: not isinstance(c, int | str))
+        return _numbered(range(feature.num_classes), feature.names)
+    tally = values.classes(None)
+    if len(tally.kinds) > 1 or not tally.kinds <= {int, str}:
+        kind_names = ", ".join(sorted(k.__name__ for k in tally.kinds))
+        odd = tally.first(lambda c: not isinstance(c, int | str))
         example = f" (e.g. {odd[1]!r} at {_where(locate, 'train', odd[0])})" if odd is not None else ""
         raise DataError(
             f"Label column '{label_column}' mixes value types ({kind_names}){example}. Labels must be all integers "
             "(class ids), all booleans or all strings (class names) for classification, or all numbers for "
             "regression (--problem_type regression)."
         )
-    unique = sorted(classes.counts)
-    if kinds == {int} and unique == list(range(len(unique))):
-        mapping = LabelMapping(names=[str(v) for v in unique], to_id={v: v for v in unique})
-    else:
-        mapping = LabelMapping(names=[str(v) for v in unique], to_id={v: i for i, v in enumerate(unique)})
-    if values.all_bools:
-        mapping.names = ["False", "True"][: mapping.num_labels]
-    return mapping
+    classes = sorted(tally.counts)  # ids 0..K-1 keep their ids; other classes are numbered in sorted order
+    return _numbered(classes, [("False", "True")[c] if values.all_bools else str(c) for c in classes])
 
 
-def _multi_label_mapping(values: Labels, feature, delimiter: str | None, locate: dict) -> LabelMapping:
+def _multi_label_mapping(values: LabelColumn, feature, delimiter: str | None, locate: dict) -> LabelMapping:
     """Class names from every class a training row names; a Hub list of ClassLabel keeps its names and order."""
     inner = getattr(feature, "feature", None)
     if isinstance(inner, ClassLabel):
-        names = list(inner.names)
-        return LabelMapping(names, {i: i for i in range(len(names))}, MULTI_LABEL, delimiter)
+        return _numbered(range(inner.num_classes), inner.names, problem_type=MULTI_LABEL, delimiter=delimiter)
     # Rows of 0/1 flags: every row a list of the same length (at least 2) holding only 0 and 1. A list
     # of class ids varies in length from row to row, and [0, 1, 0] would name class 0 twice.
     width = values.multi_hot_width()
     if width is not None:
         logger.info(
-            "Labels are rows of %d 0/1 flags: class i is the i-th flag, named '%d' to '%d'.",
-            width,
-            0,
-            width - 1,
+            "Labels are rows of %d 0/1 flags: class i is the i-th flag, named '0' to '%d'.", width, width - 1
         )
-        return LabelMapping(
-            [str(i) for i in range(width)], {i: i for i in range(width)}, MULTI_LABEL, multi_hot=True
-        )
-    classes = values.classes(LabelMapping([], {}, MULTI_LABEL, delimiter))
-    odd = classes.first(lambda c: isinstance(c, bool) or not isinstance(c, int | str))
-    repeat = classes.first_repeat
+        positions = range(width)
+        return _numbered(positions, map(str, positions), problem_type=MULTI_LABEL, multi_hot=True)
+    tally = values.classes(LabelMapping([], {}, MULTI_LABEL, delimiter))
+    odd = tally.first(lambda c: isinstance(c, bool) or not isinstance(c, int | str))
     # The first row that is wrong either way, its odd class before its repeated one.
-    if odd is not None and (repeat is None or odd[0] <= repeat):
+    if odd is not None and (tally.first_repeat is None or odd[0] <= tally.first_repeat):
         raise DataError(
             f"{_where(locate, 'train', odd[0])} lists {odd[1]!r} among its classes; a multi-label row lists "
             "class names (strings) or class ids (integers). Fix that row."
         )
-    if repeat is not None:
+    if tally.first_repeat is not None:
         raise DataError(
-            f"{_where(locate, 'train', repeat)} has the labels {values.value(repeat)!r}, which name a class twice. "
-            "A multi-label row lists each of its classes once (['billing', 'shipping']); a row of 0/1 flags per "
-            "class must be written as the names of the classes flagged."
+            f"{_where(locate, 'train', tally.first_repeat)} has the labels {values.value(tally.first_repeat)!r}, "
+            "which name a class twice. A multi-label row lists each of its classes once (['billing', 'shipping']); "
+            "a row of 0/1 flags per class must be written as the names of the classes flagged."
         )
-    seen = list(classes.counts)
-    if len({type(c) for c in seen}) > 1:
+    if len(tally.kinds) > 1:
         raise DataError(
             "The multi-label rows mix class names and class ids (strings and integers). Use one or the other."
         )
-    unique = sorted(seen)
-    identity = all(isinstance(c, int) for c in unique) and unique == list(range(len(unique)))
-    to_id = {c: c for c in unique} if identity else {c: i for i, c in enumerate(unique)}
-    return LabelMapping([str(c) for c in unique], to_id, MULTI_LABEL, delimiter)
+    classes = sorted(tally.counts)
+    return _numbered(classes, map(str, classes), problem_type=MULTI_LABEL, delimiter=delimiter)
 
 
 def check_labels_present(raw: DatasetDict, label_column: str, locate: dict, delimiter: str | None) -> None:
@@ -298,10 +294,10 @@ def _checked(
                 )
         if split == "train":
             continue  # its classes are the mapping's own
-        classes = values.classes(mapping if mapping.problem_type == MULTI_LABEL else None)
-        unseen = [c for c in classes.counts if c not in mapping.to_id]
+        tally = values.classes(mapping if mapping.problem_type == MULTI_LABEL else None)
+        unseen = [c for c in tally.counts if c not in mapping.to_id]
         if unseen:
-            first, _ = classes.first(lambda c: c not in mapping.to_id)
+            first, _ = tally.first(lambda c: c not in mapping.to_id)
             others = sorted({repr(v) for v in unseen})
             raise DataError(
                 f"The {split} data has label(s) the training data never uses: {', '.join(others[:5])}"
@@ -365,19 +361,11 @@ def normalise_label(value):
 
 
 # -- one split's label column, as the checks ask about it ------------------------------------------
-#
-# A column is read through Arrow: each distinct value (pyarrow's dictionary_encode) is looked at once
-# in Python, so a million rows of a few classes cost about what the few classes do, and the rows only
-# through pyarrow.compute and numpy arrays of codes. Floats and integers, whose distinct values can
-# be as many as the rows (scores), are checked as arrays. A list column is its items (flattened, read
-# the same way) and each item's row. A JSON column (datasets' Json feature: a .jsonl whose labels mix
-# types) is read through its storage, each distinct JSON text decoded once. No column is ever held as
-# Python values row by row.
 
 
 @dataclass
 class ClassTally:
-    """Each row's classes, as `classes_of` gives them, taken together."""
+    """Each row's classes (a multi-label mapping's `classes_of`, else the normalised value), taken together."""
 
     counts: Counter  # class -> times it occurs, over all rows
     kinds: set  # the types of the classes
@@ -386,298 +374,242 @@ class ClassTally:
     first: Callable[[Callable[[Any], bool]], tuple[int, Any] | None]
 
 
-def _single(value) -> list:
-    return [normalise_label(value)]
-
-
-def _first_true(mask: np.ndarray) -> int | None:
+def _first(mask: np.ndarray) -> int | None:
+    """The first row (or item) a boolean mask holds True for."""
     hits = np.flatnonzero(mask)
     return int(hits[0]) if hits.size else None
 
 
-def _first(mask: np.ndarray | pa.Array) -> int | None:
-    """The first row a boolean mask (numpy's, or Arrow's without nulls) holds True for."""
-    if isinstance(mask, np.ndarray):
-        return _first_true(mask)
-    found = pc.index(mask, True).as_py()
-    return None if found < 0 else found
+def _numpy(array: pa.Array) -> np.ndarray:
+    return array.to_numpy(zero_copy_only=False)
 
 
-def _all(mask: np.ndarray | pa.Array) -> bool:
-    return bool(mask.all()) if isinstance(mask, np.ndarray) else len(mask) == 0 or pc.all(mask).as_py()
+def _single(value) -> list:
+    return [normalise_label(value)]
 
 
-class _ScalarLabels:
-    """A label column of strings, integers, floats or booleans (a ClassLabel's ids too), or of JSON values
-    of mixed types, as Arrow holds it."""
+def _json(text: str | None):
+    return None if text is None else json.loads(text)
 
-    def __init__(self, array: pa.Array):
-        self.array, self.rows = array, len(array)
-        self.kind = _kind(array.type)
+
+class LabelColumn:
+    """One split's label column as Arrow holds it: strings, integers, floats, booleans (a ClassLabel's ids
+    too), JSON values of mixed types (datasets' Json feature, a .jsonl whose labels mix types), or lists of
+    any of them. Its items are a list column's items, flattened (a missing row: one missing item), or a
+    scalar column's values; `item_rows` is each item's row."""
+
+    def __init__(self, array: pa.Array, kind: str):
+        self.array, self.rows, self.kind = array, len(array), kind
+        self.listed = pa.types.is_list(array.type) or pa.types.is_large_list(array.type)
+        if not self.listed:
+            self.present, self.item_rows = None, np.arange(self.rows)
+            self.items = array.storage if kind == "json" else array  # JSON: its text
+            return
+        self.present = _numpy(array.is_valid())
+        self.lengths = _numpy(pc.list_value_length(array).fill_null(-1))
+        if kind == "json":  # lists of JSON texts (pyarrow's list kernels take no extension type)
+            array = type(array).from_arrays(array.offsets, array.values.storage, mask=array.is_null())
+        filled = pc.fill_null(array, pa.scalar([None], array.type))
+        offsets = _numpy(filled.offsets)
+        self.items, self.row_starts = filled.flatten(), offsets[:-1] - offsets[0]
+        self.item_rows = _numpy(pc.list_parent_indices(filled))
 
     def value(self, index: int):
+        """Row `index`'s label as the file gives it (JSON comes as its text, decoded here)."""
         value = self.array[index].as_py()
-        return (
-            json.loads(value) if self.kind == "json" and value is not None else value
-        )  # JSON comes as its text
+        if self.kind != "json" or value is None:
+            return value
+        return [_json(text) for text in value] if self.listed else json.loads(value)
 
     @cached_property
     def distinct(self) -> tuple[list, np.ndarray]:
-        """(the distinct values, None for a missing one; each row's index into them)."""
+        """(the items' distinct values, None for a missing one; each item's index into them)."""
         if self.kind == "null":
-            return [None] * bool(self.rows), np.zeros(self.rows, dtype=np.int64)
-        if self.kind == "json":  # each distinct JSON text decoded once
-            encoded = self.array.storage.dictionary_encode(null_encoding="encode")
-            texts = encoded.dictionary.to_pylist()
-            values = [None if text is None else json.loads(text) for text in texts]
-            return values, encoded.indices.to_numpy(zero_copy_only=False)
-        encoded = self.array.dictionary_encode(null_encoding="encode")
-        return encoded.dictionary.to_pylist(), encoded.indices.to_numpy(zero_copy_only=False)
+            return [None] * bool(len(self.items)), np.zeros(len(self.items), dtype=np.int64)
+        encoded = self.items.dictionary_encode(null_encoding="encode")
+        values = encoded.dictionary.to_pylist()
+        return [_json(v) for v in values] if self.kind == "json" else values, _numpy(encoded.indices)
+
+    def _first_where(self, test: Callable[[Any], bool]) -> int | None:
+        """The first row with an item that passes `test` (asked once per distinct value)."""
+        wanted = [k for k, value in enumerate(self.distinct[0]) if test(value)]
+        item = _first(np.isin(self.distinct[1], wanted)) if wanted else None
+        return None if item is None else int(self.item_rows[item])
 
     @property
     def _by_value(self) -> bool:
-        """Whether the checks ask each distinct value (strings, JSON), not the rows as numbers."""
-        return self.kind in ("string", "json")
+        """Whether a scalar column's checks ask each distinct value (strings, JSON), not the rows as numbers."""
+        return not self.listed and self.kind in ("string", "json")
 
-    def first_of(self, wanted: list[int] | np.ndarray) -> int | None:
-        """The first row whose value is one of the distinct values numbered `wanted`."""
-        if len(wanted) == 0:
-            return None
-        return _first_true(np.isin(self.distinct[1], wanted))
-
-    def first_where(self, test: Callable[[Any], bool]) -> int | None:
-        """The first row whose value passes `test` (asked once per distinct value)."""
-        return self.first_of([k for k, value in enumerate(self.distinct[0]) if test(value)])
+    @property
+    def _numbers(self) -> bool:
+        return not self.listed and self.kind == "number"
 
     @cached_property
     def _floats(self) -> pa.Array:
-        """The values as float64 (booleans as 0.0 and 1.0; a missing value stays missing)."""
-        if self.kind == "null":
-            return pa.nulls(self.rows, pa.float64())
+        """A scalar column's values as float64 (booleans as 0.0 and 1.0; a missing value stays missing)."""
         return pc.cast(self.array, pa.float64(), safe=False)
 
     @property
     def lists(self) -> bool:
+        if self.listed:
+            return bool(self.present.any())
         return self.kind == "json" and any(isinstance(value, list) for value in self.distinct[0])
 
     @property
     def strings(self) -> bool:
-        if self.kind == "json":
-            return any(isinstance(normalise_label(value), str) for value in self.distinct[0])
-        return self.kind == "string" and self.array.null_count < self.rows
+        return self._by_value and any(isinstance(normalise_label(value), str) for value in self.distinct[0])
 
     @property
     def all_bools(self) -> bool:
-        if self.kind == "json":
-            return all(isinstance(value, bool) for value in self.distinct[0])
-        return (self.kind == "bool" and self.array.null_count == 0) or self.rows == 0
+        return self.rows == 0 or (
+            not self.listed and all(isinstance(value, bool) for value in self.distinct[0])
+        )
 
     def first_missing(self) -> int | None:
+        if self.listed:
+            return _first(~self.present)
         if self._by_value:
-            return self.first_where(lambda value: normalise_label(value) in (None, ""))
+            return self._first_where(lambda value: normalise_label(value) in (None, ""))
         if self.array.null_count == 0 and not pa.types.is_floating(self.array.type):
             return None
-        return _first(pc.is_null(self.array, nan_is_null=True))  # NaN: a blank cell in a numeric column
+        # NaN: a blank cell in a numeric column
+        return _first(_numpy(pc.is_null(self.array, nan_is_null=True)))
 
     def first_fraction(self) -> int | None:
-        if self.kind == "json":
-            return self.first_where(_is_fraction)
-        if not pa.types.is_floating(self.array.type):
+        if self.kind == "json" and not self.listed:
+            return self._first_where(_is_fraction)
+        if self.listed or not pa.types.is_floating(self.array.type):
             return None
         values = self.array
         whole = pc.and_kleene(pc.is_finite(values), pc.equal(pc.floor(values), values))
         # NaN and infinities are no integers either; a missing value is no fraction.
-        return _first(pc.and_(pc.is_valid(values), pc.invert(whole)).fill_null(False))
+        return _first(_numpy(pc.and_(pc.is_valid(values), pc.invert(whole)).fill_null(False)))
 
     def first_not_number(self) -> int | None:
         if self._by_value:
-            return self.first_where(lambda value: not _is_number(value))
-        if self.kind != "number":  # booleans and blanks are no scores
+            return self._first_where(lambda value: not _is_number(value))
+        if not self._numbers:  # lists, booleans and blanks are no scores
             return 0 if self.rows else None
-        return _first(pc.invert(pc.is_finite(self.array)).fill_null(True))
+        return _first(_numpy(pc.invert(pc.is_finite(self.array)).fill_null(True)))
 
     def scores(self) -> tuple[float, float, float]:
+        """(mean, min, max) of a regression column."""
         if self._by_value:
             values, codes = self.distinct
             counts = np.bincount(codes, minlength=len(values))
             scores = np.array([float(value) for value in values])
             return float(scores @ counts) / self.rows, float(scores.min()), float(scores.max())
         extremes = pc.min_max(self._floats)
-        total = pc.sum(self._floats).as_py()
-        return total / self.rows, extremes["min"].as_py(), extremes["max"].as_py()
+        return pc.sum(self._floats).as_py() / self.rows, extremes["min"].as_py(), extremes["max"].as_py()
 
-    def _unlabelled(self, feature) -> np.ndarray | pa.Array:
+    def _unlabelled(self, feature) -> np.ndarray:
+        """Per row: whether it has no label (`unlabelled_value`)."""
+        if self.listed:
+            return ~self.present
         if self._by_value:
             values, codes = self.distinct
             return np.array([unlabelled_value(value, feature) for value in values], dtype=bool)[codes]
         unlabelled = pc.is_null(self.array, nan_is_null=True)
         if isinstance(feature, ClassLabel) and self.kind == "number":
             unlabelled = pc.or_(unlabelled, pc.equal(self._floats, -1).fill_null(False))
-        return unlabelled
+        return _numpy(unlabelled)
 
     def first_unlabelled(self, feature) -> int | None:
         return _first(self._unlabelled(feature))
 
     def hidden(self, feature) -> bool:
-        if self.rows == 0 or _all(self._unlabelled(feature)):
+        """Whether no row has a label: all empty, or -1 everywhere (GLUE's hidden test labels)."""
+        if self.rows == 0 or self._unlabelled(feature).all():
             return True
-        if self.kind == "json":
+        if self.kind == "json" and not self.listed:
             return all(normalise_label(value) == -1 for value in self.distinct[0])
-        if self.kind != "number":
-            return False  # strings and booleans are never -1
-        return _all(pc.equal(self._floats, -1).fill_null(False))
+        return self._numbers and bool(_numpy(pc.equal(self._floats, -1).fill_null(False)).all())
 
     def multi_hot_width(self) -> int | None:
-        return None  # rows of flags are lists, which Arrow holds as a list column (_ListLabels)
-
-    def first_not_flags(self, width: int) -> int | None:
-        return 0 if self.rows else None
-
-    def classes(self, mapping: LabelMapping | None) -> ClassTally:
-        classes_of = _single if mapping is None else mapping.classes_of
-        values, codes = self.distinct
-        per_value = [classes_of(value) for value in values]
-        rows_with = np.bincount(codes, minlength=len(values))
-        counts: Counter = Counter()
-        for classes, rows in zip(per_value, rows_with.tolist(), strict=True):
-            for c in classes:
-                counts[c] += rows
-
-        def first(wanted):
-            hits = {k: next((c for c in classes if wanted(c)), _NONE) for k, classes in enumerate(per_value)}
-            row = self.first_of([k for k, c in hits.items() if c is not _NONE])
-            return None if row is None else (row, hits[int(codes[row])])
-
-        repeated = [k for k, classes in enumerate(per_value) if len(set(classes)) != len(classes)]
-        kinds = {type(c) for classes in per_value for c in classes}  # every distinct value has a row
-        return ClassTally(counts, kinds, self.first_of(repeated), first)
-
-
-_NONE = object()
-
-
-class _ListLabels:
-    """A label column of lists of strings, integers, floats or booleans, as Arrow holds it."""
-
-    def __init__(self, array: pa.Array):
-        self.array, self.rows = array, len(array)
-        self.elements = _ScalarLabels(array.flatten())  # every row's items, row after row
-        self.parents = pc.list_parent_indices(array).to_numpy(zero_copy_only=False)  # each item's row
-        self.present = ~array.is_null().to_numpy(zero_copy_only=False)
-
-    def value(self, index: int):
-        row = self.array[index].as_py()
-        if row is None or self.elements.kind != "json":
-            return row
-        return [None if text is None else json.loads(text) for text in row]  # JSON items come as their text
-
-    @property
-    def lists(self) -> bool:
-        return self.rows > 0 and self.array.null_count < self.rows
-
-    @property
-    def strings(self) -> bool:
-        return False
-
-    @property
-    def all_bools(self) -> bool:
-        return self.rows == 0
-
-    @cached_property
-    def lengths(self) -> np.ndarray:
-        return pc.list_value_length(self.array).fill_null(-1).to_numpy(zero_copy_only=False)
-
-    def first_missing(self) -> int | None:
-        return _first_true(~self.present)
-
-    def first_fraction(self) -> int | None:
-        return None
-
-    def first_not_number(self) -> int | None:
-        return 0 if self.rows else None
-
-    def first_unlabelled(self, feature) -> int | None:
-        return _first_true(~self.present)
-
-    def hidden(self, feature) -> bool:
-        return not self.present.any()
-
-    def multi_hot_width(self) -> int | None:
-        if not self.rows or not self.present.all():
+        """The number of flags, where every row is a list of as many 0/1 flags (at least 2)."""
+        if not self.listed or not self.rows or not self.present.all():
             return None
         widths = np.unique(self.lengths)
-        values, codes = self.elements.distinct
-        flags = {normalise_label(value) for value in values}
+        flags = {normalise_label(value) for value in self.distinct[0]}
         return int(widths[0]) if len(widths) == 1 and widths[0] >= 2 and flags <= {0, 1} else None
 
     def first_not_flags(self, width: int) -> int | None:
-        return _first_true(~self.present | (self.lengths != width))
+        if not self.listed:
+            return 0 if self.rows else None
+        return _first(~self.present | (self.lengths != width))
 
     def classes(self, mapping: LabelMapping | None) -> ClassTally:
-        if mapping is None:  # a single-label task, and these rows are lists
-            row = _first_true(self.present)
+        """The rows' classes: each value normalised (`mapping` None: single-label), a multi-label mapping's
+        `classes_of` each value (a list column: each item), or the positions of the 1 flags (multi-hot)."""
+        if mapping is None and self.listed:
+            row = _first(self.present)
             raise DataError(
                 f"The labels are lists ({self.value(row) if row is not None else []!r} in row {(row or 0) + 1}), "
                 "but the training labels are one class per row. Give every split one label per row, or lists "
                 "in every split for multi-label classification."
             )
-        # A missing row has the classes of None: none with a delimiter, else None itself.
-        missing_classes = mapping.classes_of(None)
-        missing_rows = int((~self.present).sum())
-        values, codes = self.elements.distinct
-        if mapping.multi_hot:  # the classes are the positions of the 1 flags
-            ones = np.array([normalise_label(value) == 1 for value in values], dtype=bool)[codes]
-            starts = np.cumsum(np.maximum(self.lengths, 0)) - np.maximum(self.lengths, 0)
-            positions = np.arange(len(codes)) - starts[self.parents]
-            item_class, item_rows = positions[ones], self.parents[ones]
-            classes = list(range(int(item_class.max()) + 1)) if item_class.size else []
-            class_ids = item_class
-        else:  # each item is a class, normalised
-            normalised = [normalise_label(value) for value in values]
-            classes = list(dict.fromkeys(normalised))
-            number = {c: i for i, c in enumerate(classes)}
-            class_ids = np.array([number[c] for c in normalised], dtype=np.int64)[codes]
-            item_rows = self.parents
-        occurrences = np.bincount(class_ids, minlength=len(classes))
-        counts = Counter({c: int(n) for c, n in zip(classes, occurrences.tolist(), strict=True) if n})
-        for c in missing_classes if missing_rows else ():
-            counts[c] += missing_rows
-        kinds = {type(c) for c in counts}
+        values, codes = self.distinct
+        multi_hot = mapping is not None and mapping.multi_hot and self.listed
+        if (
+            multi_hot
+        ):  # an item's class is its position in its row, where its flag is 1: value (position, flag)
+            ones = np.array([normalise_label(value) == 1 for value in values], dtype=np.int64)[codes]
+            positions = np.arange(len(codes)) - self.row_starts[self.item_rows]
+            codes = positions * 2 + ones
+            per_value = [
+                [p] if flag else [] for p in range(int(positions.max(initial=-1)) + 1) for flag in (0, 1)
+            ]
+        else:
+            per_value = [
+                (_single if mapping is None or self.listed else mapping.classes_of)(v) for v in values
+            ]
+        counts: Counter = Counter()
+        for value_classes, items in zip(
+            per_value, np.bincount(codes, minlength=len(per_value)).tolist(), strict=True
+        ):
+            for c in value_classes if items else ():
+                counts[c] += items
+
+        def first_row(wanted_values: list[int]) -> tuple[int, int] | None:
+            """(the first row with an item of one of these distinct values, that item's value)."""
+            item = _first(np.isin(codes, wanted_values)) if wanted_values else None
+            return None if item is None else (int(self.item_rows[item]), int(codes[item]))
 
         def first(wanted):
-            chosen = [i for i, c in enumerate(classes) if wanted(c)]
-            item = _first_true(np.isin(class_ids, chosen)) if chosen else None
-            found = None if item is None else (int(item_rows[item]), classes[int(class_ids[item])])
-            absent = next((c for c in missing_classes if wanted(c)), _NONE)
-            if absent is not _NONE:
-                row = _first_true(~self.present)
-                if row is not None and (found is None or row < found[0]):
-                    found = (row, absent)
-            return found
+            hits = {k: next((c for c in cs if wanted(c)), _NONE) for k, cs in enumerate(per_value)}
+            found = first_row([k for k, c in hits.items() if c is not _NONE])
+            return None if found is None else (found[0], hits[found[1]])
 
-        keys = item_rows * max(len(classes), 1) + class_ids
-        ordered = np.sort(keys)
-        repeats = ordered[1:][ordered[1:] == ordered[:-1]]
-        first_repeat = int(repeats.min() // max(len(classes), 1)) if repeats.size else None
-        return ClassTally(counts, kinds, first_repeat, first)
+        if self.listed and not multi_hot:  # a list naming a class twice: two items of one class in a row
+            number = {c: i for i, c in enumerate(counts)}
+            item_classes = np.array([number[c] for (c,) in per_value], dtype=np.int64)[codes]
+            keys = np.sort(self.item_rows * len(number) + item_classes)
+            repeats = keys[1:][keys[1:] == keys[:-1]]
+            first_repeat = int(repeats[0] // len(number)) if repeats.size else None
+        else:  # a value naming a class twice: a delimited string, a JSON list
+            repeated = first_row([k for k, cs in enumerate(per_value) if len(set(cs)) != len(cs)])
+            first_repeat = None if repeated is None else repeated[0]
+        return ClassTally(counts, {type(c) for c in counts}, first_repeat, first)
 
 
-def label_values(dataset, column: str):
+_NONE = object()
+
+
+def label_values(dataset, column: str) -> LabelColumn:
     """A reader of one split's label column, through Arrow: scalars (JSON too), or lists of them."""
     array = _arrow_column(dataset, column)
     if pa.types.is_dictionary(array.type):
         array = array.dictionary_decode()
-    if (pa.types.is_list(array.type) or pa.types.is_large_list(array.type)) and _kind(
-        array.type.value_type
-    ) is not None:
-        return _ListLabels(array)
-    if _kind(array.type) is not None:
-        return _ScalarLabels(array)
-    raise DataError(
-        f"Label column '{column}' holds {array.type} values; labels must be class names or ids, booleans, "
-        "numbers (regression), or lists of class names or ids (multi-label). Fix the column, or set "
-        "--label_column_name to the column that holds the labels."
-    )
+    listed = pa.types.is_list(array.type) or pa.types.is_large_list(array.type)
+    kind = _kind(array.type.value_type if listed else array.type)
+    if kind is None:
+        raise DataError(
+            f"Label column '{column}' holds {array.type} values; labels must be class names or ids, booleans, "
+            "numbers (regression), or lists of class names or ids (multi-label). Fix the column, or set "
+            "--label_column_name to the column that holds the labels."
+        )
+    return LabelColumn(array, kind)
 
 
 def _kind(kind: pa.DataType) -> str | None:
@@ -710,6 +642,3 @@ def _arrow_column(dataset, column: str) -> pa.Array:
     if len(array) != len(dataset):  # a layout of datasets this does not know: let datasets apply it
         array = dataset.with_format("arrow")[column]
     return array.combine_chunks()
-
-
-Labels = _ScalarLabels | _ListLabels

@@ -23,6 +23,7 @@ from recipes_lib.data.tokenize import padding_collator
 from recipes_lib.errors import ConfigError, ModelError
 from recipes_lib.evaluation.inference import batch_logits
 from recipes_lib.evaluation.predictions import read_decision_threshold, read_thresholds
+from recipes_lib.export import DEFAULT_MAX_METRIC_DROP, MIN_FP32_AGREEMENT
 from recipes_lib.export.bundle import (
     EXPORT_SUBDIR,
     FAILED_SUBDIR,
@@ -32,8 +33,6 @@ from recipes_lib.export.bundle import (
     write_bundle,
 )
 from recipes_lib.export.gate import (
-    DEFAULT_MAX_METRIC_DROP,
-    MIN_FP32_AGREEMENT,
     Decider,
     compare,
     data_arguments,

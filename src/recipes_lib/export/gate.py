@@ -38,9 +38,8 @@ from recipes_lib.errors import ConfigError, DataError
 from recipes_lib.evaluation.metrics import TaskMetrics
 from recipes_lib.evaluation.predictions import prediction_rows
 from recipes_lib.evaluation.windows import combine_windows
+from recipes_lib.export import MIN_FP32_AGREEMENT
 
-DEFAULT_MAX_METRIC_DROP = 0.5  # points of the headline metric (accuracy: 0.5 points = 0.005)
-MIN_FP32_AGREEMENT = 0.99
 HEADLINE_METRIC = {SINGLE_LABEL: "accuracy", MULTI_LABEL: "accuracy", REGRESSION: "pearson"}
 # Regression "agrees" when the score moves by at most this share of the PyTorch scores' spread.
 REGRESSION_AGREEMENT_SHARE = 0.01

