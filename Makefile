@@ -9,6 +9,10 @@ BIN := $(VENV)/bin
 # Offline by default: the demo and the tests never touch the Hugging Face Hub.
 OFFLINE := HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 TRANSFORMERS_OFFLINE=1 WANDB_MODE=offline
 PYTEST_ARGS ?= -m "not slow and not gpu"
+# The tests run in two pytest-xdist worker processes, one per core of the 2-core test machine, each taking
+# whole files (--dist loadfile: a module's shared fixture, such as a recipe run several tests read, is
+# built once, in one worker). `make test PYTEST_PARALLEL=` runs them in this one process instead.
+PYTEST_PARALLEL ?= -n 2 --dist loadfile
 
 .PHONY: install demo sweep-demo label-noise-demo long-text-demo task-demo test test-all test-slow test-oldest test-latest lint \
 	format clean gpu-wheels gpu-rehearsal-venv gpu-rehearsal
@@ -105,7 +109,7 @@ task-demo: $(BIN)/.installed
 		--wall_s $$(( $$(date +%s) - $$(cat outputs/.task_demo_started) ))
 
 test: $(BIN)/.installed
-	$(OFFLINE) $(BIN)/python -m pytest $(PYTEST_ARGS)
+	$(OFFLINE) $(BIN)/python -m pytest $(PYTEST_PARALLEL) $(PYTEST_ARGS)
 
 test-all: PYTEST_ARGS = -m "not gpu"
 test-all: test
@@ -115,7 +119,7 @@ test-all: test
 SLOW_PYTEST_ARGS ?= -m "slow and not gpu"
 
 test-slow: $(BIN)/.installed
-	$(OFFLINE) $(BIN)/python -m pytest $(SLOW_PYTEST_ARGS) || test $$? -eq 5
+	$(OFFLINE) $(BIN)/python -m pytest $(PYTEST_PARALLEL) $(SLOW_PYTEST_ARGS) || test $$? -eq 5
 
 # The default suite on the oldest supported versions: setup.cfg's lower bounds pinned exactly
 # (tools/oldest_requirements.py), in a virtual environment of its own, made afresh each time. torch is
@@ -133,7 +137,7 @@ test-oldest:
 	# One resolve: the package with its test extras, and every pinned lower bound.
 	$(OLDEST_BIN)/python -m pip install --quiet -e ".[test]" -r $(OLDEST_VENV)/oldest-requirements.txt
 	$(OLDEST_BIN)/python -m pip list --format=freeze > $(OLDEST_VENV)/installed.txt
-	$(OFFLINE) $(OLDEST_BIN)/python -m pytest $(PYTEST_ARGS)
+	$(OFFLINE) $(OLDEST_BIN)/python -m pytest $(PYTEST_PARALLEL) $(PYTEST_ARGS)
 
 # The default suite on the newest release of every dependency (transitive ones too: --upgrade-strategy
 # eager), in a virtual environment of its own, made afresh each time: what a user installing today gets,
@@ -154,7 +158,7 @@ test-latest:
 	$(LATEST_BIN)/python -m pip install --quiet --upgrade --upgrade-strategy eager \
 		-c $(LATEST_VENV)/constraints.txt -e ".[test]"
 	$(LATEST_BIN)/python -m pip list --format=freeze > $(LATEST_VENV)/installed.txt
-	$(OFFLINE) $(LATEST_BIN)/python -m pytest $(PYTEST_ARGS)
+	$(OFFLINE) $(LATEST_BIN)/python -m pytest $(PYTEST_PARALLEL) $(PYTEST_ARGS)
 
 # The GPU check rehearsed on this CPU (issue 34): benchmarks/gpu_check.sh --cpu --tiny, the shell script
 # itself, in a virtual environment pinned to the GPU machine's image (benchmarks/gpu_image_requirements.txt:
