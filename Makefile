@@ -65,7 +65,7 @@ sweep-demo: $(BIN)/.installed
 # tickets (demo.yaml); the students have the first 100 labelled (data/support_tickets_distill/, written by
 # data/make_distill_split.py). Over DISTILL_SEEDS, a student learns from the 100 labels plus the teacher's
 # logits on the other 1,100 texts (--transfer_file), and the same student from the 100 labels alone
-# (full_ft), each in 114 steps (recipes/configs/distill_demo.yaml). Then the first seed's student is
+# (full_ft), each in 60 steps (recipes/configs/distill_demo.yaml). Then the first seed's student is
 # exported with the quality gate (int8 weights unsigned: signed int8 fails the gate on MiniLM, docs/export.md)
 # and timed by benchmarks/serving.py (its table in outputs/distill_demo/serving/: times on a busy machine
 # are not published); the record holds the accuracies and the export report.
