@@ -62,8 +62,7 @@ sweep-demo: $(BIN)/.installed
 		--wall_s $$(( $$(date +%s) - $$(cat outputs/.sweep_demo_started) ))
 
 # Distillation (issue #30, docs/export.md): the teacher is full_ft of all-MiniLM-L6-v2 on all 1,200 training
-# tickets (demo.yaml, as in make demo); the student is MiniLM's first 3 of 6 layers (tools/first_layers.py)
-# and has the first 100 tickets labelled (data/support_tickets_distill/, from data/make_distill_split.py).
+# tickets (demo.yaml, as in make demo); the student, the same MiniLM, has the first 100 tickets labelled (data/support_tickets_distill/, from data/make_distill_split.py).
 # Over DISTILL_SEEDS, the student learns from the 100 labels plus the teacher's logits on the other 1,100
 # texts (--transfer_file), and the same student from the 100 labels alone (full_ft), each in 38 steps
 # (recipes/configs/distill_demo.yaml). Then the first seed's student is exported with the quality gate
@@ -78,7 +77,6 @@ distill-demo: $(BIN)/.installed
 	mkdir -p $(DISTILL_DIR) && $(STARTED) $(DISTILL_DIR)/.started
 	$(OFFLINE) $(BIN)/accelerate launch --config_file accelerate_configs/cpu.yaml recipes/full_ft.py \
 		--config recipes/configs/demo.yaml --output_dir $(DISTILL_DIR)/teacher --report_to none
-	$(OFFLINE) $(BIN)/python tools/first_layers.py --layers 3 --output_dir $(DISTILL_DIR)/minilm_l3
 	for seed in $(DISTILL_SEEDS); do \
 		$(OFFLINE) $(BIN)/accelerate launch --config_file accelerate_configs/cpu.yaml recipes/distill.py \
 			--config recipes/configs/distill_demo.yaml --seed $$seed --output_dir $(DISTILL_DIR)/distill_seed$$seed \

@@ -122,6 +122,23 @@ def test_an_export_passes_the_gate_and_carries_what_predict_needs(exported_run):
     assert settings["run"]["config"]["max_seq_length"] == 32 and settings["long_text"] == "truncate"
 
 
+def test_the_model_card_gets_the_exports_gate_figures(exported_run):
+    """The run's README.md, rewritten by the export: one row per exported model, from export_report.json."""
+    from recipes_lib.export.bundle import EXPORT_SUBDIR, REPORT_FILE
+    from recipes_lib.tracking.model_card import EXPORT_REPORT
+
+    run_dir = exported_run[0]
+    assert EXPORT_REPORT == (EXPORT_SUBDIR, REPORT_FILE)  # where the card looks is where export writes
+    report = json.loads((run_dir / EXPORT_SUBDIR / REPORT_FILE).read_text())
+    card = (run_dir / "README.md").read_text()
+    section = card.split("## ONNX export")[1].split("\n## ")[0]
+    fp32, int8 = report["models"]["fp32"], report["models"]["int8"]
+    assert f"| fp32 | `model.onnx` | {fp32['size_bytes'] / 2**20:.1f} MiB | 100.00% of 24 | " in section
+    assert f"{int8['onnx']['accuracy']:.4f} ({int8['pytorch']['accuracy']:.4f}) | {int8['metric_drop_points']:.2f} |" in section
+    assert "| int8 (signed weights) | `model.int8.onnx` |" in section
+    assert str(run_dir) not in card  # file names only: the card is public once pushed
+
+
 def test_the_onnx_model_takes_any_batch_and_sequence_length(exported_run):
     import onnx
 
