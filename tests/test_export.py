@@ -134,7 +134,10 @@ def test_the_model_card_gets_the_exports_gate_figures(exported_run):
     section = card.split("## ONNX export")[1].split("\n## ")[0]
     fp32, int8 = report["models"]["fp32"], report["models"]["int8"]
     assert f"| fp32 | `model.onnx` | {fp32['size_bytes'] / 2**20:.1f} MiB | 100.00% of 24 | " in section
-    assert f"{int8['onnx']['accuracy']:.4f} ({int8['pytorch']['accuracy']:.4f}) | {int8['metric_drop_points']:.2f} |" in section
+    assert (
+        f"{int8['onnx']['accuracy']:.4f} ({int8['pytorch']['accuracy']:.4f}) | {int8['metric_drop_points']:.2f} |"
+        in section
+    )
     assert "| int8 (signed weights) | `model.int8.onnx` |" in section
     assert str(run_dir) not in card  # file names only: the card is public once pushed
 

@@ -562,7 +562,9 @@ def test_multi_label_cards_give_the_scores_at_0_5_and_at_the_tuned_thresholds_an
 def test_a_card_shows_a_passed_export_and_never_a_failed_one(tmp_path):
     from recipes_lib.tracking.model_card import EXPORT_REPORT, read_export_report, write_card
 
-    results = local_results(tmp_path, "single_label_classification", eval_accuracy=0.9, per_class={"a": {}, "b": {}})
+    results = local_results(
+        tmp_path, "single_label_classification", eval_accuracy=0.9, per_class={"a": {}, "b": {}}
+    )
     output_dir = tmp_path / "run"
     model = {"rows": 400, "agreement": 0.9975, "metric": "accuracy", "pytorch": {"accuracy": 0.8425},
              "onnx": {"accuracy": 0.84}, "metric_drop_points": 0.25, "max_abs_logit_difference": 0.31,

@@ -288,11 +288,12 @@ def _export_values(report: dict[str, Any] | None) -> dict[str, Any] | None:
     if report is None:
         return None
     rows = []
+    int8_weights = report.get("int8_weights")
     for name, model in report["models"].items():
         metric = model["metric"]
         rows.append(
             {
-                "name": name + (f" ({report['int8_weights']} weights)" if name == "int8" and report.get("int8_weights") else ""),
+                "name": f"{name} ({int8_weights} weights)" if name == "int8" and int8_weights else name,
                 "file": model["file"],
                 "size": f"{model['size_bytes'] / 2**20:.1f} MiB",
                 "agreement": f"{100 * model['agreement']:.2f}% of {model['rows']}",
