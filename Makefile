@@ -66,7 +66,8 @@ sweep-demo: $(BIN)/.installed
 # Over DISTILL_SEEDS, the student learns from the 100 labels plus the teacher's logits on the other 1,100
 # texts (--transfer_file), and the same student from the 100 labels alone (full_ft), each in 38 steps
 # (recipes/configs/distill_demo.yaml). Then the first seed's student is exported with the quality gate
-# (int8 weights unsigned: signed int8 fails the gate on MiniLM, docs/export.md) and timed by
+# (int8 weights unsigned: signed int8 fails the gate on MiniLM, docs/export.md; if the gate refuses the int8
+# model too, as it did for this student, the fp32 model alone) and timed by
 # benchmarks/serving.py (its table in outputs/distill_demo/serving/: times taken on a busy machine are not
 # published); the record holds every run's accuracy and the export report.
 DISTILL_SEEDS ?= 42 43 44
@@ -84,10 +85,13 @@ distill-demo: $(BIN)/.installed
 		$(OFFLINE) $(BIN)/accelerate launch --config_file accelerate_configs/cpu.yaml recipes/full_ft.py \
 			--config recipes/configs/distill_demo.yaml --seed $$seed --output_dir $(DISTILL_DIR)/labelled_only_seed$$seed || exit 1; \
 	done
+	# The gate may refuse the int8 model (it did here: benchmarks/RESULTS.md); then the fp32 export alone.
 	$(OFFLINE) $(BIN)/python -m recipes_lib.cli export $(DISTILL_DIR)/distill_seed$(firstword $(DISTILL_SEEDS)) \
-		--quantize int8 --int8_weights unsigned
+		--quantize int8 --int8_weights unsigned \
+		|| $(OFFLINE) $(BIN)/python -m recipes_lib.cli export $(DISTILL_DIR)/distill_seed$(firstword $(DISTILL_SEEDS))
 	$(OFFLINE) $(BIN)/python benchmarks/serving.py $(DISTILL_DIR)/distill_seed$(firstword $(DISTILL_SEEDS)) \
-		--report_dir $(DISTILL_DIR)/serving
+		--report_dir $(DISTILL_DIR)/serving --engines pytorch onnx_fp32 \
+		$$(test -f $(DISTILL_DIR)/distill_seed$(firstword $(DISTILL_SEEDS))/export/model.int8.onnx && echo onnx_int8)
 	$(RECORD) distill-demo $(DISTILL_DIR)/teacher $(DISTILL_STUDENTS) --command "make distill-demo" \
 		--wall_s $$(( $$(date +%s) - $$(cat $(DISTILL_DIR)/.started) ))
 
