@@ -6,6 +6,7 @@ GPU, library versions, date, git commit). The Makefile's demo targets write one 
 
     python benchmarks/publish.py record demo outputs/demo/full_ft outputs/demo/lora ... --command "make demo"
     python benchmarks/publish.py record sweep-demo outputs/sweep_demo --command "make sweep-demo"
+    python benchmarks/publish.py record distill-demo outputs/distill_demo/teacher outputs/distill_demo/distill_seed42 ...
 
 and a published table sits between markers naming its table kind and its record:
 
@@ -27,6 +28,7 @@ import json
 import os
 import platform
 import re
+import statistics
 import subprocess
 import sys
 from datetime import datetime, timezone
@@ -120,7 +122,31 @@ def run_figures(run_dir: Path) -> dict:
     results = json.loads(results_file.read_text())
     figures = {key: results[key] for key in RUN_FIELDS if key in results}
     figures["run_dir"] = str(run_dir)
+    export = export_figures(run_dir)
+    if export is not None:
+        figures["export"] = export
     return figures
+
+
+# What a record keeps of a passed `recipes-lib export` (OUTPUT_DIR/export/export_report.json), per model.
+EXPORT_FIELDS = ("rows", "agreement", "metric", "pytorch", "onnx", "metric_drop_points",
+                 "max_abs_logit_difference", "file", "size_bytes")  # fmt: skip
+
+
+def export_figures(run_dir: Path) -> dict | None:
+    report_file = run_dir / "export" / "export_report.json"
+    if not report_file.is_file():
+        return None
+    report = json.loads(report_file.read_text())
+    return {
+        "exporter": report.get("exporter"),
+        "int8_weights": report.get("int8_weights"),
+        "rows_from": report.get("rows_from"),
+        "models": {
+            name: {key: model[key] for key in EXPORT_FIELDS if key in model}
+            for name, model in report["models"].items()
+        },
+    }
 
 
 def write_record(
@@ -238,8 +264,71 @@ def sweep_table(record: dict) -> list[str]:
     return lines
 
 
+def _mean_std(values: list[float]) -> str:
+    if len(values) == 1:
+        return f"{values[0]:.4f} (one run)"
+    return f"{statistics.mean(values):.4f} ± {statistics.stdev(values):.4f}"
+
+
+def distill_table(record: dict) -> list[str]:
+    """make distill-demo: each kind of run (the teacher, the taught students, the students alone) over its
+    seeds, validation accuracy as mean ± sample std; then the gate figures of the exported student."""
+    runs = record["runs"]
+    teachers = {
+        str((run.get("config") or {}).get("teacher")) for run in runs if run.get("recipe") == "distill"
+    }
+    groups: dict[tuple, list[dict]] = {}
+    for run in runs:
+        config = run.get("config") or {}
+        key = (
+            run["recipe"],
+            config.get("train_file"),
+            config.get("transfer_file"),
+            run["run_dir"] in teachers,
+        )
+        groups.setdefault(key, []).append(run)
+    lines = [
+        "| run | training rows | validation accuracy, mean ± std | seeds: accuracy |",
+        "|---|---|---|---|",
+    ]
+    for (recipe, train_file, transfer_file, is_teacher), members in groups.items():
+        name = "teacher" if is_teacher else ("student, taught" if recipe == "distill" else "student, alone")
+        rows = f"{members[0].get('train_samples', 0):,}: `{Path(train_file or '-').name}`"
+        if transfer_file:
+            rows += f" + `{Path(transfer_file).name}` labelled by the teacher"
+        seeds = ", ".join(
+            f"{(run.get('config') or {}).get('seed')}: {run['eval_accuracy']:.4f}" for run in members
+        )
+        accuracy = _mean_std([run["eval_accuracy"] for run in members])
+        lines.append(f"| {name} ({recipe}) | {rows} | {accuracy} | {seeds} |")
+    for run in runs:
+        export = run.get("export")
+        if export is None:
+            continue
+        lines.append("")
+        lines.append(
+            f"`recipes-lib export {run['run_dir']}` ({export['exporter']} exporter"
+            + (f", int8 weights {export['int8_weights']}" if export.get("int8_weights") else "")
+            + f"), gate on {export['rows_from']}:"
+        )
+        lines.append("")
+        lines.append(
+            "| model | size | agreement with PyTorch | accuracy, ONNX (PyTorch) | drop, points | largest logit difference |"
+        )
+        lines.append("|---|---|---|---|---|---|")
+        for name, model in export["models"].items():
+            metric = model["metric"]
+            lines.append(
+                f"| {name} | {_mib(model['size_bytes'])} | {100 * model['agreement']:.2f}% of {model['rows']} | "
+                f"{model['onnx'][metric]:.4f} ({model['pytorch'][metric]:.4f}) | {model['metric_drop_points']:.2f} | "
+                f"{model['max_abs_logit_difference']:.1e} |"
+            )
+    return lines
+
+
 TABLES = {
     "demo": demo_table,
+    "distill-demo": distill_table,
     "task-demo": task_table,
     "long-text-demo": long_text_table,
     "sweep-demo": sweep_table,
@@ -273,7 +362,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     commands = parser.add_subparsers(dest="action", required=True)
     record = commands.add_parser("record", help="write a record of a demo's runs (or a sweep's output dir)")
-    record.add_argument("name", help="the record's name: demo, task-demo, long-text-demo, sweep-demo")
+    record.add_argument(
+        "name", help="the record's name: demo, task-demo, long-text-demo, sweep-demo, distill-demo"
+    )
     record.add_argument(
         "sources", nargs="+", type=Path, help="run directories (results.json) or a sweep's output dir"
     )

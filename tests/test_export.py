@@ -101,6 +101,26 @@ def test_an_export_passes_the_gate_and_carries_what_predict_needs(exported_run):
     assert settings["run"]["config"]["max_seq_length"] == 32 and settings["long_text"] == "truncate"
 
 
+def test_the_model_card_gets_the_exports_gate_figures(exported_run):
+    """The run's README.md, rewritten by the export: one row per exported model, from export_report.json."""
+    from recipes_lib.export.bundle import EXPORT_SUBDIR, REPORT_FILE
+    from recipes_lib.tracking.model_card import EXPORT_REPORT
+
+    run_dir = exported_run[0]
+    assert EXPORT_REPORT == (EXPORT_SUBDIR, REPORT_FILE)  # where the card looks is where export writes
+    report = json.loads((run_dir / EXPORT_SUBDIR / REPORT_FILE).read_text())
+    card = (run_dir / "README.md").read_text()
+    section = card.split("## ONNX export")[1].split("\n## ")[0]
+    fp32, int8 = report["models"]["fp32"], report["models"]["int8"]
+    assert f"| fp32 | `model.onnx` | {fp32['size_bytes'] / 2**20:.1f} MiB | 100.00% of 24 | " in section
+    assert (
+        f"{int8['onnx']['accuracy']:.4f} ({int8['pytorch']['accuracy']:.4f}) | {int8['metric_drop_points']:.2f} |"
+        in section
+    )
+    assert "| int8 (signed weights) | `model.int8.onnx` |" in section
+    assert str(run_dir) not in card  # file names only: the card is public once pushed
+
+
 def test_the_onnx_model_takes_any_batch_and_sequence_length(exported_run):
     import onnx
 
@@ -246,10 +266,18 @@ def test_a_lora_output_is_merged_on_export(lively_bert, data, tmp_path):
 @pytest.mark.slow
 @pytest.mark.parametrize("family", FAMILIES)
 def test_every_family_exports_and_passes_the_gate(family, data, tmp_path):
+    """What `recipes-lib families` shows in its ONNX export column is what this measures (the registry's
+    onnx_exporter, or onnx_export_failure for a family whose export fails)."""
+    from recipes_lib.config.family_registry import family_for
     from recipes_lib.export.command import export_run
 
+    entry = family_for(family)
     model_dir = build_tiny_family(family, tmp_path / "model")
     run_dir = _train("full_ft", model_dir, data, tmp_path / "run")
+    if entry.onnx_export_failure:
+        with pytest.raises(Exception):  # noqa: B017 - whichever error the exporters stop on
+            export_run(run_dir, quantize="int8", max_metric_drop=float(TINY_INT8_DROP), progress=False)
+        return
     outcome = export_run(run_dir, quantize="int8", max_metric_drop=float(TINY_INT8_DROP), progress=False)
     fp32 = outcome.report["models"]["fp32"]
     print(
@@ -257,6 +285,7 @@ def test_every_family_exports_and_passes_the_gate(family, data, tmp_path):
     )
     assert outcome.passed, outcome.failures
     assert fp32["agreement"] == 1.0 and fp32["max_abs_logit_difference"] < 1e-4
+    assert outcome.report["exporter"] == entry.onnx_exporter, "update the family's onnx_exporter"
 
 
 # --- benchmarks/serving.py -----------------------------------------------------------------------------

@@ -590,3 +590,30 @@ def test_an_adapter_of_a_pip_installed_hub_model_names_its_base_by_the_hub_id(
         assert "site-packages" not in text, path
     assert json.loads((output_dir / "results.json").read_text())["output_dir"] == str(output_dir)
     assert load_trained_model(output_dir).peft_config["default"].base_model_name_or_path == hub_id
+
+
+def test_a_card_shows_a_passed_export_and_never_a_failed_one(tmp_path):
+    from recipes_lib.tracking.model_card import EXPORT_REPORT, read_export_report, write_card
+
+    results = local_results(
+        tmp_path, "single_label_classification", eval_accuracy=0.9, per_class={"a": {}, "b": {}}
+    )
+    output_dir = tmp_path / "run"
+    model = {"rows": 400, "agreement": 0.9975, "metric": "accuracy", "pytorch": {"accuracy": 0.8425},
+             "onnx": {"accuracy": 0.84}, "metric_drop_points": 0.25, "max_abs_logit_difference": 0.31,
+             "file": "model.int8.onnx", "size_bytes": 23 * 2**20}  # fmt: skip
+    report = {"passed": True, "exported": "the full model", "exporter": "dynamo", "int8_weights": "unsigned",
+              "rows_from": "the run's validation split (validation.csv)", "max_metric_drop_points": 0.5,
+              "min_fp32_agreement": 0.99, "models": {"int8": model}}  # fmt: skip
+    report_path = output_dir.joinpath(*EXPORT_REPORT)
+    report_path.parent.mkdir(parents=True)
+    assert "## ONNX export" not in write_card(output_dir, results).read_text()  # the folder has no report yet
+
+    report_path.write_text(json.dumps(report))
+    card = write_card(output_dir, results).read_text()
+    row = "| int8 (unsigned weights) | `model.int8.onnx` | 23.0 MiB | 99.75% of 400 | 0.8400 (0.8425) | 0.25 | 3.1e-01 |"
+    assert row in card and "on the run's validation split (validation.csv)" in card
+
+    report_path.write_text(json.dumps({**report, "passed": False}))  # never shown, even if one lands there
+    assert read_export_report(output_dir) is None
+    assert "## ONNX export" not in write_card(output_dir, results).read_text()

@@ -79,3 +79,36 @@ def test_a_record_of_runs_that_did_not_finish_is_refused(publish, tmp_path):
     with pytest.raises(SystemExit, match="results.json does not exist: run the demo first"):
         publish.write_record("demo", [tmp_path / "unfinished"], "make demo", None, tmp_path / "results")
     assert not (tmp_path / "results").exists() or not list((tmp_path / "results").iterdir())
+
+
+def test_the_distill_demo_table_groups_the_seeds_and_shows_the_exported_students_gate(publish, tmp_path):
+    def run(name, recipe, seed, accuracy, rows, **config):
+        directory = fake_run(tmp_path / name, recipe, accuracy)
+        results = json.loads((directory / "results.json").read_text())
+        results.update(train_samples=rows, config={"seed": seed, "train_file": "data/x/train.csv", **config})
+        (directory / "results.json").write_text(json.dumps(results))
+        return directory
+
+    teacher = run("teacher", "full_ft", 42, 0.84, 1200)
+    taught = [run(f"distill_{s}", "distill", s, a, 1200, teacher=str(teacher), transfer_file="data/x/transfer.csv")
+              for s, a in ((42, 0.80), (43, 0.82))]  # fmt: skip
+    alone = [run(f"alone_{s}", "full_ft", s, a, 100) for s, a in ((42, 0.50), (43, 0.60))]
+    model = {"rows": 400, "agreement": 1.0, "metric": "accuracy", "pytorch": {"accuracy": 0.8},
+             "onnx": {"accuracy": 0.8}, "metric_drop_points": 0.0, "max_abs_logit_difference": 2e-6,
+             "file": "model.onnx", "size_bytes": 87 * 2**20}  # fmt: skip
+    (taught[0] / "export").mkdir()
+    (taught[0] / "export" / "export_report.json").write_text(json.dumps(
+        {"passed": True, "exporter": "dynamo", "int8_weights": "unsigned", "rows_from": "validation.csv",
+         "models": {"fp32": model}}))  # fmt: skip
+    path = publish.write_record(
+        "distill-demo", [teacher, *taught, *alone], "make distill-demo", None, tmp_path / "r"
+    )
+    table = publish.render("distill-demo", str(path))
+    assert "| teacher (full_ft) | 1,200: `train.csv` | 0.8400 (one run) | 42: 0.8400 |" in table
+    assert ("| student, taught (distill) | 1,200: `train.csv` + `transfer.csv` labelled by the teacher | "
+            "0.8100 ± 0.0141 | 42: 0.8000, 43: 0.8200 |") in table  # fmt: skip
+    assert (
+        "| student, alone (full_ft) | 100: `train.csv` | 0.5500 ± 0.0707 | 42: 0.5000, 43: 0.6000 |" in table
+    )
+    assert "(dynamo exporter, int8 weights unsigned)" in table
+    assert "| fp32 | 87.0 MiB | 100.00% of 400 | 0.8000 (0.8000) | 0.00 | 2.0e-06 |" in table

@@ -30,6 +30,11 @@ def add_plan_parser(commands) -> None:
         help="a recipe of recipes/ (its SPEC's name: full_ft, lora, ...) or all (default): the training "
         "shape it declares with its default options",
     )
+    plan_parser.add_argument(
+        "--teacher",
+        help="with --recipe distill (or all): the teacher, the output_dir of its run or a model name; its pass "
+        "(inference only, before the student loads) is planned apart from the student (--model)",
+    )
     plan_parser.add_argument("--per_device_train_batch_size", type=int, default=32)
     plan_parser.add_argument("--max_seq_length", type=int, default=128)
     plan_parser.add_argument("--num_labels", type=int, default=2, help="classes of the task (sizes the head)")

@@ -152,6 +152,12 @@ class Family:
     # `config_values(vocab, hidden, layers, heads, ffn, **extra)`: a published checkpoint's
     # config.json values (model_type included); None where the catalogue lists none.
     config_values: Callable[..., dict[str, Any]] | None = None
+    # How `recipes-lib export` made the family's ONNX file, measured on its tiny model (exported,
+    # int8 added, and passed through the gate by tests/test_export.py::
+    # test_every_family_exports_and_passes_the_gate, which checks this entry): "dynamo"
+    # (torch.export) or "torchscript" (the fallback). Where export fails: why, in one line.
+    onnx_exporter: str = "dynamo"
+    onnx_export_failure: str | None = None
 
     @property
     def model_type(self) -> str:

@@ -130,6 +130,11 @@ class QloraArguments(LoraArguments):
 DEFAULT_DISTILL_TEMPERATURE = 2.0
 
 
+# Rows per batch of the teacher's pass (inference only, before the student loads): distillation
+# runs it, and `recipes-lib plan --recipe distill` plans it at this batch.
+TEACHER_BATCH_SIZE = 64
+
+
 @dataclass
 class DistillArguments:
     """The options of recipes/distill.py: the teacher, how much the student follows it, unlabelled rows."""

@@ -180,7 +180,20 @@ def export_run(
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
+    if not failures:
+        _card_with_export(results_dir, results)
     return ExportOutcome(directory, report, failures)
+
+
+def _card_with_export(results_dir: Path, results: dict) -> None:
+    """The run's model card again, now with the export's gate figures (model_card.read_export_report).
+    The export stands whatever happens here: a card that cannot be written is a warning."""
+    from recipes_lib.tracking.model_card import write_card
+
+    try:
+        write_card(results_dir, results)
+    except (OSError, ValueError, KeyError) as error:
+        logger.warning("The export passed, but the model card could not be rewritten with it: %s", error)
 
 
 def _check_options(quantize: str | None, max_metric_drop: float, batch_size: int, int8_weights: str) -> None:

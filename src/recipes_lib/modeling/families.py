@@ -165,6 +165,7 @@ def describe_families(families=FAMILIES) -> tuple[list[str], list[list[str]]]:
         "GPU without bf16",
         "max length",
         "FSDP unit",
+        "ONNX export",
     ]
     rows = []
     for family in families:
@@ -178,6 +179,9 @@ def describe_families(families=FAMILIES) -> tuple[list[str], list[list[str]]]:
                 "fp32 (fp16 overflows)" if family.fp16_overflows else "fp16",
                 "positions - (pad id + 1)" if family.positions_after_padding else "positions",
                 ", ".join(profile.layer_classes),
+                f"fails: {family.onnx_export_failure}"
+                if family.onnx_export_failure
+                else f"passes the gate ({family.onnx_exporter})",
             ]
         )
     return header, rows

@@ -13,14 +13,17 @@ import sys
 import warnings
 from dataclasses import replace
 
+from recipes_lib.config.recipe_options import TEACHER_BATCH_SIZE
 from recipes_lib.config.registry import recipe_specs
 from recipes_lib.errors import ConfigError, RecipeError
 from recipes_lib.memory.planner.catalogue import catalogue_entry
 from recipes_lib.memory.planner.fits import catalogue_fits, format_fits
+from recipes_lib.memory.planner.inference import load_teacher, plan_inference
 from recipes_lib.memory.planner.plan import Setup
 from recipes_lib.memory.planner.report import (
     PLANNING_ERRORS,
     describe_setup,
+    format_distillation,
     format_family,
     format_not_planned,
     format_plan,
@@ -107,6 +110,14 @@ def plan(args) -> int:
     if not args.model:
         print("error: plan needs --model (or --fits, for every catalogue model).", file=sys.stderr)
         return 2
+    teacher = getattr(args, "teacher", None)
+    if args.recipe == "distill" and teacher is None:
+        print(
+            "error: plan --recipe distill needs --teacher: the output_dir of the teacher's run, or a model name "
+            "(its pass is planned apart from the student's training, which --model names).",
+            file=sys.stderr,
+        )
+        return 2
     rows = plan_models(args.model, shapes, setup, args.budget_gib, num_labels=args.num_labels)
     not_planned = format_not_planned(rows)
     if all(row.plan is None for row in rows):  # nothing to show: say why (naming the rows if they differ)
@@ -123,10 +134,31 @@ def plan(args) -> int:
         print(format_plan_table(rows, args.budget_gib, markdown=args.markdown))
         for line in not_planned:
             print(f"{'- ' if args.markdown else ''}{line}")
+    if teacher is not None and "distill" in shapes:
+        code = print_distillation(teacher, rows, shapes, setup, args)
+        if code:
+            return code
     if not args.no_family:
         print()
         print(format_family(shapes, setup, args.budget_gib))
     return 2 if not_planned else 0
+
+
+def print_distillation(teacher: str, rows, shapes: dict, setup: Setup, args) -> int:
+    """distill's teacher pass beside each student's training (the rows planned for distill)."""
+    try:
+        found = load_teacher(teacher, args.num_labels, shapes)
+        pass_setup = replace(setup, shape=found.shape, batch_size=TEACHER_BATCH_SIZE, label="teacher pass",
+                             seq_length=found.seq_length or setup.seq_length)  # fmt: skip
+        teacher_plan = plan_inference(found.config, pass_setup, model_name=teacher)
+    except PLANNING_ERRORS as error:
+        print(f"error: --teacher {teacher}: {error}", file=sys.stderr)
+        return 2
+    print(f"\nteacher {teacher}: {found.source}")
+    for row in rows:
+        if row.label == "distill" and row.plan is not None:
+            print(format_distillation(teacher_plan, row.plan, args.budget_gib))
+    return 0
 
 
 def plan_fits(args, shapes: dict, setup) -> int:
@@ -139,7 +171,8 @@ def plan_fits(args, shapes: dict, setup) -> int:
                   file=sys.stderr)  # fmt: skip
             return 2
         models.append(entry.hub_id)
-    # distill's student trains as full_ft does (same shape, same column); its teacher pass is not planned.
+    # distill is left out: its peak depends on a teacher, one model per plan (plan --recipe distill --teacher
+    # T), and its student trains as full_ft does, whose column answers for the student.
     shapes = {name: shape for name, shape in shapes.items() if name != "distill"}
     rows = catalogue_fits(shapes, setup, args.budget_gib, models=models or None, num_labels=args.num_labels)
     print(format_fits(rows, list(shapes), setup, args.budget_gib, markdown=args.markdown))

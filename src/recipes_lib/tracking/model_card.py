@@ -226,8 +226,11 @@ def card_data(results: dict[str, Any], model_name: str) -> ModelCardData:
     )
 
 
-def build_card(results: dict[str, Any], repo_id: str | None = None) -> ModelCard:
-    """The run's card: `repo_id` names the model in the loading code (default: the output_dir's name)."""
+def build_card(
+    results: dict[str, Any], repo_id: str | None = None, export_report: dict[str, Any] | None = None
+) -> ModelCard:
+    """The run's card: `repo_id` names the model in the loading code (default: the output_dir's name);
+    `export_report`: a passed `recipes-lib export`'s export_report.json, shown as its own section."""
     model_name = (repo_id or _file_name(str(results.get("output_dir", "."))) or "model").split("/")[-1]
     model_name = model_name if model_name != "." else "model"
     with resources.as_file(resources.files("recipes_lib.tracking").joinpath(*TEMPLATE)) as template:
@@ -235,13 +238,15 @@ def build_card(results: dict[str, Any], repo_id: str | None = None) -> ModelCard
             card_data(results, model_name),
             template_path=str(template),
             **_template_values(results, model_name, repo_id),
+            export=_export_values(export_report),
         )
 
 
 def write_card(output_dir: str | Path, results: dict[str, Any], repo_id: str | None = None) -> Path:
-    """README.md in output_dir (replacing the one peft writes beside an adapter), checked as it is read back."""
+    """README.md in output_dir (replacing the one peft writes beside an adapter), checked as it is read back;
+    with the export's gate figures when output_dir holds a passed export (EXPORT_REPORT)."""
     path = Path(output_dir) / CARD_FILE
-    build_card(results, repo_id).save(path)
+    build_card(results, repo_id, read_export_report(output_dir)).save(path)
     check_card(path, results)
     return path
 
@@ -262,6 +267,51 @@ def check_card(path: str | Path, results: dict[str, Any]) -> ModelCard:
     if problems:
         raise ValueError(f"The model card {path} does not describe its run: {'; '.join(problems)}.")
     return card
+
+
+# `recipes-lib export` (export/bundle.py, a layer above) keeps a passed export and its gate report here;
+# tests/test_model_card.py checks the two agree. A failed export (export.failed/) is never on the card.
+EXPORT_REPORT = ("export", "export_report.json")
+
+
+def read_export_report(output_dir: str | Path) -> dict[str, Any] | None:
+    """The passed export's report in output_dir, or None (no export, or a report that did not pass)."""
+    path = Path(output_dir).joinpath(*EXPORT_REPORT)
+    if not path.is_file():
+        return None
+    report = json.loads(path.read_text())
+    return report if report.get("passed") and report.get("models") else None
+
+
+def _export_values(report: dict[str, Any] | None) -> dict[str, Any] | None:
+    """The export section's figures, worded: one row per exported model (fp32, int8)."""
+    if report is None:
+        return None
+    rows = []
+    int8_weights = report.get("int8_weights")
+    for name, model in report["models"].items():
+        metric = model["metric"]
+        rows.append(
+            {
+                "name": f"{name} ({int8_weights} weights)" if name == "int8" and int8_weights else name,
+                "file": model["file"],
+                "size": f"{model['size_bytes'] / 2**20:.1f} MiB",
+                "agreement": f"{100 * model['agreement']:.2f}% of {model['rows']}",
+                "metric": metric,
+                "onnx": f"{model['onnx'][metric]:.4f}",
+                "pytorch": f"{model['pytorch'][metric]:.4f}",
+                "drop": f"{model['metric_drop_points']:.2f}",
+                "logit": f"{model['max_abs_logit_difference']:.1e}",
+            }
+        )
+    return {
+        "exporter": report.get("exporter"),
+        "exported": report.get("exported"),
+        "rows_from": report.get("rows_from"),
+        "max_drop": report.get("max_metric_drop_points"),
+        "min_agreement": f"{100 * report.get('min_fp32_agreement', 0):g}%",
+        "rows": rows,
+    }
 
 
 # --- what the template shows -------------------------------------------------------------------------

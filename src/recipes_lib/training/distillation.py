@@ -40,7 +40,7 @@ from datasets import Dataset, DatasetDict, Sequence, Value, concatenate_datasets
 
 from recipes_lib.config.arguments import DataArguments
 from recipes_lib.config.precision import autocast_for
-from recipes_lib.config.recipe_options import DistillArguments
+from recipes_lib.config.recipe_options import TEACHER_BATCH_SIZE, DistillArguments
 from recipes_lib.config.tasks import MULTI_LABEL, REGRESSION
 from recipes_lib.data.files import DELIMITED, copy_delimited_rows, decide_quoting, read_local_files
 from recipes_lib.data.labels import LabelMapping
@@ -56,7 +56,6 @@ from recipes_lib.results import RESULTS_FILE
 logger = logging.getLogger(__name__)
 
 TEACHER_LOGITS_DIR = "teacher_logits"
-TEACHER_BATCH_SIZE = 64
 # The files whose bytes are the teacher: the weights (full model or adapter) and what shapes them.
 _TEACHER_FILES = ("config.json", ADAPTER_CONFIG_FILE, "base_quantization_config.json")
 _TEACHER_WEIGHTS = ("*.safetensors", "*.safetensors.index.json", "*.bin")

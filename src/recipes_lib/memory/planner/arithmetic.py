@@ -745,3 +745,51 @@ def _family_transient(encoder: Encoder, setup: Setup) -> int:
         # per forward; v1's LayerNorm, written as ops, has two more T x H temporaries.
         extra += B * S * S * 8 + S * S * 8 + (2 * T * H * 4 if family.layer_norm_ops else 0)
     return extra
+
+
+# --- a no-grad forward (distillation's teacher pass) ------------------------------------------------
+
+
+def inference_activation_terms(encoder: Encoder, setup: Setup) -> dict[str, int]:
+    """What a forward under torch.inference_mode holds at its highest, by name: one layer's moment.
+
+    Nothing is kept for backward, so every tensor goes once the next op has read it, and the peak is
+    one layer's. Measured on CPU (all-MiniLM-L6-v2 at batch 64 x 64, 16 x 128 and 8 x 256 within 2%;
+    tests/test_planner.py checks it and every family's tiny model, within 25%):
+        the FFN's moment      its first linear's output and the activation's (2 T x F x e; a gated
+                              FFN's first linear is 2F wide: 3 T x F x e), with the residual stream,
+                              the attention block's output and the LayerNorm between (3 T x H x 4)
+        eager attention       the scores and their softmax (2 x B x A x S x S x 4) with Q, K, V
+                              (3 T x H x e) over the same stream; DeBERTa adds its c2p and p2c scores
+                              (B x A x S x 2k x 4 each), gathered to S x S and summed (3 x B x A x S x S x 4)
+        fused SDPA            in eval it runs on CPU too (no dropout to refuse it): no S x S scores;
+                              a padded batch's mask made float (B x S x S x e)
+    and what a family builds once per forward: MPNet's relative position bias and its sum with the
+    mask (2 x B x A x S x S x 4); ModernBERT's two float masks (global, sliding window: B x S x S x 4
+    each) and its rotated Q and K (2 T x H x e).
+    """
+    z = _Sizes(encoder, setup)
+    T, H, F, e = z.T, z.H, z.F, z.e
+    terms = {"residual stream, block output, LayerNorm": 3 * T * H * 4}
+    ffn = (3 if encoder.gated_ffn else 2) * T * F * e
+    fused = setup.attention == "sdpa" and encoder.sdpa
+    if fused:
+        attention = z.B * z.S * z.S * e if setup.padded and encoder.family.layer != GATED_ROTARY else 0
+    else:
+        attention = 3 * T * H * e + 2 * z.P * 4
+        relative = encoder.relative
+        if relative is not None:
+            raw = (int(relative.c2p) + int(relative.p2c)) * z.B * z.A * z.S * 2 * relative.span(z.S) * 4
+            attention += raw + 3 * z.P * 4
+    if attention > ffn:
+        terms["attention scores, softmax and Q, K, V"] = attention
+    else:
+        terms["FFN linear output and activation"] = ffn
+        if fused and attention:
+            terms["attention mask, float"] = attention
+    if encoder.family.relative_bias:
+        terms["relative position bias and masked sum"] = 2 * z.P * 4
+    if encoder.family.layer == GATED_ROTARY:
+        terms["global and sliding-window masks, float"] = 2 * z.B * z.S * z.S * 4
+        terms["rotated Q and K"] = 2 * T * H * e
+    return terms

@@ -15,6 +15,7 @@ from recipes_lib.errors import RecipeError
 from recipes_lib.memory.planner.arithmetic import layer_activation_terms
 from recipes_lib.memory.planner.configs import BERT_FAMILY, load_config_and_source
 from recipes_lib.memory.planner.encoder import Encoder
+from recipes_lib.memory.planner.inference import InferencePlan
 from recipes_lib.memory.planner.plan import MemoryPlan, Setup, largest_batch, plan_memory
 from recipes_lib.units import GIB, MIB, format_table
 
@@ -312,3 +313,24 @@ def format_family(shapes: Mapping[str, TrainingShape | Exception], setup: Setup,
             f"largest batch {max_batch}"
         )
     return "\n".join(lines)
+
+
+def format_distillation(teacher: InferencePlan, student: MemoryPlan, budget_gib: float) -> str:
+    """distill's two phases, which never overlap (the teacher is freed before the student loads), and
+    the run's peak: the larger of the two."""
+    setup = teacher.setup
+    precision = "bf16 autocast" if setup.bf16 else "fp32"
+    context = f" + CUDA context {_gib(teacher.cuda_overhead)}" if teacher.cuda_overhead else ""
+    peak, phase = max((teacher.total, "the teacher pass"), (student.total, "the student's training"))
+    verdict = "fits" if peak <= budget_gib * GIB else "does NOT fit"
+    return "\n".join(
+        [
+            "distill: two phases, one after the other (the teacher is freed before the student loads)",
+            f"  teacher pass       {teacher.model}: inference only (no gradients, no optimizer), batch "
+            f"{setup.batch_size} x {setup.seq_length}, {precision}: weights {_gib(teacher.weights)} + activations "
+            f"{_gib(teacher.activations)} + batch {_gib(teacher.other)}{context} = {_gib(teacher.total)} GiB",
+            f"  student training   {student.model}: {describe_shape(student.setup.shape)}, batch "
+            f"{student.setup.batch_size} x {student.setup.seq_length}: {_gib(student.total)} GiB",
+            f"  the run's peak     {_gib(peak)} GiB ({phase}): {verdict} in {budget_gib:g} GiB",
+        ]
+    )
