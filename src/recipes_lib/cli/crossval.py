@@ -15,6 +15,7 @@ from typing import Any
 
 import yaml
 
+from recipes_lib.cli.sweep import add_parallel_arguments, workers_from_arguments
 from recipes_lib.errors import ConfigError, RecipeError
 
 MISSING_OPTUNA = (
@@ -74,6 +75,7 @@ def add_crossval_parser(commands) -> None:
     )
     parser.add_argument("--recipes_dir", default="recipes", help="the folder holding the recipe scripts")
     parser.add_argument("--retry_failed", action="store_true", help="rerun folds that failed before")
+    add_parallel_arguments(parser, "folds")
 
 
 def add_label_issues_parser(commands) -> None:
@@ -163,7 +165,7 @@ def crossval_command(args, recipe_tokens: list[str]) -> int:
             recipes_dir=args.recipes_dir,
             retry_failed=args.retry_failed,
         )
-        return run_crossval(settings)
+        return run_crossval(settings, workers=workers_from_arguments(args))
     except RecipeError as error:
         print(f"error: {error}", file=sys.stderr)
         return error.exit_code

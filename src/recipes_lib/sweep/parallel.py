@@ -39,7 +39,7 @@ from recipes_lib.errors import ConfigError
 from recipes_lib.sweep.study import fail_stale_trials_of
 
 LIVE = ("WAITING", "RUNNING")
-POLL_S = 2.0  # how often a worker with nothing to take looks again while others' trials run
+POLL_S = 0.5  # how often a worker with nothing to take looks again while others' trials run
 
 
 @dataclass(frozen=True)

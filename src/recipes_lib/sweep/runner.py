@@ -455,9 +455,9 @@ def run_sweep(
     output_dir = Path(config.output_dir)
     slots = slot_environments(workers.count, config.accelerate_config)
     with contextlib.nullcontext() if workers.shared else sweep_lock(output_dir):
-        answers = preflight(config)
         stale = RequeueStaleTrials()
         storage = open_storage(config, on_stale_trial=stale, url=workers.storage, parallel=workers.parallel)
+        answers = preflight(config)
         # What a killed sweep left running: failed and queued again (study.py).
         fail_stale_trials(storage, wait=not workers.parallel)
         run = Run(config, storage, launch, slots=slots, shared=workers.shared)

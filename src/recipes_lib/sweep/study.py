@@ -127,8 +127,11 @@ def safe_url(url: str) -> str:
 def storage_error(url: str, error: BaseException) -> ConfigError:
     """One paragraph naming the --storage value and the fix, for what opening it raised."""
     shown = safe_url(url)
-    if isinstance(error, ModuleNotFoundError):
-        module = (error.name or "").split(".")[0]
+    missing = error
+    while missing is not None and not (isinstance(missing, ImportError) and missing.name):
+        missing = missing.__cause__ or missing.__context__  # Optuna re-raises the driver's ImportError
+    if missing is not None:
+        module = missing.name.split(".")[0]
         package = DRIVERS.get(module, module)
         return ConfigError(
             f"--storage {shown} needs the database driver {module}, which is not installed: pip install {package} "
