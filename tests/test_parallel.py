@@ -252,7 +252,8 @@ def run_workers(tmp_path: Path, request: dict, count: int = 2) -> tuple[list[dic
     ledger = tmp_path / "ledger.jsonl"
     path = tmp_path / "request.json"
     path.write_text(json.dumps({**request, "ledger": str(ledger)}))
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO_ROOT / "src"), str(REPO_ROOT)])}
+    paths = [str(REPO_ROOT / "src"), str(REPO_ROOT), *filter(None, [os.environ.get("PYTHONPATH")])]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(paths)}
     processes = [
         subprocess.Popen([sys.executable, "-m", "tests.helpers.parallel_worker", str(path)], cwd=REPO_ROOT,
                          env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)

@@ -454,6 +454,7 @@ def run_sweep(
     machines (parallel.py); with a shared study the database, not output_dir's lock, keeps trials apart."""
     output_dir = Path(config.output_dir)
     slots = slot_environments(workers.count, config.accelerate_config)
+    output_dir.mkdir(parents=True, exist_ok=True)
     with contextlib.nullcontext() if workers.shared else sweep_lock(output_dir):
         stale = RequeueStaleTrials()
         storage = open_storage(config, on_stale_trial=stale, url=workers.storage, parallel=workers.parallel)

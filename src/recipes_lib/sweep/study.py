@@ -166,20 +166,29 @@ def open_storage(
     location = url or storage_url(config, file)
     # SQLite: threads' writes (the heartbeats among them) wait for each other up to 60 s, not 5.
     engine = {"connect_args": {"timeout": 60}} if location.startswith("sqlite") else {}
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")  # heartbeat_interval is experimental in every Optuna version used
-            return ClaimingRDBStorage(
-                location,
-                engine_kwargs=engine,
-                heartbeat_interval=PARALLEL_HEARTBEAT_INTERVAL_S if parallel else HEARTBEAT_INTERVAL_S,
-                grace_period=PARALLEL_GRACE_PERIOD_S if parallel else GRACE_PERIOD_S,
-                **{STALE_TRIAL_CALLBACK: on_stale_trial},
-            )
-    except Exception as error:
-        if url is None:
-            raise
-        raise storage_error(url, error) from None
+    # Workers started together on an empty database all create Optuna's tables: all but one of them
+    # meet the other's (an IntegrityError or ProgrammingError) and, a moment later, find them made.
+    for attempt in range(3):
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter(
+                    "ignore"
+                )  # heartbeat_interval is experimental in every Optuna version used
+                return ClaimingRDBStorage(
+                    location,
+                    engine_kwargs=engine,
+                    heartbeat_interval=PARALLEL_HEARTBEAT_INTERVAL_S if parallel else HEARTBEAT_INTERVAL_S,
+                    grace_period=PARALLEL_GRACE_PERIOD_S if parallel else GRACE_PERIOD_S,
+                    **{STALE_TRIAL_CALLBACK: on_stale_trial},
+                )
+        except Exception as error:
+            if url is None:
+                raise
+            racing = type(error).__name__ in ("IntegrityError", "ProgrammingError")
+            if not racing or attempt == 2:
+                raise storage_error(url, error) from None
+            time.sleep(1 + attempt)
+    raise AssertionError("unreachable")
 
 
 def fail_stale_trials(storage, wait: bool = True) -> None:
