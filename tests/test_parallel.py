@@ -140,7 +140,9 @@ def test_a_value_queued_twice_runs_once(tmp_path):
     states = Counter(
         trial.state.name for trial in optuna.load_study(study_name="full_ft:search", storage=storage).trials
     )
-    assert states == {"COMPLETE": 2, "PRUNED": 2}
+    # Two runs; the copies (and a trial Optuna makes when the other worker took the last waiting one
+    # first) end PRUNED, unlaunched.
+    assert states["COMPLETE"] == 2 and states["PRUNED"] >= 2 and set(states) == {"COMPLETE", "PRUNED"}
     assert [trial["status"] for trial in sweep_results(config)["trials"]] == [
         "complete"
     ] * 3  # the copies: not trials
