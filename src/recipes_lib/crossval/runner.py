@@ -186,6 +186,7 @@ def run_crossval(
         if stale.trials:
             print(f"Resuming: {len(stale.trials)} fold(s) interrupted by the last run will be rerun: "
                   + ", ".join(str(t.user_attrs.get("output_dir")) for t in stale.trials))  # fmt: skip
+        stale.announce = True
         folds = list(range(settings.folds))
         # Every fold is enqueued with its number (enqueue_next), so the sampler never draws: Optuna's default.
         study = open_study(storage, settings.study_name, config, sampler=None)

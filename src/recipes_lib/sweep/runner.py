@@ -465,6 +465,7 @@ def run_sweep(
         if stale.trials:
             print(f"Resuming: {len(stale.trials)} trial(s) interrupted by the last run will be rerun: "
                   + ", ".join(str(t.user_attrs.get("output_dir")) for t in stale.trials))  # fmt: skip
+        stale.announce = True
         rows = planned_trials(run, answers)
         print(format_plan(config, answers, rows, workers))
         if dry_run:

@@ -76,11 +76,15 @@ class RequeueStaleTrials:
 
     def __init__(self) -> None:
         self.trials: list = []
+        self.announce = False  # say so as it happens (trials in parallel: found while the workers wait)
 
     def __call__(self, study, trial) -> None:
         stop_orphans(trial.user_attrs.get("output_dir"))
         requeue(study, trial)
         self.trials.append(trial)
+        if self.announce:
+            print(f"Resuming: {trial.user_attrs.get('output_dir')} was left running by a worker that stopped "
+                  "(its heartbeat did); it is rerun.")  # fmt: skip
 
 
 def storage_url(config: SweepConfig, file: str = STUDY_FILE) -> str:
