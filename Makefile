@@ -1,6 +1,7 @@
 # Two commands do all the set-up on a fresh machine with python3:
 #   make demo   fine-tunes the real all-MiniLM-L6-v2 with every CPU recipe on the shipped support-ticket data (offline)
 #   make sweep-demo   full_ft and LoRA at tuned learning rates over 3 seeds, with the seed-noise verdict (offline)
+#   make label-noise-demo   5-fold cross-validation of noisy demo labels, then the rows label-issues flags (offline)
 #   make test   runs the offline test suite (the default set: not marked slow or gpu)
 PYTHON ?= python3
 VENV ?= .venv
@@ -9,7 +10,7 @@ BIN := $(VENV)/bin
 OFFLINE := HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 TRANSFORMERS_OFFLINE=1 WANDB_MODE=offline
 PYTEST_ARGS ?= -m "not slow and not gpu"
 
-.PHONY: install demo sweep-demo long-text-demo task-demo test test-all test-slow test-oldest test-latest lint \
+.PHONY: install demo sweep-demo label-noise-demo long-text-demo task-demo test test-all test-slow test-oldest test-latest lint \
 	format clean gpu-wheels gpu-rehearsal-venv gpu-rehearsal postgres postgres-stop
 
 # Without a GPU, install PyTorch's CPU build first (a plain `torch` requirement pulls a multi-GB CUDA
@@ -59,6 +60,18 @@ sweep-demo: $(BIN)/.installed
 	$(OFFLINE) $(BIN)/python -m recipes_lib.cli sweep recipes/sweeps/sweep_demo.yaml
 	$(RECORD) sweep-demo outputs/sweep_demo --command "make sweep-demo" \
 		--wall_s $$(( $$(date +%s) - $$(cat outputs/.sweep_demo_started) ))
+
+# Label noise (docs/crossval.md): 10% of the demo's training labels flipped at seed 0, a LABEL_NOISE_FOLDS-fold
+# cross-validation of full_ft on the noisy file (1 epoch per fold; the clean validation file is its test split, scored
+# by each fold's model and by the folds' ensemble), then label-issues: the flagged rows' precision and recall against
+# the flipped ones, in outputs/label_noise/label_noise.json. Rerun after a stop to resume it. LABEL_NOISE_FOLDS=2 is
+# quicker. Time on 2 CPU cores: docs/crossval.md.
+LABEL_NOISE_FOLDS ?= 5
+
+label-noise-demo: $(BIN)/.installed
+	$(OFFLINE) $(BIN)/python benchmarks/label_noise.py --output_dir outputs/label_noise --folds $(LABEL_NOISE_FOLDS) -- \
+		--num_train_epochs 1 --learning_rate 1e-4 --report_to none --disable_tqdm true \
+		--test_file data/support_tickets/validation.csv
 
 # Long documents (issue #22): all-MiniLM-L6-v2 on support-ticket threads of 300-470 tokens whose request
 # comes at the end (data/long_documents/), at max_seq_length 128 and one epoch for each --long_text mode

@@ -39,13 +39,46 @@ def single_label_file(directory: Path, rows: int = 60, groups: int | None = None
     return write_csv(directory / "train.csv", with_groups, header=("text", "label", "customer"))
 
 
-def multi_label_file(directory: Path, rows: int = 40) -> Path:
+TEAMS = ["billing", "shipping", "technical"]
+# Every way the recipe reads a multi-label column (data/labels.py): the data arguments it needs, the class
+# names it gives the model, and a row's classes (names from TEAMS) written that way.
+MULTI_LABEL_FORMATS = {
+    "names": ({}, TEAMS, lambda classes: classes),
+    "ids": ({}, ["0", "1", "2"], lambda classes: [TEAMS.index(c) for c in classes]),
+    "multi_hot": ({}, ["0", "1", "2"], lambda classes: [int(team in classes) for team in TEAMS]),
+    "delimited": ({"label_delimiter": ";"}, TEAMS, lambda classes: ";".join(classes)),
+}
+
+
+def multi_label_value(classes: list[str], label_format: str = "names"):
+    return MULTI_LABEL_FORMATS[label_format][2](classes)
+
+
+def multi_label_file(directory: Path, rows: int = 40, label_format: str = "names") -> Path:
     rng = random.Random(4)
-    teams = ["billing", "shipping", "technical"]
     records = [
-        {"text": f"ticket {i}", "labels": sorted(rng.sample(teams, rng.randint(1, 2)))} for i in range(rows)
+        {
+            "text": f"ticket {i}",
+            "labels": multi_label_value(sorted(rng.sample(TEAMS, rng.randint(1, 2))), label_format),
+        }
+        for i in range(rows)
     ]
+    if label_format == "delimited":
+        return write_csv(
+            directory / "train.csv", [(r["text"], r["labels"]) for r in records], header=("text", "labels")
+        )
     return write_jsonl(directory / "train.jsonl", records)
+
+
+def classes_in(value, label_format: str) -> list[str]:
+    """A row's classes as TEAMS names, from the value as the file holds it (a CSV cell: its text)."""
+    if label_format == "delimited":
+        return value.split(";")
+    if label_format == "multi_hot":
+        return [team for team, flag in zip(TEAMS, value, strict=True) if flag]
+    if label_format == "ids":
+        return [TEAMS[i] for i in value]
+    return value
 
 
 def regression_file(directory: Path, rows: int = 40) -> Path:
@@ -159,8 +192,9 @@ class StandIn:
     """Writes what a fold's run writes (eval_predictions.jsonl for its held-out file, results.json) and
     launches nothing. Predictions: the given label, confidently, so they can be checked row by row."""
 
-    def __init__(self, task: str = "single", interrupt_at: int | None = None):
+    def __init__(self, task: str = "single", interrupt_at: int | None = None, label_format: str = "names"):
         self.task, self.interrupt_at, self.launched = task, interrupt_at, []
+        self.label_format = label_format
 
     def __call__(self, trial, config) -> Outcome:
         if self.interrupt_at is not None and len(self.launched) == self.interrupt_at:
@@ -177,29 +211,62 @@ class StandIn:
             for row in rows:
                 handle.write(json.dumps(self.prediction(row)) + "\n")
         value = round(0.8 + 0.01 * trial.fold, 4)
-        (trial.output_dir / RUN_RESULTS_FILE).write_text(
-            json.dumps({config.metric: value, "text_columns": ["text"]})
-        )
+        results = {config.metric: value, "text_columns": ["text"]}
+        if "--test_file" in trial.command:
+            results.update(self.score_test(trial))
+        (trial.output_dir / RUN_RESULTS_FILE).write_text(json.dumps(results))
+        # What a real fold leaves besides its predictions: its weights and a checkpoint.
+        (trial.output_dir / "model.safetensors").write_bytes(b"weights")
+        (trial.output_dir / "checkpoint-4").mkdir(exist_ok=True)
+        (trial.output_dir / "checkpoint-4" / "model.safetensors").write_bytes(b"weights")
         return Outcome(COMPLETE, value=value, exit_code=0, wall_s=1.0, results={config.metric: value})
 
     def prediction(self, row: dict) -> dict:
         if self.task == "regression":
             return {"prediction": float(row["urgency"])}
         if self.task == "multi":
-            teams = ["billing", "shipping", "technical"]
+            names = MULTI_LABEL_FORMATS[self.label_format][1]
+            given = set(classes_in(row["labels"], self.label_format))
             return {
-                "prediction": row["labels"],
-                "probabilities": {t: 0.9 if t in row["labels"] else 0.1 for t in teams},
+                "prediction": [name for name, team in zip(names, TEAMS, strict=True) if team in given],
+                "probabilities": {
+                    name: 0.9 if team in given else 0.1 for name, team in zip(names, TEAMS, strict=True)
+                },
             }
         other = {"cool": "warm", "warm": "cool"}[row["label"]]
         return {"prediction": row["label"], "probabilities": {row["label"]: 0.9, other: 0.1}}
 
+    def score_test(self, trial) -> dict:
+        """Each fold's model right on every test row but a third of them (row % 3 == fold), and so
+        each differently wrong: 0.9 for the right class, or 0.4 where it is wrong. The three folds
+        averaged are right on every row ((0.9 + 0.9 + 0.4) / 3 > 0.5)."""
+        test_rows = read_rows(Path(trial.command[trial.command.index("--test_file") + 1]))
+        lines, right = [], 0
+        for index, row in enumerate(test_rows):
+            label = row.get("label") or "cool"
+            other = {"cool": "warm", "warm": "cool"}[label]
+            p = 0.4 if index % 3 == trial.fold else 0.9
+            lines.append(
+                {
+                    "prediction": label if p > 0.5 else other,
+                    "probabilities": {label: p, other: round(1 - p, 6)},
+                }
+            )
+            right += p > 0.5
+        with open(trial.output_dir / "test_predictions.jsonl", "w") as handle:
+            handle.writelines(json.dumps(line) + "\n" for line in lines)
+        labelled = bool(test_rows) and bool(test_rows[0].get("label"))
+        return {"test_split": "test.csv", **({"test_accuracy": right / len(test_rows)} if labelled else {})}
 
-def settings_for(tmp_path: Path, train: Path, folds: int = 3, **data) -> CrossvalSettings:
+
+def settings_for(
+    tmp_path: Path, train: Path, folds: int = 3, keep_fold_models: bool = False, **data
+) -> CrossvalSettings:
+    recipe_args = (("test_file", (str(data["test_file"]),)),) if "test_file" in data else ()
     return CrossvalSettings(
         recipe="full_ft", output_dir=str(tmp_path / "cv"), folds=folds, seed=7,
         data=(("train_file", str(train)), *data.items()), accelerate_config=str(ACCELERATE_CONFIGS / "cpu.yaml"),
-        recipes_dir=str(RECIPES_DIR),
+        recipes_dir=str(RECIPES_DIR), recipe_args=recipe_args, keep_fold_models=keep_fold_models,
     )  # fmt: skip
 
 
@@ -225,15 +292,33 @@ def test_every_row_gets_its_held_out_prediction_and_the_folds_mean_and_std(tmp_p
     assert "eval_accuracy: 0.8100 ± 0.0100 (std over folds)" in capsys.readouterr().out
 
 
-def test_multi_label_and_regression_out_of_fold_formats(tmp_path):
-    (tmp_path / "m").mkdir()
+@pytest.mark.parametrize("label_format", sorted(MULTI_LABEL_FORMATS))
+def test_multi_label_out_of_fold_format_in_every_label_format(tmp_path, label_format):
+    """Names, class ids, 0/1 flags per class, a delimited string: `label` as the file gives it, the
+    prediction and the probabilities by the model's class names."""
+    data, names, _ = MULTI_LABEL_FORMATS[label_format]
+    train = multi_label_file(tmp_path, label_format=label_format)
+    settings = settings_for(tmp_path, train, label_column_name="labels", **data)
+    assert run_crossval(settings, launch=StandIn("multi", label_format=label_format)) == 0
+    oof, given = read_oof(settings), read_rows(train)
+    assert [row["row"] for row in oof] == list(range(40)) and [row["label"] for row in oof] == [
+        row["labels"] for row in given
+    ]
+    for row in oof:
+        assert set(row["probabilities"]) == set(names)
+        chosen = [
+            name
+            for name, team in zip(names, TEAMS, strict=True)
+            if team in classes_in(row["label"], label_format)
+        ]
+        assert row["prediction"] == chosen
+    results = json.loads((Path(settings.output_dir) / RESULTS_FILE).read_text())
+    assert results["metric"] == "eval_f1_micro" and results["classes"] == names
+    assert results["task"] == "multi_label_classification"
+
+
+def test_regression_out_of_fold_format(tmp_path):
     (tmp_path / "r").mkdir()
-    multi = settings_for(tmp_path / "m", multi_label_file(tmp_path / "m"), label_column_name="labels")
-    assert run_crossval(multi, launch=StandIn("multi")) == 0
-    row = read_oof(multi)[0]
-    assert isinstance(row["label"], list) and row["prediction"] == row["label"]
-    assert set(row["probabilities"]) == {"billing", "shipping", "technical"}
-    assert json.loads((Path(multi.output_dir) / RESULTS_FILE).read_text())["metric"] == "eval_f1_micro"
     regression = settings_for(tmp_path / "r", regression_file(tmp_path / "r"), label_column_name="urgency")
     assert run_crossval(regression, launch=StandIn("regression")) == 0
     row = read_oof(regression)[0]
@@ -280,51 +365,116 @@ def test_another_fold_count_needs_another_output_dir(tmp_path):
         run_crossval(settings_for(tmp_path, train, folds=2), launch=StandIn())
 
 
+def test_the_test_split_is_scored_by_each_fold_and_by_their_averaged_probabilities(tmp_path, capsys):
+    train = single_label_file(tmp_path, rows=30)
+    test = write_csv(tmp_path / "test.csv", learnable_rows(12, seed=9))
+    settings = settings_for(tmp_path, train, test_file=str(test))
+    assert run_crossval(settings, launch=StandIn()) == 0
+    output_dir = Path(settings.output_dir)
+    figures = json.loads((output_dir / RESULTS_FILE).read_text())["test"]
+    # Each fold is wrong on its own 4 of the 12 rows; the three averaged are wrong on none.
+    assert figures["metric"] == "test_accuracy" and figures["per_fold"] == pytest.approx([8 / 12] * 3)
+    assert figures["mean"] == pytest.approx(8 / 12) and figures["std"] == pytest.approx(0)
+    assert (
+        figures["ensemble"] == pytest.approx(1.0) and "mean of the folds' softmax" in figures["ensemble_of"]
+    )
+    ensemble = [
+        json.loads(line) for line in (output_dir / "test_ensemble_predictions.jsonl").read_text().splitlines()
+    ]
+    given = [row["label"] for row in read_rows(test)]
+    assert [line["prediction"] for line in ensemble] == given
+    assert ensemble[0]["probabilities"][given[0]] == pytest.approx((0.4 + 0.9 + 0.9) / 3, abs=1e-6)
+    out = capsys.readouterr().out
+    assert f"test_accuracy on {test}: each fold's model 0.6667 ± 0.0000" in out
+    assert (
+        "the 3 folds' ensemble (the mean of the folds' softmax probabilities, the likeliest class predicted): 1.0000"
+        in out
+    )
+
+
+def test_an_unlabelled_test_file_gets_the_ensembles_predictions_and_no_figure(tmp_path):
+    train = single_label_file(tmp_path, rows=30)
+    test = write_csv(tmp_path / "test.csv", [(text, "") for text, _ in learnable_rows(6, seed=9)])
+    settings = settings_for(tmp_path, train, test_file=str(test))
+    assert run_crossval(settings, launch=StandIn()) == 0
+    figures = json.loads((Path(settings.output_dir) / RESULTS_FILE).read_text())["test"]
+    assert figures["ensemble"] is None and figures["mean"] is None and "no labels" in figures["ensemble_note"]
+    assert len((Path(settings.output_dir) / "test_ensemble_predictions.jsonl").read_text().splitlines()) == 6
+
+
+@pytest.mark.parametrize("keep", [False, True])
+def test_a_complete_folds_weights_go_unless_kept(tmp_path, keep):
+    settings = settings_for(tmp_path, single_label_file(tmp_path, rows=30), keep_fold_models=keep)
+    assert run_crossval(settings, launch=StandIn()) == 0
+    for fold in range(3):
+        directory = Path(settings.output_dir) / f"fold-{fold}"
+        assert (directory / "model.safetensors").exists() is keep
+        assert (directory / "checkpoint-4").exists() is keep
+        assert (directory / "eval_predictions.jsonl").is_file() and (directory / RUN_RESULTS_FILE).is_file()
+    per_fold = json.loads((Path(settings.output_dir) / RESULTS_FILE).read_text())["per_fold"]
+    assert all(fold["model_kept"] is keep for fold in per_fold)
+
+
 # --- label issues -------------------------------------------------------------------------------------------
 
 
-def planted_crossval(directory: Path, rows: int = 200, flips: int = 20, task: str = "single") -> set[int]:
+def planted_rows(rows: int = 200, flips: int = 20, seed: int = 0):
+    """Rows whose true class is row % 3, `flips` of them given another class, and held-out probabilities
+    confident in the true class. Returns (rows as (given, true, confidence), the flipped rows)."""
+    rng = random.Random(seed)
+    flipped = set(rng.sample(range(rows), flips))
+    planted = []
+    for row in range(rows):
+        true = TEAMS[row % 3]
+        given = rng.choice([c for c in TEAMS if c != true]) if row in flipped else true
+        planted.append((given, true, rng.uniform(0.7, 0.95)))
+    return planted, flipped
+
+
+def planted_crossval(directory: Path, rows: int = 200, flips: int = 20, task: str = "single",
+                     label_format: str = "names") -> set[int]:  # fmt: skip
     """A finished cross-validation's files, by hand: probabilities confident in each row's true class,
     and `flips` rows whose given label was flipped. Returns the flipped rows."""
-    rng = random.Random(0)
-    classes = ["billing", "shipping", "technical"]
-    flipped = set(rng.sample(range(rows), flips))
+    planted, flipped = planted_rows(rows, flips)
+    names = MULTI_LABEL_FORMATS[label_format][1] if task == "multi" else TEAMS
     records, oof = [], []
-    for row in range(rows):
-        true = classes[row % 3]
-        given = rng.choice([c for c in classes if c != true]) if row in flipped else true
-        confidence = rng.uniform(0.7, 0.95)
-        probabilities = {c: confidence if c == true else (1 - confidence) / 2 for c in classes}
+    for row, (given, true, confidence) in enumerate(planted):
         if task == "multi":
-            records.append({"text": f"ticket {row}", "labels": [given]})
-            probabilities = {c: (confidence if c == true else 1 - confidence) for c in classes}
-            oof.append(
-                {
-                    "row": row,
-                    "fold": row % 2,
-                    "label": [given],
-                    "prediction": [true],
-                    "probabilities": probabilities,
-                }
-            )
+            label = multi_label_value([given], label_format)
+            probabilities = {
+                n: (confidence if t == true else 1 - confidence) for n, t in zip(names, TEAMS, strict=True)
+            }
+            prediction = [names[TEAMS.index(true)]]
         else:
-            records.append({"text": f"ticket {row}", "label": given})
-            oof.append(
-                {
-                    "row": row,
-                    "fold": row % 2,
-                    "label": given,
-                    "prediction": true,
-                    "probabilities": probabilities,
-                }
-            )
+            label = given
+            probabilities = {c: confidence if c == true else (1 - confidence) / 2 for c in TEAMS}
+            prediction = true
+        records.append({"text": f"ticket {row}", "labels" if task == "multi" else "label": label})
+        oof.append(
+            {
+                "row": row,
+                "fold": row % 2,
+                "label": label,
+                "prediction": prediction,
+                "probabilities": probabilities,
+            }
+        )
     directory.mkdir(parents=True, exist_ok=True)
     label_column = "labels" if task == "multi" else "label"
-    train = write_jsonl(directory / "train.jsonl", records)
+    data = {
+        "label_column_name": label_column,
+        **(MULTI_LABEL_FORMATS[label_format][0] if task == "multi" else {}),
+    }
+    if label_format == "delimited":
+        train = write_csv(
+            directory / "train.csv", [(r["text"], r["labels"]) for r in records], header=("text", "labels")
+        )
+    else:
+        train = write_jsonl(directory / "train.jsonl", records)
     write_jsonl(directory / OOF_FILE, oof)
-    results = {"train_file": str(train), "data_arguments": {"train_file": str(train), "label_column_name": label_column},
+    results = {"train_file": str(train), "data_arguments": {"train_file": str(train), **data},
                "task": "multi_label_classification" if task == "multi" else "single_label_classification",
-               "classes": classes, "folds": 2, "text_columns": ["text"]}  # fmt: skip
+               "classes": names, "folds": 2, "text_columns": ["text"]}  # fmt: skip
     (directory / RESULTS_FILE).write_text(json.dumps(results))
     return flipped
 
@@ -334,10 +484,14 @@ def read_issues(directory: Path) -> list[dict]:
         return list(csv.DictReader(handle))
 
 
-@pytest.mark.parametrize("task", ["single", "multi"])
-def test_label_issues_finds_the_planted_flips_worst_first(tmp_path, capsys, task):
+@pytest.mark.parametrize(
+    ("task", "label_format"),
+    [("single", "names"), *(("multi", label_format) for label_format in sorted(MULTI_LABEL_FORMATS))],
+)
+def test_label_issues_finds_the_planted_flips_worst_first(tmp_path, capsys, task, label_format):
+    """Single-label, and multi-label in every format the recipe reads (names, ids, 0/1 flags, delimited)."""
     pytest.importorskip("cleanlab")
-    flipped = planted_crossval(tmp_path / "cv", task=task)
+    flipped = planted_crossval(tmp_path / "cv", task=task, label_format=label_format)
     assert cli_main(["label-issues", str(tmp_path / "cv"), "--drop_label_issues"]) == 0
     issues = read_issues(tmp_path / "cv")
     found = {int(issue["row"]) for issue in issues}
@@ -346,13 +500,60 @@ def test_label_issues_finds_the_planted_flips_worst_first(tmp_path, capsys, task
     qualities = [float(issue["label_quality"]) for issue in issues]
     assert qualities == sorted(qualities)  # worst first
     assert issues[0]["text"] == f"ticket {issues[0]['row']}"
+    # The given and suggested labels by the model's class names, whatever the file's format.
+    names = MULTI_LABEL_FORMATS[label_format][1] if task == "multi" else TEAMS
+    planted, _ = planted_rows()
+    for issue in issues:
+        given, true, _ = planted[int(issue["row"])]
+        assert issue["given_label"] == names[TEAMS.index(given)]
+        assert issue["suggested_label"] == names[TEAMS.index(true)]
     out = capsys.readouterr().out
-    assert "look mislabelled" in out and "Suspects per given class: billing" in out
-    cleaned = [
-        json.loads(line) for line in (tmp_path / "cv" / "train_cleaned.jsonl").read_text().splitlines()
-    ]
+    assert "training rows of" in out and "look mislabelled" in out
+    assert f"Suspects per given class: {names[0]} " in out
+    cleaned = read_rows(next((tmp_path / "cv").glob("train_cleaned.*")))
     assert len(cleaned) == 200 - len(found)
     assert {record["text"] for record in cleaned}.isdisjoint({f"ticket {row}" for row in found})
+
+
+def planted_run(directory: Path, validation_file: str | None = "validation.csv") -> set[int]:
+    """A finished single run's files, by hand: its validation file with planted flips and the run's
+    predictions of it (eval_predictions.jsonl)."""
+    planted, flipped = planted_rows()
+    directory.mkdir(parents=True, exist_ok=True)
+    validation = write_csv(
+        directory / "validation.csv", [(f"ticket {row}", given) for row, (given, _, _) in enumerate(planted)]
+    )
+    write_jsonl(directory / "eval_predictions.jsonl", [
+        {"prediction": true, "probabilities": {c: confidence if c == true else (1 - confidence) / 2 for c in TEAMS}}
+        for _, true, confidence in planted
+    ])  # fmt: skip
+    config = {"validation_file": validation_file and str(validation), "label_column_name": "label"}
+    (directory / RUN_RESULTS_FILE).write_text(json.dumps({
+        "problem_type": "single_label_classification", "text_columns": ["text"], "eval_split": "validation",
+        "config": config,
+    }))  # fmt: skip
+    return flipped
+
+
+def test_label_issues_on_a_single_run_flags_its_validation_rows(tmp_path, capsys):
+    pytest.importorskip("cleanlab")
+    flipped = planted_run(tmp_path / "run")
+    assert cli_main(["label-issues", str(tmp_path / "run"), "--drop_label_issues"]) == 0
+    issues = read_issues(tmp_path / "run")
+    found = {int(issue["row"]) for issue in issues}
+    assert len(found & flipped) / len(found) >= 0.9 and len(found & flipped) / len(flipped) >= 0.75
+    assert all(issue["text"] == f"ticket {issue['row']}" for issue in issues)  # row: the validation file's
+    out = capsys.readouterr().out
+    assert f"validation rows of {tmp_path / 'run' / 'validation.csv'}" in out
+    assert "held-out predictions of its validation split" in out and "not the training file's" in out
+    cleaned = read_rows(tmp_path / "run" / "validation_cleaned.csv")
+    assert len(cleaned) == 200 - len(found)
+
+
+def test_label_issues_on_a_run_without_a_validation_file_says_why_not(tmp_path, capsys):
+    planted_run(tmp_path / "run", validation_file=None)
+    assert cli_main(["label-issues", str(tmp_path / "run")]) == 2
+    assert "not from a --validation_file" in capsys.readouterr().err
 
 
 def test_label_issues_says_in_one_line_that_regression_is_not_supported(tmp_path, capsys):
@@ -366,7 +567,8 @@ def test_label_issues_says_in_one_line_that_regression_is_not_supported(tmp_path
 
 def test_label_issues_without_a_crossval_says_what_to_run(tmp_path, capsys):
     assert cli_main(["label-issues", str(tmp_path)]) == 2
-    assert "Run `recipes-lib crossval RECIPE --output_dir" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "Run `recipes-lib crossval RECIPE --output_dir" in err and "or give a run's output_dir" in err
 
 
 # --- the real thing -------------------------------------------------------------------------------------------
@@ -374,15 +576,18 @@ def test_label_issues_without_a_crossval_says_what_to_run(tmp_path, capsys):
 
 @pytest.mark.slow
 def test_a_real_two_fold_crossval_of_the_tiny_bert(tmp_path, tiny_bert, one_thread, monkeypatch):
-    """Two real folds (each its own accelerate launch), then label-issues on their probabilities."""
+    """Two real folds (each its own accelerate launch) scoring a test file too, their weights deleted once
+    complete; then label-issues on their probabilities, and on one fold's run as a single run."""
     monkeypatch.setenv("WANDB_MODE", "disabled")
     train = write_csv(tmp_path / "train.csv", learnable_rows(48, seed=1))
+    test = write_csv(tmp_path / "test.csv", learnable_rows(10, seed=5))
     output_dir = tmp_path / "cv"
     code = cli_main([
         "crossval", "full_ft", "--folds", "2", "--output_dir", str(output_dir), "--recipes_dir", str(RECIPES_DIR),
         "--accelerate_config", str(ACCELERATE_CONFIGS / "cpu.yaml"), "--model_name_or_path", str(tiny_bert),
-        "--train_file", str(train), "--max_seq_length", "32", "--per_device_train_batch_size", "16",
-        "--max_steps", "2", "--eval_strategy", "no", "--save_strategy", "no", "--report_to", "none",
+        "--train_file", str(train), "--test_file", str(test), "--max_seq_length", "32",
+        "--per_device_train_batch_size", "16", "--max_steps", "2", "--eval_strategy", "no", "--save_strategy", "no",
+        "--report_to", "none",
     ])  # fmt: skip
     assert code == 0
     oof = [json.loads(line) for line in (output_dir / OOF_FILE).read_text().splitlines()]
@@ -392,6 +597,29 @@ def test_a_real_two_fold_crossval_of_the_tiny_bert(tmp_path, tiny_bert, one_thre
     assert (
         len(results["per_fold"]) == 2 and results["std"] is not None and results["text_columns"] == ["text"]
     )
+    figures = results["test"]
+    assert figures["metric"] == "test_accuracy" and len(figures["per_fold"]) == 2
+    assert all(0 <= value <= 1 for value in figures["per_fold"]) and 0 <= figures["ensemble"] <= 1
+    # The ensemble's probabilities are the folds' mean, row by row.
+    folds = [
+        [
+            json.loads(line)
+            for line in (output_dir / f"fold-{k}" / "test_predictions.jsonl").read_text().splitlines()
+        ]
+        for k in range(2)
+    ]
+    ensemble = [
+        json.loads(line) for line in (output_dir / "test_ensemble_predictions.jsonl").read_text().splitlines()
+    ]
+    assert len(ensemble) == 10
+    for index, line in enumerate(ensemble):
+        expected = (folds[0][index]["probabilities"]["warm"] + folds[1][index]["probabilities"]["warm"]) / 2
+        assert line["probabilities"]["warm"] == pytest.approx(expected, abs=2e-6)
+    for k in range(2):  # the weights went; the predictions and results stayed
+        assert not list((output_dir / f"fold-{k}").glob("*.safetensors"))
+        assert (output_dir / f"fold-{k}" / "eval_predictions.jsonl").is_file()
     if pytest.importorskip("cleanlab"):
         assert cli_main(["label-issues", str(output_dir)]) == 0
         assert (output_dir / "label_issues.csv").is_file()
+        assert cli_main(["label-issues", str(output_dir / "fold-0")]) == 0  # a run: its validation rows
+        assert (output_dir / "fold-0" / "label_issues.csv").is_file()

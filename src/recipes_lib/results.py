@@ -15,6 +15,8 @@ from typing import Any
 import torch
 
 RESULTS_FILE = "results.json"
+# What `recipes-lib crossval` writes in its output_dir instead (the sweep reads it when `folds` is set).
+CROSSVAL_RESULTS_FILE = "crossval_results.json"
 REPORTED_PACKAGES = (
     "torch",
     "transformers",

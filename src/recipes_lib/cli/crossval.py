@@ -26,8 +26,8 @@ MISSING_CLEANLAB = (
     "recipes-lib label-issues uses cleanlab, which is not installed; install the 'data-quality' extra: "
     "pip install 'recipes-lib[data-quality]' (in a checkout: pip install -e '.[data-quality]')."
 )
-# The recipe's data arguments the folds are made from.
-DATA_KEYS = ("train_file", "label_column_name", "problem_type", "label_delimiter", "csv_quoting")
+# The recipe's data arguments the folds are made from (and the test file the folds' ensemble scores).
+DATA_KEYS = ("train_file", "label_column_name", "problem_type", "label_delimiter", "csv_quoting", "test_file")
 # Recipe options crossval sets for every fold itself.
 CROSSVAL_OWNED_OPTIONS = {
     "validation_file": "crossval (each fold's held-out rows)",
@@ -75,26 +75,36 @@ def add_crossval_parser(commands) -> None:
     )
     parser.add_argument("--recipes_dir", default="recipes", help="the folder holding the recipe scripts")
     parser.add_argument("--retry_failed", action="store_true", help="rerun folds that failed before")
+    parser.add_argument(
+        "--keep_fold_models",
+        action="store_true",
+        help="keep each fold's model (and checkpoints) in OUTPUT_DIR/fold-K; by default they are deleted once the "
+        "fold has scored its held-out rows (and --test_file): the results need only its predictions",
+    )
     add_parallel_arguments(parser, "folds")
 
 
 def add_label_issues_parser(commands) -> None:
     parser = commands.add_parser(
         "label-issues",
-        help="The training rows most likely mislabelled, from a cross-validation's out-of-fold probabilities.",
-        description="cleanlab's find_label_issues and label-quality scores over OUTPUT_DIR/oof_predictions.jsonl "
-        "(from recipes-lib crossval): writes label_issues.csv, worst first, and prints the top rows and a count "
-        "of suspects per class. The 'data-quality' extra.",
+        help="The rows most likely mislabelled: a cross-validation's training rows, or a run's validation rows.",
+        description="cleanlab's find_label_issues and label-quality scores over held-out probabilities: a "
+        "recipes-lib crossval directory's oof_predictions.jsonl (every training row), or a single run's "
+        "eval_predictions.jsonl (the rows of its validation file only). Writes label_issues.csv in DIR, worst "
+        "first, and prints the top rows and a count of suspects per class. The 'data-quality' extra.",
     )
-    parser.add_argument("crossval_dir", help="a recipes-lib crossval output_dir")
+    parser.add_argument(
+        "directory", help="a recipes-lib crossval output_dir, or a run's output_dir (its validation rows)"
+    )
     parser.add_argument("--top", type=int, default=10, help="how many rows to print (default 10)")
     parser.add_argument(
         "--drop_label_issues",
         nargs="?",
         const="",
         metavar="FILE",
-        help="also write the training file without the flagged rows, to retrain and compare: to FILE, or "
-        "CROSSVAL_DIR/train_cleaned.<the training file's extension>",
+        help="also write the file without the flagged rows, to retrain and compare: to FILE, or "
+        "DIR/train_cleaned.<ext> (a crossval: the training file) or DIR/validation_cleaned.<ext> (a run: its "
+        "validation file)",
     )
 
 
@@ -164,6 +174,7 @@ def crossval_command(args, recipe_tokens: list[str]) -> int:
             experiment=args.experiment,
             recipes_dir=args.recipes_dir,
             retry_failed=args.retry_failed,
+            keep_fold_models=args.keep_fold_models,
         )
         return run_crossval(settings, workers=workers_from_arguments(args))
     except RecipeError as error:
@@ -182,7 +193,7 @@ def label_issues_command(args) -> int:
             raise ConfigError(MISSING_CLEANLAB) from None
         from recipes_lib.crossval.label_issues import label_issues
 
-        return label_issues(args.crossval_dir, top=args.top, drop_to=args.drop_label_issues)
+        return label_issues(args.directory, top=args.top, drop_to=args.drop_label_issues)
     except RecipeError as error:
         print(f"error: {error}", file=sys.stderr)
         return error.exit_code

@@ -30,7 +30,7 @@ MISSING_OPTUNA = (
 # Flag -> sweep file key, for the flags that override one key.
 FLAG_KEYS = (
     "base_config", "accelerate_config", "output_dir", "metric", "direction", "search_seed", "seeds",
-    "memory_budget", "experiment", "wandb_project", "recipes_dir",
+    "memory_budget", "experiment", "wandb_project", "recipes_dir", "folds",
 )  # fmt: skip
 
 
@@ -89,6 +89,11 @@ def add_sweep_parser(commands) -> None:
     )
     parser.add_argument("--wandb_project", help="the W&B project of every trial")
     parser.add_argument("--recipes_dir", help="the folder holding the recipe scripts (default recipes)")
+    parser.add_argument(
+        "--folds",
+        type=int,
+        help="each trial a K-fold cross-validation of the training file (recipes-lib crossval); default: none",
+    )
     parser.add_argument(
         "--retry_failed", action="store_true", default=None, help="rerun trials that failed before"
     )
@@ -172,6 +177,11 @@ def sweep_command(args) -> int:
     """`recipes-lib sweep`: the config from the file and flags, then the sweep, the W&B Sweeps file or the plan."""
     try:
         config = sweep_config_from_arguments(args)
+        if args.wandb_sweep and config.folds is not None:
+            raise ConfigError(
+                f"--wandb_sweep writes W&B's own sweep of plain recipe runs, and 'folds' ({config.folds}) makes each "
+                "trial a cross-validation, which W&B's agent cannot run; drop one of them."
+            )
         if args.wandb_sweep:
             for path in write_wandb_sweeps(config, args.wandb_sweep):
                 print(f"W&B Sweeps config: {path} (wandb sweep {path}; then wandb agent <sweep id>)")

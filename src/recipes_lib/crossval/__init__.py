@@ -6,7 +6,10 @@ out-of-fold predictions, and the rows most likely mislabelled.
     runner.py         the folds as the sweep's trials (one `accelerate launch` each, the study in
                       OUTPUT_DIR/crossval.db, resumable), then the results
     oof.py            out-of-fold predictions (oof_predictions.jsonl) and the mean ± std over folds
-    label_issues.py   cleanlab over the out-of-fold probabilities: label_issues.csv, a cleaned file
+    ensemble.py       with --test_file: the test split per fold (mean ± std) and by the folds' averaged
+                      probabilities
+    label_issues.py   cleanlab over held-out probabilities (a crossval's out-of-fold ones, or a single
+                      run's of its validation split): label_issues.csv, a cleaned file
 
 crossval builds on the sweep (it needs Optuna, the 'sweep' extra); label-issues needs cleanlab, the
 'data-quality' extra.

@@ -27,7 +27,7 @@ from datasets import DatasetDict
 from recipes_lib.config.arguments import DataArguments
 from recipes_lib.config.tasks import MULTI_LABEL, REGRESSION, SINGLE_LABEL
 from recipes_lib.data.files import DELIMITED, read_local_files, write_jsonl
-from recipes_lib.data.labels import LabelMapping, label_mapping
+from recipes_lib.data.labels import LabelMapping, label_mapping, unlabelled_value
 from recipes_lib.errors import ConfigError, DataError
 
 FOLDS_DIR = "folds"
@@ -65,6 +65,12 @@ def read_training_rows(data: dict[str, Any], cache_dir: str | None = None) -> Tr
         )
     if not Path(path).is_file():
         raise ConfigError(f"The training file {path} does not exist; give --train_file an existing file.")
+    return read_labelled_rows(path, data, cache_dir)
+
+
+def read_labelled_rows(path: str, data: dict[str, Any], cache_dir: str | None = None) -> TrainingRows:
+    """A local file's rows and what their labels mean, read as the recipe reads a training file (`data`:
+    the recipe's label_column_name, problem_type, label_delimiter, csv_quoting)."""
     arguments = DataArguments(
         train_file=path,
         label_column_name=data.get("label_column_name") or "label",
@@ -76,6 +82,30 @@ def read_training_rows(data: dict[str, Any], cache_dir: str | None = None) -> Tr
     # The recipe checks labels on train and validation; every row of this file is both, fold by fold.
     labels = label_mapping(DatasetDict(train=train, validation=train), arguments, locate)
     return TrainingRows(path, train.to_list(), train.column_names, arguments.label_column_name, labels)
+
+
+def read_labelled_file(data: dict[str, Any], labels: LabelMapping) -> list | None:
+    """The labels of the file `data["train_file"]` (a test file), encoded with the training file's `labels`
+    (class ids, multi-hot rows, scores); None when it has no label column or a row without a label."""
+    path = data["train_file"]
+    raw, locate = read_local_files({"test": path}, None, quoting=data.get("csv_quoting") or "auto")
+    split, column = raw["test"], data.get("label_column_name") or "label"
+    if column not in split.column_names:
+        return None
+    feature, values = split.features[column], split[column]
+    if any(unlabelled_value(value, feature) for value in values):
+        return None
+    encoded = []
+    for index, value in enumerate(values):
+        try:
+            encoded.append(labels.encode(value))
+        except (KeyError, ValueError):
+            raise DataError(
+                f"{locate['test'](index)} has the label {value!r}, which is not one of the training file's classes "
+                f"({', '.join(map(str, labels.names))}): the folds' models cannot predict it. Fix the row, or "
+                "leave --test_file out."
+            ) from None
+    return encoded
 
 
 # --- the splits ---------------------------------------------------------------------------------------

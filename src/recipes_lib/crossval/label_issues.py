@@ -1,5 +1,11 @@
-"""`recipes-lib label-issues`: the training rows most likely mislabelled, by cleanlab, from the out-of-fold
-probabilities of `recipes-lib crossval` (the 'data-quality' extra).
+"""`recipes-lib label-issues`: the rows most likely mislabelled, by cleanlab (the 'data-quality' extra), from
+held-out probabilities:
+
+    a crossval directory   oof_predictions.jsonl: every row of the training file, each scored by the fold
+                           that held it out; `row` indexes the training file's data rows
+    a run's directory      eval_predictions.jsonl: the rows of its validation file only (the model never
+                           trained on them; its training rows need a cross-validation); `row` indexes the
+                           validation file's data rows
 
 Single-label: cleanlab.filter.find_label_issues flags the rows (confident learning: a row whose given
 class the held-out model finds less likely than that class's typical confidence, and another more
@@ -8,8 +14,10 @@ the given class). Multi-label: the same two through cleanlab's multi-label varia
 with multi_label=True, cleanlab.multilabel_classification.get_label_quality_scores). Regression has no
 class probabilities to judge: not supported.
 
-The probabilities must be out-of-fold (each row scored by a model that never trained on it); a model's
+The probabilities must be held out (each row scored by a model that never trained on it); a model's
 scores of its own training rows are confident about whatever it memorised, wrong labels included.
+Multi-label rows may be written in any way the recipe reads them (a list of names or ids, 0/1 flags per
+class, a delimited string): the given classes come from the recipe's own label logic (data/labels.py).
 """
 
 from __future__ import annotations
@@ -17,33 +25,117 @@ from __future__ import annotations
 import csv
 import json
 from collections import Counter
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from recipes_lib.config.tasks import MULTI_LABEL, REGRESSION
-from recipes_lib.crossval.folds import read_training_rows, write_rows
+from recipes_lib.crossval.folds import TrainingRows, read_labelled_rows, read_training_rows, write_rows
 from recipes_lib.crossval.oof import OOF_FILE, RESULTS_FILE
 from recipes_lib.data.files import DELIMITED
-from recipes_lib.errors import ConfigError
+from recipes_lib.errors import ConfigError, DataError
+from recipes_lib.evaluation.predictions import EVAL_PREDICTIONS_FILE
+from recipes_lib.results import RESULTS_FILE as RUN_RESULTS_FILE
+from recipes_lib.results import read_results
 from recipes_lib.units import format_table
 
 ISSUES_FILE = "label_issues.csv"
 CLEANED_STEM = "train_cleaned"
+VALIDATION_CLEANED_STEM = "validation_cleaned"
+# The recipe's data arguments a run's results.json holds (its "config"), to read its validation file as it did.
+RUN_DATA_KEYS = ("label_column_name", "label_delimiter", "csv_quoting")
 
 
-def read_crossval(directory: Path) -> tuple[dict[str, Any], list[dict[str, Any]]]:
-    results_path, oof_path = directory / RESULTS_FILE, directory / OOF_FILE
-    if not results_path.is_file() or not oof_path.is_file():
+@dataclass
+class HeldOutPredictions:
+    """Rows of one file, each with a probability from a model that never trained on it, and where from."""
+
+    rows: (
+        TrainingRows  # the file `row` indexes: a cross-validation's training file, or a run's validation file
+    )
+    predictions: list[
+        dict[str, Any]
+    ]  # {"row", "label", "prediction", "probabilities"} per row, in file order
+    task: str
+    classes: list[str]
+    text_columns: list[str]
+    source: str  # in words: where the probabilities come from, and which rows they are
+    cleaned_stem: str
+
+
+def read_held_out(directory: Path) -> HeldOutPredictions:
+    """A cross-validation's out-of-fold predictions, or a single run's predictions of its validation split."""
+    if (directory / RESULTS_FILE).is_file() and (directory / OOF_FILE).is_file():
+        return read_crossval(directory)
+    if (directory / RUN_RESULTS_FILE).is_file() and (directory / EVAL_PREDICTIONS_FILE).is_file():
+        return read_run(directory)
+    raise ConfigError(
+        f"{directory} holds neither a finished cross-validation ({RESULTS_FILE} and {OOF_FILE}) nor a finished run "
+        f"({RUN_RESULTS_FILE} and {EVAL_PREDICTIONS_FILE}): label issues need held-out probabilities. Run "
+        f"`recipes-lib crossval RECIPE --output_dir {directory} ...` first (every training row), or give a run's "
+        "output_dir (its validation rows only)."
+    )
+
+
+def read_crossval(directory: Path) -> HeldOutPredictions:
+    results = json.loads((directory / RESULTS_FILE).read_text())
+    oof = [json.loads(line) for line in (directory / OOF_FILE).read_text().splitlines() if line.strip()]
+    if results["task"] == REGRESSION:
+        return HeldOutPredictions(None, oof, REGRESSION, [], [], "", CLEANED_STEM)  # type: ignore[arg-type]
+    training = read_training_rows(results.get("data_arguments") or {"train_file": results["train_file"]})
+    source = (
+        f"training rows of {results['train_file']} (cleanlab, from {results['folds']}-fold out-of-fold "
+        "probabilities)"
+    )
+    return HeldOutPredictions(training, oof, results["task"], results["classes"],
+                              results.get("text_columns") or [], source, CLEANED_STEM)  # fmt: skip
+
+
+def read_run(directory: Path) -> HeldOutPredictions:
+    """A run's eval_predictions.jsonl: its model never trained on its validation rows, so they are held out
+    (its training rows are not: that needs a cross-validation)."""
+    results = read_results(directory)
+    task = results.get("problem_type")
+    lines = [
+        json.loads(line)
+        for line in (directory / EVAL_PREDICTIONS_FILE).read_text().splitlines()
+        if line.strip()
+    ]
+    if task == REGRESSION:
+        return HeldOutPredictions(None, lines, REGRESSION, [], [], "", VALIDATION_CLEANED_STEM)  # type: ignore[arg-type]
+    config = results.get("config") or {}
+    validation_file = config.get("validation_file")
+    if not validation_file:
         raise ConfigError(
-            f"{directory} holds no finished cross-validation ({RESULTS_FILE} and {OOF_FILE}): label issues need "
-            "every training row's out-of-fold probabilities. Run `recipes-lib crossval RECIPE --output_dir "
-            f"{directory} ...` first (a single run's own predictions are not out-of-fold for its training rows)."
+            f"The run in {directory} took its validation split from {results.get('eval_split') or 'a Hub dataset'}, "
+            "not from a --validation_file, so its rows cannot be named in a file of yours. Run it with "
+            "--validation_file FILE, or cross-validate the training file (recipes-lib crossval)."
         )
-    results = json.loads(results_path.read_text())
-    oof = [json.loads(line) for line in oof_path.read_text().splitlines() if line.strip()]
-    return results, oof
+    if not Path(validation_file).is_file():
+        raise ConfigError(
+            f"The run's validation file {validation_file} is not there (a relative path is read from where this "
+            "command runs): run label-issues from where the run was launched."
+        )
+    # Read as the run's own task (its labels alone might look like another: one class per multi-label row).
+    data = {**{key: config.get(key) for key in RUN_DATA_KEYS}, "problem_type": task}
+    validation = read_labelled_rows(validation_file, data)
+    if len(lines) != len(validation.rows):
+        raise DataError(
+            f"{directory / EVAL_PREDICTIONS_FILE} has {len(lines)} predictions for the {len(validation.rows)} rows "
+            f"of {validation_file} (--max_eval_samples?): each row must have its prediction. Rerun without it."
+        )
+    classes = list(lines[0]["probabilities"]) if lines else []
+    predictions = [
+        {"row": index, "label": validation.given_label(index), **line} for index, line in enumerate(lines)
+    ]
+    source = (
+        f"validation rows of {validation_file} (cleanlab, from the run's held-out predictions of its validation "
+        f"split, {EVAL_PREDICTIONS_FILE}; `row` indexes that file's data rows, not the training file's)"
+    )
+    return HeldOutPredictions(validation, predictions, task, classes, results.get("text_columns") or [],
+                              source, VALIDATION_CLEANED_STEM)  # fmt: skip
 
 
 def find_issues(task: str, classes: list[str], oof: list[dict[str, Any]]) -> tuple[np.ndarray, np.ndarray]:
@@ -55,7 +147,7 @@ def find_issues(task: str, classes: list[str], oof: list[dict[str, Any]]) -> tup
     if task == MULTI_LABEL:
         from cleanlab.multilabel_classification import get_label_quality_scores
 
-        given = [sorted(ids[str(name)] for name in row_classes(row)) for row in oof]
+        given = [sorted(ids[name] for name in row["label_classes"]) for row in oof]
         flags = find_label_issues(labels=given, pred_probs=probabilities, multi_label=True)
         scores = get_label_quality_scores(labels=given, pred_probs=probabilities)
         return np.asarray(flags), np.asarray(scores)
@@ -69,34 +161,33 @@ def find_issues(task: str, classes: list[str], oof: list[dict[str, Any]]) -> tup
     return np.asarray(flags), np.asarray(scores)
 
 
-def row_classes(row: dict[str, Any]) -> list:
-    """A multi-label row's given classes, as the out-of-fold file holds them (a list, or one delimited string)."""
-    label = row["label"]
-    return label if isinstance(label, list) else row.get("label_classes", [label])
-
-
 def label_issues(directory: str, top: int = 10, drop_to: str | None = None) -> int:
-    """label_issues.csv in the cross-validation's directory, the top rows and per-class counts printed;
-    with `drop_to` ("" for the default name), the training file without the flagged rows."""
+    """label_issues.csv in `directory` (a cross-validation's or a run's), the top rows and per-class counts
+    printed; with `drop_to` ("" for the default name), the file without the flagged rows."""
     directory_path = Path(directory)
-    results, oof = read_crossval(directory_path)
-    if results["task"] == REGRESSION:
+    held_out = read_held_out(directory_path)
+    if held_out.task == REGRESSION:
         print("label-issues: regression is not supported (cleanlab's label issues need class probabilities).")
         return 2
-    training = read_training_rows(results.get("data_arguments") or {"train_file": results["train_file"]})
-    if results["task"] == MULTI_LABEL:
-        for row in oof:  # a delimited string of classes in the file: the recipe's own reading of it
-            row["label_classes"] = [str(c) for c in training.labels.classes_of(row["label"])]
-    classes = results["classes"]
-    flags, scores = find_issues(results["task"], classes, oof)
-    text_columns = results.get("text_columns") or []
+    rows, predictions = held_out.rows, held_out.predictions
+    for (
+        row
+    ) in predictions:  # the given classes, read by the recipe's own label logic (names, ids, flags, text)
+        value = row["label"]
+        row["label_classes"] = (
+            [str(c) for c in rows.labels.classes_of(value)] if held_out.task == MULTI_LABEL else [str(value)]
+        )
+    classes = held_out.classes
+    flags, scores = find_issues(held_out.task, classes, predictions)
     flagged = sorted(np.flatnonzero(flags), key=lambda i: (scores[i], i))
     lines = [
         {
-            "row": oof[i]["row"],
-            "text": " | ".join(str(training.rows[oof[i]["row"]].get(column, "")) for column in text_columns),
-            "given_label": describe(oof[i]["label"]),
-            "suggested_label": describe(oof[i]["prediction"]),
+            "row": predictions[i]["row"],
+            "text": " | ".join(
+                str(rows.rows[predictions[i]["row"]].get(column, "")) for column in held_out.text_columns
+            ),
+            "given_label": describe(predictions[i]["label_classes"]),
+            "suggested_label": describe(predictions[i]["prediction"]),
             "label_quality": round(float(scores[i]), 6),
         }
         for i in flagged
@@ -111,44 +202,41 @@ def label_issues(directory: str, top: int = 10, drop_to: str | None = None) -> i
         writer.writerows(lines)
     temporary.replace(path)
     print(
-        f"{len(lines)} of {len(oof)} training rows of {results['train_file']} look mislabelled (cleanlab, from "
-        f"{results['folds']}-fold out-of-fold probabilities); all of them, worst first: {path}"
+        f"{len(lines)} of {len(predictions)} {held_out.source} look mislabelled; all of them, worst first: {path}"
     )
     if lines:
         shown = [[str(line["row"]), shorten(line["text"]), line["given_label"], line["suggested_label"],
                   f"{line['label_quality']:.3f}"] for line in lines[:top]]  # fmt: skip
         print(format_table(["row", "text", "given", "suggested", "quality"], shown))
-        per_class = Counter(
-            name for i in flagged for name in (oof[i].get("label_classes") or [describe(oof[i]["label"])])
-        )
+        per_class = Counter(name for i in flagged for name in predictions[i]["label_classes"])
         print(
             "Suspects per given class: " + ", ".join(f"{name} {per_class.get(name, 0)}" for name in classes)
         )
     if drop_to is not None:
         write_cleaned(
-            training,
-            {oof[i]["row"] for i in flagged},
-            drop_to or default_cleaned(directory_path, training.path),
+            rows,
+            {predictions[i]["row"] for i in flagged},
+            drop_to or default_cleaned(directory_path, rows.path, held_out.cleaned_stem),
         )
     return 0
 
 
-def default_cleaned(directory: Path, train_file: str) -> Path:
-    suffix = Path(train_file).suffix.lower()
-    return directory / f"{CLEANED_STEM}{suffix if suffix in DELIMITED or suffix == '.jsonl' else '.jsonl'}"
+def default_cleaned(directory: Path, source_file: str, stem: str) -> Path:
+    suffix = Path(source_file).suffix.lower()
+    return directory / f"{stem}{suffix if suffix in DELIMITED or suffix == '.jsonl' else '.jsonl'}"
 
 
 def write_cleaned(training, dropped: set[int], destination: str | Path) -> None:
     destination = Path(destination)
     if destination.resolve() == Path(training.path).resolve():
         raise ConfigError(
-            f"--drop_label_issues would overwrite the training file {training.path}; give another file name."
+            f"--drop_label_issues would overwrite the file {training.path}; give another file name."
         )
     kept = [row for index, row in enumerate(training.rows) if index not in dropped]
     destination.parent.mkdir(parents=True, exist_ok=True)
     write_rows(destination, kept, training.columns)
-    print(f"Cleaned training file ({len(kept)} rows, {len(dropped)} dropped): {destination}; retrain with "
-          f"--train_file {destination} and compare.")  # fmt: skip
+    print(f"Cleaned copy of {training.path} ({len(kept)} rows, {len(dropped)} dropped): {destination}; train "
+          "(or validate) on it and compare.")  # fmt: skip
 
 
 def describe(label) -> str:

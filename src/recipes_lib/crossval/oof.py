@@ -25,9 +25,10 @@ from recipes_lib.crossval.folds import TrainingRows, held_out_rows
 from recipes_lib.data.files import write_jsonl
 from recipes_lib.errors import DataError
 from recipes_lib.evaluation.predictions import EVAL_PREDICTIONS_FILE
+from recipes_lib.results import CROSSVAL_RESULTS_FILE
 
 OOF_FILE = "oof_predictions.jsonl"
-RESULTS_FILE = "crossval_results.json"
+RESULTS_FILE = CROSSVAL_RESULTS_FILE
 
 
 def read_fold_predictions(fold_output_dir: Path, expected_rows: int) -> list[dict[str, Any]]:

@@ -68,7 +68,11 @@ TOP_LEVEL_KEYS = {
     "wandb_project": "the W&B project of every trial (default: the recipes' own)",
     "recipes_dir": "where the recipe scripts are (default: recipes)",
     "retry_failed": "true: rerun trials that failed before (diverged, out of memory); default false",
+    "folds": "K: each trial is a K-fold cross-validation of the base config's training file (recipes-lib "
+    "crossval), its figure the mean over the folds' held-out rows; default: none (one validation split)",
 }
+# Recipe options a cross-validation sets for every fold itself (`folds`): `args` may not set them.
+CROSSVAL_OWNED_OPTIONS = ("validation_file", "max_eval_samples")
 RECIPE_KEYS = {
     "learning_rate": "a list of learning rates (a grid), or {low: L, high: H, trials: N} (TPE, log scale)",
     "args": "recipe options for this recipe's trials only, e.g. {lora_r: 16}",
@@ -122,6 +126,7 @@ class SweepConfig:
     wandb_project: str | None = None
     recipes_dir: str = "recipes"
     retry_failed: bool = False
+    folds: int | None = None  # each trial a K-fold cross-validation (recipes-lib crossval); None: one split
     config_file: str | None = field(default=None, compare=False)
 
     @property
@@ -365,10 +370,29 @@ def sweep_config_from_values(
         wandb_project=None if values.get("wandb_project") is None else str(values["wandb_project"]),
         recipes_dir=str(values.get("recipes_dir") or "recipes"),
         retry_failed=_boolean(values.get("retry_failed", False), "'retry_failed'"),
+        folds=None if values.get("folds") is None else _integer(values["folds"], "'folds'", 2),
         config_file=config_file,
     )
     check_paths(config)
+    if config.folds is not None:
+        check_crossval_args(config)
     return config
+
+
+def check_crossval_args(config: SweepConfig) -> None:
+    """With `folds`, each fold's validation split is its held-out rows, all of them: options that say
+    otherwise are refused before anything runs."""
+    for where, pairs in (
+        ("'args'", config.args),
+        *((f"'recipes'.{r.name}.args", r.args) for r in config.recipes),
+    ):
+        for key, _ in pairs:
+            if key in CROSSVAL_OWNED_OPTIONS:
+                raise ConfigError(
+                    f"{where} sets '{key}', but with 'folds' each trial is a cross-validation whose folds are "
+                    "validated on all of their held-out rows; drop it (a --validation_file of the base config is "
+                    "replaced the same way)."
+                )
 
 
 def check_paths(config: SweepConfig) -> None:
@@ -437,7 +461,10 @@ def launch_prefix(config: SweepConfig, python: str | None = None) -> list[str]:
 
 
 def trial_command(config: SweepConfig, recipe: str, lr: float, seed: int, python: str) -> list[str]:
-    """The trial as one `accelerate launch` of its recipe script, with its learning rate, seed and directory."""
+    """The trial as one `accelerate launch` of its recipe script, with its learning rate, seed and directory
+    (with `folds`: one `recipes-lib crossval`, crossval_command)."""
+    if config.folds is not None:
+        return crossval_command(config, recipe, lr, seed, python)
     return [
         *launch_prefix(config, python),
         str(Path(config.recipes_dir) / f"{recipe}.py"),
@@ -448,6 +475,35 @@ def trial_command(config: SweepConfig, recipe: str, lr: float, seed: int, python
         "--overwrite_output_dir", "true",
         "--run_name", f"{recipe} lr={format_lr(lr)} seed={seed}",
     ]  # fmt: skip
+
+
+def crossval_command(config: SweepConfig, recipe: str, lr: float, seed: int, python: str) -> list[str]:
+    """`folds`: the trial as `recipes-lib crossval` of the recipe at its learning rate, in the trial's directory.
+
+    crossval is the same engine one level down: each fold its own `accelerate launch`, its own study in the
+    trial's directory (crossval.db), so a rerun trial resumes at the fold it stopped in. `seed` seeds both
+    the split and every fold's training: the search's trials share one split (their learning rates are
+    compared on the same rows), each seed of the seeds phase draws its own (repeated cross-validation).
+    """
+    command = [
+        python, "-m", "recipes_lib.cli", "crossval", recipe,
+        "--folds", str(config.folds),
+        "--seed", str(seed),
+        "--output_dir", str(trial_dir(config, recipe, lr, seed)),
+        "--accelerate_config", config.accelerate_config,
+        "--metric", config.metric,
+        "--experiment", config.group,
+        "--recipes_dir", config.recipes_dir,
+    ]  # fmt: skip
+    if config.base_config:
+        command += ["--config", config.base_config]
+    if config.retry_failed:
+        command.append("--retry_failed")
+    for key, tokens in (*config.args, *config.recipe(recipe).args):
+        command += [f"--{key}", *tokens]
+    if config.wandb_project:
+        command += ["--wandb_project", config.wandb_project]
+    return [*command, "--learning_rate", repr(lr)]
 
 
 def wandb_sweep_config(config: SweepConfig, recipe: str) -> dict[str, Any]:

@@ -62,6 +62,8 @@ def trial_record(trial, config: SweepConfig) -> dict[str, Any]:
         "status": status_of(trial),
         "reason": reason_of(trial),
         "validation": results.get(config.metric),
+        # `folds`: the trial's figure is a mean over its folds; their standard deviation.
+        "validation_std_over_folds": results.get(f"{config.metric}_std_over_folds"),
         "test": results.get(config.test_metric),
         "peak_memory_gib": results.get("peak_memory_gib"),
         "peak_memory_source": results.get("peak_memory_source"),
@@ -218,7 +220,11 @@ def summarize(config: SweepConfig, storage, preflight: dict[str, dict[str, Any]]
         "metric": config.metric,
         "direction": config.direction,
         "selection": f"each recipe's learning rate is the one with the best {config.metric} on the validation "
-        f"split at seed {config.search_seed}",
+        f"split at seed {config.search_seed}"
+        if config.folds is None
+        else f"each recipe's learning rate is the one with the best {config.metric}, mean over {config.folds}-fold "
+        f"cross-validation of the training file, at seed {config.search_seed}",
+        "folds": config.folds,
         "final_split": split,
         "final_metric": metric,
         "search_seed": config.search_seed,
@@ -259,6 +265,12 @@ def _memory(recipe: dict[str, Any]) -> tuple[str, str]:
     return peak_text, state_text
 
 
+def _search_value(trial: dict[str, Any]) -> str:
+    """A search trial's figure; a cross-validated one (`folds`) with its folds' standard deviation."""
+    std = trial.get("validation_std_over_folds")
+    return _value(trial["validation"]) + ("" if std is None else f" ± {std:.4f}")
+
+
 def recipe_rows(summary: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
     split, metric = summary["final_split"], summary["metric"]
     seeds = ", ".join(str(seed) for seed in summary["seeds"])
@@ -270,7 +282,7 @@ def recipe_rows(summary: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
     for recipe in summary["recipes"]:
         search = "  ".join(
             f"{format_lr(trial['learning_rate'])}: "
-            + (_value(trial["validation"]) if trial["status"] == "complete" else trial["status"] or "-")
+            + (_search_value(trial) if trial["status"] == "complete" else trial["status"] or "-")
             for trial in recipe["search"]
         )
         if recipe["chosen_learning_rate"] is None:
@@ -309,6 +321,12 @@ def format_report(summary: dict[str, Any], markdown: bool = False) -> str:
         + f", over seeds {', '.join(map(str, summary['seeds']))} at that learning rate.",
         format_table(header, rows, markdown),
     ]
+    if summary.get("folds"):
+        lines.append(
+            f"Each trial is a {summary['folds']}-fold cross-validation (recipes-lib crossval, in the trial's directory): "
+            "its validation figure is the mean over the folds' held-out rows (± their std in the search column), "
+            "its test figure the folds' mean on the test split; the seeds' spread is over splits and training seeds."
+        )
     if summary["search_seed_reused"]:
         lines.append(
             f"Seed {summary['search_seed']} is the search's own trial: its validation figure also chose the learning "

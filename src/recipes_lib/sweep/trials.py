@@ -20,7 +20,7 @@ from typing import Any
 
 import psutil
 
-from recipes_lib.results import RESULTS_FILE, read_results
+from recipes_lib.results import CROSSVAL_RESULTS_FILE, RESULTS_FILE, read_results
 from recipes_lib.sweep.config import SweepConfig, format_lr
 from recipes_lib.tracking import names
 
@@ -115,6 +115,8 @@ def read_outcome(trial: Trial, config: SweepConfig, launcher_code: int, wall_s: 
     if launcher_code != 0:
         code = recipe_exit_code(launcher_code, log_text)
         return Outcome(FAILED, failure_reason(code, log_text), exit_code=code, wall_s=wall_s)
+    if config.folds is not None:
+        return read_crossval_outcome(trial, config, wall_s)
     if not (trial.output_dir / RESULTS_FILE).is_file():
         return Outcome(
             FAILED, f"it exited 0 without writing {trial.output_dir / RESULTS_FILE}", 0, wall_s=wall_s
@@ -127,6 +129,26 @@ def read_outcome(trial: Trial, config: SweepConfig, launcher_code: int, wall_s: 
         reason = f"results.json has no value for {config.metric} (null or missing); choose a metric the runs report"
         return Outcome(FAILED, reason, exit_code=0, wall_s=wall_s, results=kept)
     return Outcome(COMPLETE, "", float(value), 0, wall_s, kept)
+
+
+def read_crossval_outcome(trial: Trial, config: SweepConfig, wall_s: float) -> Outcome:
+    """`folds`: the trial's crossval_results.json: its value the mean over the folds (their std beside it),
+    the test figure the folds' mean on the test split, memory and speed those of its first fold's run."""
+    path = trial.output_dir / CROSSVAL_RESULTS_FILE
+    if not path.is_file():
+        return Outcome(FAILED, f"it exited 0 without writing {path}", 0, wall_s=wall_s)
+    crossval = json.loads(path.read_text())
+    first_fold = read_results(Path(crossval["per_fold"][0]["output_dir"]))
+    test = crossval.get("test") or {}
+    kept = {key: first_fold.get(key) for key in RESULT_KEYS}
+    kept.update({
+        config.metric: crossval["mean"],
+        f"{config.metric}_std_over_folds": crossval["std"],
+        "folds": crossval["folds"],
+        config.test_metric: test.get("mean"),
+        f"{config.test_metric}_ensemble": test.get("ensemble"),
+    })  # fmt: skip
+    return Outcome(COMPLETE, "", float(crossval["mean"]), 0, wall_s, kept)
 
 
 def launch_trial(trial: Trial, config: SweepConfig) -> Outcome:

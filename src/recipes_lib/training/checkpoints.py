@@ -161,13 +161,14 @@ def resolve_resume_checkpoint(value: str | None, output_dir: str, results_file: 
     return str(checkpoint)
 
 
+# A finished run's weights: its model, adapter or merged model (what `recipes-lib crossval` deletes from a
+# fold once the fold has scored its rows).
+RUN_WEIGHTS = ("adapter_model.safetensors", "model*.safetensors", "merged")
 # Files and folders a finished run writes besides results.json and checkpoints (run/record.py, modeling/adapters.py).
 RUN_ARTIFACTS = (
+    *RUN_WEIGHTS,
     "adapter_config.json",
-    "adapter_model.safetensors",
-    "model*.safetensors",
     "base_quantization_config.json",
-    "merged",
     "eval_predictions.jsonl",
     "test_predictions.jsonl",
     "confusion_matrix.png",
