@@ -16,7 +16,7 @@ PYTEST_ARGS ?= -m "not slow and not gpu"
 PYTEST_PARALLEL ?= -n 2 --dist loadfile
 
 .PHONY: install demo sweep-demo label-noise-demo long-text-demo task-demo distill-demo test test-all test-slow test-oldest test-latest lint \
-	format clean gpu-wheels gpu-rehearsal-venv gpu-rehearsal
+	format clean gpu-wheels gpu-rehearsal-venv gpu-rehearsal postgres postgres-stop
 
 # Without a GPU, install PyTorch's CPU build first (a plain `torch` requirement pulls a multi-GB CUDA
 # build); with one, pip picks the build that matches the machine. torch is never pinned for GPU users.
@@ -147,6 +147,15 @@ test: $(BIN)/.installed
 
 test-all: PYTEST_ARGS = -m "not gpu"
 test-all: test
+
+# A local PostgreSQL server for a study shared by several workers (docs/sweeps.md#trials-in-parallel):
+# pgserver's binaries from PyPI (the 'postgres' extra, in dev), data in outputs/postgres; prints the URL to
+# pass as --storage. tests/test_parallel.py starts its own. `make postgres-stop` stops it.
+postgres: $(BIN)/.installed
+	$(BIN)/python tools/postgres_server.py start --data outputs/postgres
+
+postgres-stop: $(BIN)/.installed
+	$(BIN)/python tools/postgres_server.py stop --data outputs/postgres
 
 # Only the tests marked slow (CI runs them after `make test`). pytest exits 5 when it selects no test
 # (a narrowed PYTEST_ARGS, or no slow test left): nothing failed, so that is not an error here.

@@ -596,7 +596,7 @@ def test_only_the_sweep_reaches_optuna_in_the_library():
             break
         reaches |= more
     assert reaches == {
-        "recipes_lib.sweep.study", "recipes_lib.sweep.report", "recipes_lib.sweep.runner",
+        "recipes_lib.sweep.study", "recipes_lib.sweep.report", "recipes_lib.sweep.runner", "recipes_lib.sweep.parallel",
         "recipes_lib.cli.sweep", "recipes_lib.cli.main", "recipes_lib.cli.__main__",
         "recipes_lib.crossval.runner", "recipes_lib.cli.crossval",
     }  # fmt: skip

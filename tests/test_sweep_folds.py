@@ -73,7 +73,9 @@ def folds_in_process(monkeypatch):
     """Each sweep trial's `python -m recipes_lib.cli crossval ...` run here, its folds by fold_stand_in."""
     real = crossval_runner.run_crossval
     monkeypatch.setattr(
-        crossval_runner, "run_crossval", lambda settings: real(settings, launch=fold_stand_in)
+        crossval_runner,
+        "run_crossval",
+        lambda settings, **options: real(settings, launch=fold_stand_in, **options),
     )
     commands = []
 

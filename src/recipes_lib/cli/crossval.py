@@ -15,6 +15,7 @@ from typing import Any
 
 import yaml
 
+from recipes_lib.cli.sweep import add_parallel_arguments, workers_from_arguments
 from recipes_lib.errors import ConfigError, RecipeError
 
 MISSING_OPTUNA = (
@@ -80,6 +81,7 @@ def add_crossval_parser(commands) -> None:
         help="keep each fold's model (and checkpoints) in OUTPUT_DIR/fold-K; by default they are deleted once the "
         "fold has scored its held-out rows (and --test_file): the results need only its predictions",
     )
+    add_parallel_arguments(parser, "folds")
 
 
 def add_label_issues_parser(commands) -> None:
@@ -174,7 +176,7 @@ def crossval_command(args, recipe_tokens: list[str]) -> int:
             retry_failed=args.retry_failed,
             keep_fold_models=args.keep_fold_models,
         )
-        return run_crossval(settings)
+        return run_crossval(settings, workers=workers_from_arguments(args))
     except RecipeError as error:
         print(f"error: {error}", file=sys.stderr)
         return error.exit_code

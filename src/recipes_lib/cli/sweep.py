@@ -102,11 +102,43 @@ def add_sweep_parser(commands) -> None:
         metavar="FILE",
         help="write a W&B Sweeps config per recipe (FILE, or FILE-<recipe>.yaml for several) and run nothing",
     )
+    add_parallel_arguments(parser, "trials")
     parser.add_argument(
         "--dry_run",
         action="store_true",
         help="print the trials it would run, and the planner's verdicts; run nothing",
     )
+
+
+def add_parallel_arguments(parser, what: str) -> None:
+    """--workers and --storage, shared by `sweep` and `crossval` (docs/sweeps.md#trials-in-parallel)."""
+    parser.add_argument(
+        "--workers",
+        type=int,
+        default=1,
+        metavar="N",
+        help=f"run up to N {what} at once on this machine, each its own launch: one GPU each (CUDA_VISIBLE_DEVICES; "
+        "N at most the visible GPUs), or on the CPU cores // N threads each (default 1: one at a time)",
+    )
+    parser.add_argument(
+        "--storage",
+        metavar="URL",
+        help="the Optuna study in this database (postgresql://USER:PASSWORD@HOST/DB, mysql+pymysql://...) instead "
+        f"of the SQLite file in OUTPUT_DIR, so that several machines running this same command share the {what}: "
+        "each a worker, OUTPUT_DIR on storage they all reach; the 'postgres' extra has the PostgreSQL drivers",
+    )
+
+
+def workers_from_arguments(args):
+    """The parsed --workers and --storage, checked (the sweep's parallel.Workers)."""
+    from recipes_lib.sweep.parallel import Workers, check_workers
+
+    storage = args.storage.strip() if args.storage else None
+    if args.storage is not None and not storage:
+        raise ConfigError(
+            "--storage is empty; give a database URL (postgresql://USER:PASSWORD@HOST/DB) or leave it out."
+        )
+    return Workers(check_workers(args.workers), storage)
 
 
 def sweep_config_from_arguments(args) -> SweepConfig:
@@ -158,7 +190,7 @@ def sweep_command(args) -> int:
         # Imported here, after the check: the runner imports Optuna (the optional extra 'sweep').
         from recipes_lib.sweep.runner import run_sweep
 
-        return run_sweep(config, dry_run=args.dry_run)
+        return run_sweep(config, dry_run=args.dry_run, workers=workers_from_arguments(args))
     except RecipeError as error:
         print(f"error: {error}", file=sys.stderr)
         return error.exit_code

@@ -9,6 +9,7 @@ by the heartbeat and queued again, finished folds are not rerun (study.py, runne
 
 from __future__ import annotations
 
+import contextlib
 import json
 import shutil
 import sys
@@ -22,6 +23,7 @@ from tqdm.auto import tqdm
 from recipes_lib.config.tasks import MULTI_LABEL, REGRESSION
 from recipes_lib.crossval.ensemble import format_test_summary, test_figures
 from recipes_lib.crossval.folds import (
+    FOLDS_DIR,
     TrainingRows,
     assign_folds,
     fold_files,
@@ -40,24 +42,25 @@ from recipes_lib.sweep.config import (
     launch_prefix,
     recipe_arguments,
 )
+from recipes_lib.sweep.parallel import ONE_WORKER, Workers, slot_environments
 from recipes_lib.sweep.runner import (
     LOG_DIR,
     Run,
     SweepStopped,
-    TrialFailed,
     pending,
     prepare_retries,
     stop_on_sigterm,
     sweep_lock,
-    trial_objective,
 )
 from recipes_lib.sweep.study import (
     RequeueStaleTrials,
     check_search_space,
+    claim_report,
     fail_stale_trials,
     latest_by_key,
     open_storage,
     open_study,
+    safe_url,
     status_of,
     study_trials,
 )
@@ -152,24 +155,42 @@ def fold_trial(
                      fold=fold, folds=settings.folds)  # fmt: skip
 
 
+def folds_written(training: TrainingRows, assignment, output_dir: Path) -> bool:
+    """Whether OUTPUT_DIR/folds holds these folds already (a resumed run, or another worker's), so they
+    are not rewritten under a fold that reads them."""
+    record = output_dir / FOLDS_DIR / "folds.json"
+    try:
+        written = json.loads(record.read_text())
+    except (OSError, ValueError):
+        return False
+    return written == {"train_file": training.path, "folds": assignment.tolist()}
+
+
 def run_crossval(
-    settings: CrossvalSettings, launch: Callable[[Trial, SweepConfig], Outcome] = launch_trial
+    settings: CrossvalSettings,
+    launch: Callable[[Trial, SweepConfig], Outcome] = launch_trial,
+    workers: Workers = ONE_WORKER,
 ) -> int:
     """Check and write the folds, run what is left of them (resuming), then the out-of-fold predictions
-    and crossval_results.json. Returns the exit code."""
+    and crossval_results.json. Returns the exit code. `workers`: folds at once here, and a study shared
+    with other machines (sweep/parallel.py), whose output_dir must then be one all of them share."""
     output_dir = Path(settings.output_dir)
     data = dict(settings.data)
     training = read_training_rows(data)
     assignment, stratified = assign_folds(training, settings.folds, settings.seed, settings.group_column)
     metric = settings.metric or DEFAULT_METRICS.get(training.task, DEFAULT_METRIC)
     config = engine_config(settings, metric)
-    with sweep_lock(output_dir):
+    slots = slot_environments(workers.count, settings.accelerate_config)
+    with contextlib.nullcontext() if workers.shared else sweep_lock(output_dir):
         stale = RequeueStaleTrials()
-        storage = open_storage(config, on_stale_trial=stale, file=STUDY_FILE)
-        fail_stale_trials(storage)
+        storage = open_storage(
+            config, on_stale_trial=stale, file=STUDY_FILE, url=workers.storage, parallel=workers.parallel
+        )
+        fail_stale_trials(storage, wait=not workers.parallel)
         if stale.trials:
             print(f"Resuming: {len(stale.trials)} fold(s) interrupted by the last run will be rerun: "
                   + ", ".join(str(t.user_attrs.get("output_dir")) for t in stale.trials))  # fmt: skip
+        stale.announce = True
         folds = list(range(settings.folds))
         # Every fold is enqueued with its number (enqueue_next), so the sampler never draws: Optuna's default.
         study = open_study(storage, settings.study_name, config, sampler=None)
@@ -178,16 +199,24 @@ def run_crossval(
             {"folds": settings.folds, "seed": settings.seed, "group_column": settings.group_column,
              "train_file": str(Path(training.path).resolve())},
         )  # fmt: skip
-        write_fold_files(training, assignment, output_dir)
-        run = Run(config, storage, launch if settings.keep_fold_models else pruning(launch))
+        if not folds_written(training, assignment, output_dir):
+            write_fold_files(training, assignment, output_dir)
+        run = Run(
+            config,
+            storage,
+            launch if settings.keep_fold_models else pruning(launch),
+            slots=slots,
+            shared=workers.shared,
+        )
         run.retry_before.setdefault(settings.study_name, len(study.trials))
         prepare_retries(study, run, "fold")
         todo = pending(study.get_trials(deepcopy=False), run, settings.study_name, "fold", folds)
         print(
             f"Cross-validation of {settings.recipe} on {training.path}: {settings.folds} folds of "
             f"{len(training.rows)} rows ({training.task}), stratified on {stratified}; seed {settings.seed}; "
-            f"{metric} on each held-out fold. Study: {output_dir / STUDY_FILE}; W&B group: {config.group}. "
-            f"To run: {len(todo)} fold(s)."
+            f"{metric} on each held-out fold. Study: {safe_url(workers.storage) if workers.shared else output_dir / STUDY_FILE}; "
+            f"W&B group: {config.group}. To run: {len(todo)} fold(s)"
+            + (f", {workers.count} at once on this machine." if workers.count > 1 else ".")
         )
 
         def make_trial(trial) -> Trial:
@@ -199,16 +228,20 @@ def run_crossval(
                 tqdm(total=len(todo), unit="fold", desc=f"crossval {output_dir.name}") as bar,
             ):
                 run.bar = bar
-                for _ in todo:
-                    enqueue_next(study, run, folds)
-                    study.optimize(trial_objective(run, make_trial), n_trials=1, catch=(TrialFailed,))
-                    stop_on_bad_input(study)
+                # The folds in ascending order (a retry first), each enqueued with its number: Optuna's
+                # default sampler never draws one. With --workers or --storage several run at once.
+                fold_study = lambda slot: open_study(storage, settings.study_name, config, sampler=None)  # noqa: E731
+                run.drain(
+                    run.phase(
+                        settings.study_name, "fold", folds, 0, fold_study, make_trial, stop_on_bad_input
+                    )
+                )
         except (KeyboardInterrupt, SweepStopped) as error:
             print(
                 "\ninterrupted: the running fold is recorded as interrupted; run the same command to resume."
             )
             return getattr(error, "exit_code", 130)
-        return finish(settings, config, training, assignment, stratified, storage)
+        return finish(settings, config, training, assignment, stratified, storage, workers.shared)
 
 
 def pruning(launch: Callable[[Trial, SweepConfig], Outcome]) -> Callable[[Trial, SweepConfig], Outcome]:
@@ -235,24 +268,13 @@ def prune_fold_model(directory: Path) -> list[Path]:
     return removed
 
 
-def enqueue_next(study, run: Run, folds: list[int]) -> None:
-    """Unless a retry already waits (it runs first), the lowest fold still to run as the study's next
-    trial: the folds run in ascending order."""
-    trials = study.get_trials(deepcopy=False)
-    if any(trial.state.name == "WAITING" for trial in trials):
-        return
-    left = pending(trials, run, study.study_name, "fold", folds)
-    if left:
-        study.enqueue_trial({"fold": left[0]})
-
-
-def stop_on_bad_input(study) -> None:
-    """A fold whose recipe refused its arguments (exit code 2): every other fold would too, so stop now."""
-    last = study.get_trials(deepcopy=False)[-1]
-    if last.user_attrs.get("exit_code") == BAD_INPUT_EXIT_CODE:
+def stop_on_bad_input(fold: Trial, outcome: Outcome) -> None:
+    """A fold whose recipe refused its arguments (exit code 2): every other fold would too, so none
+    other is started (those other workers run go on to their end)."""
+    if outcome.exit_code == BAD_INPUT_EXIT_CODE:
         raise ConfigError(
-            f"The recipe refused the fold's arguments, so no other fold was started: {last.user_attrs.get('reason')} "
-            f"(log: {last.user_attrs.get('log')}). Fix the arguments and rerun the same command with --retry_failed."
+            f"The recipe refused the fold's arguments, so no other fold was started: {outcome.reason} "
+            f"(log: {fold.log}). Fix the arguments and rerun the same command with --retry_failed."
         )
 
 
@@ -263,8 +285,10 @@ def finish(
     assignment,
     stratified: str,
     storage,
+    shared: bool = False,
 ) -> int:
-    """The out-of-fold predictions and crossval_results.json, once every fold is complete."""
+    """The out-of-fold predictions and crossval_results.json, once every fold is complete; with a study
+    shared between machines, by one worker only (the one that claims the report, sweep/study.py)."""
     latest = latest_by_key(study_trials(storage, settings.study_name), lambda trial: trial.params.get("fold"))
     per_fold = []
     for fold in range(settings.folds):
@@ -290,6 +314,12 @@ def finish(
         )
         return 1
     output_dir = Path(settings.output_dir)
+    settled = len(study_trials(storage, settings.study_name))
+    if shared and not claim_report(storage, f"{settings.study_name}:report:{settled}"):
+        print(
+            f"Every fold is complete; another worker writes {output_dir / OOF_FILE} and {output_dir / RESULTS_FILE}."
+        )
+        return 0
     fold_dirs = {fold: fold_output_dir(settings, fold) for fold in range(settings.folds)}
     rows = out_of_fold_rows(training, assignment, fold_dirs)
     write_jsonl(output_dir / OOF_FILE, rows)

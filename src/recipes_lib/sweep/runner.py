@@ -20,6 +20,7 @@ import contextlib
 import os
 import signal
 import sys
+import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -29,27 +30,41 @@ from tqdm.auto import tqdm
 
 from recipes_lib.errors import ConfigError
 from recipes_lib.sweep.config import SweepConfig, format_lr, trial_command, trial_dir
+from recipes_lib.sweep.parallel import (
+    ONE_WORKER,
+    Phase,
+    TrialFailed,
+    TrialInterrupted,
+    Workers,
+    claim,
+    drain,
+    slot_environments,
+)
 from recipes_lib.sweep.preflight import run_preflight
-from recipes_lib.sweep.report import report
+from recipes_lib.sweep.report import RESULTS_JSON, format_report, report, summarize
 from recipes_lib.sweep.study import (
     INTERRUPTED_REASON,
     STUDY_FILE,
     RequeueStaleTrials,
     check_search_space,
     choose_learning_rate,
+    claim_report,
     fail_stale_trials,
     is_done,
     latest_by_key,
     open_storage,
     open_study,
     requeue,
+    safe_url,
     search_results,
     search_sampler,
     search_study_name,
     seeds_sampler,
     seeds_study_name,
+    skip_trial,
     status_of,
     study_trials,
+    sweep_trials,
 )
 from recipes_lib.sweep.trials import (
     COMPLETE,
@@ -105,19 +120,36 @@ def sweep_lock(output_dir: Path) -> Iterator[None]:
 # --- the phases ---------------------------------------------------------------------------------------
 
 
-class TrialFailed(Exception):
-    """The trial ran and failed (diverged, out of memory, ...): Optuna records it as FAIL, the sweep goes on."""
-
-
 @dataclass
 class Run:
-    """What this run of the sweep command shares across trials: where, how, and the progress bar."""
+    """What this run of the sweep command shares across trials: where, how, the workers' slots (the
+    environment each adds to its trials: parallel.py), and the progress bar."""
 
     config: SweepConfig
     storage: Any
     launch: Callable[[Trial, SweepConfig], Outcome]
     bar: Any = None
     retry_before: dict[str, int] = field(default_factory=dict)  # study name -> its trial count at start
+    shared: bool = False  # the study is in a database other machines' workers use too (--storage)
+    slots: list[dict[str, str]] = field(default_factory=lambda: [{}])
+    halt: threading.Event = field(default_factory=threading.Event)  # no worker takes another trial
+    interrupted: threading.Event = field(
+        default_factory=threading.Event
+    )  # Ctrl-C or SIGTERM stopped the trials
+
+    def phase(self, name: str, param: str, values: list | None, count: int, open_study, make_trial,
+              on_outcome=None) -> Phase:  # fmt: skip
+        """One study's trials for the workers to run (parallel.drain)."""
+        return Phase(
+            name, param, values, count, open_study,
+            make_objective=lambda phase, slot: trial_objective(
+                self, make_trial, self.slots[slot], lambda trial: claim(trial, phase), on_outcome
+            ),
+            is_done=lambda trial: self.done(trial, name),
+        )  # fmt: skip
+
+    def drain(self, phase: Phase) -> None:
+        drain(phase, len(self.slots), self.halt, self.interrupted)
 
     def make_trial(self, recipe: str, phase: str, lr: float, seed: int, chosen: str | None = None) -> Trial:
         output_dir = trial_dir(self.config, recipe, lr, seed)
@@ -153,11 +185,22 @@ def prepare_retries(study, run: Run, param: str) -> None:
             requeue(study, trial)
 
 
-def trial_objective(run: Run, make_trial: Callable[[Any], Trial]) -> Callable[[Any], float]:
-    """The Optuna objective of one trial: launch it, record its outcome; a failed one raises TrialFailed."""
+def trial_objective(
+    run: Run,
+    make_trial: Callable[[Any], Trial],
+    environment: dict[str, str] | None = None,
+    claim_trial: Callable[[Any], bool] | None = None,
+    on_outcome: Callable[[Trial, Outcome], None] | None = None,
+) -> Callable[[Any], float]:
+    """The Optuna objective of one trial: launch it (with its worker's `environment`), record its
+    outcome; a failed one raises TrialFailed. A trial `claim_trial` refuses (a value another worker
+    runs) ends PRUNED unlaunched; `on_outcome` may stop the run after a trial (crossval's bad input)."""
 
     def objective(trial) -> float:
+        if claim_trial is not None and not claim_trial(trial):
+            skip_trial("another trial runs this value")
         spec = make_trial(trial)
+        spec.environment = dict(environment or {})
         attributes = {"phase": spec.phase, "recipe": spec.recipe, "learning_rate": spec.learning_rate,
                       "seed": spec.seed, "output_dir": str(spec.output_dir), "log": str(spec.log),
                       "chosen": spec.chosen, "status": RUNNING}  # fmt: skip
@@ -169,10 +212,16 @@ def trial_objective(run: Run, make_trial: Callable[[Any], Trial]) -> Callable[[A
             trial.set_user_attr("status", INTERRUPTED)
             trial.set_user_attr("reason", INTERRUPTED_REASON)
             raise
+        if run.interrupted.is_set():  # another thread stopped this trial's processes: not a failure
+            trial.set_user_attr("status", INTERRUPTED)
+            trial.set_user_attr("reason", INTERRUPTED_REASON)
+            raise TrialInterrupted(spec.label)
         for key, value in (("status", outcome.status), ("reason", outcome.reason), ("exit_code", outcome.exit_code),
                            ("wall_s", round(outcome.wall_s, 1)), ("results", outcome.results)):  # fmt: skip
             trial.set_user_attr(key, value)
         report_progress(run, spec, outcome)
+        if on_outcome is not None:
+            on_outcome(spec, outcome)
         if outcome.status != COMPLETE:
             raise TrialFailed(outcome.reason)
         return outcome.value
@@ -216,11 +265,15 @@ def run_search(run: Run, recipe: str) -> None:
             lr = trial.suggest_float("learning_rate", search.low, search.high, log=True)
         return run.make_trial(recipe, SEARCH, lr, config.search_seed)
 
-    for _ in pending(study.get_trials(deepcopy=False), run, name, "learning_rate", grid, search.trials):
-        if not search.is_grid:  # TPE seeded by how many trials are done: the same draws after a resume
-            done = sum(run.done(trial, name) for trial in study.get_trials(deepcopy=False))
-            study = open_study(run.storage, name, config, search_sampler(config, recipe, done))
-        study.optimize(trial_objective(run, make_trial), n_trials=1, catch=(TrialFailed,))
+    def search_study(slot: int):  # each worker's own Study object (and sampler), on the shared storage
+        if search.is_grid:
+            return open_study(run.storage, name, config, search_sampler(config, recipe, 0))
+        # TPE seeded by how many trials are done: the same draws after a resume (one worker)
+        done = sum(run.done(trial, name) for trial in study.get_trials(deepcopy=False))
+        worker = None if len(run.slots) == 1 and not run.shared else slot
+        return open_study(run.storage, name, config, search_sampler(config, recipe, done, worker))
+
+    run.drain(run.phase(name, "learning_rate", grid, search.trials, search_study, make_trial))
 
 
 def run_seeds(run: Run, recipe: str, chosen_lr: float) -> None:
@@ -238,8 +291,10 @@ def run_seeds(run: Run, recipe: str, chosen_lr: float) -> None:
     def make_trial(trial) -> Trial:
         return run.make_trial(recipe, SEEDS, chosen_lr, trial.suggest_categorical("seed", seeds), chosen)
 
-    for _ in pending(study.get_trials(deepcopy=False), run, name, "seed", seeds):
-        study.optimize(trial_objective(run, make_trial), n_trials=1, catch=(TrialFailed,))
+    def seeds_study(slot: int):
+        return open_study(run.storage, name, config, seeds_sampler(seeds))
+
+    run.drain(run.phase(name, "seed", seeds, 0, seeds_study, make_trial))
 
 
 # --- before anything runs: the trials and an estimate of their time ------------------------------------
@@ -318,12 +373,19 @@ def time_estimate(rows: list[dict[str, Any]]) -> tuple[float | None, str]:
     return total, f"from the wall time of this sweep's {len(finished)} finished trials, per recipe{note}"
 
 
-def format_plan(config: SweepConfig, preflight: dict[str, dict[str, Any]], rows: list[dict[str, Any]]) -> str:
+def format_plan(
+    config: SweepConfig,
+    preflight: dict[str, dict[str, Any]],
+    rows: list[dict[str, Any]],
+    workers: Workers = ONE_WORKER,
+) -> str:
+    study = safe_url(workers.storage) if workers.shared else Path(config.output_dir) / STUDY_FILE
+    at_once = f"; {workers.count} trials at once on this machine" if workers.count > 1 else ""
     lines = [
         f"Sweep {config.name}: {', '.join(r.name for r in config.recipes)}; {config.metric} on validation "
         f"({config.direction}); search at seed {config.search_seed}, then the chosen learning rate at seeds "
-        f"{', '.join(map(str, config.seeds))}. Study: {Path(config.output_dir) / STUDY_FILE}; W&B group: "
-        f"{config.group}; launched with accelerate --config_file {config.accelerate_config}.",
+        f"{', '.join(map(str, config.seeds))}. Study: {study}; W&B group: "
+        f"{config.group}; launched with accelerate --config_file {config.accelerate_config}{at_once}.",
     ]
     for recipe in config.recipes:
         answer = preflight.get(recipe.name, {})
@@ -385,21 +447,27 @@ def run_sweep(
     preflight: Callable[[SweepConfig], dict[str, dict[str, Any]]] = run_preflight,
     dry_run: bool = False,
     draw: bool = True,
+    workers: Workers = ONE_WORKER,
 ) -> int:
     """The whole sweep: check, print the plan, run what is left (resuming), report (`draw`: with its
-    chart). Returns the exit code."""
+    chart). Returns the exit code. `workers`: trials at once here, and a study shared with other
+    machines (parallel.py); with a shared study the database, not output_dir's lock, keeps trials apart."""
     output_dir = Path(config.output_dir)
-    with sweep_lock(output_dir):
-        answers = preflight(config)
+    slots = slot_environments(workers.count, config.accelerate_config)
+    output_dir.mkdir(parents=True, exist_ok=True)
+    with contextlib.nullcontext() if workers.shared else sweep_lock(output_dir):
         stale = RequeueStaleTrials()
-        storage = open_storage(config, on_stale_trial=stale)
-        fail_stale_trials(storage)  # what a killed sweep left running: failed and queued again (study.py)
-        run = Run(config, storage, launch)
+        storage = open_storage(config, on_stale_trial=stale, url=workers.storage, parallel=workers.parallel)
+        answers = preflight(config)
+        # What a killed sweep left running: failed and queued again (study.py).
+        fail_stale_trials(storage, wait=not workers.parallel)
+        run = Run(config, storage, launch, slots=slots, shared=workers.shared)
         if stale.trials:
             print(f"Resuming: {len(stale.trials)} trial(s) interrupted by the last run will be rerun: "
                   + ", ".join(str(t.user_attrs.get("output_dir")) for t in stale.trials))  # fmt: skip
+        stale.announce = True
         rows = planned_trials(run, answers)
-        print(format_plan(config, answers, rows))
+        print(format_plan(config, answers, rows, workers))
         if dry_run:
             return 0
         todo = sum(row["status"] == "to run" for row in rows)
@@ -413,5 +481,12 @@ def run_sweep(
                 "\ninterrupted: the running trial is recorded as interrupted; run the same command to resume."
             )
             return code
+        settled = sum(1 for trial in sweep_trials(storage) if trial.user_attrs.get("phase"))
+        if workers.shared and not claim_report(storage, f"{config.name}:report:{settled}"):
+            print(format_report(summarize(config, storage, answers)))
+            print(
+                f"Every trial has finished; another worker writes {output_dir / RESULTS_JSON} (and the chart)."
+            )
+            return 0
         report(config, storage, answers, draw=draw)
     return 0

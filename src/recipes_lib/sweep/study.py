@@ -20,6 +20,9 @@ and Optuna's retry callback queues its parameters again, so the study's next tri
 
 from __future__ import annotations
 
+import contextlib
+import os
+import threading
 import time
 import warnings
 from pathlib import Path
@@ -38,6 +41,11 @@ STUDY_FILE = "sweep.db"
 # after a kill waits it out (up to GRACE_PERIOD_S + 1 s: SQLite's clock counts whole seconds).
 HEARTBEAT_INTERVAL_S = 1
 GRACE_PERIOD_S = 2
+# With trials in parallel (--workers, --storage) other trials run while this process looks for stale
+# ones, so a heartbeat late by a few seconds (a busy machine, a distant database) must not fail a live
+# trial: a longer grace period, and a resumed run waits for it while a dead worker's trial goes stale.
+PARALLEL_HEARTBEAT_INTERVAL_S = 5
+PARALLEL_GRACE_PERIOD_S = 30
 INTERRUPTED_REASON = (
     "the sweep stopped during this trial (killed, crashed or interrupted); it is rerun on resume"
 )
@@ -68,35 +76,131 @@ class RequeueStaleTrials:
 
     def __init__(self) -> None:
         self.trials: list = []
+        self.announce = False  # say so as it happens (trials in parallel: found while the workers wait)
 
     def __call__(self, study, trial) -> None:
         stop_orphans(trial.user_attrs.get("output_dir"))
         requeue(study, trial)
         self.trials.append(trial)
+        if self.announce:
+            print(f"Resuming: {trial.user_attrs.get('output_dir')} was left running by a worker that stopped "
+                  "(its heartbeat did); it is rerun.")  # fmt: skip
 
 
 def storage_url(config: SweepConfig, file: str = STUDY_FILE) -> str:
     return f"sqlite:///{(Path(config.output_dir) / file).resolve()}"
 
 
-def open_storage(config: SweepConfig, on_stale_trial: RequeueStaleTrials, file: str = STUDY_FILE):
-    """The study database with Optuna's heartbeat on: a trial left running by a dead sweep goes to
-    `on_stale_trial`. `file`: the database's name in the output_dir (crossval keeps its own, crossval.db)."""
-    optuna.logging.set_verbosity(optuna.logging.ERROR)  # the sweep says what failed, once
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # heartbeat_interval is experimental in every Optuna version used
-        return optuna.storages.RDBStorage(
-            storage_url(config, file),
-            heartbeat_interval=HEARTBEAT_INTERVAL_S,
-            grace_period=GRACE_PERIOD_S,
-            **{STALE_TRIAL_CALLBACK: on_stale_trial},
+class ClaimingRDBStorage(optuna.storages.RDBStorage):
+    """Optuna's RDBStorage, its trial state changes one at a time among this process's threads.
+
+    Taking a WAITING trial is Optuna's read-then-set in one session (SELECT ... FOR UPDATE): atomic on
+    PostgreSQL and MySQL, but SQLite ignores FOR UPDATE, so two worker threads could both take one trial."""
+
+    _state_lock = threading.Lock()
+
+    def set_trial_state_values(self, trial_id, state, values=None) -> bool:
+        with self._state_lock:
+            return super().set_trial_state_values(trial_id, state, values)
+
+
+# --- a study's storage given as a URL (--storage) ----------------------------------------------------------------------
+
+# The driver SQLAlchemy loads for each URL scheme, and the pip package that has it. A bare postgresql://
+# loads psycopg (3) under SQLAlchemy 2.1 and psycopg2 under 2.0: the 'postgres' extra installs both.
+DRIVERS = {
+    "psycopg2": "psycopg2-binary",
+    "psycopg": "'psycopg[binary]'",
+    "MySQLdb": "mysqlclient",
+    "pymysql": "pymysql",
+    "mysql": "mysql-connector-python",
+    "asyncpg": "asyncpg",
+    "pg8000": "pg8000",
+}
+
+
+def safe_url(url: str) -> str:
+    """The URL with its password hidden, for messages and the plan."""
+    with contextlib.suppress(Exception):
+        from sqlalchemy.engine import make_url
+
+        return make_url(url).render_as_string(hide_password=True)
+    return url
+
+
+def storage_error(url: str, error: BaseException) -> ConfigError:
+    """One paragraph naming the --storage value and the fix, for what opening it raised."""
+    shown = safe_url(url)
+    missing = error
+    while missing is not None and not (isinstance(missing, ImportError) and missing.name):
+        missing = missing.__cause__ or missing.__context__  # Optuna re-raises the driver's ImportError
+    if missing is not None:
+        module = missing.name.split(".")[0]
+        package = DRIVERS.get(module, module)
+        return ConfigError(
+            f"--storage {shown} needs the database driver {module}, which is not installed: pip install {package} "
+            "(for PostgreSQL, pip install 'recipes-lib[postgres]' installs both of its drivers)."
         )
+    first_line = (str(error).strip().splitlines() or [type(error).__name__])[0]
+    name = type(error).__name__
+    if name in ("ArgumentError", "NoSuchModuleError"):
+        return ConfigError(
+            f"--storage {shown} is not a database URL Optuna can open ({first_line}). Give "
+            "postgresql://USER:PASSWORD@HOST:PORT/DATABASE or mysql+pymysql://USER:PASSWORD@HOST/DATABASE "
+            "(every worker the same), or leave --storage out for the SQLite file beside the outputs."
+        )
+    return ConfigError(
+        f"--storage {shown} could not be opened: {name}: {first_line}. Check that the database server runs and "
+        "that this machine reaches it, and the URL's host, port, user, password and database name."
+    )
 
 
-def fail_stale_trials(storage) -> None:
+def open_storage(
+    config: SweepConfig,
+    on_stale_trial: RequeueStaleTrials,
+    file: str = STUDY_FILE,
+    url: str | None = None,
+    parallel: bool = False,
+):
+    """The study database with Optuna's heartbeat on: a trial left running by a dead sweep goes to
+    `on_stale_trial`. `file`: the database's name in the output_dir (crossval keeps its own, crossval.db);
+    `url`: another database instead (--storage, shared between machines); `parallel`: trials of other
+    workers run meanwhile (the longer heartbeat grace period)."""
+    optuna.logging.set_verbosity(optuna.logging.ERROR)  # the sweep says what failed, once
+    location = url or storage_url(config, file)
+    # SQLite: threads' writes (the heartbeats among them) wait for each other up to 60 s, not 5.
+    engine = {"connect_args": {"timeout": 60}} if location.startswith("sqlite") else {}
+    # Workers started together on an empty database all create Optuna's tables: all but one of them
+    # meet the other's (an IntegrityError or ProgrammingError) and, a moment later, find them made.
+    for attempt in range(3):
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter(
+                    "ignore"
+                )  # heartbeat_interval is experimental in every Optuna version used
+                return ClaimingRDBStorage(
+                    location,
+                    engine_kwargs=engine,
+                    heartbeat_interval=PARALLEL_HEARTBEAT_INTERVAL_S if parallel else HEARTBEAT_INTERVAL_S,
+                    grace_period=PARALLEL_GRACE_PERIOD_S if parallel else GRACE_PERIOD_S,
+                    **{STALE_TRIAL_CALLBACK: on_stale_trial},
+                )
+        except Exception as error:
+            if url is None:
+                raise
+            racing = type(error).__name__ in ("IntegrityError", "ProgrammingError")
+            if not racing or attempt == 2:
+                raise storage_error(url, error) from None
+            time.sleep(1 + attempt)
+    raise AssertionError("unreachable")
+
+
+def fail_stale_trials(storage, wait: bool = True) -> None:
     """Fail every trial a dead sweep left RUNNING (and so hand it to the storage's callback) before the
     sweep plans its trials. Under the sweep's lock every RUNNING trial is stale; Optuna calls it so once
-    its heartbeat is GRACE_PERIOD_S old, so this waits that long at most."""
+    its heartbeat is GRACE_PERIOD_S old, so this waits that long at most. Without `wait` (trials in
+    parallel: a RUNNING trial may be another worker's, alive), one look: the workers look again while
+    they wait for running trials (parallel.py)."""
     studies = [
         optuna.load_study(study_name=study.study_name, storage=storage) for study in storage.get_all_studies()
     ]
@@ -109,19 +213,46 @@ def fail_stale_trials(storage) -> None:
             warnings.simplefilter("ignore")  # fail_stale_trials is experimental in every Optuna version used
             for study in running:
                 optuna.storages.fail_stale_trials(study)
-        if not running or time.monotonic() > deadline:
+        if not running or not wait or time.monotonic() > deadline:
             return
         time.sleep(0.5)
 
 
-def search_sampler(config: SweepConfig, recipe: str, finished: int):
+def fail_stale_trials_of(study) -> None:
+    """One look for the study's stale trials (a worker waiting for others' trials makes it)."""
+    with warnings.catch_warnings(), contextlib.suppress(optuna.exceptions.OptunaError):
+        warnings.simplefilter("ignore")  # fail_stale_trials is experimental in every Optuna version used
+        optuna.storages.fail_stale_trials(study)
+
+
+def claim_report(storage, name: str) -> bool:
+    """Whether this worker writes the outputs: the one that creates the marker study `name` (study
+    names are unique in the storage, so of workers finishing together exactly one does)."""
+    try:
+        storage.create_new_study([optuna.study.StudyDirection.MINIMIZE], study_name=name)
+    except optuna.exceptions.DuplicatedStudyError:
+        return False
+    return True
+
+
+def skip_trial(reason: str):
+    """End the running trial unlaunched, as PRUNED (a value another worker runs: parallel.claim)."""
+    raise optuna.TrialPruned(reason)
+
+
+def search_sampler(config: SweepConfig, recipe: str, finished: int, slot: int | None = None):
     """GridSampler for a grid; for a range, TPE seeded from search_seed and the trials already done, so
-    a resumed sweep samples what the uninterrupted one would have."""
+    a resumed sweep samples what the uninterrupted one would have. With workers in parallel (`slot`: the
+    worker's), each worker's seed differs and TPE counts running trials as their mean (constant_liar),
+    so two workers do not draw one rate; which rates are drawn then depends on the trials' timing."""
     search = config.recipe(recipe).learning_rates
     if search.is_grid:
         return optuna.samplers.GridSampler({"learning_rate": list(search.grid)}, seed=config.search_seed)
     startup = max(1, min(10, search.trials // 2))
-    return optuna.samplers.TPESampler(seed=config.search_seed + finished, n_startup_trials=startup)
+    if slot is None:
+        return optuna.samplers.TPESampler(seed=config.search_seed + finished, n_startup_trials=startup)
+    seed = config.search_seed + finished + 7919 * (slot + 1) + os.getpid()
+    return optuna.samplers.TPESampler(seed=seed, n_startup_trials=startup, constant_liar=True)
 
 
 def seeds_sampler(seeds: list[int]):
@@ -168,7 +299,7 @@ def sweep_trials(storage) -> list:
     """Every trial of every study in the database (FrozenTrial), oldest first."""
     trials = []
     for study in storage.get_all_studies():
-        trials += study_trials(storage, study.study_name)
+        trials += [t for t in study_trials(storage, study.study_name) if t.state.name != "PRUNED"]
     return sorted(trials, key=lambda trial: (trial.datetime_start is None, trial.datetime_start or 0))
 
 
@@ -197,10 +328,11 @@ def is_done(trial, config: SweepConfig, retry_before: int) -> bool:
 
 
 def latest_by_key(trials, key) -> dict:
-    """{key(trial): the newest trial with that key} (WAITING retries left out)."""
+    """{key(trial): the newest trial with that key} (WAITING retries left out, and PRUNED copies: a
+    value a parallel worker had queued again, taken and not run, parallel.claim)."""
     latest: dict = {}
     for trial in trials:
-        if trial.state.name != "WAITING":
+        if trial.state.name not in ("WAITING", "PRUNED"):
             latest[key(trial)] = trial
     return latest
 

@@ -53,6 +53,8 @@ class Trial:
     log: Path
     command: list[str]
     chosen: str | None = None  # the seeds phase: the setting the search chose, "lora lr=0.001"
+    # What its worker adds to the environment: CUDA_VISIBLE_DEVICES, or OMP_NUM_THREADS (parallel.py).
+    environment: dict[str, str] = field(default_factory=dict)
 
     @property
     def label(self) -> str:
@@ -154,6 +156,7 @@ def launch_trial(trial: Trial, config: SweepConfig) -> Outcome:
     trial.log.parent.mkdir(parents=True, exist_ok=True)
     env = {
         **os.environ,
+        **trial.environment,
         "PYTHONUNBUFFERED": "1",
         names.SWEEP_CONFIG_VARIABLE: json.dumps(
             {names.SWEEP: config.group, names.SWEEP_PHASE: trial.phase}
