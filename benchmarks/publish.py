@@ -106,7 +106,7 @@ def git_commit() -> dict:
 RUN_FIELDS = (
     "recipe", "model_name_or_path", "problem_type", "eval_accuracy", "eval_f1", "eval_pearson",
     "eval_micro_f1", "eval_samples", "train_samples", "epochs", "train_steps", "train_runtime_s",
-    "train_samples_per_s", "params_total", "params_trainable", "optimizer_state_bytes",
+    "train_samples_per_s", "pad_ratio", "params_total", "params_trainable", "optimizer_state_bytes",
     "peak_memory_gib", "peak_memory_source", "precision", "device", "config",
 )  # fmt: skip
 
