@@ -108,7 +108,7 @@ def git_commit() -> dict:
 RUN_FIELDS = (
     "recipe", "model_name_or_path", "problem_type", "eval_accuracy", "eval_f1", "eval_pearson",
     "eval_micro_f1", "eval_samples", "train_samples", "epochs", "train_steps", "train_runtime_s",
-    "train_samples_per_s", "params_total", "params_trainable", "optimizer_state_bytes",
+    "train_samples_per_s", "pad_ratio", "params_total", "params_trainable", "optimizer_state_bytes",
     "peak_memory_gib", "peak_memory_source", "precision", "device", "config",
 )  # fmt: skip
 
@@ -326,12 +326,57 @@ def distill_table(record: dict) -> list[str]:
     return lines
 
 
+def _by_name(summary: list[dict]) -> dict[str, dict]:
+    return {row["name"]: row for row in summary}
+
+
+def sizes_table(record: dict) -> list[str]:
+    """A `benchmarks/throughput.py --sizes ... --baseline_src OLD/src` report: per training-set size,
+    the pad ratio and real tokens/s of the usual way, the recipe before (OLD) and after."""
+    lines = [
+        "| train examples | pad ratio: usual (pad to 128) | before | after | real tokens/s: usual | before | after | after / before |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for size, summary in record["summary_by_size"].items():
+        rows = _by_name(summary)
+        usual, before, after = rows.get("usual"), rows["recipe@baseline"], rows["recipe"]
+        ratio = after["real_tokens_per_s"] / before["real_tokens_per_s"]
+        lines.append(
+            f"| {int(size):,} | {_figure(usual and usual['pad_ratio'], '{:.3f}')} | {before['pad_ratio']:.3f} | "
+            f"**{after['pad_ratio']:.3f}** | {_figure(usual and usual['real_tokens_per_s'], '{:.0f}')} | "
+            f"{before['real_tokens_per_s']:.0f} | {after['real_tokens_per_s']:.0f} | {ratio:.2f}x |"
+        )
+    return lines
+
+
+def seeds_table(record: dict) -> list[str]:
+    """A `benchmarks/throughput.py --seeds ... --baseline_src OLD/src` report: accuracy by seed, before and after."""
+    (summary,) = record["summary_by_size"].values()
+    seeds = ", ".join(str(seed) for seed in summary[0]["seeds"])
+    names = {"recipe@baseline": "before", "recipe": "after"}
+    lines = [
+        f"| run | accuracy by seed ({seeds}) | mean ± std | pad ratio | real tokens/s |",
+        "|---|---|---|---|---|",
+    ]
+    for row in summary:
+        by_seed = ", ".join(f"{value:.4f}" for value in row["eval_accuracy_by_seed"])
+        spread = f" ± {row['eval_accuracy_std']:.4f}" if row.get("eval_accuracy_std") is not None else ""
+        lines.append(
+            f"| {names.get(row['name'], row['name'])} | {by_seed} | {row['eval_accuracy']:.4f}{spread} | "
+            f"{row['pad_ratio']:.3f} | {row['real_tokens_per_s']:.0f} |"
+        )
+    return lines
+
+
 TABLES = {
     "demo": demo_table,
     "distill-demo": distill_table,
     "task-demo": task_table,
     "long-text-demo": long_text_table,
     "sweep-demo": sweep_table,
+    # benchmarks/throughput.py's reports (their machine is one line of text)
+    "sizes": sizes_table,
+    "seeds": seeds_table,
 }
 
 
@@ -346,7 +391,11 @@ def render(table: str, record_path: str, published_in: str = "README.md") -> str
         )
     record = json.loads(path.read_text())
     link = os.path.relpath(path, (REPO_ROOT / published_in).parent)
-    return "\n".join([*TABLES[table](record), "", machine_line(record, record_path, link)]) + "\n"
+    if isinstance(record["machine"], str):  # a benchmarks/throughput.py report: its machine in words
+        line = f"`{record['command']}`, {record['created_at']}: {record['machine']}. Record: [{record_path}]({link})."
+    else:
+        line = machine_line(record, record_path, link)
+    return "\n".join([*TABLES[table](record), "", line]) + "\n"
 
 
 def regenerate(text: str, published_in: str = "README.md") -> str:

@@ -180,3 +180,29 @@ def test_a_loss_from_compute_metrics_is_the_eval_loss_the_trainer_reports(tiny_t
     metrics = tiny_trainer.evaluate()
     assert metrics["eval_loss"] == 123.5
     assert metrics["eval_rows"] == len(tiny_trainer.eval_dataset)
+
+
+def test_the_recipes_length_grouping_reaches_the_sampler(tiny_bert, tmp_path):
+    """--length_grouping is a recipe argument; RecipeTrainer hands it to the sampler (a plain
+    TrainingArguments, without it, gets the library's default)."""
+    from transformers import DataCollatorWithPadding
+
+    from recipes_lib.config.arguments import DEFAULT_LENGTH_GROUPING
+
+    for grouping in ("stock", None):
+        args = TrainingArguments(
+            output_dir=str(tmp_path),
+            train_sampling_strategy="group_by_length",
+            report_to="none",
+            use_cpu=True,
+        )
+        if grouping is not None:
+            args.length_grouping = grouping
+        trainer = RecipeTrainer(
+            model=AutoModelForSequenceClassification.from_pretrained(tiny_bert),
+            args=args,
+            train_dataset=_rows(24),
+            data_collator=DataCollatorWithPadding(word_tokenizer(word_vocabulary())),
+        )
+        trainer.get_train_dataloader()
+        assert trainer.shuffled_sampler.grouping == (grouping or DEFAULT_LENGTH_GROUPING)

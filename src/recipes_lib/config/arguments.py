@@ -37,6 +37,12 @@ SUPPORTED_DATA_EXTENSIONS = (".csv", ".tsv", ".json", ".jsonl", ".parquet")
 # With no dataset and no files, a recipe trains on GLUE SST-2 (binary sentiment, 67k sentences).
 DEFAULT_DATASET = ("glue", "sst2")
 
+# --length_grouping (training/trainer.py, ShuffledLengthGroupedSampler): how much of the shuffled
+# data is sorted by length at a time. "wide": 50 optimizer steps of examples, or the whole epoch
+# when shorter; "stock": transformers' own mega-batch size.
+LENGTH_GROUPINGS = ("wide", "stock")
+DEFAULT_LENGTH_GROUPING = "wide"
+
 
 @dataclass
 class ModelArguments:
@@ -307,6 +313,18 @@ class RecipeTrainingArguments(TrainingArguments):
         metadata={
             "help": "'group_by_length' (batches of similar length, little padding, in random order), "
             "'random' or 'sequential'."
+        },
+    )
+    # How much of the shuffled data is sorted by length at a time (trainer.ShuffledLengthGroupedSampler).
+    length_grouping: str = field(
+        default=DEFAULT_LENGTH_GROUPING,
+        metadata={
+            "help": "Under group_by_length, how many examples are sorted by length together: 'wide' (50 "
+            "optimizer steps' worth, or the whole epoch when shorter: as little padding at 1,000 examples as at "
+            "16,000) or 'stock' (transformers' size, a quarter of the data up to 50 steps: at 1,000 SST-2 "
+            "sentences a pad ratio of 0.25 against 0.07). Default: 'wide'; LoRA and QLoRA: 'stock' (see "
+            "benchmarks/RESULTS.md, 'Small data').",
+            "choices": list(LENGTH_GROUPINGS),
         },
     )
     # None = automatic (precision.py): bf16 where the GPU has it natively, else fp16 (fp32 for

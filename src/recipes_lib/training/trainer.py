@@ -19,6 +19,7 @@ from transformers import Trainer, TrainerCallback, TrainingArguments
 from transformers.trainer_pt_utils import LengthGroupedSampler, get_length_grouped_indices
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, rotate_checkpoints
 
+from recipes_lib.config.arguments import DEFAULT_LENGTH_GROUPING, LENGTH_GROUPINGS
 from recipes_lib.config.versions import PrivateHook, check_private_attribute, check_private_hooks
 from recipes_lib.errors import TrainingDiverged, TrainingInterrupted
 from recipes_lib.training.autofit import train_with_out_of_memory_backoff
@@ -210,9 +211,60 @@ class RecipeTrainer(Trainer):
             # processes keep getting batches of similar length and none waits long for the others.
             # (`_train_batch_size`: what the Trainer trains with, after any automatic back-off.)
             step_size = self._train_batch_size * self.args.gradient_accumulation_steps * self.args.world_size
-            self.sampler_epoch.sampler = ShuffledLengthGroupedSampler(sampler.lengths, step_size, seed)
+            # The recipes' --length_grouping (a plain TrainingArguments has none: the library default).
+            grouping = getattr(self.args, "length_grouping", None) or DEFAULT_LENGTH_GROUPING
+            self.sampler_epoch.sampler = ShuffledLengthGroupedSampler(
+                sampler.lengths, step_size, seed, grouping=grouping
+            )
             return self.sampler_epoch.sampler
         return sampler
+
+    # Why an override: the recipes end with `trainer.evaluate()`, which under eval_strategy "epoch"
+    # (the default) repeats the evaluation the last epoch just made, on the same weights.
+    def evaluate(self, eval_dataset=None, ignore_keys=None, metric_key_prefix="eval"):
+        """Trainer.evaluate, except that evaluating the same split on unchanged weights again returns
+        the last evaluation's metrics instead of running it again.
+
+        Unchanged means: the same optimizer step, the same parameter tensors, and none of them written
+        since (each tensor's in-place version counter, which optimizer steps and load_state_dict
+        advance), with load_best_model_at_end off. The model then computes exactly the same logits, so
+        the metrics, and the predictions the run's compute_metrics keeps from that pass, are the ones
+        a second pass would give; only its time is saved (benchmarks/RESULTS.md, "Small data").
+        Under several processes it is reused only if every process can, so all take the same path.
+        """
+        default_split = eval_dataset is None and ignore_keys is None and metric_key_prefix == "eval"
+        weights = self._weights_version() if default_split else None
+        last = self._last_evaluation
+        reusable = (
+            default_split and last is not None and last[0] == weights and not self.args.load_best_model_at_end
+        )
+        if self.args.world_size > 1:
+            flag = torch.tensor([int(reusable)], device=self.args.device)
+            reusable = bool(self.accelerator.gather(flag).min())
+        if reusable:
+            return dict(last[1])
+        self._last_evaluation = None  # compute_metrics is about to see another pass
+        metrics = super().evaluate(eval_dataset, ignore_keys, metric_key_prefix)
+        if default_split:
+            self._last_evaluation = (weights, dict(metrics))
+        return metrics
+
+    # Why an override: a prediction pass replaces the predictions compute_metrics keeps, so the last
+    # evaluation's metrics no longer go with them.
+    def predict(self, test_dataset, ignore_keys=None, metric_key_prefix="test"):
+        self._last_evaluation = None
+        return super().predict(test_dataset, ignore_keys, metric_key_prefix)
+
+    # (optimizer step, (parameter identity, in-place version) per parameter) at the last evaluation
+    # of the default split, and its metrics.
+    _last_evaluation: tuple[tuple, dict] | None = None
+
+    def _weights_version(self) -> tuple:
+        """What changes whenever the weights can have: the step, and each parameter's identity and
+        in-place version counter (torch advances it on every in-place write: optimizer steps,
+        load_state_dict, merging)."""
+        parameters = tuple((id(p), p._version) for p in self.model.parameters())
+        return (self.state.global_step, id(self.model), parameters)
 
     # Why an override: the evaluation sampler is built in private code a callback cannot reach.
     def get_eval_dataloader(self, eval_dataset=None):
@@ -246,16 +298,27 @@ def evaluation_in_input_order(args: TrainingArguments):
         args.train_sampling_strategy = strategy
 
 
+WIDE_MEGA_BATCH_STEPS = 50  # the stock sampler's cap: 50 x 32 = 1,600 examples sorted together
+
+
 class ShuffledLengthGroupedSampler(torch.utils.data.Sampler):
     """Length-grouped batches in a random order, drawn from (seed, epoch) alone.
 
-    Two changes to the Trainer's LengthGroupedSampler, which cuts the shuffled data into
+    Three changes to the Trainer's LengthGroupedSampler, which cuts the shuffled data into
     mega-batches, sorts each by length and emits it longest first:
 
-    - Mega-batch size: the stock one, `min(len // (batch * 4), 50)` batches. Sorting 50 steps or
-      the whole epoch at once (issue #33) cut padding at 1,000 examples from 25% to 7% at the same
-      full_ft accuracy on SST-2, but cost LoRA 7.5 points on the demo (0.815 -> 0.740, one seed;
-      benchmarks/RESULTS.md, "Small data"), so the stock size stays until that is understood.
+    - Mega-batch size (`grouping`). The stock sampler makes at least 4 mega-batches
+      (`len // (batch * 4)` batches each, at most 50), so that no long-to-short sweep spans the whole
+      epoch. Small data then sorts in small mega-batches drawn from the whole length range: 1,000
+      examples in batches of 32 sort 7 batches (224 examples) at a time and waste about a quarter
+      of the compute on padding, where 4,000 waste 8% (benchmarks/RESULTS.md, "Small data"). The
+      batch order is shuffled here (next point), so there is no sweep to avoid: under "wide" (the
+      default) every mega-batch is 50 steps of examples, or the whole epoch when it is shorter,
+      and padding stays as low at 1,000 examples as at 16,000. Batch members are still drawn
+      afresh each epoch: the data is shuffled before it is sorted, so examples of equal length fall
+      into other batches every epoch. "stock" keeps transformers' size; LoRA and QLoRA default to
+      it (config/registry.py: on the demo the wide grouping gave LoRA 3.5 points less over 3 seeds,
+      inside the seed spread but not shown safe).
     - Batch order. Emitted as is, every mega-batch is a sweep from the longest sentences to the
       shortest, so the learning rate meets the data in a sawtooth of lengths, which costs accuracy
       against the same batches shuffled (benchmarks/RESULTS.md, section 1, has the figures). Here
@@ -273,10 +336,21 @@ class ShuffledLengthGroupedSampler(torch.utils.data.Sampler):
     process, come from neighbouring, similar lengths.
     """
 
-    def __init__(self, lengths: list[int], step_size: int, seed: int):
+    def __init__(
+        self, lengths: list[int], step_size: int, seed: int, grouping: str = DEFAULT_LENGTH_GROUPING
+    ):
+        if grouping not in LENGTH_GROUPINGS:
+            raise ValueError(
+                f"length_grouping is '{grouping}'; use one of {', '.join(LENGTH_GROUPINGS)} "
+                "('wide': little padding at every dataset size; 'stock': transformers' own mega-batches)."
+            )
         # A plain list: a datasets column read one element at a time is slow to sort.
         self.lengths = list(lengths)
         self.step_size, self.seed, self.epoch = step_size, seed, 0
+        self.grouping = grouping
+        steps = -(-len(self.lengths) // step_size)  # ceil: an incomplete last step counts
+        # None: transformers' own size, min(len // (step_size * 4), 50) steps.
+        self.mega_batch_steps = max(1, min(steps, WIDE_MEGA_BATCH_STEPS)) if grouping == "wide" else None
 
     def set_epoch(self, epoch: int) -> None:
         self.epoch = epoch
@@ -286,8 +360,10 @@ class ShuffledLengthGroupedSampler(torch.utils.data.Sampler):
 
     def __iter__(self):
         generator = torch.Generator().manual_seed(self.seed + self.epoch)
-        # transformers' own grouping, at its own mega-batch size (mega_batch_mult=None).
-        indices = get_length_grouped_indices(self.lengths, self.step_size, generator=generator)
+        # transformers' own grouping function; at its own mega-batch size under "stock" (None).
+        indices = get_length_grouped_indices(
+            self.lengths, self.step_size, mega_batch_mult=self.mega_batch_steps, generator=generator
+        )
         size = self.step_size
         groups = [indices[start : start + size] for start in range(0, len(indices), size)]
         first, middle = groups[:1], groups[1:]

@@ -1,0 +1,143 @@
+"""The recipes' final `trainer.evaluate()` reuses the last epoch's evaluation when the weights are unchanged.
+
+Under eval_strategy "epoch" (the default) the last epoch ends with an evaluation, and the script's
+own evaluation right after training would run the same pass on the same weights. RecipeTrainer
+returns that evaluation's metrics instead; the predictions the run's compute_metrics keeps are
+that pass's too. These tests check that the reused figures are exactly those of a second pass, and
+that anything that changes the weights, or another pass in between, makes it evaluate again.
+"""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import torch
+from transformers import (
+    AutoModelForSequenceClassification,
+    DataCollatorWithPadding,
+    Trainer,
+    TrainingArguments,
+)
+
+from recipes_lib.training.trainer import RecipeTrainer
+from tests.helpers.models import word_tokenizer, word_vocabulary
+from tests.helpers.runs import run_args, run_in_process
+from tests.test_trainer_surface import _rows
+
+TIMINGS = ("eval_runtime", "eval_samples_per_second", "eval_steps_per_second")
+
+
+class KeepsPredictions:
+    """A compute_metrics that keeps the logits of the last pass it saw, as the run's does."""
+
+    def __init__(self):
+        self.passes, self.logits = 0, None
+
+    def __call__(self, prediction):
+        self.passes += 1
+        self.logits = np.array(prediction.predictions)
+        return {"accuracy": float((prediction.predictions.argmax(-1) == prediction.label_ids).mean())}
+
+
+@pytest.fixture
+def trained(tiny_bert, tmp_path):
+    """A RecipeTrainer that trained 2 epochs, evaluating after each."""
+    args = TrainingArguments(
+        output_dir=str(tmp_path),
+        per_device_train_batch_size=4,
+        per_device_eval_batch_size=4,
+        num_train_epochs=2,
+        learning_rate=1e-3,
+        train_sampling_strategy="group_by_length",
+        eval_strategy="epoch",
+        save_strategy="no",
+        report_to="none",
+        use_cpu=True,
+    )
+    trainer = RecipeTrainer(
+        model=AutoModelForSequenceClassification.from_pretrained(tiny_bert),
+        args=args,
+        train_dataset=_rows(24),
+        eval_dataset=_rows(18),
+        data_collator=DataCollatorWithPadding(word_tokenizer(word_vocabulary())),
+        compute_metrics=KeepsPredictions(),
+    )
+    trainer.train()
+    assert trainer.compute_metrics.passes == 2  # one evaluation per epoch
+    return trainer
+
+
+def without_timings(metrics: dict) -> dict:
+    return {key: value for key, value in metrics.items() if key not in TIMINGS}
+
+
+def test_the_final_evaluation_reuses_the_last_epochs_and_matches_a_second_pass_exactly(trained):
+    kept = trained.compute_metrics
+    reused = trained.evaluate()
+    assert kept.passes == 2, "the final evaluate ran the pass again on unchanged weights"
+    reused_logits = kept.logits.copy()
+    second = Trainer.evaluate(trained)  # the stock Trainer's evaluate: always a pass
+    assert kept.passes == 3
+    assert without_timings(reused) == without_timings(second)
+    assert np.array_equal(reused_logits, kept.logits)
+
+
+def test_changed_weights_or_another_pass_in_between_evaluate_again(trained):
+    kept = trained.compute_metrics
+    with torch.no_grad():
+        next(trained.model.parameters()).add_(0)  # an in-place write, even of nothing, counts
+    trained.evaluate()
+    assert kept.passes == 3
+    trained.evaluate()
+    assert kept.passes == 3  # unchanged since: reused
+    trained.predict(trained.eval_dataset)  # compute_metrics now holds another pass's predictions
+    trained.evaluate()
+    assert kept.passes == 5
+    trained.evaluate(metric_key_prefix="other")  # not the default split's call: never reused
+    assert kept.passes == 6
+
+
+def test_a_recipe_run_writes_the_same_results_and_predictions_as_with_a_second_pass(
+    tiny_bert, learnable_data, tmp_path, monkeypatch
+):
+    """full_ft with eval_strategy epoch: results.json, the predictions and the card, with the final
+    evaluation reused and with it forced to run again, differ only in timings and paths."""
+    outputs, passes = {}, []
+    evaluation_loop = Trainer.evaluation_loop
+
+    def counted(self, *args, **kwargs):
+        passes.append(kwargs.get("metric_key_prefix"))
+        return evaluation_loop(self, *args, **kwargs)
+
+    monkeypatch.setattr(Trainer, "evaluation_loop", counted)
+    for way in ("reused", "second_pass"):
+        if way == "second_pass":  # every evaluation sees "new" weights: the pass always runs
+            monkeypatch.setattr(RecipeTrainer, "_weights_version", lambda self: object())
+        passes.clear()
+        output_dir = tmp_path / way
+        run_in_process(
+            "full_ft",
+            run_args(tiny_bert, learnable_data, output_dir, epochs=2, batch_size=32, eval_strategy="epoch"),
+        )
+        assert passes == ["eval"] * (2 if way == "reused" else 3)  # one per epoch (and the final one)
+        outputs[way] = output_dir
+
+    def results(directory):
+        data = json.loads((directory / "results.json").read_text())
+        # Paths, times and the process's resident memory (its peak is the process's, and these runs
+        # share one process) are all that may differ.
+        varying = ("created_at", "output_dir", "config", "memory_phases", "peak_memory_gib")
+        varying += ("train_runtime_s", "train_samples_per_s", "train_tokens_per_s")
+        return {key: value for key, value in data.items() if key not in varying}
+
+    def card(directory):
+        text = (directory / "README.md").read_text().replace(directory.name, "RUN")
+        return [line for line in text.splitlines() if not line.startswith(("- Peak memory:", "Created "))]
+
+    reused, second = outputs["reused"], outputs["second_pass"]
+    assert results(reused) == results(second)
+    assert card(reused) == card(second)
+    predictions = "eval_predictions.jsonl"
+    assert (reused / predictions).read_bytes() == (second / predictions).read_bytes()
