@@ -72,11 +72,15 @@ sweep-demo: $(BIN)/.installed
 # the flipped ones, in outputs/label_noise/label_noise.json. Rerun after a stop to resume it. LABEL_NOISE_FOLDS=2 is
 # quicker. Time on 2 CPU cores: docs/crossval.md.
 LABEL_NOISE_FOLDS ?= 5
+# Then full_ft trained on the noisy and on the cleaned file once per seed, compared with the sweep's Welch test.
+LABEL_NOISE_RETRAIN_SEEDS ?= 0 1 2
 
 label-noise-demo: $(BIN)/.installed
-	$(OFFLINE) $(BIN)/python benchmarks/label_noise.py --output_dir outputs/label_noise --folds $(LABEL_NOISE_FOLDS) -- \
+	$(OFFLINE) $(BIN)/python benchmarks/label_noise.py --output_dir outputs/label_noise --folds $(LABEL_NOISE_FOLDS) \
+		--retrain_seeds $(LABEL_NOISE_RETRAIN_SEEDS) -- \
 		--num_train_epochs 1 --learning_rate 1e-4 --report_to none --disable_tqdm true \
 		--test_file data/support_tickets/validation.csv
+
 # Distillation (issue #30, docs/export.md): the teacher is full_ft of all-MiniLM-L6-v2 on all 1,200 training
 # tickets (demo.yaml, as in make demo); the student, the same MiniLM, has the first 100 tickets labelled (data/support_tickets_distill/, from data/make_distill_split.py).
 # Over DISTILL_SEEDS, the student learns from the 100 labels plus the teacher's logits on the other 1,100

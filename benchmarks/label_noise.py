@@ -2,13 +2,17 @@
 at a fixed seed, a cross-validation of the noisy file, cleanlab's flags against the flipped rows.
 
     python benchmarks/label_noise.py --output_dir outputs/label_noise [--fraction 0.1] [--folds 5]
-        [--seed 0] [--accelerate_config accelerate_configs/cpu.yaml] [-- recipe options, e.g. --num_train_epochs 1]
+        [--seed 0] [--retrain_seeds 0 1 2] [--accelerate_config accelerate_configs/cpu.yaml]
+        [-- recipe options, e.g. --num_train_epochs 1]
 
 Writes OUTPUT_DIR/noisy_train.csv (the flipped rows listed in flipped_rows.json), runs `recipes-lib
 crossval` and `recipes-lib label-issues` on it (OUTPUT_DIR/crossval), and prints and writes
 OUTPUT_DIR/label_noise.json: the flagged rows' precision and recall against the flipped ones, the
 cross-validation's figures (and, with a --test_file among the recipe options, each fold's and the folds'
-ensemble's on it), and the wall time. Rerun the same command to resume a stopped cross-validation.
+ensemble's on it), and the wall time. With --retrain_seeds, the recipe is then trained once per seed on
+the noisy file and once on the cleaned one (`--drop_label_issues`), both scored on the config's validation
+file, and the two sets of figures are compared with the sweep's Welch test (sweep/report.py). Rerun the
+same command to resume: a finished cross-validation fold or retraining run is not run again.
 `make label-noise-demo` runs it with the demo's settings.
 """
 
@@ -18,6 +22,7 @@ import argparse
 import csv
 import json
 import random
+import statistics
 import subprocess
 import sys
 import time
@@ -57,6 +62,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--folds", type=int, default=5)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--accelerate_config", default="accelerate_configs/cpu.yaml")
+    parser.add_argument("--retrain_seeds", type=int, nargs="*", default=[],
+                        help="train on the noisy and on the cleaned file once per seed and compare")  # fmt: skip
     args, recipe_options = parser.parse_known_args(argv)
     recipe_options = [option for option in recipe_options if option != "--"]
     output_dir = Path(args.output_dir)
@@ -100,12 +107,80 @@ def main(argv: list[str] | None = None) -> int:
         # This command's own time: a resumed cross-validation counts only what this run did.
         "wall_s": round(time.monotonic() - started, 1),
     }
+    if args.retrain_seeds:
+        record["retrained"] = retrain(
+            args, recipe_options, noisy_file, crossval_dir, crossval_results["metric"]
+        )
+        if record["retrained"] is None:
+            return 1
+        record["wall_s"] = round(time.monotonic() - started, 1)
     (output_dir / "label_noise.json").write_text(json.dumps(record, indent=2) + "\n")
     print(
         f"{record['flipped']} of {len(rows)} labels flipped (seed {args.seed}); {record['flagged']} rows flagged: "
         f"precision {record['precision']:.3f}, recall {record['recall']:.3f}. {crossval_dir / 'label_issues.csv'}"
     )
+    for line in retrained_lines(record.get("retrained")):
+        print(line)
     return 0
+
+
+def retrain(
+    args, recipe_options: list[str], noisy_file: Path, crossval_dir: Path, metric: str
+) -> dict | None:
+    """The recipe trained on the noisy file and on the cleaned one, once per seed: each file's figures on the
+    validation file and Welch's test of the difference. None if a run failed (its output says why)."""
+    from recipes_lib.sweep.report import compare_pair
+
+    cleaned_file = next(crossval_dir.glob("train_cleaned.*"))
+    values: dict[str, list[float]] = {}
+    for name, train_file in (("noisy", noisy_file), ("cleaned", cleaned_file)):
+        values[name] = []
+        for seed in args.retrain_seeds:
+            run_dir = Path(args.output_dir) / "retrain" / f"{name}-seed{seed}"
+            if not (run_dir / "results.json").is_file():  # a finished run is kept: rerunning resumes
+                command = [sys.executable, "-m", "accelerate.commands.launch", "--config_file", args.accelerate_config,
+                           f"recipes/{args.recipe}.py", "--config", args.config, "--train_file", str(train_file),
+                           *recipe_options, "--seed", str(seed), "--output_dir", str(run_dir),
+                           "--overwrite_output_dir", "true"]  # fmt: skip
+                print("$ " + " ".join(command), flush=True)
+                if subprocess.run(command).returncode != 0:
+                    return None
+            values[name].append(json.loads((run_dir / "results.json").read_text())[metric])
+    figures = {
+        name: {
+            "values": runs,
+            "mean": statistics.fmean(runs),
+            "std": statistics.stdev(runs) if len(runs) > 1 else None,
+        }
+        for name, runs in values.items()
+    }
+    pair = compare_pair(
+        {"recipe": "cleaned", "validation": figures["cleaned"]},
+        {"recipe": "noisy", "validation": figures["noisy"]},
+        "validation",
+        metric,
+    )
+    return {
+        "seeds": args.retrain_seeds,
+        "metric": metric,
+        "cleaned_file": str(cleaned_file),
+        **figures,
+        "pair": pair,
+    }
+
+
+def retrained_lines(retrained: dict | None) -> list[str]:
+    if not retrained:
+        return []
+
+    def figure(name: str) -> str:
+        spread = retrained[name]["std"]
+        return f"{retrained[name]['mean']:.4f}" + (f" ± {spread:.4f}" if spread is not None else "")
+
+    return [
+        f"Retrained over seeds {retrained['seeds']} ({retrained['metric']} on the validation file): "
+        f"noisy {figure('noisy')}, cleaned {figure('cleaned')}; {retrained['pair']['verdict']}."
+    ]
 
 
 if __name__ == "__main__":

@@ -7,6 +7,8 @@ for every recipe, padding counted, ratios against the first row), not how fast a
 from __future__ import annotations
 
 import json
+import subprocess
+from pathlib import Path
 
 import pytest
 
@@ -201,3 +203,59 @@ def test_label_noise_flips_the_asked_fraction_to_other_classes_and_scores_the_fl
     assert label_noise.flip_labels(labels, 0.1, seed=0) == (noisy, flipped)  # the seed decides
     scores = label_noise.detection({1, 2, 3, 4}, {2, 3, 9})
     assert scores["precision"] == 0.5 and scores["recall"] == 2 / 3 and scores["flagged_and_flipped"] == 2
+
+
+def test_label_noise_retrains_on_the_noisy_and_the_cleaned_file_per_seed_and_tests_the_difference(
+    tmp_path, monkeypatch
+):
+    """The retraining step's wiring: one run per file and seed, each run's own figure read back, a finished
+    run not launched again, and the sweep's Welch test over the two sets (the runs stand in here)."""
+    import argparse
+
+    label_noise = load_benchmark("label_noise")
+    crossval_dir = tmp_path / "crossval"
+    crossval_dir.mkdir()
+    (crossval_dir / "train_cleaned.csv").write_text("text,label\n")
+    noisy_file = tmp_path / "noisy_train.csv"
+    figures = {("noisy", 0): 0.80, ("noisy", 1): 0.81, ("noisy", 2): 0.79,
+               ("cleaned", 0): 0.85, ("cleaned", 1): 0.86, ("cleaned", 2): 0.84}  # fmt: skip
+    launched = []
+
+    def fake_run(command):
+        train_file = Path(command[command.index("--train_file") + 1])
+        seed = int(command[command.index("--seed") + 1])
+        run_dir = Path(command[command.index("--output_dir") + 1])
+        name = "cleaned" if train_file.name == "train_cleaned.csv" else "noisy"
+        launched.append((name, seed))
+        run_dir.mkdir(parents=True)
+        (run_dir / "results.json").write_text(json.dumps({"eval_accuracy": figures[name, seed]}))
+        return subprocess.CompletedProcess(command, 0)
+
+    monkeypatch.setattr(label_noise.subprocess, "run", fake_run)
+    args = argparse.Namespace(
+        retrain_seeds=[0, 1, 2], output_dir=str(tmp_path), accelerate_config="cpu.yaml", recipe="full_ft",
+        config="demo.yaml",
+    )  # fmt: skip
+    retrained = label_noise.retrain(
+        args, ["--num_train_epochs", "1"], noisy_file, crossval_dir, "eval_accuracy"
+    )
+    assert sorted(launched) == sorted(figures)
+    assert retrained["noisy"]["values"] == [0.80, 0.81, 0.79]
+    assert retrained["cleaned"]["mean"] == pytest.approx(0.85) and retrained["cleaned"][
+        "std"
+    ] == pytest.approx(0.01)
+    assert retrained["pair"]["a"] == "cleaned" and retrained["pair"]["difference"] == pytest.approx(0.05)
+    assert (
+        retrained["pair"]["p_value"] < 0.05
+        and "larger than the seed-to-seed noise" in retrained["pair"]["verdict"]
+    )
+    line = label_noise.retrained_lines(retrained)[0]
+    assert "noisy 0.8000 ± 0.0100, cleaned 0.8500 ± 0.0100" in line
+
+    launched.clear()  # a rerun finds every run finished and launches none
+    assert label_noise.retrain(args, [], noisy_file, crossval_dir, "eval_accuracy")["noisy"]["values"] == [
+        0.8,
+        0.81,
+        0.79,
+    ]
+    assert launched == []
