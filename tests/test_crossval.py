@@ -1,9 +1,9 @@
 """`recipes-lib crossval` and `recipes-lib label-issues` (src/recipes_lib/crossval/).
 
-The folds and their checks on small files; the fold loop with a stand-in launcher that writes what a
-fold's run writes (its held-out predictions, results.json), for every task type, interrupted and
-resumed; cleanlab finding planted label flips in synthetic out-of-fold probabilities. One real
-cross-validation of the tiny BERT is the slow test at the end.
+The folds and their checks on small files; the fold loop with a stand-in launcher
+(tests/helpers/crossval_stand_ins.py) that writes what a fold's run writes (its held-out predictions,
+results.json), for every task type, interrupted and resumed; cleanlab finding planted label flips in
+synthetic out-of-fold probabilities. One real cross-validation of the tiny BERT is the slow test at the end.
 """
 
 from __future__ import annotations
@@ -21,73 +21,25 @@ import pytest
 from recipes_lib.cli.main import main as cli_main
 from recipes_lib.crossval.folds import assign_folds, read_training_rows
 from recipes_lib.crossval.oof import OOF_FILE, RESULTS_FILE
-from recipes_lib.crossval.runner import STUDY_FILE, CrossvalSettings, run_crossval
+from recipes_lib.crossval.runner import STUDY_FILE, run_crossval
 from recipes_lib.results import RESULTS_FILE as RUN_RESULTS_FILE
-from recipes_lib.sweep.trials import COMPLETE, Outcome
+from tests.helpers.crossval_stand_ins import (
+    MULTI_LABEL_FORMATS,
+    TEAMS,
+    FoldStandIn,
+    classes_in,
+    multi_label_file,
+    multi_label_value,
+    read_oof,
+    read_rows,
+    regression_file,
+    settings_for,
+    single_label_file,
+)
 from tests.helpers.data import learnable_rows, write_csv, write_jsonl
 from tests.helpers.repo import ACCELERATE_CONFIGS, RECIPES_DIR
 
 pytest.importorskip("optuna")
-
-
-def single_label_file(directory: Path, rows: int = 60, groups: int | None = None) -> Path:
-    """Rows of two classes, 'cool' and 'warm'; with `groups`, a customer column."""
-    records = learnable_rows(rows, seed=3)
-    if groups is None:
-        return write_csv(directory / "train.csv", records)
-    with_groups = [(text, label, f"customer-{i % groups}") for i, (text, label) in enumerate(records)]
-    return write_csv(directory / "train.csv", with_groups, header=("text", "label", "customer"))
-
-
-TEAMS = ["billing", "shipping", "technical"]
-# Every way the recipe reads a multi-label column (data/labels.py): the data arguments it needs, the class
-# names it gives the model, and a row's classes (names from TEAMS) written that way.
-MULTI_LABEL_FORMATS = {
-    "names": ({}, TEAMS, lambda classes: classes),
-    "ids": ({}, ["0", "1", "2"], lambda classes: [TEAMS.index(c) for c in classes]),
-    "multi_hot": ({}, ["0", "1", "2"], lambda classes: [int(team in classes) for team in TEAMS]),
-    "delimited": ({"label_delimiter": ";"}, TEAMS, lambda classes: ";".join(classes)),
-}
-
-
-def multi_label_value(classes: list[str], label_format: str = "names"):
-    return MULTI_LABEL_FORMATS[label_format][2](classes)
-
-
-def multi_label_file(directory: Path, rows: int = 40, label_format: str = "names") -> Path:
-    rng = random.Random(4)
-    records = [
-        {
-            "text": f"ticket {i}",
-            "labels": multi_label_value(sorted(rng.sample(TEAMS, rng.randint(1, 2))), label_format),
-        }
-        for i in range(rows)
-    ]
-    if label_format == "delimited":
-        return write_csv(
-            directory / "train.csv", [(r["text"], r["labels"]) for r in records], header=("text", "labels")
-        )
-    return write_jsonl(directory / "train.jsonl", records)
-
-
-def classes_in(value, label_format: str) -> list[str]:
-    """A row's classes as TEAMS names, from the value as the file holds it (a CSV cell: its text)."""
-    if label_format == "delimited":
-        return value.split(";")
-    if label_format == "multi_hot":
-        return [team for team, flag in zip(TEAMS, value, strict=True) if flag]
-    if label_format == "ids":
-        return [TEAMS[i] for i in value]
-    return value
-
-
-def regression_file(directory: Path, rows: int = 40) -> Path:
-    rng = random.Random(5)
-    return write_csv(directory / "train.csv", [(f"ticket {i}", round(rng.random(), 3)) for i in range(rows)],
-                     header=("text", "urgency"))  # fmt: skip
-
-
-# --- the folds -------------------------------------------------------------------------------------------
 
 
 def test_folds_cover_every_row_once_and_keep_the_class_balance(tmp_path):
@@ -177,106 +129,9 @@ def test_options_crossval_sets_itself_are_refused_on_the_recipes_command_line(tm
 # --- the fold loop, with a stand-in launcher ------------------------------------------------------------------
 
 
-def held_out_of(command: list[str]) -> Path:
-    return Path(command[command.index("--validation_file") + 1])
-
-
-def read_rows(path: Path) -> list[dict]:
-    if path.suffix == ".jsonl":
-        return [json.loads(line) for line in path.read_text().splitlines()]
-    with open(path, newline="") as handle:
-        return list(csv.DictReader(handle))
-
-
-class StandIn:
-    """Writes what a fold's run writes (eval_predictions.jsonl for its held-out file, results.json) and
-    launches nothing. Predictions: the given label, confidently, so they can be checked row by row."""
-
-    def __init__(self, task: str = "single", interrupt_at: int | None = None, label_format: str = "names"):
-        self.task, self.interrupt_at, self.launched = task, interrupt_at, []
-        self.label_format = label_format
-
-    def __call__(self, trial, config) -> Outcome:
-        if self.interrupt_at is not None and len(self.launched) == self.interrupt_at:
-            self.interrupt_at = None
-            self.interrupted = trial.fold
-            raise KeyboardInterrupt
-        self.launched.append(trial.fold)
-        assert trial.command[trial.command.index("--train_file") + 1].endswith(
-            f"folds/{trial.fold}/train" + held_out_of(trial.command).suffix
-        )
-        rows = read_rows(held_out_of(trial.command))
-        trial.output_dir.mkdir(parents=True, exist_ok=True)
-        with open(trial.output_dir / "eval_predictions.jsonl", "w") as handle:
-            for row in rows:
-                handle.write(json.dumps(self.prediction(row)) + "\n")
-        value = round(0.8 + 0.01 * trial.fold, 4)
-        results = {config.metric: value, "text_columns": ["text"]}
-        if "--test_file" in trial.command:
-            results.update(self.score_test(trial))
-        (trial.output_dir / RUN_RESULTS_FILE).write_text(json.dumps(results))
-        # What a real fold leaves besides its predictions: its weights and a checkpoint.
-        (trial.output_dir / "model.safetensors").write_bytes(b"weights")
-        (trial.output_dir / "checkpoint-4").mkdir(exist_ok=True)
-        (trial.output_dir / "checkpoint-4" / "model.safetensors").write_bytes(b"weights")
-        return Outcome(COMPLETE, value=value, exit_code=0, wall_s=1.0, results={config.metric: value})
-
-    def prediction(self, row: dict) -> dict:
-        if self.task == "regression":
-            return {"prediction": float(row["urgency"])}
-        if self.task == "multi":
-            names = MULTI_LABEL_FORMATS[self.label_format][1]
-            given = set(classes_in(row["labels"], self.label_format))
-            return {
-                "prediction": [name for name, team in zip(names, TEAMS, strict=True) if team in given],
-                "probabilities": {
-                    name: 0.9 if team in given else 0.1 for name, team in zip(names, TEAMS, strict=True)
-                },
-            }
-        other = {"cool": "warm", "warm": "cool"}[row["label"]]
-        return {"prediction": row["label"], "probabilities": {row["label"]: 0.9, other: 0.1}}
-
-    def score_test(self, trial) -> dict:
-        """Each fold's model right on every test row but a third of them (row % 3 == fold), and so
-        each differently wrong: 0.9 for the right class, or 0.4 where it is wrong. The three folds
-        averaged are right on every row ((0.9 + 0.9 + 0.4) / 3 > 0.5)."""
-        test_rows = read_rows(Path(trial.command[trial.command.index("--test_file") + 1]))
-        lines, right = [], 0
-        for index, row in enumerate(test_rows):
-            label = row.get("label") or "cool"
-            other = {"cool": "warm", "warm": "cool"}[label]
-            p = 0.4 if index % 3 == trial.fold else 0.9
-            lines.append(
-                {
-                    "prediction": label if p > 0.5 else other,
-                    "probabilities": {label: p, other: round(1 - p, 6)},
-                }
-            )
-            right += p > 0.5
-        with open(trial.output_dir / "test_predictions.jsonl", "w") as handle:
-            handle.writelines(json.dumps(line) + "\n" for line in lines)
-        labelled = bool(test_rows) and bool(test_rows[0].get("label"))
-        return {"test_split": "test.csv", **({"test_accuracy": right / len(test_rows)} if labelled else {})}
-
-
-def settings_for(
-    tmp_path: Path, train: Path, folds: int = 3, keep_fold_models: bool = False, **data
-) -> CrossvalSettings:
-    recipe_args = (("test_file", (str(data["test_file"]),)),) if "test_file" in data else ()
-    return CrossvalSettings(
-        recipe="full_ft", output_dir=str(tmp_path / "cv"), folds=folds, seed=7,
-        data=(("train_file", str(train)), *data.items()), accelerate_config=str(ACCELERATE_CONFIGS / "cpu.yaml"),
-        recipes_dir=str(RECIPES_DIR), recipe_args=recipe_args, keep_fold_models=keep_fold_models,
-    )  # fmt: skip
-
-
-def read_oof(settings: CrossvalSettings) -> list[dict]:
-    return [json.loads(line) for line in (Path(settings.output_dir) / OOF_FILE).read_text().splitlines()]
-
-
 def test_every_row_gets_its_held_out_prediction_and_the_folds_mean_and_std(tmp_path, capsys):
     settings = settings_for(tmp_path, single_label_file(tmp_path, rows=30))
-    launcher = StandIn()
+    launcher = FoldStandIn()
     assert run_crossval(settings, launch=launcher) == 0
     assert launcher.launched == [0, 1, 2]  # in order
     oof = read_oof(settings)
@@ -299,7 +154,7 @@ def test_multi_label_out_of_fold_format_in_every_label_format(tmp_path, label_fo
     data, names, _ = MULTI_LABEL_FORMATS[label_format]
     train = multi_label_file(tmp_path, label_format=label_format)
     settings = settings_for(tmp_path, train, label_column_name="labels", **data)
-    assert run_crossval(settings, launch=StandIn("multi", label_format=label_format)) == 0
+    assert run_crossval(settings, launch=FoldStandIn("multi", label_format=label_format)) == 0
     oof, given = read_oof(settings), read_rows(train)
     assert [row["row"] for row in oof] == list(range(40)) and [row["label"] for row in oof] == [
         row["labels"] for row in given
@@ -320,7 +175,7 @@ def test_multi_label_out_of_fold_format_in_every_label_format(tmp_path, label_fo
 def test_regression_out_of_fold_format(tmp_path):
     (tmp_path / "r").mkdir()
     regression = settings_for(tmp_path / "r", regression_file(tmp_path / "r"), label_column_name="urgency")
-    assert run_crossval(regression, launch=StandIn("regression")) == 0
+    assert run_crossval(regression, launch=FoldStandIn("regression")) == 0
     row = read_oof(regression)[0]
     assert set(row) == {"row", "fold", "label", "prediction"} and row["prediction"] == pytest.approx(
         row["label"]
@@ -330,10 +185,10 @@ def test_regression_out_of_fold_format(tmp_path):
 
 def test_interrupted_then_resumed_runs_only_the_folds_left(tmp_path, capsys):
     settings = settings_for(tmp_path, single_label_file(tmp_path, rows=30))
-    first = StandIn(interrupt_at=1)  # Ctrl-C during fold 1
+    first = FoldStandIn(interrupt_at=1)  # Ctrl-C during fold 1
     assert run_crossval(settings, launch=first) == 130
     assert not (Path(settings.output_dir) / OOF_FILE).exists()
-    second = StandIn()
+    second = FoldStandIn()
     assert run_crossval(settings, launch=second) == 0
     assert first.launched == [0] and first.interrupted == 1 and second.launched == [1, 2]
     assert len(read_oof(settings)) == 30
@@ -343,14 +198,14 @@ def test_a_fold_left_running_by_a_killed_crossval_is_rerun_and_the_finished_ones
     """kill -9 leaves the fold's trial RUNNING in the database: Optuna's heartbeat fails it and the rerun
     queues it again (the sweep's machinery, study.py)."""
     settings = settings_for(tmp_path, single_label_file(tmp_path, rows=30))
-    assert run_crossval(settings, launch=StandIn(interrupt_at=1)) == 130
+    assert run_crossval(settings, launch=FoldStandIn(interrupt_at=1)) == 130
     with sqlite3.connect(Path(settings.output_dir) / STUDY_FILE) as connection:
         connection.execute("UPDATE trials SET state = 'RUNNING', datetime_complete = NULL WHERE number = 1")
         connection.execute(
             "UPDATE trial_user_attributes SET value_json = '\"running\"' WHERE key = 'status' AND "
             "trial_id = (SELECT trial_id FROM trials WHERE number = 1)"
         )
-    second = StandIn()
+    second = FoldStandIn()
     assert run_crossval(settings, launch=second) == 0
     assert "Resuming: 1 fold(s) interrupted by the last run will be rerun" in capsys.readouterr().out
     assert second.launched == [1, 2]
@@ -360,16 +215,16 @@ def test_another_fold_count_needs_another_output_dir(tmp_path):
     from recipes_lib.errors import ConfigError
 
     train = single_label_file(tmp_path, rows=30)
-    assert run_crossval(settings_for(tmp_path, train, folds=3), launch=StandIn()) == 0
+    assert run_crossval(settings_for(tmp_path, train, folds=3), launch=FoldStandIn()) == 0
     with pytest.raises(ConfigError, match="was run with"):
-        run_crossval(settings_for(tmp_path, train, folds=2), launch=StandIn())
+        run_crossval(settings_for(tmp_path, train, folds=2), launch=FoldStandIn())
 
 
 def test_the_test_split_is_scored_by_each_fold_and_by_their_averaged_probabilities(tmp_path, capsys):
     train = single_label_file(tmp_path, rows=30)
     test = write_csv(tmp_path / "test.csv", learnable_rows(12, seed=9))
     settings = settings_for(tmp_path, train, test_file=str(test))
-    assert run_crossval(settings, launch=StandIn()) == 0
+    assert run_crossval(settings, launch=FoldStandIn()) == 0
     output_dir = Path(settings.output_dir)
     figures = json.loads((output_dir / RESULTS_FILE).read_text())["test"]
     # Each fold is wrong on its own 4 of the 12 rows; the three averaged are wrong on none.
@@ -396,7 +251,7 @@ def test_an_unlabelled_test_file_gets_the_ensembles_predictions_and_no_figure(tm
     train = single_label_file(tmp_path, rows=30)
     test = write_csv(tmp_path / "test.csv", [(text, "") for text, _ in learnable_rows(6, seed=9)])
     settings = settings_for(tmp_path, train, test_file=str(test))
-    assert run_crossval(settings, launch=StandIn()) == 0
+    assert run_crossval(settings, launch=FoldStandIn()) == 0
     figures = json.loads((Path(settings.output_dir) / RESULTS_FILE).read_text())["test"]
     assert figures["ensemble"] is None and figures["mean"] is None and "no labels" in figures["ensemble_note"]
     assert len((Path(settings.output_dir) / "test_ensemble_predictions.jsonl").read_text().splitlines()) == 6
@@ -405,7 +260,7 @@ def test_an_unlabelled_test_file_gets_the_ensembles_predictions_and_no_figure(tm
 @pytest.mark.parametrize("keep", [False, True])
 def test_a_complete_folds_weights_go_unless_kept(tmp_path, keep):
     settings = settings_for(tmp_path, single_label_file(tmp_path, rows=30), keep_fold_models=keep)
-    assert run_crossval(settings, launch=StandIn()) == 0
+    assert run_crossval(settings, launch=FoldStandIn()) == 0
     for fold in range(3):
         directory = Path(settings.output_dir) / f"fold-{fold}"
         assert (directory / "model.safetensors").exists() is keep

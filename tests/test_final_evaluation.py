@@ -22,9 +22,8 @@ from transformers import (
 )
 
 from recipes_lib.training.trainer import RecipeTrainer
-from tests.helpers.models import word_tokenizer, word_vocabulary
+from tests.helpers.models import token_rows, word_tokenizer, word_vocabulary
 from tests.helpers.runs import run_args, run_in_process
-from tests.test_trainer_surface import _rows
 
 TIMINGS = ("eval_runtime", "eval_samples_per_second", "eval_steps_per_second")
 
@@ -59,8 +58,8 @@ def trained(tiny_bert, tmp_path):
     trainer = RecipeTrainer(
         model=AutoModelForSequenceClassification.from_pretrained(tiny_bert),
         args=args,
-        train_dataset=_rows(24),
-        eval_dataset=_rows(18),
+        train_dataset=token_rows(24),
+        eval_dataset=token_rows(18),
         data_collator=DataCollatorWithPadding(word_tokenizer(word_vocabulary())),
         compute_metrics=KeepsPredictions(),
     )

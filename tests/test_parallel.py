@@ -2,11 +2,12 @@
 `--storage URL` shared between machines.
 
 The tests drive the real study loop (Optuna on SQLite) with the stand-in launchers of
-test_sweep.py and test_crossval.py, slowed a little so that workers' trials overlap: every trial runs
-once, the report equals one worker's, each worker's trials get its slot (one GPU, or a share of the
-cores), Ctrl-C stops them all as interrupted; all but the folds' are slow (a few seconds to 25 s each on
-2 cores: a trial's bookkeeping in SQLite costs about a second). The slowest starts a real PostgreSQL server (pgserver,
-the 'postgres' extra) and lets two worker processes drain one sweep and one cross-validation on it.
+tests/helpers/sweep_stand_ins.py and tests/helpers/crossval_stand_ins.py, slowed a little so that workers'
+trials overlap: every trial runs once, the report equals one worker's, each worker's trials get its slot
+(one GPU, or a share of the cores), Ctrl-C stops them all as interrupted; all but the folds' are slow (a few
+seconds to 25 s each on 2 cores: a trial's bookkeeping in SQLite costs about a second). The slowest starts a
+real PostgreSQL server (pgserver, the 'postgres' extra) and lets two worker processes drain one sweep and
+one cross-validation on it.
 """
 
 from __future__ import annotations
@@ -30,10 +31,16 @@ from recipes_lib.errors import ConfigError
 from recipes_lib.sweep.parallel import Workers, cpu_cores, slot_environments
 from recipes_lib.sweep.runner import run_sweep
 from recipes_lib.sweep.trials import Outcome
+from tests.helpers.crossval_stand_ins import FoldStandIn, read_oof, settings_for, single_label_file
 from tests.helpers.repo import ACCELERATE_CONFIGS, REPO_ROOT
-from tests.test_crossval import StandIn as FoldStandIn
-from tests.test_crossval import read_oof, settings_for, single_label_file
-from tests.test_sweep import StandIn, comparable, config_values, make_config, no_budget, sweep_results
+from tests.helpers.sweep_stand_ins import (
+    SweepStandIn,
+    comparable,
+    config_values,
+    make_config,
+    no_budget,
+    sweep_results,
+)
 
 pytest.importorskip("optuna")
 
@@ -100,9 +107,9 @@ def test_on_the_cpu_the_cores_are_split_between_the_workers(monkeypatch):
 @pytest.mark.slow
 def test_two_workers_run_every_trial_once_and_report_what_one_worker_does(tmp_path):
     alone = make_config(tmp_path / "one")
-    assert run_sweep(alone, launch=StandIn(), preflight=no_budget, draw=False) == 0
+    assert run_sweep(alone, launch=SweepStandIn(), preflight=no_budget, draw=False) == 0
     config = make_config(tmp_path / "two")
-    launcher = Overlapping(StandIn())
+    launcher = Overlapping(SweepStandIn())
     assert run_sweep(config, launch=launcher, preflight=no_budget, draw=False, workers=Workers(2)) == 0
     assert launcher.most_at_once == 2  # two trials did run at once
     assert len(launcher.launched) == len(set(launcher.launched)) == 11  # each once
@@ -133,7 +140,7 @@ def test_a_value_queued_twice_runs_once(tmp_path):
     study = optuna.create_study(study_name="full_ft:search", storage=storage, direction="maximize")
     for lr in (2e-5, 5e-5, 2e-5, 5e-5):  # what two machines starting together may queue
         study.enqueue_trial({"learning_rate": lr})
-    launcher = Overlapping(StandIn(), seconds=0.1)
+    launcher = Overlapping(SweepStandIn(), seconds=0.1)
     assert run_sweep(config, launch=launcher, preflight=no_budget, draw=False, workers=Workers(2)) == 0
     assert sorted(launcher.launched) == [("full_ft", "search", 2e-5, 42), ("full_ft", "search", 5e-5, 42),
                                          ("full_ft", "seeds", 5e-5, 1)]  # fmt: skip
@@ -152,7 +159,7 @@ def test_a_value_queued_twice_runs_once(tmp_path):
 def test_ctrl_c_stops_every_workers_trial_as_interrupted_and_the_same_command_resumes(tmp_path, capsys):
     config = make_config(tmp_path, recipes={"full_ft": {"learning_rate": [2e-5, 5e-5, 1e-4]}}, seeds=[1])
 
-    class Sleeping(StandIn):
+    class Sleeping(SweepStandIn):
         """Each trial a real process (`sleep`), as a recipe's launch is: Ctrl-C must stop it."""
 
         def __call__(self, trial, config):
@@ -169,7 +176,7 @@ def test_ctrl_c_stops_every_workers_trial_as_interrupted_and_the_same_command_re
         timer.cancel()
     assert code == 130 and "run the same command to resume" in capsys.readouterr().out
     assert Counter(json_trials(config)) == {"interrupted": 2}  # both running trials, neither failed
-    again = StandIn()
+    again = SweepStandIn()
     assert run_sweep(config, launch=again, preflight=no_budget, draw=False, workers=Workers(2)) == 0
     assert sorted(lr for _, phase, lr, _ in again.launched if phase == "search") == [2e-5, 5e-5, 1e-4]
 
@@ -279,7 +286,7 @@ def test_two_worker_processes_drain_one_study_on_postgresql_with_no_trial_run_tw
     assert sum("results: " in output for output in outputs) == 1  # the report written once ...
     assert sum("another worker writes" in output for output in outputs) == 1
     alone = make_config(tmp_path / "alone", seeds=[1, 2])
-    run_sweep(alone, launch=StandIn(), preflight=no_budget, draw=False)
+    run_sweep(alone, launch=SweepStandIn(), preflight=no_budget, draw=False)
     assert comparable(sweep_results(make_config(tmp_path / "shared", seeds=[1, 2]))) == comparable(
         sweep_results(alone)
     )  # ... and it is one worker's

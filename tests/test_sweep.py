@@ -1,17 +1,16 @@
 """`recipes-lib sweep`: the sweep file and its errors, the study loop (resume, skip, failure), the report and
 its statistics, the W&B Sweeps file, `compare` grouping repeats, and the dashboard's sweep section.
 
-Most tests drive the real study loop (Optuna on SQLite) with a stand-in launcher, which returns what a
-trial would: fast, and every path of the loop. One module fixture runs a real sweep on the tiny BERT,
-each trial its own `accelerate launch`, with W&B offline, including a trial that diverges; the real
-kill -9 of a running sweep is the slow test at the end.
+Most tests drive the real study loop (Optuna on SQLite) with a stand-in launcher
+(tests/helpers/sweep_stand_ins.py), which returns what a trial would: fast, and every path of the loop. One
+module fixture runs a real sweep on the tiny BERT, each trial its own `accelerate launch`, with W&B offline,
+including a trial that diverges; the real kill -9 of a running sweep is the slow test at the end.
 """
 
 from __future__ import annotations
 
 import ast
 import json
-import math
 import os
 import re
 import signal
@@ -46,33 +45,20 @@ from recipes_lib.sweep.report import (
     format_report,
 )
 from recipes_lib.sweep.runner import run_sweep
-from recipes_lib.sweep.trials import COMPLETE, FAILED, Outcome, failure_reason, recipe_exit_code
+from recipes_lib.sweep.trials import COMPLETE, Outcome, failure_reason, recipe_exit_code
 from recipes_lib.tracking import names
-from tests.helpers.repo import ACCELERATE_CONFIGS, RECIPES_DIR, REPO_ROOT
+from tests.helpers.repo import RECIPES_DIR, REPO_ROOT
+from tests.helpers.sweep_stand_ins import (
+    CPU,
+    SweepStandIn,
+    comparable,
+    config_values,
+    figure,
+    make_config,
+    no_budget,
+    sweep_results,
+)
 from tests.helpers.wandb_runs import isolated_wandb_env, offline_runs, read_run
-
-CPU = str(ACCELERATE_CONFIGS / "cpu.yaml")
-
-
-def config_values(tmp_path: Path, **changes) -> dict:
-    values = {
-        "accelerate_config": CPU,
-        "recipes_dir": str(RECIPES_DIR),
-        "output_dir": str(tmp_path / "sweep"),
-        "search_seed": 42,
-        "seeds": [1, 2, 3],
-        "recipes": {
-            "full_ft": {"learning_rate": [2.0e-5, 5.0e-5, 1.0e-4]},
-            "lora": {"learning_rate": [3.0e-4, 1.0e-3]},
-        },
-    }
-    values.update(changes)
-    return values
-
-
-def make_config(tmp_path: Path, **changes) -> SweepConfig:
-    return sweep_config_from_values(config_values(tmp_path, **changes), "the test's sweep")
-
 
 # --- the sweep file -----------------------------------------------------------------------------------
 
@@ -249,72 +235,9 @@ def test_the_recipes_own_exit_code_is_read_from_the_launchers_log():
 # --- the study loop, with a stand-in launcher ---------------------------------------------------------
 
 
-def figure(recipe: str, lr: float, seed: int) -> float:
-    """A made-up validation accuracy: a best learning rate per recipe, a little seed noise."""
-    best = {"full_ft": 5e-5, "lora": 1e-3}[recipe]
-    base = {"full_ft": 0.85, "lora": 0.82}[recipe] - 0.03 * abs(math.log10(lr / best))
-    return round(base + 0.004 * ((seed * 7919) % 5 - 2), 4)
-
-
-class StandIn:
-    """Launches nothing: returns what a trial would, records what it was asked to run."""
-
-    def __init__(self, fail_above: float = 1.0, interrupt_at: int | None = None):
-        self.launched: list[tuple[str, str, float, int]] = []
-        self.fail_above = fail_above
-        self.interrupt_at = interrupt_at
-
-    def __call__(self, trial, config) -> Outcome:
-        if self.interrupt_at is not None and len(self.launched) == self.interrupt_at:
-            self.interrupt_at = None
-            self.interrupted = (trial.recipe, trial.phase, trial.learning_rate, trial.seed)
-            raise KeyboardInterrupt
-        self.launched.append((trial.recipe, trial.phase, trial.learning_rate, trial.seed))
-        if trial.learning_rate > self.fail_above:
-            return Outcome(
-                FAILED,
-                "diverged (TrainingDiverged, exit code 3): the loss became nan",
-                exit_code=3,
-                wall_s=1.0,
-            )
-        value = figure(trial.recipe, trial.learning_rate, trial.seed)
-        results = {config.metric: value, "peak_memory_gib": 1.4 if trial.recipe == "full_ft" else 1.2,
-                   "peak_memory_source": "process peak RSS", "optimizer_state_bytes": 2**20,
-                   "train_runtime_s": 30.0, "epochs": 3.0}  # fmt: skip
-        return Outcome(COMPLETE, value=value, exit_code=0, wall_s=2.0, results=results)
-
-
-def no_budget(config):
-    return {recipe.name: {"fits": None, "reason": "no budget"} for recipe in config.recipes}
-
-
-def sweep_results(config: SweepConfig) -> dict:
-    return json.loads((Path(config.output_dir) / RESULTS_JSON).read_text())
-
-
-def comparable(results: dict) -> dict:
-    """The report but what two runs of one sweep cannot share (wall times, memory, trial order, paths):
-    per recipe the search's and the seeds' figures, the choice, the spread; the pairs' tests."""
-
-    def trial(record: dict) -> tuple:
-        return record["learning_rate"], record["seed"], record["status"], record["validation"], record["test"]
-
-    recipes = [
-        {
-            "recipe": recipe["recipe"],
-            "chosen": recipe["chosen_learning_rate"],
-            "search": sorted(map(trial, recipe["search"])),
-            "seeds": sorted(map(trial, recipe["seeds"])),
-            "spread": (recipe.get("validation"), recipe.get("test")),
-        }
-        for recipe in results["recipes"]
-    ]
-    return {"recipes": recipes, "pairs": results["pairs"], "final_split": results["final_split"]}
-
-
 def test_a_sweep_searches_each_recipe_then_repeats_the_chosen_rate_over_fresh_seeds(tmp_path, capsys):
     config = make_config(tmp_path)
-    launcher = StandIn()
+    launcher = SweepStandIn()
     assert run_sweep(config, launch=launcher, preflight=no_budget) == 0
     # Recipe by recipe: the search (in GridSampler's order), then the chosen rate at each seed.
     recipes = [recipe for recipe, *_ in launcher.launched]
@@ -339,14 +262,14 @@ def test_a_sweep_searches_each_recipe_then_repeats_the_chosen_rate_over_fresh_se
     assert results["final_split"] == "validation" and not results["search_seed_reused"]
     assert (Path(config.output_dir) / CHART_FILE).stat().st_size > 10_000
     # Rerun: nothing left to run, the same report.
-    again = StandIn()
+    again = SweepStandIn()
     assert run_sweep(config, launch=again, preflight=no_budget, draw=False) == 0
     assert again.launched == []
     assert "To run: nothing" in capsys.readouterr().out
     assert comparable(sweep_results(config)) == comparable(results)
 
 
-class TiedStandIn(StandIn):
+class TiedStandIn(SweepStandIn):
     """Every search trial of a recipe scores the same above its lowest rate: the tie rule decides."""
 
     SCORES = {("full_ft", 2e-5): 0.80, ("full_ft", 5e-5): 0.86, ("full_ft", 1e-4): 0.86,
@@ -373,7 +296,7 @@ def test_the_pair_test_is_welchs_t_test_with_its_p_value_and_how_weak_three_seed
     from scipy import stats
 
     config = make_config(tmp_path)
-    run_sweep(config, launch=StandIn(), preflight=no_budget, draw=False)
+    run_sweep(config, launch=SweepStandIn(), preflight=no_budget, draw=False)
     results = sweep_results(config)
     (pair,) = results["pairs"]
     a = results["recipes"][0]["validation"]["values"]
@@ -406,7 +329,7 @@ def test_noise_and_too_few_seeds_are_said_so():
 
 
 def test_with_a_test_split_the_final_figures_are_the_test_splits(tmp_path):
-    class WithTest(StandIn):
+    class WithTest(SweepStandIn):
         def __call__(self, trial, config):
             outcome = super().__call__(trial, config)
             outcome.results["test_accuracy"] = outcome.value - 0.01
@@ -424,17 +347,17 @@ def test_with_a_test_split_the_final_figures_are_the_test_splits(tmp_path):
 
 def test_a_diverging_trial_is_recorded_as_failed_the_sweep_goes_on_and_a_rerun_keeps_it(tmp_path):
     config = make_config(tmp_path, recipes={"full_ft": {"learning_rate": [5e-5, 1e3]}}, seeds=[1, 2])
-    assert run_sweep(config, launch=StandIn(fail_above=1.0), preflight=no_budget, draw=False) == 0
+    assert run_sweep(config, launch=SweepStandIn(fail_above=1.0), preflight=no_budget, draw=False) == 0
     (full_ft,) = sweep_results(config)["recipes"]
     failed = next(trial for trial in full_ft["search"] if trial["learning_rate"] == 1e3)
     assert failed["status"] == "failed" and failed["reason"].startswith(
         "diverged (TrainingDiverged, exit code 3)"
     )
     assert full_ft["chosen_learning_rate"] == 5e-5 and full_ft["validation"]["n"] == 2
-    again = StandIn()
+    again = SweepStandIn()
     run_sweep(config, launch=again, preflight=no_budget, draw=False)
     assert again.launched == []  # a failed trial is finished: not rerun ...
-    retried = StandIn(fail_above=1e6)
+    retried = SweepStandIn(fail_above=1e6)
     run_sweep(
         SweepConfig(**{**config.__dict__, "retry_failed": True}),
         launch=retried,
@@ -453,7 +376,7 @@ def test_a_trial_the_planner_predicts_too_large_is_skipped_before_launch_with_it
         return {"full_ft": {"fits": False, "reason": reason}, "lora": {"fits": True, "reason": "fits"}}
 
     config = make_config(tmp_path)
-    launcher = StandIn()
+    launcher = SweepStandIn()
     assert run_sweep(config, launch=launcher, preflight=preflight, draw=False) == 0
     assert {recipe for recipe, *_ in launcher.launched} == {"lora"}
     plan = capsys.readouterr().out.split("Sweep sweep: each recipe")[0]  # what it printed before running
@@ -464,13 +387,13 @@ def test_a_trial_the_planner_predicts_too_large_is_skipped_before_launch_with_it
 
 def test_interrupted_then_resumed_runs_only_what_was_left_and_reports_as_if_never_stopped(tmp_path, capsys):
     uninterrupted = make_config(tmp_path / "a")
-    run_sweep(uninterrupted, launch=StandIn(), preflight=no_budget, draw=False)
+    run_sweep(uninterrupted, launch=SweepStandIn(), preflight=no_budget, draw=False)
     config = make_config(tmp_path / "b")
-    first = StandIn(interrupt_at=3)  # Ctrl-C during the 4th trial (full_ft seed 1)
+    first = SweepStandIn(interrupt_at=3)  # Ctrl-C during the 4th trial (full_ft seed 1)
     assert run_sweep(config, launch=first, preflight=no_budget, draw=False) == 130
     assert "run the same command to resume" in capsys.readouterr().out
     assert not (Path(config.output_dir) / RESULTS_JSON).exists()
-    second = StandIn()
+    second = SweepStandIn()
     assert run_sweep(config, launch=second, preflight=no_budget, draw=False) == 0
     assert not set(first.launched) & set(second.launched)  # finished trials are not rerun
     assert (
@@ -502,7 +425,7 @@ def test_a_trial_left_running_by_a_killed_sweep_is_rerun_and_its_processes_stopp
     """kill -9 leaves the trial RUNNING in the database and its processes alive: a rerun stops them,
     records the trial as interrupted and runs its parameters again."""
     config = make_config(tmp_path, recipes={"full_ft": {"learning_rate": [2e-5, 5e-5]}}, seeds=[1])
-    first = StandIn(interrupt_at=1)
+    first = SweepStandIn(interrupt_at=1)
     assert run_sweep(config, launch=first, preflight=no_budget, draw=False) == 130
     leave_running(config)
     _, _, lr, seed = first.interrupted
@@ -510,7 +433,7 @@ def test_a_trial_left_running_by_a_killed_sweep_is_rerun_and_its_processes_stopp
     orphan = subprocess.Popen(
         [sys.executable, "-c", "import time; time.sleep(120)", "--output_dir", running_dir]
     )
-    second = StandIn()
+    second = SweepStandIn()
     try:
         assert run_sweep(config, launch=second, preflight=no_budget, draw=False) == 0
         assert orphan.wait(timeout=30) == -signal.SIGKILL
@@ -534,11 +457,11 @@ def test_one_sweep_at_a_time_per_output_dir_and_a_changed_grid_needs_another(tmp
         runner.sweep_lock(Path(config.output_dir)),
         pytest.raises(ConfigError, match="Another sweep is running"),
     ):
-        run_sweep(config, launch=StandIn(), preflight=no_budget, draw=False)
-    assert run_sweep(config, launch=StandIn(interrupt_at=1), preflight=no_budget, draw=False) == 130
+        run_sweep(config, launch=SweepStandIn(), preflight=no_budget, draw=False)
+    assert run_sweep(config, launch=SweepStandIn(interrupt_at=1), preflight=no_budget, draw=False) == 130
     changed = make_config(tmp_path, recipes={"full_ft": {"learning_rate": [1e-5, 2e-5]}})
     with pytest.raises(ConfigError, match="was run with .* Give the changed sweep another output_dir"):
-        run_sweep(changed, launch=StandIn(), preflight=no_budget, draw=False)
+        run_sweep(changed, launch=SweepStandIn(), preflight=no_budget, draw=False)
 
 
 # --- Optuna is an optional extra -------------------------------------------------------------------------

@@ -13,7 +13,6 @@ what to do, before any recipe trains differently.
 from __future__ import annotations
 
 import pytest
-from datasets import Dataset
 from transformers import AutoModelForSequenceClassification, Trainer, TrainerState, TrainingArguments
 
 from recipes_lib.config import versions
@@ -23,7 +22,7 @@ from recipes_lib.training.trainer import (
     SamplerEpoch,
     ShuffledLengthGroupedSampler,
 )
-from tests.helpers.models import word_tokenizer, word_vocabulary
+from tests.helpers.models import token_rows, word_tokenizer, word_vocabulary
 
 FIX = (
     "install a transformers release inside setup.cfg's range (make test-latest, make test-oldest), or "
@@ -77,21 +76,6 @@ def test_a_missing_private_attribute_fails_with_the_feature_and_the_fix():
 # --- The public extension points, doing what RecipeTrainer relies on --------------------------------
 
 
-def _rows(count: int) -> Dataset:
-    """Token rows of lengths 2-9 with the precomputed `length` column the recipes' tokenizing adds."""
-    vocab = word_vocabulary()
-    cls, word, sep = vocab["[CLS]"], vocab["a"], vocab["[SEP]"]
-    lengths = [2 + (i * 7) % 8 for i in range(count)]
-    return Dataset.from_dict(
-        {
-            "input_ids": [[cls] + [word] * (n - 2) + [sep] for n in lengths],
-            "attention_mask": [[1] * n for n in lengths],
-            "labels": [i % 2 for i in range(count)],
-            "length": lengths,
-        }
-    )
-
-
 @pytest.fixture
 def tiny_trainer(tiny_bert, tmp_path):
     from transformers import DataCollatorWithPadding
@@ -110,8 +94,8 @@ def tiny_trainer(tiny_bert, tmp_path):
     return RecipeTrainer(
         model=AutoModelForSequenceClassification.from_pretrained(tiny_bert),
         args=args,
-        train_dataset=_rows(24),
-        eval_dataset=_rows(18),
+        train_dataset=token_rows(24),
+        eval_dataset=token_rows(18),
         data_collator=DataCollatorWithPadding(word_tokenizer(word_vocabulary())),
     )
 
@@ -201,7 +185,7 @@ def test_the_recipes_length_grouping_reaches_the_sampler(tiny_bert, tmp_path):
         trainer = RecipeTrainer(
             model=AutoModelForSequenceClassification.from_pretrained(tiny_bert),
             args=args,
-            train_dataset=_rows(24),
+            train_dataset=token_rows(24),
             data_collator=DataCollatorWithPadding(word_tokenizer(word_vocabulary())),
         )
         trainer.get_train_dataloader()

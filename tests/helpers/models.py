@@ -67,6 +67,24 @@ def word_tokenizer(vocab: dict[str, int]):
     return BertTokenizerFast(vocab=vocab, do_lower_case=True, model_max_length=128)
 
 
+def token_rows(count: int):
+    """A datasets.Dataset of `count` token rows of lengths 2-9 in the word vocabulary, with the
+    precomputed `length` column the recipes' tokenizing adds."""
+    from datasets import Dataset
+
+    vocab = word_vocabulary()
+    cls, word, sep = vocab["[CLS]"], vocab["a"], vocab["[SEP]"]
+    lengths = [2 + (i * 7) % 8 for i in range(count)]
+    return Dataset.from_dict(
+        {
+            "input_ids": [[cls] + [word] * (n - 2) + [sep] for n in lengths],
+            "attention_mask": [[1] * n for n in lengths],
+            "labels": [i % 2 for i in range(count)],
+            "length": lengths,
+        }
+    )
+
+
 def build_tiny_bert(
     directory: Path, hidden_size: int = 32, layers: int = 2, intermediate_size: int = 64
 ) -> Path:

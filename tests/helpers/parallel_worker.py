@@ -1,7 +1,7 @@
 """One worker of a shared study, as a process of its own: the sweep or the cross-validation of a request
-file, on the study's --storage, with the stand-in launchers of tests/test_sweep.py and
-tests/test_crossval.py (no model is trained). Each trial it launches is appended to the request's
-ledger (this process, the trial), and takes `seconds`, so that the workers' trials overlap.
+file, on the study's --storage, with the stand-in launchers of tests/helpers/sweep_stand_ins.py and
+tests/helpers/crossval_stand_ins.py (no model is trained). Each trial it launches is appended to the
+request's ledger (this process, the trial), and takes `seconds`, so that the workers' trials overlap.
 
     python -m tests.helpers.parallel_worker REQUEST.json
 """
@@ -18,9 +18,8 @@ from recipes_lib.crossval.runner import CrossvalSettings, run_crossval
 from recipes_lib.sweep.config import sweep_config_from_values
 from recipes_lib.sweep.parallel import Workers
 from recipes_lib.sweep.runner import run_sweep
-from tests.test_crossval import StandIn as FoldStandIn
-from tests.test_sweep import StandIn as SweepStandIn
-from tests.test_sweep import no_budget
+from tests.helpers.crossval_stand_ins import FoldStandIn
+from tests.helpers.sweep_stand_ins import SweepStandIn, no_budget
 
 
 def recording(launcher, ledger: Path, seconds: float):
