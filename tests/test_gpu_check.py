@@ -175,7 +175,10 @@ def test_the_gpu_check_script_runs_on_the_gpu_machines_versions_and_cuts_off_a_h
         cwd=REPO_ROOT, capture_output=True, text=True, timeout=3600,
     )  # fmt: skip
     if built.returncode != 0:
-        pytest.skip(
+        # Skipped where PyPI or a Python 3.12 is missing; CI (.ci/run) builds the environment first and
+        # sets GPU_REHEARSAL_REQUIRED, so that there a build that fails fails the test.
+        outcome = pytest.fail if os.environ.get("GPU_REHEARSAL_REQUIRED") else pytest.skip
+        outcome(
             f"the rehearsal's virtual environment could not be built: {(built.stdout + built.stderr)[-800:]}"
         )
     hung_row = "catalogue/distilbert/distilbert-base-uncased/lora"
