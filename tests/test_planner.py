@@ -20,11 +20,15 @@ from recipes_lib.memory.planner import (
 )
 from recipes_lib.units import GIB
 from tests.helpers.repo import RECIPES
-from tests.helpers.runs import QUICK, run_args, run_in_process
+from tests.helpers.runs import INTO_SECOND_EPOCH, QUICK, run_args, run_in_process
 
 # Predicted tensor memory (weights + gradients + optimizer state + activations) must be within
 # this fraction of what the run measured, in total and part by part.
 TOLERANCE = 0.10
+# The peak of all tensors, what decides whether a run fits, within this fraction of the run's own
+# (tiny BERT, CPU: 0.973 to 0.985 of it for every recipe; the same run stopped after two steps under
+# the wide length grouping, before its longest batch met the optimizer state, read 1.075).
+PEAK_TOLERANCE = 0.05
 TENSOR_PARTS = ("weights", "gradients", "optimizer_state", "activations")
 # The four ways to train the planner knows, as data (the shipped recipes declare these by default).
 FULL_FT = TrainingShape()
@@ -46,9 +50,11 @@ def _bert_config(name: str):
 def test_planner_predicts_the_measured_tensor_memory_of_every_recipe(
     recipe, model_kind, tiny_bert, minilm_dir, learnable_data, tmp_path
 ):
-    """Two optimizer steps of a real run on CPU; the plan for the batch that set the activation peak."""
+    """A real run on CPU, with the recipe's own length grouping, into the second epoch, when its longest
+    batch meets the optimizer state (INTO_SECOND_EPOCH); the plan for the batch that set the activation peak."""
     model = tiny_bert if model_kind == "tiny" else minilm_dir
-    results = run_in_process(recipe, run_args(model, learnable_data, tmp_path / "run", **QUICK))
+    args = run_args(model, learnable_data, tmp_path / "run", *INTO_SECOND_EPOCH, **QUICK)
+    results = run_in_process(recipe, args)
     measured = {part: results["memory_breakdown_gib"][part] * GIB for part in TENSOR_PARTS}
     batch = results["memory_peak_batch"]
     setup = Setup(
@@ -66,7 +72,7 @@ def test_planner_predicts_the_measured_tensor_memory_of_every_recipe(
     for part in TENSOR_PARTS:
         assert predicted[part] == pytest.approx(measured[part], rel=TOLERANCE), (part, predicted, measured)
     # And the peak of all tensors at once (the parts do not all peak together).
-    assert plan.peak_tensors == pytest.approx(results["tensor_peak_gib"] * GIB, rel=TOLERANCE)
+    assert plan.peak_tensors == pytest.approx(results["tensor_peak_gib"] * GIB, rel=PEAK_TOLERANCE)
     assert plan.params_trainable == results["params_trainable"]
 
 

@@ -22,7 +22,7 @@ from recipes_lib.config.recipe_spec import LoraShape, TrainingShape
 from recipes_lib.memory.planner import Encoder, Setup, load_config, plan_memory
 from recipes_lib.units import GIB
 from tests.helpers.models import FAMILIES, PLANNER_VARIANTS, build_tiny_family, measured_training_step
-from tests.helpers.runs import QUICK, run_args, run_in_process
+from tests.helpers.runs import INTO_SECOND_EPOCH, QUICK, run_args, run_in_process
 
 # One CPU thread: tiny models run ~15x faster without OpenMP threads competing for the shared cores.
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -128,16 +128,13 @@ def test_activation_checkpointing_is_refused_for_the_families_without_it(family,
 def test_the_planner_predicts_every_recipe_run_on_every_family(
     family, recipe, family_dirs, learnable_data, tmp_path
 ):
-    """The recipes themselves, in this process: two optimizer steps, planned for the batch of the peak."""
+    """The recipes themselves, in this process, each with its own length grouping, into the second
+    epoch (INTO_SECOND_EPOCH): planned for the batch of the peak."""
     from recipes_lib.config.registry import recipe_specs
 
     model_dir = family_dirs[family]
-    # The stock length grouping for every recipe, the batches this tolerance was set on. Under `wide`
-    # (full_ft's and adamw_8bit's default since issue #33) the peak batch is nearly unpadded and the
-    # measured tensor peak came out 11% below the plan (720 KB planned against 645 KB on ELECTRA): the
-    # plan errs high there, on the safe side, and the per-part figures still matched.
     results = run_in_process(
-        recipe, run_args(model_dir, learnable_data, tmp_path / "run", "--length_grouping", "stock", **QUICK)
+        recipe, run_args(model_dir, learnable_data, tmp_path / "run", *INTO_SECOND_EPOCH, **QUICK)
     )
     batch = results["memory_peak_batch"]
     setup = Setup(

@@ -6,6 +6,14 @@ they build up in backward while the activations go. The predicted peak is weight
 state + the larger of activations and gradients (both, with gradient accumulation) + the batch,
 plus the CUDA context; the plain sum of the parts is shown as an upper bound.
 
+The batch is the longest one (batch x max length), padded, with the optimizer state in place: the
+same under either --length_grouping, which decides when it comes, not what it holds. Both put the
+longest example's step first in every epoch, before the optimizer state exists in epoch 1; under
+`wide` a small epoch has no other batch as long, so a run that ends in its first epoch can peak
+below the plan, and from the second epoch's first step it meets it (docs/planner.md, "How good it
+is"). A peak batch with no padding leaves out the float attention mask planned for fused SDPA:
+the plan errs high by it, never low.
+
 Paged 8-bit AdamW (`TrainingShape.paged_optimizer`, adamw_8bit's --paged_optimizer): bitsandbytes
 allocates the two moments of every tensor of 100,000 elements or more with cudaMallocManaged (CUDA
 unified memory), outside PyTorch's allocator, and the driver evicts those pages to CPU memory when
