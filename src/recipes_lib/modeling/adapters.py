@@ -124,7 +124,7 @@ def add_lora(model, lora: LoraShape | LoraArguments):
             "Leave the option off for it."
         )
     try:
-        return get_peft_model(model, config)
+        peft_model = get_peft_model(model, config)
     except ValueError as error:
         # peft 0.21 raises NoMatchingPeftModuleError (a ValueError); older versions a plain ValueError.
         message = f"{type(error).__name__}: {error}"
@@ -134,6 +134,38 @@ def add_lora(model, lora: LoraShape | LoraArguments):
             f"lora_target_modules {shape.target_modules} names no layer of this {model.config.model_type} "
             f"model. Its linear layers are called: {', '.join(_linear_layer_names(model))} (or use all-linear)."
         ) from None
+    return saving_embeddings_only_if_adapted(peft_model)
+
+
+def saving_embeddings_only_if_adapted(peft_model):
+    """`peft_model`, whose saves (the Trainer's final model and checkpoints, push_to_hub) no longer ask
+    the Hugging Face Hub whether the vocabulary was resized.
+
+    peft's `save_pretrained(save_embedding_layers="auto")`, which is how every Trainer calls it, saves the
+    base's embedding matrices beside the adapter when LoRA adapts them, and otherwise when the model's
+    vocab_size differs from the base's config.json, which for a Hub id it looks up on the Hub. Offline
+    (HF_HUB_OFFLINE, as `make demo` runs) it cannot, and warns "Could not find a config file in <id> -
+    will assume that the vocabulary was not modified" at every save; online, every save asks the Hub.
+    Here the answer is known: the recipes never resize the vocabulary, so the base's embeddings change
+    only where LoRA adapts them (then peft's own "auto" rule saves them, without the Hub). A new
+    embedding the run trains in full (a module the checkpoint lacked, in modules_to_save) is saved with
+    the adapter either way.
+    """
+    from functools import partial
+
+    from peft.tuners.tuners_utils import BaseTunerLayer
+
+    adapted_embeddings = any(
+        isinstance(module.get_base_layer(), nn.Embedding)
+        for module in peft_model.modules()
+        if isinstance(module, BaseTunerLayer)
+    )
+    # On the instance, so the Trainer's own call (model.save_pretrained(output_dir, state_dict=...,
+    # is_main_process=...)) gets it: no Trainer argument reaches peft's save_embedding_layers.
+    peft_model.save_pretrained = partial(
+        peft_model.save_pretrained, save_embedding_layers="auto" if adapted_embeddings else False
+    )
+    return peft_model
 
 
 def nf4_quantization_config(model_config, precision: str):

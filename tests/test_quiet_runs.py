@@ -1,0 +1,96 @@
+"""What a run prints that is not the user's business: no library warning a recipe can answer itself.
+
+Each test runs the code path that used to print the line and checks it is gone, and that what the
+line was about still works.
+"""
+
+from __future__ import annotations
+
+import logging
+import warnings
+from pathlib import Path
+from unittest import mock
+
+import pytest
+import torch
+
+from tests.helpers.data import learnable_rows, write_csv
+from tests.helpers.models import build_tiny_bert
+from tests.helpers.runs import QUICK, run_args, run_in_process
+
+# A base model named by a Hub id, as `make demo` names all-MiniLM-L6-v2: no directory of that name
+# exists here, and the tests map it to a tiny BERT the way modeling/sources.py maps a pip-installed copy.
+HUB_ID = "tiny-org/tiny-bert"
+# peft's warning when save_pretrained(save_embedding_layers="auto") cannot ask the Hub about the base.
+PEFT_VOCABULARY_WARNING = "Could not find a config file in"
+
+
+@pytest.fixture
+def hub_id_base(tmp_path, monkeypatch) -> Path:
+    """HUB_ID resolves to a tiny BERT, offline; returns its directory."""
+    from recipes_lib.modeling import sources
+
+    directory = build_tiny_bert(tmp_path / "tiny-bert")
+    original = sources.packaged_model_dir
+    monkeypatch.setattr(
+        sources, "packaged_model_dir", lambda name: directory if name == HUB_ID else original(name)
+    )
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")  # peft reads it at each save
+    return directory
+
+
+def tiny_data(directory: Path) -> dict[str, Path]:
+    return {
+        "train": write_csv(directory / "train.csv", learnable_rows(16, seed=1)),
+        "validation": write_csv(directory / "validation.csv", learnable_rows(8, seed=2)),
+    }
+
+
+def logits(model, tokenizer_dir: Path) -> torch.Tensor:
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir)
+    batch = tokenizer(["the red cat sat on a table", "a blue dog ran"], padding=True, return_tensors="pt")
+    model.eval()
+    with torch.no_grad():
+        return model(**batch).logits.float()
+
+
+def test_a_lora_save_of_a_hub_id_base_offline_asks_no_hub_and_reloads_to_the_same_logits(
+    hub_id_base, tmp_path, caplog
+):
+    """peft's save asked the Hub whether the base's vocabulary changed and, offline, warned at every
+    save; the recipe knows it did not (adapters.saving_embeddings_only_if_adapted)."""
+    from recipes_lib.modeling.adapters import load_trained_model
+    from recipes_lib.run import RecipeRun
+
+    output_dir = tmp_path / "run"
+    evaluated = {}
+    write_results = RecipeRun.write_results
+
+    def keep_the_evaluated_model(run, trainer, *args):
+        evaluated["model"] = trainer.model
+        return write_results(run, trainer, *args)
+
+    caplog.set_level(logging.WARNING)
+    # A checkpoint on the way (--save_steps 1) as well as the final model: every save goes through peft.
+    args = run_args(
+        HUB_ID, tiny_data(tmp_path), output_dir, "--save_steps", "1", **QUICK, save_strategy="steps"
+    )
+    with (
+        warnings.catch_warnings(record=True) as caught,
+        mock.patch.object(RecipeRun, "write_results", keep_the_evaluated_model),
+    ):
+        warnings.simplefilter("always")
+        run_in_process("lora", args)
+    printed = [str(warning.message) for warning in caught] + [
+        record.getMessage() for record in caplog.records
+    ]
+    assert not [line for line in printed if PEFT_VOCABULARY_WARNING in line], printed
+    assert (output_dir / "checkpoint-1" / "adapter_model.safetensors").is_file()
+
+    reloaded = load_trained_model(output_dir)
+    assert reloaded.peft_config["default"].base_model_name_or_path == HUB_ID
+    torch.testing.assert_close(
+        logits(reloaded, output_dir), logits(evaluated["model"], output_dir), atol=1e-5, rtol=0
+    )
