@@ -18,6 +18,8 @@ from __future__ import annotations
 
 import json
 import logging
+import warnings
+from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
 
@@ -90,6 +92,22 @@ def lora_config(shape: LoraShape, train_in_full: tuple[str, ...] = ()):
     )
 
 
+@contextmanager
+def peft_wrapping():
+    """Around peft's wrapping of a model (get_peft_model, PeftModel.from_pretrained): one library note to
+    another dropped, nothing else.
+
+    peft 0.21's PeftModel reads `model.is_gradient_checkpointing`, which transformers 5 deprecated in favour
+    of `is_activation_checkpointing`: every LoRA run printed that FutureWarning, which asks the user for a
+    change only peft can make.
+    """
+    with warnings.catch_warnings():
+        warnings.filterwarnings(
+            "ignore", message="`is_gradient_checkpointing` is deprecated", category=FutureWarning
+        )
+        yield
+
+
 def _linear_layer_names(model: nn.Module) -> list[str]:
     return sorted({name.rsplit(".", 1)[-1] for name, m in model.named_modules() if isinstance(m, nn.Linear)})
 
@@ -124,7 +142,8 @@ def add_lora(model, lora: LoraShape | LoraArguments):
             "Leave the option off for it."
         )
     try:
-        peft_model = get_peft_model(model, config)
+        with peft_wrapping():
+            peft_model = get_peft_model(model, config)
     except ValueError as error:
         # peft 0.21 raises NoMatchingPeftModuleError (a ValueError); older versions a plain ValueError.
         message = f"{type(error).__name__}: {error}"
@@ -364,7 +383,8 @@ def merge_adapter(model_args: ModelArguments, model_config, adapter_dir, merged_
         )
         base = quantized.dequantize(dtype=torch.float32)
     what = describe_merged_model(quantization)
-    merged = PeftModel.from_pretrained(base, str(adapter_dir)).merge_and_unload()
+    with peft_wrapping():
+        merged = PeftModel.from_pretrained(base, str(adapter_dir)).merge_and_unload()
     merged.save_pretrained(merged_dir)
     return what
 
@@ -426,4 +446,5 @@ def load_trained_model(output_dir: str | Path, device: str | torch.device | None
         base = prepare_4bit_model(base)
     elif device is not None:
         base = base.to(device)
-    return PeftModel.from_pretrained(base, str(output_dir))
+    with peft_wrapping():
+        return PeftModel.from_pretrained(base, str(output_dir))
