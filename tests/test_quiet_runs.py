@@ -15,7 +15,7 @@ import pytest
 import torch
 
 from tests.helpers.data import learnable_rows, write_csv
-from tests.helpers.models import build_tiny_bert
+from tests.helpers.models import FAMILIES, build_tiny_bert, build_tiny_family
 from tests.helpers.runs import QUICK, run_args, run_in_process
 
 # A base model named by a Hub id, as `make demo` names all-MiniLM-L6-v2: no directory of that name
@@ -96,3 +96,57 @@ def test_a_lora_save_of_a_hub_id_base_offline_asks_no_hub_and_reloads_to_the_sam
     torch.testing.assert_close(
         logits(reloaded, output_dir), logits(evaluated["model"], output_dir), atol=1e-5, rtol=0
     )
+
+
+@pytest.fixture(scope="module")
+def family_bases(tmp_path_factory) -> dict[str, Path]:
+    """Each family's base checkpoint, without the classification head (as published)."""
+    root = tmp_path_factory.mktemp("family-bases")
+    return {family: build_tiny_family(family, root / family) for family in FAMILIES}
+
+
+@pytest.fixture
+def load_messages(caplog, monkeypatch):
+    """What loading logs: transformers' and recipes_lib's loggers, which do not propagate once set up."""
+    for name in ("transformers", "recipes_lib"):
+        monkeypatch.setattr(logging.getLogger(name), "propagate", True)
+    caplog.set_level(logging.INFO)
+    return caplog
+
+
+def load(model_dir: Path, **config_changes):
+    from recipes_lib.config.arguments import ModelArguments
+    from recipes_lib.modeling.loading import load_model, load_model_config
+
+    model_args = ModelArguments(model_name_or_path=str(model_dir))
+    config = load_model_config(model_args)
+    for key, value in config_changes.items():
+        setattr(config, key, value)
+    return load_model(model_args, config)
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_a_new_head_is_one_line_of_ours_not_transformers_load_report(family, family_bases, load_messages):
+    from recipes_lib.modeling.loading import LOAD_REPORT_MARK
+
+    model = load(family_bases[family])
+    messages = [record.getMessage() for record in load_messages.records]
+    assert not [message for message in messages if LOAD_REPORT_MARK in message], messages
+    new = [
+        message for message in messages if message.startswith("Not in the checkpoint, initialised afresh: ")
+    ]
+    assert len(new) == 1 and all(module in new[0] for module in model.newly_initialized_modules), messages
+
+
+def test_a_checkpoint_missing_encoder_weights_still_prints_transformers_load_report(
+    family_bases, load_messages
+):
+    """A model whose body did not come from the checkpoint (here a third layer the 2-layer checkpoint
+    lacks) is not the pretrained model: transformers' report says which weights, as it always did."""
+    from recipes_lib.modeling.loading import LOAD_REPORT_MARK
+
+    load(family_bases["bert"], num_hidden_layers=3)
+    reports = [
+        record.getMessage() for record in load_messages.records if LOAD_REPORT_MARK in record.getMessage()
+    ]
+    assert len(reports) == 1 and "encoder.layer.2." in reports[0]

@@ -32,7 +32,7 @@ from recipes_lib.config.recipe_options import MERGED_SUBDIR, LoraArguments
 from recipes_lib.config.recipe_spec import LoraShape
 from recipes_lib.errors import ConfigError, ModelError
 from recipes_lib.modeling.families import default_lora_targets, linear_layer_names, linears_outside_layers
-from recipes_lib.modeling.loading import load_model, reset_wrong_shaped_linears
+from recipes_lib.modeling.loading import holding_the_load_report, load_model, reset_wrong_shaped_linears
 from recipes_lib.modeling.sources import resolve_model_path
 
 logger = logging.getLogger(__name__)
@@ -432,9 +432,16 @@ def load_trained_model(output_dir: str | Path, device: str | torch.device | None
     try:
         # The head comes from the adapter (modules_to_save); a base that is a classifier of other labels
         # has one of another shape, replaced as in training (modeling.load_model).
-        base = AutoModelForSequenceClassification.from_pretrained(
-            resolve_model_path(base_path), config=config, ignore_mismatched_sizes=True, **placement
-        )
+        # transformers reports the head it had to initialise; the adapter brings the trained one.
+        with holding_the_load_report() as load_report:
+            base, loading = AutoModelForSequenceClassification.from_pretrained(
+                resolve_model_path(base_path),
+                config=config,
+                ignore_mismatched_sizes=True,
+                output_loading_info=True,
+                **placement,
+            )
+        load_report.release_if_the_body_is_affected(loading)
     except OSError as error:
         raise ModelError(
             f"The adapter in '{output_dir}' was trained on the base model '{base_path}', which cannot be "
