@@ -150,3 +150,31 @@ def test_a_checkpoint_missing_encoder_weights_still_prints_transformers_load_rep
         record.getMessage() for record in load_messages.records if LOAD_REPORT_MARK in record.getMessage()
     ]
     assert len(reports) == 1 and "encoder.layer.2." in reports[0]
+
+
+def test_a_pip_installed_copy_is_announced_once_however_often_the_name_resolves(
+    hub_id_base, load_messages, monkeypatch
+):
+    from recipes_lib.modeling import sources
+
+    monkeypatch.setattr(sources, "_announced", set())
+    for _ in range(3):  # config, tokenizer, weights
+        assert sources.resolve_model_path(HUB_ID) == str(hub_id_base)
+    announced = [record for record in load_messages.records if "pip-installed copy" in record.getMessage()]
+    assert len(announced) == 1 and HUB_ID in announced[0].getMessage()
+
+
+def test_checkpoints_saved_within_a_second_rotate_by_step_without_transformers_mtime_warning(
+    tiny_bert, tmp_path, load_messages
+):
+    from transformers.utils.logging import warning_once
+
+    warning_once.cache_clear()  # transformers prints it once per process: another test may have
+    output_dir = tmp_path / "run"
+    extra = ("--save_steps", "1", "--save_total_limit", "1")
+    run_in_process(
+        "full_ft",
+        run_args(tiny_bert, tiny_data(tmp_path), output_dir, *extra, **QUICK, save_strategy="steps"),
+    )
+    assert sorted(path.name for path in output_dir.glob("checkpoint-*")) == ["checkpoint-2"]
+    assert not [record for record in load_messages.records if "mtime" in record.getMessage()]
