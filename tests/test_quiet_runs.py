@@ -66,8 +66,9 @@ def logits(model, tokenizer_dir: Path) -> torch.Tensor:
         return model(**batch).logits.float()
 
 
+@pytest.mark.parametrize("recipe", ["lora", "qlora"])
 def test_a_lora_save_of_a_hub_id_base_offline_asks_no_hub_and_reloads_to_the_same_logits(
-    hub_id_base, tmp_path, load_messages
+    recipe, hub_id_base, tmp_path, load_messages
 ):
     """peft's save asked the Hub whether the base's vocabulary changed and, offline, warned at every
     save; the recipe knows it did not (adapters.saving_embeddings_only_if_adapted). peft's wrapping
@@ -92,7 +93,7 @@ def test_a_lora_save_of_a_hub_id_base_offline_asks_no_hub_and_reloads_to_the_sam
         mock.patch.object(RecipeRun, "write_results", keep_the_evaluated_model),
     ):
         warnings.simplefilter("always")
-        run_in_process("lora", args)
+        run_in_process(recipe, args)
         reloaded = load_trained_model(output_dir)
     # Nothing a user would see: no log record from a warning up, no warning Python shows by default
     # (it hides DeprecationWarnings outside __main__; torch's TorchScript notes are among them).
@@ -181,3 +182,25 @@ def test_checkpoints_saved_within_a_second_rotate_by_step_without_transformers_m
     )
     assert sorted(path.name for path in output_dir.glob("checkpoint-*")) == ["checkpoint-2"]
     assert not [record for record in load_messages.records if "mtime" in record.getMessage()]
+
+
+def test_a_full_ft_run_and_a_student_distilled_from_it_show_the_user_nothing(
+    family_bases, tmp_path, load_messages
+):
+    """A base checkpoint without the head, as published: transformers' load report stays held back, and
+    nothing else from a warning up, nor a warning Python shows by default, reaches the terminal."""
+    data = tiny_data(tmp_path)
+    teacher_dir, student_dir = tmp_path / "teacher", tmp_path / "student"
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        run_in_process("full_ft", run_args(family_bases["bert"], data, teacher_dir, **QUICK))
+        run_in_process(
+            "distill",
+            run_args(family_bases["bert"], data, student_dir, "--teacher", str(teacher_dir), **QUICK),
+        )
+    shown = [
+        str(warning.message) for warning in caught if not issubclass(warning.category, DeprecationWarning)
+    ]
+    shown += [record.getMessage() for record in load_messages.records if record.levelno >= logging.WARNING]
+    assert not shown, shown
+    assert (student_dir / "results.json").is_file()
