@@ -1,21 +1,25 @@
-"""bitsandbytes loads only when a recipe uses it, and its one alarming line on CPU is explained.
+"""bitsandbytes loads only when a recipe uses it, and its one alarming line on CPU is dropped.
 
 Importing `transformers.TrainingArguments` imports peft (transformers' trainer_utils does, when peft
 is installed), and peft 0.21 imports bitsandbytes whenever it is installed (peft/helpers.py), so
 every command, `recipes-lib plan` included, used to load bitsandbytes. On a CPU with AVX-512 BF16
 its CPU backend then looks for an optional kernel in the `kernels` package and, when that package
-is absent, logs "Failed to load CPU gemm_4bit_forward from kernels-community": harmless (it uses
-its own CPU code), and read by a newcomer as an error.
+is absent, logs "Failed to load CPU gemm_4bit_forward from kernels-community", read by a newcomer
+as an error.
 
 `defer_bitsandbytes` (called when recipes_lib is imported, before anything imports peft) makes a
 plain `import bitsandbytes` lazy with the standard library's `importlib.util.LazyLoader`: the
 module object exists, and bitsandbytes' code runs at its first real use (an attribute read, or an
 import of one of its submodules): adamw_8bit's optimizer, QLoRA's quantization, LoRA on an 8-bit
 base, the reload of a quantized adapter, and peft's LoRA itself, whose layer dispatch asks
-bitsandbytes whether it has 4-bit layers (peft/tuners/lora/model.py). A full fine-tune never loads
-it, and `plan`, which builds LoRA models with peft to count their parameters, never imports it
-(`bitsandbytes_hidden`). When it does load, the kernels line is preceded by one line of ours saying
-what it means.
+bitsandbytes whether it has 4-bit layers (peft/tuners/lora/model.py). `plan`, which builds LoRA
+models with peft to count their parameters, never imports it (`bitsandbytes_hidden`).
+
+Where it does load, the kernels line is dropped (`_DropKernelsLine`): that kernel only serves 4-bit
+weights repacked for CPU inference (bitsandbytes' `packing_format_for_cpu`, set the first time a
+4-bit layer runs in eval mode), and every 4-bit model here is kept in its training layout
+(adapters.prepare_4bit_model), so no recipe, `predict` or `export` would ever call it: installing
+`kernels` would change nothing but the message.
 """
 
 from __future__ import annotations
@@ -30,11 +34,6 @@ PACKAGE = "bitsandbytes"
 # The logger and the message bitsandbytes 0.50's CPU backend warns with (bitsandbytes/backends/cpu/ops.py).
 KERNELS_LOGGER = "bitsandbytes.backends.cpu.ops"
 KERNELS_MESSAGE = "Failed to load CPU gemm_4bit_forward from kernels-community"
-EXPLANATION = (
-    "bitsandbytes is loading (peft's LoRA and the 8-bit and 4-bit recipes use it). If the next line says 'Failed to load CPU gemm_4bit_forward "
-    "from kernels-community', it is harmless: that faster CPU 4-bit kernel comes from the optional `kernels` "
-    "package, which is not installed, so bitsandbytes uses its own CPU code (`pip install kernels` silences it)."
-)
 
 
 class _LazyBitsandbytes(importlib.abc.MetaPathFinder):
@@ -56,23 +55,20 @@ class _LazyBitsandbytes(importlib.abc.MetaPathFinder):
         return spec
 
 
-class _ExplainKernelsLine(logging.Filter):
-    """Lets bitsandbytes' kernels line through, once preceded by what it means."""
-
-    explained = False
+class _DropKernelsLine(logging.Filter):
+    """Drops bitsandbytes' kernels line (the module docstring says why it concerns no run here); lets
+    every other bitsandbytes message through."""
 
     def filter(self, record: logging.LogRecord) -> bool:
-        if not self.explained and str(record.msg).startswith(KERNELS_MESSAGE):
-            _ExplainKernelsLine.explained = True
-            logging.getLogger("recipes_lib").warning(EXPLANATION)
-        return True
+        return not str(record.msg).startswith(KERNELS_MESSAGE)
 
 
 def defer_bitsandbytes() -> None:
-    """Install the lazy finder and the explanation (once; nothing to do when bitsandbytes is already loaded)."""
+    """Install the lazy finder and the kernels line's filter (once; the finder only while bitsandbytes is
+    not loaded yet)."""
     kernels_logger = logging.getLogger(KERNELS_LOGGER)
-    if not any(isinstance(f, _ExplainKernelsLine) for f in kernels_logger.filters):
-        kernels_logger.addFilter(_ExplainKernelsLine())
+    if not any(isinstance(f, _DropKernelsLine) for f in kernels_logger.filters):
+        kernels_logger.addFilter(_DropKernelsLine())
     if PACKAGE not in sys.modules and not any(isinstance(f, _LazyBitsandbytes) for f in sys.meta_path):
         sys.meta_path.insert(0, _LazyBitsandbytes())
 

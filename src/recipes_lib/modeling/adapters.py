@@ -18,6 +18,8 @@ from __future__ import annotations
 
 import json
 import logging
+import warnings
+from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
 
@@ -30,7 +32,7 @@ from recipes_lib.config.recipe_options import MERGED_SUBDIR, LoraArguments
 from recipes_lib.config.recipe_spec import LoraShape
 from recipes_lib.errors import ConfigError, ModelError
 from recipes_lib.modeling.families import default_lora_targets, linear_layer_names, linears_outside_layers
-from recipes_lib.modeling.loading import load_model, reset_wrong_shaped_linears
+from recipes_lib.modeling.loading import holding_the_load_report, load_model, reset_wrong_shaped_linears
 from recipes_lib.modeling.sources import resolve_model_path
 
 logger = logging.getLogger(__name__)
@@ -90,6 +92,22 @@ def lora_config(shape: LoraShape, train_in_full: tuple[str, ...] = ()):
     )
 
 
+@contextmanager
+def peft_wrapping():
+    """Around peft's wrapping of a model (get_peft_model, PeftModel.from_pretrained): one library note to
+    another dropped, nothing else.
+
+    peft 0.21's PeftModel reads `model.is_gradient_checkpointing`, which transformers 5 deprecated in favour
+    of `is_activation_checkpointing`: every LoRA run printed that FutureWarning, which asks the user for a
+    change only peft can make.
+    """
+    with warnings.catch_warnings():
+        warnings.filterwarnings(
+            "ignore", message="`is_gradient_checkpointing` is deprecated", category=FutureWarning
+        )
+        yield
+
+
 def _linear_layer_names(model: nn.Module) -> list[str]:
     return sorted({name.rsplit(".", 1)[-1] for name, m in model.named_modules() if isinstance(m, nn.Linear)})
 
@@ -124,7 +142,8 @@ def add_lora(model, lora: LoraShape | LoraArguments):
             "Leave the option off for it."
         )
     try:
-        return get_peft_model(model, config)
+        with peft_wrapping():
+            peft_model = get_peft_model(model, config)
     except ValueError as error:
         # peft 0.21 raises NoMatchingPeftModuleError (a ValueError); older versions a plain ValueError.
         message = f"{type(error).__name__}: {error}"
@@ -134,6 +153,38 @@ def add_lora(model, lora: LoraShape | LoraArguments):
             f"lora_target_modules {shape.target_modules} names no layer of this {model.config.model_type} "
             f"model. Its linear layers are called: {', '.join(_linear_layer_names(model))} (or use all-linear)."
         ) from None
+    return saving_embeddings_only_if_adapted(peft_model)
+
+
+def saving_embeddings_only_if_adapted(peft_model):
+    """`peft_model`, whose saves (the Trainer's final model and checkpoints, push_to_hub) no longer ask
+    the Hugging Face Hub whether the vocabulary was resized.
+
+    peft's `save_pretrained(save_embedding_layers="auto")`, which is how every Trainer calls it, saves the
+    base's embedding matrices beside the adapter when LoRA adapts them, and otherwise when the model's
+    vocab_size differs from the base's config.json, which for a Hub id it looks up on the Hub. Offline
+    (HF_HUB_OFFLINE, as `make demo` runs) it cannot, and warns "Could not find a config file in <id> -
+    will assume that the vocabulary was not modified" at every save; online, every save asks the Hub.
+    Here the answer is known: the recipes never resize the vocabulary, so the base's embeddings change
+    only where LoRA adapts them (then peft's own "auto" rule saves them, without the Hub). A new
+    embedding the run trains in full (a module the checkpoint lacked, in modules_to_save) is saved with
+    the adapter either way.
+    """
+    from functools import partial
+
+    from peft.tuners.tuners_utils import BaseTunerLayer
+
+    adapted_embeddings = any(
+        isinstance(module.get_base_layer(), nn.Embedding)
+        for module in peft_model.modules()
+        if isinstance(module, BaseTunerLayer)
+    )
+    # On the instance, so the Trainer's own call (model.save_pretrained(output_dir, state_dict=...,
+    # is_main_process=...)) gets it: no Trainer argument reaches peft's save_embedding_layers.
+    peft_model.save_pretrained = partial(
+        peft_model.save_pretrained, save_embedding_layers="auto" if adapted_embeddings else False
+    )
+    return peft_model
 
 
 def nf4_quantization_config(model_config, precision: str):
@@ -332,7 +383,8 @@ def merge_adapter(model_args: ModelArguments, model_config, adapter_dir, merged_
         )
         base = quantized.dequantize(dtype=torch.float32)
     what = describe_merged_model(quantization)
-    merged = PeftModel.from_pretrained(base, str(adapter_dir)).merge_and_unload()
+    with peft_wrapping():
+        merged = PeftModel.from_pretrained(base, str(adapter_dir)).merge_and_unload()
     merged.save_pretrained(merged_dir)
     return what
 
@@ -380,9 +432,16 @@ def load_trained_model(output_dir: str | Path, device: str | torch.device | None
     try:
         # The head comes from the adapter (modules_to_save); a base that is a classifier of other labels
         # has one of another shape, replaced as in training (modeling.load_model).
-        base = AutoModelForSequenceClassification.from_pretrained(
-            resolve_model_path(base_path), config=config, ignore_mismatched_sizes=True, **placement
-        )
+        # transformers reports the head it had to initialise; the adapter brings the trained one.
+        with holding_the_load_report() as load_report:
+            base, loading = AutoModelForSequenceClassification.from_pretrained(
+                resolve_model_path(base_path),
+                config=config,
+                ignore_mismatched_sizes=True,
+                output_loading_info=True,
+                **placement,
+            )
+        load_report.release_if_the_body_is_affected(loading)
     except OSError as error:
         raise ModelError(
             f"The adapter in '{output_dir}' was trained on the base model '{base_path}', which cannot be "
@@ -394,4 +453,5 @@ def load_trained_model(output_dir: str | Path, device: str | torch.device | None
         base = prepare_4bit_model(base)
     elif device is not None:
         base = base.to(device)
-    return PeftModel.from_pretrained(base, str(output_dir))
+    with peft_wrapping():
+        return PeftModel.from_pretrained(base, str(output_dir))

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import logging
 import os
+import re
+from contextlib import contextmanager
 
 import torch
 from torch import nn
@@ -132,6 +134,83 @@ def check_model_support(model_args: ModelArguments, model_config, max_seq_length
     return profile
 
 
+# transformers 5 logs a table of the checkpoint keys a model did not load (its "LOAD REPORT") as a
+# warning from this logger (utils/loading_report.py), in red for the head every fine-tune starts.
+TRANSFORMERS_LOADING_LOGGER = "transformers.modeling_utils"
+LOAD_REPORT_MARK = "LOAD REPORT"
+# A key of the encoder's body: in its embeddings or in one of its numbered layers
+# ('bert.embeddings.word_embeddings.weight', 'roberta.encoder.layer.3.output.dense.bias').
+_BODY_KEY = re.compile(r"(^|\.)(embeddings|\d+)\.")
+
+
+class HeldLoadReport(logging.Filter):
+    """transformers' load report, held back while a model loads (`holding_the_load_report`)."""
+
+    def __init__(self):
+        super().__init__()
+        self.records: list[logging.LogRecord] = []
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if LOAD_REPORT_MARK in str(record.msg):
+            self.records.append(record)
+            return False
+        return True
+
+    def release(self) -> None:
+        """Print the held report after all, as transformers would have."""
+        transformers_logger = logging.getLogger(TRANSFORMERS_LOADING_LOGGER)
+        for record in self.records:
+            transformers_logger.handle(record)
+        self.records.clear()
+
+    def release_if_the_body_is_affected(self, loading: dict) -> bool:
+        """Print the held report if a key it lists lies in the encoder's embeddings or layers (a
+        checkpoint of another architecture, or renamed weights: the model would not be the pretrained
+        one); drop it when every key is outside them. Returns whether it was printed.
+
+        Outside the body are the modules a checkpoint never has for a new task, which the recipes
+        train (the head, DeBERTa's pooler, DistilBERT's pre_classifier; modeling/adapters.py saves
+        them with an adapter), the pretraining heads it has that a classifier does not use
+        (BERT's `cls.predictions`), and heads of another shape, which `load_model` reports itself.
+        """
+        keys = [
+            *(loading.get("missing_keys") or ()),
+            *(loading.get("unexpected_keys") or ()),
+            *(key for key, *_ in loading.get("mismatched_keys") or ()),
+        ]
+        if any(_BODY_KEY.search(key) for key in keys):
+            self.release()
+            return True
+        self.records.clear()
+        return False
+
+
+@contextmanager
+def holding_the_load_report():
+    """transformers' load report held in the block (a `HeldLoadReport`), printed if the block fails.
+
+    The report lists every key a model did not take from its checkpoint: for a classifier fine-tuned
+    from an encoder, always its new head, in a red MISSING table that asks for what the run is about
+    to do ("Consider training on your downstream task"). The caller decides with the loading info
+    whether the report says more than that (`HeldLoadReport.release_if_the_body_is_affected`).
+    """
+    held = HeldLoadReport()
+    transformers_logger = logging.getLogger(TRANSFORMERS_LOADING_LOGGER)
+    transformers_logger.addFilter(held)
+    try:
+        yield held
+    except BaseException:
+        transformers_logger.removeFilter(held)
+        held.release()  # what transformers found explains the failure
+        raise
+    transformers_logger.removeFilter(held)
+
+
+def _summary(keys) -> str:
+    """'classifier.weight', 'classifier.bias' -> 'classifier' (the modules that hold the keys)."""
+    return ", ".join(sorted({key.rsplit(".", 1)[0] for key in keys}))
+
+
 def load_model(model_args: ModelArguments, model_config, **from_pretrained_kwargs):
     """AutoModelForSequenceClassification with a freshly initialised head for this task's labels.
 
@@ -139,19 +218,20 @@ def load_model(model_args: ModelArguments, model_config, **from_pretrained_kwarg
     weight) are listed in `model.newly_initialized_modules`, so that adapters can train and save them.
     """
     try:
-        model, loading = AutoModelForSequenceClassification.from_pretrained(
-            resolve_model_path(model_args.model_name_or_path),
-            config=model_config,
-            cache_dir=model_args.cache_dir,
-            revision=model_args.model_revision,
-            trust_remote_code=model_args.trust_remote_code,
-            attn_implementation=model_args.attn_implementation,
-            output_loading_info=True,
-            # A checkpoint that is already a classifier (a sentiment model fine-tuned again on other
-            # labels) has a head of another shape: it is initialised afresh, like a missing head.
-            ignore_mismatched_sizes=True,
-            **from_pretrained_kwargs,
-        )
+        with holding_the_load_report() as load_report:
+            model, loading = AutoModelForSequenceClassification.from_pretrained(
+                resolve_model_path(model_args.model_name_or_path),
+                config=model_config,
+                cache_dir=model_args.cache_dir,
+                revision=model_args.model_revision,
+                trust_remote_code=model_args.trust_remote_code,
+                attn_implementation=model_args.attn_implementation,
+                output_loading_info=True,
+                # A checkpoint that is already a classifier (a sentiment model fine-tuned again on other
+                # labels) has a head of another shape: it is initialised afresh, like a missing head.
+                ignore_mismatched_sizes=True,
+                **from_pretrained_kwargs,
+            )
     except OSError as error:
         raise _not_found(model_args, error) from None
     # Named as the user named it, not by the pip-installed copy's directory that `resolve_model_path` read it
@@ -173,6 +253,14 @@ def load_model(model_args: ModelArguments, model_config, **from_pretrained_kwarg
             ),
         )
     model.newly_initialized_modules = _modules_of(model, [*loading["missing_keys"], *mismatched])
+    if not load_report.release_if_the_body_is_affected(loading):
+        # What the report said that matters here, in one line (mismatched keys have their own above).
+        if loading["missing_keys"]:
+            logger.info("Not in the checkpoint, initialised afresh: %s.", _summary(loading["missing_keys"]))
+        if loading.get("unexpected_keys"):
+            logger.info(
+                "In the checkpoint, not used by this model: %s.", _summary(loading["unexpected_keys"])
+            )
     # The head's loss is a mean over the local batch, not a sum over `num_items_in_batch`; without
     # this, any Trainer (seeing **kwargs in forward) multiplies it by the number of processes and
     # skips the division by gradient_accumulation_steps. transformers reads this attribute for it.

@@ -28,16 +28,23 @@ def packaged_model_dir(name: str) -> Path | None:
     return Path(module.get_model_path())
 
 
+# The pip-installed copies this process has said it reads: a run resolves its model's name several
+# times (config, tokenizer, weights), and one line says where they all come from.
+_announced: set[tuple[str, Path]] = set()
+
+
 def resolve_model_path(name_or_path: str) -> str:
     """A local directory as is; a Hub id from its pip-installed copy when there is one; else the Hub id."""
     if Path(name_or_path).is_dir():
         return name_or_path
     packaged = packaged_model_dir(name_or_path)
     if packaged is not None:
-        logger.info(
-            "Loading %s from its pip-installed copy at %s (same weights, no download).",
-            name_or_path,
-            packaged,
-        )
+        if (name_or_path, packaged) not in _announced:
+            _announced.add((name_or_path, packaged))
+            logger.info(
+                "Loading %s from its pip-installed copy at %s (same weights, no download).",
+                name_or_path,
+                packaged,
+            )
         return str(packaged)
     return name_or_path

@@ -194,7 +194,10 @@ class RecipeTrainer(Trainer):
                 output_dir=str(run_dir),
                 save_total_limit=save_total_limit,
                 best_model_checkpoint=self.state.best_model_checkpoint,
-                use_mtime=True,
+                # Oldest by step number, as resuming reads them (checkpoints.checkpoints_in). By mtime, as
+                # the Trainer's own call does, checkpoints written within a second of each other (a small
+                # model's) made transformers warn that "mtime may not be reliable on this filesystem".
+                use_mtime=False,
             )
 
     # Why an override: the sampler is built in private code a callback cannot reach.
