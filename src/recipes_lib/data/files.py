@@ -305,8 +305,8 @@ def decide_quoting(path: str, requested: str = "auto") -> tuple[bool, RecordLine
     if quoted.plausible:
         if not unquoted.plausible:
             logger.info(
-                "%s: read quoted (as csv and pandas write it), since read unquoted its line %s would not have "
-                "the header's %s fields.",
+                "%s: read quoted (as csv and pandas write it): read unquoted, line %s does not have the "
+                "header's %s fields.",
                 path,
                 unquoted.bad_line,
                 quoted.width,
@@ -314,8 +314,8 @@ def decide_quoting(path: str, requested: str = "auto") -> tuple[bool, RecordLine
         return True, RecordLines(path, delimiter, True, quoted.count - 1)
     if unquoted.plausible:
         logger.info(
-            "%s: read unquoted (GLUE-style, a '\"' is text), since read quoted its line %s would have a '\"' "
-            "that does not open and close a whole field, or not the header's %s fields.",
+            "%s: read unquoted (GLUE-style, a '\"' is text): read quoted, line %s has a '\"' that "
+            "does not open and close a whole field, or not the header's %s fields.",
             path,
             quoted.bad_line,
             unquoted.width,
