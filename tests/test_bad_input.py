@@ -16,6 +16,7 @@ import hashlib
 import json
 import logging
 import os
+import shutil
 import subprocess
 import sys
 from collections.abc import Callable
@@ -51,6 +52,22 @@ def _config(text: str) -> Callable[[dict[str, Path], Path], list[str]]:
     return argv
 
 
+def _image_model(files: dict[str, Path], model: Path) -> list[str]:
+    """A ViT config (an image model, which transformers has no text classifier for) with the tiny BERT's tokenizer."""
+    from transformers import ViTConfig
+
+    directory = files["dir"] / "image-model"
+    if not directory.exists():
+        directory.mkdir()
+        for path in model.iterdir():
+            if path.name.startswith(("tokenizer", "vocab", "special_tokens")):
+                shutil.copy(path, directory)
+        ViTConfig(
+            hidden_size=32, num_hidden_layers=1, num_attention_heads=2, intermediate_size=64
+        ).save_pretrained(directory)
+    return ["--model_name_or_path", str(directory)]
+
+
 CASES = [
     # arguments and config files
     Case("unknown-cli-key", lambda f, m: ["--learning_rat", "1e-4"], ("'--learning_rat'", "Did you mean 'learning_rate'")),
@@ -82,6 +99,7 @@ CASES = [
     # the model
     Case("max-seq-length-above-the-model", lambda f, m: ["--max_seq_length", "512"], ("max_seq_length 512", "--max_seq_length 128 or less")),
     Case("model-not-found-offline", lambda f, m: ["--model_name_or_path", "no-such-org/no-such-bert"], ("'no-such-org/no-such-bert'", "HF_HUB_OFFLINE", "local directory")),
+    Case("model-is-not-a-text-encoder", _image_model, ("image-model' cannot be fine-tuned", "'vit' model", "no sequence-classification model", "recipes-lib families")),
     Case("model-dir-without-model-files", lambda f, m: ["--model_name_or_path", str(f["empty_dir"])], ("Could not load model", "config.json")),
     # the output directory and resuming
     Case("output-dir-holds-a-run", lambda f, m: [], ("already holds a run", "--resume_from_checkpoint last", "--overwrite_output_dir"), "previous-no-overwrite"),

@@ -126,6 +126,16 @@ def test_options_crossval_sets_itself_are_refused_on_the_recipes_command_line(tm
     assert code == 2 and "--validation_file is set for every fold by crossval" in capsys.readouterr().err
 
 
+def test_a_misspelt_recipe_is_named_with_the_closest_before_anything_is_written(tmp_path, capsys):
+    train = single_label_file(tmp_path)
+    output_dir = tmp_path / "cv"
+    code = cli_main(["crossval", "ful_ft", "--output_dir", str(output_dir), "--train_file", str(train)])
+    errors = [line for line in capsys.readouterr().err.splitlines() if line.startswith("error: ")]
+    assert code == 2 and len(errors) == 1, errors
+    assert "'ful_ft' is not a recipe. Did you mean 'full_ft'?" in errors[0] and "distill" in errors[0]
+    assert not output_dir.exists()
+
+
 # --- the fold loop, with a stand-in launcher ------------------------------------------------------------------
 
 

@@ -439,6 +439,17 @@ def test_without_an_api_key_it_builds_the_view_then_stops_with_one_line_saying_w
     assert [name for name in sections(written)] == [name for name in sections(spec)]
 
 
+def test_without_a_key_in_offline_mode_it_names_both_fixes_at_once(tmp_path):
+    """`make demo` leaves WANDB_MODE=offline in a user's habits: naming only the key would be followed by a
+    second error about the mode."""
+    script = "from recipes_lib.tracking.dashboard import connect\nconnect('built the view')\n"
+    completed = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120,
+                               env=isolated_wandb_env(tmp_path, WANDB_MODE="offline"))  # fmt: skip
+    assert completed.returncode != 0
+    message = completed.stderr.strip().splitlines()[-1]
+    assert "needs a W&B API key" in message and "in offline mode" in message and "wandb online" in message
+
+
 @needs_extra
 def test_with_a_key_but_no_reachable_server_it_says_it_needs_the_network(tmp_path):
     # Port 9 on this machine: nothing listens, so the connection is refused at once.

@@ -5,7 +5,9 @@ Offline, no model, no run."""
 
 from __future__ import annotations
 
+import itertools
 import re
+import shlex
 
 import pytest
 
@@ -148,3 +150,146 @@ def test_the_readme_stays_short():
     assert length <= README_MOST_CHARACTERS, (
         f"README.md is {length:,} bytes, over {README_MOST_CHARACTERS:,}: move the detail to docs/ and link it"
     )
+
+
+# --- the commands the docs show, as written ------------------------------------------------------------
+
+# Markdown pages: their code blocks and inline code. The recipes' docstrings and the configs' header
+# comments: their lines that start with a command.
+COMMAND_FILES = sorted(
+    [*(REPO_ROOT / "recipes").glob("*.py"), *(REPO_ROOT / "recipes").glob("*/*.yaml"),
+     *(REPO_ROOT / "accelerate_configs").glob("*.yaml")]
+)  # fmt: skip
+COMMAND_START = re.compile(r"^(\$ )?(make |recipes-lib |accelerate launch |python3? recipes/)")
+FENCE_BODY = re.compile(r"^```[^\n]*\n(.*?)^```", re.MULTILINE | re.DOTALL)
+INLINE_CODE = re.compile(r"`([^`\n]+)`")
+# A path into the repository's own folders (placeholders such as <recipe>, {recipe}, $recipe are skipped).
+REPO_PATH = re.compile(
+    r"^(accelerate_configs|recipes|data|benchmarks|tools)/[\w./-]+\.(ya?ml|py|csv|tsv|jsonl?|sh)$"
+)
+MAKE_TARGET = re.compile(r"^([a-z][\w-]*):", re.MULTILINE)
+
+
+def command_lines(path) -> list[str]:
+    """Every command line a reader may copy from `path`, continuation lines joined."""
+    text = path.read_text()
+    if path.suffix == ".md":
+        snippets = [*FENCE_BODY.findall(text), *INLINE_CODE.findall(FENCE.sub("", text))]
+    else:
+        snippets = [text]
+    lines = []
+    for snippet in snippets:
+        for line in snippet.replace("\\\n", " ").splitlines():
+            line = line.strip().lstrip("#").strip()
+            if COMMAND_START.match(line):
+                lines.append(line.removeprefix("$ "))
+    return lines
+
+
+class CommandChecker:
+    """What a command line names that does not exist: an option its parser lacks, a make target, a file."""
+
+    def __init__(self):
+        from accelerate.commands.launch import launch_command_parser
+
+        from recipes_lib.config.parsing import recipe_parser
+        from recipes_lib.config.registry import RECIPES
+
+        def options(parser) -> set[str]:
+            return {option for action in parser._actions for option in action.option_strings}
+
+        subparsers = next(a for a in cli_main.build_parser()._actions if a.choices and "plan" in a.choices)
+        self.tool_options = {name: options(parser) for name, parser in subparsers.choices.items()}
+        # --config and a bare --debug are read before the recipe's parser sees the rest.
+        self.recipe_options = {name: options(recipe_parser(spec)) | {"--config", "--debug"}
+                               for name, spec in RECIPES.items()}  # fmt: skip
+        self.launch_options = options(launch_command_parser())
+        self.make_targets = set(MAKE_TARGET.findall((REPO_ROOT / "Makefile").read_text()))
+
+    def problems(self, line: str) -> list[str]:
+        found = []
+        for part in re.split(r"&&|\|\||;|\|", line):
+            try:
+                tokens = shlex.split(part, comments=True)
+            except ValueError:  # an unclosed quote in prose: not a command
+                continue
+            tokens = tokens[1:] if tokens[:1] == ["do"] else tokens
+            found += [f"{token}: no such file" for token in tokens
+                      if REPO_PATH.match(token) and not (REPO_ROOT / token).exists()]  # fmt: skip
+            found += self._make(tokens) + self._tool(tokens) + self._recipe(tokens)
+        return found
+
+    def _make(self, tokens: list[str]) -> list[str]:
+        if tokens[:1] != ["make"]:
+            return []
+        targets = itertools.takewhile(lambda token: re.fullmatch(r"[a-z][\w-]*|\w+=\S*", token), tokens[1:])
+        return [f"make {target}: no such target" for target in targets
+                if "=" not in target and target not in self.make_targets]  # fmt: skip
+
+    def _tool(self, tokens: list[str]) -> list[str]:
+        if "recipes-lib" not in tokens[:1] or len(tokens) < 2:
+            return []
+        command, rest = tokens[1], tokens[2:]
+        if command not in self.tool_options:
+            return [f"recipes-lib {command}: no such command"]
+        known = self.tool_options[command]
+        if command == "crossval":  # the options it does not know go to the recipe it names
+            if not rest or rest[0] not in self.recipe_options:
+                return []  # a placeholder (RECIPE)
+            known = known | self.recipe_options[rest[0]]
+        return [
+            f"recipes-lib {command} {option}: no such option"
+            for option in _options(rest)
+            if option not in known
+        ]
+
+    def _recipe(self, tokens: list[str]) -> list[str]:
+        scripts = [i for i, token in enumerate(tokens) if re.fullmatch(r"recipes/\w+\.py", token)]
+        if not scripts or tokens[0] not in ("accelerate", "python", "python3"):
+            return []
+        at = scripts[0]
+        name = tokens[at].removeprefix("recipes/").removesuffix(".py")
+        found = [f"{name}.py {option}: no such option" for option in _options(tokens[at + 1 :])
+                 if option not in self.recipe_options.get(name, set())]  # fmt: skip
+        if tokens[:2] == ["accelerate", "launch"]:
+            found += [f"accelerate launch {option}: no such option" for option in _options(tokens[2:at])
+                      if option not in self.launch_options]  # fmt: skip
+        return found
+
+
+def _options(tokens: list[str]) -> list[str]:
+    return [token.split("=", 1)[0] for token in tokens if re.match(r"--[a-z]", token)]
+
+
+@pytest.fixture(scope="module")
+def command_checker() -> CommandChecker:
+    return CommandChecker()
+
+
+@pytest.mark.parametrize("path", [*PAGES, *COMMAND_FILES], ids=lambda path: str(path.relative_to(REPO_ROOT)))
+def test_every_command_shown_names_options_targets_and_files_that_exist(path, command_checker):
+    problems = {line: found for line in command_lines(path) if (found := command_checker.problems(line))}
+    assert not problems, f"{path.relative_to(REPO_ROOT)}: commands that would fail as written: {problems}"
+
+
+def test_the_command_check_finds_a_stale_option_a_missing_target_and_a_missing_file(
+    tmp_path, command_checker
+):
+    page = tmp_path / "page.md"
+    page.write_text(
+        "Run `make demo` or `make dmeo`, then `recipes-lib plan --model bert-base-uncased --bugdet 16`:\n"
+        "```bash\n"
+        "accelerate launch --config_file accelerate_configs/single_gpu.yaml --num_procs 2 recipes/lora.py \\\n"
+        "    --config recipes/configs/nope.yaml --lora_rank 8   # the recipe's options\n"
+        "recipes-lib crossval full_ft --folds 5 --learning_rate 1e-4 --lora_r 8\n"
+        "```\n"
+    )
+    problems = [problem for line in command_lines(page) for problem in command_checker.problems(line)]
+    assert sorted(problems) == sorted([
+        "make dmeo: no such target",
+        "recipes-lib plan --bugdet: no such option",
+        "recipes/configs/nope.yaml: no such file",
+        "lora.py --lora_rank: no such option",
+        "accelerate launch --num_procs: no such option",
+        "recipes-lib crossval --lora_r: no such option",
+    ])  # fmt: skip

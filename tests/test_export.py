@@ -245,6 +245,25 @@ def test_bad_options_fail_before_anything_is_exported(exported_run, tmp_path, ca
     assert not list(run_dir.glob(".export-*")) and not (tmp_path / "export").exists()
 
 
+def test_the_command_shows_its_own_notes_and_only_the_libraries_warnings():
+    """Its own process (logging is set up once per process): the exporter's graph optimizer logs some
+    hundred INFO lines per export ("Replaced initializer ..."), which would bury the gate's figures."""
+    import subprocess
+    import sys
+
+    script = (
+        "import logging\n"
+        "from recipes_lib.cli.export import log_notes_to_stderr\n"
+        "log_notes_to_stderr()\n"
+        "logging.getLogger('onnx_ir.passes.common.initializer_deduplication').info('optimizer detail')\n"
+        "logging.getLogger('onnxscript.optimizer').warning('library warning')\n"
+        "logging.getLogger('recipes_lib.export.command').info('our note')\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stderr.splitlines() == ["library warning", "our note"]
+
+
 # --- adapters and families -----------------------------------------------------------------------------
 
 

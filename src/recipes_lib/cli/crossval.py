@@ -8,6 +8,7 @@ command line winning, as in the recipe.
 
 from __future__ import annotations
 
+import difflib
 import importlib
 import sys
 from pathlib import Path
@@ -16,6 +17,7 @@ from typing import Any
 import yaml
 
 from recipes_lib.cli.sweep import add_parallel_arguments, workers_from_arguments
+from recipes_lib.config.registry import RECIPES
 from recipes_lib.errors import ConfigError, RecipeError
 
 MISSING_OPTUNA = (
@@ -50,7 +52,7 @@ def add_crossval_parser(commands) -> None:
         "every row's out-of-fold prediction (oof_predictions.jsonl) and the metric per fold with mean ± std "
         "(crossval_results.json). Any other option is passed to the recipe. docs/crossval.md has the details.",
     )
-    parser.add_argument("recipe", help="the recipe: full_ft, lora, qlora, adamw_8bit")
+    parser.add_argument("recipe", help=f"the recipe: {', '.join(RECIPES)}")
     parser.add_argument("--folds", type=int, default=5, help="the number of folds K (default 5)")
     parser.add_argument("--output_dir", required=True, help="where the folds, the study and the results go")
     parser.add_argument(
@@ -151,8 +153,20 @@ def data_values(config_file: str | None, pairs) -> dict[str, Any]:
     return values
 
 
+def check_recipe_name(name: str) -> None:
+    """A recipe of the registry, or a ConfigError naming the closest (before any fold or file is made)."""
+    if name not in RECIPES:
+        close = difflib.get_close_matches(name, list(RECIPES), n=1, cutoff=0.5)
+        hint = f" Did you mean '{close[0]}'?" if close else ""
+        raise ConfigError(
+            f"'{name}' is not a recipe.{hint} crossval takes a recipe's name first: {', '.join(RECIPES)} "
+            "(e.g. recipes-lib crossval full_ft --folds 5 --output_dir outputs/cv --config recipes/configs/demo.yaml)."
+        )
+
+
 def crossval_command(args, recipe_tokens: list[str]) -> int:
     try:
+        check_recipe_name(args.recipe)
         try:
             importlib.import_module("optuna")
         except ImportError:

@@ -40,12 +40,19 @@ def add_export_parser(commands) -> None:
     parser.add_argument("--batch_size", type=int, default=32, help="rows per batch in the gate (default 32)")
 
 
-def export_command(args) -> int:
+def log_notes_to_stderr() -> None:
+    """recipes_lib's notes (INFO) on stderr, and only the warnings of the libraries below it: the ONNX
+    exporter's graph optimizer (onnxscript, onnx_ir) logs some hundred INFO lines per export."""
     import logging
 
+    logging.basicConfig(level=logging.WARNING, format="%(message)s", stream=sys.stderr)
+    logging.getLogger("recipes_lib").setLevel(logging.INFO)
+
+
+def export_command(args) -> int:
     from recipes_lib.errors import RecipeError
 
-    logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)
+    log_notes_to_stderr()
     try:
         from recipes_lib.export.command import export_run, summary
 

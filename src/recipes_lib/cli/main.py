@@ -46,7 +46,8 @@ from recipes_lib.config.bitsandbytes_import import quiet_bitsandbytes
 from recipes_lib.units import format_table
 
 
-def main(argv: list[str] | None = None) -> int:
+def build_parser() -> argparse.ArgumentParser:
+    """The `recipes-lib` parser with every command's subparser (tests/test_docs.py checks the docs' commands on it)."""
     parser = argparse.ArgumentParser(prog="recipes-lib", description=__doc__.splitlines()[0])
     commands = parser.add_subparsers(dest="command", required=True)
     show_parser = commands.add_parser("show", help="Print the results of finished runs as a table.")
@@ -65,6 +66,11 @@ def main(argv: list[str] | None = None) -> int:
         help="What each encoder family gets: LoRA targets, attention kernel, precision, FSDP unit.",
     )
     families_parser.add_argument("--markdown", action="store_true", help="print the table as Markdown")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
     # crossval passes the options it does not know to the recipe; every other command knows all of its own.
     args, recipe_tokens = parser.parse_known_args(argv)
     if recipe_tokens and args.command != "crossval":

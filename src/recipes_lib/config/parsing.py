@@ -187,6 +187,21 @@ def _implied_strategies(given: dict[str, Any]) -> dict[str, str]:
     return implied
 
 
+def recipe_parser(spec: RecipeSpec) -> HfArgumentParser:
+    """The recipe's command line: the shared argument dataclasses, the recipe's options, TrainingArguments.
+    (`--config` and a bare `--debug` are taken out of argv before it parses.)"""
+    option_classes = (spec.options,) if spec.options is not None else ()
+    argument_classes = (*SHARED_ARGUMENT_CLASSES, *option_classes, RecipeTrainingArguments)
+    parser = _RecipeArgumentParser(argument_classes, allow_abbrev=False)
+    parser.prog = f"{spec.name}.py"
+    for action in parser._actions:
+        # HfArgumentParser gives `bool | None` options (--bf16, --fp16: None means automatic) no
+        # value-less form, so `--fp16` alone would be an error. Alone, it means true, as for plain bools.
+        if action.type is string_to_bool and action.nargs is None and not action.required:
+            action.nargs, action.const = "?", True
+    return parser
+
+
 def parse_arguments(spec: RecipeSpec, argv: list[str] | None = None) -> ParsedArguments:
     """Parse `--config FILE.yaml` plus command-line overrides into typed, validated arguments.
 
@@ -199,18 +214,13 @@ def parse_arguments(spec: RecipeSpec, argv: list[str] | None = None) -> ParsedAr
     config_file, argv = _pop_option(argv, "--config")
 
     recipe_name = spec.name
-    option_classes = (spec.options,) if spec.options is not None else ()
-    argument_classes = (*SHARED_ARGUMENT_CLASSES, *option_classes, RecipeTrainingArguments)
-    parser = _RecipeArgumentParser(argument_classes, allow_abbrev=False)
-    parser.prog = f"{recipe_name}.py"
+    parser = recipe_parser(spec)
     actions = {action.dest: action for action in parser._actions if action.dest != "help"}
-    for action in actions.values():
-        # HfArgumentParser gives `bool | None` options (--bf16, --fp16: None means automatic) no
-        # value-less form, so `--fp16` alone would be an error. Alone, it means true, as for plain bools.
-        if action.type is string_to_bool and action.nargs is None and not action.required:
-            action.nargs, action.const = "?", True
     list_keys = {
-        f.name for cls in argument_classes for f in dataclasses.fields(cls) if "list" in str(f.type).lower()
+        f.name
+        for cls in parser.dataclass_types
+        for f in dataclasses.fields(cls)
+        if "list" in str(f.type).lower()
     }
     valid_keys = sorted(actions)
 

@@ -27,6 +27,7 @@ from torch import nn
 
 from recipes_lib.config.bitsandbytes_import import bitsandbytes_hidden
 from recipes_lib.config.family_registry import FAMILIES, family_for
+from recipes_lib.errors import ModelError
 
 # Every family the project supports, by its own model_type: its name in tables and messages.
 FAMILY_NAMES = {family.model_type: family.name for family in FAMILIES}
@@ -50,9 +51,18 @@ class ArchitectureProfile:
 
 
 def sequence_classification_class(config) -> type:
+    """The class AutoModelForSequenceClassification builds for `config`; a ModelError for a model it has none for."""
     from transformers import AutoModelForSequenceClassification
 
-    return AutoModelForSequenceClassification._model_mapping[type(config)]
+    try:
+        return AutoModelForSequenceClassification._model_mapping[type(config)]
+    except KeyError:
+        # An image, audio or speech model (ViT, Whisper, ...): transformers has no text classifier for it.
+        raise ModelError(
+            f"A '{config.model_type}' model ({type(config).__name__}) has no sequence-classification model in "
+            "transformers (AutoModelForSequenceClassification does not take it): the recipes fine-tune text "
+            "encoders such as bert-base-uncased, and `recipes-lib families` lists the families they support."
+        ) from None
 
 
 def _attention_implementations(model_class: type) -> tuple[str, ...]:

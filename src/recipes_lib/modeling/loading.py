@@ -108,7 +108,13 @@ def check_model_support(model_args: ModelArguments, model_config, max_seq_length
     Resolves `attn_implementation` (None: the best kernel the family has) and refuses a
     max_seq_length longer than the positions a sequence can use.
     """
-    profile = profile_for(model_config)
+    try:
+        profile = profile_for(model_config)
+    except ModelError as error:
+        raise ModelError(
+            f"--model_name_or_path '{model_args.model_name_or_path}' cannot be fine-tuned here. {error} Pass a "
+            "text encoder's name or directory."
+        ) from None
     supported = profile.attention_implementations
     if model_args.attn_implementation is None:
         model_args.attn_implementation = profile.default_attention

@@ -291,16 +291,17 @@ def _first_line(error: BaseException) -> str:
 def connect(built: str):
     """wandb.Api() once saving can work; else a DashboardError saying, in one line, what it needs."""
     settings = wandb.setup().settings  # environment and settings files, as wandb.init reads them
+    offline = settings.mode in ("offline", "dryrun", "disabled")
+    offline_fix = f"W&B is in {settings.mode} mode (WANDB_MODE or `wandb {settings.mode}`): unset WANDB_MODE or run `wandb online`"
     if not has_credentials(settings):
+        # Both missing (`make demo` sets WANDB_MODE=offline): say both, so that one fix is not followed by another error.
         raise DashboardError(
-            f"{built}, but saving it needs a W&B API key: set WANDB_API_KEY or run `wandb login` "
-            "(runs logged offline: `wandb sync` them first)."
+            f"{built}, but saving it needs a W&B API key: set WANDB_API_KEY or run `wandb login`"
+            + (f"; and {offline_fix}" if offline else "")
+            + " (runs logged offline: `wandb sync` them first)."
         )
-    if settings.mode in ("offline", "dryrun", "disabled"):
-        raise DashboardError(
-            f"{built}, but W&B is in {settings.mode} mode (WANDB_MODE or `wandb {settings.mode}`): "
-            "unset WANDB_MODE or run `wandb online` to save it."
-        )
+    if offline:
+        raise DashboardError(f"{built}, but {offline_fix} to save it.")
     try:
         requests.head(settings.base_url, timeout=REACH_TIMEOUT_S)
     except requests.RequestException as error:
