@@ -14,6 +14,11 @@ def two_runs(tiny_bert, learnable_data, tmp_path_factory):
     root = tmp_path_factory.mktemp("compare")
     for recipe in ("full_ft", "lora"):
         run_in_process(recipe, run_args(tiny_bert, learnable_data, root / recipe, **QUICK))
+    # The same recipe scored on fewer validation rows: not comparable with the two above.
+    run_in_process(
+        "full_ft",
+        run_args(tiny_bert, learnable_data, root / "full_ft_8_rows", **{**QUICK, "max_eval_samples": 8}),
+    )
     return root
 
 
@@ -51,6 +56,61 @@ def test_markdown_table_for_a_readme(two_runs, capsys, tmp_path):
     assert code == 0 and chart.is_file()
     assert lines[0].startswith("| recipe | model |") and lines[1].startswith("|---|")
     assert lines[2].startswith("| full_ft |") and lines[3].startswith("| lora |")
+
+
+def test_runs_of_the_same_evaluation_set_get_no_note(two_runs, capsys):
+    assert main(["compare", "--no_chart", str(two_runs / "full_ft"), str(two_runs / "lora")]) == 0
+    output = capsys.readouterr().out
+    assert "eval set" not in output.splitlines()[0] and "Not evaluated on the same set" not in output
+
+
+def test_runs_scored_on_different_rows_are_marked_and_the_difference_named(two_runs, capsys):
+    """Still compared (users do it on purpose), but each row says its set and one line says how they differ."""
+    assert main(["compare", "--no_chart", str(two_runs / "full_ft"), str(two_runs / "full_ft_8_rows")]) == 0
+    header, _rule, first, second, *notes = capsys.readouterr().out.splitlines()
+    assert header.rstrip().endswith("eval set")
+    assert first.rstrip().endswith("A") and second.rstrip().endswith("B")
+    (note,) = [line for line in notes if line.startswith("Not evaluated on the same set")]
+    assert "A = full_ft; B = full_ft_8_rows" in note
+    assert "rows A 16 vs B 8" in note and "not like for like" in note
+
+
+def _scored(
+    validation_file="data/dev.csv", rows=400, labels=("a", "b"), split="dev.csv", seed=42, task="single"
+):
+    return {"dataset": "data/train.csv", "eval_split": split, "eval_samples": rows, "problem_type": task,
+            "confusion_matrix": {"labels": list(labels)}, "config": {"validation_file": validation_file, "seed": seed}}  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("other", "named"),
+    [
+        (
+            _scored(validation_file="data/dev2.csv", split="dev2.csv"),
+            "validation A data/dev.csv vs B data/dev2.csv",
+        ),
+        (_scored(labels=("a", "b", "c")), "labels A a, b vs B a, b, c"),
+        (_scored(task="regression"), "task A single vs B regression"),
+    ],
+)
+def test_every_recorded_part_of_the_evaluation_set_is_compared(other, named):
+    from recipes_lib.tools.compare import evaluation_note
+
+    assert (
+        evaluation_note([_scored(), _scored(seed=7)], ["x", "y"]) is None
+    )  # a file's rows: the seed does not matter
+    note = evaluation_note([_scored(), other], ["x", "y"])
+    assert named in note and "A = x; B = y" in note
+
+
+def test_held_out_rows_of_another_seed_are_another_set_and_unrecorded_parts_are_no_difference():
+    from recipes_lib.tools.compare import evaluation_note
+
+    held_out = {"validation_file": None, "split": "10% of train held out"}
+    note = evaluation_note([_scored(**held_out, seed=1), _scored(**held_out, seed=2)], ["x", "y"])
+    assert "held-out seed A 1 vs B 2" in note
+    older = {"eval_samples": 400, "config": {"validation_file": "data/dev.csv"}}  # no labels, task or dataset
+    assert evaluation_note([_scored(), older], ["x", "y"]) is None
 
 
 def test_a_directory_without_results_is_refused(tmp_path, capsys):

@@ -8,6 +8,11 @@ the memory-for-accuracy trade-off reads at a glance. `--markdown` prints the tab
 group as one comparison run (compare_wandb.py). Runs that repeat one setting (every option
 equal but the seed and where the run wrote: `setting_key`) are also shown grouped, one row per
 setting with the mean ± std of its runs, as `recipes-lib sweep` leaves them.
+
+Runs evaluated on different rows (another validation file or Hub split, --max_eval_samples, another
+task or label set, another seed's held-out rows) are still shown, since comparing across sets can be
+the point, but an "eval set" column marks each run's set and one line under the table says how the
+sets differ (`evaluation_sets`): their scores are not like for like.
 """
 
 from __future__ import annotations
@@ -123,8 +128,100 @@ def task_metric_columns(runs: list[dict[str, Any]]) -> list[tuple[str, Callable[
 def comparison_table(runs: list[dict[str, Any]], markdown: bool = False) -> str:
     unit, scale = _unit(runs)
     columns = table_columns(unit, scale) + task_metric_columns(runs)
+    sets = evaluation_sets(runs)
+    if len(sets) > 1:  # mark which set each run was scored on; the note under the table says how they differ
+        set_of = {id(run): name for name, members in sets.items() for run in members}
+        columns.append(("eval set", lambda run: set_of[id(run)]))
     rows = [[cell(run) for _, cell in columns] for run in runs]
     return format_table([title for title, _ in columns], rows, markdown)
+
+
+# --- what each run was scored on ---------------------------------------------------------------------
+
+# How a run's evaluation set is told apart, from what results.json records of it, and how to name
+# each part in the note. A part a run does not record (an older results.json) does not count as a
+# difference. No content fingerprint is recorded: a file edited in place between runs goes unseen.
+EVALUATION_PARTS = ("data", "validation", "rows", "task", "labels", "held-out seed")
+
+
+def evaluation_set(run: dict[str, Any]) -> dict[str, Any]:
+    """What a run's validation metrics were computed on, part by part (EVALUATION_PARTS)."""
+    config = run.get("config") or {}
+    confusion = run.get("confusion_matrix") or {}
+    labels = confusion.get("labels") or list(run.get("per_class") or {}) or None
+    held_out = "held out" in str(run.get("eval_split") or "")
+    return {
+        "data": run.get("dataset"),
+        # The file's path as given (eval_split keeps only its name), else the Hub split or "10% of train".
+        "validation": config.get("validation_file") or run.get("eval_split"),
+        "rows": run.get("eval_samples"),
+        "task": run.get("problem_type"),
+        "labels": ", ".join(map(str, labels)) if labels else None,
+        # Held-out rows are drawn from train with the run's seed: another seed, other rows.
+        "held-out seed": config.get("seed") if held_out else None,
+    }
+
+
+def _set_name(index: int) -> str:
+    return chr(ord("A") + index) if index < 26 else f"S{index + 1}"
+
+
+def evaluation_sets(runs: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
+    """The runs grouped by the set they were evaluated on, A, B, ... in order of first appearance.
+
+    Two runs share a set when no part both record differs.
+    """
+    sets: list[tuple[dict[str, Any], list[dict[str, Any]]]] = []
+    for run in runs:
+        parts = evaluation_set(run)
+        for known, members in sets:
+            if all(known[key] is None or parts[key] is None or known[key] == parts[key] for key in parts):
+                members.append(run)
+                for key, value in parts.items():  # fill in what the first run did not record
+                    known[key] = known[key] if known[key] is not None else value
+                break
+        else:
+            sets.append((parts, [run]))
+    return {_set_name(index): members for index, (_, members) in enumerate(sets)}
+
+
+def evaluation_note(runs: list[dict[str, Any]], names: list[str]) -> str | None:
+    """One line naming the runs of each evaluation set and what differs between the sets; None when all
+    were evaluated on the same set."""
+    sets = evaluation_sets(runs)
+    if len(sets) < 2:
+        return None
+    name_of = {id(run): name for run, name in zip(runs, names, strict=True)}
+    described = {name: evaluation_set(members[0]) for name, members in sets.items()}
+    differences = []
+    for key in EVALUATION_PARTS:
+        values = {name: parts[key] for name, parts in described.items() if parts[key] is not None}
+        if len(set(map(str, values.values()))) > 1:
+            differences.append(
+                f"{key} " + " vs ".join(f"{name} {_shorten(str(value))}" for name, value in values.items())
+            )
+    members = "; ".join(
+        f"{name} = {', '.join(name_of[id(run)] for run in group)}" for name, group in sets.items()
+    )
+    return (
+        f"Not evaluated on the same set (eval set column: {members}): {'; '.join(differences)}. "
+        "Their scores are not like for like; compare runs of one set."
+    )
+
+
+def _shorten(text: str, width: int = 60) -> str:
+    """A long value (a hundred label names) cut to a width the line can carry."""
+    return text if len(text) <= width else text[: width - 3] + "..."
+
+
+def run_names(run_dirs: list[str]) -> list[str]:
+    """How the note names each run: its directory's name (its path when two share a name)."""
+    names = [
+        Path(run_dir).name if Path(run_dir).is_dir() else Path(run_dir).parent.name for run_dir in run_dirs
+    ]
+    if len(set(names)) < len(names):
+        names = [str(run_dir) for run_dir in run_dirs]
+    return names
 
 
 def table_notes(runs: list[dict[str, Any]]) -> list[str]:
@@ -363,7 +460,9 @@ def compare(run_dirs: list[str], chart: str | None = None, markdown: bool = Fals
         print(f"error: {error}", file=sys.stderr)
         return 2
     print(comparison_table(runs, markdown))
-    for note in table_notes(runs):
+    notes = table_notes(runs)
+    different_sets = evaluation_note(runs, run_names(run_dirs))
+    for note in ([different_sets] if different_sets else []) + notes:
         print(f"{'- ' if markdown else ''}{note}")
     groups = group_repeats(runs)
     if len(groups) < len(runs):

@@ -1,6 +1,8 @@
 """`recipes-lib compare RUN... --wandb`: the compare table (and the chart compare drew) logged into the
 runs' W&B group as one run of job type "compare", beside the runs it compares; the W&B view of
 tracking/dashboard.py shows it. Offline without an API key, as the recipes' own runs (docs/wandb.md).
+Runs evaluated on different sets keep compare's line saying how (compare.evaluation_note), in the
+comparison run's config as `evaluation_note`: its table has the runs' own columns, so no "eval set" one.
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ from typing import Any
 
 import wandb
 
-from recipes_lib.tools.compare import CompareError, default_chart_path, load_runs
+from recipes_lib.tools.compare import CompareError, default_chart_path, evaluation_note, load_runs, run_names
 from recipes_lib.tracking import names
 from recipes_lib.tracking.names import COMPARE_JOB_TYPE
 from recipes_lib.tracking.wandb_run import (
@@ -59,6 +61,9 @@ def log_comparison(
         job_type=COMPARE_JOB_TYPE,
     )
     config = {"runs": [str(Path(run_dir).resolve()) for run_dir in run_dirs], "recipes": recipes}
+    different_sets = evaluation_note(runs, run_names(run_dirs))
+    if different_sets:
+        config["evaluation_note"] = different_sets
     run, fallback_reason = start_run(identity, config)
     if run is None:
         print("W&B is disabled (WANDB_MODE=disabled): no comparison run was logged.")
