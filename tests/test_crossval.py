@@ -415,6 +415,63 @@ def test_label_issues_on_a_single_run_flags_its_validation_rows(tmp_path, capsys
     assert len(cleaned) == 200 - len(found)
 
 
+def chance_run(directory: Path, rows: int = 400, seed: int = 0) -> None:
+    """A finished run whose model learnt nothing: its predictions of the (correctly labelled) validation
+    rows are random classes with random probabilities, right on about a third of the rows, as a 3-class
+    majority rate."""
+    rng = random.Random(seed)
+    directory.mkdir(parents=True, exist_ok=True)
+    validation = write_csv(
+        directory / "validation.csv", [(f"ticket {row}", TEAMS[row % 3]) for row in range(rows)]
+    )
+    predictions = []
+    for _ in range(rows):
+        weights = [rng.random() for _ in TEAMS]
+        probabilities = {team: weight / sum(weights) for team, weight in zip(TEAMS, weights, strict=True)}
+        predictions.append(
+            {"prediction": max(probabilities, key=probabilities.get), "probabilities": probabilities}
+        )
+    write_jsonl(directory / "eval_predictions.jsonl", predictions)
+    (directory / RUN_RESULTS_FILE).write_text(json.dumps({
+        "problem_type": "single_label_classification", "text_columns": ["text"], "eval_split": "validation.csv",
+        "config": {"validation_file": str(validation), "label_column_name": "label"},
+    }))  # fmt: skip
+
+
+def test_label_issues_from_a_model_at_chance_says_the_flags_are_its_errors(tmp_path, capsys):
+    pytest.importorskip("cleanlab")
+    chance_run(tmp_path / "run")
+    assert cli_main(["label-issues", str(tmp_path / "run")]) == 0
+    out = capsys.readouterr().out
+    (caution,) = [line for line in out.splitlines() if line.startswith("Caution:")]
+    assert "has not learnt the task" in caution and "more epochs" in caution and "learning rate" in caution
+    summary = json.loads((tmp_path / "run" / "label_issues.json").read_text())
+    assert summary["model_learnt"] is False and summary["caution"] == caution
+    assert summary["majority_class_rate"] == pytest.approx(134 / 400)
+    assert summary["held_out_accuracy"] <= summary["majority_class_rate"] + summary["learnt_margin"]
+    assert summary["rows"] == 400 and summary["flagged"] == len(read_issues(tmp_path / "run"))
+
+
+def test_label_issues_from_a_model_that_learnt_has_no_caution(tmp_path, capsys):
+    pytest.importorskip("cleanlab")
+    flipped = planted_run(tmp_path / "run")  # predictions right on all but the flipped rows
+    assert cli_main(["label-issues", str(tmp_path / "run")]) == 0
+    assert "Caution" not in capsys.readouterr().out
+    summary = json.loads((tmp_path / "run" / "label_issues.json").read_text())
+    assert summary["model_learnt"] is True and summary["caution"] is None
+    assert summary["held_out_accuracy"] == pytest.approx(1 - len(flipped) / 200)
+
+
+def test_the_learning_check_compares_multi_label_rows_by_their_whole_set_of_classes():
+    from recipes_lib.crossval.label_issues import learning_check
+
+    rows = [{"label_classes": ["a"], "prediction": ["a"]}, {"label_classes": ["a", "b"], "prediction": ["b", "a"]},
+            {"label_classes": ["a"], "prediction": ["a", "b"]}, {"label_classes": ["a"], "prediction": []}]  # fmt: skip
+    check = learning_check("multi_label_classification", rows)
+    assert (check.accuracy, check.majority_rate) == (0.5, 0.75)
+    assert not check.learnt and check.caution().startswith("Caution:")
+
+
 def test_label_issues_on_a_run_without_a_validation_file_says_why_not(tmp_path, capsys):
     planted_run(tmp_path / "run", validation_file=None)
     assert cli_main(["label-issues", str(tmp_path / "run")]) == 2

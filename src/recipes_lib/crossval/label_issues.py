@@ -18,6 +18,12 @@ The probabilities must be held out (each row scored by a model that never traine
 scores of its own training rows are confident about whatever it memorised, wrong labels included.
 Multi-label rows may be written in any way the recipe reads them (a list of names or ids, 0/1 flags per
 class, a delimited string): the given classes come from the recipe's own label logic (data/labels.py).
+
+The probabilities must also come from a model that learnt: one at chance disagrees with most labels, and
+cleanlab flags its errors as label issues.
+`learning_check` compares the held-out accuracy (prediction == given label; multi-label: the whole set
+of classes) with the majority-class rate (always predicting the most common given label or label set);
+not above it by LEARNT_MARGIN, the output and label_issues.json carry a caution saying so.
 """
 
 from __future__ import annotations
@@ -42,6 +48,12 @@ from recipes_lib.results import read_results
 from recipes_lib.units import format_table
 
 ISSUES_FILE = "label_issues.csv"
+# Beside the CSV: the counts, where the probabilities came from, and whether the model had learnt.
+SUMMARY_FILE = "label_issues.json"
+# How far above the majority-class rate held-out accuracy must be for the flags to be read as label
+# issues: 5 points, twice the chance spread of a few hundred rows (one standard deviation of a rate
+# near 0.3 over 400 rows is sqrt(0.3 * 0.7 / 400) = 2.3 points) without asking much of a model that learnt anything.
+LEARNT_MARGIN = 0.05
 CLEANED_STEM = "train_cleaned"
 VALIDATION_CLEANED_STEM = "validation_cleaned"
 # The recipe's data arguments a run's results.json holds (its "config"), to read its validation file as it did.
@@ -161,6 +173,52 @@ def find_issues(task: str, classes: list[str], oof: list[dict[str, Any]]) -> tup
     return np.asarray(flags), np.asarray(scores)
 
 
+@dataclass(frozen=True)
+class LearningCheck:
+    """Whether the held-out predictions beat always answering the most common given label."""
+
+    accuracy: float  # prediction == given label (multi-label: the same set of classes)
+    majority_rate: float  # the most common given label's (or label set's) share of the rows
+    margin: float = LEARNT_MARGIN
+
+    @property
+    def learnt(self) -> bool:
+        return self.accuracy > self.majority_rate + self.margin
+
+    def caution(self) -> str | None:
+        if self.learnt:
+            return None
+        return (
+            f"Caution: the held-out predictions match the given label on {self.accuracy:.1%} of rows; always "
+            f"predicting the most common label would match {self.majority_rate:.1%}, and a model that learnt beats "
+            f"that by more than {self.margin * 100:.0f} points. This one has not learnt the task, so most flags are "
+            "its own errors, not wrong labels. Train longer (more epochs), check the learning rate, and run "
+            "label-issues on the new predictions."
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "held_out_accuracy": round(self.accuracy, 6),
+            "majority_class_rate": round(self.majority_rate, 6),
+            "learnt_margin": self.margin,
+            "model_learnt": self.learnt,
+            "caution": self.caution(),
+        }
+
+
+def learning_check(task: str, predictions: list[dict[str, Any]]) -> LearningCheck:
+    """Held-out accuracy against the majority-class rate, from rows with `label_classes` and `prediction`."""
+    given = [tuple(sorted(row["label_classes"])) for row in predictions]
+    if task == MULTI_LABEL:
+        predicted = [tuple(sorted(map(str, row["prediction"]))) for row in predictions]
+    else:
+        predicted = [(str(row["prediction"]),) for row in predictions]
+    rows = max(len(given), 1)
+    accuracy = sum(p == g for p, g in zip(predicted, given, strict=True)) / rows
+    majority = Counter(given).most_common(1)[0][1] / rows if given else 0.0
+    return LearningCheck(accuracy, majority)
+
+
 def label_issues(directory: str, top: int = 10, drop_to: str | None = None) -> int:
     """label_issues.csv in `directory` (a cross-validation's or a run's), the top rows and per-class counts
     printed; with `drop_to` ("" for the default name), the file without the flagged rows."""
@@ -201,9 +259,18 @@ def label_issues(directory: str, top: int = 10, drop_to: str | None = None) -> i
         writer.writeheader()
         writer.writerows(lines)
     temporary.replace(path)
+    check = learning_check(held_out.task, predictions)
+    summary = {"rows": len(predictions), "flagged": len(lines), "source": held_out.source,
+               "issues_file": str(path), **check.to_dict()}  # fmt: skip
+    summary_path = directory_path / SUMMARY_FILE
+    temporary = summary_path.with_name(f".{summary_path.name}.tmp")
+    temporary.write_text(json.dumps(summary, indent=2) + "\n")
+    temporary.replace(summary_path)
     print(
         f"{len(lines)} of {len(predictions)} {held_out.source} look mislabelled; all of them, worst first: {path}"
     )
+    if check.caution():
+        print(check.caution())
     if lines:
         shown = [[str(line["row"]), shorten(line["text"]), line["given_label"], line["suggested_label"],
                   f"{line['label_quality']:.3f}"] for line in lines[:top]]  # fmt: skip
