@@ -93,7 +93,9 @@ def add_label_issues_parser(commands) -> None:
         description="cleanlab's find_label_issues and label-quality scores over held-out probabilities: a "
         "recipes-lib crossval directory's oof_predictions.jsonl (every training row), or a single run's "
         "eval_predictions.jsonl (the rows of its validation file only). Writes label_issues.csv in DIR, worst "
-        "first, and prints the top rows and a count of suspects per class. The 'data-quality' extra.",
+        "first, and label_issues.json (the counts, and whether the model had learnt: a model no better than "
+        "the majority class flags its own errors), and prints the top rows and a count of suspects per class. "
+        "The 'data-quality' extra.",
     )
     parser.add_argument(
         "directory", help="a recipes-lib crossval output_dir, or a run's output_dir (its validation rows)"

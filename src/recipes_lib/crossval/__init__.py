@@ -9,7 +9,9 @@ out-of-fold predictions, and the rows most likely mislabelled.
     ensemble.py       with --test_file: the test split per fold (mean ± std) and by the folds' averaged
                       probabilities
     label_issues.py   cleanlab over held-out probabilities (a crossval's out-of-fold ones, or a single
-                      run's of its validation split): label_issues.csv, a cleaned file
+                      run's of its validation split): label_issues.csv, label_issues.json
+                      (with a caution when the model is no better than the majority class),
+                      a cleaned file
 
 crossval builds on the sweep (it needs Optuna, the 'sweep' extra); label-issues needs cleanlab, the
 'data-quality' extra.
