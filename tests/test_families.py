@@ -286,3 +286,69 @@ def test_every_family_head_trains_multi_label_with_bce_and_regression_with_mse(f
         else:
             expected = functional.binary_cross_entropy_with_logits(output.logits, labels)
         assert float(output.loss) == pytest.approx(float(expected), rel=1e-5)
+
+
+# --- a model outside the registry: GPT-2, a decoder ----------------------------------------------------
+
+
+def test_a_model_type_outside_the_registry_is_let_through_with_one_warning(caplog):
+    from transformers import AutoConfig, GPT2Config
+
+    from recipes_lib.config.arguments import ModelArguments
+    from recipes_lib.modeling.loading import check_model_support
+
+    with caplog.at_level("WARNING", logger="recipes_lib"):
+        check_model_support(ModelArguments(model_name_or_path="tiny-gpt2"), GPT2Config(n_layer=1), 128)
+    (warning,) = [record for record in caplog.records if record.levelname == "WARNING"]
+    message = warning.getMessage()
+    assert "model_type 'gpt2' (tiny-gpt2)" in message and "untested" in message
+    assert "`recipes-lib families`" in message and "LoRA on c_attn" in message
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="recipes_lib"):
+        check_model_support(ModelArguments(), AutoConfig.for_model("bert", num_hidden_layers=1), 128)
+    assert not caplog.records  # a registry family: nothing to say
+
+
+def test_a_tokenizer_without_a_padding_token_pads_with_its_end_of_sequence_token(tmp_path, caplog):
+    from transformers import AutoConfig, AutoTokenizer
+
+    from recipes_lib.errors import ModelError
+    from recipes_lib.modeling.loading import pad_with_eos_if_missing
+    from tests.helpers.models import build_tiny_gpt2, word_tokenizer, word_vocabulary
+
+    model_dir = build_tiny_gpt2(tmp_path / "gpt2")
+    tokenizer, config = AutoTokenizer.from_pretrained(model_dir), AutoConfig.from_pretrained(model_dir)
+    assert tokenizer.pad_token is None and config.pad_token_id is None  # as GPT-2's own
+    with caplog.at_level("WARNING", logger="recipes_lib"):
+        pad_with_eos_if_missing(tokenizer, config)
+    assert tokenizer.pad_token == tokenizer.eos_token == "<|endoftext|>" and config.pad_token_id == 0
+    (line,) = [record.getMessage() for record in caplog.records]
+    assert "no padding token" in line and "'<|endoftext|>' (id 0)" in line
+    # A tokenizer with a padding token (every family's) is left as it is.
+    bert_tokenizer, bert_config = word_tokenizer(word_vocabulary()), AutoConfig.for_model("bert")
+    pad_with_eos_if_missing(bert_tokenizer, bert_config)
+    assert bert_tokenizer.pad_token == "[PAD]" and bert_config.pad_token_id == 0
+    # Neither token: nothing to pad with, one paragraph naming the fix.
+    bare = AutoTokenizer.from_pretrained(model_dir)
+    bare.eos_token = None
+    with pytest.raises(
+        ModelError, match="neither a padding token nor an end-of-sequence token.*--tokenizer_name"
+    ):
+        pad_with_eos_if_missing(bare, AutoConfig.from_pretrained(model_dir))
+
+
+def test_gpt2_fine_tunes_end_to_end_padded_with_its_end_of_sequence_token(tmp_path, learnable_data):
+    """Batches of different lengths are padded (batch 8), and the head finds each row's last real token
+    through the config's pad_token_id; both are saved, so the output directory predicts."""
+    from transformers import AutoConfig, AutoTokenizer
+
+    from recipes_lib.tools.predict import predict
+    from tests.helpers.models import build_tiny_gpt2
+
+    model_dir = build_tiny_gpt2(tmp_path / "gpt2")
+    output_dir = tmp_path / "run"
+    results = run_in_process("full_ft", run_args(model_dir, learnable_data, output_dir, **QUICK))
+    assert results["model_type"] == "gpt2" and results["eval_accuracy"] is not None
+    assert AutoTokenizer.from_pretrained(output_dir).pad_token == "<|endoftext|>"
+    assert AutoConfig.from_pretrained(output_dir).pad_token_id == 0
+    assert len(predict(str(output_dir), str(learnable_data["validation"]))) == 64

@@ -215,3 +215,25 @@ def measured_training_step(
         "peak": tracker.peak_total,
         "trainable": sum(p.numel() for p in trained),
     }
+
+
+def build_tiny_gpt2(directory: Path) -> Path:
+    """A tiny randomly initialised GPT-2 (a decoder, in no family of the registry), saved like a Hub
+    checkpoint, with a byte-level tokenizer of single characters that, as GPT-2's own, has an
+    end-of-sequence token and no padding token."""
+    import torch
+    from transformers import GPT2Config, GPT2LMHeadModel, GPT2TokenizerFast
+
+    directory.mkdir(parents=True, exist_ok=True)
+    end = "<|endoftext|>"
+    # GPT-2's byte-level alphabet writes a space as "Ġ"; printable ASCII stands for itself.
+    characters = ["Ġ", *(chr(code) for code in range(ord("!"), ord("~") + 1))]
+    vocab = {end: 0, **{character: i + 1 for i, character in enumerate(characters)}}
+    tokenizer = GPT2TokenizerFast(vocab=vocab, merges=[], unk_token=end, bos_token=end, eos_token=end)
+    config = GPT2Config(
+        vocab_size=len(vocab), n_embd=32, n_layer=2, n_head=2, n_positions=128, bos_token_id=0, eos_token_id=0
+    )
+    torch.manual_seed(0)
+    GPT2LMHeadModel(config).save_pretrained(directory)
+    tokenizer.save_pretrained(directory)
+    return directory

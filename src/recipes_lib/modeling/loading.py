@@ -12,6 +12,7 @@ from torch import nn
 from transformers import AutoConfig, AutoModelForSequenceClassification, AutoTokenizer
 
 from recipes_lib.config.arguments import ModelArguments
+from recipes_lib.config.family_registry import family_for
 from recipes_lib.errors import ModelError
 from recipes_lib.modeling.families import ArchitectureProfile, profile_for
 from recipes_lib.modeling.sources import PACKAGED_MODELS, resolve_model_path
@@ -106,7 +107,9 @@ def check_model_support(model_args: ModelArguments, model_config, max_seq_length
     """What the model's family supports, checked on config.json alone, before data or weights load.
 
     Resolves `attn_implementation` (None: the best kernel the family has) and refuses a
-    max_seq_length longer than the positions a sequence can use.
+    max_seq_length longer than the positions a sequence can use. A model type no family entry lists
+    (config/family_registry.py: GPT-2, say) is let through, since transformers and peft give its
+    profile, with one warning: nothing here has tested it.
     """
     try:
         profile = profile_for(model_config)
@@ -115,6 +118,16 @@ def check_model_support(model_args: ModelArguments, model_config, max_seq_length
             f"--model_name_or_path '{model_args.model_name_or_path}' cannot be fine-tuned here. {error} Pass a "
             "text encoder's name or directory."
         ) from None
+    if family_for(model_config.model_type) is None:
+        logger.warning(
+            "model_type '%s' (%s) is not one of the encoder families this project supports and tests: its "
+            "defaults (LoRA on %s, attention %s, fp16 safety, the FSDP unit) come from transformers and peft and are "
+            "untested here. `recipes-lib families` lists the tested ones.",
+            model_config.model_type,
+            model_args.model_name_or_path,
+            ", ".join(profile.lora_targets) or "nothing",
+            model_args.attn_implementation or profile.default_attention,
+        )
     supported = profile.attention_implementations
     if model_args.attn_implementation is None:
         model_args.attn_implementation = profile.default_attention
@@ -138,6 +151,35 @@ def check_model_support(model_args: ModelArguments, model_config, max_seq_length
             f"Use --max_seq_length {limit} or less."
         )
     return profile
+
+
+def pad_with_eos_if_missing(tokenizer, model_config) -> None:
+    """Give a tokenizer without a padding token (a decoder's: GPT-2, Llama) its end-of-sequence token as
+    one, and the model config that id, as transformers' own examples do; say so in one line.
+
+    Batches are padded to their longest row, so the tokenizer needs a pad token; a decoder's
+    classification head reads each row's last token that is not padding, so the config needs its id.
+    The attention mask keeps the padding out of what the model reads. Both are saved with the model,
+    so predict and export pad the same way. A tokenizer with neither token cannot be fixed here.
+    """
+    if tokenizer.pad_token is not None:
+        return
+    if tokenizer.eos_token is None:
+        raise ModelError(
+            f"The tokenizer of '{tokenizer.name_or_path}' has neither a padding token nor an end-of-sequence "
+            "token to pad with, and batches are padded to their longest row. Save a copy of the tokenizer with "
+            "a padding token (tokenizer.add_special_tokens({'pad_token': '[PAD]'}); tokenizer.save_pretrained(DIR)) "
+            "and pass --tokenizer_name DIR, with the model's embeddings resized to the new vocabulary."
+        )
+    tokenizer.pad_token = tokenizer.eos_token
+    model_config.pad_token_id = tokenizer.pad_token_id
+    logger.warning(
+        "The tokenizer of '%s' has no padding token: padding with its end-of-sequence token %r (id %d), also "
+        "the model config's pad_token_id, as transformers' examples do for decoders; both are saved with the model.",
+        tokenizer.name_or_path,
+        tokenizer.eos_token,
+        tokenizer.pad_token_id,
+    )
 
 
 # transformers 5 logs a table of the checkpoint keys a model did not load (its "LOAD REPORT") as a

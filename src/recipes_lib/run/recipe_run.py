@@ -56,6 +56,7 @@ from recipes_lib.modeling.loading import (
     count_parameters,
     load_model_config,
     load_tokenizer,
+    pad_with_eos_if_missing,
 )
 from recipes_lib.results import RESULTS_FILE
 from recipes_lib.run.metrics import RunMetrics
@@ -188,6 +189,7 @@ class RecipeRun:
         # 'auto' resolved, in the run's copy: the config in results.json then says what ran, as W&B's does.
         self.arguments = replace(self.arguments, data=replace(data_args, problem_type=labels.problem_type))
         self.model_config = load_model_config(self.model_args, labels)
+        pad_with_eos_if_missing(self.tokenizer, self.model_config)  # a decoder's (GPT-2's): before tokenizing
         logger.info(
             "Data: %s, %d train / %d validation examples, %d classes (%s), text: %s",
             self.data.description,
