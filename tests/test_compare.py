@@ -158,3 +158,18 @@ def test_the_chart_marks_pearson_for_regression_runs_and_exact_match_for_multi_l
         "eval_accuracy",
         "accuracy",
     )
+
+
+def test_compare_wandb_keeps_the_line_in_the_comparison_runs_config(two_runs, monkeypatch):
+    """The W&B table has the runs' own columns (no eval set one): the comparison run's config holds the line."""
+    from recipes_lib.tools import compare_wandb
+
+    started = []
+    monkeypatch.setattr(
+        compare_wandb, "start_run", lambda identity, config: started.append(config) or (None, None)
+    )
+    run_dirs = [str(two_runs / "full_ft"), str(two_runs / "full_ft_8_rows")]
+    assert compare_wandb.log_comparison(run_dirs, draw=False) == 0
+    assert "rows A 16 vs B 8" in started[0]["evaluation_note"]
+    assert compare_wandb.log_comparison([str(two_runs / "full_ft"), str(two_runs / "lora")], draw=False) == 0
+    assert "evaluation_note" not in started[1]
