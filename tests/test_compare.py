@@ -96,9 +96,10 @@ def _scored(
 def test_every_recorded_part_of_the_evaluation_set_is_compared(other, named):
     from recipes_lib.tools.compare import evaluation_note
 
-    assert (
-        evaluation_note([_scored(), _scored(seed=7)], ["x", "y"]) is None
-    )  # a file's rows: the seed does not matter
+    # A validation file's rows do not depend on the seed, nor on the training file (a cleaned one, say).
+    assert evaluation_note([_scored(), _scored(seed=7)], ["x", "y"]) is None
+    retrained = {**_scored(), "dataset": "data/train_cleaned.csv"}
+    assert evaluation_note([_scored(), retrained], ["x", "y"]) is None
     note = evaluation_note([_scored(), other], ["x", "y"])
     assert named in note and "A = x; B = y" in note
 
@@ -109,6 +110,12 @@ def test_held_out_rows_of_another_seed_are_another_set_and_unrecorded_parts_are_
     held_out = {"validation_file": None, "split": "10% of train held out"}
     note = evaluation_note([_scored(**held_out, seed=1), _scored(**held_out, seed=2)], ["x", "y"])
     assert "held-out seed A 1 vs B 2" in note
+    other_train = {
+        **_scored(**held_out, seed=1),
+        "dataset": "data/other.csv",
+    }  # rows held out of another file
+    note = evaluation_note([_scored(**held_out, seed=1), other_train], ["x", "y"])
+    assert "data A data/train.csv vs B data/other.csv" in note
     older = {"eval_samples": 400, "config": {"validation_file": "data/dev.csv"}}  # no labels, task or dataset
     assert evaluation_note([_scored(), older], ["x", "y"]) is None
 

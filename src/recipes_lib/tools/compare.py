@@ -151,7 +151,9 @@ def evaluation_set(run: dict[str, Any]) -> dict[str, Any]:
     labels = confusion.get("labels") or list(run.get("per_class") or {}) or None
     held_out = "held out" in str(run.get("eval_split") or "")
     return {
-        "data": run.get("dataset"),
+        # The Hub dataset, or the training file rows were held out of; a validation file of its own makes
+        # the training file no part of the set (a cleaned train.csv scored on the same dev.csv compares).
+        "data": None if config.get("validation_file") else run.get("dataset"),
         # The file's path as given (eval_split keeps only its name), else the Hub split or "10% of train".
         "validation": config.get("validation_file") or run.get("eval_split"),
         "rows": run.get("eval_samples"),
