@@ -32,6 +32,7 @@ from recipes_lib.memory.planner.report import (
     format_distillation,
     format_family,
     format_not_planned,
+    format_other_precisions,
     format_plan,
     format_plan_table,
     format_sources,
@@ -106,7 +107,7 @@ class PlannedPrecision:
         else:
             where = "on a bf16-capable GPU, none here"
         other = "bf16" if choice.precision == "fp32" else "fp32"
-        return choice.precision, f"what the recipe picks {where}: --precision {other} to plan otherwise"
+        return choice.precision, f"what the recipe picks {where}; --precision {other} to plan otherwise"
 
 
 def planned_precision(args) -> PlannedPrecision:

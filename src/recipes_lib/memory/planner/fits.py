@@ -175,7 +175,9 @@ def catalogue_fits(
     rows = []
     for name in models or CATALOGUE:
         config = CATALOGUE[name].config(num_labels)
-        model_setup = setup if precision_for is None else setup.with_precision(*precision_for(config.model_type))
+        model_setup = (
+            setup if precision_for is None else setup.with_precision(*precision_for(config.model_type))
+        )
         row = model_fits(name, config, column_shapes, model_setup, budget_gib, setup_changes=changes)
         if model_setup.precision != setup.precision:
             row.other_precision = f"{model_setup.precision} ({model_setup.precision_reason})"

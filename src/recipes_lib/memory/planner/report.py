@@ -76,7 +76,9 @@ def plan_models(
         except PLANNING_ERRORS as error:
             rows += [PlanRow(model, label, error=error_reason(error)) for label in shapes]
             continue
-        model_setup = setup if precision_for is None else setup.with_precision(*precision_for(config.model_type))
+        model_setup = (
+            setup if precision_for is None else setup.with_precision(*precision_for(config.model_type))
+        )
         for label, shape in shapes.items():
             row = PlanRow(model, label, source)
             try:
@@ -242,7 +244,10 @@ def format_other_precisions(rows: list[PlanRow], setup: Setup) -> list[str]:
         for row in rows
         if row.plan is not None and row.plan.setup.precision != setup.precision
     }
-    return [f"{model}: planned in {planned.precision} ({planned.precision_reason})" for model, planned in other.items()]
+    return [
+        f"{model}: planned in {planned.precision} ({planned.precision_reason})"
+        for model, planned in other.items()
+    ]
 
 
 def format_plan_table(rows: list[PlanRow], budget_gib: float, markdown: bool = False) -> str:

@@ -77,7 +77,9 @@ class Setup:
 
     def __post_init__(self):
         if self.bf16 and self.fp16:
-            raise ConfigError("A Setup with both bf16 and fp16: a run computes in one precision; set one of them.")
+            raise ConfigError(
+                "A Setup with both bf16 and fp16: a run computes in one precision; set one of them."
+            )
 
     @property
     def precision(self) -> str:
