@@ -98,6 +98,7 @@ def _arguments(batch_size: int, seq_length: int):
         per_device_train_batch_size=batch_size,
         gradient_accumulation_steps=1,
         bf16=False,
+        fp16=False,
         activation_checkpointing=False,
         device=torch.device("cpu"),
     )

@@ -21,17 +21,21 @@ from dataclasses import dataclass
 
 import pytest
 
-from recipes_lib.cli.main import main
+from recipes_lib.cli.main import build_parser, main
 from recipes_lib.config.registry import recipe_specs
 from recipes_lib.memory.planner import Setup, load_config_and_source, plan_memory
 from recipes_lib.memory.planner.catalogue import CATALOGUE, catalogue_entry, catalogue_names
 from recipes_lib.memory.planner.fits import catalogue_fits, format_fits
+from recipes_lib.tools.plan import planned_precision
 from tests.helpers.repo import REPO_ROOT
 
 # distill is left out of --fits: its student is full_ft's column again (tools/plan.py).
 SHAPES = {name: spec.default_shape() for name, spec in recipe_specs().items() if name != "distill"}
-# docs/memory.md's table: `recipes-lib plan --fits --bf16 --markdown` (bf16: what a recipe picks on an RTX 4090).
-README_SETUP = Setup(bf16=True)
+# docs/memory.md's table: `recipes-lib plan --fits --bf16 --markdown` (bf16: what a recipe picks on an RTX 4090),
+# its setup made as the command makes it (the precision and why, which the table's first line says).
+README_SETUP = Setup().with_precision(
+    *planned_precision(build_parser().parse_args(["plan", "--fits", "--bf16"])).choose(None)
+)
 FITS_START, FITS_END = "<!-- plan --fits --bf16 --markdown: start -->", "<!-- plan --fits: end -->"
 # docs/memory.md holds the whole table; the README sums up these models' rows of it, between its markers.
 DOCS_MEMORY = REPO_ROOT / "docs" / "memory.md"

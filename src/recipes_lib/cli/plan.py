@@ -38,7 +38,14 @@ def add_plan_parser(commands) -> None:
     plan_parser.add_argument("--per_device_train_batch_size", type=int, default=32)
     plan_parser.add_argument("--max_seq_length", type=int, default=128)
     plan_parser.add_argument("--num_labels", type=int, default=2, help="classes of the task (sizes the head)")
-    plan_parser.add_argument("--bf16", action="store_true", help="bf16 mixed precision (autocast)")
+    plan_parser.add_argument(
+        "--precision",
+        choices=["auto", "fp32", "bf16", "fp16"],
+        default="auto",
+        help="the precision to plan; auto (default): what the recipe picks for each model's family on this "
+        "machine's GPU, or with no GPU here on a bf16-capable 24 GB GPU (bf16), or with --device cpu fp32",
+    )
+    plan_parser.add_argument("--bf16", action="store_true", help="the same as --precision bf16")
     plan_parser.add_argument(
         "--gradient_checkpointing",
         "--activation_checkpointing",

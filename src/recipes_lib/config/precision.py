@@ -81,6 +81,13 @@ def detect_capability(use_cpu: bool) -> DeviceCapability:
     )
 
 
+# What `recipes-lib plan` plans for on a machine without a GPU (a laptop planning a GPU run): the
+# project's target, a 24 GB consumer GPU with native bf16 and fp16 (an RTX 3090 or 4090).
+TARGET_GPU = DeviceCapability(
+    kind="cuda", name="a bf16-capable 24 GB GPU (RTX 3090/4090)", native_bf16=True, native_fp16=True
+)
+
+
 @dataclass(frozen=True)
 class PrecisionChoice:
     precision: str  # one of PRECISIONS

@@ -78,6 +78,11 @@ def check_recipe(name: str, argv: list[str], request: dict[str, Any]) -> dict[st
     )
     try:
         config, _ = load_config_and_source(arguments.model.model_name_or_path)
+        # The precision the trial will train in: the parsed one (device, flags, the accelerate config's
+        # mixed_precision), revisited for the model's family as the run does (DeBERTa stays out of fp16).
+        choice = training.precision_for(config.model_type)
+        setup = setup.with_precision(choice.precision, choice.reason)
+        answer["precision"] = choice.precision
         plan = plan_memory(config, setup, model_name=arguments.model.model_name_or_path)
     except PLANNING_ERRORS as error:
         answer.update(

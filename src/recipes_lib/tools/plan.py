@@ -2,8 +2,13 @@
 
 The command's body: the parsed arguments (cli/plan.py) become the planner's Setup and each recipe's
 TrainingShape (its registry entry, with the command line's LoRA and optimizer overrides), and the
-planner (memory/planner/) predicts and formats. Nothing here imports torch: the planner counts
-parameters on the meta device, and only when a model's config asks for it.
+planner (memory/planner/) predicts and formats. Torch is imported to count parameters on the meta
+device and to read the GPU the precision is chosen for, never to allocate anything.
+
+The precision planned is, unless asked for (--precision, --bf16), the one the recipe itself would
+pick (config/precision.py's choose_precision, per model family): on this machine's GPU when it has
+one, on the CPU with --device cpu, else on the project's target GPU (TARGET_GPU: bf16), so that a
+plan made on a laptop shows what the run on a 24 GB GPU will use.
 """
 
 from __future__ import annotations
@@ -11,8 +16,9 @@ from __future__ import annotations
 import logging
 import sys
 import warnings
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
+from recipes_lib.config.precision import TARGET_GPU, DeviceCapability, choose_precision, detect_capability
 from recipes_lib.config.recipe_options import TEACHER_BATCH_SIZE
 from recipes_lib.config.registry import recipe_specs
 from recipes_lib.errors import ConfigError, RecipeError
@@ -26,6 +32,7 @@ from recipes_lib.memory.planner.report import (
     format_distillation,
     format_family,
     format_not_planned,
+    format_other_precisions,
     format_plan,
     format_plan_table,
     format_sources,
@@ -79,6 +86,52 @@ def _target_modules(names: list[str] | None) -> tuple[str, ...] | str | None:
     return "all-linear" if [name.lower() for name in names] == ["all-linear"] else tuple(names)
 
 
+@dataclass(frozen=True)
+class PlannedPrecision:
+    """The precision each model is planned in: the one asked for, or what its recipe would pick."""
+
+    asked: str  # "auto", "fp32", "bf16" or "fp16"
+    flag: str  # how it was asked for, for the reports: "--precision fp32", "--bf16"
+    capability: DeviceCapability  # the device the recipe would choose on
+    on_this_machine: bool  # the capability was read here (a GPU, or the CPU), not assumed (TARGET_GPU)
+
+    def choose(self, model_type: str | None) -> tuple[str, str]:
+        """(precision, why) for a model of `model_type` (None: any family but those that overflow in fp16)."""
+        if self.asked != "auto":
+            return self.asked, f"asked for by {self.flag}"
+        choice = choose_precision(self.capability, bf16=None, fp16=None, launcher=None, model_type=model_type)
+        if self.capability.kind == "cpu":
+            where = "on the CPU"
+        elif self.on_this_machine:
+            where = f"here: {choice.reason.removeprefix('automatic: ')}"
+        else:
+            where = "on a bf16-capable GPU, none here"
+        other = "bf16" if choice.precision == "fp32" else "fp32"
+        return choice.precision, f"what the recipe picks {where}; --precision {other} to plan otherwise"
+
+
+def planned_precision(args) -> PlannedPrecision:
+    """--precision and --bf16 as one choice, and the device an automatic one is made for."""
+    asked, flag = args.precision, f"--precision {args.precision}"
+    if args.bf16:
+        if asked not in ("auto", "bf16"):
+            raise ConfigError(
+                f"--bf16 asks for bf16 but --precision asks for {asked}; give one of them "
+                "(--bf16 is the same as --precision bf16)."
+            )
+        asked, flag = "bf16", "--bf16"
+    on_cpu = args.device == "cpu"
+    if asked == "fp16" and on_cpu:
+        raise ConfigError(
+            "--precision fp16 with --device cpu: accelerate has no fp16 mixed precision on the CPU, so a "
+            "recipe there refuses it. Plan --precision fp32 (the CPU's default) or bf16, or drop --device cpu."
+        )
+    capability = detect_capability(use_cpu=on_cpu)  # as the recipe reads it: the CPU when there is no GPU
+    if on_cpu or capability.kind == "cuda":
+        return PlannedPrecision(asked, flag, capability, on_this_machine=True)
+    return PlannedPrecision(asked, flag, TARGET_GPU, on_this_machine=False)
+
+
 def plan(args) -> int:
     """`recipes-lib plan`: the table (or one model's breakdown) for the parsed arguments; returns the exit code."""
     logging.basicConfig(level=logging.WARNING, format="%(message)s")
@@ -88,10 +141,14 @@ def plan(args) -> int:
         if value <= 0:
             print(f"error: --{name} is {value}; it must be a positive integer.", file=sys.stderr)
             return 2
+    try:
+        precision = planned_precision(args)
+    except RecipeError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
     setup = Setup(
         batch_size=args.per_device_train_batch_size,
         seq_length=args.max_seq_length,
-        bf16=args.bf16,
         gradient_checkpointing=args.gradient_checkpointing,
         device=args.device,
         attention=args.attn_implementation,
@@ -99,14 +156,14 @@ def plan(args) -> int:
         num_processes=args.num_processes,
         sharding=args.sharding,
         optimizer_offload=args.optimizer_offload,
-    )
+    ).with_precision(*precision.choose(None))
     try:
         shapes = recipe_shapes(args.recipe, args)
     except RecipeError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
     if args.fits:
-        return plan_fits(args, shapes, setup)
+        return plan_fits(args, shapes, setup, precision)
     if not args.model:
         print("error: plan needs --model (or --fits, for every catalogue model).", file=sys.stderr)
         return 2
@@ -118,7 +175,9 @@ def plan(args) -> int:
             file=sys.stderr,
         )
         return 2
-    rows = plan_models(args.model, shapes, setup, args.budget_gib, num_labels=args.num_labels)
+    rows = plan_models(
+        args.model, shapes, setup, args.budget_gib, num_labels=args.num_labels, precision_for=precision.choose
+    )
     not_planned = format_not_planned(rows)
     if all(row.plan is None for row in rows):  # nothing to show: say why (naming the rows if they differ)
         reasons = {row.error for row in rows}
@@ -132,6 +191,8 @@ def plan(args) -> int:
     else:
         print(f"Predicted peak training memory: {describe_setup(setup, args.budget_gib)}")
         print(format_plan_table(rows, args.budget_gib, markdown=args.markdown))
+        for line in format_other_precisions(rows, setup):
+            print(f"{'- ' if args.markdown else ''}{line}")
         for line in not_planned:
             print(f"{'- ' if args.markdown else ''}{line}")
     if teacher is not None and "distill" in shapes:
@@ -150,18 +211,26 @@ def print_distillation(teacher: str, rows, shapes: dict, setup: Setup, args) -> 
         found = load_teacher(teacher, args.num_labels, shapes)
         pass_setup = replace(setup, shape=found.shape, batch_size=TEACHER_BATCH_SIZE, label="teacher pass",
                              seq_length=found.seq_length or setup.seq_length)  # fmt: skip
-        teacher_plan = plan_inference(found.config, pass_setup, model_name=teacher)
+        students = [row for row in rows if row.label == "distill" and row.plan is not None]
+        # The teacher's pass runs in the run's precision, which the student's family decides.
+        teacher_plans = [
+            plan_inference(
+                found.config,
+                pass_setup.with_precision(row.plan.setup.precision, row.plan.setup.precision_reason),
+                model_name=teacher,
+            )
+            for row in students
+        ]
     except PLANNING_ERRORS as error:
         print(f"error: --teacher {teacher}: {error}", file=sys.stderr)
         return 2
     print(f"\nteacher {teacher}: {found.source}")
-    for row in rows:
-        if row.label == "distill" and row.plan is not None:
-            print(format_distillation(teacher_plan, row.plan, args.budget_gib))
+    for row, teacher_plan in zip(students, teacher_plans, strict=True):
+        print(format_distillation(teacher_plan, row.plan, args.budget_gib))
     return 0
 
 
-def plan_fits(args, shapes: dict, setup) -> int:
+def plan_fits(args, shapes: dict, setup, precision: PlannedPrecision) -> int:
     """`plan --fits`: the catalogue models (or those of --model) against every recipe, as one table."""
     models = []
     for name in args.model or ():
@@ -174,6 +243,9 @@ def plan_fits(args, shapes: dict, setup) -> int:
     # distill is left out: its peak depends on a teacher, one model per plan (plan --recipe distill --teacher
     # T), and its student trains as full_ft does, whose column answers for the student.
     shapes = {name: shape for name, shape in shapes.items() if name != "distill"}
-    rows = catalogue_fits(shapes, setup, args.budget_gib, models=models or None, num_labels=args.num_labels)
+    rows = catalogue_fits(
+        shapes, setup, args.budget_gib, models=models or None, num_labels=args.num_labels,
+        precision_for=precision.choose,
+    )  # fmt: skip
     print(format_fits(rows, list(shapes), setup, args.budget_gib, markdown=args.markdown))
     return 0

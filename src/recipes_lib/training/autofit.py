@@ -95,6 +95,7 @@ def planner_setup(arguments, shape: TrainingShape, device: torch.device) -> Setu
         batch_size=training.per_device_train_batch_size,
         seq_length=arguments.data.max_seq_length,
         bf16=bool(training.bf16),
+        fp16=bool(training.fp16),  # the same bytes as bf16 (2 per autocast copy)
         # transformers 5 renamed gradient_checkpointing (a deprecated alias until v6).
         gradient_checkpointing=bool(training.activation_checkpointing),
         device="cuda" if device.type == "cuda" else "cpu",

@@ -22,7 +22,7 @@ The parts are the five that results.json measures (memory/monitor.py); plan.py a
     other            the input batch (int64 ids, token types, mask)
 
 Activations, per encoder layer, for T = batch x length tokens, hidden H, FFN width F, A heads
-(e = 4 B in fp32, 2 B in bf16 mixed precision; m = dropout mask: 1 B on CUDA (bool), the tensor's
+(e = 4 B in fp32, 2 B in bf16 or fp16 mixed precision (the same bytes); m = dropout mask: 1 B on CUDA (bool), the tensor's
 own size on CPU, where PyTorch draws a float noise tensor; LayerNorm and residual sums stay fp32):
 
     attention, eager or math kernel   3 T x H x e  copies of Q, K, V made contiguous for the matmuls
@@ -94,7 +94,7 @@ NF4_CONSTANT_BYTES = 16 * 4 + 256 * 4 + 4
 def weight_bytes(parameters: Parameters, setup: Setup) -> int:
     """Parameters and buffers: 4 B per fp32 parameter (2 B under ZeRO-Offload's bf16 mode); each NF4
     weight with its block scales and constants; each int8 weight (base_bits 8) with its row scales."""
-    float_bytes = 2 if setup.optimizer_offload and setup.bf16 else 4
+    float_bytes = 2 if setup.optimizer_offload and setup.half_precision else 4
     floats = float_bytes * (parameters.total - sum(parameters.quantized_linears))
     if setup.shape.base_bits == 8:
         # LLM.int8: int8 weights (CB) and one fp32 absmax per output row (SCB); nothing else kept.
@@ -147,7 +147,7 @@ def offloaded_bytes(parameters: Parameters, setup: Setup) -> int:
     if not setup.optimizer_offload:
         return 0
     largest = max((elements for elements, _ in parameters.trainable_tensors), default=0)
-    return 16 * parameters.trainable + (2 if setup.bf16 else 4) * largest
+    return 16 * parameters.trainable + (2 if setup.half_precision else 4) * largest
 
 
 # DeepSpeed's default reduce_bucket_size (elements): accelerate_configs/deepspeed_zero2_offload.yaml
@@ -162,7 +162,7 @@ def offload_gradient_bytes(parameters: Parameters, setup: Setup) -> int:
     elements (stage 2 without overlap_comm allocates one, whatever the model's size: 0.93 GiB in
     bf16). Every other gradient goes to the CPU as backward makes it."""
     largest = max((elements for elements, _ in parameters.trainable_tensors), default=0)
-    return (2 if setup.bf16 else 4) * (2 * largest + DEEPSPEED_REDUCE_BUCKET)
+    return (2 if setup.half_precision else 4) * (2 * largest + DEEPSPEED_REDUCE_BUCKET)
 
 
 def optimizer_bytes(parameters: Parameters, setup: Setup) -> int:
@@ -200,7 +200,7 @@ def gathered_layer_bytes(encoder: Encoder, parameters: Parameters, setup: Setup)
     H, F = encoder.hidden, encoder.intermediate
     layer_parameters = encoder.layer_parameters or 4 * (H * H + H) + 2 * H * F + F + H + 4 * H
     bytes_per_weight = (weight_bytes(parameters, setup) - parameters.buffer_bytes) / parameters.total
-    if setup.bf16:
+    if setup.half_precision:
         bytes_per_weight = min(bytes_per_weight, 2)
     return math.ceil(layer_parameters * bytes_per_weight)
 
@@ -235,7 +235,7 @@ class _Sizes:
         self.T = self.B * self.S
         self.E = encoder.embedding_width
         self.P = self.B * self.A * self.S * self.S  # attention probabilities
-        self.e = 2 if setup.bf16 else 4
+        self.e = 2 if setup.half_precision else 4
         self.cuda = setup.device == "cuda"
 
     def mask(self, elements: int, element_bytes: int) -> int:
@@ -308,8 +308,8 @@ def _probability_terms(encoder: Encoder, setup: Setup) -> dict[str, int]:
     terms = {"attention probabilities": z.P * 4}  # softmax runs in fp32 under autocast
     if encoder.attention_dropout > 0:
         terms["attention dropout mask + output"] = z.mask(z.P, 4) + z.P * 4
-    if setup.bf16:
-        terms["attention probabilities, bf16 copy"] = z.P * 2
+    if setup.half_precision:
+        terms[f"attention probabilities, {setup.precision} copy"] = z.P * 2
     return terms
 
 
@@ -344,19 +344,19 @@ def _linear_input_terms(encoder: Encoder, setup: Setup) -> dict[str, int]:
     """Full fine-tuning: the inputs of the linears that read the fp32 stream (attention, FFN), kept
     for their weight gradients. The LayerNorm outputs, or under autocast one bf16 copy per linear."""
     T, H = setup.batch_size * setup.seq_length, encoder.hidden
-    if setup.bf16:
+    if setup.half_precision:
         # Each linear keeps its own bf16 copy of its input: Q, K, V share one fp32 input, the
         # FFN's first linear takes the attention block's LayerNorm output.
         linears = len(set(encoder.family.qkv)) + 1
-        return {"linear inputs, bf16 copies": linears * T * H * 2}
+        return {f"linear inputs, {setup.precision} copies": linears * T * H * 2}
     return {"LayerNorm outputs (next linears' input)": 2 * T * H * 4}
 
 
 def _bf16_weight_terms(encoder: Encoder, setup: Setup) -> dict[str, int]:
-    if setup.bf16 and not setup.shape.quantized_base:
+    if setup.half_precision and not setup.shape.quantized_base:
         # Autocast's bf16 copy of every linear weight, kept for the input gradient. A quantized
         # base's NF4 weights are dequantized again in backward instead.
-        return {"linear weights, bf16 copies": 2 * _linear_weight_elements(encoder)}
+        return {f"linear weights, {setup.precision} copies": 2 * _linear_weight_elements(encoder)}
     return {}
 
 
@@ -372,9 +372,9 @@ def _lora_terms(encoder: Encoder, setup: Setup) -> dict[str, int]:
     adapters = encoder.adapters
     if lora.dropout > 0:
         terms["LoRA dropout masks + inputs"] = sum(
-            z.mask(T * a.inputs, 4) + T * a.inputs * (2 if setup.bf16 else 4) for a in adapters
+            z.mask(T * a.inputs, 4) + T * a.inputs * (2 if setup.half_precision else 4) for a in adapters
         )
-    elif setup.bf16:  # each adapter's own bf16 copy of its input
+    elif setup.half_precision:  # each adapter's own bf16 copy of its input
         terms["LoRA inputs"] = sum(T * a.inputs * 2 for a in adapters)
     else:  # the frozen linear's input, kept for the adapter: once per input (Q, K, V share theirs)
         qkv = [a for a in adapters if a.role == "qkv"]
@@ -530,8 +530,8 @@ def _embedding_terms(encoder: Encoder, setup: Setup, trainable: bool) -> dict[st
     if encoder.embedding_drop > 0:
         terms["embeddings: dropout mask"] = z.mask(T * E, 4)
     if E != H:  # ALBERT and ELECTRA project the narrower embeddings up to the hidden size
-        terms["embeddings: projection input"] = T * E * (2 if setup.bf16 else 4)
-    if not setup.bf16 and encoder.family.layer not in (GATED_ROTARY, PRE_NORM):
+        terms["embeddings: projection input"] = T * E * (2 if setup.half_precision else 4)
+    if not setup.half_precision and encoder.family.layer not in (GATED_ROTARY, PRE_NORM):
         # Under autocast the first layer's linears keep bf16 copies instead; a pre-norm first layer
         # counts its input itself (its LayerNorm keeps it), and ModernBERT's its Wqkv input.
         terms["embeddings: output (first layer's input)"] = T * H * 4
@@ -562,7 +562,7 @@ def _encoder_terms(encoder: Encoder, setup: Setup) -> dict[str, int]:
             terms["attention masks, float"] = masked * z.B * z.S * z.S * z.e
         terms["rotary cos and sin"] = encoder.layers * 2 * z.S * (z.H // z.A) * z.e
         terms["final LayerNorm input + stats"] = z.T * z.H * 4 + 2 * z.T * 4
-    if not setup.bf16 and not setup.gradient_checkpointing:
+    if not setup.half_precision and not setup.gradient_checkpointing:
         # The last hidden states stay whole when the head's first linear trains on a view of their
         # first token. BERT's and DeBERTa's layers count them already (as the next layer's input)
         # under full fine-tuning. (A head that drops out first, RoBERTa's, keeps none of them, but
@@ -585,15 +585,15 @@ def _conv_terms(encoder: Encoder, setup: Setup) -> dict[str, int]:
     # The convolution's input (a contiguous copy, or autocast's bf16 one), the bool mask of
     # masked_fill, the dropout mask and the activation's input.
     terms["conv layer: input, masks, activation input"] = T * H * e + z.B * z.S + z.mask(T * H, e) + T * H * e
-    if setup.bf16:
-        terms["conv layer: weight, bf16 copy"] = 2 * encoder.conv_weights
+    if setup.half_precision:
+        terms[f"conv layer: weight, {setup.precision} copy"] = 2 * encoder.conv_weights
     return terms
 
 
 def _head_terms(encoder: Encoder, setup: Setup) -> dict[str, int]:
     # The pooler's and classifier's tensors: batch x hidden each (FamilyForward.head).
     B, H = setup.batch_size, encoder.hidden
-    e = 2 if setup.bf16 else 4
+    e = 2 if setup.half_precision else 4
     always, with_dropout = encoder.family.head
     pieces = always + (with_dropout if encoder.classifier_dropout > 0 else 0)
     return {"pooler and classifier": pieces * B * H * e}
@@ -606,7 +606,7 @@ def _first_layer_difference(encoder: Encoder, setup: Setup, fused: bool) -> int:
     keep it). ModernBERT: its first layer has no LayerNorm before the attention.
     """
     T, H = setup.batch_size * setup.seq_length, encoder.hidden
-    e = 2 if setup.bf16 else 4
+    e = 2 if setup.half_precision else 4
     savings = 0
     if encoder.family.layer == GATED_ROTARY:
         savings += T * H * 4 + 2 * T * 4
@@ -641,7 +641,7 @@ def _backward_transient(encoder: Encoder, setup: Setup, fused: bool) -> int:
     hold more or less at those moments (`_family_transient`).
     """
     T, H, F = setup.batch_size * setup.seq_length, encoder.hidden, encoder.intermediate
-    e = 2 if setup.bf16 else 4
+    e = 2 if setup.half_precision else 4
     if encoder.family.layer == GATED_ROTARY:
         # The gated FFN's backward: the gradients of Wi's 2F-wide output (LoRA: and of the gate's
         # product) while the layer's saved tensors are there (fitted to the CPU order of frees).
@@ -666,7 +666,7 @@ def _pre_norm_transient(encoder: Encoder, setup: Setup, fused: bool) -> int:
     """
     B, S, H, F = setup.batch_size, setup.seq_length, encoder.hidden, encoder.intermediate
     T = B * S
-    e = 2 if setup.bf16 else 4
+    e = 2 if setup.half_precision else 4
     recomputed = setup.gradient_checkpointing
     final_norm = T * H * 4 + 2 * T * 4
     head = sum(_head_terms(encoder, setup).values())
@@ -687,7 +687,7 @@ def _pre_norm_transient(encoder: Encoder, setup: Setup, fused: bool) -> int:
 def _bert_transient(encoder: Encoder, setup: Setup, fused: bool) -> int:
     B, S, H, F = setup.batch_size, setup.seq_length, encoder.hidden, encoder.intermediate
     T = B * S
-    e = 2 if setup.bf16 else 4
+    e = 2 if setup.half_precision else 4
     if setup.adapters is not None:
         ffn = 2 * T * F * e + T * H * 4 + 4 * T * setup.adapters.r * e
         if setup.shape.quantized_base:
@@ -704,7 +704,7 @@ def _attention_moment(encoder: Encoder, setup: Setup) -> int:
     (one, or two without attention dropout) once the FFN's saved tensors are gone."""
     B, S, H, F, A = setup.batch_size, setup.seq_length, encoder.hidden, encoder.intermediate, encoder.heads
     T = B * S
-    e = 2 if setup.bf16 else 4
+    e = 2 if setup.half_precision else 4
     probabilities = B * A * S * S * 4
     copies_of_probabilities = 1 if encoder.attention_dropout > 0 else 2
     if setup.adapters is not None:
@@ -726,7 +726,7 @@ def _family_transient(encoder: Encoder, setup: Setup) -> int:
         encoder.hidden,
         encoder.intermediate,
     )
-    e = 2 if setup.bf16 else 4
+    e = 2 if setup.half_precision else 4
     family = encoder.family
     lora = setup.adapters is not None
     extra = 0

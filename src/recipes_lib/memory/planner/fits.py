@@ -22,7 +22,7 @@ from recipes_lib.config.recipe_spec import TrainingShape
 from recipes_lib.memory.planner.catalogue import CATALOGUE
 from recipes_lib.memory.planner.parameters import count_parameters_on_meta
 from recipes_lib.memory.planner.plan import Setup, largest_batch
-from recipes_lib.memory.planner.report import PLANNING_ERRORS, describe_setup, error_reason
+from recipes_lib.memory.planner.report import PLANNING_ERRORS, PrecisionFor, describe_setup, error_reason
 from recipes_lib.units import GIB, format_table
 
 # The largest batch the table looks for: past it, a cell says "1024+" (a bigger batch fits too).
@@ -104,6 +104,8 @@ class ModelFits:
     max_batch: dict[tuple[str, bool], int] = field(default_factory=dict)
     # (recipe, activation checkpointing) -> why there is no plan (e.g. ALBERT has no checkpointing).
     errors: dict[tuple[str, bool], str] = field(default_factory=dict)
+    # The precision it was planned in, with why (its family's own choice), where it is not the table's.
+    other_precision: str = ""
 
     def fits(self, recipe: str, checkpointing: bool, batch: int) -> bool:
         """Whether `batch` fits: the predicted peak grows with the batch, so up to the largest one does."""
@@ -161,17 +163,25 @@ def catalogue_fits(
     budget_gib: float,
     models: Iterable[str] | None = None,
     num_labels: int = 2,
+    precision_for: PrecisionFor | None = None,
 ) -> list[ModelFits]:
     """`model_fits` for each catalogue model (all of them by default), built from the catalogue's own
     values, never a cached or downloaded config, so the table is the same on every machine. Every
-    recipe of `shapes` is planned with its techniques (`with_techniques`)."""
+    recipe of `shapes` is planned with its techniques (`with_techniques`). `precision_for(model_type)`
+    gives (precision, why) per model, as plan_models takes it; without it, the setup's precision."""
     columns = with_techniques(shapes)
     column_shapes = {name: shape for name, (shape, _) in columns.items()}
     changes = {name: setup_changes for name, (_, setup_changes) in columns.items()}
     rows = []
     for name in models or CATALOGUE:
         config = CATALOGUE[name].config(num_labels)
-        rows.append(model_fits(name, config, column_shapes, setup, budget_gib, setup_changes=changes))
+        model_setup = (
+            setup if precision_for is None else setup.with_precision(*precision_for(config.model_type))
+        )
+        row = model_fits(name, config, column_shapes, model_setup, budget_gib, setup_changes=changes)
+        if model_setup.precision != setup.precision:
+            row.other_precision = f"{model_setup.precision} ({model_setup.precision_reason})"
+        rows.append(row)
     return rows
 
 
@@ -230,5 +240,6 @@ def format_fits(
     for row in rows:
         for reason in row.errors.values():
             reasons.setdefault(reason, {})[row.model] = None
+    lines += [f"{bullet}{row.model}: planned in {row.other_precision}" for row in rows if row.other_precision]
     lines += [f"{bullet}Not planned for {', '.join(models)}: {reason}" for reason, models in reasons.items()]
     return "\n".join(lines)

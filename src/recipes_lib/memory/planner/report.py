@@ -7,7 +7,7 @@ recipe asked for. The other modules of the planner do the arithmetic and never p
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
 
 from recipes_lib.config.recipe_spec import TrainingShape
@@ -22,6 +22,10 @@ from recipes_lib.units import GIB, MIB, format_table
 # What plan_models and the CLI report as a reason a row has no plan rather than stop on: errors the
 # user can fix (RecipeError) and transformers' or peft's ValueError for a model or target they lack.
 PLANNING_ERRORS = (RecipeError, ValueError)
+
+
+# (precision, why) for a model type: how the caller decides each family's precision (tools/plan.py).
+PrecisionFor = Callable[[str | None], tuple[str, str]]
 
 
 # --- rows of plans -----------------------------------------------------------------------------------
@@ -53,8 +57,12 @@ def plan_models(
     setup: Setup,
     budget_gib: float,
     num_labels: int = 2,
+    precision_for: PrecisionFor | None = None,
 ) -> list[PlanRow]:
     """A plan and the largest batch that fits, for every model and every {label: shape}.
+
+    `precision_for(model_type)` gives (precision, why) per model, as its recipe would choose for its
+    family; without it every model is planned in the setup's precision.
 
     Every row that can be planned is; one that cannot says why in its `error`: a config that does
     not load, a model the planner does not know, adapters that name no layer of the model, or a
@@ -68,12 +76,15 @@ def plan_models(
         except PLANNING_ERRORS as error:
             rows += [PlanRow(model, label, error=error_reason(error)) for label in shapes]
             continue
+        model_setup = (
+            setup if precision_for is None else setup.with_precision(*precision_for(config.model_type))
+        )
         for label, shape in shapes.items():
             row = PlanRow(model, label, source)
             try:
                 if isinstance(shape, Exception):
                     raise shape
-                labelled = replace(setup, shape=shape, label=label)
+                labelled = replace(model_setup, shape=shape, label=label)
                 row.plan = plan_memory(config, labelled, model_name=model)
                 row.max_batch = largest_batch(config, labelled, int(budget_gib * GIB))
             except PLANNING_ERRORS as error:
@@ -128,7 +139,9 @@ def setup_label(setup: Setup) -> str:
 
 def describe_setup(setup: Setup, budget_gib: float, encoder: Encoder | None = None) -> str:
     """The setup in words; with the planned `encoder`, the attention it really runs."""
-    precision = "bf16 mixed precision" if setup.bf16 else "fp32"
+    precision = f"{setup.precision} mixed precision" if setup.half_precision else "fp32"
+    if setup.precision_reason:
+        precision = f"{precision} ({setup.precision_reason})"
     attention = {"sdpa": "SDPA attention", "eager": "eager attention"}[setup.attention]
     if encoder is not None and setup.attention == "sdpa" and not encoder.sdpa:
         attention = f"eager attention ({encoder.model_type} has no SDPA)"
@@ -222,6 +235,19 @@ def format_sources(rows: list[PlanRow]) -> str:
     """Where each model's config came from, one line per model: 'bert-base-uncased: catalogue: ...'."""
     sources = {row.model: row.source for row in rows if row.source}
     return "\n".join(f"{model}: {source}" for model, source in sources.items())
+
+
+def format_other_precisions(rows: list[PlanRow], setup: Setup) -> list[str]:
+    """A line per model planned in another precision than the table's header says (a family's own choice)."""
+    other = {
+        row.model: row.plan.setup
+        for row in rows
+        if row.plan is not None and row.plan.setup.precision != setup.precision
+    }
+    return [
+        f"{model}: planned in {planned.precision} ({planned.precision_reason})"
+        for model, planned in other.items()
+    ]
 
 
 def format_plan_table(rows: list[PlanRow], budget_gib: float, markdown: bool = False) -> str:
@@ -319,7 +345,7 @@ def format_distillation(teacher: InferencePlan, student: MemoryPlan, budget_gib:
     """distill's two phases, which never overlap (the teacher is freed before the student loads), and
     the run's peak: the larger of the two."""
     setup = teacher.setup
-    precision = "bf16 autocast" if setup.bf16 else "fp32"
+    precision = f"{setup.precision} autocast" if setup.half_precision else "fp32"
     context = f" + CUDA context {_gib(teacher.cuda_overhead)}" if teacher.cuda_overhead else ""
     peak, phase = max((teacher.total, "the teacher pass"), (student.total, "the student's training"))
     verdict = "fits" if peak <= budget_gib * GIB else "does NOT fit"

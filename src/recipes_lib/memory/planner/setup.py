@@ -7,9 +7,10 @@ import it from below rather than from each other.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from recipes_lib.config.recipe_spec import LoraShape, TrainingShape
+from recipes_lib.errors import ConfigError
 
 # The CUDA context and cuBLAS workspace live outside PyTorch's allocator, so max_memory_allocated
 # never shows them. This default is an assumption, not a measurement made here: on a GPU, a run's
@@ -52,7 +53,13 @@ class Setup:
     label: str = ""
     batch_size: int = 32
     seq_length: int = 128
+    # The run's mixed precision: bf16 or fp16 autocast (both false: fp32). The two cost the same bytes
+    # (2 per autocast copy; DeepSpeed's bf16 and fp16 modes both cast the model), so the arithmetic
+    # reads only `half_precision`; the name shows in the reports.
     bf16: bool = False
+    fp16: bool = False
+    # Why this precision, in words ("what the recipe picks on ..."): shown in reports, never read by the arithmetic.
+    precision_reason: str = ""
     gradient_checkpointing: bool = False
     device: str = "cuda"  # "cuda" or "cpu": their attention kernels and dropout masks differ
     attention: str = "sdpa"  # or "eager"
@@ -67,6 +74,26 @@ class Setup:
     # DeepSpeed ZeRO-Offload (accelerate_configs/deepspeed_zero2_offload.yaml): optimizer state,
     # fp32 master weights and gradients in CPU memory. CUDA only.
     optimizer_offload: bool = False
+
+    def __post_init__(self):
+        if self.bf16 and self.fp16:
+            raise ConfigError(
+                "A Setup with both bf16 and fp16: a run computes in one precision; set one of them."
+            )
+
+    @property
+    def precision(self) -> str:
+        """'bf16', 'fp16' or 'fp32'."""
+        return "bf16" if self.bf16 else "fp16" if self.fp16 else "fp32"
+
+    @property
+    def half_precision(self) -> bool:
+        """Under bf16 or fp16 autocast: each matmul keeps 2-byte copies of its inputs and weight."""
+        return self.bf16 or self.fp16
+
+    def with_precision(self, precision: str, reason: str = "") -> Setup:
+        """A copy planned in `precision` ('fp32', 'bf16' or 'fp16'), with why, for the reports."""
+        return replace(self, bf16=precision == "bf16", fp16=precision == "fp16", precision_reason=reason)
 
     @property
     def sharded_parts(self) -> tuple[str, ...]:
