@@ -39,26 +39,11 @@ def add_plan_parser(commands) -> None:
     plan_parser.add_argument("--max_seq_length", type=int, default=128)
     plan_parser.add_argument("--num_labels", type=int, default=2, help="classes of the task (sizes the head)")
     plan_parser.add_argument(
-        "--precision",
-        choices=["auto", "fp32", "bf16", "fp16"],
-        default="auto",
-        help="the precision to plan; auto (default): what the recipe picks for each model's family on this "
-        "machine's GPU, or with no GPU here on a bf16-capable 24 GB GPU (bf16), or with --device cpu fp32",
-    )
-    plan_parser.add_argument("--bf16", action="store_true", help="the same as --precision bf16")
-    plan_parser.add_argument(
         "--gradient_checkpointing",
         "--activation_checkpointing",
         action="store_true",
         dest="gradient_checkpointing",
     )
-    plan_parser.add_argument(
-        "--budget_gib", "--budget", type=float, default=24.0, help="memory of the GPU in GiB (default 24)"
-    )
-    plan_parser.add_argument(
-        "--device", choices=["cuda", "cpu"], default="cuda", help="where it trains: kernels and masks differ"
-    )
-    plan_parser.add_argument("--attn_implementation", choices=["sdpa", "eager"], default="sdpa")
     # These change the shapes of the recipes that have them (default: each recipe's own).
     plan_parser.add_argument("--lora_r", type=int, help="LoRA rank, for the recipes with adapters")
     plan_parser.add_argument(
@@ -71,7 +56,31 @@ def add_plan_parser(commands) -> None:
         choices=[8, 32],
         help="AdamW state bits of nn.Embedding weights, for the recipes with 8-bit optimizer state",
     )
+    add_plan_machine_options(plan_parser)
     add_plan_technique_options(plan_parser)
+    plan_parser.add_argument(
+        "--no_family", action="store_true", help="skip the largest-BERT-family-configuration answer"
+    )
+    plan_parser.add_argument("--markdown", action="store_true", help="print the table as Markdown")
+
+
+def add_plan_machine_options(plan_parser) -> None:
+    """Where and how the run trains: precision, device, memory, processes and their sharding."""
+    plan_parser.add_argument(
+        "--precision",
+        choices=["auto", "fp32", "bf16", "fp16"],
+        default="auto",
+        help="the precision to plan; auto (default): what the recipe picks for each model's family on this "
+        "machine's GPU, or with no GPU here on a bf16-capable 24 GB GPU (bf16), or with --device cpu fp32",
+    )
+    plan_parser.add_argument("--bf16", action="store_true", help="the same as --precision bf16")
+    plan_parser.add_argument(
+        "--budget_gib", "--budget", type=float, default=24.0, help="memory of the GPU in GiB (default 24)"
+    )
+    plan_parser.add_argument(
+        "--device", choices=["cuda", "cpu"], default="cuda", help="where it trains: kernels and masks differ"
+    )
+    plan_parser.add_argument("--attn_implementation", choices=["sdpa", "eager"], default="sdpa")
     plan_parser.add_argument(
         "--cuda_overhead_gib",
         type=float,
@@ -88,10 +97,6 @@ def add_plan_parser(commands) -> None:
         help="what the processes shard: none (DDP), zero1, zero2, zero3 (DeepSpeed), fsdp_shard_grad_op, "
         "fsdp_full_shard; each process then holds 1/num_processes of those parts (memory/planner/plan.py lists them)",
     )
-    plan_parser.add_argument(
-        "--no_family", action="store_true", help="skip the largest-BERT-family-configuration answer"
-    )
-    plan_parser.add_argument("--markdown", action="store_true", help="print the table as Markdown")
 
 
 def add_plan_technique_options(plan_parser) -> None:
