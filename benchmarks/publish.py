@@ -339,7 +339,9 @@ def sizes_table(record: dict) -> list[str]:
     ]
     for size, summary in record["summary_by_size"].items():
         rows = _by_name(summary)
-        usual, before, after = rows.get("usual"), rows["recipe@baseline"], rows["recipe"]
+        # "before": an older library (--baseline_src) or, since --length_grouping, the stock grouping.
+        before = rows["stock"] if "stock" in rows else rows["recipe@baseline"]
+        usual, after = rows.get("usual"), rows["recipe"]
         ratio = after["real_tokens_per_s"] / before["real_tokens_per_s"]
         lines.append(
             f"| {int(size):,} | {_figure(usual and usual['pad_ratio'], '{:.3f}')} | {before['pad_ratio']:.3f} | "

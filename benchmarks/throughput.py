@@ -20,7 +20,8 @@ full_ft's defaults (eager instead of SDPA attention, activation checkpointing, t
 `--sizes 500 1000 2000 4000 16000` repeats the batching ways at each training-set size (the size
 axis of small-data runs); with `--baseline_src OLD/src` every recipe-default row is run twice, once
 with the library at OLD/src on PYTHONPATH ("recipe@baseline"), so a change to the batching is
-measured before and after in the same run. `--max_steps` caps each run's steps (the usual way at
+measured before and after in the same run; `--ways usual stock recipe` puts the stock grouping
+(`--length_grouping stock`) beside full_ft's default (`wide`) in one library. `--max_steps` caps each run's steps (the usual way at
 16,000 examples would take an hour on 2 CPU cores); pad ratio and tokens/s are then those of the
 steps taken, which the shuffled batch order makes a fair sample of the epoch.
 
@@ -47,6 +48,8 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 BATCHING_WAYS = {
     "usual": ["--pad_to_max_length", "true", "--train_sampling_strategy", "random"],
     "dynamic": ["--train_sampling_strategy", "random"],
+    # transformers' own length grouping: the recipe row with full_ft's default (wide) beside it.
+    "stock": ["--length_grouping", "stock"],
     "recipe": [],
 }
 # Each switch flipped away from its default, one at a time, on full_ft with the recipe defaults.
