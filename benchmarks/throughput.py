@@ -100,8 +100,8 @@ def parse_args(argv=None) -> argparse.Namespace:
         "--ways",
         nargs="+",
         choices=list(BATCHING_WAYS),
-        default=list(BATCHING_WAYS),
-        help="batching ways to run",
+        default=["usual", "dynamic", "recipe"],
+        help="batching ways to run (default: usual dynamic recipe; stock when asked)",
     )
     what.add_argument(
         "--recipes",
