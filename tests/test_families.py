@@ -15,7 +15,7 @@ import pytest
 import torch
 
 from recipes_lib.errors import RecipeError
-from tests.helpers.models import FAMILIES, FAMILY_SHAPES, build_tiny_family
+from tests.helpers.models import FAMILIES, FAMILY_SHAPES, build_tiny_family, logits
 from tests.helpers.runs import QUICK, run_args, run_in_process
 
 
@@ -39,16 +39,6 @@ def run_capturing_the_evaluated_model(recipe: str, args: list[str]):
     with mock.patch.object(RecipeRun, "write_results", write_results):
         results = run_in_process(recipe, args)
     return results, evaluated["model"]
-
-
-def logits(model, tokenizer_dir: Path) -> torch.Tensor:
-    from transformers import AutoTokenizer
-
-    tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir)
-    batch = tokenizer(["the red cat sat on a table", "a blue dog ran"], padding=True, return_tensors="pt")
-    model.eval()
-    with torch.no_grad():
-        return model(**batch).logits.float()
 
 
 def few_steps(model_dir: Path, data, output_dir: Path, *extra: str) -> list[str]:

@@ -15,7 +15,7 @@ import pytest
 import torch
 
 from tests.helpers.data import learnable_rows, write_csv
-from tests.helpers.models import FAMILIES, build_tiny_bert, build_tiny_family
+from tests.helpers.models import FAMILIES, build_tiny_bert, build_tiny_family, logits
 from tests.helpers.runs import QUICK, run_args, run_in_process
 
 # A base model named by a Hub id, as `make demo` names all-MiniLM-L6-v2: no directory of that name
@@ -54,16 +54,6 @@ def tiny_data(directory: Path) -> dict[str, Path]:
         "train": write_csv(directory / "train.csv", learnable_rows(16, seed=1)),
         "validation": write_csv(directory / "validation.csv", learnable_rows(8, seed=2)),
     }
-
-
-def logits(model, tokenizer_dir: Path) -> torch.Tensor:
-    from transformers import AutoTokenizer
-
-    tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir)
-    batch = tokenizer(["the red cat sat on a table", "a blue dog ran"], padding=True, return_tensors="pt")
-    model.eval()
-    with torch.no_grad():
-        return model(**batch).logits.float()
 
 
 @pytest.mark.parametrize("recipe", ["lora", "qlora"])

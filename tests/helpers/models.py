@@ -237,3 +237,15 @@ def build_tiny_gpt2(directory: Path) -> Path:
     GPT2LMHeadModel(config).save_pretrained(directory)
     tokenizer.save_pretrained(directory)
     return directory
+
+
+def logits(model, tokenizer_dir: Path):
+    """The model's logits on two fixed sentences, tokenized by the tokenizer saved in `tokenizer_dir`."""
+    import torch
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir)
+    batch = tokenizer(["the red cat sat on a table", "a blue dog ran"], padding=True, return_tensors="pt")
+    model.eval()
+    with torch.no_grad():
+        return model(**batch).logits.float()
