@@ -20,14 +20,19 @@ PYTEST_PARALLEL ?= -n 2 --dist loadfile
 
 # Without a GPU, install PyTorch's CPU build first (a plain `torch` requirement pulls a multi-GB CUDA
 # build); with one, pip picks the build that matches the machine. torch is never pinned for GPU users.
-$(BIN)/.installed: setup.cfg pyproject.toml
+# Every other package is held at the versions in constraints.txt, the set the suite last passed on (a
+# release of any of them, direct or transitive, cannot break `make test` on a fresh clone: kernels 0.19.1 did).
+# `make test-latest` tries the newest of everything and, when the suite passes there, rewrites the file.
+CONSTRAINTS ?= constraints.txt
+
+$(BIN)/.installed: setup.cfg pyproject.toml $(CONSTRAINTS)
 	# A virtual environment left without pip (an interrupted first run) is rebuilt.
 	test -x $(BIN)/pip || $(PYTHON) -m venv --clear $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	if ! command -v nvidia-smi >/dev/null 2>&1 && ! $(BIN)/python -c "import torch" 2>/dev/null; then \
 		$(BIN)/python -m pip install --quiet "torch==2.13.0"; \
 	fi
-	$(BIN)/python -m pip install --quiet -e ".[dev]"
+	$(BIN)/python -m pip install --quiet -c $(CONSTRAINTS) -e ".[dev]"
 	touch $@
 
 install: $(BIN)/.installed
@@ -206,6 +211,10 @@ test-latest:
 		-c $(LATEST_VENV)/constraints.txt -e ".[test]"
 	$(LATEST_BIN)/python -m pip list --format=freeze > $(LATEST_VENV)/installed.txt
 	$(OFFLINE) $(LATEST_BIN)/python -m pytest $(PYTEST_PARALLEL) $(PYTEST_ARGS)
+	# The suite passed on these versions: they become the known-good set `make install` holds to.
+	$(LATEST_BIN)/python tools/constraints.py $(LATEST_VENV)/installed.txt > $(CONSTRAINTS).new
+	mv $(CONSTRAINTS).new $(CONSTRAINTS)
+	@echo "$(CONSTRAINTS) rewritten from $(LATEST_VENV)/installed.txt: review 'git diff $(CONSTRAINTS)' and commit it"
 
 # The GPU check rehearsed on this CPU (issue 34): benchmarks/gpu_check.sh --cpu --tiny, the shell script
 # itself, in a virtual environment pinned to the GPU machine's image (benchmarks/gpu_image_requirements.txt:

@@ -16,10 +16,17 @@ import textwrap
 
 import pytest
 
-from recipes_lib.config.bitsandbytes_import import KERNELS_LOGGER, KERNELS_MESSAGE
+from recipes_lib.config.bitsandbytes_import import (
+    KERNELS_HUB_LOGGER,
+    KERNELS_LOGGER,
+    KERNELS_MESSAGE,
+    KERNELS_REPOSITORY,
+)
 from tests.helpers.repo import REPO_ROOT
 
 KERNELS_LINE = "gemm_4bit_forward"
+# kernels 0.19's line when bitsandbytes looks its CPU kernel up with the Hub offline (as every test runs).
+TRUST_CHECK_LINE = "publisher trust check"
 
 
 def run_python(code: str) -> subprocess.CompletedProcess:
@@ -50,7 +57,7 @@ def test_full_fts_imports_leave_bitsandbytes_unloaded_until_a_recipe_uses_it():
         """
     )
     assert "after full_ft's imports: False" in completed.stdout and "after a use: True" in completed.stdout
-    assert KERNELS_LINE not in completed.stderr
+    assert KERNELS_LINE not in completed.stderr and TRUST_CHECK_LINE not in completed.stderr
 
 
 def test_plan_never_imports_bitsandbytes_and_a_later_recipe_in_the_process_still_finds_it():
@@ -104,3 +111,18 @@ def test_the_kernels_line_is_dropped_and_every_other_bitsandbytes_warning_kept(c
     kernels_logger.warning(f"{KERNELS_MESSAGE}: %s. Please make sure ...", "No module named 'kernels'")
     kernels_logger.warning("another bitsandbytes warning")
     assert [record.getMessage() for record in caplog.records] == ["another bitsandbytes warning"]
+
+
+def test_kernels_offline_trust_check_line_for_bitsandbytes_kernel_is_dropped_and_others_kept(caplog):
+    caplog.set_level(logging.INFO)
+    hub_logger = logging.getLogger(KERNELS_HUB_LOGGER)
+    # As kernels 0.19 words it (kernels/_internals/hf_hub.py), for the repository bitsandbytes asks for.
+    hub_logger.warning(
+        f"Skipping publisher trust check for '{KERNELS_REPOSITORY}' because Hugging Face Hub is in offline mode."
+    )
+    hub_logger.warning(
+        "Skipping publisher trust check for 'someone/else' because Hugging Face Hub is offline."
+    )
+    assert [record.getMessage() for record in caplog.records] == [
+        "Skipping publisher trust check for 'someone/else' because Hugging Face Hub is offline."
+    ]

@@ -40,6 +40,7 @@ from recipes_lib.tracking.wandb_run import (
 )
 from recipes_lib.units import BREAKDOWN_KEYS
 from tests.helpers.data import multi_label_files, regression_files
+from tests.helpers.output import project_lines
 from tests.helpers.repo import RECIPES, REPO_ROOT
 from tests.helpers.runs import QUICK, run_args, run_in_process
 from tests.helpers.wandb_runs import FAKE_API_KEY, isolated_wandb_env, offline_runs, read_run
@@ -430,7 +431,7 @@ def test_without_an_api_key_it_builds_the_view_then_stops_with_one_line_saying_w
     )
     assert completed.returncode == 2
     assert completed.stdout == ""
-    (line,) = completed.stderr.splitlines()
+    (line,) = project_lines(completed.stderr)
     assert line.startswith("error: built the W&B view 'Recipe comparison: bert-base-uncased_glue-sst2'")
     assert "checked it offline" in line and "needs a W&B API key" in line and "wandb sync" in line
     # The view it built and checked is the one this module checks.
@@ -455,7 +456,7 @@ def test_with_a_key_but_no_reachable_server_it_says_it_needs_the_network(tmp_pat
     # Port 9 on this machine: nothing listens, so the connection is refused at once.
     completed = dashboard_command(tmp_path, WANDB_API_KEY=FAKE_API_KEY, WANDB_BASE_URL="http://127.0.0.1:9")
     assert completed.returncode == 2, completed.stderr
-    (line,) = completed.stderr.splitlines()
+    (line,) = project_lines(completed.stderr)
     assert "needs the network" in line and "http://127.0.0.1:9" in line
     assert FAKE_API_KEY not in completed.stderr + completed.stdout
 
@@ -464,7 +465,7 @@ def test_without_the_extra_it_names_the_extra_to_install(monkeypatch, capsys):
     for module in ("wandb_workspaces", "wandb_workspaces.workspaces", "wandb_workspaces.reports.v2"):
         monkeypatch.setitem(sys.modules, module, None)  # import fails as if not installed
     assert wandb_dashboard("bert-recipes") == 2
-    (line,) = capsys.readouterr().err.splitlines()
+    (line,) = project_lines(capsys.readouterr().err)
     assert "wandb-workspaces" in line and "pip install -e '.[dashboard]'" in line
 
 
@@ -514,7 +515,7 @@ def test_compare_wandb_refuses_runs_of_different_groups_without_experiment(recip
         json.dumps({**results, "config": {**results["config"], "experiment": "other"}})
     )
     assert log_comparison([results["output_dir"], str(other)], draw=False) == 2
-    (line,) = capsys.readouterr().err.splitlines()
+    (line,) = project_lines(capsys.readouterr().err)
     assert "different W&B groups" in line and "--experiment" in line
 
 

@@ -32,6 +32,7 @@ from recipes_lib.sweep.parallel import Workers, cpu_cores, slot_environments
 from recipes_lib.sweep.runner import run_sweep
 from recipes_lib.sweep.trials import Outcome
 from tests.helpers.crossval_stand_ins import FoldStandIn, read_oof, settings_for, single_label_file
+from tests.helpers.output import project_lines
 from tests.helpers.repo import ACCELERATE_CONFIGS, REPO_ROOT
 from tests.helpers.sweep_stand_ins import (
     SweepStandIn,
@@ -198,7 +199,7 @@ def test_workers_below_one_is_refused_in_one_line(tmp_path, capsys):
     path = tmp_path / "sweep.yaml"
     path.write_text(json.dumps(config_values(tmp_path)))
     assert cli_main(["sweep", str(path), "--workers", "0", "--dry_run"]) == 2
-    (line,) = capsys.readouterr().err.splitlines()
+    (line,) = project_lines(capsys.readouterr().err)
     assert line.startswith("error: --workers is 0; give how many trials run at once")
 
 
@@ -213,7 +214,7 @@ def test_a_bad_storage_url_is_refused_in_one_paragraph_naming_it(tmp_path, capsy
     path = tmp_path / "sweep.yaml"
     path.write_text(json.dumps(config_values(tmp_path)))
     assert cli_main(["sweep", str(path), "--storage", url, "--dry_run"]) == 2
-    (line,) = capsys.readouterr().err.splitlines()
+    (line,) = project_lines(capsys.readouterr().err)
     assert f"--storage {url} " in line and expected in line and "postgresql://USER:PASSWORD@HOST" in line
 
 
@@ -224,7 +225,7 @@ def test_a_missing_database_driver_names_the_package_to_install(tmp_path, capsys
     path.write_text(json.dumps(config_values(tmp_path)))
     url = "postgresql://sweeper:secret@db.example:5432/sweeps"
     assert cli_main(["sweep", str(path), "--storage", url, "--dry_run"]) == 2
-    (line,) = capsys.readouterr().err.splitlines()
+    (line,) = project_lines(capsys.readouterr().err)
     assert "needs the database driver psycopg" in line and "pip install" in line
     assert "recipes-lib[postgres]" in line and "secret" not in line  # the password is not printed
 

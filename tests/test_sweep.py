@@ -47,6 +47,7 @@ from recipes_lib.sweep.report import (
 from recipes_lib.sweep.runner import run_sweep
 from recipes_lib.sweep.trials import COMPLETE, Outcome, failure_reason, recipe_exit_code
 from recipes_lib.tracking import names
+from tests.helpers.output import project_lines
 from tests.helpers.repo import RECIPES_DIR, REPO_ROOT
 from tests.helpers.sweep_stand_ins import (
     CPU,
@@ -472,7 +473,7 @@ def test_without_optuna_the_sweep_says_in_one_line_which_extra_to_install(tmp_pa
     path.write_text(yaml.safe_dump(config_values(tmp_path)))
     monkeypatch.setitem(sys.modules, "optuna", None)  # `import optuna` fails as if it were not installed
     assert cli_main(["sweep", str(path), "--dry_run"]) == 2
-    (line,) = capsys.readouterr().err.splitlines()
+    (line,) = project_lines(capsys.readouterr().err)
     assert line.startswith("error: recipes-lib sweep runs its study with Optuna, which is not installed")
     assert "pip install 'recipes-lib[sweep]'" in line
     assert not (tmp_path / "sweep").exists()  # nothing started

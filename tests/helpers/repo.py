@@ -38,3 +38,11 @@ def load_benchmark(name: str) -> ModuleType:
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+
+def load_tool(name: str) -> ModuleType:
+    """tools/<name>.py imported from its file (its `__main__` block does not run)."""
+    spec = importlib.util.spec_from_file_location(f"tool_{name}", REPO_ROOT / "tools" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module

@@ -15,7 +15,10 @@ base, the reload of a quantized adapter, and peft's LoRA itself, whose layer dis
 bitsandbytes whether it has 4-bit layers (peft/tuners/lora/model.py). `plan`, which builds LoRA
 models with peft to count their parameters, never imports it (`bitsandbytes_hidden`).
 
-Where it does load, the kernels line is dropped (`_DropKernelsLine`): that kernel only serves 4-bit
+Where it does load, the kernels lines are dropped (`_DropKernelsLine`): bitsandbytes' own "Failed to
+load" line, and, since `kernels` 0.19 (which transformers installs), that package's "Skipping publisher
+trust check for 'kernels-community/quantization-bitsandbytes'" line whenever the Hub is offline. That
+kernel only serves 4-bit
 weights repacked for CPU inference (bitsandbytes' `packing_format_for_cpu`, set the first time a
 4-bit layer runs in eval mode), and every 4-bit model here is kept in its training layout
 (adapters.prepare_4bit_model), so no recipe, `predict` or `export` would ever call it: installing
@@ -34,6 +37,10 @@ PACKAGE = "bitsandbytes"
 # The logger and the message bitsandbytes 0.50's CPU backend warns with (bitsandbytes/backends/cpu/ops.py).
 KERNELS_LOGGER = "bitsandbytes.backends.cpu.ops"
 KERNELS_MESSAGE = "Failed to load CPU gemm_4bit_forward from kernels-community"
+# The repository bitsandbytes asks `kernels` for, and the logger `kernels` 0.19 warns on when it looks
+# it up offline (kernels/_internals/hf_hub.py): "Skipping publisher trust check for '<repository>' ...".
+KERNELS_REPOSITORY = "kernels-community/quantization-bitsandbytes"
+KERNELS_HUB_LOGGER = "kernels._internals.hf_hub"
 
 
 class _LazyBitsandbytes(importlib.abc.MetaPathFinder):
@@ -56,19 +63,21 @@ class _LazyBitsandbytes(importlib.abc.MetaPathFinder):
 
 
 class _DropKernelsLine(logging.Filter):
-    """Drops bitsandbytes' kernels line (the module docstring says why it concerns no run here); lets
-    every other bitsandbytes message through."""
+    """Drops the lines about bitsandbytes' optional CPU kernel (the module docstring says why it
+    concerns no run here); lets every other bitsandbytes or `kernels` message through."""
 
     def filter(self, record: logging.LogRecord) -> bool:
-        return not str(record.msg).startswith(KERNELS_MESSAGE)
+        message = str(record.msg)
+        return not (message.startswith(KERNELS_MESSAGE) or KERNELS_REPOSITORY in message)
 
 
 def defer_bitsandbytes() -> None:
     """Install the lazy finder and the kernels line's filter (once; the finder only while bitsandbytes is
     not loaded yet)."""
-    kernels_logger = logging.getLogger(KERNELS_LOGGER)
-    if not any(isinstance(f, _DropKernelsLine) for f in kernels_logger.filters):
-        kernels_logger.addFilter(_DropKernelsLine())
+    for logger_name in (KERNELS_LOGGER, KERNELS_HUB_LOGGER):
+        kernels_logger = logging.getLogger(logger_name)
+        if not any(isinstance(f, _DropKernelsLine) for f in kernels_logger.filters):
+            kernels_logger.addFilter(_DropKernelsLine())
     if PACKAGE not in sys.modules and not any(isinstance(f, _LazyBitsandbytes) for f in sys.meta_path):
         sys.meta_path.insert(0, _LazyBitsandbytes())
 
@@ -82,7 +91,7 @@ def bitsandbytes_loaded() -> bool:
 def quiet_bitsandbytes():
     """bitsandbytes' warnings silenced for a command that never uses it but may load it on the way
     (wandb's import does: pydantic reads the source of every loaded module, the lazy stub included)."""
-    loggers = [logging.getLogger(PACKAGE), logging.getLogger(KERNELS_LOGGER)]
+    loggers = [logging.getLogger(name) for name in (PACKAGE, KERNELS_LOGGER, KERNELS_HUB_LOGGER)]
     levels = [bnb_logger.level for bnb_logger in loggers]
     for bnb_logger in loggers:
         bnb_logger.setLevel(logging.ERROR)
