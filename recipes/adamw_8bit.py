@@ -49,7 +49,7 @@ def main(argv=None):
         run.clear_previous_run()  # --overwrite_output_dir: the old run is deleted here, after every check
         train_result = trainer.train(resume_from_checkpoint=run.resume_from)
         trainer.save_model()  # the model and tokenizer in output_dir
-        metrics = trainer.evaluate()
+        metrics = run.final_metrics(trainer)  # the last epoch's evaluation if the weights are unchanged
         run.write_results(trainer, train_result, metrics)  # predictions, results.json, the W&B summary
     return run.results
 

@@ -10,7 +10,7 @@
         run.clear_previous_run()             --overwrite_output_dir: the old run goes, after every check
         train_result = trainer.train(resume_from_checkpoint=run.resume_from)
         trainer.save_model()
-        metrics = trainer.evaluate()
+        metrics = run.final_metrics(trainer)        the last epoch's evaluation if the weights are unchanged
         run.write_results(trainer, train_result, metrics)   predictions, results.json, W&B summary
 
 `args` is never changed; `run.model_args` and `training_args` are copies with what the run resolved.

@@ -12,7 +12,10 @@ steps the script names, what a run must do around them:
     start_tracking()      the W&B run starts (the Trainer's WandbCallback logs into it); memory phases begin
     resolve(training)     the TrainingArguments the Trainer gets: a copy with the family's precision and
                           --auto_batch_size's batch; under FSDP the family's layer class is the unit
-    callbacks(model)      memory phases, token counts, the precision probe, W&B curves, early stopping
+    callbacks(model)      memory phases, token counts, the precision probe, the last epoch's evaluation,
+                          W&B curves, early stopping
+    final_metrics(trainer) the last epoch's evaluation when the weights are unchanged since, else
+                          trainer.evaluate()
     clear_previous_run()  --overwrite_output_dir: the previous run is deleted, once every check has passed
     write_results(...)    multi-label thresholds, test predictions, the merged model's scores, the
                           prediction files, results.json and the W&B summary (run/record.py)
@@ -64,7 +67,7 @@ from recipes_lib.run.record import finish_run
 from recipes_lib.tracking.hub import check_push_to_hub
 from recipes_lib.tracking.wandb_run import Tracker, start_tracking
 from recipes_lib.training.autofit import choose_batch_size
-from recipes_lib.training.callbacks import PrecisionProbe, TokenCounter
+from recipes_lib.training.callbacks import LastEpochEvaluation, PrecisionProbe, TokenCounter, final_metrics
 from recipes_lib.training.checkpoints import clear_previous_run, resolve_resume_checkpoint
 from recipes_lib.training.losses import WeightedCrossEntropy, class_weights_from
 
@@ -125,6 +128,7 @@ class RecipeRun:
         self.compute_loss: WeightedCrossEntropy | None = None
         self.tokens = TokenCounter()
         self.precision_probe = PrecisionProbe(self.training.device.type)
+        self.last_evaluation = LastEpochEvaluation()
         self.tracker = Tracker()
         self.memory: MemoryMonitor | None = None
         self.batch_choice = None  # --auto_batch_size: what resolve chose
@@ -317,6 +321,7 @@ class RecipeRun:
             MemoryCallback(self.memory),
             self.tokens,
             self.precision_probe,
+            self.last_evaluation,
             *self.tracker.callbacks(self.tokens),
         ]
         if self.training.early_stopping_patience is not None:
@@ -329,6 +334,11 @@ class RecipeRun:
         """--overwrite_output_dir: delete the previous run's files now that every check has passed."""
         if self.training.overwrite_output_dir and self.resume_from is None and self.is_main_process:
             clear_previous_run(self.training.output_dir, RESULTS_FILE)
+
+    def final_metrics(self, trainer) -> dict[str, Any]:
+        """The final evaluation: the last epoch's, reused when the weights are unchanged since it ran
+        (same step, same tensors, none written in place); else `trainer.evaluate()`, a new pass."""
+        return final_metrics(trainer, self.last_evaluation)
 
     def write_results(self, trainer, train_result, eval_metrics: dict[str, Any]) -> dict[str, Any]:
         """Everything a finished run writes: see run/record.py. Returns the results (results.json's keys)."""

@@ -120,7 +120,7 @@ def final_validation(run, trainer, eval_metrics: dict[str, Any]):
     """The final validation pass's predictions (window rows under sliding_window), in the rows' order,
     and its metrics.
 
-    They are the last the run's compute_metrics saw: the script's `trainer.evaluate()`, each
+    They are the last the run's compute_metrics saw: the script's `run.final_metrics(trainer)`, each
     validation example once, gathered from every process. A Trainer that evaluated in another order
     predicts the split once more in input order (its metrics, computed per document in that order,
     replace the script's: under sliding_window only they can differ).
@@ -130,7 +130,7 @@ def final_validation(run, trainer, eval_metrics: dict[str, Any]):
     if seen is None or len(seen.logits) != len(validation):
         raise RuntimeError(
             "The run's compute_metrics has not seen the final validation pass. Hand the Trainer "
-            "compute_metrics=run.compute_metrics and call trainer.evaluate() before run.write_results()."
+            "compute_metrics=run.compute_metrics and call run.final_metrics(trainer) (or trainer.evaluate()) before run.write_results()."
         )
     if evaluates_in_input_order(trainer):
         return seen, eval_metrics
