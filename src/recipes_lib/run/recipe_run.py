@@ -173,7 +173,7 @@ class RecipeRun:
         self.tokens.remove()
         return False  # an exception goes on to run_main (or the caller)
 
-    def load_data(self) -> datasets.DatasetDict:
+    def load_data(self, train_file: str | None = None) -> datasets.DatasetDict:
         """The tokenized splits (train, validation, and test if given), after every check that needs no weights.
 
         Cheapest checks first. The tokenizer and config.json are small: a wrong model name or a
@@ -182,13 +182,15 @@ class RecipeRun:
         columns and labels runs before tokenization and before the model weights are fetched; the
         labels decide the task (`problem_type`), which the model config, the metrics and the loss
         follow, and which `run.arguments` (a copy) records in place of `auto`.
+
+        `train_file`: read the training rows from this file instead of --train_file (distillation's
+        copy of its labelled rows); the record still names --train_file.
         """
         model_args, data_args = self.arguments.model, self.arguments.data
         self.tokenizer = load_tokenizer(model_args)
         self._check_model_family(load_model_config(model_args))
-        self.data = load_classification_data(
-            data_args, cache_dir=model_args.cache_dir, seed=self.training.seed
-        )
+        read = data_args if train_file is None else replace(data_args, train_file=train_file)
+        self.data = load_classification_data(read, cache_dir=model_args.cache_dir, seed=self.training.seed)
         labels = self.data.labels
         # 'auto' resolved, in the run's copy: the config in results.json then says what ran, as W&B's does.
         self.arguments = replace(self.arguments, data=replace(data_args, problem_type=labels.problem_type))
@@ -207,7 +209,7 @@ class RecipeRun:
         self.tokenized = tokenize(
             self.data,
             self.tokenizer,
-            data_args,
+            read,
             self.training.main_process_first,
             model_limit=self.profile.max_length,
         )

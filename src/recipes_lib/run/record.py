@@ -292,9 +292,9 @@ def training_results(run, trainer, train_result, tokens: tuple[int, int]) -> dic
     metrics = train_result.metrics
     runtime = metrics["train_runtime"]
     real_tokens, all_tokens = tokens
-    weights = getattr(run.compute_loss, "class_weights", None)
+    weights = getattr(trainer.compute_loss_func, "class_weights", None)
     return {
-        "train_samples": len(run.tokenized["train"]),
+        "train_samples": len(trainer.train_dataset),
         "train_loss": metrics.get("train_loss"),
         "train_steps": state.global_step,
         # --early_stopping_patience: the checkpoint whose weights were kept, and its metric.
