@@ -50,8 +50,7 @@ def main(argv=None):
         train_result = trainer.train(resume_from_checkpoint=run.resume_from)
         trainer.save_model()  # the model and tokenizer in output_dir
         metrics = run.final_metrics(trainer)  # the last epoch's evaluation if the weights are unchanged
-        run.write_results(trainer, train_result, metrics)  # predictions, results.json, the W&B summary
-    return run.results
+        return run.write_results(trainer, train_result, metrics)  # predictions, results.json, the W&B summary
 
 
 if __name__ == "__main__":

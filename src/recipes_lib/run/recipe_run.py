@@ -107,13 +107,13 @@ class RecipeRun:
     """One run of a recipe: what the Trainer is handed, and the bookkeeping at the steps the script names."""
 
     def __init__(self, arguments: ParsedArguments, spec: RecipeSpec):
-        self.parsed = arguments  # never changed
-        # What ran: the parsed arguments at first; load_data and resolve replace it by copies.
+        # What ran: the parsed arguments (never changed) at first; load_data and resolve replace it by copies.
         self.arguments = arguments
         self.spec = spec
-        self.options = arguments.recipe_options.get(spec.options) if spec.options is not None else None
         # What the planner and --auto_batch_size need of this recipe (config/recipe_spec.py).
-        self.shape = spec.shape(self.options)
+        self.shape = spec.shape(
+            arguments.recipe_options.get(spec.options) if spec.options is not None else None
+        )
         self.resume_from: str | None = None
         # Filled by load_data: what the data and the model's config.json say.
         self.tokenizer = None
@@ -132,7 +132,6 @@ class RecipeRun:
         self.tracker = Tracker()
         self.memory: MemoryMonitor | None = None
         self.batch_choice = None  # --auto_batch_size: what resolve chose
-        self.results: dict[str, Any] | None = None
 
     @property
     def training(self) -> RecipeTrainingArguments:
@@ -344,5 +343,4 @@ class RecipeRun:
 
     def write_results(self, trainer, train_result, eval_metrics: dict[str, Any]) -> dict[str, Any]:
         """Everything a finished run writes: see run/record.py. Returns the results (results.json's keys)."""
-        self.results = finish_run(self, trainer, train_result, eval_metrics)
-        return self.results
+        return finish_run(self, trainer, train_result, eval_metrics)

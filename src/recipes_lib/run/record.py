@@ -130,7 +130,7 @@ def final_validation(run, trainer, eval_metrics: dict[str, Any]):
     if seen is None or len(seen.logits) != len(validation):
         raise RuntimeError(
             "The run's compute_metrics has not seen the final validation pass. Hand the Trainer "
-            "compute_metrics=run.compute_metrics and call run.final_metrics(trainer) (or trainer.evaluate()) before run.write_results()."
+            "compute_metrics=run.compute_metrics and call run.final_metrics(trainer) before run.write_results()."
         )
     if evaluates_in_input_order(trainer):
         return seen, eval_metrics
@@ -220,7 +220,8 @@ def evaluate_merged_model(run, references, observed_precision: str) -> dict[str,
     """
     training = run.training
     merged_dir = Path(training.output_dir) / MERGED_SUBDIR
-    if not getattr(run.options, "merge_adapter", False) or not run.is_main_process or not merged_dir.is_dir():
+    options = run.arguments.recipe_options.get(run.spec.options) if run.spec.options is not None else None
+    if not getattr(options, "merge_adapter", False) or not run.is_main_process or not merged_dir.is_dir():
         return {}
     model = load_trained_model(merged_dir, device=run.device).eval()
     collator = padding_collator(run.tokenizer, run.arguments.data, run.device)
