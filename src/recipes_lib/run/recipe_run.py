@@ -111,9 +111,7 @@ class RecipeRun:
         self.arguments = arguments
         self.spec = spec
         # What the planner and --auto_batch_size need of this recipe (config/recipe_spec.py).
-        self.shape = spec.shape(
-            arguments.recipe_options.get(spec.options) if spec.options is not None else None
-        )
+        self.shape = spec.shape(arguments.recipe_options.get(spec.options))  # None: the recipe has none
         self.resume_from: str | None = None
         # Filled by load_data: what the data and the model's config.json say.
         self.tokenizer = None

@@ -220,7 +220,7 @@ def evaluate_merged_model(run, references, observed_precision: str) -> dict[str,
     """
     training = run.training
     merged_dir = Path(training.output_dir) / MERGED_SUBDIR
-    options = run.arguments.recipe_options.get(run.spec.options) if run.spec.options is not None else None
+    options = run.arguments.recipe_options.get(run.spec.options)
     if not getattr(options, "merge_adapter", False) or not run.is_main_process or not merged_dir.is_dir():
         return {}
     model = load_trained_model(merged_dir, device=run.device).eval()

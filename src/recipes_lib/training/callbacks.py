@@ -106,18 +106,14 @@ class PrecisionProbe(TrainerCallback):
 
 
 def weights_version(model: torch.nn.Module, step: int) -> tuple:
-    """What changes whenever the weights can have: the step, the model, and each parameter's identity
-    and in-place version counter (torch advances it on every in-place write: optimizer steps,
-    load_state_dict, merging)."""
+    """The step, the model, and each parameter's identity and in-place version counter (torch advances
+    it on every in-place write: optimizer steps, load_state_dict, merging)."""
     return (step, id(model), tuple((id(p), p._version) for p in model.parameters()))
 
 
 class LastEpochEvaluation(TrainerCallback):
-    """Keeps the metrics of the last evaluation made during training, and the weights it scored.
-
-    Only the Trainer's own evaluations inside `train()` count (on its eval_dataset); any evaluation
-    or prediction after it forgets them, since the run's compute_metrics then holds another pass.
-    """
+    """The metrics of the last evaluation inside `train()`, and the weights it scored; forgotten on any
+    evaluation or prediction after training (the run's compute_metrics then holds another pass)."""
 
     def __init__(self):
         self.training = False
@@ -140,11 +136,9 @@ class LastEpochEvaluation(TrainerCallback):
 def final_metrics(trainer, last: LastEpochEvaluation) -> dict:
     """`trainer.evaluate()`, or the last epoch's evaluation when it scored these very weights.
 
-    Under eval_strategy "epoch" (the default) training ends with an evaluation; a second pass on
-    the same weights gives the same logits, metrics and predictions, and only costs its time
-    (benchmarks/RESULTS.md, "Small data"). Reused when the step, the parameter tensors and their
-    in-place versions are unchanged, nothing was evaluated or predicted since, and
-    load_best_model_at_end is off; under several processes only if every process can.
+    Under eval_strategy "epoch" (the default) training ends with an evaluation; a second pass on the
+    same weights gives the same metrics and predictions at the cost of its time (benchmarks/RESULTS.md,
+    "Small data"). Not under load_best_model_at_end; under several processes only if all can reuse.
     """
     reusable = (
         last.last is not None
