@@ -49,9 +49,8 @@ def main(argv=None):
         run.clear_previous_run()  # --overwrite_output_dir: the old run is deleted here, after every check
         train_result = trainer.train(resume_from_checkpoint=run.resume_from)
         trainer.save_model()  # the model and tokenizer in output_dir
-        metrics = trainer.evaluate()
-        run.write_results(trainer, train_result, metrics)  # predictions, results.json, the W&B summary
-    return run.results
+        metrics = run.final_metrics(trainer)  # the last epoch's evaluation if the weights are unchanged
+        return run.write_results(trainer, train_result, metrics)  # predictions, results.json, the W&B summary
 
 
 if __name__ == "__main__":

@@ -31,11 +31,11 @@ def main(argv=None):
     with RecipeRun(args, SPEC) as run:  # refuses another run's output_dir; resolves resume; seeds
         # Data: a DatasetDict (train, validation, test if given), labels as ids, tokenized and cached
         check_teacher(distill.teacher)  # NEW: a saved model, checked before any data or weights load
-        unlabelled = UnlabelledRows.set_aside(run, distill)  # NEW: empty label cells, --transfer_file
-        data = run.load_data()
+        unlabelled = UnlabelledRows.set_aside(args.data, distill)  # NEW: empty label cells, --transfer_file
+        data = run.load_data(train_file=unlabelled.labelled_file)  # NEW: the labelled rows (None: all)
         # NEW: the teacher's logits (computed once, cached, the teacher freed) packed into the training
-        # NEW: rows' labels, unlabelled rows added; run.compute_loss becomes the distillation loss
-        data = add_teacher_targets(run, distill, unlabelled)  # NEW
+        # NEW: rows' labels, unlabelled rows added; the loss mixes the teacher's term and the gold label's
+        data, distill_loss = add_teacher_targets(run, distill, unlabelled)  # NEW
         run.start_tracking()  # the W&B run starts here (offline without an API key); memory phases begin
         # Model: AutoModelForSequenceClassification, a new head for these labels
         model = load_model(run.model_args, run.model_config)  # args.model with the family's attention kernel
@@ -48,15 +48,14 @@ def main(argv=None):
             processing_class=run.tokenizer,
             data_collator=padding_collator(run.tokenizer, args.data, training_args.device),
             compute_metrics=run.compute_metrics,  # the task's metrics, from evaluate modules
-            compute_loss_func=run.compute_loss,  # --class_weights: weighted cross-entropy; else the model's
+            compute_loss_func=distill_loss,  # NEW: alpha x teacher term + (1 - alpha) x the task's loss
             callbacks=run.callbacks(model),  # memory phases, tokens/s, precision, W&B curves, early stopping
         )
         run.clear_previous_run()  # --overwrite_output_dir: the old run is deleted here, after every check
         train_result = trainer.train(resume_from_checkpoint=run.resume_from)
         trainer.save_model()  # the model and tokenizer in output_dir
-        metrics = trainer.evaluate()
-        run.write_results(trainer, train_result, metrics)  # predictions, results.json, the W&B summary
-    return run.results
+        metrics = run.final_metrics(trainer)  # the last epoch's evaluation if the weights are unchanged
+        return run.write_results(trainer, train_result, metrics)  # predictions, results.json, the W&B summary
 
 
 if __name__ == "__main__":

@@ -48,9 +48,8 @@ def main(argv=None):
         trainer.save_model()  # the model and tokenizer in output_dir
         if run.is_main_process:  # NEW: config.json (label names) beside the adapter; --merge_adapter's model
             save_adapter_extras(run.arguments, run.model_config, run.tokenizer, lora)
-        metrics = trainer.evaluate()
-        run.write_results(trainer, train_result, metrics)  # predictions, results.json, the W&B summary
-    return run.results
+        metrics = run.final_metrics(trainer)  # the last epoch's evaluation if the weights are unchanged
+        return run.write_results(trainer, train_result, metrics)  # predictions, results.json, the W&B summary
 
 
 if __name__ == "__main__":

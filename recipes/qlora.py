@@ -60,9 +60,8 @@ def main(argv=None):
         trainer.save_model()  # the model and tokenizer in output_dir
         if run.is_main_process:  # NEW: config.json (label names) and the base's bits; the merged model
             save_adapter_extras(run.arguments, run.model_config, run.tokenizer, lora, quantization)
-        metrics = trainer.evaluate()
-        run.write_results(trainer, train_result, metrics)  # predictions, results.json, the W&B summary
-    return run.results
+        metrics = run.final_metrics(trainer)  # the last epoch's evaluation if the weights are unchanged
+        return run.write_results(trainer, train_result, metrics)  # predictions, results.json, the W&B summary
 
 
 if __name__ == "__main__":

@@ -540,8 +540,27 @@ def test_a_real_two_fold_crossval_of_the_tiny_bert(tmp_path, tiny_bert, one_thre
     for k in range(2):  # the weights went; the predictions and results stayed
         assert not list((output_dir / f"fold-{k}").glob("*.safetensors"))
         assert (output_dir / f"fold-{k}" / "eval_predictions.jsonl").is_file()
-    if pytest.importorskip("cleanlab"):
-        assert cli_main(["label-issues", str(output_dir)]) == 0
-        assert (output_dir / "label_issues.csv").is_file()
-        assert cli_main(["label-issues", str(output_dir / "fold-0")]) == 0  # a run: its validation rows
-        assert (output_dir / "fold-0" / "label_issues.csv").is_file()
+    # label-issues on the out-of-fold probabilities: the rows cleanlab's own call flags on them, each
+    # with its text and given label from the training file, its prediction, worst first.
+    find_label_issues = pytest.importorskip("cleanlab.filter").find_label_issues
+    assert cli_main(["label-issues", str(output_dir)]) == 0
+    rows = learnable_rows(48, seed=1)
+    probabilities = np.array([[row["probabilities"][name] for name in ("cool", "warm")] for row in oof])
+    given = np.array([("cool", "warm").index(label) for _, label in rows])
+    expected = np.flatnonzero(
+        find_label_issues(given, probabilities / probabilities.sum(axis=1, keepdims=True))
+    )
+    issues = read_issues(output_dir)
+    assert len(expected) > 0  # cleanlab flags some rows of a model this little trained
+    assert sorted(int(issue["row"]) for issue in issues) == expected.tolist()
+    for issue in issues:
+        row = int(issue["row"])
+        assert (issue["text"], issue["given_label"]) == rows[row]
+        assert issue["suggested_label"] == str(oof[row]["prediction"])
+    qualities = [float(issue["label_quality"]) for issue in issues]
+    assert qualities == sorted(qualities)
+    summary = json.loads((output_dir / "label_issues.json").read_text())
+    assert summary["rows"] == 48 and summary["flagged"] == len(issues)
+    assert cli_main(["label-issues", str(output_dir / "fold-0")]) == 0  # a run: its validation rows
+    fold_rows = (output_dir / "fold-0" / "eval_predictions.jsonl").read_text().splitlines()
+    assert json.loads((output_dir / "fold-0" / "label_issues.json").read_text())["rows"] == len(fold_rows)

@@ -3,10 +3,8 @@ without a gold label, the teacher's cached logits, and the recipe end to end on 
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import math
-from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -166,20 +164,21 @@ def test_rows_with_an_empty_label_cell_are_set_aside_and_the_rest_copied_as_writ
     rows = [("a red cat", "warm"), ('the "blue", dog', ""), ("green chair", "cool"), ("it was orange", "")]
     train = write_csv(tmp_path / "train.csv", rows)
     transfer = write_csv(tmp_path / "more.csv", [("yellow table",), ("purple sat",)], header=("text",))
-    parsed = Arguments(data=DataArguments(train_file=str(train), validation_file=str(train)))
-    run = SimpleNamespace(arguments=parsed)
-    unlabelled = UnlabelledRows.set_aside(run, DistillArguments(teacher="t", transfer_file=str(transfer)))
-    data_args = run.arguments.data
-    assert data_args.train_file != str(train) and parsed.data.train_file == str(train)  # a copy changed
-    with open(data_args.train_file, newline="") as handle:
+    data_args = DataArguments(train_file=str(train), validation_file=str(train))
+    options = DistillArguments(teacher="t", transfer_file=str(transfer))
+    unlabelled = UnlabelledRows.set_aside(data_args, options)
+    assert unlabelled.labelled_file != str(train) and data_args.train_file == str(train)
+    with open(unlabelled.labelled_file, newline="") as handle:
         copied = handle.read()
     assert copied == "text,label\r\na red cat,warm\r\ngreen chair,cool\r\n"
     texts = unlabelled.text_rows(("text",))["text"]
     assert texts == ['the "blue", dog', "it was orange", "yellow table", "purple sat"]
-    copy = data_args.train_file
-    unlabelled.restore(run)
-    assert run.arguments.data.train_file == str(train)
-    assert not __import__("os").path.exists(copy)
+    unlabelled.remove_copy()
+    assert not __import__("os").path.exists(unlabelled.labelled_file)
+    every_row_labelled = UnlabelledRows.set_aside(
+        DataArguments(train_file=str(transfer)), DistillArguments("t")
+    )
+    assert every_row_labelled.labelled_file is None and every_row_labelled.rows == []
 
 
 def test_distill_options_refuse_a_bad_temperature_or_alpha():
@@ -189,11 +188,40 @@ def test_distill_options_refuse_a_bad_temperature_or_alpha():
         DistillArguments(teacher="t", distill_alpha=1.5)
 
 
-@dataclasses.dataclass(frozen=True)
-class Arguments:
-    """The one field of the parsed arguments the set-aside reads and replaces."""
+@pytest.fixture
+def trained_on(monkeypatch):
+    """The training datasets the Trainer trained on, in the order its train() calls came."""
+    from transformers import Trainer
 
-    data: DataArguments
+    seen, train = [], Trainer.train
+
+    def spy(self, *args, **kwargs):
+        seen.append(self.train_dataset)
+        return train(self, *args, **kwargs)
+
+    monkeypatch.setattr(Trainer, "train", spy)
+    return seen
+
+
+def assert_targets_are_the_teachers(train_dataset, teacher_dir, width: int, windows: bool = False) -> None:
+    """Each training row's packed labels hold, after the gold part, the teacher's own logits for that
+    row's tokens (where the Trainer reads them); under sliding windows, the mean over its document's."""
+    from transformers import AutoModelForSequenceClassification
+
+    teacher = AutoModelForSequenceClassification.from_pretrained(teacher_dir).eval()
+    logits = []
+    with torch.no_grad():
+        for ids in train_dataset["input_ids"]:
+            ids = torch.tensor([ids])
+            logits.append(teacher(input_ids=ids, attention_mask=torch.ones_like(ids)).logits[0].numpy())
+    expected = np.stack(logits)
+    if windows:  # every window of a document carries the document's logits, pooled by the mean
+        documents = np.asarray(train_dataset["document_id"])
+        for document in np.unique(documents):
+            expected[documents == document] = expected[documents == document].mean(axis=0)
+    targets = np.asarray(train_dataset["labels"], dtype=np.float32)[:, width:]
+    assert np.abs(expected).max() > 1e-3  # a teacher whose logits are all zero would prove nothing
+    np.testing.assert_allclose(targets, expected, atol=1e-4)
 
 
 @pytest.fixture(scope="module")
@@ -216,7 +244,9 @@ def tiny_teacher(tmp_path_factory):
     return directory / "run"
 
 
-def test_the_recipe_distils_with_unlabelled_rows_and_caches_the_teacher(tmp_path, tiny_bert, tiny_teacher):
+def test_the_recipe_distils_with_unlabelled_rows_and_caches_the_teacher(
+    tmp_path, tiny_bert, tiny_teacher, trained_on
+):
     rows = learnable_rows(48, seed=1)
     labelled = [(text, label if i % 3 else "") for i, (text, label) in enumerate(rows)]  # 16 without a label
     data = {
@@ -232,6 +262,10 @@ def test_the_recipe_distils_with_unlabelled_rows_and_caches_the_teacher(tmp_path
     )
     results = run_in_process("distill", args)
     assert results["train_samples"] == 32 + 16 + 8
+    (train_dataset,) = trained_on
+    assert_targets_are_the_teachers(train_dataset, tiny_teacher, width=1)
+    gold = np.asarray(train_dataset["labels"])[:, 0]
+    assert not np.isnan(gold[:32]).any() and np.isnan(gold[32:]).all()  # the rows without one: NaN
     assert results["config"]["train_file"] == str(data["train"])  # the user's file, not the labelled copy
     assert math.isfinite(results["eval_loss"])
     cached = sorted((output_dir / TEACHER_LOGITS_DIR).glob("*.npy"))
@@ -260,7 +294,7 @@ def test_the_recipe_refuses_a_missing_teacher_before_loading_anything(tmp_path, 
 
 @pytest.mark.parametrize("task", ["multi_label", "regression", "sliding_window"])
 def test_the_recipe_distils_every_task_and_long_text_mode_with_rows_the_teacher_labels(
-    task, tmp_path, tiny_bert
+    task, tmp_path, tiny_bert, trained_on
 ):
     """Multi-label (a JSON Lines row whose label is null), regression (an empty score cell), and a
     single-label run read in sliding windows: each trains on the teacher's targets for every row."""
@@ -291,8 +325,12 @@ def test_the_recipe_distils_every_task_and_long_text_mode_with_rows_the_teacher_
     extra += ["--teacher", str(teacher)]
     if task == "sliding_window":
         extra += ["--transfer_file", str(transfer)]  # documents numbered after the training file's
+    trained_on.clear()  # the teacher's own training
     results = run_in_process("distill", run_args(tiny_bert, data, tmp_path / "student", *extra, **QUICK))
     assert math.isfinite(results["eval_loss"])
+    (train_dataset,) = trained_on
+    width = gold_width(results["problem_type"], results["num_labels"])
+    assert_targets_are_the_teachers(train_dataset, teacher, width, windows=task == "sliding_window")
     if task == "sliding_window":
         assert results["train_samples"] > 32 + 8  # windows, each with its document's teacher logits
     else:

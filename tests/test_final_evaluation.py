@@ -1,10 +1,11 @@
-"""The recipes' final `trainer.evaluate()` reuses the last epoch's evaluation when the weights are unchanged.
+"""The recipes' `run.final_metrics(trainer)` reuses the last epoch's evaluation when the weights are unchanged.
 
-Under eval_strategy "epoch" (the default) the last epoch ends with an evaluation, and the script's
-own evaluation right after training would run the same pass on the same weights. RecipeTrainer
-returns that evaluation's metrics instead; the predictions the run's compute_metrics keeps are
-that pass's too. These tests check that the reused figures are exactly those of a second pass, and
-that anything that changes the weights, or another pass in between, makes it evaluate again.
+Under eval_strategy "epoch" (the default) the last epoch ends with an evaluation, and a final
+`trainer.evaluate()` right after training would run the same pass on the same weights.
+`final_metrics` returns that evaluation's metrics instead; the predictions the run's
+compute_metrics keeps are that pass's too. These tests check that the reused figures are exactly
+those of a second pass, that anything that changes the weights, or another pass in between, makes
+it evaluate again, and that `trainer.evaluate()` itself always evaluates, as in transformers.
 """
 
 from __future__ import annotations
@@ -21,6 +22,8 @@ from transformers import (
     TrainingArguments,
 )
 
+from recipes_lib.training import callbacks
+from recipes_lib.training.callbacks import LastEpochEvaluation, final_metrics
 from recipes_lib.training.trainer import RecipeTrainer
 from tests.helpers.models import token_rows, word_tokenizer, word_vocabulary
 from tests.helpers.runs import run_args, run_in_process
@@ -62,6 +65,7 @@ def trained(tiny_bert, tmp_path):
         eval_dataset=token_rows(18),
         data_collator=DataCollatorWithPadding(word_tokenizer(word_vocabulary())),
         compute_metrics=KeepsPredictions(),
+        callbacks=[LastEpochEvaluation()],
     )
     trainer.train()
     assert trainer.compute_metrics.passes == 2  # one evaluation per epoch
@@ -72,12 +76,17 @@ def without_timings(metrics: dict) -> dict:
     return {key: value for key, value in metrics.items() if key not in TIMINGS}
 
 
+def final(trainer) -> dict:
+    (last,) = [c for c in trainer.callback_handler.callbacks if isinstance(c, LastEpochEvaluation)]
+    return final_metrics(trainer, last)
+
+
 def test_the_final_evaluation_reuses_the_last_epochs_and_matches_a_second_pass_exactly(trained):
     kept = trained.compute_metrics
-    reused = trained.evaluate()
-    assert kept.passes == 2, "the final evaluate ran the pass again on unchanged weights"
+    reused = final(trained)
+    assert kept.passes == 2, "final_metrics ran the pass again on unchanged weights"
     reused_logits = kept.logits.copy()
-    second = Trainer.evaluate(trained)  # the stock Trainer's evaluate: always a pass
+    second = trained.evaluate()  # evaluates, every time, as in transformers
     assert kept.passes == 3
     assert without_timings(reused) == without_timings(second)
     assert np.array_equal(reused_logits, kept.logits)
@@ -87,15 +96,25 @@ def test_changed_weights_or_another_pass_in_between_evaluate_again(trained):
     kept = trained.compute_metrics
     with torch.no_grad():
         next(trained.model.parameters()).add_(0)  # an in-place write, even of nothing, counts
-    trained.evaluate()
+    final(trained)
     assert kept.passes == 3
+    final(trained)
+    assert kept.passes == 4  # an evaluation after training is never reused
     trained.evaluate()
-    assert kept.passes == 3  # unchanged since: reused
+    trained.evaluate()
+    assert kept.passes == 6  # trainer.evaluate() always evaluates
+
+
+def test_a_prediction_or_the_best_model_at_end_evaluates_again(trained):
+    kept = trained.compute_metrics
+    trained.args.load_best_model_at_end = True  # the weights may be another checkpoint's
+    final(trained)
+    assert kept.passes == 3
+    trained.args.load_best_model_at_end = False
+    trained.train()  # ends with an evaluation (passes 4 and 5), reusable now
     trained.predict(trained.eval_dataset)  # compute_metrics now holds another pass's predictions
-    trained.evaluate()
-    assert kept.passes == 5
-    trained.evaluate(metric_key_prefix="other")  # not the default split's call: never reused
-    assert kept.passes == 6
+    final(trained)
+    assert kept.passes == 7
 
 
 def test_a_recipe_run_writes_the_same_results_and_predictions_as_with_a_second_pass(
@@ -113,7 +132,7 @@ def test_a_recipe_run_writes_the_same_results_and_predictions_as_with_a_second_p
     monkeypatch.setattr(Trainer, "evaluation_loop", counted)
     for way in ("reused", "second_pass"):
         if way == "second_pass":  # every evaluation sees "new" weights: the pass always runs
-            monkeypatch.setattr(RecipeTrainer, "_weights_version", lambda self: object())
+            monkeypatch.setattr(callbacks, "weights_version", lambda model, step: object())
         passes.clear()
         output_dir = tmp_path / way
         run_in_process(

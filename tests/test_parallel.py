@@ -28,7 +28,8 @@ import pytest
 from recipes_lib.cli.main import main as cli_main
 from recipes_lib.crossval.runner import run_crossval
 from recipes_lib.errors import ConfigError
-from recipes_lib.sweep.parallel import Workers, cpu_cores, slot_environments
+from recipes_lib.sweep import parallel
+from recipes_lib.sweep.parallel import Workers, slot_environments
 from recipes_lib.sweep.runner import run_sweep
 from recipes_lib.sweep.trials import Outcome
 from tests.helpers.crossval_stand_ins import FoldStandIn, read_oof, settings_for, single_label_file
@@ -94,19 +95,29 @@ def test_on_gpus_each_worker_gets_one_and_more_workers_than_gpus_is_refused(monk
     assert "Give --workers 2 or fewer" in message and "accelerate_configs/cpu.yaml" in message
 
 
-def test_on_the_cpu_the_cores_are_split_between_the_workers(monkeypatch):
+def cores(count: int):
+    """os.sched_getaffinity (what cpu_cores reads) as a machine of `count` cores would answer."""
+    return lambda pid: set(range(count))
+
+
+@pytest.mark.parametrize(
+    ("machine", "workers", "threads"), [(16, 2, "8"), (16, 3, "5"), (3, 2, "1"), (2, 8, "1")]
+)
+def test_on_the_cpu_the_cores_are_split_between_the_workers(monkeypatch, machine, workers, threads):
+    monkeypatch.setattr(os, "sched_getaffinity", cores(machine))
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1")  # a CPU accelerate config leaves the GPUs alone
-    threads = str(max(1, cpu_cores() // 2))
-    assert slot_environments(2, CPU) == [{"OMP_NUM_THREADS": threads, "MKL_NUM_THREADS": threads}] * 2
+    expected = [{"OMP_NUM_THREADS": threads, "MKL_NUM_THREADS": threads}] * workers
+    assert slot_environments(workers, CPU) == expected
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "-1")  # no GPU visible: the CPU, whatever the config
-    assert slot_environments(4 * cpu_cores(), SINGLE_GPU)[0]["OMP_NUM_THREADS"] == "1"  # at least one
+    assert slot_environments(workers, SINGLE_GPU) == expected
 
 
 # --- workers on one machine --------------------------------------------------------------------------------
 
 
 @pytest.mark.slow
-def test_two_workers_run_every_trial_once_and_report_what_one_worker_does(tmp_path):
+def test_two_workers_run_every_trial_once_and_report_what_one_worker_does(tmp_path, monkeypatch):
+    monkeypatch.setattr(parallel, "cpu_cores", lambda: 6)
     alone = make_config(tmp_path / "one")
     assert run_sweep(alone, launch=SweepStandIn(), preflight=no_budget, draw=False) == 0
     config = make_config(tmp_path / "two")
@@ -115,10 +126,7 @@ def test_two_workers_run_every_trial_once_and_report_what_one_worker_does(tmp_pa
     assert launcher.most_at_once == 2  # two trials did run at once
     assert len(launcher.launched) == len(set(launcher.launched)) == 11  # each once
     assert comparable(sweep_results(config)) == comparable(sweep_results(alone))
-    threads = str(max(1, cpu_cores() // 2))
-    assert all(
-        env == {"OMP_NUM_THREADS": threads, "MKL_NUM_THREADS": threads} for env in launcher.environments
-    )
+    assert all(env == {"OMP_NUM_THREADS": "3", "MKL_NUM_THREADS": "3"} for env in launcher.environments)
 
 
 def test_two_workers_run_the_folds_once_each_and_write_every_rows_prediction(tmp_path):

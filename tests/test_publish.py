@@ -37,9 +37,10 @@ def test_every_published_table_is_what_its_committed_record_renders(publish):
                 f"{name}: the {table} table differs from {record}"
             )
     assert publish.main(["tables", "--check"]) == 0
-    assert blocks == sum(
-        len(publish.published_blocks((REPO_ROOT / n).read_text())) for n in publish.PUBLISHED_FILES
-    )
+    # Every closed block is one the parser found (counted in the text, not by the parser), and the
+    # five demo tables of benchmarks/RESULTS.md are among them: a parser that finds none fails here.
+    closed = sum((REPO_ROOT / n).read_text().count("<!-- record: end -->") for n in publish.PUBLISHED_FILES)
+    assert blocks == closed and blocks >= 5
 
 
 def fake_run(directory, recipe: str, accuracy: float, problem_type="single_label_classification"):

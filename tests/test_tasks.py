@@ -181,21 +181,26 @@ def test_options_for_another_task_fail_before_the_weights_load(tmp_path, tiny_be
     assert not (output_dir / "results.json").exists()
 
 
-def test_mse_as_the_best_model_metric_means_lower_is_better():
-    from types import SimpleNamespace
+@pytest.mark.parametrize("metric", ["mse", "eval_mse"])
+def test_mse_as_the_best_model_metric_means_lower_is_better_from_parsing_on(metric):
+    """Parsed so, and never edited afterwards: the task check leaves the parsed arguments as they are."""
+    import copy
+    import dataclasses
 
+    from recipes_lib.config.parsing import parse_arguments
+    from recipes_lib.config.registry import RECIPES
     from recipes_lib.config.validation import check_task_options
     from recipes_lib.data.labels import LabelMapping
 
-    training = SimpleNamespace(
-        class_weights=None,
-        label_smoothing_factor=0.0,
-        metric_for_best_model="eval_mse",
-        greater_is_better=True,
-        decision_threshold=None,
-    )
-    check_task_options(training, LabelMapping(["score"], {}, REGRESSION))
+    argv = ["--output_dir", "unused", "--metric_for_best_model", metric, "--report_to", "none"]
+    training = parse_arguments(RECIPES["full_ft"], argv).training
     assert training.greater_is_better is False
+    assert training.resolved(per_device_train_batch_size=4).greater_is_better is False
+    before = copy.deepcopy(dataclasses.asdict(training))
+    check_task_options(training, LabelMapping(["score"], {}, REGRESSION))
+    assert dataclasses.asdict(training) == before
+    accuracy = parse_arguments(RECIPES["full_ft"], [*argv[:3], "accuracy", *argv[4:]]).training
+    assert accuracy.greater_is_better is True  # the Trainer's own rule for other metrics
 
 
 # -- training, scoring and predicting --------------------------------------------------------------

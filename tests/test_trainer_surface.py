@@ -40,10 +40,12 @@ def test_each_private_trainer_method_the_library_overrides_is_still_there(hook):
     )
 
 
-def test_the_trainer_still_sets_the_batch_size_auto_batch_size_changes(tiny_trainer):
-    assert hasattr(tiny_trainer, "_train_batch_size"), (
+def test_the_trainer_still_builds_its_batches_from_the_size_auto_batch_size_changes(tiny_trainer):
+    tiny_trainer._train_batch_size = 3  # what autofit's back-off sets (the arguments say 4)
+    batches = [len(batch["input_ids"]) for batch in tiny_trainer.get_train_dataloader()]
+    assert batches == [3] * 8, (
         "--auto_batch_size sets the private Trainer._train_batch_size (training/autofit.py), which the "
-        f"installed transformers no longer has: {FIX}."
+        f"installed transformers no longer builds its training batches from: {FIX}."
     )
 
 
@@ -102,10 +104,18 @@ def tiny_trainer(tiny_bert, tmp_path):
 
 def test_the_trainer_builds_its_training_dataloader_with_our_sampler(tiny_trainer):
     """The stock get_train_dataloader still takes its sampler from `_get_train_sampler`."""
-    tiny_trainer.get_train_dataloader()
-    assert isinstance(tiny_trainer.shuffled_sampler, ShuffledLengthGroupedSampler), (
-        "Trainer.get_train_dataloader no longer calls _get_train_sampler: RecipeTrainer's length-grouped, "
-        f"resumable training order is not used: {FIX}."
+    loader = tiny_trainer.get_train_dataloader()
+    rows = [
+        (int(mask.sum()), int(label))
+        for batch in loader
+        for mask, label in zip(batch["attention_mask"], batch["labels"], strict=True)
+    ]
+    sampler = tiny_trainer.shuffled_sampler
+    assert isinstance(sampler, ShuffledLengthGroupedSampler)
+    dataset = tiny_trainer.train_dataset
+    assert rows == [(dataset[i]["length"], dataset[i]["labels"]) for i in sampler], (
+        "Trainer.get_train_dataloader no longer draws its rows from _get_train_sampler: RecipeTrainer's "
+        f"length-grouped, resumable training order is not used: {FIX}."
     )
 
 

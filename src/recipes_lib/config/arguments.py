@@ -452,6 +452,10 @@ class RecipeTrainingArguments(TrainingArguments):
             self.dataloader_pin_memory = torch.cuda.is_available() and not self.use_cpu
         if self.early_stopping_patience is not None:
             self._imply_best_model_at_end()
+        # The Trainer takes every metric but a "*loss" as greater-is-better; a squared error is not.
+        metric = self.metric_for_best_model
+        if self.greater_is_better is None and metric is not None and metric.removeprefix("eval_") == "mse":
+            self.greater_is_better = False
         on_cpu = self.use_cpu or os.environ.get("ACCELERATE_USE_CPU", "false").lower() == "true"
         self.capability = detect_capability(use_cpu=on_cpu)
         self._flags = (self.bf16, self.fp16)  # as given: precision_for decides again with them

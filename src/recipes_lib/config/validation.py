@@ -88,9 +88,8 @@ def parse_decision_threshold(option: str | None) -> str | float | None:
 def check_task_options(training, labels) -> None:
     """Options that only fit some tasks, refused before the data is tokenized and the weights load.
 
-    `labels` is the data's label mapping (its names and problem_type). Sets greater_is_better to
-    false for `--metric_for_best_model mse`: the Trainer takes every metric but a "*loss" as
-    greater-is-better, and a squared error is not.
+    `labels` is the data's label mapping (its names and problem_type). Changes nothing: for
+    `--metric_for_best_model mse`, greater_is_better is false from parsing (config/arguments.py).
     """
     if training.class_weights and labels.problem_type != SINGLE_LABEL:
         raise ConfigError(
@@ -121,8 +120,6 @@ def check_task_options(training, labels) -> None:
             f"--metric_for_best_model is '{metric}', which a {labels.problem_type} run does not compute; it "
             f"reports: {', '.join(allowed)}. Pick one of those."
         )
-    if metric is not None and metric.removeprefix("eval_") == "mse":
-        training.greater_is_better = False
 
 
 def validate_arguments(arguments: ParsedArguments) -> None:

@@ -12,7 +12,10 @@ steps the script names, what a run must do around them:
     start_tracking()      the W&B run starts (the Trainer's WandbCallback logs into it); memory phases begin
     resolve(training)     the TrainingArguments the Trainer gets: a copy with the family's precision and
                           --auto_batch_size's batch; under FSDP the family's layer class is the unit
-    callbacks(model)      memory phases, token counts, the precision probe, W&B curves, early stopping
+    callbacks(model)      memory phases, token counts, the precision probe, the last epoch's evaluation,
+                          W&B curves, early stopping
+    final_metrics(trainer) the last epoch's evaluation when the weights are unchanged since, else
+                          trainer.evaluate()
     clear_previous_run()  --overwrite_output_dir: the previous run is deleted, once every check has passed
     write_results(...)    multi-label thresholds, test predictions, the merged model's scores, the
                           prediction files, results.json and the W&B summary (run/record.py)
@@ -64,7 +67,7 @@ from recipes_lib.run.record import finish_run
 from recipes_lib.tracking.hub import check_push_to_hub
 from recipes_lib.tracking.wandb_run import Tracker, start_tracking
 from recipes_lib.training.autofit import choose_batch_size
-from recipes_lib.training.callbacks import PrecisionProbe, TokenCounter
+from recipes_lib.training.callbacks import LastEpochEvaluation, PrecisionProbe, TokenCounter, final_metrics
 from recipes_lib.training.checkpoints import clear_previous_run, resolve_resume_checkpoint
 from recipes_lib.training.losses import WeightedCrossEntropy, class_weights_from
 
@@ -104,13 +107,11 @@ class RecipeRun:
     """One run of a recipe: what the Trainer is handed, and the bookkeeping at the steps the script names."""
 
     def __init__(self, arguments: ParsedArguments, spec: RecipeSpec):
-        self.parsed = arguments  # never changed
-        # What ran: the parsed arguments at first; load_data and resolve replace it by copies.
+        # What ran: the parsed arguments (never changed) at first; load_data and resolve replace it by copies.
         self.arguments = arguments
         self.spec = spec
-        self.options = arguments.recipe_options.get(spec.options) if spec.options is not None else None
         # What the planner and --auto_batch_size need of this recipe (config/recipe_spec.py).
-        self.shape = spec.shape(self.options)
+        self.shape = spec.shape(arguments.recipe_options.get(spec.options))  # None: the recipe has none
         self.resume_from: str | None = None
         # Filled by load_data: what the data and the model's config.json say.
         self.tokenizer = None
@@ -125,10 +126,10 @@ class RecipeRun:
         self.compute_loss: WeightedCrossEntropy | None = None
         self.tokens = TokenCounter()
         self.precision_probe = PrecisionProbe(self.training.device.type)
+        self.last_evaluation = LastEpochEvaluation()
         self.tracker = Tracker()
         self.memory: MemoryMonitor | None = None
         self.batch_choice = None  # --auto_batch_size: what resolve chose
-        self.results: dict[str, Any] | None = None
 
     @property
     def training(self) -> RecipeTrainingArguments:
@@ -169,7 +170,7 @@ class RecipeRun:
         self.tokens.remove()
         return False  # an exception goes on to run_main (or the caller)
 
-    def load_data(self) -> datasets.DatasetDict:
+    def load_data(self, train_file: str | None = None) -> datasets.DatasetDict:
         """The tokenized splits (train, validation, and test if given), after every check that needs no weights.
 
         Cheapest checks first. The tokenizer and config.json are small: a wrong model name or a
@@ -178,13 +179,15 @@ class RecipeRun:
         columns and labels runs before tokenization and before the model weights are fetched; the
         labels decide the task (`problem_type`), which the model config, the metrics and the loss
         follow, and which `run.arguments` (a copy) records in place of `auto`.
+
+        `train_file`: read the training rows from this file instead of --train_file (distillation's
+        copy of its labelled rows); the record still names --train_file.
         """
         model_args, data_args = self.arguments.model, self.arguments.data
         self.tokenizer = load_tokenizer(model_args)
         self._check_model_family(load_model_config(model_args))
-        self.data = load_classification_data(
-            data_args, cache_dir=model_args.cache_dir, seed=self.training.seed
-        )
+        read = data_args if train_file is None else replace(data_args, train_file=train_file)
+        self.data = load_classification_data(read, cache_dir=model_args.cache_dir, seed=self.training.seed)
         labels = self.data.labels
         # 'auto' resolved, in the run's copy: the config in results.json then says what ran, as W&B's does.
         self.arguments = replace(self.arguments, data=replace(data_args, problem_type=labels.problem_type))
@@ -203,7 +206,7 @@ class RecipeRun:
         self.tokenized = tokenize(
             self.data,
             self.tokenizer,
-            data_args,
+            read,
             self.training.main_process_first,
             model_limit=self.profile.max_length,
         )
@@ -317,6 +320,7 @@ class RecipeRun:
             MemoryCallback(self.memory),
             self.tokens,
             self.precision_probe,
+            self.last_evaluation,
             *self.tracker.callbacks(self.tokens),
         ]
         if self.training.early_stopping_patience is not None:
@@ -330,7 +334,11 @@ class RecipeRun:
         if self.training.overwrite_output_dir and self.resume_from is None and self.is_main_process:
             clear_previous_run(self.training.output_dir, RESULTS_FILE)
 
+    def final_metrics(self, trainer) -> dict[str, Any]:
+        """The final evaluation: the last epoch's, reused when the weights are unchanged since it ran
+        (same step, same tensors, none written in place); else `trainer.evaluate()`, a new pass."""
+        return final_metrics(trainer, self.last_evaluation)
+
     def write_results(self, trainer, train_result, eval_metrics: dict[str, Any]) -> dict[str, Any]:
         """Everything a finished run writes: see run/record.py. Returns the results (results.json's keys)."""
-        self.results = finish_run(self, trainer, train_result, eval_metrics)
-        return self.results
+        return finish_run(self, trainer, train_result, eval_metrics)

@@ -120,7 +120,7 @@ def final_validation(run, trainer, eval_metrics: dict[str, Any]):
     """The final validation pass's predictions (window rows under sliding_window), in the rows' order,
     and its metrics.
 
-    They are the last the run's compute_metrics saw: the script's `trainer.evaluate()`, each
+    They are the last the run's compute_metrics saw: the script's `run.final_metrics(trainer)`, each
     validation example once, gathered from every process. A Trainer that evaluated in another order
     predicts the split once more in input order (its metrics, computed per document in that order,
     replace the script's: under sliding_window only they can differ).
@@ -130,7 +130,7 @@ def final_validation(run, trainer, eval_metrics: dict[str, Any]):
     if seen is None or len(seen.logits) != len(validation):
         raise RuntimeError(
             "The run's compute_metrics has not seen the final validation pass. Hand the Trainer "
-            "compute_metrics=run.compute_metrics and call trainer.evaluate() before run.write_results()."
+            "compute_metrics=run.compute_metrics and call run.final_metrics(trainer) before run.write_results()."
         )
     if evaluates_in_input_order(trainer):
         return seen, eval_metrics
@@ -220,7 +220,8 @@ def evaluate_merged_model(run, references, observed_precision: str) -> dict[str,
     """
     training = run.training
     merged_dir = Path(training.output_dir) / MERGED_SUBDIR
-    if not getattr(run.options, "merge_adapter", False) or not run.is_main_process or not merged_dir.is_dir():
+    options = run.arguments.recipe_options.get(run.spec.options)
+    if not getattr(options, "merge_adapter", False) or not run.is_main_process or not merged_dir.is_dir():
         return {}
     model = load_trained_model(merged_dir, device=run.device).eval()
     collator = padding_collator(run.tokenizer, run.arguments.data, run.device)
@@ -292,9 +293,9 @@ def training_results(run, trainer, train_result, tokens: tuple[int, int]) -> dic
     metrics = train_result.metrics
     runtime = metrics["train_runtime"]
     real_tokens, all_tokens = tokens
-    weights = getattr(run.compute_loss, "class_weights", None)
+    weights = getattr(trainer.compute_loss_func, "class_weights", None)
     return {
-        "train_samples": len(run.tokenized["train"]),
+        "train_samples": len(trainer.train_dataset),
         "train_loss": metrics.get("train_loss"),
         "train_steps": state.global_step,
         # --early_stopping_patience: the checkpoint whose weights were kept, and its metric.

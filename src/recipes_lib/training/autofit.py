@@ -18,13 +18,15 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 from recipes_lib.config.recipe_spec import TrainingShape
-from recipes_lib.memory.planner import Setup, largest_batch
 from recipes_lib.units import GIB
+
+if TYPE_CHECKING:  # the planner loads only under --auto_batch_size (a recipe imports this module)
+    from recipes_lib.memory.planner import Setup
 
 logger = logging.getLogger("recipes_lib")
 
@@ -89,6 +91,8 @@ def device_budget_bytes(device: torch.device) -> int:
 
 def planner_setup(arguments, shape: TrainingShape, device: torch.device) -> Setup:
     """The planner's view of this run: the recipe's training shape and the run's own arguments."""
+    from recipes_lib.memory.planner import Setup
+
     training = arguments.training
     return Setup(
         shape=shape,
@@ -115,6 +119,8 @@ def choose_batch_size(
     what this device has free (`device_budget_bytes`). The run hands the Trainer a copy of its
     TrainingArguments with these two values (`RecipeRun.resolve`).
     """
+    from recipes_lib.memory.planner import largest_batch
+
     training = arguments.training
     device = training.device
     requested, accumulation = training.per_device_train_batch_size, training.gradient_accumulation_steps

@@ -5,6 +5,8 @@
   the pad ratio in results.json and the W&B curves.
 - `PrecisionProbe`: the precision the model's layers really computed in, read during the first
   training forward, not from the flags.
+- `LastEpochEvaluation`: the last evaluation training made, and the weights it scored, so that
+  `final_metrics` can return it instead of a second pass on unchanged weights.
 
 Both watch the model through forward pre-hooks added when the Trainer is built (`on_init_end`),
 so they see what the Trainer feeds the model, in the training process itself (dataloader workers
@@ -101,3 +103,50 @@ class PrecisionProbe(TrainerCallback):
         for handle in self._handles:
             handle.remove()
         self._handles.clear()
+
+
+def weights_version(model: torch.nn.Module, step: int) -> tuple:
+    """The step, the model, and each parameter's identity and in-place version counter (torch advances
+    it on every in-place write: optimizer steps, load_state_dict, merging)."""
+    return (step, id(model), tuple((id(p), p._version) for p in model.parameters()))
+
+
+class LastEpochEvaluation(TrainerCallback):
+    """The metrics of the last evaluation inside `train()`, and the weights it scored; forgotten on any
+    evaluation or prediction after training (the run's compute_metrics then holds another pass)."""
+
+    def __init__(self):
+        self.training = False
+        self.last: tuple[tuple, dict] | None = None
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        self.training, self.last = True, None
+
+    def on_train_end(self, args, state, control, **kwargs):
+        self.training = False
+
+    def on_evaluate(self, args, state, control, metrics=None, model=None, **kwargs):
+        keep = self.training and model is not None and metrics is not None
+        self.last = (weights_version(model, state.global_step), dict(metrics)) if keep else None
+
+    def on_predict(self, args, state, control, **kwargs):
+        self.last = None
+
+
+def final_metrics(trainer, last: LastEpochEvaluation) -> dict:
+    """`trainer.evaluate()`, or the last epoch's evaluation when it scored these very weights.
+
+    Under eval_strategy "epoch" (the default) training ends with an evaluation; a second pass on the
+    same weights gives the same metrics and predictions at the cost of its time (benchmarks/RESULTS.md,
+    "Small data"). Not under load_best_model_at_end; under several processes only if all can reuse.
+    """
+    reusable = (
+        last.last is not None
+        and not isinstance(trainer.eval_dataset, dict)
+        and not trainer.args.load_best_model_at_end
+        and last.last[0] == weights_version(trainer.model, trainer.state.global_step)
+    )
+    if trainer.args.world_size > 1:
+        flag = torch.tensor([int(reusable)], device=trainer.args.device)
+        reusable = bool(trainer.accelerator.gather(flag).min())
+    return dict(last.last[1]) if reusable else trainer.evaluate()

@@ -169,22 +169,20 @@ def _is_unlabelled(value) -> bool:
 class UnlabelledRows:
     """Training rows without a gold label: --train_file's empty label cells, and --transfer_file's rows.
 
-    The run's own loading refuses a training row without a label, so `set_aside` points
-    --train_file at a copy holding only its labelled rows (the records copied as written) while
-    `RecipeRun.load_data` reads it (in the run's copy of the arguments); `restore` points it back,
-    so results.json names the user's file.
+    The run's own loading refuses a training row without a label, so `set_aside` copies
+    --train_file's labelled rows (the records copied as written) to `labelled_file`, which the
+    script hands `run.load_data(train_file=...)`; results.json still names the user's file.
+    `remove_copy` deletes the copy once the data is loaded.
     """
 
     rows: list[Dataset]  # each source's rows (columns as read); empty: there are none
-    original_train_file: str | None = None
+    labelled_file: str | None = None  # None: every training row has a label
     copy_dir: str | None = None
 
     @classmethod
-    def set_aside(cls, run, options: DistillArguments) -> UnlabelledRows:
-        """Before `run.load_data()`: the rows without a label read, and the run's copy of the arguments
-        pointed at the labelled rows (the parsed arguments are not changed)."""
-        data_args = run.arguments.data
-        parts, original, copy_dir = [], None, None
+    def set_aside(cls, data_args: DataArguments, options: DistillArguments) -> UnlabelledRows:
+        """Before `run.load_data()`: the rows without a label read, and the labelled ones copied."""
+        parts, labelled, copy_dir = [], None, None
         if data_args.train_file is not None and not data_args.label_delimiter:
             train = read_local_files({"train": data_args.train_file}, None, data_args.csv_quoting)[0]["train"]
             label = data_args.label_column_name
@@ -197,17 +195,14 @@ class UnlabelledRows:
                             "The student needs some labelled rows to set the classes: give them in "
                             "--train_file, and the unlabelled rows as --transfer_file."
                         )
-                    original, copy_dir = data_args.train_file, tempfile.mkdtemp(prefix="distill-labelled-")
-                    # Removed by restore(); if loading fails first, when the process ends.
+                    copy_dir = tempfile.mkdtemp(prefix="distill-labelled-")
+                    # Removed by remove_copy(); if loading fails first, when the process ends.
                     atexit.register(shutil.rmtree, copy_dir, True)
-                    labelled = _copy_rows_except(original, set(missing), copy_dir, data_args)
-                    run.arguments = dataclasses.replace(
-                        run.arguments, data=dataclasses.replace(data_args, train_file=labelled)
-                    )
+                    labelled = _copy_rows_except(data_args.train_file, set(missing), copy_dir, data_args)
                     parts.append(train.select(missing).remove_columns(label))
                     logger.info(
                         "%s: %d of %d rows have no label; the teacher labels them.",
-                        original,
+                        data_args.train_file,
                         len(missing),
                         len(train),
                     )
@@ -224,16 +219,10 @@ class UnlabelledRows:
             logger.info(
                 "%s: %d unlabelled rows; the teacher labels them.", options.transfer_file, len(transfer)
             )
-        return cls(rows=parts, original_train_file=original, copy_dir=copy_dir)
+        return cls(rows=parts, labelled_file=labelled, copy_dir=copy_dir)
 
-    def restore(self, run) -> None:
-        """After `run.load_data()`: the run's arguments name the user's --train_file again; the copy goes."""
-        if self.original_train_file is not None:
-            run.arguments = dataclasses.replace(
-                run.arguments,
-                data=dataclasses.replace(run.arguments.data, train_file=self.original_train_file),
-            )
-            self.original_train_file = None
+    def remove_copy(self) -> None:
+        """After `run.load_data()`: the copy of the labelled rows goes."""
         if self.copy_dir is not None:
             shutil.rmtree(self.copy_dir, ignore_errors=True)
             self.copy_dir = None
@@ -432,15 +421,18 @@ def _documents(dataset: Dataset) -> np.ndarray:
     return np.arange(len(dataset))
 
 
-def add_teacher_targets(run, options: DistillArguments, unlabelled: UnlabelledRows) -> DatasetDict:
-    """The run's tokenized splits with the teacher in the training rows' labels, and the run's loss set.
+def add_teacher_targets(
+    run, options: DistillArguments, unlabelled: UnlabelledRows
+) -> tuple[DatasetDict, DistillationLoss]:
+    """The run's tokenized splits with the teacher in the training rows' labels, and the loss to train on.
 
-    `run` is the RecipeRun after `load_data`: its raw training rows and the unlabelled ones go
-    through the teacher (cached), the unlabelled ones are tokenized for the student and added to
-    train, each training row's labels become [gold..., teacher logits...], and `run.compute_loss`
-    becomes the `DistillationLoss` the Trainer gets.
+    `run` is the RecipeRun after `load_data` (read, not changed): its raw training rows and the
+    unlabelled ones go through the teacher (cached), the unlabelled ones are tokenized for the
+    student and added to train, and each training row's labels become [gold..., teacher
+    logits...]. Returns the new splits and the `DistillationLoss` for the Trainer's
+    `compute_loss_func` (keeping --class_weights' weights).
     """
-    unlabelled.restore(run)
+    unlabelled.remove_copy()
     data_args, training = run.arguments.data, run.training
     teacher_dir = check_teacher(options.teacher)
     labels, text_columns = run.data.labels, run.data.text_columns
@@ -484,11 +476,10 @@ def add_teacher_targets(run, options: DistillArguments, unlabelled: UnlabelledRo
     features = parts[0].features.copy()
     features[LABEL_COLUMN] = Sequence(Value("float32"))
     columns = parts[0].column_names  # the unlabelled rows' columns in the training split's order
-    run.tokenized["train"] = concatenate_datasets(
-        [part.select_columns(columns).cast(features) for part in parts]
-    )
+    splits = DatasetDict(run.tokenized)
+    splits["train"] = concatenate_datasets([part.select_columns(columns).cast(features) for part in parts])
     class_weights = getattr(run.compute_loss, "class_weights", None)
-    run.compute_loss = DistillationLoss(
+    loss = DistillationLoss(
         labels.problem_type,
         labels.num_labels,
         options.distill_temperature,
@@ -498,9 +489,9 @@ def add_teacher_targets(run, options: DistillArguments, unlabelled: UnlabelledRo
     )
     logger.info(
         "Distillation: %d training rows (%d without a gold label), T=%s, alpha=%s (teacher term weight).",
-        len(run.tokenized["train"]),
+        len(splits["train"]),
         0 if extra is None else len(extra),
         options.distill_temperature,
         options.distill_alpha,
     )
-    return run.tokenized
+    return splits, loss

@@ -222,53 +222,6 @@ class RecipeTrainer(Trainer):
             return self.sampler_epoch.sampler
         return sampler
 
-    # Why an override: the recipes end with `trainer.evaluate()`, which under eval_strategy "epoch"
-    # (the default) repeats the evaluation the last epoch just made, on the same weights.
-    def evaluate(self, eval_dataset=None, ignore_keys=None, metric_key_prefix="eval"):
-        """Trainer.evaluate, except that evaluating the same split on unchanged weights again returns
-        the last evaluation's metrics instead of running it again.
-
-        Unchanged means: the same optimizer step, the same parameter tensors, and none of them written
-        since (each tensor's in-place version counter, which optimizer steps and load_state_dict
-        advance), with load_best_model_at_end off. The model then computes exactly the same logits, so
-        the metrics, and the predictions the run's compute_metrics keeps from that pass, are the ones
-        a second pass would give; only its time is saved (benchmarks/RESULTS.md, "Small data").
-        Under several processes it is reused only if every process can, so all take the same path.
-        """
-        default_split = eval_dataset is None and ignore_keys is None and metric_key_prefix == "eval"
-        weights = self._weights_version() if default_split else None
-        last = self._last_evaluation
-        reusable = (
-            default_split and last is not None and last[0] == weights and not self.args.load_best_model_at_end
-        )
-        if self.args.world_size > 1:
-            flag = torch.tensor([int(reusable)], device=self.args.device)
-            reusable = bool(self.accelerator.gather(flag).min())
-        if reusable:
-            return dict(last[1])
-        self._last_evaluation = None  # compute_metrics is about to see another pass
-        metrics = super().evaluate(eval_dataset, ignore_keys, metric_key_prefix)
-        if default_split:
-            self._last_evaluation = (weights, dict(metrics))
-        return metrics
-
-    # Why an override: a prediction pass replaces the predictions compute_metrics keeps, so the last
-    # evaluation's metrics no longer go with them.
-    def predict(self, test_dataset, ignore_keys=None, metric_key_prefix="test"):
-        self._last_evaluation = None
-        return super().predict(test_dataset, ignore_keys, metric_key_prefix)
-
-    # (optimizer step, (parameter identity, in-place version) per parameter) at the last evaluation
-    # of the default split, and its metrics.
-    _last_evaluation: tuple[tuple, dict] | None = None
-
-    def _weights_version(self) -> tuple:
-        """What changes whenever the weights can have: the step, and each parameter's identity and
-        in-place version counter (torch advances it on every in-place write: optimizer steps,
-        load_state_dict, merging)."""
-        parameters = tuple((id(p), p._version) for p in self.model.parameters())
-        return (self.state.global_step, id(self.model), parameters)
-
     # Why an override: the evaluation sampler is built in private code a callback cannot reach.
     def get_eval_dataloader(self, eval_dataset=None):
         with evaluation_in_input_order(self.args):

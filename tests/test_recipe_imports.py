@@ -1,0 +1,43 @@
+"""A recipe loads the library (data, modeling, training, run, tracking, evaluation, config), not the
+workbench on top of it: the memory planner loads only under --auto_batch_size, and the sweep,
+crossval, export, tools, dashboard and command line never load with a recipe."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+from tests.helpers.repo import REPO_ROOT
+
+WORKBENCH = ("memory.planner", "sweep", "crossval", "export", "tools", "cli", "dashboard")
+# recipes/full_ft.py's closure: 66 modules, 12,492 lines with the planner loaded at import (before
+# issue 38); 56 modules, 9,995 lines without it. A bound, so that the workbench creeping back fails.
+FULL_FT_MAX_LINES = 10_500
+
+LOADED = """
+import importlib.util, json, pathlib, sys
+loaded = {}
+for name in sys.argv[1:]:
+    spec = importlib.util.spec_from_file_location(f"_recipe_{name}", f"recipes/{name}.py")
+    spec.loader.exec_module(importlib.util.module_from_spec(spec))
+    modules = {m: getattr(sys.modules[m], "__file__", None) for m in sys.modules if m.startswith("recipes_lib")}
+    lines = sum(len(pathlib.Path(f).read_text().splitlines()) for f in modules.values() if f)
+    loaded[name] = {"modules": sorted(modules), "lines": lines}
+print(json.dumps(loaded))
+"""
+
+
+def test_a_recipe_imports_the_library_and_not_the_workbench():
+    from recipes_lib.config.registry import RECIPES
+
+    names = ["full_ft", *(name for name in RECIPES if name != "full_ft")]
+    output = subprocess.run(
+        [sys.executable, "-c", LOADED, *names], cwd=REPO_ROOT, capture_output=True, text=True, check=True
+    ).stdout
+    loaded = json.loads(output.splitlines()[-1])
+    for name, found in loaded.items():
+        workbench = [m for m in found["modules"] if m.removeprefix("recipes_lib.").startswith(WORKBENCH)]
+        assert workbench == [], f"recipes/{name}.py loads the workbench: {', '.join(workbench)}"
+    assert "recipes_lib.training.autofit" in loaded["full_ft"]["modules"]  # the check saw the library
+    assert loaded["full_ft"]["lines"] <= FULL_FT_MAX_LINES, loaded["full_ft"]["lines"]
