@@ -121,7 +121,7 @@ def test_two_workers_run_every_trial_once_and_report_what_one_worker_does(tmp_pa
     alone = make_config(tmp_path / "one")
     assert run_sweep(alone, launch=SweepStandIn(), preflight=no_budget, draw=False) == 0
     config = make_config(tmp_path / "two")
-    launcher = Overlapping(SweepStandIn())
+    launcher = Overlapping(SweepStandIn(), seconds=1.0)  # long beside the study's own steps on busy cores
     assert run_sweep(config, launch=launcher, preflight=no_budget, draw=False, workers=Workers(2)) == 0
     assert launcher.most_at_once == 2  # two trials did run at once
     assert len(launcher.launched) == len(set(launcher.launched)) == 11  # each once
