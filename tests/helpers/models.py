@@ -44,6 +44,11 @@ FAMILY_SHAPES = {
     "xlm-roberta-xl": SMALL,
     # ERNIE 3.0: BERT's layers, task type embeddings beside the token types.
     "ernie": {**SMALL, "use_task_id": True},
+    # EuroBERT: Llama's layer, bidirectional; "late" pooling (the head on every token, logits averaged).
+    "eurobert": SMALL,
+    # GTE (gte-multilingual-base's native conversion) and NomicBERT: rotary, gated FFN, post-norm.
+    "gte": SMALL,
+    "nomic_bert": SMALL,
 }
 
 
