@@ -322,17 +322,9 @@ EUROBERT = Family(
         token_type_ids=False,
     ),
     lora_targets=("q_proj", "v_proj"),  # Llama's, which peft's mapping has (eurobert it has not)
-    config_values=_published(
-        "eurobert",
-        max_position_embeddings=8192,
-        hidden_act="silu",
-        rms_norm_eps=1e-5,
-        tie_word_embeddings=False,
-        bos_token_id=128000,
-        eos_token_id=128001,
-        pad_token_id=128001,
-        mask_token_id=128002,
-    ),
+    # Every published size shares EuroBertConfig's defaults (its docstring: EuroBERT-210m) but the sizes
+    # (and the key-value heads of the larger ones); 8,192 positions.
+    config_values=_published("eurobert", max_position_embeddings=8192),
 )
 GTE = Family(
     "GTE",
@@ -341,15 +333,8 @@ GTE = Family(
     # their product, down_proj); BERT's pooler and head; one token type.
     FamilyForward(layer=GATED_POST_NORM, qkv=("q_proj", "k_proj", "v_proj")),
     lora_targets=("q_proj", "v_proj"),
-    config_values=_published(
-        "gte",
-        max_position_embeddings=8192,
-        type_vocab_size=1,
-        pad_token_id=1,
-        layer_norm_eps=1e-12,
-        hidden_act="gelu",
-        rope_parameters={"rope_type": "ntk", "factor": 2.0, "rope_theta": 160000},
-    ),
+    # gte-multilingual-base: 8,192 positions, one token type (GteConfig's defaults).
+    config_values=_published("gte", max_position_embeddings=8192, type_vocab_size=1),
 )
 NOMIC_BERT = Family(
     "NomicBERT",
@@ -357,15 +342,8 @@ NOMIC_BERT = Family(
     # GTE's layer without biases and, as published, without dropout; BERT's pooler and head.
     FamilyForward(layer=GATED_POST_NORM, qkv=("q_proj", "k_proj", "v_proj")),
     lora_targets=("q_proj", "v_proj"),
-    config_values=_published(
-        "nomic_bert",
-        max_position_embeddings=2048,
-        type_vocab_size=2,
-        hidden_act="silu",
-        hidden_dropout_prob=0.0,
-        attention_probs_dropout_prob=0.0,
-        layer_norm_eps=1e-12,
-    ),
+    # nomic-embed-text-v1.5: 2,048 positions, no dropout (NomicBertConfig's defaults).
+    config_values=_published("nomic_bert", max_position_embeddings=2048),
 )
 
 # Every family the project supports, in the order tables list them.
