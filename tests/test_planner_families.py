@@ -86,6 +86,36 @@ def test_the_plan_with_activation_checkpointing_matches_a_measured_training_step
     check_plan_against_step(family_dirs[family], SHAPES[recipe], rows=8, length=32, checkpointing=True)
 
 
+# The long-context families at long sequences: batch 1, the attention's S x S terms (each layer's
+# float mask kept by SDPA, the bool mask made once per forward) against the linear ones. ModernBERT
+# with 6 layers, global attention in every third as published: with 2 a transient of about 8 B per
+# S x S element that the plan does not hold is half of the step (0.51 at 8,192 tokens).
+LONG_CONTEXT = {
+    "eurobert": {},
+    "gte": {},
+    "nomic_bert": {},
+    "modernbert": {"num_hidden_layers": 6, "global_attn_every_n_layers": 3},
+}
+
+
+@pytest.fixture(scope="module")
+def long_context_dirs(tmp_path_factory) -> dict[str, Path]:
+    root = tmp_path_factory.mktemp("planner-long")
+    return {
+        family: build_tiny_family(family, root / family, max_position_embeddings=8192, **extra)
+        for family, extra in LONG_CONTEXT.items()
+    }
+
+
+@pytest.mark.parametrize("length", [512, 2048, pytest.param(8192, marks=pytest.mark.slow)])
+@pytest.mark.parametrize("family", list(LONG_CONTEXT))
+def test_the_plan_of_the_long_context_families_matches_a_measured_step_at_long_sequences(
+    family, length, long_context_dirs
+):
+    """8,192 tokens: ~1 GB and ~20 s a family on one CPU thread (slow)."""
+    check_plan_against_step(long_context_dirs[family], SHAPES["full_ft"], rows=1, length=length)
+
+
 @pytest.fixture(scope="module")
 def variant_dirs(tmp_path_factory) -> dict[str, Path]:
     root = tmp_path_factory.mktemp("planner-variants")
