@@ -449,6 +449,25 @@ def test_plan_fits_lists_the_models_asked_with_their_largest_batches(capsys):
     assert re.search(r"Not planned for albert/albert-base-v2: Albert models do not support activation", out)
 
 
+def test_plan_at_8192_tokens_plans_the_long_context_models_and_refuses_the_others_by_their_positions(capsys):
+    """`plan --fits --max_seq_length 8192`: EuroBERT's batch without and with activation checkpointing;
+    BERT refused as a recipe refuses it (512 positions); NomicBERT at its 2,048."""
+    code = main(["plan", "--fits", "--bf16", "--max_seq_length", "8192", "--recipe", "full_ft",
+                 "--model", "EuroBERT/EuroBERT-210m", "bert-base-uncased", "nomic-ai/nomic-embed-text-v1.5"])  # fmt: skip
+    out = capsys.readouterr().out
+    assert code == 0 and "batch 32 x 8192 tokens" in out and "SDPA attention" in out
+    eurobert = next(line for line in out.splitlines() if line.startswith("EuroBERT/EuroBERT-210m"))
+    without, with_checkpointing = (int(n) for n in re.findall(r"(\d+) / (\d+)", eurobert)[0])
+    assert 0 < without < with_checkpointing  # checkpointing keeps one layer's activations, not 12
+    assert re.search(r"Not planned for google-bert/bert-base-uncased: max_seq_length 8192 is longer than "
+                     r"this model accepts: 512 tokens", out)  # fmt: skip
+    assert (
+        "nomic-ai/nomic-embed-text-v1.5: max_seq_length 8192 is longer than this model accepts: 2048" in out
+    )
+    assert main(["plan", "--model", "bert-base-uncased", "--max_seq_length", "8192", "--no_family"]) == 2
+    assert "Use --max_seq_length 512 or less." in capsys.readouterr().err
+
+
 def test_plan_fits_refuses_a_model_outside_the_catalogue(capsys):
     assert main(["plan", "--fits", "--model", "my-org/my-model"]) == 2
     assert "not one" in capsys.readouterr().err
