@@ -145,6 +145,9 @@ _E5_FP32 = f"{_GTE_CARD}, at 4 bytes a parameter (float32)"
 # pytorch_model.bin beside it unpickles torch.FloatStorage).
 _HUB_FILES = "the Hub's file listing of {} (huggingface.co/{}/tree/main): model.safetensors {}, float32"
 
+_MTEB = "MTEB's model registry (embeddings-benchmark/mteb mteb/models/model_implementations/{}, n_parameters)"
+_ETTIN_README = "the Ettin README's encoder table (JHU-CLSP/ettin-encoder-vs-decoder README.md, 'Parameters')"
+
 # fmt: off
 PUBLISHED_COUNTS: dict[str, Published] = {
     # BERT (also the notes of Google's "BERT release" collection on the Hub): the cased checkpoints
@@ -270,6 +273,28 @@ PUBLISHED_COUNTS: dict[str, Published] = {
     "thenlper/gte-small": _weights_file(0.07e9, 0.01e9, 2, f"{_GTE_FP16}: gte-small, 0.07"),
     "thenlper/gte-base": _weights_file(0.22e9, 0.01e9, 2, f"{_GTE_FP16}: gte-base, 0.22"),
     "thenlper/gte-large": _weights_file(0.67e9, 0.01e9, 2, f"{_GTE_FP16}: gte-large, 0.67"),
+    # Ettin: the README's rounded figures (MTEB's registry gives the ettin-reranker-*-v1 cross-encoders
+    # built on them exactly ours: 16,797,440 ... 1,028,050,688).
+    "jhu-clsp/ettin-encoder-17m": Published(17e6, 1e6, f"{_ETTIN_README}: 17M"),
+    "jhu-clsp/ettin-encoder-32m": Published(32e6, 1e6, f"{_ETTIN_README}: 32M"),
+    "jhu-clsp/ettin-encoder-68m": Published(68e6, 1e6, f"{_ETTIN_README}: 68M"),
+    "jhu-clsp/ettin-encoder-150m": Published(150e6, 1e6, f"{_ETTIN_README}: 150M"),
+    "jhu-clsp/ettin-encoder-400m": Published(400e6, 1e6, f"{_ETTIN_README}: 400M"),
+    "jhu-clsp/ettin-encoder-1b": Published(1e9, 0.1e9, f"{_ETTIN_README}: 1B"),
+    "jhu-clsp/mmBERT-small": Published(
+        140e6, 1e6, "the mmBERT README's architecture table (JHU-CLSP/mmBERT README.md): 140M in total, 42M non-embedding"
+    ),
+    "jhu-clsp/mmBERT-base": Published(
+        307e6, 1e6, "the mmBERT README's architecture table (JHU-CLSP/mmBERT README.md): 307M in total, 110M non-embedding"
+    ),
+    # 211.8M counted: the name's "210m" and the release's "210 million parameters" (EuroBERT blog, paper).
+    "EuroBERT/EuroBERT-210m": Published(210e6, 1e6, "its name and the EuroBERT release (blog, arXiv 2503.05500): 210M"),
+    "alibaba-nlp-community/gte-multilingual-base": Published(
+        305_368_320, 1, _MTEB.format("gte_models.py") + ": Alibaba-NLP/gte-multilingual-base, 305,368,320"
+    ),
+    "nomic-ai/nomic-embed-text-v1.5": Published(
+        136_731_648, 1, _MTEB.format("nomic_models.py") + ": nomic-ai/nomic-embed-text-v1.5, 136,731,648"
+    ),
 }
 # fmt: on
 # An entry no published count has been found for goes here, with why (none is now); it is checked
@@ -422,6 +447,25 @@ def test_plan_fits_lists_the_models_asked_with_their_largest_batches(capsys):
     assert rows["google-bert/bert-base-uncased"][2] == "full_ft"  # the cheapest that fits batch 32
     assert rows["facebook/xlm-roberta-xl"][1] == "3.48B" and rows["facebook/xlm-roberta-xl"][2] != "full_ft"
     assert re.search(r"Not planned for albert/albert-base-v2: Albert models do not support activation", out)
+
+
+def test_plan_at_8192_tokens_plans_the_long_context_models_and_refuses_the_others_by_their_positions(capsys):
+    """`plan --fits --max_seq_length 8192`: EuroBERT's batch without and with activation checkpointing;
+    BERT refused as a recipe refuses it (512 positions); NomicBERT at its 2,048."""
+    code = main(["plan", "--fits", "--bf16", "--max_seq_length", "8192", "--recipe", "full_ft",
+                 "--model", "EuroBERT/EuroBERT-210m", "bert-base-uncased", "nomic-ai/nomic-embed-text-v1.5"])  # fmt: skip
+    out = capsys.readouterr().out
+    assert code == 0 and "batch 32 x 8192 tokens" in out and "SDPA attention" in out
+    eurobert = next(line for line in out.splitlines() if line.startswith("EuroBERT/EuroBERT-210m"))
+    without, with_checkpointing = (int(n) for n in re.findall(r"(\d+) / (\d+)", eurobert)[0])
+    assert 0 < without < with_checkpointing  # checkpointing keeps one layer's activations, not 12
+    assert re.search(r"Not planned for google-bert/bert-base-uncased: max_seq_length 8192 is longer than "
+                     r"this model accepts: 512 tokens", out)  # fmt: skip
+    assert (
+        "nomic-ai/nomic-embed-text-v1.5: max_seq_length 8192 is longer than this model accepts: 2048" in out
+    )
+    assert main(["plan", "--model", "bert-base-uncased", "--max_seq_length", "8192", "--no_family"]) == 2
+    assert "Use --max_seq_length 512 or less." in capsys.readouterr().err
 
 
 def test_plan_fits_refuses_a_model_outside_the_catalogue(capsys):

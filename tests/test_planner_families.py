@@ -86,6 +86,36 @@ def test_the_plan_with_activation_checkpointing_matches_a_measured_training_step
     check_plan_against_step(family_dirs[family], SHAPES[recipe], rows=8, length=32, checkpointing=True)
 
 
+# The long-context families at long sequences: batch 1, the attention's S x S terms (each layer's
+# float mask kept by SDPA, the bool mask made once per forward) against the linear ones. ModernBERT
+# with 6 layers, global attention in every third as published: with 2 a transient of about 8 B per
+# S x S element that the plan does not hold is half of the step (0.51 at 8,192 tokens).
+LONG_CONTEXT = {
+    "eurobert": {},
+    "gte": {},
+    "nomic_bert": {},
+    "modernbert": {"num_hidden_layers": 6, "global_attn_every_n_layers": 3},
+}
+
+
+@pytest.fixture(scope="module")
+def long_context_dirs(tmp_path_factory) -> dict[str, Path]:
+    root = tmp_path_factory.mktemp("planner-long")
+    return {
+        family: build_tiny_family(family, root / family, max_position_embeddings=8192, **extra)
+        for family, extra in LONG_CONTEXT.items()
+    }
+
+
+@pytest.mark.parametrize("length", [512, 2048, pytest.param(8192, marks=pytest.mark.slow)])
+@pytest.mark.parametrize("family", list(LONG_CONTEXT))
+def test_the_plan_of_the_long_context_families_matches_a_measured_step_at_long_sequences(
+    family, length, long_context_dirs
+):
+    """8,192 tokens: ~1 GB and ~20 s a family on one CPU thread (slow)."""
+    check_plan_against_step(long_context_dirs[family], SHAPES["full_ft"], rows=1, length=length)
+
+
 @pytest.fixture(scope="module")
 def variant_dirs(tmp_path_factory) -> dict[str, Path]:
     root = tmp_path_factory.mktemp("planner-variants")
@@ -168,6 +198,9 @@ def test_the_encoder_reads_each_family_under_its_own_names(family_dirs):
     assert encoders["albert"].activation_keeps == 4  # gelu_new, written as ops: x, tanh, 1 + tanh, x / 2
     assert encoders["bert"].activation_keeps == 1  # GELU keeps its input
     assert encoders["modernbert"].gated_ffn and encoders["modernbert"].sliding_layers == 1
+    # activation(gate_proj) x up_proj: F is gate_proj's width
+    assert all(encoders[name].gated_ffn for name in ("eurobert", "gte", "nomic_bert"))
+    assert not encoders["bert"].gated_ffn
     assert not encoders["deberta"].sdpa and not encoders["mpnet"].sdpa and encoders["bert"].sdpa
     v1, v2 = encoders["deberta"].relative, encoders["deberta-v2"].relative
     assert v1.separate_projections and v1.span(32) == 32 and v1.span(256) == 130  # min(S, max positions)
@@ -177,7 +210,7 @@ def test_the_encoder_reads_each_family_under_its_own_names(family_dirs):
         family: sorted(a.name.rsplit(".", 1)[-1] for a in Encoder.from_config(
             load_config(str(family_dirs[family])), LoraShape()
         ).adapters)
-        for family in ("bert", "distilbert", "deberta", "deberta-v2", "modernbert", "mpnet")
+        for family in ("bert", "distilbert", "deberta", "deberta-v2", "modernbert", "mpnet", "eurobert", "gte")
     }  # fmt: skip
     assert adapted == {
         "bert": ["query", "value"],
@@ -186,7 +219,22 @@ def test_the_encoder_reads_each_family_under_its_own_names(family_dirs):
         "deberta-v2": ["query_proj", "value_proj"],
         "modernbert": ["Wqkv"],
         "mpnet": ["q", "v"],
+        "eurobert": ["q_proj", "v_proj"],
+        "gte": ["q_proj", "v_proj"],
     }
+
+
+def test_the_pooler_a_gte_base_checkpoint_lacks_trains_in_full_under_lora(family_dirs):
+    """GteModel and NomicBertModel build no pooler unless asked, so a base checkpoint has none: the
+    classifier's pooler starts new and LoRA trains it in full, as load_model's report says."""
+    from recipes_lib.memory.planner.parameters import modules_the_checkpoint_lacks
+    from recipes_lib.modeling.families import meta_model
+
+    for family, prefix in (("gte", "gte"), ("nomic_bert", "nomic_bert"), ("bert", None)):
+        config = load_config(str(family_dirs[family]))
+        lacking = modules_the_checkpoint_lacks(config, meta_model(config))
+        assert (f"{prefix}.pooler.dense" in lacking) == (prefix is not None), (family, lacking)
+        assert "classifier" in lacking
 
 
 def test_camembert_is_planned_as_roberta_whose_entry_lists_it():
@@ -236,7 +284,7 @@ def test_plan_all_recipes_plans_every_family_and_says_why_a_row_cannot_be(family
     assert main([*argv, "--lora_target_modules", "query", "value"]) == 2
     output = capsys.readouterr().out
     reasons = {line.split(", ")[0]: line for line in output.splitlines() if ": not planned: " in line}
-    refusing = {"distilbert", "deberta", "deberta-v2", "modernbert", "mpnet"}
+    refusing = {"distilbert", "deberta", "deberta-v2", "modernbert", "mpnet", "eurobert", "gte", "nomic_bert"}
     assert set(reasons) == {str(family_dirs[family]) for family in refusing}
     for family in refusing:
         assert (

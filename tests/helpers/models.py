@@ -44,6 +44,11 @@ FAMILY_SHAPES = {
     "xlm-roberta-xl": SMALL,
     # ERNIE 3.0: BERT's layers, task type embeddings beside the token types.
     "ernie": {**SMALL, "use_task_id": True},
+    # EuroBERT: Llama's layer, bidirectional; "late" pooling (the head on every token, logits averaged).
+    "eurobert": SMALL,
+    # GTE (gte-multilingual-base's native conversion) and NomicBERT: rotary, gated FFN, post-norm.
+    "gte": SMALL,
+    "nomic_bert": SMALL,
 }
 
 
@@ -140,14 +145,14 @@ def build_tiny_family(model_type: str, directory: Path, **extra) -> Path:
     ids = {"pad_token_id": vocab["[PAD]"], "bos_token_id": vocab["[CLS]"], "eos_token_id": vocab["[SEP]"]}
     if model_type == "modernbert":
         ids.update(cls_token_id=vocab["[CLS]"], sep_token_id=vocab["[SEP]"])
-    config = AutoConfig.for_model(
-        model_type,
-        vocab_size=len(vocab),
-        max_position_embeddings=130,  # 128 tokens, and RoBERTa-style offsets of up to 2
+    values = {
+        "vocab_size": len(vocab),
+        "max_position_embeddings": 130,  # 128 tokens, and RoBERTa-style offsets of up to 2
         **FAMILY_SHAPES[model_type],
         **ids,
-        **extra,
-    )
+    }
+    values.update(extra)  # which may set more positions or layers (the long-sequence checks)
+    config = AutoConfig.for_model(model_type, **values)
     torch.manual_seed(0)
     AutoModel.from_config(config).save_pretrained(directory)
     if not getattr(config, "type_vocab_size", 0):

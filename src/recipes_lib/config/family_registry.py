@@ -34,6 +34,8 @@ POST_NORM = "post-norm"  # BERT: LayerNorm after each residual sum
 PRE_NORM = "pre-norm"  # XLM-R XL: LayerNorm before attention and before the FFN, one after the last layer
 DISENTANGLED = "disentangled"  # DeBERTa: post-norm, attention over content and relative positions
 GATED_ROTARY = "gated-rotary"  # ModernBERT: pre-norm, gated FFN, rotary positions, sliding windows
+GATED_POST_NORM = "gated-post-norm"  # GTE, NomicBERT: BERT's post-norm layer, rotary Q and K, gated FFN
+RMS_GATED = "rms-gated"  # EuroBERT: Llama's layer without the causal mask (RMSNorm first, gated SiLU FFN)
 
 
 @dataclass(frozen=True)
@@ -45,7 +47,8 @@ class FamilyForward:
     comes from the config and the model built on the meta device (`Encoder.from_config`).
     """
 
-    # Which layer arithmetic: POST_NORM, PRE_NORM, DISENTANGLED or GATED_ROTARY (above).
+    # Which layer arithmetic: POST_NORM, PRE_NORM, DISENTANGLED, GATED_ROTARY, GATED_POST_NORM or
+    # RMS_GATED (above).
     layer: str = POST_NORM
     # The attention's query, key and value projections (a fused projection: its name three times).
     qkv: tuple[str, str, str] = ("query", "key", "value")
@@ -303,6 +306,46 @@ ERNIE = Family(
     config_values=_published("ernie", type_vocab_size=4, layer_norm_eps=1e-5),
 )
 
+# The 2024-2025 long-context encoders transformers 5.x ships natively (no trust_remote_code).
+EUROBERT = Family(
+    "EuroBERT",
+    ("eurobert",),
+    # Llama's layer, bidirectional: RMSNorm before attention and FFN, one after the last layer; no
+    # dropout on the hidden states, no token types. Its "late" head runs dense, GELU and the
+    # classifier on every token, then averages the logits over the mask: T x H terms, not B x H.
+    FamilyForward(
+        layer=RMS_GATED,
+        qkv=("q_proj", "k_proj", "v_proj"),
+        hidden_dropouts=0,
+        head=(0, 0),
+        head_reads_a_view=False,
+        token_type_ids=False,
+    ),
+    lora_targets=("q_proj", "v_proj"),  # Llama's, which peft's mapping has (eurobert it has not)
+    # Every published size shares EuroBertConfig's defaults (its docstring: EuroBERT-210m) but the sizes
+    # (and the key-value heads of the larger ones); 8,192 positions.
+    config_values=_published("eurobert", max_position_embeddings=8192),
+)
+GTE = Family(
+    "GTE",
+    ("gte",),
+    # BERT's post-norm layer with rotary Q and K and a gated FFN (gate_proj, up_proj, a dropout on
+    # their product, down_proj); BERT's pooler and head; one token type.
+    FamilyForward(layer=GATED_POST_NORM, qkv=("q_proj", "k_proj", "v_proj")),
+    lora_targets=("q_proj", "v_proj"),
+    # gte-multilingual-base: 8,192 positions, one token type (GteConfig's defaults).
+    config_values=_published("gte", max_position_embeddings=8192, type_vocab_size=1),
+)
+NOMIC_BERT = Family(
+    "NomicBERT",
+    ("nomic_bert",),
+    # GTE's layer without biases and, as published, without dropout; BERT's pooler and head.
+    FamilyForward(layer=GATED_POST_NORM, qkv=("q_proj", "k_proj", "v_proj")),
+    lora_targets=("q_proj", "v_proj"),
+    # nomic-embed-text-v1.5: 2,048 positions, no dropout (NomicBertConfig's defaults).
+    config_values=_published("nomic_bert", max_position_embeddings=2048),
+)
+
 # Every family the project supports, in the order tables list them.
 FAMILIES: tuple[Family, ...] = (
     BERT,
@@ -317,6 +360,9 @@ FAMILIES: tuple[Family, ...] = (
     MODERNBERT,
     MPNET,
     ERNIE,
+    EUROBERT,
+    GTE,
+    NOMIC_BERT,
 )
 _BY_MODEL_TYPE: dict[str, Family] = {
     model_type: family for family in FAMILIES for model_type in family.model_types

@@ -131,6 +131,25 @@ def _build_profile(config) -> ArchitectureProfile:
     )
 
 
+def check_sequence_length(config, max_seq_length: int) -> None:
+    """Refuse a max_seq_length longer than the positions a sequence of this model can use (a recipe's
+    check before anything loads, and the planner's: `plan --max_seq_length 8192` on a 512-token BERT)."""
+    limit = profile_for(config).max_length
+    if limit is None or max_seq_length <= limit:
+        return
+    offset = config.max_position_embeddings - limit
+    why = (
+        f"{config.max_position_embeddings} position embeddings less {offset} below its first position, "
+        "which starts after the padding index"
+        if offset
+        else f"max_position_embeddings of {config.model_type}"
+    )
+    raise ModelError(
+        f"max_seq_length {max_seq_length} is longer than this model accepts: {limit} tokens ({why}). "
+        f"Use --max_seq_length {limit} or less."
+    )
+
+
 def profile_for(config) -> ArchitectureProfile:
     """The profile of the model `config` describes (cached per config: building it instantiates on meta)."""
     return _profile(config.to_json_string(use_diff=False), type(config))

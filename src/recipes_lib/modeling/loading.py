@@ -14,7 +14,7 @@ from transformers import AutoConfig, AutoModelForSequenceClassification, AutoTok
 from recipes_lib.config.arguments import ModelArguments
 from recipes_lib.config.family_registry import family_for
 from recipes_lib.errors import ModelError
-from recipes_lib.modeling.families import ArchitectureProfile, profile_for
+from recipes_lib.modeling.families import ArchitectureProfile, check_sequence_length, profile_for
 from recipes_lib.modeling.sources import PACKAGED_MODELS, resolve_model_path
 
 logger = logging.getLogger(__name__)
@@ -137,19 +137,7 @@ def check_model_support(model_args: ModelArguments, model_config, max_seq_length
             f"({model_config.model_type}); it supports: {', '.join(supported)}. Pass one of those, or leave "
             f"the option out to use {profile.default_attention}."
         )
-    limit = profile.max_length
-    if limit is not None and max_seq_length > limit:
-        offset = model_config.max_position_embeddings - limit
-        why = (
-            f"{model_config.max_position_embeddings} position embeddings less {offset} below its first position, "
-            "which starts after the padding index"
-            if offset
-            else f"max_position_embeddings of {model_config.model_type}"
-        )
-        raise ModelError(
-            f"max_seq_length {max_seq_length} is longer than this model accepts: {limit} tokens ({why}). "
-            f"Use --max_seq_length {limit} or less."
-        )
+    check_sequence_length(model_config, max_seq_length)
     return profile
 
 

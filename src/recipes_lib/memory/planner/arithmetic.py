@@ -62,6 +62,14 @@ Encoder families. The sizes come from each family's config and its model on the 
     ModernBERT                       pre-norm; Wqkv's output (3 T x H) and rotated Q and K kept by SDPA;
                                      the gated FFN's 2F-wide input; float masks of the sliding-window
                                      layers; no token types, no biases; the head's dense layer and norm
+    GTE, NomicBERT                   BERT's layer with rotary Q and K (cos and sin once per forward)
+                                     and a gated FFN: gate_proj's output (the activation's input), the
+                                     activation's and up_proj's outputs (3 T x F), GTE's dropout on
+                                     their product; a base checkpoint without the pooler
+    EuroBERT                         Llama's layer: RMSNorm written as ops (input, 1 / rms, the
+                                     normalized stream, its weighted output: 3 T x H + T each), the
+                                     gated SiLU FFN, no dropout; a final RMSNorm and a "late" head
+                                     that runs dense, GELU and the classifier on every token
 
 tests/test_planner.py checks the prediction against the measured breakdown on CPU, and
 tests/test_planner_families.py does for every family.
@@ -71,7 +79,13 @@ from __future__ import annotations
 
 import math
 
-from recipes_lib.config.family_registry import DISENTANGLED, GATED_ROTARY, PRE_NORM
+from recipes_lib.config.family_registry import (
+    DISENTANGLED,
+    GATED_POST_NORM,
+    GATED_ROTARY,
+    PRE_NORM,
+    RMS_GATED,
+)
 from recipes_lib.memory.planner.encoder import Encoder
 from recipes_lib.memory.planner.parameters import Parameters
 from recipes_lib.memory.planner.setup import Setup
@@ -250,6 +264,8 @@ def layer_activation_terms(encoder: Encoder, setup: Setup) -> dict[str, int]:
         terms = _deberta_layer_terms(encoder, setup)
     elif kind == GATED_ROTARY:
         terms = _modernbert_layer_terms(encoder, setup)
+    elif kind == RMS_GATED:
+        terms = _rms_gated_layer_terms(encoder, setup)
     else:
         terms = _post_norm_layer_terms(encoder, setup)
     return {**terms, **_int8_base_terms(encoder, setup)}
@@ -318,6 +334,8 @@ def _ffn_terms(encoder: Encoder, setup: Setup) -> dict[str, int]:
     z = _Sizes(encoder, setup)
     T, F, e = z.T, z.F, z.e
     keeps = encoder.activation_keeps
+    if encoder.family.layer == GATED_POST_NORM:
+        return _gated_ffn_terms(encoder, setup)
     terms = {
         "FFN activation input" if keeps == 1 else f"FFN activation: the {keeps} tensors it keeps": keeps
         * T
@@ -326,6 +344,22 @@ def _ffn_terms(encoder: Encoder, setup: Setup) -> dict[str, int]:
     }
     if setup.adapters is None and not encoder.activation_keeps_output:
         terms["FFN activation output (next linear's input)"] = T * F * e
+    return terms
+
+
+def _gated_ffn_terms(encoder: Encoder, setup: Setup) -> dict[str, int]:
+    """A gated FFN's kept tensors (GTE, NomicBERT, EuroBERT): activation(gate_proj(x)) x up_proj(x),
+    then down_proj, with GTE's dropout on the product between."""
+    z = _Sizes(encoder, setup)
+    T, F, e = z.T, z.F, z.e
+    terms = {
+        "gate_proj output (the activation's input)": max(encoder.activation_keeps, 1) * T * F * e,
+        "activation and up_proj outputs (the product's factors)": 2 * T * F * e,
+    }
+    if encoder.hidden_dropout > 0 and encoder.family.layer == GATED_POST_NORM:
+        terms["FFN dropout mask"] = z.mask(T * F, e)
+    if setup.adapters is None:
+        terms["gated product (down_proj's input)"] = T * F * e
     return terms
 
 
@@ -480,6 +514,36 @@ def _modernbert_layer_terms(encoder: Encoder, setup: Setup) -> dict[str, int]:
     return layer
 
 
+def _rms_gated_layer_terms(encoder: Encoder, setup: Setup) -> dict[str, int]:
+    """EuroBERT's layer (Llama's, bidirectional): RMSNorm before attention and before the FFN,
+    written as ops (x.pow(2).mean keeps x; x * rsqrt keeps x and 1 / rms; weight * normalized keeps
+    the normalized stream), rotary Q and K, SDPA, and a gated SiLU FFN; no dropout, no biases. Under
+    LoRA the frozen norm weights keep no normalized stream and the frozen linears no input."""
+    z = _Sizes(encoder, setup)
+    T, H, e = z.T, z.H, z.e
+    frozen_base = setup.adapters is not None
+    layer: dict[str, int] = {"RMSNorm inputs (the residual stream) + 1 / rms": 2 * (T * H * 4 + T * 4)}
+    if not frozen_base:
+        layer["RMSNorm normalized streams and weighted outputs (q/k/v's and the FFN's input)"] = 2 * (
+            T * H * 4 + T * H * e
+        )
+    if _fused_attention(encoder, setup):
+        # The kernel's output is laid out as o_proj reads it: one tensor for both.
+        layer["attention Q, K, V, output"] = 4 * T * H * e
+        layer["attention log-sum-exp"] = z.B * z.A * z.S * 4
+        if setup.padded:
+            layer["attention mask, float"] = z.B * z.S * z.S * e
+    else:
+        layer["Q, K, V contiguous copies"] = 3 * T * H * e
+        layer.update(_probability_terms(encoder, setup))
+        if not frozen_base:
+            layer["context (o_proj's input)"] = T * H * e
+    layer.update(_gated_ffn_terms(encoder, setup))
+    layer.update(_lora_terms(encoder, setup))
+    layer.update(_bf16_weight_terms(encoder, setup))
+    return layer
+
+
 def activation_terms(encoder: Encoder, setup: Setup) -> dict[str, int]:
     """Bytes of what forward keeps for backward, and the backward transient, by name."""
     L, T, H = encoder.layers, setup.batch_size * setup.seq_length, encoder.hidden
@@ -516,7 +580,8 @@ def _embedding_terms(encoder: Encoder, setup: Setup, trainable: bool) -> dict[st
         return {}  # frozen embeddings: nothing there needs a gradient
     z = _Sizes(encoder, setup)
     T, H, E = z.T, z.H, z.E
-    pre_norm = encoder.family.layer == PRE_NORM  # XLM-R XL: no LayerNorm on the embeddings
+    # XLM-R XL and EuroBERT: no LayerNorm on the embeddings
+    pre_norm = encoder.family.layer in (PRE_NORM, RMS_GATED)
     if pre_norm:
         terms = {}
     elif encoder.family.layer_norm_ops:
@@ -527,11 +592,11 @@ def _embedding_terms(encoder: Encoder, setup: Setup, trainable: bool) -> dict[st
         terms["embeddings: padding mask, float"] = T * 4  # the LayerNorm output is multiplied by it
     if encoder.family.embedding_indices:
         terms["embeddings: position (and token type) ids, int64"] = encoder.family.embedding_indices * T * 8
-    if encoder.embedding_drop > 0:
+    if encoder.embedding_drop > 0 and encoder.family.layer != RMS_GATED:  # EuroBERT: no dropout at all
         terms["embeddings: dropout mask"] = z.mask(T * E, 4)
     if E != H:  # ALBERT and ELECTRA project the narrower embeddings up to the hidden size
         terms["embeddings: projection input"] = T * E * (2 if setup.half_precision else 4)
-    if not setup.half_precision and encoder.family.layer not in (GATED_ROTARY, PRE_NORM):
+    if not setup.half_precision and encoder.family.layer not in (GATED_ROTARY, PRE_NORM, RMS_GATED):
         # Under autocast the first layer's linears keep bf16 copies instead; a pre-norm first layer
         # counts its input itself (its LayerNorm keeps it), and ModernBERT's its Wqkv input.
         terms["embeddings: output (first layer's input)"] = T * H * 4
@@ -562,6 +627,20 @@ def _encoder_terms(encoder: Encoder, setup: Setup) -> dict[str, int]:
             terms["attention masks, float"] = masked * z.B * z.S * z.S * z.e
         terms["rotary cos and sin"] = encoder.layers * 2 * z.S * (z.H // z.A) * z.e
         terms["final LayerNorm input + stats"] = z.T * z.H * 4 + 2 * z.T * 4
+    if encoder.family.layer in (GATED_POST_NORM, RMS_GATED):
+        # One cos and one sin (1 x S x head_dim, fp32) for every layer; a padded batch's bidirectional
+        # mask (bool, B x S x S), made once per forward and held to its end (each layer's SDPA keeps
+        # its own float copy). Measured on CPU at 512 to 8,192 tokens (tests/test_planner_families.py).
+        terms["rotary cos and sin"] = 2 * z.S * (z.H // z.A) * 4
+        if setup.padded:
+            terms["attention mask, bool (once per forward)"] = z.B * z.S * z.S
+    if encoder.family.layer == RMS_GATED:
+        # The final RMSNorm (its input, 1 / rms; the normalized stream when its weight trains) and
+        # the late head on every token: dense's input, GELU's input, the classifier's input.
+        terms["final RMSNorm input + 1 / rms"] = z.T * z.H * 4 + z.T * 4
+        if setup.adapters is None:
+            terms["final RMSNorm normalized stream"] = z.T * z.H * 4
+        terms["late head: dense, GELU and classifier inputs (every token)"] = z.T * z.H * (4 + 2 * z.e)
     if not setup.half_precision and not setup.gradient_checkpointing:
         # The last hidden states stay whole when the head's first linear trains on a view of their
         # first token. BERT's and DeBERTa's layers count them already (as the next layer's input)
@@ -614,6 +693,8 @@ def _first_layer_difference(encoder: Encoder, setup: Setup, fused: bool) -> int:
         return savings
     if encoder.family.layer == PRE_NORM:
         savings += T * H * 4 + 2 * T * 4
+    if encoder.family.layer == RMS_GATED:  # the first RMSNorm's input and 1 / rms
+        savings += T * H * 4 + T * 4
     adapted = encoder.adapted_projections
     if encoder.family.layer != GATED_ROTARY and not fused and adapted and "key" not in adapted:
         savings += T * H * e  # K needs no gradient there, so the copy of Q its gradient would use is not kept
@@ -648,6 +729,12 @@ def _backward_transient(encoder: Encoder, setup: Setup, fused: bool) -> int:
         return (2 if setup.adapters is not None else 1) * T * F * e + T * H * 4
     if encoder.family.layer == PRE_NORM:
         return _pre_norm_transient(encoder, setup, fused)
+    if encoder.family.layer == GATED_POST_NORM and setup.adapters is None:
+        # The gated FFN's backward: down_proj's input gradient (T x F) and the two factors' (T x F
+        # each) meet the layer's saved tensors; without GTE's dropout the product's gradient is not
+        # freed by the mask's multiply first (fitted to the CPU order of frees, 3 batch shapes).
+        ffn = T * F * e + (T * H * 4 if encoder.hidden_dropout == 0 else 0)
+        return max(ffn, 0 if fused else _attention_moment(encoder, setup))
     return _bert_transient(encoder, setup, fused) + _family_transient(encoder, setup)
 
 

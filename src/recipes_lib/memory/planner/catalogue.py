@@ -24,8 +24,11 @@ from recipes_lib.config.family_registry import (
     DISTILBERT,
     ELECTRA,
     ERNIE,
+    EUROBERT,
+    GTE,
     MODERNBERT,
     MPNET,
+    NOMIC_BERT,
     ROBERTA,
     XLM_ROBERTA,
     XLM_ROBERTA_XL,
@@ -78,6 +81,17 @@ def _ernie_3(hidden: int, layers: int, ffn: int, task_types: int) -> dict[str, A
         use_task_id=True,
         task_type_vocab_size=task_types,
     )
+
+
+def _ettin(hidden: int, layers: int, ffn: int) -> dict[str, Any]:
+    # Ettin encoders: ModernBERT's architecture and 50,368-token vocabulary, heads of 64.
+    return MODERNBERT.config_values(50368, hidden, layers, hidden // 64, ffn)
+
+
+def _mmbert(hidden: int) -> dict[str, Any]:
+    # mmBERT: ModernBERT's layers (22, FFN 1152, heads of 64) under Gemma 2's 256,000-token
+    # vocabulary, whose padding id is 0: the embedding is most of the model (197M of base's 307M).
+    return {**MODERNBERT.config_values(256000, hidden, 22, hidden // 64, 1152), "pad_token_id": 0}
 
 
 def _entry(hub_id: str, values: dict[str, Any], checked: str) -> CatalogueEntry:
@@ -140,6 +154,27 @@ _ERNIE = (
     "nghuyong/ERNIE-Pytorch's convert.py writes it into config.json (layer_norm_eps 1e-5, FFN 4 x hidden)"
 )
 _ERNIE_3_BASE = f"a quoted copy of its config.json (a model zoo's fine-tuning README); {_ERNIE}"
+_ETTIN = (
+    "the authors' pretraining config of that size (JHU-CLSP/ettin-encoder-vs-decoder, commit 6cbf954, "
+    "pretraining/configs/standard/{}/encoder_{}.yaml: vocab 50368, hidden, layers, heads of 64, FFN, sliding "
+    "window 128, global attention every 3rd layer), which the Hub's config.json carries over"
+)
+_MMBERT = (
+    "the authors' architecture table and pretraining config (JHU-CLSP/mmBERT README.md 'Architecture'; "
+    "configs/mmBERT-{}.yaml: 22 layers, FFN 1152, vocab 256000, window 128, global every 3rd layer, pad id 0)"
+)
+_EUROBERT_210M = (
+    "EuroBertConfig's defaults (transformers 5.25; its docstring names EuroBERT/EuroBERT-210m): vocab 128256, "
+    "12 x 768, 12 heads (as many key-value heads), FFN 3072, 8192 positions"
+)
+_GTE_MULTILINGUAL = (
+    "GteConfig's defaults (transformers 5.25; its docstring names alibaba-nlp-community/gte-multilingual-base, "
+    "the native conversion of Alibaba-NLP/gte-multilingual-base): vocab 250048, 12 x 768, FFN 3072, 8192 positions"
+)
+_NOMIC_EMBED = (
+    "NomicBertConfig's defaults (transformers 5.25; its docstring names nomic-ai/nomic-embed-text-v1.5): vocab "
+    "30528, 12 x 768, FFN 3072, 2048 positions"
+)
 _BGE_LARGE = "a model README (hidden 1024, 24 layers, 16 heads, FFN 4096, 512 tokens)"
 _E5_BASE = "a port's constants (BERT-base, 12 layers, 768 wide, 512 positions)"
 
@@ -175,6 +210,22 @@ _ENTRIES: tuple[CatalogueEntry, ...] = (
     # ModernBERT
     _entry("answerdotai/ModernBERT-base", MODERNBERT.config_values(50368, 768, 22, 12, 1152), _MODERNBERT),
     _entry("answerdotai/ModernBERT-large", MODERNBERT.config_values(50368, 1024, 28, 16, 2624), _MODERNBERT),
+    # Ettin encoders (ModernBERT by model_type) and mmBERT (ModernBERT under a 256k vocabulary)
+    _entry("jhu-clsp/ettin-encoder-17m", _ettin(256, 7, 384), _ETTIN.format("very_tiny", "very_tiny")),
+    _entry("jhu-clsp/ettin-encoder-32m", _ettin(384, 10, 576), _ETTIN.format("tiny", "tiny")),
+    _entry("jhu-clsp/ettin-encoder-68m", _ettin(512, 19, 768), _ETTIN.format("mini", "mini")),
+    _entry("jhu-clsp/ettin-encoder-150m", _ettin(768, 22, 1152), _ETTIN.format("base", "base")),
+    _entry("jhu-clsp/ettin-encoder-400m", _ettin(1024, 28, 2624), _ETTIN.format("large", "large")),
+    _entry("jhu-clsp/ettin-encoder-1b", _ettin(1792, 28, 3840), _ETTIN.format("huge", "huge")),
+    _entry("jhu-clsp/mmBERT-small", _mmbert(384), _MMBERT.format("small")),
+    _entry("jhu-clsp/mmBERT-base", _mmbert(768), _MMBERT.format("base")),
+    # EuroBERT, GTE (multilingual), NomicBERT: the long-context encoders transformers 5.x ships natively
+    _entry("EuroBERT/EuroBERT-210m", EUROBERT.config_values(128256, 768, 12, 12, 3072), _EUROBERT_210M),
+    CatalogueEntry(
+        "alibaba-nlp-community/gte-multilingual-base", GTE.config_values(250048, 768, 12, 12, 3072),
+        _GTE_MULTILINGUAL, ("Alibaba-NLP/gte-multilingual-base",),
+    ),
+    _entry("nomic-ai/nomic-embed-text-v1.5", NOMIC_BERT.config_values(30528, 768, 12, 12, 3072), _NOMIC_EMBED),
     # ELECTRA (the discriminators: the model one fine-tunes), with their embedding width
     _entry("google/electra-small-discriminator", ELECTRA.config_values(30522, 256, 12, 4, 1024, embedding_size=128), _ELECTRA),
     _entry("google/electra-base-discriminator", ELECTRA.config_values(30522, 768, 12, 12, 3072, embedding_size=768), _ELECTRA),

@@ -205,6 +205,9 @@ def _describe_encoder(config, adapters: LoraShape | None) -> Encoder:
     if family.layer == GATED_ROTARY:  # Wi projects to 2 x intermediate: GELU(one half) x the other half
         gated = linears["mlp.Wi"].out_features == 2 * linears["mlp.Wo"].in_features
         intermediate = linears["mlp.Wo"].in_features
+    elif "mlp.gate_proj" in linears:  # GTE, NomicBERT, EuroBERT: activation(gate_proj) x up_proj
+        gated = True
+        intermediate = linears["mlp.gate_proj"].out_features
     keeps, keeps_output = what_activation_keeps(_activation_module(layer))
     relative = _relative_positions(config, model, layer_path) if family.layer == DISENTANGLED else None
     return Encoder(

@@ -90,25 +90,47 @@ def modules_the_checkpoint_lacks(config, model) -> tuple[str, ...]:
     modules outside the base model (the head; DeBERTa's pooler; DistilBERT's pre_classifier) less
     those the class config.json names (`architectures`) has too: ModernBertForMaskedLM brings the
     head's dense layer and norm, a ...ForSequenceClassification checkpoint everything. A config
-    that names no class (or the base model) is a base model's: everything outside it is new.
+    that names no class (or the base model) is a base model's: everything outside it is new, and so
+    is what the classifier's base model adds to the base class's default (GTE's and NomicBERT's
+    pooler, which GteModel and NomicBertModel build only when asked).
     """
+    import torch
     import transformers
 
-    lacking = _outside_base(model)
+    prefix = model.base_model_prefix
+    base = model.get_submodule(prefix)
+    checkpoint = None
     for name in getattr(config, "architectures", None) or ():
         checkpoint_class = getattr(transformers, name, None)
         if checkpoint_class is None or not hasattr(checkpoint_class, "base_model_prefix"):
             continue
         try:
-            import torch
-
             with torch.device("meta"):
                 checkpoint = checkpoint_class(config)
         except Exception:  # a class that cannot be built from this config: assume a base model's weights
-            break
-        lacking -= _outside_base(checkpoint)
+            checkpoint = None
         break
+    lacking = _outside_base(model)
+    if checkpoint is not None:
+        lacking -= _outside_base(checkpoint)
+    if checkpoint is not None and type(checkpoint) is not type(base):
+        return tuple(sorted(lacking))  # a task model's checkpoint: its base is whole
+    try:
+        with torch.device("meta"):
+            published = type(base)(config)  # the base class as published: its own defaults
+    except Exception:
+        return tuple(sorted(lacking))
+    lacking |= {f"{prefix}.{path}" for path in _with_parameters(base) - _with_parameters(published)}
     return tuple(sorted(lacking))
+
+
+def _with_parameters(network) -> set[str]:
+    """The paths of the network's modules with parameters of their own."""
+    return {
+        path
+        for path, module in network.named_modules()
+        if any(True for _ in module.parameters(recurse=False))
+    }
 
 
 def _outside_base(network) -> set[str]:
@@ -116,9 +138,6 @@ def _outside_base(network) -> set[str]:
     prefix = network.base_model_prefix
     return {
         path
-        for path, module in network.named_modules()
-        if path
-        and path != prefix
-        and not path.startswith(f"{prefix}.")
-        and any(True for _ in module.parameters(recurse=False))
+        for path in _with_parameters(network)
+        if path and path != prefix and not path.startswith(f"{prefix}.")
     }

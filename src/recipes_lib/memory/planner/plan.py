@@ -160,6 +160,9 @@ def plan_memory(
             f"{type(config).__name__.removesuffix('Config')} models do not support activation checkpointing "
             "in transformers; plan without --gradient_checkpointing."
         )
+    from recipes_lib.modeling.families import check_sequence_length
+
+    check_sequence_length(config, setup.seq_length)  # as the recipe refuses it, before anything loads
     parameters = parameters or count_parameters_on_meta(config, setup.shape)
     terms = activation_terms(encoder, setup)
     return MemoryPlan(
