@@ -86,19 +86,21 @@ class DataArguments:
     train_file: str | None = field(
         default=None,
         metadata={
-            "help": "Local training data: .csv, .tsv, .json, .jsonl or .parquet (format from the extension)."
+            "help": "Local training data: .csv, .tsv, .json, .jsonl or .parquet (format from the extension; a .csv "
+            "or .tsv file's delimiter from its content, see --delimiter)."
         },
     )
     validation_file: str | None = field(
         default=None,
         metadata={
-            "help": "Local validation data, same format as train_file. Without it, a split is held out."
+            "help": "Local validation data, with train_file's columns (any of its formats). Without it, a split is "
+            "held out."
         },
     )
     test_file: str | None = field(
         default=None,
         metadata={
-            "help": "Local test data, same format as train_file: evaluated after training (when it has labels) "
+            "help": "Local test data, with train_file's columns (any of its formats): evaluated after training (when it has labels) "
             "and predicted, into output_dir/test_predictions.jsonl."
         },
     )
@@ -118,6 +120,14 @@ class DataArguments:
             "help": "How .csv/.tsv fields are quoted: 'auto' (read both ways, decide, stop if both fit), 'quoted' "
             "(as Python's csv and pandas write: fields may hold tabs and newlines) or 'none' (GLUE style).",
             "choices": ["auto", "quoted", "none"],
+        },
+    )
+    delimiter: str = field(
+        default="auto",
+        metadata={
+            "help": "What separates the fields of a .csv/.tsv file: 'auto' (decided from the file's first lines, "
+            "tab, comma or semicolon, whatever the extension says; the run logs which), or one character or "
+            "name: tab, comma, semicolon, pipe."
         },
     )
     validation_split_percentage: int = field(
