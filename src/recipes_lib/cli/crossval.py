@@ -29,7 +29,9 @@ MISSING_CLEANLAB = (
     "pip install 'recipes-lib[data-quality]' (in a checkout: pip install -e '.[data-quality]')."
 )
 # The recipe's data arguments the folds are made from (and the test file the folds' ensemble scores).
-DATA_KEYS = ("train_file", "label_column_name", "problem_type", "label_delimiter", "csv_quoting", "test_file")
+DATA_KEYS = (
+    "train_file", "label_column_name", "problem_type", "label_delimiter", "csv_quoting", "delimiter", "test_file"
+)  # fmt: skip
 # Recipe options crossval sets for every fold itself.
 CROSSVAL_OWNED_OPTIONS = {
     "validation_file": "crossval (each fold's held-out rows)",

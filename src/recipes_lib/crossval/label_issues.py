@@ -57,7 +57,7 @@ LEARNT_MARGIN = 0.05
 CLEANED_STEM = "train_cleaned"
 VALIDATION_CLEANED_STEM = "validation_cleaned"
 # The recipe's data arguments a run's results.json holds (its "config"), to read its validation file as it did.
-RUN_DATA_KEYS = ("label_column_name", "label_delimiter", "csv_quoting")
+RUN_DATA_KEYS = ("label_column_name", "label_delimiter", "csv_quoting", "delimiter")
 
 
 @dataclass
@@ -301,7 +301,7 @@ def write_cleaned(training, dropped: set[int], destination: str | Path) -> None:
         )
     kept = [row for index, row in enumerate(training.rows) if index not in dropped]
     destination.parent.mkdir(parents=True, exist_ok=True)
-    write_rows(destination, kept, training.columns)
+    write_rows(destination, kept, training.columns, training.delimiter)
     print(f"Cleaned copy of {training.path} ({len(kept)} rows, {len(dropped)} dropped): {destination}; train "
           "(or validate) on it and compare.")  # fmt: skip
 
