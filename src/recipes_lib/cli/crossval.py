@@ -96,7 +96,8 @@ def add_label_issues_parser(commands) -> None:
         "recipes-lib crossval directory's oof_predictions.jsonl (every training row), or a single run's "
         "eval_predictions.jsonl (the rows of its validation file only). Writes label_issues.csv in DIR, worst "
         "first, and label_issues.json (the counts, and whether the model had learnt: a model no better than "
-        "the majority class flags its own errors), and prints the top rows and a count of suspects per class. "
+        "the majority class flags its own errors; a class it never predicts is named, and its rows are left "
+        "out of the issues), and prints the top rows and a count of suspects per class. "
         "The 'data-quality' extra.",
     )
     parser.add_argument(
@@ -111,6 +112,12 @@ def add_label_issues_parser(commands) -> None:
         help="also write the file without the flagged rows, to retrain and compare: to FILE, or "
         "DIR/train_cleaned.<ext> (a crossval: the training file) or DIR/validation_cleaned.<ext> (a run: its "
         "validation file)",
+    )
+    parser.add_argument(
+        "--drop_most_of_a_class",
+        action="store_true",
+        help="let --drop_label_issues remove more than half of a class's rows (refused by default: that is more "
+        "often a class the model never learnt than wrong labels)",
     )
 
 
@@ -211,7 +218,12 @@ def label_issues_command(args) -> int:
             raise ConfigError(MISSING_CLEANLAB) from None
         from recipes_lib.crossval.label_issues import label_issues
 
-        return label_issues(args.directory, top=args.top, drop_to=args.drop_label_issues)
+        return label_issues(
+            args.directory,
+            top=args.top,
+            drop_to=args.drop_label_issues,
+            drop_most_of_a_class=args.drop_most_of_a_class,
+        )
     except RecipeError as error:
         print(f"error: {error}", file=sys.stderr)
         return error.exit_code
