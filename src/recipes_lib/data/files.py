@@ -568,7 +568,8 @@ def read_local_files(
             builder, options = "csv", {"delimiter": layout.delimiter}
             if not quoted:
                 options["quoting"] = csv.QUOTE_NONE
-            how[split] = f", {layout.describe()}, {'quoted' if quoted else 'unquoted'}"
+            quoting = ("quoted" if quoted else "unquoted") if _holds_quotes(path) else "no quotes"
+            how[split] = f", {layout.describe()}, {quoting}"
         elif extension == ".jsonl":
             builder, options = "json", {}
             locators[split] = _line_locator(path, JsonLines(path))
