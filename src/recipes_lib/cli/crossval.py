@@ -66,8 +66,8 @@ def add_crossval_parser(commands) -> None:
     parser.add_argument("--config", help="the recipe's config YAML (as the recipe's own --config)")
     parser.add_argument(
         "--accelerate_config",
-        default="accelerate_configs/single_gpu.yaml",
-        help="every fold's accelerate config (default accelerate_configs/single_gpu.yaml; cpu.yaml without a GPU)",
+        help="every fold's accelerate config (default: accelerate_configs/single_gpu.yaml with a GPU, "
+        "accelerate_configs/cpu.yaml without one)",
     )
     parser.add_argument(
         "--metric",
@@ -183,6 +183,7 @@ def crossval_command(args, recipe_tokens: list[str]) -> int:
         except ImportError:
             raise ConfigError(MISSING_OPTUNA) from None
         from recipes_lib.crossval.runner import CrossvalSettings, run_crossval
+        from recipes_lib.sweep.config import machine_accelerate_config
 
         pairs = recipe_option_pairs(recipe_tokens)
         settings = CrossvalSettings(
@@ -194,7 +195,7 @@ def crossval_command(args, recipe_tokens: list[str]) -> int:
             config_file=args.config,
             recipe_args=pairs,
             data=tuple(data_values(args.config, pairs).items()),
-            accelerate_config=args.accelerate_config,
+            accelerate_config=args.accelerate_config or machine_accelerate_config(),
             metric=args.metric,
             experiment=args.experiment,
             recipes_dir=args.recipes_dir,

@@ -311,7 +311,16 @@ class RecipeTrainingArguments(TrainingArguments):
     save_strategy: str = field(
         default="epoch", metadata={"help": "When to checkpoint: 'no', 'steps' or 'epoch'."}
     )
-    save_total_limit: int | None = field(default=2, metadata={"help": "Keep at most this many checkpoints."})
+    # One checkpoint is what --resume_from_checkpoint last needs (the next is complete before the last is
+    # deleted; with load_best_model_at_end the best is kept as well): each holds the weights and the
+    # optimizer state, about 4x the model, so a second doubles what a run leaves on disk.
+    save_total_limit: int | None = field(
+        default=1,
+        metadata={
+            "help": "Keep at most this many checkpoints (default 1: the latest, which resuming needs, and the "
+            "best under load_best_model_at_end); raise it to keep more."
+        },
+    )
     # A fraction of the total steps: about 50 points on every loss curve whatever the run length.
     logging_steps: float = field(
         default=0.02, metadata={"help": "Log every N steps, or a fraction of all steps if below 1."}
