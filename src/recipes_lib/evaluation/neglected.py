@@ -90,7 +90,7 @@ def neglect_note(
         remedies.append("--class_weights balanced (the loss weighs each class by its rarity)")
     rate = f" (this run: {learning_rate:g})" if learning_rate is not None else ""
     remedies.append(f"a higher --learning_rate{rate}, e.g. 5e-5 to 1e-4 for a small encoder")
-    rounds = f" (this run: {epochs:g})" if epochs is not None else ""
+    rounds = f" (this run: {epochs:.3g})" if epochs is not None else ""
     remedies.append(f"more --num_train_epochs{rounds}")
     note += " " + "; ".join(remedies) + "."
     if train_loss is not None:
