@@ -191,6 +191,7 @@ def test_the_command_writes_json_lines_to_output_or_stdout(full_ft_run, predict_
     )
     written = [json.loads(line) for line in output.read_text().splitlines()]
     assert_same_rows(written, eval_rows(full_ft_run))
+    assert [row["id"] for row in written] == list(range(len(written)))  # the input's row numbers
     capsys.readouterr()
     assert (
         main(["predict", str(full_ft_run), "--input", str(predict_data["validation"]), "--batch_size", "3"])
@@ -241,7 +242,35 @@ def test_a_missing_text_column_names_the_column_the_file_has_and_the_fix(full_ft
         _predict(full_ft_run, path)
     message = str(error.value)
     assert "Text column 'text' is not in" in message and "its columns are: sentence, label" in message
-    assert "rename the column holding the texts to 'text'" in message
+    assert "name the input's column with --text_column_names" in message
+
+
+def test_the_text_column_and_an_id_column_are_named_on_the_command_line(
+    full_ft_run, predict_data, tmp_path, capsys
+):
+    """A file whose text column is not called 'text', tab-separated though named .csv: the same predictions
+    as the validation file, each row with its id (the named column's value, or the row's number)."""
+    from recipes_lib.cli.main import main
+
+    renamed = tmp_path / "questions.csv"
+    rows = learnable_rows(16, 3)  # the validation file's rows (predict_data)
+    renamed.write_text("qid\tquestion\n" + "".join(f"q{i}\t{text}\n" for i, (text, _) in enumerate(rows)))
+    assert main(["predict", str(full_ft_run), "--input", str(renamed), "--text_column_names", "question",
+                 "--id_column", "qid"]) == 0  # fmt: skip
+    printed = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert [row["id"] for row in printed] == [f"q{i}" for i in range(len(rows))]
+    assert_same_rows(printed, eval_rows(full_ft_run))
+    assert (
+        main(["predict", str(full_ft_run), "--input", str(renamed), "--text_column_names", "question"]) == 0
+    )
+    assert [json.loads(line)["id"] for line in capsys.readouterr().out.splitlines()] == list(range(len(rows)))
+    assert main(["predict", str(full_ft_run), "--input", str(renamed), "--text_column_names", "text"]) == 2
+    error = capsys.readouterr().err
+    assert (
+        "--text_column_names names 'text', which is not in" in error
+        and "its columns are: qid, question" in error
+    )
+    assert "questions.csv was read as tab-separated (from its content" in error
 
 
 def test_a_run_that_did_not_record_its_text_columns_takes_the_inputs_string_columns(full_ft_run, tmp_path):
@@ -254,7 +283,7 @@ def test_a_run_that_did_not_record_its_text_columns_takes_the_inputs_string_colu
         tmp_path / "three.csv", [("x1", "the red cat", "note", "warm")], ("id", "text", "note", "label")
     )
     with pytest.raises(
-        DataError, match=r"Cannot tell which columns .* are id, text, note .*Keep only the text column"
+        DataError, match=r"Cannot tell which columns .* are id, text, note .*Name the text column with --text"
     ):
         _predict(unrecorded, three)
 

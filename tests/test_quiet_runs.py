@@ -24,6 +24,8 @@ HUB_ID = "tiny-org/tiny-bert"
 # What LoRA runs printed: peft's warning when save_pretrained(save_embedding_layers="auto") cannot ask the
 # Hub about the base, and transformers' deprecation of an attribute peft reads when it wraps a model.
 LORA_LINES = ("Could not find a config file in", "`is_gradient_checkpointing` is deprecated")
+# The run's own finding about its model, not a library's noise (issue #42): a 2-step run predicts one class.
+RUN_FINDINGS = ("The model never predicts", "The model almost never predicts")
 
 
 @pytest.fixture
@@ -90,10 +92,17 @@ def test_a_lora_save_of_a_hub_id_base_offline_asks_no_hub_and_reloads_to_the_sam
     shown = [
         str(warning.message) for warning in caught if not issubclass(warning.category, DeprecationWarning)
     ]
-    shown += [record.getMessage() for record in load_messages.records if record.levelno >= logging.WARNING]
+    shown += [
+        record.getMessage()
+        for record in load_messages.records
+        if record.levelno >= logging.WARNING and not record.getMessage().startswith(RUN_FINDINGS)
+    ]
     assert not [line for line in shown if line.startswith(LORA_LINES)], shown
     assert not shown, shown
-    assert (output_dir / "checkpoint-1" / "adapter_model.safetensors").is_file()
+    # The checkpoints kept (save_total_limit 1 keeps the last) hold the adapter.
+    assert [(path / "adapter_model.safetensors").is_file() for path in output_dir.glob("checkpoint-*")] == [
+        True
+    ]
 
     assert reloaded.peft_config["default"].base_model_name_or_path == HUB_ID
     torch.testing.assert_close(
@@ -191,6 +200,10 @@ def test_a_full_ft_run_and_a_student_distilled_from_it_show_the_user_nothing(
     shown = [
         str(warning.message) for warning in caught if not issubclass(warning.category, DeprecationWarning)
     ]
-    shown += [record.getMessage() for record in load_messages.records if record.levelno >= logging.WARNING]
+    shown += [
+        record.getMessage()
+        for record in load_messages.records
+        if record.levelno >= logging.WARNING and not record.getMessage().startswith(RUN_FINDINGS)
+    ]
     assert not shown, shown
     assert (student_dir / "results.json").is_file()

@@ -176,7 +176,8 @@ def test_a_resumed_run_ends_with_the_weights_of_an_uninterrupted_one(
 
     # Dropout off everywhere (the tiny BERT has none; LoRA's is an option) so runs are repeatable.
     extra = ["--lora_dropout", "0"] if recipe == "lora" else []
-    common = ["--max_steps", "6", "--save_strategy", "steps", "--save_steps", "3", "--eval_strategy", "no"]
+    common = ["--max_steps", "6", "--save_strategy", "steps", "--save_steps", "3", "--eval_strategy", "no",
+              "--save_total_limit", "2"]  # fmt: skip
     uninterrupted, resumed = tmp_path / "uninterrupted", tmp_path / "resumed"
     run_main(load_recipe(recipe).main, run_args(bert256, learnable_data, uninterrupted, *common, *extra))
 

@@ -39,7 +39,8 @@ from tests.helpers.runs import QUICK, run_args, run_in_process, with_teacher
 
 # 256 examples / 16 per batch = 16 steps per epoch: 40 steps cross two epoch boundaries, and a
 # checkpoint every 4 steps lands both mid-epoch and on an epoch end.
-RUN_ARGS = ("--max_steps", "40", "--save_strategy", "steps", "--save_steps", "4", "--eval_strategy", "no")
+RUN_ARGS = ("--max_steps", "40", "--save_strategy", "steps", "--save_steps", "4", "--save_total_limit", "2",
+            "--eval_strategy", "no")  # fmt: skip
 ONE_THREAD = {**os.environ, "OMP_NUM_THREADS": "1"}
 
 

@@ -29,7 +29,9 @@ MISSING_CLEANLAB = (
     "pip install 'recipes-lib[data-quality]' (in a checkout: pip install -e '.[data-quality]')."
 )
 # The recipe's data arguments the folds are made from (and the test file the folds' ensemble scores).
-DATA_KEYS = ("train_file", "label_column_name", "problem_type", "label_delimiter", "csv_quoting", "test_file")
+DATA_KEYS = (
+    "train_file", "label_column_name", "problem_type", "label_delimiter", "csv_quoting", "delimiter", "test_file"
+)  # fmt: skip
 # Recipe options crossval sets for every fold itself.
 CROSSVAL_OWNED_OPTIONS = {
     "validation_file": "crossval (each fold's held-out rows)",
@@ -64,8 +66,8 @@ def add_crossval_parser(commands) -> None:
     parser.add_argument("--config", help="the recipe's config YAML (as the recipe's own --config)")
     parser.add_argument(
         "--accelerate_config",
-        default="accelerate_configs/single_gpu.yaml",
-        help="every fold's accelerate config (default accelerate_configs/single_gpu.yaml; cpu.yaml without a GPU)",
+        help="every fold's accelerate config (default: accelerate_configs/single_gpu.yaml with a GPU, "
+        "accelerate_configs/cpu.yaml without one)",
     )
     parser.add_argument(
         "--metric",
@@ -94,7 +96,8 @@ def add_label_issues_parser(commands) -> None:
         "recipes-lib crossval directory's oof_predictions.jsonl (every training row), or a single run's "
         "eval_predictions.jsonl (the rows of its validation file only). Writes label_issues.csv in DIR, worst "
         "first, and label_issues.json (the counts, and whether the model had learnt: a model no better than "
-        "the majority class flags its own errors), and prints the top rows and a count of suspects per class. "
+        "the majority class flags its own errors; a class it never predicts is named, and its rows are left "
+        "out of the issues), and prints the top rows and a count of suspects per class. "
         "The 'data-quality' extra.",
     )
     parser.add_argument(
@@ -109,6 +112,12 @@ def add_label_issues_parser(commands) -> None:
         help="also write the file without the flagged rows, to retrain and compare: to FILE, or "
         "DIR/train_cleaned.<ext> (a crossval: the training file) or DIR/validation_cleaned.<ext> (a run: its "
         "validation file)",
+    )
+    parser.add_argument(
+        "--drop_most_of_a_class",
+        action="store_true",
+        help="let --drop_label_issues remove more than half of a class's rows (refused by default: that is more "
+        "often a class the model never learnt than wrong labels)",
     )
 
 
@@ -174,6 +183,7 @@ def crossval_command(args, recipe_tokens: list[str]) -> int:
         except ImportError:
             raise ConfigError(MISSING_OPTUNA) from None
         from recipes_lib.crossval.runner import CrossvalSettings, run_crossval
+        from recipes_lib.sweep.config import machine_accelerate_config
 
         pairs = recipe_option_pairs(recipe_tokens)
         settings = CrossvalSettings(
@@ -185,7 +195,7 @@ def crossval_command(args, recipe_tokens: list[str]) -> int:
             config_file=args.config,
             recipe_args=pairs,
             data=tuple(data_values(args.config, pairs).items()),
-            accelerate_config=args.accelerate_config,
+            accelerate_config=args.accelerate_config or machine_accelerate_config(),
             metric=args.metric,
             experiment=args.experiment,
             recipes_dir=args.recipes_dir,
@@ -209,7 +219,12 @@ def label_issues_command(args) -> int:
             raise ConfigError(MISSING_CLEANLAB) from None
         from recipes_lib.crossval.label_issues import label_issues
 
-        return label_issues(args.directory, top=args.top, drop_to=args.drop_label_issues)
+        return label_issues(
+            args.directory,
+            top=args.top,
+            drop_to=args.drop_label_issues,
+            drop_most_of_a_class=args.drop_most_of_a_class,
+        )
     except RecipeError as error:
         print(f"error: {error}", file=sys.stderr)
         return error.exit_code

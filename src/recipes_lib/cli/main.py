@@ -135,7 +135,14 @@ def dispatch(args: argparse.Namespace) -> int:
         from recipes_lib.tools.predict import write_predictions
 
         return write_predictions(
-            args.run_dir, args.input, args.output, batch_size=args.batch_size, csv_quoting=args.csv_quoting
+            args.run_dir,
+            args.input,
+            args.output,
+            batch_size=args.batch_size,
+            csv_quoting=args.csv_quoting,
+            text_column_names=args.text_column_names,
+            id_column=args.id_column,
+            delimiter=args.delimiter,
         )
     if args.command == "push":
         from recipes_lib.tools.push import push
@@ -225,11 +232,14 @@ def add_predict_parser(commands) -> None:
         help="Predictions from a finished run (any recipe) for a file of texts, as JSON Lines: label names and "
         "probabilities (multi-label: the classes at or over their thresholds; regression: the score).",
         description="Predict with the model a run saved: a full model, a LoRA or QLoRA adapter (QLoRA on its "
-        "4-bit base), or output_dir/merged. The text columns, max_seq_length and tokenizer come from the "
-        "run; one JSON object per input row, in input order.",
+        "4-bit base), output_dir/merged, or an export of `recipes-lib export` (output_dir/export or one of its "
+        ".onnx files, run in ONNX Runtime on the CPU). The text columns, max_seq_length and tokenizer come from "
+        "the run; one JSON object per input row, in input order, starting with its id.",
     )
     predict_parser.add_argument(
-        "run_dir", help="the output_dir of a finished run (or its merged/ subdirectory)"
+        "run_dir",
+        help="the output_dir of a finished run, its merged/ subdirectory, its export/ directory, or an .onnx "
+        "file in it (e.g. export/model.int8.onnx)",
     )
     predict_parser.add_argument(
         "--input", required=True, help="texts to predict: a .csv, .tsv, .json, .jsonl or .parquet file"
@@ -241,6 +251,22 @@ def add_predict_parser(commands) -> None:
         choices=["auto", "quoted", "none"],
         default="auto",
         help="how a .csv/.tsv input is quoted (as the recipes' --csv_quoting; default auto)",
+    )
+    predict_parser.add_argument(
+        "--delimiter",
+        default="auto",
+        help="what separates a .csv/.tsv input's fields (as the recipes' --delimiter; default auto: from its "
+        "first lines)",
+    )
+    predict_parser.add_argument(
+        "--text_column_names",
+        help="the input's text column, or two comma-separated for sentence pairs, in the run's order (as the "
+        "recipes' option; default: the columns the run trained on)",
+    )
+    predict_parser.add_argument(
+        "--id_column",
+        help='an input column copied into each output row as its "id" (default: the row\'s number, 0 for the '
+        "first data row)",
     )
 
 

@@ -86,19 +86,21 @@ class DataArguments:
     train_file: str | None = field(
         default=None,
         metadata={
-            "help": "Local training data: .csv, .tsv, .json, .jsonl or .parquet (format from the extension)."
+            "help": "Local training data: .csv, .tsv, .json, .jsonl or .parquet (format from the extension; a .csv "
+            "or .tsv file's delimiter from its content, see --delimiter)."
         },
     )
     validation_file: str | None = field(
         default=None,
         metadata={
-            "help": "Local validation data, same format as train_file. Without it, a split is held out."
+            "help": "Local validation data, with train_file's columns (any of its formats). Without it, a split is "
+            "held out."
         },
     )
     test_file: str | None = field(
         default=None,
         metadata={
-            "help": "Local test data, same format as train_file: evaluated after training (when it has labels) "
+            "help": "Local test data, with train_file's columns (any of its formats): evaluated after training (when it has labels) "
             "and predicted, into output_dir/test_predictions.jsonl."
         },
     )
@@ -118,6 +120,14 @@ class DataArguments:
             "help": "How .csv/.tsv fields are quoted: 'auto' (read both ways, decide, stop if both fit), 'quoted' "
             "(as Python's csv and pandas write: fields may hold tabs and newlines) or 'none' (GLUE style).",
             "choices": ["auto", "quoted", "none"],
+        },
+    )
+    delimiter: str = field(
+        default="auto",
+        metadata={
+            "help": "What separates the fields of a .csv/.tsv file: 'auto' (decided from the file's first lines, "
+            "tab, comma or semicolon, whatever the extension says; the run logs which), or one character or "
+            "name: tab, comma, semicolon, pipe."
         },
     )
     validation_split_percentage: int = field(
@@ -301,7 +311,16 @@ class RecipeTrainingArguments(TrainingArguments):
     save_strategy: str = field(
         default="epoch", metadata={"help": "When to checkpoint: 'no', 'steps' or 'epoch'."}
     )
-    save_total_limit: int | None = field(default=2, metadata={"help": "Keep at most this many checkpoints."})
+    # One checkpoint is what --resume_from_checkpoint last needs (the next is complete before the last is
+    # deleted; with load_best_model_at_end the best is kept as well): each holds the weights and the
+    # optimizer state, about 4x the model, so a second doubles what a run leaves on disk.
+    save_total_limit: int | None = field(
+        default=1,
+        metadata={
+            "help": "Keep at most this many checkpoints (default 1: the latest, which resuming needs, and the "
+            "best under load_best_model_at_end); raise it to keep more."
+        },
+    )
     # A fraction of the total steps: about 50 points on every loss curve whatever the run length.
     logging_steps: float = field(
         default=0.02, metadata={"help": "Log every N steps, or a fraction of all steps if below 1."}

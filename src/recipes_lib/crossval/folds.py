@@ -26,7 +26,7 @@ from datasets import DatasetDict
 
 from recipes_lib.config.arguments import DataArguments
 from recipes_lib.config.tasks import MULTI_LABEL, REGRESSION, SINGLE_LABEL
-from recipes_lib.data.files import DELIMITED, read_local_files, write_jsonl
+from recipes_lib.data.files import DELIMITED, decide_delimiter, parse_delimiter, read_local_files, write_jsonl
 from recipes_lib.data.labels import LabelMapping, label_mapping, unlabelled_value
 from recipes_lib.errors import ConfigError, DataError
 
@@ -45,6 +45,7 @@ class TrainingRows:
     columns: list[str]
     label_column: str
     labels: LabelMapping
+    delimiter: str | None = None  # a delimited file's (the fold files are written with it)
 
     @property
     def task(self) -> str:
@@ -77,18 +78,24 @@ def read_labelled_rows(path: str, data: dict[str, Any], cache_dir: str | None = 
         problem_type=data.get("problem_type") or "auto",
         label_delimiter=data.get("label_delimiter"),
     )
-    raw, locate = read_local_files({"train": path}, cache_dir, quoting=data.get("csv_quoting") or "auto")
+    delimiter = parse_delimiter(data.get("delimiter"))
+    raw, locate = read_local_files({"train": path}, cache_dir, data.get("csv_quoting") or "auto", delimiter)
     train = raw["train"]
     # The recipe checks labels on train and validation; every row of this file is both, fold by fold.
     labels = label_mapping(DatasetDict(train=train, validation=train), arguments, locate)
-    return TrainingRows(path, train.to_list(), train.column_names, arguments.label_column_name, labels)
+    if Path(path).suffix.lower() in DELIMITED:
+        delimiter = decide_delimiter(path, delimiter).delimiter
+    return TrainingRows(
+        path, train.to_list(), train.column_names, arguments.label_column_name, labels, delimiter
+    )
 
 
 def read_labelled_file(data: dict[str, Any], labels: LabelMapping) -> list | None:
     """The labels of the file `data["train_file"]` (a test file), encoded with the training file's `labels`
     (class ids, multi-hot rows, scores); None when it has no label column or a row without a label."""
     path = data["train_file"]
-    raw, locate = read_local_files({"test": path}, None, quoting=data.get("csv_quoting") or "auto")
+    quoting, delimiter = data.get("csv_quoting") or "auto", parse_delimiter(data.get("delimiter"))
+    raw, locate = read_local_files({"test": path}, None, quoting, delimiter)
     split, column = raw["test"], data.get("label_column_name") or "label"
     if column not in split.column_names:
         return None
@@ -240,7 +247,9 @@ def write_fold_files(training: TrainingRows, assignment: np.ndarray, output_dir:
         train_path, held_out_path = fold_files(training, output_dir, fold)
         train_path.parent.mkdir(parents=True, exist_ok=True)
         for path, keep in ((train_path, assignment != fold), (held_out_path, assignment == fold)):
-            write_rows(path, [training.rows[i] for i in np.flatnonzero(keep)], training.columns)
+            write_rows(
+                path, [training.rows[i] for i in np.flatnonzero(keep)], training.columns, training.delimiter
+            )
     record = {"train_file": training.path, "folds": assignment.tolist()}
     (Path(output_dir) / FOLDS_DIR / "folds.json").write_text(json.dumps(record) + "\n")
 
@@ -250,11 +259,14 @@ def held_out_rows(assignment: np.ndarray, fold: int) -> list[int]:
     return [int(i) for i in np.flatnonzero(assignment == fold)]
 
 
-def write_rows(path: Path, rows: list[dict[str, Any]], columns: list[str]) -> None:
+def write_rows(
+    path: Path, rows: list[dict[str, Any]], columns: list[str], delimiter: str | None = None
+) -> None:
+    """Rows as a delimited file (the training file's delimiter, else the extension's) or JSON Lines."""
     if path.suffix in DELIMITED:
         temporary = path.with_name(f".{path.name}.tmp")
         with open(temporary, "w", newline="", encoding="utf-8") as handle:
-            writer = csv.DictWriter(handle, fieldnames=columns, delimiter=DELIMITED[path.suffix])
+            writer = csv.DictWriter(handle, fieldnames=columns, delimiter=delimiter or DELIMITED[path.suffix])
             writer.writeheader()
             writer.writerows(rows)
         temporary.replace(path)

@@ -24,6 +24,11 @@ cleanlab flags its errors as label issues.
 `learning_check` compares the held-out accuracy (prediction == given label; multi-label: the whole set
 of classes) with the majority-class rate (always predicting the most common given label or label set);
 not above it by LEARNT_MARGIN, the output and label_issues.json carry a caution saying so.
+That check is overall: a model that ignores a small class passes it, and then ranks every row of that
+class as a suspect. So the check is also per class (single-label, `class_check`): a class whose held-out
+recall is under NEGLECTED_RECALL (evaluation/neglected.py) is reported, and its rows are not flagged on
+that model's word (they are counted in label_issues.json as withheld). `--drop_label_issues` refuses to
+remove more than MOST_OF_A_CLASS of any class's rows unless --drop_most_of_a_class says so.
 """
 
 from __future__ import annotations
@@ -42,6 +47,7 @@ from recipes_lib.crossval.folds import TrainingRows, read_labelled_rows, read_tr
 from recipes_lib.crossval.oof import OOF_FILE, RESULTS_FILE
 from recipes_lib.data.files import DELIMITED
 from recipes_lib.errors import ConfigError, DataError
+from recipes_lib.evaluation.neglected import NEGLECTED_RECALL, describe_class, neglected_from_predictions
 from recipes_lib.evaluation.predictions import EVAL_PREDICTIONS_FILE
 from recipes_lib.results import RESULTS_FILE as RUN_RESULTS_FILE
 from recipes_lib.results import read_results
@@ -54,10 +60,12 @@ SUMMARY_FILE = "label_issues.json"
 # issues: 5 points, twice the chance spread of a few hundred rows (one standard deviation of a rate
 # near 0.3 over 400 rows is sqrt(0.3 * 0.7 / 400) = 2.3 points) without asking much of a model that learnt anything.
 LEARNT_MARGIN = 0.05
+# --drop_label_issues removing more than this share of a class's rows asks for --drop_most_of_a_class.
+MOST_OF_A_CLASS = 0.5
 CLEANED_STEM = "train_cleaned"
 VALIDATION_CLEANED_STEM = "validation_cleaned"
 # The recipe's data arguments a run's results.json holds (its "config"), to read its validation file as it did.
-RUN_DATA_KEYS = ("label_column_name", "label_delimiter", "csv_quoting")
+RUN_DATA_KEYS = ("label_column_name", "label_delimiter", "csv_quoting", "delimiter")
 
 
 @dataclass
@@ -219,7 +227,58 @@ def learning_check(task: str, predictions: list[dict[str, Any]]) -> LearningChec
     return LearningCheck(accuracy, majority)
 
 
-def label_issues(directory: str, top: int = 10, drop_to: str | None = None) -> int:
+@dataclass(frozen=True)
+class ClassCheck:
+    """The classes the held-out model (almost) never predicts, and how many of their rows cleanlab flagged."""
+
+    neglected: list[dict[str, Any]]  # neglected_from_predictions's entries, each with its "flagged" count
+
+    @property
+    def names(self) -> set[str]:
+        return {entry["name"] for entry in self.neglected}
+
+    def caution(self) -> str | None:
+        if not self.neglected:
+            return None
+        classes = "; ".join(
+            f"{describe_class(entry)}, {entry['flagged']} flagged" for entry in self.neglected
+        )
+        return (
+            f"Caution: the held-out model (almost) never predicts {classes}. It has not learnt "
+            f"{'these classes' if len(self.neglected) > 1 else 'this class'}, so it doubts every such row: those "
+            "flags are its blind spot, not wrong labels, and they are left out of the issues (and of "
+            "--drop_label_issues). Train so that it learns them (--class_weights balanced, a higher learning "
+            "rate, more epochs) and run label-issues on the new predictions."
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "neglected_recall_below": NEGLECTED_RECALL,
+            "neglected_classes": self.neglected,
+            "withheld": sum(entry["flagged"] for entry in self.neglected),
+            "class_caution": self.caution(),
+        }
+
+
+def class_check(task: str, classes: list[str], predictions: list[dict[str, Any]], flags) -> ClassCheck:
+    """Per class, single-label: held-out recall against the given labels (multi-label: none checked)."""
+    if task == MULTI_LABEL:
+        return ClassCheck([])
+    ids = {name: index for index, name in enumerate(classes)}
+    given = [ids[row["label_classes"][0]] for row in predictions]
+    predicted = [ids.get(str(row["prediction"]), -1) for row in predictions]
+    neglected = neglected_from_predictions(predicted, given, classes)
+    for entry in neglected:
+        entry["recall"] = round(entry["recall"], 6)
+        entry["flagged"] = int(
+            sum(1 for i, label in enumerate(given) if classes[label] == entry["name"] and flags[i])
+        )
+    return ClassCheck(neglected)
+
+
+def label_issues(
+    directory: str, top: int = 10, drop_to: str | None = None, drop_most_of_a_class: bool = False
+) -> int:
     """label_issues.csv in `directory` (a cross-validation's or a run's), the top rows and per-class counts
     printed; with `drop_to` ("" for the default name), the file without the flagged rows."""
     directory_path = Path(directory)
@@ -237,7 +296,11 @@ def label_issues(directory: str, top: int = 10, drop_to: str | None = None) -> i
         )
     classes = held_out.classes
     flags, scores = find_issues(held_out.task, classes, predictions)
-    flagged = sorted(np.flatnonzero(flags), key=lambda i: (scores[i], i))
+    by_class = class_check(held_out.task, classes, predictions, flags)
+    flagged = sorted(
+        (i for i in np.flatnonzero(flags) if not by_class.names & set(predictions[i]["label_classes"])),
+        key=lambda i: (scores[i], i),
+    )
     lines = [
         {
             "row": predictions[i]["row"],
@@ -261,7 +324,7 @@ def label_issues(directory: str, top: int = 10, drop_to: str | None = None) -> i
     temporary.replace(path)
     check = learning_check(held_out.task, predictions)
     summary = {"rows": len(predictions), "flagged": len(lines), "source": held_out.source,
-               "issues_file": str(path), **check.to_dict()}  # fmt: skip
+               "issues_file": str(path), **check.to_dict(), **by_class.to_dict()}  # fmt: skip
     summary_path = directory_path / SUMMARY_FILE
     temporary = summary_path.with_name(f".{summary_path.name}.tmp")
     temporary.write_text(json.dumps(summary, indent=2) + "\n")
@@ -269,8 +332,9 @@ def label_issues(directory: str, top: int = 10, drop_to: str | None = None) -> i
     print(
         f"{len(lines)} of {len(predictions)} {held_out.source} look mislabelled; all of them, worst first: {path}"
     )
-    if check.caution():
-        print(check.caution())
+    for caution in (check.caution(), by_class.caution()):
+        if caution:
+            print(caution)
     if lines:
         shown = [[str(line["row"]), shorten(line["text"]), line["given_label"], line["suggested_label"],
                   f"{line['label_quality']:.3f}"] for line in lines[:top]]  # fmt: skip
@@ -280,12 +344,28 @@ def label_issues(directory: str, top: int = 10, drop_to: str | None = None) -> i
             "Suspects per given class: " + ", ".join(f"{name} {per_class.get(name, 0)}" for name in classes)
         )
     if drop_to is not None:
+        if not drop_most_of_a_class:
+            refuse_dropping_most_of_a_class(predictions, flagged)
         write_cleaned(
             rows,
             {predictions[i]["row"] for i in flagged},
             drop_to or default_cleaned(directory_path, rows.path, held_out.cleaned_stem),
         )
     return 0
+
+
+def refuse_dropping_most_of_a_class(predictions: list[dict[str, Any]], flagged) -> None:
+    """A ConfigError when the flagged rows are more than MOST_OF_A_CLASS of some given class's rows."""
+    totals = Counter(name for row in predictions for name in row["label_classes"])
+    dropped = Counter(name for i in flagged for name in predictions[i]["label_classes"])
+    most = [name for name, count in dropped.items() if count > MOST_OF_A_CLASS * totals[name]]
+    if most:
+        said = ", ".join(f"'{name}' ({dropped[name]} of its {totals[name]} rows)" for name in most)
+        raise ConfigError(
+            f"--drop_label_issues would remove most of {said}. That is rarely a set of wrong labels: more often "
+            "the model has not learnt the class. label_issues.csv is written; read its rows of that class "
+            "first, and add --drop_most_of_a_class to write the cleaned file anyway."
+        )
 
 
 def default_cleaned(directory: Path, source_file: str, stem: str) -> Path:
@@ -301,7 +381,7 @@ def write_cleaned(training, dropped: set[int], destination: str | Path) -> None:
         )
     kept = [row for index, row in enumerate(training.rows) if index not in dropped]
     destination.parent.mkdir(parents=True, exist_ok=True)
-    write_rows(destination, kept, training.columns)
+    write_rows(destination, kept, training.columns, training.delimiter)
     print(f"Cleaned copy of {training.path} ({len(kept)} rows, {len(dropped)} dropped): {destination}; train "
           "(or validate) on it and compare.")  # fmt: skip
 

@@ -214,7 +214,7 @@ def run_crossval(
         print(
             f"Cross-validation of {settings.recipe} on {training.path}: {settings.folds} folds of "
             f"{len(training.rows)} rows ({training.task}), stratified on {stratified}; seed {settings.seed}; "
-            f"{metric} on each held-out fold. Study: {safe_url(workers.storage) if workers.shared else output_dir / STUDY_FILE}; "
+            f"{metric} on each held-out fold; {settings.accelerate_config}. Study: {safe_url(workers.storage) if workers.shared else output_dir / STUDY_FILE}; "
             f"W&B group: {config.group}. To run: {len(todo)} fold(s)"
             + (f", {workers.count} at once on this machine." if workers.count > 1 else ".")
         )

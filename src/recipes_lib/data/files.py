@@ -21,6 +21,13 @@ both readings are the same); the look at the quotes, when it is needed, is a sec
 holds one record's text at a time. No record is kept.
 The line each record starts on, which an error about a row names (the line an editor shows), is
 found by reading the file again up to that row, only when an error asks for it.
+
+The delimiter comes from the content, not the extension (`decide_delimiter`): several public
+datasets ship tab-separated files named `.csv`, and spreadsheets in many locales write `;`. The
+first lines are read with each of tab, comma and semicolon, with and without quoting; a delimiter
+that splits the header in two or more fields and gives every sampled row the header's width wins
+(the extension's own delimiter first on a tie). `--delimiter` overrides it. Only those first lines
+are held, whatever the file's size.
 """
 
 from __future__ import annotations
@@ -36,13 +43,129 @@ from pathlib import Path
 import datasets
 from datasets import DatasetDict
 
+from recipes_lib.config.arguments import DataArguments
 from recipes_lib.errors import DataError
 
 logger = logging.getLogger(__name__)
 
-DELIMITED = {".csv": ",", ".tsv": "\t"}
+DELIMITED = {".csv": ",", ".tsv": "\t"}  # the delimited extensions, and the delimiter each usually means
 QUOTING_CHOICES = ("auto", "quoted", "none")
 _CHUNK = 1 << 16  # bytes read at a time when looking for a '"'
+# The delimiters looked for, in the order a tie falls back to after the extension's own.
+DELIMITER_NAMES = {"tab": "\t", "comma": ",", "semicolon": ";", "pipe": "|"}
+SNIFFED = ("\t", ",", ";")
+_SAMPLE_LINES, _SAMPLE_CHARS = 200, 1 << 20  # what the delimiter is decided on: the first lines only
+
+
+def delimiter_name(delimiter: str) -> str:
+    """'tab', 'comma', 'semicolon', 'pipe', or the character in quotes."""
+    names = {value: name for name, value in DELIMITER_NAMES.items()}
+    return names.get(delimiter, repr(delimiter))
+
+
+def parse_delimiter(value: str | None) -> str | None:
+    """The character --delimiter names ('tab', '\\t', ',', 'comma', ';', ...), None for auto, or a DataError."""
+    if value is None or value == "auto":
+        return None
+    found = DELIMITER_NAMES.get(value.lower(), "\t" if value in ("\\t", "\t") else value)
+    if len(found) != 1 or found in ('"', "\n", "\r"):
+        raise DataError(
+            f"--delimiter is '{value}'; give one character (',' or ';'), a name ({', '.join(DELIMITER_NAMES)}), "
+            "or auto (the default: decided from the file's first lines)."
+        )
+    return found
+
+
+@dataclass(frozen=True)
+class Layout:
+    """How a delimited file's fields are separated, and how its header reads that way."""
+
+    path: str
+    delimiter: str
+    header: tuple[str, ...]
+    source: str  # "its content", "--delimiter", "its extension" (nothing decided it)
+
+    def describe(self) -> str:
+        """'tab-separated (from its content; the .csv extension says comma)'."""
+        expected = DELIMITED.get(Path(self.path).suffix.lower())
+        said = f"{delimiter_name(self.delimiter)}-separated (from {self.source}"
+        if self.source == "its content" and expected not in (None, self.delimiter):
+            said += f"; its {Path(self.path).suffix} extension says {delimiter_name(expected)}"
+        return said + ")"
+
+    def header_note(self) -> str:
+        """One sentence on how the header was read, and which other delimiter it holds, for a column error."""
+        fields = ", ".join(f"'{name}'" for name in self.header) or "nothing"
+        note = (
+            f"{Path(self.path).name} was read as {self.describe()}: its header as "
+            f"{len(self.header)} field{'s' * (len(self.header) != 1)}, {fields}."
+        )
+        line = self.delimiter.join(self.header)
+        others = [d for d in SNIFFED if d != self.delimiter and d in line]
+        if others:
+            other = others[0]
+            note += (
+                f" The header holds {line.count(other)} {delimiter_name(other)}(s): "
+                f"--delimiter {delimiter_name(other)} reads it so."
+            )
+        return note
+
+
+def _sample_records(path: str, delimiter: str, quoted: bool) -> list[list[str]]:
+    """The complete records among the file's first lines (a record cut by the sample's end is left out)."""
+    lines = []
+    with _open(path) as handle:
+        size = 0
+        for line in handle:
+            lines.append(line)
+            size += len(line)
+            if len(lines) >= _SAMPLE_LINES or size >= _SAMPLE_CHARS:
+                break
+        whole = next(handle, None) is None
+    records = []
+    for record, _ in _records(iter(lines), delimiter, quoted):
+        if record is None:
+            break
+        records.append(record)
+    return records if whole or len(records) < 2 else records[:-1]
+
+
+def _fits(path: str, delimiter: str) -> tuple[int, bool]:
+    """(the header's field count, whether every sampled row has it) read with this delimiter, quoted or not."""
+    width, fits = 0, False
+    for quoted in (True, False):
+        records = _sample_records(path, delimiter, quoted)
+        if records:
+            width = max(width, len(records[0]))
+            fits = fits or (len(records[0]) > 1 and all(len(r) == len(records[0]) for r in records))
+    return width, fits
+
+
+def decide_delimiter(path: str, requested: str | None = None) -> Layout:
+    """The file's delimiter: `requested` (a character, from --delimiter) or decided from its first lines.
+
+    A candidate (tab, comma, semicolon) fits when it splits the header into two or more fields and
+    every sampled row into as many, read with or without quoting. The extension's own delimiter wins
+    a tie; when none fits (a one-column file, or a broken one), the extension's is used, or the one
+    that splits the header most, and the full reading that follows names the bad line.
+    """
+    expected = DELIMITED.get(Path(path).suffix.lower(), ",")
+    if requested is not None:
+        delimiter, source = requested, "--delimiter"
+    else:
+        widths, fitting = {}, []
+        for candidate in sorted(SNIFFED, key=lambda d: d != expected):
+            widths[candidate], fits = _fits(path, candidate)
+            if fits:
+                fitting.append(candidate)
+        if fitting:
+            delimiter, source = fitting[0], "its content"
+        elif widths[expected] > 1 or max(widths.values()) <= 1:
+            delimiter, source = expected, "its extension"
+        else:
+            delimiter, source = max(widths, key=widths.get), "its header"
+    header = next(iter(_sample_records(path, delimiter, True) or _sample_records(path, delimiter, False)), [])
+    return Layout(path, delimiter, tuple(header), source)
 
 
 @dataclass
@@ -93,10 +216,13 @@ def _open(path: str):
     return open(path, newline="", encoding="utf-8-sig")
 
 
-def copy_delimited_rows(path: str, target: str, skipped: set[int], quoted: bool) -> None:
+def copy_delimited_rows(
+    path: str, target: str, skipped: set[int], quoted: bool, delimiter: str | None = None
+) -> None:
     """Copy a CSV/TSV without the data rows `skipped` (row indices; the header is no row), every kept
-    record's lines as written, a line at a time (a blank line goes with the record before it)."""
-    delimiter = DELIMITED[Path(path).suffix.lower()]
+    record's lines as written, a line at a time (a blank line goes with the record before it).
+    The delimiter is decided from the content unless given."""
+    delimiter = decide_delimiter(path, delimiter).delimiter
     with (
         _open(path) as records,
         open(path, encoding="utf-8", newline="") as lines,
@@ -277,9 +403,15 @@ class RecordLines:
         return self._found[index]
 
 
-def decide_quoting(path: str, requested: str = "auto") -> tuple[bool, RecordLines]:
-    """(whether the file is quoted, the line each data row starts on), or a DataError."""
-    delimiter = DELIMITED[Path(path).suffix.lower()]
+def decide_quoting(
+    path: str, requested: str = "auto", delimiter: str | None = None, layout: Layout | None = None
+) -> tuple[bool, RecordLines]:
+    """(whether the file is quoted, the line each data row starts on), or a DataError.
+
+    `delimiter`: a character (from --delimiter), or None to decide it from the content; or the
+    `layout` already decided."""
+    layout = layout or decide_delimiter(path, delimiter)
+    delimiter = layout.delimiter
     if requested != "auto":
         quoted = requested == "quoted"
         reading = read_delimited(path, delimiter, quoted=quoted)
@@ -289,8 +421,8 @@ def decide_quoting(path: str, requested: str = "auto") -> tuple[bool, RecordLine
             )
             raise DataError(
                 f"{path} line {reading.bad_line} does not have {width} when "
-                f"read with --csv_quoting {requested}. Fix that line, or try --csv_quoting "
-                f"{'none' if requested == 'quoted' else 'quoted'}."
+                f"read with --csv_quoting {requested}. {layout.header_note()} Fix that line, or try --csv_quoting "
+                f"{'none' if requested == 'quoted' else 'quoted'}{_other_delimiters(layout)}."
             )
         return quoted, RecordLines(path, delimiter, quoted, reading.count - 1)
     both = _compare_readings(path, delimiter)
@@ -323,9 +455,22 @@ def decide_quoting(path: str, requested: str = "auto") -> tuple[bool, RecordLine
         return False, RecordLines(path, delimiter, False, unquoted.count - 1)
     raise DataError(
         f"{path} has rows whose field count differs from the header's, whether read with quoting (first at line "
-        f"{quoted.bad_line}) or without (first at line {unquoted.bad_line}). Fix those lines: quote fields that "
-        "hold the delimiter, or give every row the header's fields."
+        f"{quoted.bad_line}) or without (first at line {unquoted.bad_line}). {layout.header_note()}{_no_fit(layout)} Fix those lines: "
+        f"quote fields that hold the delimiter, or give every row the header's fields{_other_delimiters(layout)}."
     )
+
+
+def _no_fit(layout: Layout) -> str:
+    if layout.source in ("its content", "--delimiter"):
+        return ""
+    names = ", ".join(delimiter_name(d) for d in SNIFFED)
+    return f" None of {names} gives the header two or more fields and its first rows as many."
+
+
+def _other_delimiters(layout: Layout) -> str:
+    if layout.source == "--delimiter":
+        return "; or leave --delimiter out to decide it from the file"
+    return "; or name the delimiter with --delimiter"
 
 
 def _weigh_quotes(path: str, delimiter: str, differs_line: int) -> bool:
@@ -406,41 +551,34 @@ class JsonLines:
 
 
 def read_local_files(
-    files: dict[str, str], cache_dir: str | None, quoting: str = "auto"
+    files: dict[str, str], cache_dir: str | None, quoting: str = "auto", delimiter: str | None = None
 ) -> tuple[DatasetDict, dict]:
-    """The splits of `files` ({split: path}) and, per split, a function naming a row's place in its file."""
-    extension = Path(next(iter(files.values()))).suffix.lower()
-    locators = {}
-    if extension in DELIMITED:
-        quoted_by_split = {}
-        for split, path in files.items():
-            quoted_by_split[split], lines = decide_quoting(path, quoting)
-            locators[split] = _line_locator(path, lines)
-        if len(set(quoted_by_split.values())) > 1:
-            raise DataError(
-                "The data files are written differently: "
-                + ", ".join(f"{files[s]} {'quoted' if q else 'unquoted'}" for s, q in quoted_by_split.items())
-                + ". Write them the same way (or read them separately with --csv_quoting)."
-            )
-        quoted = next(iter(quoted_by_split.values()))
-        options = {"delimiter": DELIMITED[extension]}
-        if not quoted:
-            options["quoting"] = csv.QUOTE_NONE
-        builder = "csv"
-    elif extension == ".jsonl":
-        builder, options = "json", {}
-        locators = {split: _line_locator(path, JsonLines(path)) for split, path in files.items()}
-    elif extension == ".json":
-        builder, options = "json", {}
-        locators = {split: _record_locator(path) for split, path in files.items()}
-    else:  # .parquet
-        builder, options = "parquet", {}
-        locators = {split: _record_locator(path) for split, path in files.items()}
-    # One file at a time: each gets its own column types (a validation label column of strings next
-    # to a numeric one in train is then reported by the label checks, with its line), and a file
-    # that cannot be parsed is named alone.
-    loaded = DatasetDict()
+    """The splits of `files` ({split: path}) and, per split, a function naming a row's place in its file.
+
+    Each file is read in its own format (a .csv training file beside a .tsv validation file is
+    fine); `delimiter` (a character from --delimiter, or None) applies to every delimited file.
+    """
+    locators, how, loaded = {}, {}, DatasetDict()
     for split, path in files.items():
+        extension = Path(path).suffix.lower()
+        if extension in DELIMITED:
+            layout = decide_delimiter(path, delimiter)
+            quoted, lines = decide_quoting(path, quoting, layout=layout)
+            locators[split] = _line_locator(path, lines)
+            builder, options = "csv", {"delimiter": layout.delimiter}
+            if not quoted:
+                options["quoting"] = csv.QUOTE_NONE
+            quoting = ("quoted" if quoted else "unquoted") if _holds_quotes(path) else "no quotes"
+            how[split] = f", {layout.describe()}, {quoting}"
+        elif extension == ".jsonl":
+            builder, options = "json", {}
+            locators[split] = _line_locator(path, JsonLines(path))
+        else:  # .json, .parquet
+            builder, options = ("json" if extension == ".json" else "parquet"), {}
+            locators[split] = _record_locator(path)
+        # One file at a time: each gets its own column types (a validation label column of strings next
+        # to a numeric one in train is then reported by the label checks, with its line), and a file
+        # that cannot be parsed is named alone.
         try:
             loaded[split] = datasets.load_dataset(
                 builder, data_files={split: path}, cache_dir=cache_dir, **options
@@ -451,12 +589,25 @@ def read_local_files(
             if cause is not None and str(cause).strip():
                 detail = str(cause).strip().splitlines()[-1]
             raise DataError(
-                f"Could not read {path} as {extension[1:]}: {detail}. {_FORMAT_HINTS[builder]}"
+                f"Could not read {path} as {extension[1:]}{how.get(split, '')}: {detail}. {_FORMAT_HINTS[builder]}"
             ) from None
     for split, path in files.items():
-        how = "" if extension not in DELIMITED else f", {'quoted' if quoted else 'unquoted'}"
-        logger.info("Read %s: %d rows%s.", path, len(loaded[split]), how)
+        columns = ", ".join(loaded[split].column_names)
+        logger.info("Read %s: %d rows%s; columns: %s.", path, len(loaded[split]), how.get(split, ""), columns)
     return loaded, locators
+
+
+def column_note(path: str | None, delimiter: str | None = None) -> str:
+    """For an error about a column: how a delimited file's header was read (empty for other formats)."""
+    if path is None or Path(path).suffix.lower() not in DELIMITED:
+        return ""
+    return " " + decide_delimiter(path, delimiter).header_note()
+
+
+def split_column_note(data_args: DataArguments, split: str) -> str:
+    """column_note for a split's local file (empty for a Hub dataset)."""
+    path = getattr(data_args, f"{split}_file", None) if data_args.train_file is not None else None
+    return column_note(path, parse_delimiter(data_args.delimiter))
 
 
 _FORMAT_HINTS = {

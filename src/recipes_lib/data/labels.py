@@ -31,6 +31,7 @@ from datasets import ClassLabel, DatasetDict
 
 from recipes_lib.config.arguments import DataArguments
 from recipes_lib.config.tasks import AUTO, MULTI_LABEL, REGRESSION, SINGLE_LABEL
+from recipes_lib.data.files import split_column_note
 from recipes_lib.errors import ConfigError, DataError
 
 logger = logging.getLogger(__name__)
@@ -115,7 +116,8 @@ def label_mapping(raw: DatasetDict, data_args: DataArguments, locate: dict) -> L
         if label_column not in raw[split].column_names:
             raise DataError(
                 f"Label column '{label_column}' is not in the {split} data; its columns are: "
-                f"{', '.join(raw[split].column_names)}. Set --label_column_name to the column holding the labels."
+                f"{', '.join(raw[split].column_names)}.{split_column_note(data_args, split)} Set --label_column_name "
+                "to the column holding the labels."
             )
     feature, values = raw["train"].features[label_column], label_values(raw["train"], label_column)
     problem_type = _problem_type(values, feature, data_args, locate)

@@ -14,7 +14,7 @@ import datasets
 from datasets import Dataset, DatasetDict
 
 from recipes_lib.config.arguments import DataArguments, dataset_source
-from recipes_lib.data.files import has_rows, read_local_files
+from recipes_lib.data.files import has_rows, parse_delimiter, read_local_files, split_column_note
 from recipes_lib.data.labels import (
     LabelMapping,
     check_labels_present,
@@ -65,12 +65,7 @@ def _read_local_files(data_args: DataArguments, cache_dir: str | None) -> tuple[
                 f"{' below the header' if Path(path).suffix.lower() in ('.csv', '.tsv') else ''}. "
                 f"Point --{split}_file at a file with rows."
             )
-    extensions = {Path(path).suffix.lower() for path in files.values()}
-    if len(extensions) > 1:
-        raise DataError(
-            f"The data files have different formats ({', '.join(sorted(extensions))}). Give them all in one format."
-        )
-    return read_local_files(files, cache_dir, data_args.csv_quoting)
+    return read_local_files(files, cache_dir, data_args.csv_quoting, parse_delimiter(data_args.delimiter))
 
 
 def _read_hub_dataset(data_args: DataArguments, cache_dir: str | None) -> DatasetDict:
@@ -135,8 +130,9 @@ def _resolve_text_columns(data_args: DataArguments, train: Dataset) -> tuple[str
         missing = [c for c in columns if c not in found]
         if missing:
             raise DataError(
-                f"Text column '{missing[0]}' is not in the training data; its columns are: {', '.join(found)}. "
-                "Set --text_column_names to one of them (or two, comma-separated, for pairs)."
+                f"Text column '{missing[0]}' is not in the training data; its columns are: {', '.join(found)}."
+                f"{split_column_note(data_args, 'train')} Set --text_column_names to one of them (or two, "
+                "comma-separated, for pairs)."
             )
         return columns
     candidates = [
@@ -148,8 +144,8 @@ def _resolve_text_columns(data_args: DataArguments, train: Dataset) -> tuple[str
     if not 1 <= len(candidates) <= 2:
         raise DataError(
             f"Cannot tell which columns hold the text: string columns other than the label are "
-            f"{candidates or 'none'} (all columns: {', '.join(found)}). Name them with --text_column_names "
-            "(one column, or two comma-separated for pairs)."
+            f"{candidates or 'none'} (all columns: {', '.join(found)}).{split_column_note(data_args, 'train')} "
+            "Name them with --text_column_names (one column, or two comma-separated for pairs)."
         )
     return tuple(candidates)
 
@@ -193,7 +189,7 @@ def load_classification_data(
             if column not in raw[split].column_names:
                 raise DataError(
                     f"Text column '{column}' is in train but not in {split}; {split} columns are: "
-                    f"{', '.join(raw[split].column_names)}."
+                    f"{', '.join(raw[split].column_names)}.{split_column_note(data_args, split)}"
                 )
     labels = label_mapping(raw, data_args, locate)
     test_has_labels = (

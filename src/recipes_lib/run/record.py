@@ -36,6 +36,7 @@ from recipes_lib.config.validation import TUNE, parse_decision_threshold
 from recipes_lib.data.files import write_jsonl
 from recipes_lib.data.tokenize import padding_collator
 from recipes_lib.evaluation.inference import batch_logits
+from recipes_lib.evaluation.neglected import neglected_classes, results_neglect_note
 from recipes_lib.evaluation.predictions import (
     CONFUSION_MATRIX_PNG,
     EVAL_PREDICTIONS_FILE,
@@ -418,6 +419,9 @@ def finish_run(run, trainer, train_result, eval_metrics: dict[str, Any]) -> dict
         **model_results(run, trainer, memory_results),
         **environment_results(run, trainer, precision),
     }
+    results["neglected_classes"] = neglected_classes(
+        results.get("per_class"), results.get("confusion_matrix")
+    )
     if trainer.is_world_process_zero():
         write_prediction_files(run, outputs)
         path = write_results(run.training.output_dir, results)
@@ -435,6 +439,8 @@ def finish_run(run, trainer, train_result, eval_metrics: dict[str, Any]) -> dict
             path.name,
             run.training.output_dir,
         )
+        if results["neglected_classes"]:  # issue #42: a class the model ignores, said with what helps
+            logger.warning(results_neglect_note(results))
     run.tracker.finish(results)  # every results.json key into the W&B summary, same names
     push_finished_run(run, trainer, results)
     return results

@@ -37,6 +37,16 @@ from recipes_lib.config.registry import RECIPES
 from recipes_lib.errors import ConfigError
 
 DEFAULT_ACCELERATE_CONFIG = "accelerate_configs/single_gpu.yaml"
+CPU_ACCELERATE_CONFIG = "accelerate_configs/cpu.yaml"
+
+
+def machine_accelerate_config() -> str:
+    """The accelerate config that fits this machine: single_gpu.yaml with a CUDA GPU, cpu.yaml without."""
+    import torch
+
+    return DEFAULT_ACCELERATE_CONFIG if torch.cuda.is_available() else CPU_ACCELERATE_CONFIG
+
+
 DEFAULT_METRIC = "eval_accuracy"
 DEFAULT_SEARCH_SEED = 42  # the recipes' own default seed: a search trial is a plain run at that lr
 DEFAULT_SEEDS = (1, 2, 3)

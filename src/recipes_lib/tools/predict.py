@@ -34,7 +34,15 @@ from transformers import AutoConfig, AutoTokenizer
 from recipes_lib.config.arguments import DataArguments
 from recipes_lib.config.precision import autocast_for
 from recipes_lib.config.tasks import DEFAULT_THRESHOLD, MULTI_LABEL, SINGLE_LABEL
-from recipes_lib.data.files import DELIMITED, QUOTING_CHOICES, has_rows, read_local_files, write_jsonl
+from recipes_lib.data.files import (
+    DELIMITED,
+    QUOTING_CHOICES,
+    column_note,
+    has_rows,
+    parse_delimiter,
+    read_local_files,
+    write_jsonl,
+)
 from recipes_lib.data.labels import LabelMapping
 from recipes_lib.data.loading import ClassificationData
 from recipes_lib.data.long_text import DOCUMENT_COLUMN
@@ -148,7 +156,9 @@ def data_arguments(config: dict[str, Any]) -> DataArguments:
     return DataArguments(**{key: value for key, value in config.items() if key in names})
 
 
-def read_input(path: str | Path, quoting: str = "auto", cache_dir: str | None = None):
+def read_input(
+    path: str | Path, quoting: str = "auto", cache_dir: str | None = None, delimiter: str = "auto"
+):
     """The rows of a .csv, .tsv, .json, .jsonl or .parquet file (datafiles.read_local_files), or a DataError."""
     path = Path(path)
     formats = ", ".join(INPUT_FORMATS)
@@ -169,7 +179,7 @@ def read_input(path: str | Path, quoting: str = "auto", cache_dir: str | None = 
                 f"The input file '{path}' holds no rows{' below the header' if extension in DELIMITED else ''}. "
                 "Pass a file with at least one text to predict."
             )
-        loaded, _ = read_local_files({"predict": str(path)}, cache_dir, quoting)
+        loaded, _ = read_local_files({"predict": str(path)}, cache_dir, quoting, parse_delimiter(delimiter))
     except (OSError, UnicodeDecodeError, ValueError, csv.Error) as error:
         detail = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
         raise DataError(
@@ -184,8 +194,11 @@ def read_input(path: str | Path, quoting: str = "auto", cache_dir: str | None = 
     return dataset
 
 
-def text_columns(run: TrainedRun, dataset, input_path: str | Path) -> tuple[str, ...]:
-    """The columns the run read its texts from, checked against the input's columns.
+def text_columns(
+    run: TrainedRun, dataset, input_path: str | Path, named_here: str | None = None, delimiter: str = "auto"
+) -> tuple[str, ...]:
+    """The columns the run read its texts from (or the input's columns `named_here`, --text_column_names),
+    checked against the input's columns.
 
     The run names them in its config (--text_column_names) or, when it found them itself, in
     results.json's "text_columns"; a run that recorded neither took the training data's string
@@ -194,6 +207,9 @@ def text_columns(run: TrainedRun, dataset, input_path: str | Path) -> tuple[str,
     found = dataset.column_names
     named = run.config.get("text_column_names")
     label_column = run.config.get("label_column_name", "label")
+    note = column_note(str(input_path), parse_delimiter(delimiter))
+    if named_here:
+        return input_text_columns(run, found, input_path, named_here, note)
     if named:
         columns, source = tuple(c.strip() for c in str(named).split(",") if c.strip()), "--text_column_names"
     elif run.results.get("text_columns"):
@@ -209,8 +225,9 @@ def text_columns(run: TrainedRun, dataset, input_path: str | Path) -> tuple[str,
                 f"Cannot tell which columns of '{input_path}' hold the text: the run at {run.results_dir} did not "
                 f"record its text columns (it took the training data's string columns other than "
                 f"'{label_column}'), and this file's string columns other than '{label_column}' are "
-                f"{', '.join(columns) or 'none'} (all columns: {', '.join(found)}). Keep only the text column "
-                "(or the two of a sentence pair, in the training data's order) besides any label column."
+                f"{', '.join(columns) or 'none'} (all columns: {', '.join(found)}).{note} Name the text column "
+                "with --text_column_names (or the two of a sentence pair, comma-separated, in the training data's "
+                "order)."
             )
         logger.info(
             "Text: %s, the input's string columns other than '%s'.", " + ".join(columns), label_column
@@ -220,12 +237,49 @@ def text_columns(run: TrainedRun, dataset, input_path: str | Path) -> tuple[str,
     if missing:
         trained = " and ".join(f"'{column}'" for column in columns)
         raise DataError(
-            f"Text column '{missing[0]}' is not in '{input_path}'; its columns are: {', '.join(found)}. The run "
-            f"at {run.results_dir} was trained on {trained} ({source}), so the input needs "
-            f"{'that column' if len(columns) == 1 else 'those columns'}: rename the column holding the texts "
-            f"to '{missing[0]}'."
+            f"Text column '{missing[0]}' is not in '{input_path}'; its columns are: {', '.join(found)}.{note} The "
+            f"run at {run.results_dir} was trained on {trained} ({source}): name the input's "
+            f"{'column' if len(columns) == 1 else 'columns, comma-separated, in that order,'} with "
+            "--text_column_names."
         )
     return columns
+
+
+def input_text_columns(
+    run: TrainedRun, found: list[str], input_path, named_here: str, note: str
+) -> tuple[str, ...]:
+    """--text_column_names: the input's columns, as many as the run trained on, each in the input."""
+    columns = tuple(c.strip() for c in named_here.split(",") if c.strip())
+    trained = run.config.get("text_column_names") or ",".join(run.results.get("text_columns") or [])
+    expected = len([c for c in str(trained).split(",") if c.strip()]) if trained else len(columns)
+    if not 1 <= len(columns) <= 2 or len(columns) != expected:
+        raise DataError(
+            f"--text_column_names is '{named_here}': {len(columns)} column(s), but the run at {run.results_dir} "
+            f"was trained on {expected} ({trained or 'its string columns'}). Name one input column per "
+            "trained text column, comma-separated, in that order."
+        )
+    missing = [column for column in columns if column not in found]
+    if missing:
+        raise DataError(
+            f"--text_column_names names '{missing[0]}', which is not in '{input_path}'; its columns are: "
+            f"{', '.join(found)}.{note} Name the column holding the texts."
+        )
+    logger.info("Text: %s (--text_column_names).", " + ".join(columns))
+    return columns
+
+
+def row_ids(dataset, id_column: str | None, input_path, delimiter: str = "auto") -> list:
+    """Each input row's id: its `id_column` value, or its number (0 for the first data row)."""
+    if id_column is None:
+        return list(range(len(dataset)))
+    if id_column not in dataset.column_names:
+        note = column_note(str(input_path), parse_delimiter(delimiter))
+        raise DataError(
+            f"--id_column '{id_column}' is not in '{input_path}'; its columns are: "
+            f"{', '.join(dataset.column_names)}.{note} Name one of them, or leave --id_column out to number the "
+            "rows (0 for the first)."
+        )
+    return dataset[id_column]
 
 
 def choose_device(device: str | torch.device | None = None) -> torch.device:
@@ -252,8 +306,14 @@ def predict(
     device: str | torch.device | None = None,
     csv_quoting: str = "auto",
     progress: bool = True,
+    text_column_names: str | None = None,
+    id_column: str | None = None,
+    with_ids: bool = False,
+    delimiter: str = "auto",
 ) -> list[dict[str, Any]]:
-    """One row per input row, in input order, in the format of evaluation/predictions.py (by the run's kind of task)."""
+    """One row per input row, in input order, in the format of evaluation/predictions.py (by the run's kind of task).
+
+    `with_ids`: each row starts with "id", the input's `id_column` value or the row's number (0 first)."""
     if batch_size <= 0:
         raise ConfigError(
             f"--batch_size is {batch_size}; it must be a positive integer (32 is a good start)."
@@ -266,8 +326,9 @@ def predict(
     else:
         run = find_run(run_dir)  # the cheap checks first: run, input, columns; then the weights
     data_args = data_arguments(run.config)
-    dataset = read_input(input_file, csv_quoting, run.config.get("cache_dir"))
-    columns = text_columns(run, dataset, input_file)
+    dataset = read_input(input_file, csv_quoting, run.config.get("cache_dir"), delimiter)
+    columns = text_columns(run, dataset, input_file, text_column_names, delimiter)
+    ids = row_ids(dataset, id_column, input_file, delimiter) if with_ids or id_column else None
     device = torch.device("cpu") if exported is not None else choose_device(device)  # ONNX Runtime: CPU
     try:
         tokenizer = AutoTokenizer.from_pretrained(run.model_dir)
@@ -315,7 +376,8 @@ def predict(
     if DOCUMENT_COLUMN in encoded.column_names:  # --long_text sliding_window: one row per document
         document_ids = encoded.data.column(DOCUMENT_COLUMN).to_numpy()
         logits, _ = combine_windows(logits, document_ids, data_args.window_pooling)
-    return prediction_rows(logits, label_names, problem_type, thresholds, decision_threshold)
+    rows = prediction_rows(logits, label_names, problem_type, thresholds, decision_threshold)
+    return rows if ids is None else [{"id": id_, **row} for id_, row in zip(ids, rows, strict=True)]
 
 
 def run_thresholds(run: TrainedRun, label_names: list[str]) -> list[float]:
@@ -353,7 +415,8 @@ def run_decision_threshold(run: TrainedRun) -> float | None:
 
 def write_predictions(
     run_dir: str, input_file: str, output: str | None = None, batch_size: int = DEFAULT_BATCH_SIZE,
-    csv_quoting: str = "auto",
+    csv_quoting: str = "auto", text_column_names: str | None = None, id_column: str | None = None,
+    delimiter: str = "auto",
 ) -> int:  # fmt: skip
     """`recipes-lib predict`: the rows as JSON Lines, to `output` or standard output; returns the exit code."""
     # Progress and notes on stderr: stdout carries only the predictions.
@@ -366,7 +429,9 @@ def write_predictions(
         )
         return 2
     try:
-        rows = predict(run_dir, input_file, batch_size=batch_size, csv_quoting=csv_quoting)
+        rows = predict(run_dir, input_file, batch_size=batch_size, csv_quoting=csv_quoting,
+                       text_column_names=text_column_names, id_column=id_column, with_ids=True,
+                       delimiter=delimiter)  # fmt: skip
     except RecipeError as error:
         print(f"error: {error}", file=sys.stderr)
         return error.exit_code

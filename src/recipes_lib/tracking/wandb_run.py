@@ -247,11 +247,13 @@ def tracking_requested(training: RecipeTrainingArguments) -> bool:
     return mode != "disabled"
 
 
-def start_run(identity: RunIdentity, config: dict[str, Any]):
+def start_run(identity: RunIdentity, config: dict[str, Any], directory: str | None = None):
     """wandb.init, online only when it can work. Returns (run or None, why it fell back to offline).
 
     The mode is passed to wandb.init explicitly, so it must first honour what the user set in
     WANDB_MODE or with `wandb offline` / `wandb disabled` (wandb's settings hold both).
+    `directory` (the run's output_dir) holds W&B's local files, DIRECTORY/wandb, unless WANDB_DIR says
+    where: not the directory the command runs in (a checkout's ./wandb filled with every run).
     """
     import wandb
 
@@ -275,6 +277,9 @@ def start_run(identity: RunIdentity, config: dict[str, Any]):
         # wandb's end-of-run printout repeats the whole summary; results.json and our log say it once.
         "settings": wandb.Settings(quiet=True) if "WANDB_QUIET" not in os.environ else None,
     }
+    if directory is not None and "WANDB_DIR" not in os.environ:
+        Path(directory).mkdir(parents=True, exist_ok=True)
+        init_kwargs["dir"] = str(directory)
     try:
         return wandb.init(mode=mode, **init_kwargs), fallback_reason
     except wandb.errors.Error as error:
@@ -461,7 +466,7 @@ def start_tracking(arguments: ParsedArguments, recipe: RecipeSpec) -> Tracker:
         "environment": describe_environment(training),
         **sweep_config(),
     }
-    run, fallback_reason = start_run(identity, config)
+    run, fallback_reason = start_run(identity, config, training.output_dir)
     note = offline_note(run, fallback_reason, identity.name)
     if note is not None:
         (logger.warning if fallback_reason else logger.info)(note)

@@ -1,0 +1,111 @@
+"""Classes a model never (or almost never) predicts, found in the per-class scores and said in plain words.
+
+A model that ignores a small class can still reach a fine accuracy: the class is a few percent of
+the rows. Macro-F1 drops, but nothing names the class. `neglected_classes` reads the per-class
+report (evaluation/predictions.py per_class_report) and returns each class that has rows and a
+recall under NEGLECTED_RECALL; `neglect_note` is the paragraph the end-of-run summary prints.
+Crossval's label issues use the same test on held-out predictions (crossval/label_issues.py).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+# A class whose rows the model finds fewer than 1 time in 10: never, or almost never, predicted.
+NEGLECTED_RECALL = 0.1
+
+
+def neglected_classes(
+    per_class: dict[str, dict[str, Any]] | None,
+    confusion_matrix: dict[str, Any] | None = None,
+    max_recall: float = NEGLECTED_RECALL,
+) -> list[dict[str, Any]]:
+    """[{name, support, recall, predicted}] for each class with rows and a recall under `max_recall`.
+
+    `predicted` is how many rows the model gave that class (the confusion matrix's column), or None
+    without a matrix (multi-label).
+    """
+    if not per_class:
+        return []
+    columns = {}
+    if confusion_matrix:
+        matrix = confusion_matrix["matrix"]
+        columns = {name: sum(row[i] for row in matrix) for i, name in enumerate(confusion_matrix["labels"])}
+    return [
+        {
+            "name": name,
+            "support": int(scores["support"]),
+            "recall": float(scores["recall"]),
+            "predicted": columns.get(name),
+        }
+        for name, scores in per_class.items()
+        if scores["support"] > 0 and scores["recall"] < max_recall
+    ]
+
+
+def neglected_from_predictions(
+    predictions, references, names: list[str], max_recall: float = NEGLECTED_RECALL
+):
+    """neglected_classes from single-label class ids (predicted and true), for held-out predictions."""
+    neglected = []
+    for index, name in enumerate(names):
+        rows = [i for i, reference in enumerate(references) if reference == index]
+        if not rows:
+            continue
+        found = sum(1 for i in rows if predictions[i] == index)
+        recall = found / len(rows)
+        if recall < max_recall:
+            predicted = sum(1 for prediction in predictions if prediction == index)
+            neglected.append({"name": name, "support": len(rows), "recall": recall, "predicted": predicted})
+    return neglected
+
+
+def describe_class(entry: dict[str, Any]) -> str:
+    """ "'ABBR' (9 rows, recall 0.00, predicted for 0 rows)"."""
+    predicted = "" if entry.get("predicted") is None else f", predicted for {entry['predicted']} rows"
+    return f"'{entry['name']}' ({entry['support']} rows, recall {entry['recall']:.2f}{predicted})"
+
+
+def neglect_note(
+    neglected: list[dict[str, Any]],
+    split: str = "validation",
+    class_weights: dict | None = None,
+    learning_rate: float | None = None,
+    epochs: float | None = None,
+    train_loss: float | None = None,
+) -> str | None:
+    """The end-of-run paragraph on the neglected classes and what usually helps; None when there are none."""
+    if not neglected:
+        return None
+    never = all(entry["recall"] == 0 for entry in neglected)
+    classes = ", ".join(describe_class(entry) for entry in neglected)
+    plural = len(neglected) > 1
+    note = (
+        f"The model {'never' if never else 'almost never'} predicts {'these classes' if plural else 'the class'} "
+        f"on {split}: {classes}. The accuracy hides {'them' if plural else 'it'}; macro-F1 counts "
+        f"{'each' if plural else 'it'} near 0. What usually helps:"
+    )
+    remedies = []
+    if not class_weights:
+        remedies.append("--class_weights balanced (the loss weighs each class by its rarity)")
+    rate = f" (this run: {learning_rate:g})" if learning_rate is not None else ""
+    remedies.append(f"a higher --learning_rate{rate}, e.g. 5e-5 to 1e-4 for a small encoder")
+    rounds = f" (this run: {epochs:.3g})" if epochs is not None else ""
+    remedies.append(f"more --num_train_epochs{rounds}")
+    note += " " + "; ".join(remedies) + "."
+    if train_loss is not None:
+        note += f" Training loss at the end: {train_loss:.3f}."
+    return note
+
+
+def results_neglect_note(results: dict[str, Any]) -> str | None:
+    """neglect_note from a run's results.json contents (its neglected_classes, class weights, settings)."""
+    config = results.get("config") or {}  # the flat resolved configuration (ParsedArguments.to_dict)
+    return neglect_note(
+        results.get("neglected_classes") or [],
+        split=str(results.get("eval_split") or "validation"),
+        class_weights=results.get("class_weights"),
+        learning_rate=config.get("learning_rate"),
+        epochs=results.get("epochs"),
+        train_loss=results.get("train_loss"),
+    )

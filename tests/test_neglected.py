@@ -1,0 +1,86 @@
+"""A class the model never (or almost never) predicts is named, with what helps (issue #42)."""
+
+from __future__ import annotations
+
+import logging
+
+import numpy as np
+
+from recipes_lib.evaluation.neglected import (
+    neglect_note,
+    neglected_classes,
+    neglected_from_predictions,
+    results_neglect_note,
+)
+from recipes_lib.evaluation.predictions import per_class_report
+from tests.helpers.runs import QUICK, run_args, run_in_process
+from tests.test_imbalance import skewed_data  # noqa: F401 (a fixture)
+
+NAMES = ["DESC", "ENTY", "ABBR"]
+
+
+def predictions_ignoring_abbr():
+    """500 rows, 9 of them ABBR, which the model never predicts; DESC and ENTY mostly right."""
+    references = np.array([0] * 250 + [1] * 241 + [2] * 9)
+    predictions = references.copy()
+    predictions[:20] = 1  # some DESC called ENTY
+    predictions[-9:] = 0  # every ABBR called DESC
+    return predictions, references
+
+
+def test_a_class_never_predicted_is_named_with_its_support_and_recall():
+    predictions, references = predictions_ignoring_abbr()
+    report = per_class_report(predictions, references, NAMES)
+    found = neglected_classes(report["per_class"], report["confusion_matrix"])
+    assert found == [{"name": "ABBR", "support": 9, "recall": 0.0, "predicted": 0}]
+    assert neglected_from_predictions(predictions, references, NAMES) == found
+
+
+def test_a_class_almost_never_predicted_counts_and_one_found_often_enough_does_not():
+    references = np.array([0] * 80 + [1] * 20)
+    predictions = np.zeros(100, dtype=int)
+    predictions[80] = 1  # 1 of 20: recall 0.05
+    assert [c["name"] for c in neglected_from_predictions(predictions, references, ["a", "b"])] == ["b"]
+    report = per_class_report(predictions, references, ["a", "b"])
+    assert neglected_classes(report["per_class"], report["confusion_matrix"]) == [
+        {"name": "b", "support": 20, "recall": 0.05, "predicted": 1}
+    ]
+    predictions[81:83] = 1  # 3 of 20: recall 0.15
+    assert neglected_from_predictions(predictions, references, ["a", "b"]) == []
+    report = per_class_report(predictions, references, ["a", "b"])
+    assert neglected_classes(report["per_class"], report["confusion_matrix"]) == []
+    assert neglected_classes(None) == []  # regression: no per-class scores
+
+
+def test_the_note_names_the_class_and_the_remedies_the_run_did_not_use():
+    entry = {"name": "ABBR", "support": 9, "recall": 0.0, "predicted": 0}
+    note = neglect_note([entry], learning_rate=2e-5, epochs=2.0, train_loss=1.234)
+    assert (
+        "never predicts the class on validation: 'ABBR' (9 rows, recall 0.00, predicted for 0 rows)" in note
+    )
+    assert "--class_weights balanced" in note and "--learning_rate (this run: 2e-05)" in note
+    assert "--num_train_epochs (this run: 2)" in note and "Training loss at the end: 1.234." in note
+    weighted = neglect_note([entry], class_weights={"ABBR": 20.0, "DESC": 0.5})
+    assert "--class_weights" not in weighted  # already weighted: not offered again
+    assert neglect_note([]) is None
+    results = {
+        "neglected_classes": [entry],
+        "config": {"learning_rate": 1e-4},
+        "epochs": 3.0,
+        "eval_split": "dev.tsv",
+    }
+    assert "on dev.tsv" in results_neglect_note(results) and "this run: 0.0001" in results_neglect_note(
+        results
+    )
+
+
+def test_a_run_records_its_neglected_classes_and_says_them_once(tiny_bert, skewed_data, tmp_path, caplog):  # noqa: F811
+    """A 2-step run on data with 12% 'cool': whatever it learnt, results.json and the log agree with its scores."""
+    args = run_args(tiny_bert, skewed_data, tmp_path / "run", "--learning_rate", "1e-6", **QUICK)
+    with caplog.at_level(logging.WARNING, logger="recipes_lib.run.record"):
+        results = run_in_process("full_ft", args)
+    expected = [name for name, scores in results["per_class"].items() if scores["recall"] < 0.1]
+    assert expected  # at 1e-6 for 2 steps the model is its random head: one class takes every row
+    assert [entry["name"] for entry in results["neglected_classes"]] == expected
+    said = [r.getMessage() for r in caplog.records if "predicts" in r.getMessage()]
+    assert len(said) == 1 and f"'{expected[0]}'" in said[0] and "--class_weights balanced" in said[0]
