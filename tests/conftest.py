@@ -21,7 +21,7 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 # (2-core test machine, load ~17; about the same CPU work when the cores are idle).
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
-from tests.helpers.data import learnable_rows, write_csv  # noqa: E402
+from tests.helpers.data import learnable_rows, skewed_rows, write_csv  # noqa: E402
 from tests.helpers.models import build_tiny_bert, liven  # noqa: E402
 
 
@@ -84,3 +84,13 @@ def one_thread():
         patch.setenv("OMP_NUM_THREADS", "1")
         yield
     torch.set_num_threads(threads)
+
+
+# The colour task with 'cool' rare (tests/test_imbalance.py, tests/test_neglected.py).
+@pytest.fixture(scope="module")
+def skewed_data(tmp_path_factory):
+    directory = tmp_path_factory.mktemp("skewed")
+    return {
+        "train": write_csv(directory / "train.csv", skewed_rows(240, 0.12, seed=1)),
+        "validation": write_csv(directory / "validation.csv", skewed_rows(80, 0.5, seed=2)),
+    }

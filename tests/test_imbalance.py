@@ -2,36 +2,10 @@
 
 from __future__ import annotations
 
-import random
-
 import pytest
 
 from recipes_lib.errors import RecipeError
-from tests.helpers.data import COLOURS, NOISE, write_csv
 from tests.helpers.runs import QUICK, run_args, run_in_process
-
-
-def skewed_rows(count: int, minority_share: float, seed: int):
-    """The colour task with 'cool' rare: a learner that ignores the minority still scores well on accuracy."""
-    rng = random.Random(seed)
-    warm = sorted(c for c, kind in COLOURS.items() if kind == "warm")
-    cool = sorted(c for c, kind in COLOURS.items() if kind == "cool")
-    rows = []
-    for _ in range(count):
-        kind = "cool" if rng.random() < minority_share else "warm"
-        words = rng.sample(NOISE, rng.randint(2, 6))
-        words.insert(rng.randint(0, len(words)), rng.choice(cool if kind == "cool" else warm))
-        rows.append((" ".join(words), kind))
-    return rows
-
-
-@pytest.fixture(scope="module")
-def skewed_data(tmp_path_factory):
-    directory = tmp_path_factory.mktemp("skewed")
-    return {
-        "train": write_csv(directory / "train.csv", skewed_rows(240, 0.12, seed=1)),
-        "validation": write_csv(directory / "validation.csv", skewed_rows(80, 0.5, seed=2)),
-    }
 
 
 def minority_recall(tiny_bert, data, output_dir, *extra):

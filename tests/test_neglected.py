@@ -14,7 +14,6 @@ from recipes_lib.evaluation.neglected import (
 )
 from recipes_lib.evaluation.predictions import per_class_report
 from tests.helpers.runs import QUICK, run_args, run_in_process
-from tests.test_imbalance import skewed_data  # noqa: F401 (a fixture)
 
 NAMES = ["DESC", "ENTY", "ABBR"]
 

@@ -107,3 +107,17 @@ def regression_files(directory: Path, train: int = 256, validation: int = 64) ->
         split: write_csv(directory / f"{split}.csv", [(t, s) for t, _, s in task_rows(n, seed)])
         for split, n, seed in (("train", train, 1), ("validation", validation, 2))
     }
+
+
+def skewed_rows(count: int, minority_share: float, seed: int):
+    """The colour task with 'cool' rare: a learner that ignores the minority still scores well on accuracy."""
+    rng = random.Random(seed)
+    warm = sorted(c for c, kind in COLOURS.items() if kind == "warm")
+    cool = sorted(c for c, kind in COLOURS.items() if kind == "cool")
+    rows = []
+    for _ in range(count):
+        kind = "cool" if rng.random() < minority_share else "warm"
+        words = rng.sample(NOISE, rng.randint(2, 6))
+        words.insert(rng.randint(0, len(words)), rng.choice(cool if kind == "cool" else warm))
+        rows.append((" ".join(words), kind))
+    return rows
