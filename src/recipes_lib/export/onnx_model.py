@@ -31,6 +31,23 @@ SINGLE_FILE_LIMIT_BYTES = 1.8 * 2**30
 LOGITS_OUTPUT = "logits"
 
 
+# torch.onnx's operator registry warns once per torchvision operator (nms, roi_align, ...) that it skips
+# it when torchvision is not installed: no text classifier has those operators, so the lines are dropped.
+REGISTRY_LOGGER = "torch.onnx._internal.exporter._registration"
+TORCHVISION_NOTE = "torchvision is not installed"
+
+
+class _DropTorchvisionNotes(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not str(record.msg).startswith(TORCHVISION_NOTE)
+
+
+def drop_torchvision_notes() -> None:
+    registry_logger = logging.getLogger(REGISTRY_LOGGER)
+    if not any(isinstance(f, _DropTorchvisionNotes) for f in registry_logger.filters):
+        registry_logger.addFilter(_DropTorchvisionNotes())
+
+
 class LogitsOnly(torch.nn.Module):
     """The classifier with named tensor inputs and its logits as the one output (no ModelOutput, no loss)."""
 
@@ -99,6 +116,7 @@ def export_onnx(model, tokenizer, path: str | Path) -> str:
     dynamic_axes[LOGITS_OUTPUT] = {0: "batch"}
     external_data = _parameter_bytes(model) > SINGLE_FILE_LIMIT_BYTES
     path = Path(path)
+    drop_torchvision_notes()
     failures = []
     for exporter in (DYNAMO, TORCHSCRIPT):
         try:
@@ -144,34 +162,92 @@ def export_onnx(model, tokenizer, path: str | Path) -> str:
 
 
 INT8_WEIGHTS = ("signed", "unsigned")
+# ONNX Runtime's transformer optimizer fuses these into its own operators before quantizing (the counts go in the report).
+FUSIONS = ("Attention", "MultiHeadAttention", "SkipLayerNormalization", "EmbedLayerNormalization", "BiasGelu",
+           "FastGelu", "Gelu", "LayerNormalization")  # fmt: skip
 
 
-def quantize_int8(fp32_path: str | Path, int8_path: str | Path, weights: str = "signed") -> None:
-    """ONNX Runtime's dynamic int8 quantization: 8-bit weights, activations quantized (uint8) per batch at run time.
+def quantize_int8(
+    fp32_path: str | Path,
+    int8_path: str | Path,
+    weights: str = "signed",
+    model_config=None,
+    nodes_to_exclude: tuple[str, ...] = (),
+) -> dict:
+    """ONNX Runtime's dynamic int8 quantization, prepared as ONNX Runtime advises, and what was done, in a dict.
 
-    `weights`: "signed" (int8, ONNX Runtime's default, U8S8 matmuls) or "unsigned" (uint8, U8U8), which
-    ONNX Runtime documents as the fallback when U8S8 loses accuracy (its x86 kernels can saturate).
+    1. The graph fused by ONNX Runtime's transformer optimizer (attention, skip-layer-normalization,
+       bias-GELU), which quantizes into fewer, larger int8 operators; a graph it cannot fuse goes on as it is.
+    2. ONNX Runtime's quantization pre-processing (symbolic shape inference, so that every matmul's
+       shapes are known to the quantizer).
+    3. quantize_dynamic with per-channel weights (one scale per output column, not one per matrix) and
+       activations quantized (uint8) per batch at run time; `nodes_to_exclude` stay in fp32.
+
+    `weights`: "signed" (int8, ONNX Runtime's default, U8S8 matmuls) or "unsigned" (uint8, U8U8).
     No calibration data is needed; what it costs in accuracy is measured by the gate, not assumed.
     """
-    fp32_path = Path(fp32_path)
-    # The quantizer logs a line per tensor it leaves in float (on the root logger, at INFO): keep it quiet.
+    import tempfile
+
+    fp32_path, int8_path = Path(fp32_path), Path(int8_path)
+    external = fp32_path.with_name(fp32_path.name + ".data").is_file()
+    # The quantizer and the optimizer log a line per tensor or pattern on the root logger at INFO: keep them quiet.
     root = logging.getLogger()
     level = root.level
     root.setLevel(max(level, logging.WARNING))
     try:
-        _quantize(fp32_path, Path(int8_path), weights)
+        with tempfile.TemporaryDirectory(prefix=".int8-", dir=int8_path.parent) as scratch:
+            fused, counts = _fuse(fp32_path, Path(scratch) / "fused.onnx", model_config, external)
+            prepared = Path(scratch) / "prepared.onnx"
+            _preprocess(fused, prepared, external)
+            _quantize(prepared, int8_path, weights, nodes_to_exclude, external)
     finally:
         root.setLevel(level)
+    return {
+        "weights": f"per-channel {weights} int8",
+        "fused_operators": counts,
+        "nodes_kept_fp32": list(nodes_to_exclude),
+    }
 
 
-def _quantize(fp32_path: Path, int8_path: Path, weights: str) -> None:
+def _fuse(fp32_path: Path, fused_path: Path, model_config, external: bool) -> tuple[Path, dict[str, int]]:
+    """The graph fused by onnxruntime.transformers.optimizer ("bert" patterns), and the fused operators'
+    counts; the unfused graph where the optimizer fails on it (logged)."""
+    from onnxruntime.transformers.optimizer import optimize_model
+
+    heads = getattr(model_config, "num_attention_heads", 0) or 0
+    hidden = getattr(model_config, "hidden_size", 0) or 0
+    try:
+        optimized = optimize_model(
+            str(fp32_path), model_type="bert", num_heads=heads, hidden_size=hidden, opt_level=0, use_gpu=False
+        )
+        statistics = optimized.get_fused_operator_statistics()
+        optimized.save_model_to_file(str(fused_path), use_external_data_format=external)
+    except Exception as error:  # the optimizer's pattern matchers raise many kinds on graphs they do not know
+        logger.warning("ONNX Runtime's transformer optimizer could not fuse the graph (%s); quantizing it unfused.",
+                       f"{type(error).__name__}: {error}"[:300])  # fmt: skip
+        return fp32_path, {}
+    return fused_path, {op: int(statistics[op]) for op in FUSIONS if statistics.get(op)}
+
+
+def _preprocess(source: Path, prepared: Path, external: bool) -> None:
+    """ONNX Runtime's quantization pre-processing: symbolic shape inference (auto_merge: the exported graphs
+    name one dimension in several ways), ONNX shape inference and its graph optimizations."""
+    from onnxruntime.quantization.shape_inference import quant_pre_process
+
+    quant_pre_process(str(source), str(prepared), auto_merge=True, save_as_external_data=external,
+                      all_tensors_to_one_file=True)  # fmt: skip
+
+
+def _quantize(source: Path, int8_path: Path, weights: str, nodes_to_exclude, external: bool) -> None:
     from onnxruntime.quantization import QuantType, quantize_dynamic
 
     quantize_dynamic(
-        fp32_path,
+        source,
         int8_path,
         weight_type=QuantType.QInt8 if weights == "signed" else QuantType.QUInt8,
-        use_external_data_format=fp32_path.with_name(fp32_path.name + ".data").is_file(),
+        per_channel=True,
+        nodes_to_exclude=list(nodes_to_exclude),
+        use_external_data_format=external,
     )
 
 
