@@ -362,7 +362,8 @@ def _export_flipped(gate_case, *options: str) -> tuple[int, dict]:
     from recipes_lib.cli.main import main
 
     run_dir, fresh, eval_file = gate_case
-    with _copying_exporter(run_dir), _flipping_quantizer():
+    untraced = mock.patch("recipes_lib.export.command.export_for_int8", return_value=False)  # from model.onnx
+    with _copying_exporter(run_dir), untraced, _flipping_quantizer():
         code = main(["export", str(fresh), "--quantize", "int8", "--eval_file", str(eval_file),
                      "--min_int8_speedup", "0", *options])  # fmt: skip
     directory = fresh / ("export" if code == 0 else "export.failed")

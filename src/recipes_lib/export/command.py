@@ -46,6 +46,7 @@ from recipes_lib.export.gate import (
 )
 from recipes_lib.export.onnx_model import (
     INT8_WEIGHTS,
+    export_for_int8,
     export_onnx,
     model_to_export,
     quantize_int8,
@@ -146,8 +147,12 @@ def export_run(
         logger.info("Exported %s to ONNX with the %s exporter in %.1f s.", what, exporter, export_seconds)
         int8_recipe = None
         if quantize == "int8":
-            int8_recipe = quantize_int8(
-                staging / FP32_MODEL, staging / INT8_MODEL, int8_weights, model_config
+            traced = staging / ".scratch" / "traced.onnx"
+            traced.parent.mkdir(exist_ok=True)
+            source = traced if export_for_int8(model, tokenizer, traced) else staging / FP32_MODEL
+            int8_recipe = quantize_int8(source, staging / INT8_MODEL, int8_weights, model_config)
+            int8_recipe["made_from"] = (
+                "TorchScript trace, eager attention" if source == traced else FP32_MODEL
             )
         shutil.rmtree(staging / ".scratch", ignore_errors=True)
         write_bundle(staging, model_dir, results_dir, results, tokenizer, model_config, exporter)

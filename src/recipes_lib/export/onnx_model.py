@@ -100,7 +100,9 @@ def _parameter_bytes(model) -> int:
     return sum(parameter.numel() * parameter.element_size() for parameter in model.parameters())
 
 
-def export_onnx(model, tokenizer, path: str | Path) -> str:
+def export_onnx(
+    model, tokenizer, path: str | Path, exporters: tuple[str, ...] = (DYNAMO, TORCHSCRIPT)
+) -> str:
     """Write `model` (a sequence classifier) to `path` as ONNX with dynamic batch and sequence axes.
 
     Returns the exporter that made it: "dynamo", or "torchscript" where torch.export could not
@@ -118,7 +120,7 @@ def export_onnx(model, tokenizer, path: str | Path) -> str:
     path = Path(path)
     drop_torchvision_notes()
     failures = []
-    for exporter in (DYNAMO, TORCHSCRIPT):
+    for exporter in exporters:
         try:
             with warnings.catch_warnings(), torch.no_grad():
                 warnings.simplefilter(
@@ -142,7 +144,7 @@ def export_onnx(model, tokenizer, path: str | Path) -> str:
                     verbose=False,
                     **({"opset_version": 17} if exporter == TORCHSCRIPT else {}),
                 )
-            if failures:
+            if failures and exporter != exporters[0]:
                 logger.warning(
                     "The dynamo exporter failed (%s); exported with TorchScript instead.", failures[0]
                 )
@@ -159,6 +161,34 @@ def export_onnx(model, tokenizer, path: str | Path) -> str:
         + "; ".join(failures)
         + "). Upgrade torch and onnxscript, or serve it with `recipes-lib predict` in PyTorch."
     )
+
+
+def export_for_int8(model, tokenizer, path: str | Path) -> bool:
+    """The graph int8 is made from: the model traced by the TorchScript exporter with eager attention.
+
+    ONNX Runtime's transformer optimizer recognises that graph's attention (and its embedding layer
+    normalization) and fuses it into one Attention operator per layer, which int8 then runs as one
+    quantized matmul for Q, K and V; in the dynamo exporter's graph, with either attention, it finds
+    the layer norms and GELUs but not the attention. Returns False (the int8 model is then made from
+    model.onnx) where TorchScript cannot export the model; the model's attention is restored after.
+    """
+    previous = model.config._attn_implementation
+    switch = previous != "eager" and getattr(model, "_can_set_attn_implementation", lambda: False)()
+    try:
+        if switch:
+            model.set_attn_implementation("eager")
+        export_onnx(model, tokenizer, path, exporters=(TORCHSCRIPT,))
+        return True
+    except ModelError as error:
+        logger.warning(
+            "The int8 model is made from model.onnx, whose attention ONNX Runtime does not fuse: the TorchScript "
+            "trace it prefers failed (%s).",
+            error,
+        )
+        return False
+    finally:
+        if switch:
+            model.set_attn_implementation(previous)
 
 
 INT8_WEIGHTS = ("signed", "unsigned")
