@@ -487,9 +487,11 @@ def test_every_family_exports_and_passes_the_gate(family, data, tmp_path):
             export_run(run_dir, quantize="int8", progress=False, **TINY_INT8_OPTIONS)
         return
     outcome = export_run(run_dir, quantize="int8", progress=False, **TINY_INT8_OPTIONS)
-    fp32 = outcome.report["models"]["fp32"]
+    fp32, int8 = outcome.report["models"]["fp32"], outcome.report["models"]["int8"]
     print(
-        f"{family}: {outcome.report['exporter']} exporter, fp32 logits within {fp32['max_abs_logit_difference']:.1e}"
+        f"{family}: {outcome.report['exporter']} exporter, fp32 logits within {fp32['max_abs_logit_difference']:.1e}; "
+        f"int8 from {outcome.report['int8']['made_from']}, fused {outcome.report['int8']['fused_operators']}, "
+        f"agreement {int8['agreement']:.3f}, drop {int8['metric_drop_points']:.2f}"
     )
     assert outcome.passed, outcome.failures
     assert fp32["agreement"] == 1.0 and fp32["max_abs_logit_difference"] < 1e-4
