@@ -322,20 +322,27 @@ def _copying_exporter(run_dir: Path):
 
 
 def _flipping_quantizer():
-    """quantize_int8 replaced by a damaged copy of the fp32 model: the classifier's weight and bias negated,
-    so every two-class decision flips (agreement 0%)."""
+    """Int8Quantizer replaced by one that writes a damaged copy of the fp32 model: the classifier's weight
+    and bias negated, so every two-class decision flips (agreement 0%). It offers no node to keep in fp32."""
     import onnx
     from onnx import numpy_helper
 
-    def flip(fp32_path, int8_path, *args, **kwargs):
-        proto = onnx.load(str(fp32_path))
-        for tensor in proto.graph.initializer:
-            if tensor.name.endswith(("classifier.weight", "classifier.bias")):
-                tensor.CopyFrom(numpy_helper.from_array(-numpy_helper.to_array(tensor), tensor.name))
-        onnx.save(proto, str(int8_path))
-        return {"weights": "flipped", "fused_operators": {}, "nodes_kept_fp32": []}
+    class Flipping:
+        def __init__(self, source, scratch, weights="signed", model_config=None):
+            self.source = source
 
-    return mock.patch("recipes_lib.export.command.quantize_int8", flip)
+        def candidates(self):
+            return []
+
+        def quantize(self, int8_path, nodes_to_exclude=()):
+            proto = onnx.load(str(self.source))
+            for tensor in proto.graph.initializer:
+                if tensor.name.endswith(("classifier.weight", "classifier.bias")):
+                    tensor.CopyFrom(numpy_helper.from_array(-numpy_helper.to_array(tensor), tensor.name))
+            onnx.save(proto, str(int8_path))
+            return {"weights": "flipped", "fused_operators": {}, "nodes_kept_fp32": []}
+
+    return mock.patch("recipes_lib.export.command.Int8Quantizer", Flipping)
 
 
 @pytest.fixture
@@ -408,6 +415,43 @@ def test_the_speed_branch_refuses_int8_slower_than_fp32(gate_case, capsys):
                      "--min_int8_agreement", "0"])  # fmt: skip
     assert code == 1 and "int8 model is not faster than the fp32 one at batch 1" in capsys.readouterr().err
     assert json.loads((fresh / "export.failed" / "export_report.json").read_text())["latency"] == slower
+
+
+def test_the_sensitivity_pass_keeps_the_most_damaging_nodes_in_fp32_until_int8_passes(tmp_path):
+    """A quantizer whose nodes each do a known damage: "b" most, then "c"; "a" none. The pass ranks them by
+    the damage each does alone and keeps them in fp32, most damaging first, until the gate passes."""
+    import numpy as np
+
+    from recipes_lib.export.sensitivity import keep_sensitive_nodes, rank_nodes
+
+    damage = {"a": 0.0, "b": 3.0, "c": 1.0}
+
+    class Quantizer:
+        def candidates(self):
+            return list(damage)
+
+        def quantize(self, path, nodes_to_exclude=()):
+            Path(path).write_text(
+                json.dumps(sorted(set(damage) - set(nodes_to_exclude)))
+            )  # the nodes in int8
+            return {"nodes_kept_fp32": list(nodes_to_exclude)}
+
+    def logits_of(path):  # each node in int8 moves every logit by its damage
+        return np.full((4, 2), sum(damage[node] for node in json.loads(Path(path).read_text())))
+
+    ranked = rank_nodes(Quantizer(), tmp_path, logits_of, np.zeros((4, 2)))
+    assert ranked == [("b", 9.0), ("c", 1.0), ("a", 0.0)]  # mean squared difference, most damaging first
+
+    def gate_of(path):
+        return {"in_int8": json.loads(Path(path).read_text()), "agreement": 1.0, "metric_drop_points": 0.0}
+
+    result, recipe = keep_sensitive_nodes(Quantizer(), tmp_path / "int8.onnx", ranked, gate_of,
+                                          passes=lambda result: "c" not in result["in_int8"])  # fmt: skip
+    assert recipe["nodes_kept_fp32"] == ["b", "c"] and result["in_int8"] == ["a"]
+    result, recipe = keep_sensitive_nodes(
+        Quantizer(), tmp_path / "int8.onnx", ranked, gate_of, lambda r: True
+    )
+    assert recipe["nodes_kept_fp32"] == ["b"]  # the fewest: it stops at the first that passes
 
 
 @pytest.mark.slow

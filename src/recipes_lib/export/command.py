@@ -46,13 +46,14 @@ from recipes_lib.export.gate import (
 )
 from recipes_lib.export.onnx_model import (
     INT8_WEIGHTS,
+    Int8Quantizer,
     export_for_int8,
     export_onnx,
     model_to_export,
-    quantize_int8,
     size_on_disk,
 )
 from recipes_lib.export.runtime import measure_latency, onnx_logits, onnx_session, session_logits
+from recipes_lib.export.sensitivity import MAX_KEPT, SENSITIVITY_ROWS, keep_sensitive_nodes, rank_nodes
 from recipes_lib.modeling.adapters import ADAPTER_CONFIG_FILE, MERGED_SUBDIR, load_trained_model
 from recipes_lib.results import RESULTS_FILE
 
@@ -145,57 +146,43 @@ def export_run(
         exporter = export_onnx(model, tokenizer, staging / FP32_MODEL)
         export_seconds = time.perf_counter() - started
         logger.info("Exported %s to ONNX with the %s exporter in %.1f s.", what, exporter, export_seconds)
-        int8_recipe = None
+        quantizer, int8_recipe = None, None
         if quantize == "int8":
-            traced = staging / ".scratch" / "traced.onnx"
-            traced.parent.mkdir(exist_ok=True)
-            source = traced if export_for_int8(model, tokenizer, traced) else staging / FP32_MODEL
-            int8_recipe = quantize_int8(source, staging / INT8_MODEL, int8_weights, model_config)
-            int8_recipe["made_from"] = (
-                "TorchScript trace, eager attention" if source == traced else FP32_MODEL
-            )
-        shutil.rmtree(staging / ".scratch", ignore_errors=True)
+            quantizer, int8_recipe = _make_int8(model, tokenizer, staging, int8_weights, model_config)
         write_bundle(staging, model_dir, results_dir, results, tokenizer, model_config, exporter)
 
-        # The reference: the model the run evaluated (an adapter on its base, as predict loads it).
-        reference = (
-            model
-            if not (model_dir / ADAPTER_CONFIG_FILE).is_file()
-            else load_trained_model(model_dir, "cpu").eval()
-        )
+        reference = _reference(model, model_dir)
         cpu = torch.device("cpu")
         collator = padding_collator(tokenizer, data_arguments(results["config"]), cpu)
         reference_logits = batch_logits(reference, rows.encoded, collator, cpu, batch_size, progress)
         decider = Decider(
             problem_type, label_names, *_thresholds(staging, results, label_names, problem_type)
         )
-        files = {name: staging / file for name, file in (("fp32", FP32_MODEL), ("int8", INT8_MODEL))}
-        files = {name: path for name, path in files.items() if path.is_file()}
-        compared = {
-            name: _compare_model(path, reference_logits, rows, collator, decider, batch_size, progress)
-            for name, path in files.items()
+
+        def gate_of(path: Path) -> dict:
+            return _compare_model(path, reference_logits, rows, collator, decider, batch_size, progress)
+
+        files = {
+            name: staging / f
+            for name, f in (("fp32", FP32_MODEL), ("int8", INT8_MODEL))
+            if (staging / f).is_file()
         }
+        compared = {name: gate_of(path) for name, path in files.items()}
+        min_agreement = {"int8": min_int8_agreement}
+        if quantizer is not None and verdict({"int8": compared["int8"]}, max_metric_drop, min_agreement):
+            int8_recipe = _keep_sensitive_nodes(
+                quantizer, staging, compared, int8_recipe, rows, reference_logits, collator, batch_size, gate_of,
+                lambda result: not verdict({"int8": result}, max_metric_drop, min_agreement),
+            )  # fmt: skip
+        shutil.rmtree(staging / ".scratch", ignore_errors=True)
         latency = gate_latency(reference, files, rows.encoded, tokenizer.model_input_names)
         del model, reference
-        min_agreement = {"int8": min_int8_agreement}
         failures = verdict(compared, max_metric_drop, min_agreement, latency, min_int8_speedup)
-        report = {
-            "passed": not failures,
-            "reason": "; ".join(failures) if failures else None,
-            "run": str(results_dir.name),
-            "exported": what,
-            "exporter": exporter,
-            "export_seconds": round(export_seconds, 1),
-            "int8_weights": int8_weights if quantize == "int8" else None,
-            "rows_from": rows.source,
-            "max_metric_drop_points": max_metric_drop,
-            "min_fp32_agreement": MIN_FP32_AGREEMENT,
-            "min_int8_agreement": min_int8_agreement if quantize == "int8" else None,
-            "min_int8_speedup": min_int8_speedup if quantize == "int8" else None,
-            "int8": int8_recipe,
-            "latency": latency,
-            "models": compared,
-        }
+        report = {"passed": not failures, "reason": "; ".join(failures) if failures else None,
+                  "run": str(results_dir.name), "exported": what, "exporter": exporter,
+                  "export_seconds": round(export_seconds, 1), "rows_from": rows.source,
+                  **_gate_settings(quantize, int8_weights, max_metric_drop, min_int8_agreement, min_int8_speedup),
+                  "int8": int8_recipe, "latency": latency, "models": compared}  # fmt: skip
         (staging / REPORT_FILE).write_text(json.dumps(report, indent=2) + "\n")
         directory = _settle(staging, results_dir, passed=not failures)
     except BaseException:
@@ -258,6 +245,63 @@ def _compare_model(
         **compare(reference_logits, logits, rows, decider),
         "file": path.name,
         "size_bytes": size_on_disk(path),
+    }
+
+
+def _reference(model, model_dir: Path):
+    """The model the run evaluated (an adapter on its base, as predict loads it), for the gate to compare with."""
+    return (
+        model
+        if not (model_dir / ADAPTER_CONFIG_FILE).is_file()
+        else load_trained_model(model_dir, "cpu").eval()
+    )
+
+
+def _gate_settings(quantize, int8_weights, max_metric_drop, min_int8_agreement, min_int8_speedup) -> dict:
+    int8 = quantize == "int8"
+    return {
+        "int8_weights": int8_weights if int8 else None,
+        "max_metric_drop_points": max_metric_drop,
+        "min_fp32_agreement": MIN_FP32_AGREEMENT,
+        "min_int8_agreement": min_int8_agreement if int8 else None,
+        "min_int8_speedup": min_int8_speedup if int8 else None,
+    }
+
+
+def _make_int8(model, tokenizer, staging: Path, weights: str, model_config) -> tuple[Int8Quantizer, dict]:
+    """The int8 model (staging/model.int8.onnx), from the TorchScript trace with eager attention where
+    there is one (onnx_model.export_for_int8), else from model.onnx; and its quantizer, kept for the
+    sensitivity pass."""
+    scratch = staging / ".scratch"
+    scratch.mkdir(exist_ok=True)
+    traced = scratch / "traced.onnx"
+    source = traced if export_for_int8(model, tokenizer, traced) else staging / FP32_MODEL
+    quantizer = Int8Quantizer(source, scratch / "int8", weights, model_config)
+    recipe = quantizer.quantize(staging / INT8_MODEL)
+    made_from = "TorchScript trace, eager attention" if source == traced else FP32_MODEL
+    return quantizer, {**recipe, "made_from": made_from}
+
+
+def _keep_sensitive_nodes(
+    quantizer, staging, compared, recipe, rows, reference_logits, collator, batch_size, gate_of, passes
+) -> dict:
+    """The int8 model failed its gate: keep its most damaging nodes in fp32 until it passes (sensitivity.py).
+    Updates compared["int8"] and returns the int8 record with the nodes kept and the ranking's head."""
+    count = min(SENSITIVITY_ROWS, len(rows.encoded))
+    head = rows.encoded.select(range(count))
+
+    def logits_of(path: Path):
+        return onnx_logits(onnx_session(path), head, collator, batch_size, progress=False)
+
+    logger.info("The int8 model fails its gate: ranking its nodes by the damage their int8 does.")
+    ranked = rank_nodes(quantizer, staging / ".scratch", logits_of, reference_logits[:count])
+    result, kept_recipe = keep_sensitive_nodes(quantizer, staging / INT8_MODEL, ranked, gate_of, passes)
+    if result is not None:
+        compared["int8"] = result
+        recipe = {**recipe, **kept_recipe}
+    return {
+        **recipe,
+        "most_damaging": [{"node": node, "damage": damage} for node, damage in ranked[:MAX_KEPT]],
     }
 
 

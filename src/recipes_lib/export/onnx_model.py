@@ -8,6 +8,7 @@ records which one made the file. Both take the batch and the sequence length as 
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import warnings
 from pathlib import Path
@@ -197,46 +198,65 @@ FUSIONS = ("Attention", "MultiHeadAttention", "SkipLayerNormalization", "EmbedLa
            "FastGelu", "Gelu", "LayerNormalization")  # fmt: skip
 
 
-def quantize_int8(
-    fp32_path: str | Path,
-    int8_path: str | Path,
-    weights: str = "signed",
-    model_config=None,
-    nodes_to_exclude: tuple[str, ...] = (),
-) -> dict:
-    """ONNX Runtime's dynamic int8 quantization, prepared as ONNX Runtime advises, and what was done, in a dict.
+class Int8Quantizer:
+    """ONNX Runtime's dynamic int8 quantization, prepared once as ONNX Runtime advises, then quantized as
+    often as asked (the sensitivity pass quantizes with different nodes left in fp32).
 
-    1. The graph fused by ONNX Runtime's transformer optimizer (attention, skip-layer-normalization,
-       bias-GELU), which quantizes into fewer, larger int8 operators; a graph it cannot fuse goes on as it is.
-    2. ONNX Runtime's quantization pre-processing (symbolic shape inference, so that every matmul's
-       shapes are known to the quantizer).
-    3. quantize_dynamic with per-channel weights (one scale per output column, not one per matrix) and
-       activations quantized (uint8) per batch at run time; `nodes_to_exclude` stay in fp32.
+    Prepared: 1. the graph fused by ONNX Runtime's transformer optimizer (attention, skip-layer-
+    normalization, bias-GELU, embedding layer normalization), which quantizes into fewer, larger int8
+    operators; a graph it cannot fuse goes on as it is. 2. ONNX Runtime's quantization pre-processing
+    (symbolic shape inference, so that every matmul's shapes are known to the quantizer).
+    Quantized: quantize_dynamic with per-channel weights (one scale per output column, not one per
+    matrix), activations quantized (uint8) per batch at run time, `nodes_to_exclude` left in fp32.
 
     `weights`: "signed" (int8, ONNX Runtime's default, U8S8 matmuls) or "unsigned" (uint8, U8U8).
     No calibration data is needed; what it costs in accuracy is measured by the gate, not assumed.
     """
-    import tempfile
 
-    fp32_path, int8_path = Path(fp32_path), Path(int8_path)
-    external = fp32_path.with_name(fp32_path.name + ".data").is_file()
-    # The quantizer and the optimizer log a line per tensor or pattern on the root logger at INFO: keep them quiet.
+    def __init__(self, source: str | Path, scratch: str | Path, weights: str = "signed", model_config=None):
+        source, scratch = Path(source), Path(scratch)
+        scratch.mkdir(parents=True, exist_ok=True)
+        self.weights = weights
+        self.external = source.with_name(source.name + ".data").is_file()
+        self.prepared = scratch / "prepared.onnx"
+        with _quiet_root_logger():
+            fused, self.fused_operators = _fuse(source, scratch / "fused.onnx", model_config, self.external)
+            _preprocess(fused, self.prepared, self.external)
+
+    def candidates(self) -> list[str]:
+        """The nodes quantize_dynamic quantizes: matmuls by a weight, attention, embedding lookups."""
+        import onnx
+
+        graph = onnx.load(str(self.prepared), load_external_data=False).graph
+        weights = {tensor.name for tensor in graph.initializer}
+        return [
+            node.name
+            for node in graph.node
+            if node.op_type in ("Attention", "EmbedLayerNormalization", "Gather")
+            or (node.op_type == "MatMul" and len(node.input) > 1 and node.input[1] in weights)
+        ]
+
+    def quantize(self, int8_path: str | Path, nodes_to_exclude=()) -> dict:
+        """Write the int8 model; returns what was done (the report's "int8")."""
+        with _quiet_root_logger():
+            _quantize(self.prepared, Path(int8_path), self.weights, nodes_to_exclude, self.external)
+        return {
+            "weights": f"per-channel {self.weights} int8",
+            "fused_operators": self.fused_operators,
+            "nodes_kept_fp32": list(nodes_to_exclude),
+        }
+
+
+@contextlib.contextmanager
+def _quiet_root_logger():
+    """The quantizer and the optimizer log a line per tensor or pattern on the root logger at INFO."""
     root = logging.getLogger()
     level = root.level
     root.setLevel(max(level, logging.WARNING))
     try:
-        with tempfile.TemporaryDirectory(prefix=".int8-", dir=int8_path.parent) as scratch:
-            fused, counts = _fuse(fp32_path, Path(scratch) / "fused.onnx", model_config, external)
-            prepared = Path(scratch) / "prepared.onnx"
-            _preprocess(fused, prepared, external)
-            _quantize(prepared, int8_path, weights, nodes_to_exclude, external)
+        yield
     finally:
         root.setLevel(level)
-    return {
-        "weights": f"per-channel {weights} int8",
-        "fused_operators": counts,
-        "nodes_kept_fp32": list(nodes_to_exclude),
-    }
 
 
 def _fuse(fp32_path: Path, fused_path: Path, model_config, external: bool) -> tuple[Path, dict[str, int]]:
