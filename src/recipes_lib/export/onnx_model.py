@@ -217,7 +217,7 @@ class Int8Quantizer:
         source, scratch = Path(source), Path(scratch)
         scratch.mkdir(parents=True, exist_ok=True)
         self.weights = weights
-        self.external = source.with_name(source.name + ".data").is_file()
+        self.external = _has_external_data(source)
         self.prepared = scratch / "prepared.onnx"
         with _quiet_root_logger():
             fused, self.fused_operators = _fuse(source, scratch / "fused.onnx", model_config, self.external)
@@ -245,6 +245,15 @@ class Int8Quantizer:
             "fused_operators": self.fused_operators,
             "nodes_kept_fp32": list(nodes_to_exclude),
         }
+
+
+def _has_external_data(path: Path) -> bool:
+    """Whether the graph keeps its weights in files beside it (either exporter, above 1.8 GiB): then
+    every step writes its weights beside it too (ONNX's protobuf cannot hold 2 GiB)."""
+    import onnx
+
+    graph = onnx.load(str(path), load_external_data=False).graph
+    return any(tensor.data_location == onnx.TensorProto.EXTERNAL for tensor in graph.initializer)
 
 
 @contextlib.contextmanager
