@@ -497,6 +497,41 @@ def test_the_command_shows_its_own_notes_and_only_the_libraries_warnings():
     assert done.stderr.splitlines() == ["library warning", "our note"]
 
 
+def test_the_exporters_torchvision_notes_are_dropped_and_others_kept():
+    import logging
+
+    import torch.onnx._internal.exporter._registration as registration
+
+    from recipes_lib.export.onnx_model import REGISTRY_LOGGER, drop_torchvision_notes
+
+    assert registration.logger.name == REGISTRY_LOGGER  # where torch.onnx logs them
+    drop_torchvision_notes()
+    records = []
+    handler = logging.Handler()  # on the logger itself: torch's loggers do not propagate to the root
+    handler.emit = records.append
+    registration.logger.addHandler(handler)
+    try:
+        registration.logger.warning("torchvision is not installed. Skipping %s", "torchvision::nms")
+        registration.logger.warning("another note")
+    finally:
+        registration.logger.removeHandler(handler)
+    assert [record.getMessage() for record in records] == ["another note"]
+
+
+def test_int8_is_quantized_after_pre_processing_without_its_advice(exported_run, tmp_path, caplog):
+    """ONNX Runtime advises pre-processing (a root-logger warning) when a model has not had it."""
+    import logging
+
+    from recipes_lib.export.onnx_model import Int8Quantizer
+
+    quantizer = Int8Quantizer(exported_run[0] / "export" / "model.onnx", tmp_path / "scratch")
+    with caplog.at_level(logging.INFO):
+        recipe = quantizer.quantize(tmp_path / "model.int8.onnx")
+    assert not [record for record in caplog.records if "pre-processing" in record.getMessage()]
+    assert recipe["weights"] == "per-channel signed int8" and (tmp_path / "model.int8.onnx").is_file()
+    assert recipe["fused_operators"].get("SkipLayerNormalization")  # the layer norms fuse in any graph
+
+
 # --- adapters and families -----------------------------------------------------------------------------
 
 
