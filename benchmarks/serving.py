@@ -53,7 +53,8 @@ def parse_args(argv=None) -> argparse.Namespace:
         "run_dir", help="a finished run's output_dir holding export/ (recipes-lib export --quantize int8)"
     )
     parser.add_argument(
-        "--input", help="texts to serve (.csv with the run's text column); default: the run's validation file"
+        "--input",
+        help="texts to serve (.csv or .tsv with the run's text column); default: the run's validation file",
     )
     parser.add_argument(
         "--rows", type=int, default=256, help="rows for the batch-32 throughput (default 256)"
@@ -82,8 +83,9 @@ def _texts(args) -> list[str]:
     if not path:
         sys.exit("error: the run has no validation_file; pass --input, a .csv of texts.")
     column = (config.get("text_column_names") or "text").split(",")[0].strip()
+    delimiter = "\t" if str(path).endswith(".tsv") else ","  # the runs' csv and tsv files
     with open(path, newline="") as handle:
-        texts = [row[column] for row in csv.DictReader(handle)]
+        texts = [row[column] for row in csv.DictReader(handle, delimiter=delimiter)]
     if not texts:
         sys.exit(f"error: {path} holds no rows.")
     return [texts[i % len(texts)] for i in range(max(args.rows, args.latency_rows))]

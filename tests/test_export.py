@@ -16,6 +16,7 @@ from unittest import mock
 
 import pytest
 
+from recipes_lib.export import MIN_INT8_AGREEMENT
 from tests.helpers.data import learnable_rows, read_jsonl, write_csv
 from tests.helpers.models import FAMILIES, build_tiny_family
 from tests.helpers.runs import QUICK, run_args, run_in_process
@@ -27,6 +28,21 @@ TOLERANCE = 1e-5
 # A tiny random model's int8 copy moves a close row's decision now and then: one of 24 rows is 4.17 points.
 # The fp32 gate (99% agreement, 0.5 points) holds as shipped; the int8 figures are reported and checked loosely.
 TINY_INT8_DROP = "50"
+# ... and its agreement and speed are not those of a real model (a 2-layer model of width 32 gains
+# little from int8 matmuls): the branches are driven on known figures below instead.
+TINY_INT8_OPTIONS = {
+    "max_metric_drop": float(TINY_INT8_DROP),
+    "min_int8_agreement": 0.5,
+    "min_int8_speedup": 0,
+}
+TINY_INT8_GATE = (
+    "--max_metric_drop",
+    TINY_INT8_DROP,
+    "--min_int8_agreement",
+    "0.5",
+    "--min_int8_speedup",
+    "0",
+)
 
 
 @pytest.fixture(scope="module")
@@ -55,7 +71,7 @@ def exported_run(lively_bert, data, tmp_path_factory) -> tuple[Path, int, str]:
     run_dir = _train("full_ft", lively_bert, data, tmp_path_factory.mktemp("full_ft"))
     stdout = io.StringIO()
     with contextlib.redirect_stdout(stdout):
-        code = main(["export", str(run_dir), "--quantize", "int8", "--max_metric_drop", TINY_INT8_DROP])
+        code = main(["export", str(run_dir), "--quantize", "int8", *TINY_INT8_GATE])
     return run_dir, code, stdout.getvalue()
 
 
@@ -97,6 +113,13 @@ def test_an_export_passes_the_gate_and_carries_what_predict_needs(exported_run):
     assert 0.5 <= int8["agreement"] <= 1 and int8["metric_drop_points"] <= float(TINY_INT8_DROP)
     assert int8["size_bytes"] < fp32["size_bytes"]
     assert "agreement 100.00%" in stdout
+    latency = report["latency"]
+    assert (
+        latency["threads"] == 1
+        and latency["rows"] == 24
+        and set(latency["median_ms"]) == {"pytorch", "fp32", "int8"}
+    )
+    assert all(ms > 0 for ms in latency["median_ms"].values()) and "Batch-1 latency, 1 thread" in stdout
     settings = json.loads((export_dir / "export_config.json").read_text())
     assert settings["run"]["config"]["max_seq_length"] == 32 and settings["long_text"] == "truncate"
 
@@ -221,6 +244,216 @@ def test_the_gate_refuses_a_damaged_export(exported_run, data, tmp_path, capsys)
         _predict(fresh / "export.failed", data["validation"])
 
 
+# --- every branch of the gate, driven both ways ---------------------------------------------------------
+
+
+def _synthetic(reference_predictions, exported_predictions, labels):
+    """gate.compare on two-class logits that predict the given classes (no model): the figures are known."""
+    import numpy as np
+
+    from recipes_lib.export.gate import Decider, GateRows, compare
+
+    def logits(predictions):
+        return np.array([[1.0, -1.0] if p == 0 else [-1.0, 1.0] for p in predictions], dtype=np.float32)
+
+    rows = GateRows(None, np.array(labels), None, "mean", "four rows")
+    return compare(
+        logits(reference_predictions),
+        logits(exported_predictions),
+        rows,
+        Decider("single_label_classification", ["a", "b"]),
+    )
+
+
+def test_the_metric_drop_is_pytorchs_metric_less_the_exports():
+    worse = _synthetic([0, 0, 1, 0], [0, 1, 1, 0], labels=[0, 0, 1, 1])  # PyTorch 75%, the export 50%
+    assert worse["metric_drop_points"] == pytest.approx(25.0)
+    assert worse["agreement"] == 0.75 and worse["disagreeing_rows"] == 1
+    better = _synthetic([0, 1, 1, 0], [0, 0, 1, 0], labels=[0, 0, 1, 1])  # the export gains: a negative drop
+    assert better["metric_drop_points"] == pytest.approx(-25.0)
+
+
+def test_the_gate_holds_each_model_to_max_metric_drop_and_its_agreement():
+    from recipes_lib.export.gate import verdict
+
+    worse = _synthetic([0, 0, 1, 0], [0, 1, 1, 0], labels=[0, 0, 1, 1])  # 25 points lost, 75% agreement
+    anything = {"fp32": 0.0, "int8": 0.0}
+    assert verdict({"int8": worse}, 25.5, anything) == []
+    [failure] = verdict({"int8": worse}, 24.5, anything)
+    assert "int8 model's accuracy is 25.00 points below" in failure and "--max_metric_drop 24.5" in failure
+    better = _synthetic([0, 1, 1, 0], [0, 0, 1, 0], labels=[0, 0, 1, 1])
+    assert verdict({"int8": better}, 0, anything) == []  # gaining accuracy is no drop
+    # Agreement: each model against its own floor (fp32 99% and int8 MIN_INT8_AGREEMENT by default).
+    assert verdict({"int8": worse}, 100, {"int8": 0.75}) == []
+    [failure] = verdict({"int8": worse}, 100, {"int8": 0.8})
+    assert (
+        "int8 model agrees with PyTorch on 75.00% of the 4 rows (1 differ)" in failure
+        and "80% required" in failure
+    )
+    defaults = verdict({"fp32": worse, "int8": worse}, 100)
+    assert len(defaults) == 2 and "fp32 model agrees" in defaults[0] and "int8 model agrees" in defaults[1]
+
+
+def test_the_gate_keeps_int8_only_when_it_is_faster_than_fp32():
+    from recipes_lib.export.gate import verdict
+
+    same = _synthetic([0, 0, 1, 1], [0, 0, 1, 1], labels=[0, 0, 1, 1])
+    results = {"fp32": same, "int8": same}
+    slower = {"threads": 1, "rows": 4, "median_ms": {"pytorch": 9.0, "fp32": 4.0, "int8": 5.0}}
+    faster = {"threads": 1, "rows": 4, "median_ms": {"pytorch": 9.0, "fp32": 4.0, "int8": 2.0}}
+    assert verdict(results, 0.5, latency=faster) == []
+    [failure] = verdict(results, 0.5, latency=slower)
+    assert "int8 model is not faster than the fp32 one at batch 1" in failure and "0.80x" in failure
+    assert verdict(results, 0.5, latency=slower, min_int8_speedup=0) == []  # the check turned off
+    [failure] = verdict(results, 0.5, latency=faster, min_int8_speedup=2.5)  # 2x is not 2.5x
+    assert "2.00x" in failure
+
+
+def _copying_exporter(run_dir: Path):
+    """export_onnx replaced by a copy of the run's export/model.onnx: the gate runs, the slow export does not."""
+    from recipes_lib.export.onnx_model import files_of
+
+    def copy(model, tokenizer, path):
+        for source in files_of(run_dir / "export" / "model.onnx"):
+            shutil.copyfile(source, Path(path).with_name(source.name))
+        return "dynamo"
+
+    return mock.patch("recipes_lib.export.command.export_onnx", copy)
+
+
+def _flipping_quantizer():
+    """Int8Quantizer replaced by one that writes a damaged copy of the fp32 model: the classifier's weight
+    and bias negated, so every two-class decision flips (agreement 0%). It offers no node to keep in fp32."""
+    import onnx
+    from onnx import numpy_helper
+
+    class Flipping:
+        def __init__(self, source, scratch, weights="signed", model_config=None):
+            self.source = source
+
+        def candidates(self):
+            return []
+
+        def quantize(self, int8_path, nodes_to_exclude=()):
+            proto = onnx.load(str(self.source))
+            for tensor in proto.graph.initializer:
+                if tensor.name.endswith(("classifier.weight", "classifier.bias")):
+                    tensor.CopyFrom(numpy_helper.from_array(-numpy_helper.to_array(tensor), tensor.name))
+            onnx.save(proto, str(int8_path))
+            return {"weights": "flipped", "fused_operators": {}, "nodes_kept_fp32": []}
+
+    return mock.patch("recipes_lib.export.command.Int8Quantizer", Flipping)
+
+
+@pytest.fixture
+def gate_case(exported_run, data, tmp_path):
+    """A fresh copy of the exported run, and held-out rows labelled with the PyTorch model's own predictions
+    but for the last row, labelled with the other class: PyTorch scores 23 of 24, the flipped int8 copy 1
+    of 24, so it loses 22 of 24 rows' worth: 91.67 points (and agrees on none)."""
+    import csv
+
+    run_dir = exported_run[0]
+    fresh = tmp_path / "fresh"
+    shutil.copytree(run_dir, fresh, ignore=shutil.ignore_patterns("export"))
+    with open(data["validation"], newline="") as handle:
+        texts = [row["text"] for row in csv.DictReader(handle)]
+    predicted = read_jsonl(run_dir / "eval_predictions.jsonl")
+    predictions = [row["prediction"] for row in predicted]
+    [other] = set(predicted[-1]["probabilities"]) - {predictions[-1]}
+    predictions[-1] = other
+    eval_file = write_csv(tmp_path / "as_pytorch.csv", list(zip(texts, predictions, strict=True)))
+    return run_dir, fresh, eval_file
+
+
+def _export_flipped(gate_case, *options: str) -> tuple[int, dict]:
+    from recipes_lib.cli.main import main
+
+    run_dir, fresh, eval_file = gate_case
+    untraced = mock.patch("recipes_lib.export.command.export_for_int8", return_value=False)  # from model.onnx
+    with _copying_exporter(run_dir), untraced, _flipping_quantizer():
+        code = main(["export", str(fresh), "--quantize", "int8", "--eval_file", str(eval_file),
+                     "--min_int8_speedup", "0", *options])  # fmt: skip
+    directory = fresh / ("export" if code == 0 else "export.failed")
+    return code, json.loads((directory / "export_report.json").read_text())
+
+
+def test_the_metric_drop_branch_passes_a_wide_allowance_and_refuses_a_tight_one(gate_case, capsys):
+    code, report = _export_flipped(gate_case, "--max_metric_drop", "92", "--min_int8_agreement", "0")
+    int8 = report["models"]["int8"]
+    assert int8["pytorch"]["accuracy"] == pytest.approx(23 / 24)
+    assert int8["onnx"]["accuracy"] == pytest.approx(1 / 24)
+    assert int8["metric_drop_points"] == pytest.approx(100 * 22 / 24)  # PyTorch's less the export's: positive
+    assert int8["agreement"] == 0.0 and report["models"]["fp32"]["agreement"] == 1.0
+    assert code == 0 and report["passed"], report["reason"]
+    code, report = _export_flipped(gate_case, "--max_metric_drop", "91.5", "--min_int8_agreement", "0")
+    assert code == 1
+    assert report["reason"].startswith("the int8 model's accuracy is 91.67 points below PyTorch's")
+    assert "more than --max_metric_drop 91.5" in capsys.readouterr().err
+
+
+def test_the_agreement_branch_refuses_int8_that_predicts_otherwise(gate_case, capsys):
+    # Within --max_metric_drop, held to the default --min_int8_agreement.
+    code, report = _export_flipped(gate_case, "--max_metric_drop", "92")
+    assert code == 1 and report["min_int8_agreement"] == MIN_INT8_AGREEMENT
+    assert report["reason"] == (
+        f"the int8 model agrees with PyTorch on 0.00% of the 24 rows (24 differ), {100 * MIN_INT8_AGREEMENT:.2f} "
+        f"points below the {100 * MIN_INT8_AGREEMENT:g}% required"
+    )
+    assert "int8 model agrees with PyTorch on 0.00%" in capsys.readouterr().err
+
+
+def test_the_speed_branch_refuses_int8_slower_than_fp32(gate_case, capsys):
+    from recipes_lib.cli.main import main
+
+    run_dir, fresh, _ = gate_case
+    slower = {"threads": 1, "rows": 24, "median_ms": {"pytorch": 9.0, "fp32": 4.0, "int8": 5.0}}
+    with (
+        _copying_exporter(run_dir),
+        mock.patch("recipes_lib.export.command.gate_latency", return_value=slower),
+    ):
+        code = main(["export", str(fresh), "--quantize", "int8", "--max_metric_drop", TINY_INT8_DROP,
+                     "--min_int8_agreement", "0"])  # fmt: skip
+    assert code == 1 and "int8 model is not faster than the fp32 one at batch 1" in capsys.readouterr().err
+    assert json.loads((fresh / "export.failed" / "export_report.json").read_text())["latency"] == slower
+
+
+def test_the_sensitivity_pass_keeps_the_most_damaging_nodes_in_fp32_until_int8_passes(tmp_path):
+    """A quantizer whose nodes each do a known damage: "b" most, then "c"; "a" none. The pass ranks them by
+    the damage each does alone and keeps them in fp32, most damaging first, until the gate passes."""
+    import numpy as np
+
+    from recipes_lib.export.sensitivity import keep_sensitive_nodes, rank_nodes
+
+    damage = {"a": 0.0, "b": 3.0, "c": 1.0}
+
+    class Quantizer:
+        def candidates(self):
+            return list(damage)
+
+        def quantize(self, path, nodes_to_exclude=()):
+            Path(path).write_text(
+                json.dumps(sorted(set(damage) - set(nodes_to_exclude)))
+            )  # the nodes in int8
+            return {"nodes_kept_fp32": list(nodes_to_exclude)}
+
+    def logits_of(path):  # each node in int8 moves every logit by its damage
+        return np.full((4, 2), sum(damage[node] for node in json.loads(Path(path).read_text())))
+
+    ranked = rank_nodes(Quantizer(), tmp_path, logits_of, np.zeros((4, 2)))
+    assert ranked == [("b", 9.0), ("c", 1.0), ("a", 0.0)]  # mean squared difference, most damaging first
+
+    def gate_of(path):
+        return {"in_int8": json.loads(Path(path).read_text()), "agreement": 1.0, "metric_drop_points": 0.0}
+
+    result, recipe = keep_sensitive_nodes(Quantizer(), tmp_path / "int8.onnx", ranked, gate_of,
+                                          passes=lambda result: "c" not in result["in_int8"])  # fmt: skip
+    assert recipe["nodes_kept_fp32"] == ["b", "c"] and result["in_int8"] == ["a"]
+    result, recipe = keep_sensitive_nodes(
+        Quantizer(), tmp_path / "int8.onnx", ranked, gate_of, lambda r: True
+    )
+    assert recipe["nodes_kept_fp32"] == ["b"]  # the fewest: it stops at the first that passes
+
+
 @pytest.mark.slow
 def test_a_failed_export_leaves_an_earlier_good_one_as_it_was(exported_run):
     from recipes_lib.cli.main import main
@@ -264,6 +497,41 @@ def test_the_command_shows_its_own_notes_and_only_the_libraries_warnings():
     assert done.stderr.splitlines() == ["library warning", "our note"]
 
 
+def test_the_exporters_torchvision_notes_are_dropped_and_others_kept():
+    import logging
+
+    import torch.onnx._internal.exporter._registration as registration
+
+    from recipes_lib.export.onnx_model import REGISTRY_LOGGER, drop_torchvision_notes
+
+    assert registration.logger.name == REGISTRY_LOGGER  # where torch.onnx logs them
+    drop_torchvision_notes()
+    records = []
+    handler = logging.Handler()  # on the logger itself: torch's loggers do not propagate to the root
+    handler.emit = records.append
+    registration.logger.addHandler(handler)
+    try:
+        registration.logger.warning("torchvision is not installed. Skipping %s", "torchvision::nms")
+        registration.logger.warning("another note")
+    finally:
+        registration.logger.removeHandler(handler)
+    assert [record.getMessage() for record in records] == ["another note"]
+
+
+def test_int8_is_quantized_after_pre_processing_without_its_advice(exported_run, tmp_path, caplog):
+    """ONNX Runtime advises pre-processing (a root-logger warning) when a model has not had it."""
+    import logging
+
+    from recipes_lib.export.onnx_model import Int8Quantizer
+
+    quantizer = Int8Quantizer(exported_run[0] / "export" / "model.onnx", tmp_path / "scratch")
+    with caplog.at_level(logging.INFO):
+        recipe = quantizer.quantize(tmp_path / "model.int8.onnx")
+    assert not [record for record in caplog.records if "pre-processing" in record.getMessage()]
+    assert recipe["weights"] == "per-channel signed int8" and (tmp_path / "model.int8.onnx").is_file()
+    assert recipe["fused_operators"].get("SkipLayerNormalization")  # the layer norms fuse in any graph
+
+
 # --- adapters and families -----------------------------------------------------------------------------
 
 
@@ -295,12 +563,14 @@ def test_every_family_exports_and_passes_the_gate(family, data, tmp_path):
     run_dir = _train("full_ft", model_dir, data, tmp_path / "run")
     if entry.onnx_export_failure:
         with pytest.raises(Exception):  # noqa: B017 - whichever error the exporters stop on
-            export_run(run_dir, quantize="int8", max_metric_drop=float(TINY_INT8_DROP), progress=False)
+            export_run(run_dir, quantize="int8", progress=False, **TINY_INT8_OPTIONS)
         return
-    outcome = export_run(run_dir, quantize="int8", max_metric_drop=float(TINY_INT8_DROP), progress=False)
-    fp32 = outcome.report["models"]["fp32"]
+    outcome = export_run(run_dir, quantize="int8", progress=False, **TINY_INT8_OPTIONS)
+    fp32, int8 = outcome.report["models"]["fp32"], outcome.report["models"]["int8"]
     print(
-        f"{family}: {outcome.report['exporter']} exporter, fp32 logits within {fp32['max_abs_logit_difference']:.1e}"
+        f"{family}: {outcome.report['exporter']} exporter, fp32 logits within {fp32['max_abs_logit_difference']:.1e}; "
+        f"int8 from {outcome.report['int8']['made_from']}, fused {outcome.report['int8']['fused_operators']}, "
+        f"agreement {int8['agreement']:.3f}, drop {int8['metric_drop_points']:.2f}"
     )
     assert outcome.passed, outcome.failures
     assert fp32["agreement"] == 1.0 and fp32["max_abs_logit_difference"] < 1e-4

@@ -4,7 +4,12 @@ from __future__ import annotations
 
 import sys
 
-from recipes_lib.export import DEFAULT_MAX_METRIC_DROP, MIN_FP32_AGREEMENT
+from recipes_lib.export import (
+    DEFAULT_MAX_METRIC_DROP,
+    MIN_FP32_AGREEMENT,
+    MIN_INT8_AGREEMENT,
+    MIN_INT8_SPEEDUP,
+)
 
 
 def add_export_parser(commands) -> None:
@@ -15,8 +20,9 @@ def add_export_parser(commands) -> None:
         "OUTPUT_DIR/export/model.onnx with dynamic batch and sequence axes, with its tokenizer, label names, "
         "thresholds and long-text settings; --quantize int8 adds ONNX Runtime's dynamic int8 model. Every "
         "exported model is run on the run's validation split (or --eval_file) beside the PyTorch model: "
-        f"when one loses more than --max_metric_drop points, or the fp32 model agrees on under "
-        f"{100 * MIN_FP32_AGREEMENT:g}% of the rows, the command exits 1 and leaves the files in "
+        f"when one loses more than --max_metric_drop points, the fp32 model agrees on under "
+        f"{100 * MIN_FP32_AGREEMENT:g}% of the rows, the int8 one on under --min_int8_agreement, or the int8 one "
+        "is not faster than fp32 at batch 1, the command exits 1 and leaves the files in "
         "OUTPUT_DIR/export.failed/ (an earlier export/ is kept). Needs the 'export' extra.",
     )
     parser.add_argument("run_dir", help="the output_dir of a finished run (or its merged/ subdirectory)")
@@ -36,6 +42,19 @@ def add_export_parser(commands) -> None:
         default="signed",
         help="with --quantize int8: int8 weights (ONNX Runtime's default) or uint8 ones, its documented "
         "fallback when int8 weights lose accuracy (docs/export.md)",
+    )
+    parser.add_argument(
+        "--min_int8_agreement",
+        type=float,
+        default=MIN_INT8_AGREEMENT,
+        help=f"share of rows on which the int8 model must predict as PyTorch does (default {MIN_INT8_AGREEMENT})",
+    )
+    parser.add_argument(
+        "--min_int8_speedup",
+        type=float,
+        default=MIN_INT8_SPEEDUP,
+        help=f"how many times faster than fp32 the int8 model must be at batch 1 (default {MIN_INT8_SPEEDUP:g}: "
+        "faster at all; 0: not checked)",
     )
     parser.add_argument("--batch_size", type=int, default=32, help="rows per batch in the gate (default 32)")
 
@@ -58,7 +77,8 @@ def export_command(args) -> int:
 
         outcome = export_run(args.run_dir, quantize=args.quantize, eval_file=args.eval_file,
                              max_metric_drop=args.max_metric_drop, batch_size=args.batch_size,
-                             int8_weights=args.int8_weights)  # fmt: skip
+                             int8_weights=args.int8_weights, min_int8_agreement=args.min_int8_agreement,
+                             min_int8_speedup=args.min_int8_speedup)  # fmt: skip
     except ImportError as error:
         print(f"error: export needs onnx, onnxscript and onnxruntime ({error}); pip install 'recipes-lib[export]'.",
               file=sys.stderr)  # fmt: skip
@@ -73,15 +93,7 @@ def export_command(args) -> int:
             f"{outcome.directory} for inspection, not in export/; nothing there is meant to be deployed.",
             file=sys.stderr,
         )
-        int8 = outcome.report["models"].get("int8")
-        if (
-            int8 is not None
-            and outcome.report.get("int8_weights") == "signed"
-            and any("int8" in f for f in outcome.failures)
-        ):
-            print(
-                "The fp32 export alone may pass (drop --quantize), or try --int8_weights unsigned.",
-                file=sys.stderr,
-            )
+        if outcome.report["models"].get("int8") is not None and all("int8" in f for f in outcome.failures):
+            print("The fp32 export alone passed: drop --quantize to keep it.", file=sys.stderr)
         return 1
     return 0

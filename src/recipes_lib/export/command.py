@@ -23,7 +23,12 @@ from recipes_lib.data.tokenize import padding_collator
 from recipes_lib.errors import ConfigError, ModelError
 from recipes_lib.evaluation.inference import batch_logits
 from recipes_lib.evaluation.predictions import read_decision_threshold, read_thresholds
-from recipes_lib.export import DEFAULT_MAX_METRIC_DROP, MIN_FP32_AGREEMENT
+from recipes_lib.export import (
+    DEFAULT_MAX_METRIC_DROP,
+    MIN_FP32_AGREEMENT,
+    MIN_INT8_AGREEMENT,
+    MIN_INT8_SPEEDUP,
+)
 from recipes_lib.export.bundle import (
     EXPORT_SUBDIR,
     FAILED_SUBDIR,
@@ -41,12 +46,14 @@ from recipes_lib.export.gate import (
 )
 from recipes_lib.export.onnx_model import (
     INT8_WEIGHTS,
+    Int8Quantizer,
+    export_for_int8,
     export_onnx,
     model_to_export,
-    quantize_int8,
     size_on_disk,
 )
-from recipes_lib.export.runtime import onnx_logits, onnx_session
+from recipes_lib.export.runtime import measure_latency, onnx_logits, onnx_session, session_logits
+from recipes_lib.export.sensitivity import MAX_KEPT, SENSITIVITY_ROWS, keep_sensitive_nodes, rank_nodes
 from recipes_lib.modeling.adapters import ADAPTER_CONFIG_FILE, MERGED_SUBDIR, load_trained_model
 from recipes_lib.results import RESULTS_FILE
 
@@ -54,6 +61,7 @@ logger = logging.getLogger(__name__)
 
 QUANTIZATIONS = ("int8",)
 GATE_BATCH_SIZE = 32
+LATENCY_ROWS = 32  # the gate's first rows, each alone, for the batch-1 latency
 
 
 @dataclass
@@ -115,11 +123,13 @@ def export_run(
     batch_size: int = GATE_BATCH_SIZE,
     progress: bool = True,
     int8_weights: str = "signed",
+    min_int8_agreement: float = MIN_INT8_AGREEMENT,
+    min_int8_speedup: float = MIN_INT8_SPEEDUP,
 ) -> ExportOutcome:
     """Export the run in `run_dir` to ONNX (and int8), gate it, and move it to export/ or export.failed/."""
     from transformers import AutoConfig, AutoTokenizer
 
-    _check_options(quantize, max_metric_drop, batch_size, int8_weights)
+    _check_options(quantize, max_metric_drop, batch_size, int8_weights, min_int8_agreement, min_int8_speedup)
     results_dir, model_dir, results = locate_run(run_dir)
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     model_config = AutoConfig.from_pretrained(model_dir)
@@ -136,45 +146,43 @@ def export_run(
         exporter = export_onnx(model, tokenizer, staging / FP32_MODEL)
         export_seconds = time.perf_counter() - started
         logger.info("Exported %s to ONNX with the %s exporter in %.1f s.", what, exporter, export_seconds)
+        quantizer, int8_recipe = None, None
         if quantize == "int8":
-            quantize_int8(staging / FP32_MODEL, staging / INT8_MODEL, int8_weights)
-        shutil.rmtree(staging / ".scratch", ignore_errors=True)
+            quantizer, int8_recipe = _make_int8(model, tokenizer, staging, int8_weights, model_config)
         write_bundle(staging, model_dir, results_dir, results, tokenizer, model_config, exporter)
 
-        # The reference: the model the run evaluated (an adapter on its base, as predict loads it).
-        reference = (
-            model
-            if not (model_dir / ADAPTER_CONFIG_FILE).is_file()
-            else load_trained_model(model_dir, "cpu").eval()
-        )
+        reference = _reference(model, model_dir)
         cpu = torch.device("cpu")
         collator = padding_collator(tokenizer, data_arguments(results["config"]), cpu)
         reference_logits = batch_logits(reference, rows.encoded, collator, cpu, batch_size, progress)
-        del model, reference
         decider = Decider(
             problem_type, label_names, *_thresholds(staging, results, label_names, problem_type)
         )
-        compared = {
-            name: _compare_model(
-                staging / file, reference_logits, rows, collator, decider, batch_size, progress
-            )
-            for name, file in (("fp32", FP32_MODEL), ("int8", INT8_MODEL))
-            if (staging / file).is_file()
+
+        def gate_of(path: Path) -> dict:
+            return _compare_model(path, reference_logits, rows, collator, decider, batch_size, progress)
+
+        files = {
+            name: staging / f
+            for name, f in (("fp32", FP32_MODEL), ("int8", INT8_MODEL))
+            if (staging / f).is_file()
         }
-        failures = verdict(compared, max_metric_drop)
-        report = {
-            "passed": not failures,
-            "reason": "; ".join(failures) if failures else None,
-            "run": str(results_dir.name),
-            "exported": what,
-            "exporter": exporter,
-            "export_seconds": round(export_seconds, 1),
-            "int8_weights": int8_weights if quantize == "int8" else None,
-            "rows_from": rows.source,
-            "max_metric_drop_points": max_metric_drop,
-            "min_fp32_agreement": MIN_FP32_AGREEMENT,
-            "models": compared,
-        }
+        compared = {name: gate_of(path) for name, path in files.items()}
+        min_agreement = {"int8": min_int8_agreement}
+        if quantizer is not None and verdict({"int8": compared["int8"]}, max_metric_drop, min_agreement):
+            int8_recipe = _keep_sensitive_nodes(
+                quantizer, staging, compared, int8_recipe, rows, reference_logits, collator, batch_size, gate_of,
+                lambda result: not verdict({"int8": result}, max_metric_drop, min_agreement),
+            )  # fmt: skip
+        shutil.rmtree(staging / ".scratch", ignore_errors=True)
+        latency = gate_latency(reference, files, rows.encoded, tokenizer.model_input_names)
+        del model, reference
+        failures = verdict(compared, max_metric_drop, min_agreement, latency, min_int8_speedup)
+        report = {"passed": not failures, "reason": "; ".join(failures) if failures else None,
+                  "run": str(results_dir.name), "exported": what, "exporter": exporter,
+                  "export_seconds": round(export_seconds, 1), "rows_from": rows.source,
+                  **_gate_settings(quantize, int8_weights, max_metric_drop, min_int8_agreement, min_int8_speedup),
+                  "int8": int8_recipe, "latency": latency, "models": compared}  # fmt: skip
         (staging / REPORT_FILE).write_text(json.dumps(report, indent=2) + "\n")
         directory = _settle(staging, results_dir, passed=not failures)
     except BaseException:
@@ -196,7 +204,14 @@ def _card_with_export(results_dir: Path, results: dict) -> None:
         logger.warning("The export passed, but the model card could not be rewritten with it: %s", error)
 
 
-def _check_options(quantize: str | None, max_metric_drop: float, batch_size: int, int8_weights: str) -> None:
+def _check_options(
+    quantize: str | None,
+    max_metric_drop: float,
+    batch_size: int,
+    int8_weights: str,
+    min_int8_agreement: float,
+    min_int8_speedup: float,
+) -> None:
     if int8_weights not in INT8_WEIGHTS:
         raise ConfigError(f"--int8_weights is '{int8_weights}'; use one of {', '.join(INT8_WEIGHTS)}.")
     if quantize is not None and quantize not in QUANTIZATIONS:
@@ -209,6 +224,16 @@ def _check_options(quantize: str | None, max_metric_drop: float, batch_size: int
         )
     if batch_size <= 0:
         raise ConfigError(f"--batch_size is {batch_size}; it must be a positive integer.")
+    if not 0 <= min_int8_agreement <= 1:
+        raise ConfigError(
+            f"--min_int8_agreement is {min_int8_agreement}; give the share of rows (0 to 1) on which the int8 "
+            "model must predict as PyTorch does."
+        )
+    if min_int8_speedup < 0:
+        raise ConfigError(
+            f"--min_int8_speedup is {min_int8_speedup}; give how many times faster than fp32 int8 must be at "
+            "batch 1 (0 turns the check off)."
+        )
 
 
 def _compare_model(
@@ -221,6 +246,86 @@ def _compare_model(
         "file": path.name,
         "size_bytes": size_on_disk(path),
     }
+
+
+def _reference(model, model_dir: Path):
+    """The model the run evaluated (an adapter on its base, as predict loads it), for the gate to compare with."""
+    return (
+        model
+        if not (model_dir / ADAPTER_CONFIG_FILE).is_file()
+        else load_trained_model(model_dir, "cpu").eval()
+    )
+
+
+def _gate_settings(quantize, int8_weights, max_metric_drop, min_int8_agreement, min_int8_speedup) -> dict:
+    int8 = quantize == "int8"
+    return {
+        "int8_weights": int8_weights if int8 else None,
+        "max_metric_drop_points": max_metric_drop,
+        "min_fp32_agreement": MIN_FP32_AGREEMENT,
+        "min_int8_agreement": min_int8_agreement if int8 else None,
+        "min_int8_speedup": min_int8_speedup if int8 else None,
+    }
+
+
+def _make_int8(model, tokenizer, staging: Path, weights: str, model_config) -> tuple[Int8Quantizer, dict]:
+    """The int8 model (staging/model.int8.onnx), from the TorchScript trace with eager attention where
+    there is one (onnx_model.export_for_int8), else from model.onnx; and its quantizer, kept for the
+    sensitivity pass."""
+    scratch = staging / ".scratch"
+    scratch.mkdir(exist_ok=True)
+    traced = scratch / "traced.onnx"
+    source = traced if export_for_int8(model, tokenizer, traced) else staging / FP32_MODEL
+    quantizer = Int8Quantizer(source, scratch / "int8", weights, model_config)
+    recipe = quantizer.quantize(staging / INT8_MODEL)
+    made_from = "TorchScript trace, eager attention" if source == traced else FP32_MODEL
+    return quantizer, {**recipe, "made_from": made_from}
+
+
+def _keep_sensitive_nodes(
+    quantizer, staging, compared, recipe, rows, reference_logits, collator, batch_size, gate_of, passes
+) -> dict:
+    """The int8 model failed its gate: keep its most damaging nodes in fp32 until it passes (sensitivity.py).
+    Updates compared["int8"] and returns the int8 record with the nodes kept and the ranking's head."""
+    count = min(SENSITIVITY_ROWS, len(rows.encoded))
+    head = rows.encoded.select(range(count))
+
+    def logits_of(path: Path):
+        return onnx_logits(onnx_session(path), head, collator, batch_size, progress=False)
+
+    logger.info("The int8 model fails its gate: ranking its nodes by the damage their int8 does.")
+    ranked = rank_nodes(quantizer, staging / ".scratch", logits_of, reference_logits[:count])
+    result, kept_recipe = keep_sensitive_nodes(quantizer, staging / INT8_MODEL, ranked, gate_of, passes)
+    if result is not None:
+        compared["int8"] = result
+        recipe = {**recipe, **kept_recipe}
+    return {
+        **recipe,
+        "most_damaging": [{"node": node, "damage": damage} for node, damage in ranked[:MAX_KEPT]],
+    }
+
+
+def gate_latency(reference, files: dict[str, Path], encoded, input_names: list[str]) -> dict:
+    """Batch-1 latency at one intra-op thread (the figure least moved by other work on the machine):
+    PyTorch eager beside each exported model, interleaved on the gate's first LATENCY_ROWS rows."""
+    import numpy as np
+
+    rows = encoded.select(range(min(LATENCY_ROWS, len(encoded))))
+    inputs = [{name: np.asarray([row[name]], dtype=np.int64) for name in input_names} for row in rows]
+    engines = {
+        "pytorch": lambda row: reference(**{name: torch.from_numpy(array) for name, array in row.items()})
+    }
+    for name, path in files.items():
+        session = onnx_session(path, threads=1)
+        engines[name] = lambda row, session=session: session_logits(session, row)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        with torch.inference_mode():
+            figures = measure_latency(engines, inputs)
+    finally:
+        torch.set_num_threads(threads)
+    return {"threads": 1, **figures}
 
 
 def _settle(staging: Path, results_dir: Path, passed: bool) -> Path:
@@ -249,5 +354,24 @@ def summary(outcome: ExportOutcome) -> str:
             f"  {name:5} {result['file']:16} {result['size_bytes'] / 2**20:8.1f} MiB  agreement {100 * result['agreement']:6.2f}%"
             f"  {metric} {100 * result['onnx'][metric]:.2f} (PyTorch {100 * result['pytorch'][metric]:.2f}, "
             f"drop {result['metric_drop_points']:.2f} points)  largest logit difference {result['max_abs_logit_difference']:.2e}"
+        )
+    recipe = report.get("int8")
+    if recipe:
+        fused = ", ".join(f"{op} x{count}" for op, count in recipe["fused_operators"].items()) or "none"
+        kept = ", ".join(recipe["nodes_kept_fp32"]) or "none"
+        lines.append(
+            f"int8: {recipe['weights']}; fused before quantizing: {fused}; nodes kept in fp32: {kept}"
+        )
+    latency = report.get("latency")
+    if latency:
+        medians = latency["median_ms"]
+        times = [f"PyTorch {medians['pytorch']:.2f} ms"] + [
+            f"{name} {ms:.2f} ms ({medians['pytorch'] / ms:.1f}x)"
+            for name, ms in medians.items()
+            if name != "pytorch"
+        ]
+        lines.append(
+            f"Batch-1 latency, {latency['threads']} thread, median of {latency['rows']} rows taken in turn: "
+            + ", ".join(times)
         )
     return "\n".join(lines)

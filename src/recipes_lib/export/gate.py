@@ -38,7 +38,7 @@ from recipes_lib.errors import ConfigError, DataError
 from recipes_lib.evaluation.metrics import TaskMetrics
 from recipes_lib.evaluation.predictions import prediction_rows
 from recipes_lib.evaluation.windows import combine_windows
-from recipes_lib.export import MIN_FP32_AGREEMENT
+from recipes_lib.export import MIN_FP32_AGREEMENT, MIN_INT8_AGREEMENT, MIN_INT8_SPEEDUP
 
 HEADLINE_METRIC = {SINGLE_LABEL: "accuracy", MULTI_LABEL: "accuracy", REGRESSION: "pearson"}
 # Regression "agrees" when the score moves by at most this share of the PyTorch scores' spread.
@@ -75,10 +75,11 @@ def gate_rows(config: dict[str, Any], tokenizer, label_names: list[str], eval_fi
             raise ConfigError(
                 f"--eval_file '{eval_file}' does not exist. Pass a labelled file of held-out rows."
             )
-        # The file stands in for both splits: its labels define the mapping, remapped to the model's below.
+        # The file stands in for both splits: its labels (all of its rows: one row would hold one class)
+        # define the mapping, remapped to the model's below.
         data_args = dataclasses.replace(
             data_args, dataset_name=None, train_file=str(eval_file), validation_file=str(eval_file),
-            test_file=None, max_train_samples=1, max_eval_samples=None,
+            test_file=None, max_train_samples=None, max_eval_samples=None,
         )  # fmt: skip
     try:
         data = load_classification_data(data_args, config.get("cache_dir"), seed=config.get("seed", 42))
@@ -187,9 +188,19 @@ def compare(
 
 
 def verdict(
-    results: dict[str, dict], max_metric_drop: float, min_fp32_agreement: float = MIN_FP32_AGREEMENT
+    results: dict[str, dict],
+    max_metric_drop: float,
+    min_agreement: dict[str, float] | None = None,
+    latency: dict[str, Any] | None = None,
+    min_int8_speedup: float = MIN_INT8_SPEEDUP,
 ) -> list[str]:
-    """What fails the gate, one sentence per failed check (empty: it passes). `results`: {"fp32": compare(...), ...}."""
+    """What fails the gate, one sentence per failed check (empty: it passes).
+
+    `results`: {"fp32": compare(...), "int8": ...}; `min_agreement`: the least agreement per model
+    (default: fp32 99%, int8 MIN_INT8_AGREEMENT); `latency`: measure_latency's figures, whose int8
+    median must be more than `min_int8_speedup` times faster than fp32's (0: not checked).
+    """
+    floors = {"fp32": MIN_FP32_AGREEMENT, "int8": MIN_INT8_AGREEMENT, **(min_agreement or {})}
     failures = []
     for name, result in results.items():
         if result["metric_drop_points"] > max_metric_drop:
@@ -198,11 +209,20 @@ def verdict(
                 f"({100 * result['onnx'][result['metric']]:.2f} against {100 * result['pytorch'][result['metric']]:.2f}), "
                 f"more than --max_metric_drop {max_metric_drop:g}"
             )
-    fp32 = results.get("fp32")
-    if fp32 is not None and fp32["agreement"] < min_fp32_agreement:
-        failures.append(
-            f"the fp32 model agrees with PyTorch on {100 * fp32['agreement']:.2f}% of the {fp32['rows']} rows "
-            f"({fp32['disagreeing_rows']} differ), {100 * (min_fp32_agreement - fp32['agreement']):.2f} points below "
-            f"the {100 * min_fp32_agreement:g}% required"
-        )
+        floor = floors.get(name)
+        if floor is not None and result["agreement"] < floor:
+            failures.append(
+                f"the {name} model agrees with PyTorch on {100 * result['agreement']:.2f}% of the {result['rows']} rows "
+                f"({result['disagreeing_rows']} differ), {100 * (floor - result['agreement']):.2f} points below "
+                f"the {100 * floor:g}% required"
+            )
+    medians = (latency or {}).get("median_ms", {})
+    if "int8" in results and {"fp32", "int8"} <= set(medians) and min_int8_speedup > 0:
+        speedup = medians["fp32"] / medians["int8"]
+        if speedup <= min_int8_speedup:
+            failures.append(
+                f"the int8 model is not faster than the fp32 one at batch 1 on this machine ({medians['int8']:.2f} ms "
+                f"against {medians['fp32']:.2f} ms, {speedup:.2f}x; --min_int8_speedup {min_int8_speedup:g}), so it "
+                "is not kept"
+            )
     return failures

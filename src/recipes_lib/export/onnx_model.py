@@ -8,6 +8,7 @@ records which one made the file. Both take the batch and the sequence length as 
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import warnings
 from pathlib import Path
@@ -29,6 +30,23 @@ DYNAMO, TORCHSCRIPT = "dynamo", "torchscript"
 # ONNX's protobuf cannot hold more than 2 GiB: larger models keep their weights in a .data file beside.
 SINGLE_FILE_LIMIT_BYTES = 1.8 * 2**30
 LOGITS_OUTPUT = "logits"
+
+
+# torch.onnx's operator registry warns once per torchvision operator (nms, roi_align, ...) that it skips
+# it when torchvision is not installed: no text classifier has those operators, so the lines are dropped.
+REGISTRY_LOGGER = "torch.onnx._internal.exporter._registration"
+TORCHVISION_NOTE = "torchvision is not installed"
+
+
+class _DropTorchvisionNotes(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not str(record.msg).startswith(TORCHVISION_NOTE)
+
+
+def drop_torchvision_notes() -> None:
+    registry_logger = logging.getLogger(REGISTRY_LOGGER)
+    if not any(isinstance(f, _DropTorchvisionNotes) for f in registry_logger.filters):
+        registry_logger.addFilter(_DropTorchvisionNotes())
 
 
 class LogitsOnly(torch.nn.Module):
@@ -83,7 +101,9 @@ def _parameter_bytes(model) -> int:
     return sum(parameter.numel() * parameter.element_size() for parameter in model.parameters())
 
 
-def export_onnx(model, tokenizer, path: str | Path) -> str:
+def export_onnx(
+    model, tokenizer, path: str | Path, exporters: tuple[str, ...] = (DYNAMO, TORCHSCRIPT)
+) -> str:
     """Write `model` (a sequence classifier) to `path` as ONNX with dynamic batch and sequence axes.
 
     Returns the exporter that made it: "dynamo", or "torchscript" where torch.export could not
@@ -99,8 +119,9 @@ def export_onnx(model, tokenizer, path: str | Path) -> str:
     dynamic_axes[LOGITS_OUTPUT] = {0: "batch"}
     external_data = _parameter_bytes(model) > SINGLE_FILE_LIMIT_BYTES
     path = Path(path)
+    drop_torchvision_notes()
     failures = []
-    for exporter in (DYNAMO, TORCHSCRIPT):
+    for exporter in exporters:
         try:
             with warnings.catch_warnings(), torch.no_grad():
                 warnings.simplefilter(
@@ -124,7 +145,7 @@ def export_onnx(model, tokenizer, path: str | Path) -> str:
                     verbose=False,
                     **({"opset_version": 17} if exporter == TORCHSCRIPT else {}),
                 )
-            if failures:
+            if failures and exporter != exporters[0]:
                 logger.warning(
                     "The dynamo exporter failed (%s); exported with TorchScript instead.", failures[0]
                 )
@@ -143,35 +164,149 @@ def export_onnx(model, tokenizer, path: str | Path) -> str:
     )
 
 
+def export_for_int8(model, tokenizer, path: str | Path) -> bool:
+    """The graph int8 is made from: the model traced by the TorchScript exporter with eager attention.
+
+    ONNX Runtime's transformer optimizer recognises that graph's attention (and its embedding layer
+    normalization) and fuses it into one Attention operator per layer, which int8 then runs as one
+    quantized matmul for Q, K and V; in the dynamo exporter's graph, with either attention, it finds
+    the layer norms and GELUs but not the attention. Returns False (the int8 model is then made from
+    model.onnx) where TorchScript cannot export the model; the model's attention is restored after.
+    """
+    previous = model.config._attn_implementation
+    switch = previous != "eager" and getattr(model, "_can_set_attn_implementation", lambda: False)()
+    try:
+        if switch:
+            model.set_attn_implementation("eager")
+        export_onnx(model, tokenizer, path, exporters=(TORCHSCRIPT,))
+        return True
+    except ModelError as error:
+        logger.warning(
+            "The int8 model is made from model.onnx, whose attention ONNX Runtime does not fuse: the TorchScript "
+            "trace it prefers failed (%s).",
+            error,
+        )
+        return False
+    finally:
+        if switch:
+            model.set_attn_implementation(previous)
+
+
 INT8_WEIGHTS = ("signed", "unsigned")
+# ONNX Runtime's transformer optimizer fuses these into its own operators before quantizing (the counts go in the report).
+FUSIONS = ("Attention", "MultiHeadAttention", "SkipLayerNormalization", "EmbedLayerNormalization", "BiasGelu",
+           "FastGelu", "Gelu", "LayerNormalization")  # fmt: skip
 
 
-def quantize_int8(fp32_path: str | Path, int8_path: str | Path, weights: str = "signed") -> None:
-    """ONNX Runtime's dynamic int8 quantization: 8-bit weights, activations quantized (uint8) per batch at run time.
+class Int8Quantizer:
+    """ONNX Runtime's dynamic int8 quantization, prepared once as ONNX Runtime advises, then quantized as
+    often as asked (the sensitivity pass quantizes with different nodes left in fp32).
 
-    `weights`: "signed" (int8, ONNX Runtime's default, U8S8 matmuls) or "unsigned" (uint8, U8U8), which
-    ONNX Runtime documents as the fallback when U8S8 loses accuracy (its x86 kernels can saturate).
+    Prepared: 1. the graph fused by ONNX Runtime's transformer optimizer (attention, skip-layer-
+    normalization, bias-GELU, embedding layer normalization), which quantizes into fewer, larger int8
+    operators; a graph it cannot fuse goes on as it is. 2. ONNX Runtime's quantization pre-processing
+    (symbolic shape inference, so that every matmul's shapes are known to the quantizer).
+    Quantized: quantize_dynamic with per-channel weights (one scale per output column, not one per
+    matrix), activations quantized (uint8) per batch at run time, `nodes_to_exclude` left in fp32.
+
+    `weights`: "signed" (int8, ONNX Runtime's default, U8S8 matmuls) or "unsigned" (uint8, U8U8).
     No calibration data is needed; what it costs in accuracy is measured by the gate, not assumed.
     """
-    fp32_path = Path(fp32_path)
-    # The quantizer logs a line per tensor it leaves in float (on the root logger, at INFO): keep it quiet.
+
+    def __init__(self, source: str | Path, scratch: str | Path, weights: str = "signed", model_config=None):
+        source, scratch = Path(source), Path(scratch)
+        scratch.mkdir(parents=True, exist_ok=True)
+        self.weights = weights
+        self.external = _has_external_data(source)
+        self.prepared = scratch / "prepared.onnx"
+        with _quiet_root_logger():
+            fused, self.fused_operators = _fuse(source, scratch / "fused.onnx", model_config, self.external)
+            _preprocess(fused, self.prepared, self.external)
+
+    def candidates(self) -> list[str]:
+        """The nodes quantize_dynamic quantizes: matmuls by a weight, attention, embedding lookups."""
+        import onnx
+
+        graph = onnx.load(str(self.prepared), load_external_data=False).graph
+        weights = {tensor.name for tensor in graph.initializer}
+        return [
+            node.name
+            for node in graph.node
+            if node.op_type in ("Attention", "EmbedLayerNormalization", "Gather")
+            or (node.op_type == "MatMul" and len(node.input) > 1 and node.input[1] in weights)
+        ]
+
+    def quantize(self, int8_path: str | Path, nodes_to_exclude=()) -> dict:
+        """Write the int8 model; returns what was done (the report's "int8")."""
+        with _quiet_root_logger():
+            _quantize(self.prepared, Path(int8_path), self.weights, nodes_to_exclude, self.external)
+        return {
+            "weights": f"per-channel {self.weights} int8",
+            "fused_operators": self.fused_operators,
+            "nodes_kept_fp32": list(nodes_to_exclude),
+        }
+
+
+def _has_external_data(path: Path) -> bool:
+    """Whether the graph keeps its weights in files beside it (either exporter, above 1.8 GiB): then
+    every step writes its weights beside it too (ONNX's protobuf cannot hold 2 GiB)."""
+    import onnx
+
+    graph = onnx.load(str(path), load_external_data=False).graph
+    return any(tensor.data_location == onnx.TensorProto.EXTERNAL for tensor in graph.initializer)
+
+
+@contextlib.contextmanager
+def _quiet_root_logger():
+    """The quantizer and the optimizer log a line per tensor or pattern on the root logger at INFO."""
     root = logging.getLogger()
     level = root.level
     root.setLevel(max(level, logging.WARNING))
     try:
-        _quantize(fp32_path, Path(int8_path), weights)
+        yield
     finally:
         root.setLevel(level)
 
 
-def _quantize(fp32_path: Path, int8_path: Path, weights: str) -> None:
+def _fuse(fp32_path: Path, fused_path: Path, model_config, external: bool) -> tuple[Path, dict[str, int]]:
+    """The graph fused by onnxruntime.transformers.optimizer ("bert" patterns), and the fused operators'
+    counts; the unfused graph where the optimizer fails on it (logged)."""
+    from onnxruntime.transformers.optimizer import optimize_model
+
+    heads = getattr(model_config, "num_attention_heads", 0) or 0
+    hidden = getattr(model_config, "hidden_size", 0) or 0
+    try:
+        optimized = optimize_model(
+            str(fp32_path), model_type="bert", num_heads=heads, hidden_size=hidden, opt_level=0, use_gpu=False
+        )
+        statistics = optimized.get_fused_operator_statistics()
+        optimized.save_model_to_file(str(fused_path), use_external_data_format=external)
+    except Exception as error:  # the optimizer's pattern matchers raise many kinds on graphs they do not know
+        logger.warning("ONNX Runtime's transformer optimizer could not fuse the graph (%s); quantizing it unfused.",
+                       f"{type(error).__name__}: {error}"[:300])  # fmt: skip
+        return fp32_path, {}
+    return fused_path, {op: int(statistics[op]) for op in FUSIONS if statistics.get(op)}
+
+
+def _preprocess(source: Path, prepared: Path, external: bool) -> None:
+    """ONNX Runtime's quantization pre-processing: symbolic shape inference (auto_merge: the exported graphs
+    name one dimension in several ways), ONNX shape inference and its graph optimizations."""
+    from onnxruntime.quantization.shape_inference import quant_pre_process
+
+    quant_pre_process(str(source), str(prepared), auto_merge=True, save_as_external_data=external,
+                      all_tensors_to_one_file=True)  # fmt: skip
+
+
+def _quantize(source: Path, int8_path: Path, weights: str, nodes_to_exclude, external: bool) -> None:
     from onnxruntime.quantization import QuantType, quantize_dynamic
 
     quantize_dynamic(
-        fp32_path,
+        source,
         int8_path,
         weight_type=QuantType.QInt8 if weights == "signed" else QuantType.QUInt8,
-        use_external_data_format=fp32_path.with_name(fp32_path.name + ".data").is_file(),
+        per_channel=True,
+        nodes_to_exclude=list(nodes_to_exclude),
+        use_external_data_format=external,
     )
 
 

@@ -43,3 +43,29 @@ def onnx_logits(session, encoded, collator, batch_size: int, progress: bool = Tr
         batch = collator([rows[i] for i in range(len(rows))])
         logits.append(session_logits(session, {name: batch[name].numpy() for name in model_inputs}))
     return np.concatenate(logits)
+
+
+def measure_latency(engines: dict, inputs: list[dict], warmup: int = 3) -> dict:
+    """Batch-1 latency of each engine on the same rows, interleaved: row by row, every engine in turn
+    (in a rotating order), so that a burst of load on a shared machine falls on all of them alike.
+
+    `engines`: name -> a callable taking one row's arrays (batch of 1); `inputs`: those rows.
+    Returns {"rows": n, "median_ms": {name: ms}} (the median over the rows).
+    """
+    import statistics
+    import time
+
+    names = list(engines)
+    for row in inputs[:warmup]:
+        for name in names:
+            engines[name](row)
+    timings: dict[str, list[float]] = {name: [] for name in names}
+    for index, row in enumerate(inputs):
+        for name in names[index % len(names) :] + names[: index % len(names)]:
+            started = time.perf_counter()
+            engines[name](row)
+            timings[name].append(1000 * (time.perf_counter() - started))
+    return {
+        "rows": len(inputs),
+        "median_ms": {name: round(statistics.median(times), 3) for name, times in timings.items()},
+    }

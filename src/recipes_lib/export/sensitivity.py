@@ -1,0 +1,61 @@
+"""int8's fallback: the fewest nodes kept in fp32 that bring an int8 model within its gate.
+
+When the int8 model loses more than --max_metric_drop or agrees on fewer rows than --min_int8_agreement:
+
+1. Rank: each node the quantizer would quantize is quantized alone (every other one left in fp32), and
+   its logits on the gate's first SENSITIVITY_ROWS rows are compared with PyTorch's: the mean squared
+   difference is the damage that node's int8 does.
+2. Keep: the most damaging node in fp32, then the next, and so on, quantizing and gating the whole model
+   again each time, until it passes or MAX_KEPT nodes are kept (the gate then refuses it as before).
+
+The nodes kept in fp32, and the ranking's head, go in the report.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+
+logger = logging.getLogger(__name__)
+
+SENSITIVITY_ROWS = 128
+MAX_KEPT = 8
+
+
+def rank_nodes(quantizer, scratch: Path, logits_of: Callable[[Path], np.ndarray], reference: np.ndarray):
+    """[(node, damage)], most damaging first: each node quantized alone, its logits' mean squared
+    difference from `reference` (PyTorch's logits on the rows `logits_of` runs)."""
+    candidates = quantizer.candidates()
+    alone = scratch / "alone.int8.onnx"
+    damage = {}
+    for node in candidates:
+        quantizer.quantize(alone, [other for other in candidates if other != node])
+        damage[node] = float(np.mean((logits_of(alone).astype(np.float64) - reference) ** 2))
+    return sorted(damage.items(), key=lambda item: -item[1])
+
+
+def keep_sensitive_nodes(
+    quantizer,
+    int8_path: Path,
+    ranked: list[tuple[str, float]],
+    gate_of: Callable[[Path], dict],
+    passes: Callable[[dict], bool],
+) -> tuple[dict, dict]:
+    """Keep the most damaging nodes in fp32, one more at a time, until the int8 model passes.
+    Returns its gate figures (gate.compare's) and the quantizer's record with the nodes kept."""
+    kept: list[str] = []
+    result, recipe = None, None
+    for node, damage in ranked[:MAX_KEPT]:
+        kept.append(node)
+        recipe = quantizer.quantize(int8_path, kept)
+        result = gate_of(int8_path)
+        logger.info(
+            "int8 with %d node(s) kept in fp32 (the last %s, damage %.2e): agreement %.2f%%, drop %.2f points.",
+            len(kept), node, damage, 100 * result["agreement"], result["metric_drop_points"],
+        )  # fmt: skip
+        if passes(result):
+            break
+    return result, recipe
