@@ -112,3 +112,33 @@ def test_the_distill_demo_table_groups_the_seeds_and_shows_the_exported_students
     )
     assert "(dynamo exporter, int8 weights unsigned)" in table
     assert "| fp32 | 87.0 MiB | 100.00% of 400 | 0.8000 (0.8000) | 0.00 | 2.0e-06 |" in table
+
+
+def test_a_figure_edited_in_a_generated_block_of_results_md_fails_the_check_and_is_put_back(
+    publish, tmp_path, monkeypatch, capsys
+):
+    """The check over the real files: a copy of the repository's published pages and their records, one
+    figure in one of RESULTS.md's generated blocks changed by hand."""
+    import re
+    import shutil
+
+    for name in publish.PUBLISHED_FILES:
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(REPO_ROOT / name, tmp_path / name)
+        for _, record, _ in publish.published_blocks((REPO_ROOT / name).read_text()):
+            (tmp_path / record).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy(REPO_ROOT / record, tmp_path / record)
+    monkeypatch.setattr(publish, "REPO_ROOT", tmp_path)
+    assert publish.main(["tables", "--check"]) == 0
+    results = tmp_path / "benchmarks" / "RESULTS.md"
+    original = results.read_text()
+    block = next(publish.BLOCK.finditer(original))  # the first generated block
+    figure = re.search(r"\| (\d+\.\d{4}) \|", block["body"])  # its first four-decimal figure
+    assert figure, block["body"]
+    edited_value = f"{float(figure[1]) + 0.01:.4f}"
+    start = block.start("body") + figure.start(1)
+    results.write_text(original[:start] + edited_value + original[start + len(figure[1]) :])
+    capsys.readouterr()
+    assert publish.main(["tables", "--check"]) == 1
+    assert "benchmarks/RESULTS.md" in capsys.readouterr().err
+    assert publish.main(["tables"]) == 0 and results.read_text() == original  # regenerated from its record
