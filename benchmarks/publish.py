@@ -370,6 +370,39 @@ def seeds_table(record: dict) -> list[str]:
     return lines
 
 
+def precision_table(record: dict) -> list[str]:
+    """A `benchmarks/throughput.py --precisions fp32 bf16` report: per training-set size, accuracy by seed
+    and real tokens/s of each precision, its fraction of the machine's matmul peak, and Welch's test."""
+    lines = [
+        "| train examples | precision | accuracy by seed | mean ± std | real tokens/s | tokens/s vs fp32 | fraction of peak |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for size, summary in record["summary_by_size"].items():
+        for row in summary:
+            by_seed = ", ".join(
+                f"{seed}: {value:.4f}"
+                for seed, value in zip(row["seeds"], row["eval_accuracy_by_seed"], strict=True)
+            )
+            spread = f" ± {row['eval_accuracy_std']:.4f}" if row.get("eval_accuracy_std") is not None else ""
+            peak = "-" if row.get("fraction_of_peak") is None else f"{row['fraction_of_peak']:.1%}"
+            lines.append(
+                f"| {int(size):,} | {row['name']} | {by_seed} | {row['eval_accuracy']:.4f}{spread} | "
+                f"{row['real_tokens_per_s']:.0f} | {row['real_tokens_per_s_ratio']:.2f}x | {peak} |"
+            )
+    for size, test in (record.get("accuracy_tests") or {}).items():
+        if test:
+            lines += [
+                "",
+                f"{int(size):,} examples, accuracy {test['a']} vs {test['b']} ({test['test']}): {test['verdict']}.",
+            ]
+    shape = record.get("model_shape")
+    if shape:
+        lines += ["", f"Training FLOPs: {record['flops_formula']}, N = {shape['non_embedding_parameters']:,} "
+                  f"non-embedding parameters, L = {shape['layers']}, H = {shape['hidden']}; peak: the matmul probe "
+                  "in the run's precision, just before each run (benchmarks/throughput.py)."]  # fmt: skip
+    return lines
+
+
 TABLES = {
     "demo": demo_table,
     "distill-demo": distill_table,
@@ -379,6 +412,7 @@ TABLES = {
     # benchmarks/throughput.py's reports (their machine is one line of text)
     "sizes": sizes_table,
     "seeds": seeds_table,
+    "precision": precision_table,
 }
 
 
@@ -394,7 +428,9 @@ def render(table: str, record_path: str, published_in: str = "README.md") -> str
     record = json.loads(path.read_text())
     link = os.path.relpath(path, (REPO_ROOT / published_in).parent)
     if isinstance(record["machine"], str):  # a benchmarks/throughput.py report: its machine in words
-        line = f"`{record['command']}`, {record['created_at']}: {record['machine']}. Record: [{record_path}]({link})."
+        git = record.get("git")  # read when the run started (older reports have none)
+        commit = f"; commit {git['commit']}{' (modified)' if git.get('dirty') else ''}" if git else ""
+        line = f"`{record['command']}`, {record['created_at']}: {record['machine']}{commit}. Record: [{record_path}]({link})."
     else:
         line = machine_line(record, record_path, link)
     return "\n".join([*TABLES[table](record), "", line]) + "\n"

@@ -259,3 +259,46 @@ def test_label_noise_retrains_on_the_noisy_and_the_cleaned_file_per_seed_and_tes
         0.79,
     ]
     assert launched == []
+
+
+def test_fraction_of_peak_is_training_flops_per_real_token_times_tokens_per_s_over_the_probe():
+    throughput = load_benchmark("throughput")
+    shape = {"non_embedding_parameters": 10_000_000, "layers": 6, "hidden": 384, "intermediate": 1536}
+    # 6 N + 12 L S H, S = 1,000 real tokens/s / 50 samples/s = 20 tokens an example
+    assert throughput.training_flops_per_token(shape, 20) == 60_000_000 + 12 * 6 * 20 * 384
+    peak = throughput.fraction_of_peak(
+        {"train_tokens_per_s": 1000.0, "train_samples_per_s": 50.0}, shape, probe_gflops=100.0
+    )
+    assert peak["mean_real_tokens_per_example"] == 20 and peak["training_flops_per_token"] == 60_552_960
+    assert peak["achieved_gflops"] == 60.55 and peak["fraction_of_peak"] == 0.6055
+    assert throughput.matmul_probe(shape, "fp32", repeats=1) > 0
+
+
+def test_the_precision_report_tests_bf16_against_fp32_and_its_table_shows_the_fraction_of_peak(tmp_path):
+    throughput, publish = load_benchmark("throughput"), load_benchmark("publish")
+    args = throughput.parse_args(["--precisions", "fp32", "bf16"])
+    assert throughput.run_plan(args) == (
+        "precision",
+        [("fp32", "full_ft", ["--bf16", "false"], None), ("bf16", "full_ft", ["--bf16", "true"], None)],
+    )
+    assert "--learning_rate" not in throughput.common_recipe_args(args, 42, tmp_path)  # full_ft's own
+    rows = []
+    for seed, (fp32, bf16) in zip((1, 2, 3), ((0.80, 0.81), (0.82, 0.80), (0.79, 0.80)), strict=True):
+        for name, accuracy, tokens in (("fp32", fp32, 800.0), ("bf16", bf16, 1200.0)):
+            row = fake_run(name, seed, 40.0, tokens, 25.0, 50, accuracy)
+            row["precision"], row["peak"] = name, {"fraction_of_peak": 0.3 if name == "fp32" else 0.2}
+            rows.append(row)
+    summary = throughput.summarise(rows)
+    test = throughput.accuracy_test(summary)
+    assert (test["a"], test["b"]) == ("bf16", "fp32") and test["p_value"] > 0.05
+    record = {"command": "python benchmarks/throughput.py --precisions fp32 bf16", "created_at": "2026-12-04",
+              "machine": "2 CPU cores (A CPU, AVX-512 BF16)", "git": {"commit": "abc1234", "dirty": True},
+              "summary_by_size": {"1000": summary}, "accuracy_tests": {"1000": test}, "flops_formula": "6 N",
+              "model_shape": {"non_embedding_parameters": 10, "layers": 6, "hidden": 384}}  # fmt: skip
+    path = tmp_path / "precision.json"
+    path.write_text(json.dumps(record))
+    table = publish.render("precision", str(path))
+    assert (
+        "| 1,000 | bf16 | 1: 0.8100, 2: 0.8000, 3: 0.8000 | 0.8033 ± 0.0058 | 1200 | 1.50x | 20.0% |" in table
+    )
+    assert "not shown to differ" in table and "commit abc1234 (modified)" in table
