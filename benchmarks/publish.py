@@ -4,7 +4,9 @@ Every figure README.md, benchmarks/RESULTS.md and docs/ show from a demo comes f
 benchmarks/results/: the figures of each run, and the machine that ran them (CPU model and flags,
 GPU, library versions, date, git commit). The Makefile's demo targets write one when they finish:
 
-    python benchmarks/publish.py record demo outputs/demo/full_ft outputs/demo/lora ... --command "make demo"
+    python benchmarks/publish.py start outputs/demo/.started      # when the demo starts: the time and the commit
+    python benchmarks/publish.py record demo outputs/demo/full_ft outputs/demo/lora ... --command "make demo" \
+        --started outputs/demo/.started                              # the commit it started at, its wall time
     python benchmarks/publish.py record sweep-demo outputs/sweep_demo --command "make sweep-demo"
     python benchmarks/publish.py record distill-demo outputs/distill_demo/teacher outputs/distill_demo/distill_seed42 ...
 
@@ -31,6 +33,7 @@ import re
 import statistics
 import subprocess
 import sys
+import time
 from datetime import datetime, timezone
 from importlib import metadata
 from pathlib import Path
@@ -102,6 +105,23 @@ def git_commit() -> dict:
     }
 
 
+def write_start(path: Path) -> None:
+    """A demo's start: the time in seconds (as `date +%s` writes it) in `path`, the checkout's commit and
+    whether src or recipes differ from it beside it (PATH.git.json), so the record names what ran."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(f"{int(time.time())}\n")
+    path.with_name(path.name + ".git.json").write_text(
+        json.dumps({**git_commit(), "read_at": "start"}) + "\n"
+    )
+
+
+def read_start(path: Path) -> tuple[float, dict | None]:
+    """(seconds since the start written at `path`, the commit then; None from a start file without it)."""
+    wall_s = time.time() - int(path.read_text().split()[0])
+    git_file = path.with_name(path.name + ".git.json")
+    return wall_s, json.loads(git_file.read_text()) if git_file.is_file() else None
+
+
 # --- records -----------------------------------------------------------------------------------------
 
 # What a published table shows of a run's results.json; the record keeps these, per run.
@@ -156,9 +176,11 @@ def write_record(
     wall_s: float | None,
     out_dir: Path,
     commit: str | None = None,
+    git: dict | None = None,
 ) -> Path:
-    """`commit`: the commit the runs ran from, where it is not the checkout's now (a record written later)."""
-    git = {"commit": commit, "dirty": False, "given": True} if commit else git_commit()
+    """`commit`: the commit the runs ran from, where it is not the checkout's now (a record written later);
+    `git`: the checkout's state when the runs started (`read_start`)."""
+    git = {"commit": commit, "dirty": False, "given": True} if commit else (git or git_commit())
     record = {"name": name, "command": command, "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
               "machine": machine(), "git": git, "wall_s": wall_s}  # fmt: skip
     sweep_files = [
@@ -461,13 +483,26 @@ def main(argv: list[str] | None = None) -> int:
     record.add_argument(
         "--git_commit", default=None, help="the commit the runs ran from (default: the checkout's)"
     )
+    record.add_argument(
+        "--started",
+        type=Path,
+        default=None,
+        help="the file `publish.py start` wrote when the runs started: their commit, and the wall time when --wall_s is not given",
+    )
+    start = commands.add_parser("start", help="write the start time and the commit, for record --started")
+    start.add_argument("path", type=Path)
     tables = commands.add_parser("tables", help="regenerate every marked table from its record")
     tables.add_argument(
         "--check", action="store_true", help="change nothing; exit 1 if a table differs from its record"
     )
     args = parser.parse_args(argv)
+    if args.action == "start":
+        write_start(args.path)
+        return 0
     if args.action == "record":
-        path = write_record(args.name, args.sources, args.command, args.wall_s, args.out_dir, args.git_commit)
+        wall_s, git = read_start(args.started) if args.started else (args.wall_s, None)
+        wall_s = args.wall_s if args.wall_s is not None else wall_s
+        path = write_record(args.name, args.sources, args.command, wall_s, args.out_dir, args.git_commit, git)
         print(f"record: {path}")
         return 0
     stale = []

@@ -142,3 +142,21 @@ def test_a_figure_edited_in_a_generated_block_of_results_md_fails_the_check_and_
     assert publish.main(["tables", "--check"]) == 1
     assert "benchmarks/RESULTS.md" in capsys.readouterr().err
     assert publish.main(["tables"]) == 0 and results.read_text() == original  # regenerated from its record
+
+
+def test_a_record_names_the_commit_its_runs_started_at_not_the_one_when_it_is_written(
+    publish, tmp_path, monkeypatch
+):
+    states = iter([{"commit": "aaaaaaa", "dirty": True}, {"commit": "bbbbbbb", "dirty": False}])
+    monkeypatch.setattr(publish, "git_commit", lambda: next(states))
+    started = tmp_path / "demo" / ".started"
+    assert publish.main(["start", str(started)]) == 0  # make demo's first step
+    assert int(started.read_text()) > 0  # seconds, as `date +%s` wrote them before
+    run = fake_run(tmp_path / "full_ft", "full_ft", 0.84)
+    # ... the runs; a commit lands meanwhile (the second state) ...
+    results = tmp_path / "results"
+    args = ["record", "demo", str(run), "--command", "make demo", "--started", str(started)]
+    assert publish.main([*args, "--out_dir", str(results)]) == 0
+    record = json.loads(next(results.glob("demo-*.json")).read_text())
+    assert record["git"] == {"commit": "aaaaaaa", "dirty": True, "read_at": "start"}
+    assert 0 <= record["wall_s"] < 60
