@@ -101,6 +101,11 @@ def test_step_profile_times_every_phase_of_each_recipe_on_the_same_batches(
         assert 0 < len(row["top_operators"]) <= 5
         assert all(0 <= op["share"] <= 1 for op in row["top_operators"])
     assert "| lora |" in next(report_dir.glob("step_profile-*.md")).read_text()
+    # The whole-model recipes' fraction of the machine's peak (CPU); LoRA's work is not 6 N a token.
+    assert rows["full_ft"]["peak"]["fraction_of_peak"] > 0 and rows["adamw_8bit"]["peak"]["probe_gflops"] > 0
+    assert rows["lora"]["peak"] is None
+    report = json.loads(report_file.read_text())
+    assert "commit" in report["git"] and report["machine_details"]["cpu"]["flags"]
 
 
 @pytest.mark.slow
