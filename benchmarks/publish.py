@@ -227,7 +227,7 @@ def machine_line(record: dict, record_path: str, link: str) -> str:
     )
     commit = record["git"].get("commit") or "unknown"
     return (
-        f"`{record['command']}` on {record['date'][:10]}: {cpu['model']} ({cpu['cores']} cores, {isa}){gpu}; "
+        f"`{record['command']}` on {(record.get('date') or record['created_at'])[:10]}: {cpu['model']} ({cpu['cores']} cores, {isa}){gpu}; "
         f"torch {versions.get('torch')}, transformers {versions.get('transformers')}, peft {versions.get('peft')}, "
         f"bitsandbytes {versions.get('bitsandbytes')}; commit {commit}{' (modified)' if record['git'].get('dirty') else ''}"
         f"{wall}. Record: [{record_path}]({link})."
@@ -425,6 +425,21 @@ def precision_table(record: dict) -> list[str]:
     return lines
 
 
+def compile_table(record: dict) -> list[str]:
+    """A `benchmarks/compile_steady.py` report: the steady-state step, compiled against eager, after a warm-up."""
+    ms, warmup = record["median_step_ms"], record["warmup_s"]
+    lengths = record["padded_lengths"]
+    payback = record["steps_to_pay_back_compiling"]
+    return [
+        "| precision | batches (padded lengths) | median step: eager | compiled | compiled / eager | warm-up: eager | compiled (graphs) | steps to pay back compiling |",
+        "|---|---|---|---|---|---|---|---|",
+        f"| {record['precision']} | {record['batches']} of {record['batch_size']} ({len(lengths)}: {lengths[0]}-{lengths[-1]}) | "
+        f"{ms['eager']:.0f} ms | {ms['compiled']:.0f} ms | {record['compiled_over_eager']:.3f}x | {warmup['eager']:.0f} s | "
+        f"{warmup['compiled']:.0f} s ({record['graphs_after_warmup']}; {record['graphs_made_in_timed_steps']} more when timed) | "
+        f"{'never (no steady gain)' if payback is None else f'{payback:,}'} |",
+    ]
+
+
 TABLES = {
     "demo": demo_table,
     "distill-demo": distill_table,
@@ -435,6 +450,7 @@ TABLES = {
     "sizes": sizes_table,
     "seeds": seeds_table,
     "precision": precision_table,
+    "compile": compile_table,
 }
 
 

@@ -307,3 +307,22 @@ def test_the_precision_report_tests_bf16_against_fp32_and_its_table_shows_the_fr
         "| 1,000 | bf16 | 1: 0.8100, 2: 0.8000, 3: 0.8000 | 0.8033 ± 0.0058 | 1200 | 1.50x | 20.0% |" in table
     )
     assert "not shown to differ" in table and "commit abc1234 (modified)" in table
+
+
+def test_the_compile_table_shows_the_steady_steps_and_says_never_when_compiling_gains_nothing(tmp_path):
+    publish = load_benchmark("publish")
+    record = {"command": "python benchmarks/compile_steady.py", "created_at": "2026-12-04T17:15:52+00:00",
+              "machine": publish.machine(), "git": {"commit": "abc1234", "dirty": False}, "precision": "bf16",
+              "batches": 12, "batch_size": 32, "padded_lengths": [33, 40, 44], "warmup_s": {"eager": 50.0, "compiled": 301.0},
+              "graphs_after_warmup": 3, "graphs_made_in_timed_steps": 0, "median_step_ms": {"eager": 3420.8, "compiled": 4399.9},
+              "compiled_over_eager": 1.286, "steps_to_pay_back_compiling": None}  # fmt: skip
+    path = tmp_path / "compile_steady.json"
+    path.write_text(json.dumps(record))
+    table = publish.render("compile", str(path))
+    assert (
+        "| bf16 | 12 of 32 (3: 33-44) | 3421 ms | 4400 ms | 1.286x | 50 s | 301 s (3; 0 more when timed) | never"
+        in table
+    )
+    assert "commit abc1234" in table and "on 2026-12-04" in table
+    path.write_text(json.dumps({**record, "steps_to_pay_back_compiling": 1234}))
+    assert "| 1,234 |" in publish.render("compile", str(path))
