@@ -236,12 +236,12 @@ def machine_line(record: dict, record_path: str, link: str) -> str:
 
 def demo_table(record: dict) -> list[str]:
     lines = [
-        "| recipe | accuracy | macro-F1 | trainable parameters | optimizer state | peak memory (process RSS) | samples/s | train s |",
-        "|---|---|---|---|---|---|---|---|",
+        "| recipe | precision | accuracy | macro-F1 | trainable parameters | optimizer state | peak memory (process RSS) | samples/s | train s |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for run in record["runs"]:
         lines.append(
-            f"| {run['recipe']} | {_figure(run.get('eval_accuracy'))} | {_figure(run.get('eval_f1'))} | "
+            f"| {run['recipe']} | {run.get('precision') or '-'} | {_figure(run.get('eval_accuracy'))} | {_figure(run.get('eval_f1'))} | "
             f"{run['params_trainable']:,} | {_mib(run.get('optimizer_state_bytes'))} | "
             f"{_figure(run.get('peak_memory_gib'), '{:.2f} GiB')} | {_figure(run.get('train_samples_per_s'), '{:.1f}')} | "
             f"{_figure(run.get('train_runtime_s'), '{:.1f}')} |"

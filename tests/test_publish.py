@@ -46,7 +46,7 @@ def fake_run(directory, recipe: str, accuracy: float, problem_type="single_label
     directory.mkdir(parents=True)
     results = {"recipe": recipe, "problem_type": problem_type, "eval_accuracy": accuracy, "eval_f1": accuracy - 0.01,
                "params_trainable": 1234, "optimizer_state_bytes": 3 * 2**20, "peak_memory_gib": 1.4,
-               "train_samples_per_s": 70.0, "train_runtime_s": 50.0, "train_steps": 63,
+               "train_samples_per_s": 70.0, "train_runtime_s": 50.0, "train_steps": 63, "precision": "bf16",
                "config": {"long_text": "head_tail"}, "not_published": "left out"}  # fmt: skip
     (directory / "results.json").write_text(json.dumps(results))
     return directory
@@ -64,11 +64,11 @@ def test_a_record_keeps_each_runs_figures_and_the_machine_and_a_hand_edit_is_cau
     assert record["machine"]["versions"]["torch"] and record["date"] and "commit" in record["git"]
 
     table = publish.render("demo", str(path))
-    assert "| full_ft | 0.8475 | 0.8375 | 1,234 | 3.0 MiB | 1.40 GiB | 70.0 | 50.0 |" in table
+    assert "| full_ft | bf16 | 0.8475 | 0.8375 | 1,234 | 3.0 MiB | 1.40 GiB | 70.0 | 50.0 |" in table
     assert f"Record: [{path}](" in table and "`make demo` on " in table
     page = f"# Results\n\n<!-- record demo {path}: start -->\nstale\n<!-- record: end -->\n"
     fresh = publish.regenerate(page)
-    assert "| lora | 0.8150 |" in fresh and "stale" not in fresh
+    assert "| lora | bf16 | 0.8150 |" in fresh and "stale" not in fresh
     assert publish.regenerate(fresh) == fresh  # generated once, unchanged after
     assert publish.regenerate(fresh.replace("0.8150", "0.8200")) == fresh  # a hand edit is put back
     assert "| head_tail | 0.8475 |" in publish.render("long-text-demo", str(path))
