@@ -46,7 +46,8 @@ DEMO_RECIPES ?= $(shell $(BIN)/python -m recipes_lib.config.registry)
 # to a record, benchmarks/results/<demo>-<UTC time>.json; `python benchmarks/publish.py tables` then puts
 # its table wherever a block names it (benchmarks/RESULTS.md), and tests/test_publish.py checks the two agree.
 RECORD = $(BIN)/python benchmarks/publish.py record
-STARTED = date +%s >
+# The start time and the commit (benchmarks/publish.py start); a record's --started reads both.
+STARTED = $(BIN)/python benchmarks/publish.py start
 
 demo: $(BIN)/.installed
 	# distill's teacher is the full_ft run just made (the same MiniLM: the demo runs the recipe, it does not shrink the model).
@@ -60,7 +61,7 @@ demo: $(BIN)/.installed
 	# --wandb: the same table and chart as one comparison run in the demo's W&B group (offline here).
 	$(OFFLINE) $(BIN)/python -m recipes_lib.cli compare --wandb $(addprefix outputs/demo/,$(DEMO_RECIPES))
 	$(RECORD) demo $(addprefix outputs/demo/,$(DEMO_RECIPES)) --command "make demo" \
-		--wall_s $$(( $$(date +%s) - $$(cat outputs/demo/.started) ))
+		--started outputs/demo/.started
 
 # A fair comparison in one command (docs/sweeps.md): full_ft and LoRA each over three learning rates on the
 # demo data, the best of each repeated over 3 seeds, every trial its own accelerate launch; the report,
@@ -69,7 +70,7 @@ sweep-demo: $(BIN)/.installed
 	mkdir -p outputs && $(STARTED) outputs/.sweep_demo_started
 	$(OFFLINE) $(BIN)/python -m recipes_lib.cli sweep recipes/sweeps/sweep_demo.yaml
 	$(RECORD) sweep-demo outputs/sweep_demo --command "make sweep-demo" \
-		--wall_s $$(( $$(date +%s) - $$(cat outputs/.sweep_demo_started) ))
+		--started outputs/.sweep_demo_started
 
 # Label noise (docs/crossval.md): 10% of the demo's training labels flipped at seed 0, a LABEL_NOISE_FOLDS-fold
 # cross-validation of full_ft on the noisy file (1 epoch per fold; the clean validation file is its test split, scored
@@ -135,7 +136,7 @@ long-text-demo: $(BIN)/.installed
 	done
 	$(OFFLINE) $(BIN)/python -m recipes_lib.cli show $(addprefix outputs/long_documents/,$(LONG_TEXT_MODES))
 	$(RECORD) long-text-demo $(addprefix outputs/long_documents/,$(LONG_TEXT_MODES)) --command "make long-text-demo" \
-		--wall_s $$(( $$(date +%s) - $$(cat outputs/long_documents/.started) ))
+		--started outputs/long_documents/.started
 
 # The multi-label and regression tasks (docs/data-and-tasks.md): full_ft (at 1e-4, see the configs) and LoRA
 # on each; outputs/demo_multilabel/<recipe>, outputs/demo_regression/<recipe>, then one record of the four.
@@ -149,7 +150,7 @@ task-demo: $(BIN)/.installed
 	done
 	$(RECORD) task-demo outputs/demo_multilabel/full_ft outputs/demo_multilabel/lora outputs/demo_regression/full_ft \
 		outputs/demo_regression/lora --command "make task-demo" \
-		--wall_s $$(( $$(date +%s) - $$(cat outputs/.task_demo_started) ))
+		--started outputs/.task_demo_started
 
 test: $(BIN)/.installed
 	$(OFFLINE) $(BIN)/python -m pytest $(PYTEST_PARALLEL) $(PYTEST_ARGS)

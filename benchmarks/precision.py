@@ -27,6 +27,7 @@ import json
 import os
 import platform
 import statistics
+import sys
 import time
 from datetime import datetime, timezone
 from pathlib import Path
@@ -127,13 +128,17 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--report_dir", default="benchmarks/results")
     args = parser.parse_args()
+    from publish import git_commit, machine  # benchmarks/publish.py: CPU model and flags, versions, load
 
+    git = git_commit()  # at the start: the commit measured (dirty: src or recipes changed since)
     capability = detect_capability(use_cpu=True)
     print(f"CPU: {platform.processor() or platform.machine()}, {capability.name}")
     print(f"native bf16: {capability.native_bf16}, native fp16: {capability.native_fp16}")
     report = {
         "created_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        "machine": platform.machine(),
+        "machine": machine(),
+        "git": git,
+        "command": "python benchmarks/precision.py " + " ".join(sys.argv[1:]),
         "cpu_capability": torch.backends.cpu.get_cpu_capability(),
         "native_bf16": capability.native_bf16,
         "native_fp16": capability.native_fp16,

@@ -4,7 +4,9 @@ Every figure README.md, benchmarks/RESULTS.md and docs/ show from a demo comes f
 benchmarks/results/: the figures of each run, and the machine that ran them (CPU model and flags,
 GPU, library versions, date, git commit). The Makefile's demo targets write one when they finish:
 
-    python benchmarks/publish.py record demo outputs/demo/full_ft outputs/demo/lora ... --command "make demo"
+    python benchmarks/publish.py start outputs/demo/.started      # when the demo starts: the time and the commit
+    python benchmarks/publish.py record demo outputs/demo/full_ft outputs/demo/lora ... --command "make demo" \
+        --started outputs/demo/.started                              # the commit it started at, its wall time
     python benchmarks/publish.py record sweep-demo outputs/sweep_demo --command "make sweep-demo"
     python benchmarks/publish.py record distill-demo outputs/distill_demo/teacher outputs/distill_demo/distill_seed42 ...
 
@@ -31,6 +33,7 @@ import re
 import statistics
 import subprocess
 import sys
+import time
 from datetime import datetime, timezone
 from importlib import metadata
 from pathlib import Path
@@ -102,6 +105,23 @@ def git_commit() -> dict:
     }
 
 
+def write_start(path: Path) -> None:
+    """A demo's start: the time in seconds (as `date +%s` writes it) in `path`, the checkout's commit and
+    whether src or recipes differ from it beside it (PATH.git.json), so the record names what ran."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(f"{int(time.time())}\n")
+    path.with_name(path.name + ".git.json").write_text(
+        json.dumps({**git_commit(), "read_at": "start"}) + "\n"
+    )
+
+
+def read_start(path: Path) -> tuple[float, dict | None]:
+    """(seconds since the start written at `path`, the commit then; None from a start file without it)."""
+    wall_s = time.time() - int(path.read_text().split()[0])
+    git_file = path.with_name(path.name + ".git.json")
+    return wall_s, json.loads(git_file.read_text()) if git_file.is_file() else None
+
+
 # --- records -----------------------------------------------------------------------------------------
 
 # What a published table shows of a run's results.json; the record keeps these, per run.
@@ -156,9 +176,11 @@ def write_record(
     wall_s: float | None,
     out_dir: Path,
     commit: str | None = None,
+    git: dict | None = None,
 ) -> Path:
-    """`commit`: the commit the runs ran from, where it is not the checkout's now (a record written later)."""
-    git = {"commit": commit, "dirty": False, "given": True} if commit else git_commit()
+    """`commit`: the commit the runs ran from, where it is not the checkout's now (a record written later);
+    `git`: the checkout's state when the runs started (`read_start`)."""
+    git = {"commit": commit, "dirty": False, "given": True} if commit else (git or git_commit())
     record = {"name": name, "command": command, "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
               "machine": machine(), "git": git, "wall_s": wall_s}  # fmt: skip
     sweep_files = [
@@ -205,7 +227,7 @@ def machine_line(record: dict, record_path: str, link: str) -> str:
     )
     commit = record["git"].get("commit") or "unknown"
     return (
-        f"`{record['command']}` on {record['date'][:10]}: {cpu['model']} ({cpu['cores']} cores, {isa}){gpu}; "
+        f"`{record['command']}` on {(record.get('date') or record['created_at'])[:10]}: {cpu['model']} ({cpu['cores']} cores, {isa}){gpu}; "
         f"torch {versions.get('torch')}, transformers {versions.get('transformers')}, peft {versions.get('peft')}, "
         f"bitsandbytes {versions.get('bitsandbytes')}; commit {commit}{' (modified)' if record['git'].get('dirty') else ''}"
         f"{wall}. Record: [{record_path}]({link})."
@@ -214,12 +236,12 @@ def machine_line(record: dict, record_path: str, link: str) -> str:
 
 def demo_table(record: dict) -> list[str]:
     lines = [
-        "| recipe | accuracy | macro-F1 | trainable parameters | optimizer state | peak memory (process RSS) | samples/s | train s |",
-        "|---|---|---|---|---|---|---|---|",
+        "| recipe | precision | accuracy | macro-F1 | trainable parameters | optimizer state | peak memory (process RSS) | samples/s | train s |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for run in record["runs"]:
         lines.append(
-            f"| {run['recipe']} | {_figure(run.get('eval_accuracy'))} | {_figure(run.get('eval_f1'))} | "
+            f"| {run['recipe']} | {run.get('precision') or '-'} | {_figure(run.get('eval_accuracy'))} | {_figure(run.get('eval_f1'))} | "
             f"{run['params_trainable']:,} | {_mib(run.get('optimizer_state_bytes'))} | "
             f"{_figure(run.get('peak_memory_gib'), '{:.2f} GiB')} | {_figure(run.get('train_samples_per_s'), '{:.1f}')} | "
             f"{_figure(run.get('train_runtime_s'), '{:.1f}')} |"
@@ -370,6 +392,54 @@ def seeds_table(record: dict) -> list[str]:
     return lines
 
 
+def precision_table(record: dict) -> list[str]:
+    """A `benchmarks/throughput.py --precisions fp32 bf16` report: per training-set size, accuracy by seed
+    and real tokens/s of each precision, its fraction of the machine's matmul peak, and Welch's test."""
+    lines = [
+        "| train examples | precision | accuracy by seed | mean ± std | real tokens/s | tokens/s vs fp32 | fraction of peak |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for size, summary in record["summary_by_size"].items():
+        for row in summary:
+            by_seed = ", ".join(
+                f"{seed}: {value:.4f}"
+                for seed, value in zip(row["seeds"], row["eval_accuracy_by_seed"], strict=True)
+            )
+            spread = f" ± {row['eval_accuracy_std']:.4f}" if row.get("eval_accuracy_std") is not None else ""
+            peak = "-" if row.get("fraction_of_peak") is None else f"{row['fraction_of_peak']:.1%}"
+            lines.append(
+                f"| {int(size):,} | {row['name']} | {by_seed} | {row['eval_accuracy']:.4f}{spread} | "
+                f"{row['real_tokens_per_s']:.0f} | {row['real_tokens_per_s_ratio']:.2f}x | {peak} |"
+            )
+    for size, test in (record.get("accuracy_tests") or {}).items():
+        if test:
+            lines += [
+                "",
+                f"{int(size):,} examples, accuracy {test['a']} vs {test['b']} ({test['test']}): {test['verdict']}.",
+            ]
+    shape = record.get("model_shape")
+    if shape:
+        lines += ["", f"Training FLOPs: {record['flops_formula']}, N = {shape['non_embedding_parameters']:,} "
+                  f"non-embedding parameters, L = {shape['layers']}, H = {shape['hidden']}; peak: the matmul probe "
+                  "in the run's precision, just before each run (benchmarks/throughput.py)."]  # fmt: skip
+    return lines
+
+
+def compile_table(record: dict) -> list[str]:
+    """A `benchmarks/compile_steady.py` report: the steady-state step, compiled against eager, after a warm-up."""
+    ms, warmup = record["median_step_ms"], record["warmup_s"]
+    lengths = record["padded_lengths"]
+    payback = record["steps_to_pay_back_compiling"]
+    return [
+        "| precision | batches (padded lengths) | median step: eager | compiled | compiled / eager | warm-up: eager | compiled (graphs) | steps to pay back compiling |",
+        "|---|---|---|---|---|---|---|---|",
+        f"| {record['precision']} | {record['batches']} of {record['batch_size']} ({len(lengths)}: {lengths[0]}-{lengths[-1]}) | "
+        f"{ms['eager']:.0f} ms | {ms['compiled']:.0f} ms | {record['compiled_over_eager']:.3f}x | {warmup['eager']:.0f} s | "
+        f"{warmup['compiled']:.0f} s ({record['graphs_after_warmup']}; {record['graphs_made_in_timed_steps']} more when timed) | "
+        f"{'never (no steady gain)' if payback is None else f'{payback:,}'} |",
+    ]
+
+
 TABLES = {
     "demo": demo_table,
     "distill-demo": distill_table,
@@ -379,6 +449,8 @@ TABLES = {
     # benchmarks/throughput.py's reports (their machine is one line of text)
     "sizes": sizes_table,
     "seeds": seeds_table,
+    "precision": precision_table,
+    "compile": compile_table,
 }
 
 
@@ -394,7 +466,9 @@ def render(table: str, record_path: str, published_in: str = "README.md") -> str
     record = json.loads(path.read_text())
     link = os.path.relpath(path, (REPO_ROOT / published_in).parent)
     if isinstance(record["machine"], str):  # a benchmarks/throughput.py report: its machine in words
-        line = f"`{record['command']}`, {record['created_at']}: {record['machine']}. Record: [{record_path}]({link})."
+        git = record.get("git")  # read when the run started (older reports have none)
+        commit = f"; commit {git['commit']}{' (modified)' if git.get('dirty') else ''}" if git else ""
+        line = f"`{record['command']}`, {record['created_at']}: {record['machine']}{commit}. Record: [{record_path}]({link})."
     else:
         line = machine_line(record, record_path, link)
     return "\n".join([*TABLES[table](record), "", line]) + "\n"
@@ -425,13 +499,26 @@ def main(argv: list[str] | None = None) -> int:
     record.add_argument(
         "--git_commit", default=None, help="the commit the runs ran from (default: the checkout's)"
     )
+    record.add_argument(
+        "--started",
+        type=Path,
+        default=None,
+        help="the file `publish.py start` wrote when the runs started: their commit, and the wall time when --wall_s is not given",
+    )
+    start = commands.add_parser("start", help="write the start time and the commit, for record --started")
+    start.add_argument("path", type=Path)
     tables = commands.add_parser("tables", help="regenerate every marked table from its record")
     tables.add_argument(
         "--check", action="store_true", help="change nothing; exit 1 if a table differs from its record"
     )
     args = parser.parse_args(argv)
+    if args.action == "start":
+        write_start(args.path)
+        return 0
     if args.action == "record":
-        path = write_record(args.name, args.sources, args.command, args.wall_s, args.out_dir, args.git_commit)
+        wall_s, git = read_start(args.started) if args.started else (args.wall_s, None)
+        wall_s = args.wall_s if args.wall_s is not None else wall_s
+        path = write_record(args.name, args.sources, args.command, wall_s, args.out_dir, args.git_commit, git)
         print(f"record: {path}")
         return 0
     stale = []

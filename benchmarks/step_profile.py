@@ -15,6 +15,12 @@ clock's synchronisations (the figure gpu_check.py's MFU is computed from). Memor
 (`--track_memory false`). Then `torch.profiler` records a few steps and the slowest operators are
 listed by their own (self) time, labelled by phase.
 
+On CPU, a recipe that trains the whole model gets its fraction of the machine's peak from the steady
+step: real (non-pad) tokens per step over the steady step time, times throughput.py's training FLOPs
+per real token (6 N + 12 L S H), over throughput.py's matmul probe in the recipe's precision, run just
+before the recipe. (LoRA and QLoRA compute no gradient for the frozen weights: 6 N would overstate their
+work, so they get none.)
+
 Written to --report_dir as step_profile-<time>.json and .md, with the machine they ran on; the JSON
 after every recipe, so a run stopped part way keeps the recipes done. A recipe that fails is a row
 that says why, and the next recipe runs.
@@ -274,7 +280,21 @@ def profile_recipe(name: str, args: argparse.Namespace, work_dir: Path) -> dict:
             profiled_step(model, optimizer, batch, clock)
 
     medians = {phase: statistics.median(values) for phase, values in clock.times.items()}
-    _, trainable = count_parameters(model)
+    total, trainable = count_parameters(model)
+    peak = None
+    if device.type == "cpu" and trainable == total:
+        from throughput import fraction_of_peak, matmul_probe, model_shape
+
+        shape = model_shape(args.model_name_or_path)
+        probe = matmul_probe(shape, "bf16" if arguments.training.bf16 else "fp32")
+        timed = batches[args.warmup_steps : args.warmup_steps + args.steps]
+        real_tokens = statistics.mean(int(batch["attention_mask"].sum()) for batch in timed)
+        examples = statistics.mean(len(batch["attention_mask"]) for batch in timed)
+        rates = {
+            "train_tokens_per_s": real_tokens / steady_step_seconds,
+            "train_samples_per_s": examples / steady_step_seconds,
+        }
+        peak = fraction_of_peak(rates, shape, probe)
     return {
         "recipe": name,
         "status": "ok",
@@ -287,6 +307,7 @@ def profile_recipe(name: str, args: argparse.Namespace, work_dir: Path) -> dict:
         "timed_steps": args.steps,
         "steady_step_ms": round(1000 * steady_step_seconds, 3),
         "median_collate_ms": round(1000 * collate_seconds, 3),
+        "peak": peak,
         "top_operators": top_operators(recorded, args.top_ops, args.profiled_steps),
     }
 
@@ -311,8 +332,8 @@ def markdown(rows: list[dict], title: str, command: str, profiled_steps: int) ->
         "Median milliseconds per step (same batches for every recipe):",
         "",
         "| recipe | optimizer | trainable | forward | backward | optimizer step | step | step ratio to "
-        f"{base['recipe']} | steady step | collate one batch |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        f"{base['recipe']} | steady step | collate one batch | fraction of peak |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for row in rows:
         ms = row["median_ms"]
@@ -320,7 +341,7 @@ def markdown(rows: list[dict], title: str, command: str, profiled_steps: int) ->
             f"| {row['recipe']} | {row['optimizer']} | {row['params_trainable']:,} | {ms['forward']:.1f} "
             f"| {ms['backward']:.1f} | {ms['optimizer_step']:.1f} | {row['median_step_ms']:.1f} "
             f"| {row['median_step_ms'] / base['median_step_ms']:.3f} | {row['steady_step_ms']:.1f} "
-            f"| {row['median_collate_ms']:.2f} |"
+            f"| {row['median_collate_ms']:.2f} | {'-' if not row.get('peak') else format(row['peak']['fraction_of_peak'], '.1%')} |"
         )
     lines += [f"\n{row['recipe']}: failed: {row['note']}" for row in failed]
     for row in rows:
@@ -339,9 +360,12 @@ def markdown(rows: list[dict], title: str, command: str, profiled_steps: int) ->
 
 
 def main(argv=None) -> int:
+    from publish import git_commit
+    from publish import machine as machine_details
     from throughput import machine_description
 
     args = parse_args(argv)
+    git = git_commit()  # at the start: the commit profiled
     work_dir = Path("outputs/benchmarks/step_profile")
     machine = machine_description()
     command = "python benchmarks/step_profile.py " + " ".join(sys.argv[1:] if argv is None else argv)
@@ -373,10 +397,12 @@ def main(argv=None) -> int:
             ms = row["median_ms"]
             print(
                 f"  forward {ms['forward']:.1f} ms, backward {ms['backward']:.1f} ms, "
-                f"optimizer step {ms['optimizer_step']:.1f} ms; steady step {row['steady_step_ms']:.1f} ms",
+                f"optimizer step {ms['optimizer_step']:.1f} ms; steady step {row['steady_step_ms']:.1f} ms"
+                + (f", {row['peak']['fraction_of_peak']:.1%} of peak" if row.get("peak") else ""),
                 flush=True,
             )
-        report = {"command": command, "machine": machine, "created_at": stamp, "rows": rows}
+        report = {"command": command, "machine": machine, "machine_details": machine_details(), "git": git,
+                  "created_at": stamp, "rows": rows}  # fmt: skip
         _write_atomically(json_path, json.dumps(report, indent=2) + "\n")
     table = markdown(rows, title, command, args.profiled_steps)
     _write_atomically(markdown_path, table + "\n")

@@ -17,6 +17,10 @@ batch order alone. `--recipes full_ft adamw_8bit lora` compares step time across
 the recipe defaults) instead, and `--switches` the cost of each throughput switch against
 full_ft's defaults (eager instead of SDPA attention, activation checkpointing, torch.compile).
 
+`--precisions fp32 bf16` trains full_ft (its own learning rate) once per precision and seed, in turn,
+`--bf16 false` against `--bf16 true` (bf16 autocast), and tests the accuracy difference with Welch's
+t-test (sweep/report.py's): whether the automatic precision may be bf16 on this machine.
+
 `--sizes 500 1000 2000 4000 16000` repeats the batching ways at each training-set size (the size
 axis of small-data runs); with `--baseline_src OLD/src` every recipe-default row is run twice, once
 with the library at OLD/src on PYTHONPATH ("recipe@baseline"), so a change to the batching is
@@ -27,7 +31,20 @@ steps taken, which the shuffled batch order makes a fair sample of the epoch.
 
 Reported from each run's results.json: samples/s, real (non-pad) tokens/s, pad ratio, wall time,
 accuracy, and the ratio of each to the first row. Results are written as JSON and as a Markdown
-table to --report_dir, with the machine they ran on.
+table to --report_dir, with the machine they ran on (CPU model and flags, library versions, load:
+benchmarks/publish.py's `machine`) and the commit read when the run started.
+
+How close to the machine's limit each run trains (`fraction_of_peak`): the model's training FLOPs
+per real token times its real tokens/s, over the matmul rate this machine reaches in the run's
+precision, probed in this process just before each run (`matmul_probe`: the model's feed-forward
+shape, 1,024 tokens, on as many threads as the runs get). FLOPs per real token, for a model of N
+non-embedding parameters (the classifier included), L layers, hidden size H, and S the mean real
+tokens per example (samples/s over real tokens/s; what each token attends over, padding not counted):
+
+    forward  = 2 N + 4 L S H      (every weight once per token; QK^T and attention x V, S x H each)
+    training = 3 x forward = 6 N + 12 L S H      (backward twice the forward)
+
+Embedding lookups, softmax, LayerNorm and the optimizer step are left out: they are not matmuls.
 """
 
 from __future__ import annotations
@@ -62,6 +79,10 @@ SWITCHES = {
 }
 MINILM = "sentence-transformers/all-MiniLM-L6-v2"
 TRAINER_DEFAULT_LEARNING_RATE = 5e-5  # TrainingArguments' and run_glue.py's
+
+
+PRECISIONS = {"fp32": ["--bf16", "false"], "bf16": ["--bf16", "true"]}
+PROBE_TOKENS = 1024  # rows of the probe's matmul: 32 examples of 32 tokens
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -109,6 +130,12 @@ def parse_args(argv=None) -> argparse.Namespace:
         help="compare these recipes (recipe defaults, each at its own learning rate) instead of the batching ways",
     )
     what.add_argument(
+        "--precisions",
+        nargs="+",
+        choices=list(PRECISIONS),
+        help="train full_ft once per precision (--bf16 false / true) per seed, and test the accuracy difference",
+    )
+    what.add_argument(
         "--switches",
         action="store_true",
         help="flip each throughput switch alone on full_ft (recipe defaults at learning rate 5e-5) instead",
@@ -136,7 +163,7 @@ def common_recipe_args(args: argparse.Namespace, seed: int, output_dir: Path) ->
     if args.max_steps:
         optional += ["--max_steps", str(args.max_steps)]
     learning_rate = args.learning_rate
-    if learning_rate is None and not args.recipes:
+    if learning_rate is None and not (args.recipes or args.precisions):
         learning_rate = TRAINER_DEFAULT_LEARNING_RATE  # one model, so one rate: the usual way's
     if learning_rate is not None:  # else each recipe trains at its own default
         optional += ["--learning_rate", str(learning_rate)]
@@ -204,6 +231,79 @@ def machine_description() -> str:
     )
 
 
+def model_shape(model_name_or_path: str) -> dict:
+    """N (non-embedding parameters, classifier included), L and H, from the model's config (meta device)."""
+    import torch
+    from transformers import AutoConfig, AutoModelForSequenceClassification
+
+    from recipes_lib.modeling.sources import packaged_model_dir
+
+    config = AutoConfig.from_pretrained(packaged_model_dir(model_name_or_path) or model_name_or_path)
+    with torch.device("meta"):
+        model = AutoModelForSequenceClassification.from_config(config)
+    non_embedding = sum(p.numel() for name, p in model.named_parameters() if "embeddings." not in name)
+    return {
+        "non_embedding_parameters": non_embedding,
+        "layers": config.num_hidden_layers,
+        "hidden": config.hidden_size,
+        "intermediate": config.intermediate_size,
+    }
+
+
+def training_flops_per_token(shape: dict, tokens_per_example: float) -> float:
+    """6 N + 12 L S H: the module docstring's formula."""
+    return 6 * shape["non_embedding_parameters"] + 12 * shape["layers"] * tokens_per_example * shape["hidden"]
+
+
+def matmul_probe(shape: dict, precision: str, repeats: int = 15) -> float:
+    """GFLOP/s of this machine's matmul in `precision`, on the model's feed-forward shape: PROBE_TOKENS x H
+    @ H x intermediate, on torch's threads (OMP_NUM_THREADS, as the runs get). The fastest of `repeats`:
+    on cores shared with other jobs, the repeat least slowed by them is the nearest to the machine's limit."""
+    import torch
+
+    dtype = {"fp32": torch.float32, "bf16": torch.bfloat16}[precision]
+    a = torch.randn(PROBE_TOKENS, shape["hidden"]).to(dtype)
+    b = torch.randn(shape["hidden"], shape["intermediate"]).to(dtype)
+    flops = 2 * PROBE_TOKENS * shape["hidden"] * shape["intermediate"]
+    a @ b  # warm-up: oneDNN picks and caches its kernel
+    times = []
+    for _ in range(repeats):
+        started = time.perf_counter()
+        for _ in range(10):
+            a @ b
+        times.append((time.perf_counter() - started) / 10)
+    return flops / min(times) / 1e9
+
+
+def fraction_of_peak(row: dict, shape: dict, probe_gflops: float) -> dict:
+    """The run's achieved training FLOP/s (real tokens only) and its fraction of the probed matmul rate."""
+    tokens_per_example = row["train_tokens_per_s"] / row["train_samples_per_s"]
+    per_token = training_flops_per_token(shape, tokens_per_example)
+    achieved = row["train_tokens_per_s"] * per_token / 1e9
+    return {
+        "mean_real_tokens_per_example": round(tokens_per_example, 2),
+        "training_flops_per_token": round(per_token),
+        "achieved_gflops": round(achieved, 2),
+        "probe_gflops": round(probe_gflops, 2),
+        "fraction_of_peak": round(achieved / probe_gflops, 4),
+    }
+
+
+def accuracy_test(summary: list[dict]) -> dict | None:
+    """Welch's t-test (sweep/report.py's) of the first two rows' accuracies over their seeds."""
+    if len(summary) < 2:
+        return None
+    from recipes_lib.sweep.report import compare_pair
+
+    a, b = summary[1], summary[0]
+    return compare_pair(
+        {"recipe": a["name"], "validation": {"values": a["eval_accuracy_by_seed"]}},
+        {"recipe": b["name"], "validation": {"values": b["eval_accuracy_by_seed"]}},
+        "validation",
+        "accuracy",
+    )
+
+
 def summarise(rows: list[dict]) -> list[dict]:
     """One line per way (or recipe): means over its seeds, and ratios of those means to the first way's."""
     groups: dict[str, list[dict]] = {}
@@ -229,6 +329,10 @@ def summarise(rows: list[dict]) -> list[dict]:
                 ),
                 "eval_accuracy": statistics.mean(accuracies),
                 "eval_accuracy_by_seed": accuracies,
+                "precision": group[0].get("precision"),
+                "fraction_of_peak": statistics.mean(row["peak"]["fraction_of_peak"] for row in group)
+                if all("peak" in row for row in group)
+                else None,
                 # Sample standard deviation across seeds: how much accuracy moves with the seed alone.
                 "eval_accuracy_std": statistics.stdev(accuracies) if len(accuracies) > 1 else None,
             }
@@ -245,6 +349,9 @@ def summarise(rows: list[dict]) -> list[dict]:
                 "train_runtime_s": round(line["train_runtime_s"], 1),
                 "step_time_s": round(line["step_time_s"], 4),
                 "eval_accuracy": round(line["eval_accuracy"], 4),
+                "fraction_of_peak": None
+                if line["fraction_of_peak"] is None
+                else round(line["fraction_of_peak"], 4),
                 "eval_accuracy_std": None
                 if line["eval_accuracy_std"] is None
                 else round(line["eval_accuracy_std"], 4),
@@ -262,16 +369,17 @@ def markdown(summary: list[dict], title: str) -> str:
     accuracy = "accuracy" if seeds == 1 else f"accuracy (mean ± std of {seeds} seeds)"
     header = (
         f"| run | samples/s | real tokens/s | pad ratio | train s | step s | {accuracy} "
-        "| samples/s ratio | tokens/s ratio | step time ratio | accuracy Δ (points) |"
+        "| samples/s ratio | tokens/s ratio | step time ratio | accuracy Δ (points) | precision | fraction of peak |"
     )
-    lines = [f"**{title}**", "", header, "|" + "---|" * 11]
+    lines = [f"**{title}**", "", header, "|" + "---|" * 13]
     for s in summary:
         spread = f" ± {s['eval_accuracy_std']:.4f}" if s["eval_accuracy_std"] is not None else ""
         lines.append(
             f"| {s['name']} | {s['samples_per_s']:.1f} | {s['real_tokens_per_s']:.0f} | {s['pad_ratio']:.3f} "
             f"| {s['train_runtime_s']:.1f} | {s['step_time_s']:.3f} | {s['eval_accuracy']:.4f}{spread} "
             f"| {s['samples_per_s_ratio']:.2f}x | {s['real_tokens_per_s_ratio']:.2f}x | {s['step_time_ratio']:.3f} "
-            f"| {s['accuracy_delta_points']:+.2f} |"
+            f"| {s['accuracy_delta_points']:+.2f} | {s.get('precision') or '-'} "
+            f"| {'-' if s.get('fraction_of_peak') is None else format(s['fraction_of_peak'], '.1%')} |"
         )
     if seeds > 1:
         lines += ["", "Accuracy by seed (" + ", ".join(str(seed) for seed in summary[0]["seeds"]) + "):", ""]
@@ -285,6 +393,8 @@ def run_plan(args: argparse.Namespace) -> tuple[str, list[tuple[str, str, list[s
     """(kind, [(row name, recipe, extra arguments, library source or None)]) for one training-set size."""
     if args.recipes:
         return "recipes", [(recipe, recipe, [], None) for recipe in args.recipes]
+    if args.precisions:
+        return "precision", [(name, "full_ft", PRECISIONS[name], None) for name in args.precisions]
     if args.switches:
         return "switches", [(name, "full_ft", extra, None) for name, extra in SWITCHES.items()]
     plan = []
@@ -296,9 +406,13 @@ def run_plan(args: argparse.Namespace) -> tuple[str, list[tuple[str, str, list[s
 
 
 def main(argv=None) -> int:
+    from publish import git_commit, machine
+
     args = parse_args(argv)
+    git = git_commit()  # at the start: the commit the runs run from (dirty: src or recipes changed)
     work_dir = Path(args.work_dir)
     kind, plan = run_plan(args)
+    shape = model_shape(args.model_name_or_path)
     sizes = args.sizes or [args.max_train_samples]
     rows_by_size: dict[int, list[dict]] = {size: [] for size in sizes}
     # Seeds outermost, then sizes, so a machine whose speed drifts during the run slows every way alike.
@@ -311,32 +425,51 @@ def main(argv=None) -> int:
                     flush=True,
                 )
                 output_dir = work_dir / f"{kind}-{size}-{name.replace('@', '-')}-seed{seed}"
+                precision = "bf16" if extra[-2:] == ["--bf16", "true"] else "fp32"
+                probe = None if _has_cuda() else matmul_probe(shape, precision)
                 row = run_one(recipe, extra, seed, args, output_dir, src)
+                if probe is not None and row.get("precision") in ("fp32", "bf16"):
+                    # the probe of the precision the run reports it computed in (the automatic one when not asked)
+                    if row["precision"] != precision:
+                        probe = matmul_probe(shape, row["precision"])
+                    row["peak"] = fraction_of_peak(row, shape, probe)
                 row["benchmark_name"], row["seed"], row["train_size"] = name, seed, size
                 rows_by_size[size].append(row)
                 print(
                     f"  {row['train_samples_per_s']:.1f} samples/s, {row['train_tokens_per_s']:.0f} real tokens/s, "
-                    f"pad ratio {row['pad_ratio']:.3f}, accuracy {row['eval_accuracy']:.4f}",
+                    f"pad ratio {row['pad_ratio']:.3f}, accuracy {row['eval_accuracy']:.4f}"
+                    + (f", {row['peak']['fraction_of_peak']:.1%} of peak" if "peak" in row else ""),
                     flush=True,
                 )
     stamp = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H%M%SZ")
-    machine = machine_description()
+    description = machine_description()
     command = "python benchmarks/throughput.py " + " ".join(sys.argv[1:] if argv is None else argv)
     # Ratios within each size, to its first row (the usual way when the batching ways run).
     summaries = {size: summarise(rows) for size, rows in rows_by_size.items()}
     steps = f", at most {args.max_steps} steps" if args.max_steps else ""
     tables = [
         markdown(
-            summary, f"{kind} benchmark, {args.model_name_or_path}, {size} train samples{steps}, {machine}"
+            summary,
+            f"{kind} benchmark, {args.model_name_or_path}, {size} train samples{steps}, {description}",
         )
         for size, summary in summaries.items()
+    ]
+    tests = (
+        {size: accuracy_test(summary) for size, summary in summaries.items()} if kind == "precision" else {}
+    )
+    tables += [
+        f"{size} train samples, accuracy {test['a']} vs {test['b']} ({test['test']}): {test['verdict']}."
+        for size, test in tests.items()
+        if test
     ]
     table = "\n\n".join(tables)
     report_dir = Path(args.report_dir)
     report_dir.mkdir(parents=True, exist_ok=True)
     runs = [{k: v for k, v in r.items() if k != "config"} for rows in rows_by_size.values() for r in rows]
     report = {
-        "command": command, "machine": machine, "created_at": stamp, "kind": kind,
+        "command": command, "machine": description, "machine_details": machine(), "git": git,
+        "created_at": stamp, "kind": kind, "model_shape": shape, "flops_formula": "6 N + 12 L S H per real token",
+        "accuracy_tests": {str(size): test for size, test in tests.items()} or None,
         "summary": summaries[sizes[0]] if len(sizes) == 1 else None,
         "summary_by_size": {str(size): summary for size, summary in summaries.items()},
         "runs": runs,

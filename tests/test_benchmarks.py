@@ -101,6 +101,11 @@ def test_step_profile_times_every_phase_of_each_recipe_on_the_same_batches(
         assert 0 < len(row["top_operators"]) <= 5
         assert all(0 <= op["share"] <= 1 for op in row["top_operators"])
     assert "| lora |" in next(report_dir.glob("step_profile-*.md")).read_text()
+    # The whole-model recipes' fraction of the machine's peak (CPU); LoRA's work is not 6 N a token.
+    assert rows["full_ft"]["peak"]["fraction_of_peak"] > 0 and rows["adamw_8bit"]["peak"]["probe_gflops"] > 0
+    assert rows["lora"]["peak"] is None
+    report = json.loads(report_file.read_text())
+    assert "commit" in report["git"] and report["machine_details"]["cpu"]["flags"]
 
 
 @pytest.mark.slow
@@ -259,3 +264,65 @@ def test_label_noise_retrains_on_the_noisy_and_the_cleaned_file_per_seed_and_tes
         0.79,
     ]
     assert launched == []
+
+
+def test_fraction_of_peak_is_training_flops_per_real_token_times_tokens_per_s_over_the_probe():
+    throughput = load_benchmark("throughput")
+    shape = {"non_embedding_parameters": 10_000_000, "layers": 6, "hidden": 384, "intermediate": 1536}
+    # 6 N + 12 L S H, S = 1,000 real tokens/s / 50 samples/s = 20 tokens an example
+    assert throughput.training_flops_per_token(shape, 20) == 60_000_000 + 12 * 6 * 20 * 384
+    peak = throughput.fraction_of_peak(
+        {"train_tokens_per_s": 1000.0, "train_samples_per_s": 50.0}, shape, probe_gflops=100.0
+    )
+    assert peak["mean_real_tokens_per_example"] == 20 and peak["training_flops_per_token"] == 60_552_960
+    assert peak["achieved_gflops"] == 60.55 and peak["fraction_of_peak"] == 0.6055
+    assert throughput.matmul_probe(shape, "fp32", repeats=1) > 0
+
+
+def test_the_precision_report_tests_bf16_against_fp32_and_its_table_shows_the_fraction_of_peak(tmp_path):
+    throughput, publish = load_benchmark("throughput"), load_benchmark("publish")
+    args = throughput.parse_args(["--precisions", "fp32", "bf16"])
+    assert throughput.run_plan(args) == (
+        "precision",
+        [("fp32", "full_ft", ["--bf16", "false"], None), ("bf16", "full_ft", ["--bf16", "true"], None)],
+    )
+    assert "--learning_rate" not in throughput.common_recipe_args(args, 42, tmp_path)  # full_ft's own
+    rows = []
+    for seed, (fp32, bf16) in zip((1, 2, 3), ((0.80, 0.81), (0.82, 0.80), (0.79, 0.80)), strict=True):
+        for name, accuracy, tokens in (("fp32", fp32, 800.0), ("bf16", bf16, 1200.0)):
+            row = fake_run(name, seed, 40.0, tokens, 25.0, 50, accuracy)
+            row["precision"], row["peak"] = name, {"fraction_of_peak": 0.3 if name == "fp32" else 0.2}
+            rows.append(row)
+    summary = throughput.summarise(rows)
+    test = throughput.accuracy_test(summary)
+    assert (test["a"], test["b"]) == ("bf16", "fp32") and test["p_value"] > 0.05
+    record = {"command": "python benchmarks/throughput.py --precisions fp32 bf16", "created_at": "2026-12-04",
+              "machine": "2 CPU cores (A CPU, AVX-512 BF16)", "git": {"commit": "abc1234", "dirty": True},
+              "summary_by_size": {"1000": summary}, "accuracy_tests": {"1000": test}, "flops_formula": "6 N",
+              "model_shape": {"non_embedding_parameters": 10, "layers": 6, "hidden": 384}}  # fmt: skip
+    path = tmp_path / "precision.json"
+    path.write_text(json.dumps(record))
+    table = publish.render("precision", str(path))
+    assert (
+        "| 1,000 | bf16 | 1: 0.8100, 2: 0.8000, 3: 0.8000 | 0.8033 ± 0.0058 | 1200 | 1.50x | 20.0% |" in table
+    )
+    assert "not shown to differ" in table and "commit abc1234 (modified)" in table
+
+
+def test_the_compile_table_shows_the_steady_steps_and_says_never_when_compiling_gains_nothing(tmp_path):
+    publish = load_benchmark("publish")
+    record = {"command": "python benchmarks/compile_steady.py", "created_at": "2026-12-04T17:15:52+00:00",
+              "machine": publish.machine(), "git": {"commit": "abc1234", "dirty": False}, "precision": "bf16",
+              "batches": 12, "batch_size": 32, "padded_lengths": [33, 40, 44], "warmup_s": {"eager": 50.0, "compiled": 301.0},
+              "graphs_after_warmup": 3, "graphs_made_in_timed_steps": 0, "median_step_ms": {"eager": 3420.8, "compiled": 4399.9},
+              "compiled_over_eager": 1.286, "steps_to_pay_back_compiling": None}  # fmt: skip
+    path = tmp_path / "compile_steady.json"
+    path.write_text(json.dumps(record))
+    table = publish.render("compile", str(path))
+    assert (
+        "| bf16 | 12 of 32 (3: 33-44) | 3421 ms | 4400 ms | 1.286x | 50 s | 301 s (3; 0 more when timed) | never"
+        in table
+    )
+    assert "commit abc1234" in table and "on 2026-12-04" in table
+    path.write_text(json.dumps({**record, "steps_to_pay_back_compiling": 1234}))
+    assert "| 1,234 |" in publish.render("compile", str(path))

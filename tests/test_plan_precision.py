@@ -126,3 +126,21 @@ def test_precisions_that_contradict_are_refused(capsys, arguments, message):
 def test_a_setup_refuses_two_precisions():
     with pytest.raises(ConfigError, match="one precision"):
         Setup(bf16=True, fp16=True)
+
+
+def test_with_device_cpu_on_a_cpu_with_native_bf16_the_plan_is_the_recipes_bf16(monkeypatch, capsys):
+    bf16_cpu = DeviceCapability(
+        "cpu", "CPU (AVX512 kernels, avx512_bf16)", native_bf16=True, native_fp16=False
+    )
+    monkeypatch.setattr(plan_tool, "detect_capability", lambda use_cpu: bf16_cpu if use_cpu else H200)
+    arguments = ("--model", "bert-base-uncased", "--recipe", "full_ft", "--no_family", "--device", "cpu")
+    output = _plan(capsys, *arguments)
+    assert (
+        "bf16 mixed precision (what the recipe picks on the CPU; --precision fp32 to plan otherwise)"
+        in output
+    )
+    assert _figures(output) == _figures(_plan(capsys, *arguments, "--precision", "bf16"))
+    assert _figures(output) != _figures(_plan(capsys, *arguments, "--precision", "fp32"))
+    # DeBERTa v1 fails under bf16 autocast: its recipe, and so its plan, stays fp32 on this CPU.
+    planned = plan_tool.PlannedPrecision("auto", "--precision auto", bf16_cpu, on_this_machine=True)
+    assert [planned.choose(t)[0] for t in ("bert", "deberta", "deberta-v2")] == ["bf16", "fp32", "bf16"]

@@ -21,8 +21,11 @@ TURING = DeviceCapability("cuda", "Tesla T4 (compute capability 7.5)", native_bf
     "capability, model_type, expected",
     [
         (AVX2_CPU, "bert", "fp32"),
-        # Native bf16 on a CPU is opt-in: the automatic choice stays the same on every CPU.
-        (AVX512_BF16_CPU, "bert", "fp32"),
+        # bf16 autocast where the CPU has it natively, except for a family that fails under it.
+        (AVX512_BF16_CPU, "bert", "bf16"),
+        (AVX512_BF16_CPU, "deberta-v2", "bf16"),
+        (AVX512_BF16_CPU, "deberta", "fp32"),
+        (AVX2_CPU, "deberta", "fp32"),
         (AMPERE, "bert", "bf16"),
         (AMPERE, "deberta-v2", "bf16"),
         (TURING, "bert", "fp16"),
@@ -132,7 +135,10 @@ def test_bf16_false_under_a_bf16_launcher_config_is_an_error_naming_both(monkeyp
     assert (training.precision, training.mixed_precision, training.bf16) == ("bf16", "bf16", True)
 
 
-def test_fp32_by_default_on_cpu_even_under_a_launcher_that_set_no(monkeypatch):
+def test_fp32_by_default_on_an_avx2_cpu_even_under_a_launcher_that_set_no(monkeypatch):
+    import recipes_lib.config.arguments as config
+
+    monkeypatch.setattr(config, "detect_capability", lambda use_cpu: AVX2_CPU)
     monkeypatch.setenv("ACCELERATE_MIXED_PRECISION", "no")
     training = _parse([])
     assert (training.precision, training.mixed_precision, training.bf16, training.fp16) == (
@@ -141,6 +147,23 @@ def test_fp32_by_default_on_cpu_even_under_a_launcher_that_set_no(monkeypatch):
         False,
         False,
     )
+
+
+def test_bf16_by_default_on_a_cpu_with_native_bf16_unless_refused_or_the_family_fails_in_it(monkeypatch):
+    import recipes_lib.config.arguments as config
+
+    monkeypatch.setattr(config, "detect_capability", lambda use_cpu: AVX512_BF16_CPU)
+    monkeypatch.setenv("ACCELERATE_MIXED_PRECISION", "no")
+    training = _parse([])
+    assert (training.precision, training.mixed_precision, training.bf16) == ("bf16", "bf16", True)
+    assert not training.precision_choice.explicit and "--bf16 false" in training.precision_choice.reason
+    assert training.precision_for("bert") == training.precision_choice
+    settled = training.resolved(training.precision_for("deberta"))
+    assert (settled.precision, settled.mixed_precision, settled.bf16) == ("fp32", "no", False)
+    assert "deberta fails under bf16 autocast" in settled.precision_choice.reason
+    refused = _parse(["--bf16", "false"])
+    assert (refused.precision, refused.mixed_precision, refused.bf16) == ("fp32", "no", False)
+    assert "bf16 ruled out" in refused.precision_choice.reason
 
 
 def test_a_gpu_that_only_emulates_bf16_gets_fp16_and_deberta_fp32(monkeypatch):
@@ -176,6 +199,7 @@ def test_save_steps_alone_switches_to_step_saving_and_a_contradiction_is_an_erro
 @pytest.mark.parametrize(
     "recipe, extra, launcher, expected",
     [
+        # The suite runs with oneDNN capped below bf16 (conftest.py): fp32 on every CPU.
         ("full_ft", [], "no", ("fp32", None)),
         ("full_ft", [], "bf16", ("bf16", None)),  # a bf16 launcher config on CPU: bf16, as asked
         ("qlora", [], None, ("fp32", "fp32")),  # 4-bit matmuls follow the run: fp32 on CPU

@@ -47,7 +47,7 @@ def fake_run(directory, recipe: str, accuracy: float, problem_type="single_label
     directory.mkdir(parents=True)
     results = {"recipe": recipe, "problem_type": problem_type, "eval_accuracy": accuracy, "eval_f1": accuracy - 0.01,
                "params_trainable": 1234, "optimizer_state_bytes": 3 * 2**20, "peak_memory_gib": 1.4,
-               "train_samples_per_s": 70.0, "train_runtime_s": 50.0, "train_steps": 63,
+               "train_samples_per_s": 70.0, "train_runtime_s": 50.0, "train_steps": 63, "precision": "bf16",
                "config": {"long_text": "head_tail"}, "not_published": "left out"}  # fmt: skip
     (directory / "results.json").write_text(json.dumps(results))
     return directory
@@ -65,11 +65,11 @@ def test_a_record_keeps_each_runs_figures_and_the_machine_and_a_hand_edit_is_cau
     assert record["machine"]["versions"]["torch"] and record["date"] and "commit" in record["git"]
 
     table = publish.render("demo", str(path))
-    assert "| full_ft | 0.8475 | 0.8375 | 1,234 | 3.0 MiB | 1.40 GiB | 70.0 | 50.0 |" in table
+    assert "| full_ft | bf16 | 0.8475 | 0.8375 | 1,234 | 3.0 MiB | 1.40 GiB | 70.0 | 50.0 |" in table
     assert f"Record: [{path}](" in table and "`make demo` on " in table
     page = f"# Results\n\n<!-- record demo {path}: start -->\nstale\n<!-- record: end -->\n"
     fresh = publish.regenerate(page)
-    assert "| lora | 0.8150 |" in fresh and "stale" not in fresh
+    assert "| lora | bf16 | 0.8150 |" in fresh and "stale" not in fresh
     assert publish.regenerate(fresh) == fresh  # generated once, unchanged after
     assert publish.regenerate(fresh.replace("0.8150", "0.8200")) == fresh  # a hand edit is put back
     assert "| head_tail | 0.8475 |" in publish.render("long-text-demo", str(path))
@@ -113,3 +113,51 @@ def test_the_distill_demo_table_groups_the_seeds_and_shows_the_exported_students
     )
     assert "(dynamo exporter, int8 weights unsigned)" in table
     assert "| fp32 | 87.0 MiB | 100.00% of 400 | 0.8000 (0.8000) | 0.00 | 2.0e-06 |" in table
+
+
+def test_a_figure_edited_in_a_generated_block_of_results_md_fails_the_check_and_is_put_back(
+    publish, tmp_path, monkeypatch, capsys
+):
+    """The check over the real files: a copy of the repository's published pages and their records, one
+    figure in one of RESULTS.md's generated blocks changed by hand."""
+    import re
+    import shutil
+
+    for name in publish.PUBLISHED_FILES:
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(REPO_ROOT / name, tmp_path / name)
+        for _, record, _ in publish.published_blocks((REPO_ROOT / name).read_text()):
+            (tmp_path / record).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy(REPO_ROOT / record, tmp_path / record)
+    monkeypatch.setattr(publish, "REPO_ROOT", tmp_path)
+    assert publish.main(["tables", "--check"]) == 0
+    results = tmp_path / "benchmarks" / "RESULTS.md"
+    original = results.read_text()
+    block = next(publish.BLOCK.finditer(original))  # the first generated block
+    figure = re.search(r"\| (\d+\.\d{4}) \|", block["body"])  # its first four-decimal figure
+    assert figure, block["body"]
+    edited_value = f"{float(figure[1]) + 0.01:.4f}"
+    start = block.start("body") + figure.start(1)
+    results.write_text(original[:start] + edited_value + original[start + len(figure[1]) :])
+    capsys.readouterr()
+    assert publish.main(["tables", "--check"]) == 1
+    assert "benchmarks/RESULTS.md" in capsys.readouterr().err
+    assert publish.main(["tables"]) == 0 and results.read_text() == original  # regenerated from its record
+
+
+def test_a_record_names_the_commit_its_runs_started_at_not_the_one_when_it_is_written(
+    publish, tmp_path, monkeypatch
+):
+    states = iter([{"commit": "aaaaaaa", "dirty": True}, {"commit": "bbbbbbb", "dirty": False}])
+    monkeypatch.setattr(publish, "git_commit", lambda: next(states))
+    started = tmp_path / "demo" / ".started"
+    assert publish.main(["start", str(started)]) == 0  # make demo's first step
+    assert int(started.read_text()) > 0  # seconds, as `date +%s` wrote them before
+    run = fake_run(tmp_path / "full_ft", "full_ft", 0.84)
+    # ... the runs; a commit lands meanwhile (the second state) ...
+    results = tmp_path / "results"
+    args = ["record", "demo", str(run), "--command", "make demo", "--started", str(started)]
+    assert publish.main([*args, "--out_dir", str(results)]) == 0
+    record = json.loads(next(results.glob("demo-*.json")).read_text())
+    assert record["git"] == {"commit": "aaaaaaa", "dirty": True, "read_at": "start"}
+    assert 0 <= record["wall_s"] < 60

@@ -19,6 +19,7 @@ from typing import Any, TypeVar
 from transformers import TrainingArguments
 
 from recipes_lib.config.precision import (
+    BF16_UNSAFE_MODEL_TYPES,
     FP16_UNSAFE_MODEL_TYPES,
     PrecisionChoice,
     choose_precision,
@@ -539,10 +540,14 @@ class RecipeTrainingArguments(TrainingArguments):
     def precision_for(self, model_type: str) -> PrecisionChoice:
         """The automatic choice, revisited once the model family is known; this object is left as it is.
 
-        Only one case changes: automatic fp16 (a GPU without native bf16) for a family that
-        overflows in fp16 becomes fp32. Explicit choices are never changed.
+        Two cases change: automatic fp16 (a GPU without native bf16) for a family that overflows in
+        fp16, and automatic bf16 on a CPU for a family that fails under bf16 autocast, become fp32.
+        Explicit choices are never changed.
         """
-        if self.precision_choice.explicit or model_type not in FP16_UNSAFE_MODEL_TYPES:
+        if (
+            self.precision_choice.explicit
+            or model_type not in FP16_UNSAFE_MODEL_TYPES | BF16_UNSAFE_MODEL_TYPES
+        ):
             return self.precision_choice
         return choose_precision(
             self.capability, bf16=self._flags[0], fp16=self._flags[1], launcher=None, model_type=model_type

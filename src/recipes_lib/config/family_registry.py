@@ -152,6 +152,9 @@ class Family:
     # Attention and relative-position scores overflow fp16's range (65,504): a NaN loss in the
     # first epochs. Automatic precision keeps the family in fp32 where bf16 is not native.
     fp16_overflows: bool = False
+    # Why training fails under bf16 autocast, where it does (measured on the family's tiny model by
+    # tests/test_cpu_bf16.py): automatic precision keeps the family in fp32 on a CPU with native bf16.
+    bf16_autocast_fails: str | None = None
     # `config_values(vocab, hidden, layers, heads, ffn, **extra)`: a published checkpoint's
     # config.json values (model_type included); None where the catalogue lists none.
     config_values: Callable[..., dict[str, Any]] | None = None
@@ -250,6 +253,10 @@ DEBERTA = Family(
     # ContextPooler: dense and GELU on the first token (GELU keeps the dense output), then dropout.
     FamilyForward(layer=DISENTANGLED, qkv=("in_proj",) * 3, layer_norm_ops=True),
     fp16_overflows=True,
+    # Its attention masks with the minimum of the query's dtype, fp32 once its fp32 bias is added, but
+    # autocast computes the scores in bf16, whose range stops short of fp32's minimum.
+    bf16_autocast_fails="masked_fill of bf16 attention scores with float32's minimum: 'value cannot be "
+    "converted to type c10::BFloat16 without overflow' (transformers 5.25)",
 )
 DEBERTA_V2 = Family(
     "DeBERTa-v2/v3",

@@ -15,10 +15,12 @@ The rule, in order:
    - CUDA: bf16 where the GPU has it natively (Ampere and newer; T4, V100 and RTX 20xx only
      emulate it), else fp16 with loss scaling, except for model families known to overflow in
      fp16 (DeBERTa), which stay fp32.
-   - CPU: fp32. bf16 autocast on a CPU with native bf16 (AVX-512 BF16 or AMX) is faster, but its
-     results then differ between machines with and without it, so the CPU default stays the one
-     precision every CPU runs at full speed; `--bf16 true` opts in where it is native
-     (`python benchmarks/precision.py` measures what it gains on this machine).
+   - CPU: bf16 autocast where the CPU computes bf16 matmuls natively (AVX-512 BF16 or AMX-BF16
+     in its flags, and oneDNN using them), fp32 elsewhere. A full_ft step of all-MiniLM-L6-v2
+     takes 0.61x fp32's time under bf16 autocast on an AVX-512 BF16 CPU, and accuracy over seeds is
+     not shown to differ (benchmarks/RESULTS.md, "bf16 on the CPU"); without native bf16 its matmuls
+     are emulated, tens of times slower. Families that fail under bf16 autocast (the registry's
+     `bf16_autocast_fails`: DeBERTa v1) stay fp32. `--bf16 false` keeps fp32 on any CPU.
 
 Why it matters: a bf16 matmul on a CPU without native bf16 (AVX2 only: most laptops, AMD before
 Zen 4) is tens of times slower than fp32, and a GPU that emulates bf16 is slower than in fp16.
@@ -26,9 +28,12 @@ Zen 4) is tens of times slower than fp32, and a GPU that emulates bf16 is slower
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
+import re
 from dataclasses import dataclass
+from pathlib import Path
 
 import torch
 
@@ -44,6 +49,14 @@ TORCH_DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.flo
 FP16_UNSAFE_MODEL_TYPES = frozenset(
     model_type for family in FAMILIES if family.fp16_overflows for model_type in family.model_types
 )
+# The families that fail under bf16 autocast (their entries' bf16_autocast_fails): fp32 on a bf16 CPU.
+BF16_UNSAFE_MODEL_TYPES = frozenset(
+    model_type for family in FAMILIES if family.bf16_autocast_fails for model_type in family.model_types
+)
+# CPU flags with which oneDNN runs bf16 matmuls natively: AVX-512 BF16 (Cooper Lake, Zen 4) and AMX
+# (Sapphire Rapids). Without them a bf16 matmul is converted to fp32 and back, many times slower.
+BF16_CPU_FLAGS = ("avx512_bf16", "amx_bf16")
+CPUINFO = Path("/proc/cpuinfo")
 # The environment variable `accelerate launch` sets from its config's `mixed_precision`.
 LAUNCHER_VARIABLE = "ACCELERATE_MIXED_PRECISION"
 
@@ -72,12 +85,41 @@ def detect_capability(use_cpu: bool) -> DeviceCapability:
             native_bf16=torch.cuda.is_bf16_supported(including_emulation=False),
             native_fp16=(major, minor) >= (5, 3),
         )
-    # oneDNN runs bf16 (fp16) matmuls natively only with AVX-512 BF16 or AMX (AVX-512 FP16 or AMX-FP16).
+    return cpu_capability(
+        cpu_flags(),
+        onednn_bf16=bool(torch.ops.mkldnn._is_mkldnn_bf16_supported()),
+        onednn_fp16=bool(torch.ops.mkldnn._is_mkldnn_fp16_supported()),
+        kernels=torch.backends.cpu.get_cpu_capability(),
+    )
+
+
+@functools.cache
+def cpu_flags(cpuinfo: Path = CPUINFO) -> frozenset[str] | None:
+    """The CPU's feature flags, from Linux's /proc/cpuinfo; None where it cannot be read."""
+    try:
+        match = re.search(r"^flags\s*:(.*)$", cpuinfo.read_text(), re.MULTILINE)
+    except OSError:
+        return None
+    return frozenset(match.group(1).split()) if match else None
+
+
+def cpu_capability(
+    flags: frozenset[str] | None, *, onednn_bf16: bool, onednn_fp16: bool, kernels: str
+) -> DeviceCapability:
+    """Native bf16 where the flags say so and oneDNN, which runs the matmuls, uses them (ONEDNN_MAX_CPU_ISA
+    can cap it below them); without readable flags (not Linux), oneDNN's word alone."""
+    found = [flag for flag in BF16_CPU_FLAGS if flags is not None and flag in flags]
+    if flags is None:
+        said = "oneDNN has bf16" if onednn_bf16 else "no native bf16 in oneDNN"
+    elif found and not onednn_bf16:
+        said = f"{', '.join(found)} but oneDNN capped below it by ONEDNN_MAX_CPU_ISA"
+    else:
+        said = ", ".join(found) or "no avx512_bf16 or amx_bf16"
     return DeviceCapability(
         kind="cpu",
-        name=f"CPU, {torch.backends.cpu.get_cpu_capability()} kernels",
-        native_bf16=bool(torch.ops.mkldnn._is_mkldnn_bf16_supported()),
-        native_fp16=bool(torch.ops.mkldnn._is_mkldnn_fp16_supported()),
+        name=f"CPU ({kernels} kernels, {said})",
+        native_bf16=onednn_bf16 and (flags is None or bool(found)),
+        native_fp16=onednn_fp16,
     )
 
 
@@ -177,7 +219,19 @@ def choose_precision(
                 "fp16", f"automatic: fp16 with loss scaling on {capability.name}{ruled_out}", explicit=False
             )
         return PrecisionChoice("fp32", f"automatic: fp32 on {capability.name}{ruled_out}", explicit=False)
-    return PrecisionChoice("fp32", f"automatic: fp32 on the {capability.name}", explicit=False)
+    if not capability.native_bf16 or "bf16" in excluded:
+        return PrecisionChoice("fp32", f"automatic: fp32 on the {capability.name}{ruled_out}", explicit=False)
+    if model_type in BF16_UNSAFE_MODEL_TYPES:
+        return PrecisionChoice(
+            "fp32",
+            f"automatic: {model_type} fails under bf16 autocast; fp32 on the {capability.name}",
+            explicit=False,
+        )
+    return PrecisionChoice(
+        "bf16",
+        f"automatic: bf16 autocast, native on the {capability.name}; --bf16 false for fp32",
+        explicit=False,
+    )
 
 
 def emulation_warning(choice: PrecisionChoice, capability: DeviceCapability) -> str | None:

@@ -1,0 +1,119 @@
+"""Automatic bf16 on the CPU (config/precision.py): chosen where the CPU multiplies in bf16 natively, read
+from its flags and oneDNN, with CPUs simulated so that every case is tested on any machine; every
+family's tiny model trained under CPU bf16 autocast, or its registry entry saying why it cannot be."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from recipes_lib.config.family_registry import family_for
+from recipes_lib.config.precision import choose_precision, cpu_capability, cpu_flags
+from tests.helpers.data import learnable_rows
+from tests.helpers.models import FAMILY_SHAPES, build_tiny_family
+from tests.helpers.repo import REPO_ROOT
+from tests.helpers.runs import QUICK, run_args, run_recipe_process
+
+CPUINFO = (
+    "processor\t: 0\nmodel name\t: A CPU\nflags\t\t: fpu sse4_2 avx avx2 fma {extra}\nbogomips\t: 4800\n"
+)
+
+
+@pytest.mark.parametrize(
+    "extra, onednn_bf16, native",
+    [
+        ("avx512f avx512_bf16", True, True),  # AVX-512 BF16: Cooper Lake, AMD Zen 4 and later
+        ("avx512f amx_tile amx_bf16", True, True),  # AMX: Sapphire Rapids and later
+        ("avx512f", True, False),  # AVX-512 without BF16 (Ice Lake): oneDNN runs bf16, converting to fp32
+        ("", False, False),  # AVX2 only: most laptops, AMD before Zen 4
+        ("avx512f avx512_bf16", False, False),  # the flags, but ONEDNN_MAX_CPU_ISA caps oneDNN below them
+    ],
+)
+def test_bf16_is_automatic_only_where_the_cpu_flags_and_onednn_both_say_native(
+    tmp_path, extra, onednn_bf16, native
+):
+    cpuinfo = tmp_path / "cpuinfo"
+    cpuinfo.write_text(CPUINFO.format(extra=extra))
+    flags = cpu_flags(cpuinfo)
+    assert "avx2" in flags and ("avx512_bf16" in flags) == ("avx512_bf16" in extra)
+    capability = cpu_capability(flags, onednn_bf16=onednn_bf16, onednn_fp16=False, kernels="AVX512")
+    assert capability.native_bf16 is native
+    choice = choose_precision(capability, bf16=None, fp16=None, launcher=None, model_type="bert")
+    assert choice.precision == ("bf16" if native else "fp32") and not choice.explicit
+    assert capability.name in choice.reason
+    refused = choose_precision(capability, bf16=False, fp16=None, launcher=None, model_type="bert")
+    assert refused.precision == "fp32"
+
+
+def test_without_readable_flags_onednn_decides(tmp_path):
+    assert cpu_flags(tmp_path / "absent") is None
+    for onednn_bf16 in (True, False):
+        capability = cpu_capability(None, onednn_bf16=onednn_bf16, onednn_fp16=False, kernels="AVX2")
+        assert capability.native_bf16 is onednn_bf16
+
+
+def _train(model_dir, batch, labels, autocast: bool, steps: int = 10) -> list[float]:
+    import torch
+    from transformers import AutoModelForSequenceClassification
+
+    torch.manual_seed(0)
+    model = AutoModelForSequenceClassification.from_pretrained(model_dir, num_labels=2)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    losses = []
+    for _ in range(steps):
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
+            loss = model(**batch, labels=labels).loss
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad()
+        losses.append(loss.item())
+    return losses
+
+
+@pytest.mark.parametrize("model_type", list(FAMILY_SHAPES))
+def test_every_family_trains_under_cpu_bf16_autocast_or_its_entry_says_why_not(model_type, tmp_path):
+    import math
+
+    import torch
+    from transformers import AutoTokenizer
+
+    model_dir = build_tiny_family(model_type, tmp_path / model_type)
+    rows = learnable_rows(64, seed=1)
+    names = sorted({label for _, label in rows})
+    batch = AutoTokenizer.from_pretrained(model_dir)(
+        [text for text, _ in rows], padding=True, return_tensors="pt"
+    )
+    labels = torch.tensor([names.index(label) for _, label in rows])
+    fails = family_for(model_type).bf16_autocast_fails
+    if fails:
+        with pytest.raises(RuntimeError, match="BFloat16"):
+            _train(model_dir, batch, labels, autocast=True)
+        return
+    fp32, bf16 = _train(model_dir, batch, labels, False), _train(model_dir, batch, labels, True)
+    assert all(math.isfinite(loss) for loss in bf16), bf16
+    # It learns as fp32 does: the loss falls by at least half as much.
+    assert bf16[0] - bf16[-1] > 0.5 * (fp32[0] - fp32[-1]) > 0, (fp32, bf16)
+
+
+def test_a_recipe_on_this_cpu_uncapped_trains_in_what_automatic_precision_picks_here(
+    tiny_bert, learnable_data, tmp_path
+):
+    """The suite caps oneDNN (conftest.py); here a recipe runs as a user's does, uncapped: results.json
+    says the precision choose_precision gives this machine (bf16 with AVX-512 BF16 or AMX, else fp32)."""
+    env = {key: value for key, value in os.environ.items() if key != "ONEDNN_MAX_CPU_ISA"}
+    env["PYTHONPATH"] = os.pathsep.join([str(REPO_ROOT / "src"), env.get("PYTHONPATH", "")])
+    expected = subprocess.run(
+        [sys.executable, "-c", "from recipes_lib.config.precision import choose_precision, detect_capability; "
+         "print(choose_precision(detect_capability(True), bf16=None, fp16=None, launcher=None).precision)"],
+        capture_output=True, text=True, env=env, check=True,
+    ).stdout.strip()  # fmt: skip
+    done = run_recipe_process("full_ft", run_args(tiny_bert, learnable_data, tmp_path, **QUICK), env=env)
+    assert done.returncode == 0, done.stderr[-3000:]
+    results = json.loads((tmp_path / "results.json").read_text())
+    assert results["precision"] == expected, results["precision_reason"]
+    assert results["precision_reason"].startswith("automatic")
+    assert f"precision {expected} (automatic" in done.stdout  # the one line at start
