@@ -49,9 +49,10 @@ from recipes_lib.config.precision import PrecisionChoice
 from recipes_lib.config.recipe_spec import RecipeSpec
 from recipes_lib.config.validation import check_output_dir, check_task_options
 from recipes_lib.data.loading import load_classification_data
-from recipes_lib.data.long_text import DOCUMENT_COLUMN
+from recipes_lib.data.long_text import document_ids
 from recipes_lib.data.tokenize import tokenize
 from recipes_lib.memory.monitor import MemoryCallback, MemoryMonitor
+from recipes_lib.memory.peaks import peak_memory
 from recipes_lib.modeling.adapters import check_lora_targets
 from recipes_lib.modeling.families import ArchitectureProfile
 from recipes_lib.modeling.loading import (
@@ -63,7 +64,7 @@ from recipes_lib.modeling.loading import (
 )
 from recipes_lib.results import RESULTS_FILE
 from recipes_lib.run.metrics import RunMetrics
-from recipes_lib.run.record import finish_run
+from recipes_lib.run.record import RunSettings, finish_run, push_finished_run
 from recipes_lib.tracking.hub import check_push_to_hub
 from recipes_lib.tracking.wandb_run import Tracker, start_tracking
 from recipes_lib.training.autofit import choose_batch_size
@@ -221,21 +222,9 @@ class RecipeRun:
         )
         # sliding_window: metrics combine the validation split's windows into documents (the test
         # split's while it is predicted: record.py).
-        self.compute_metrics.document_ids = self.document_ids("validation")
+        self.compute_metrics.document_ids = document_ids(self.tokenized["validation"])
         self.compute_metrics.window_pooling = data_args.window_pooling
         return self.tokenized
-
-    def document_ids(self, split: str):
-        """The document of each row of a tokenized split under --long_text sliding_window; else None.
-
-        The rows are windows then: the Trainer trains on every one, and the planner's and
-        --auto_batch_size's per-batch memory holds as for any row (no window is longer than
-        max_seq_length); the number of steps follows the windows (logged by tokenize).
-        """
-        dataset = self.tokenized[split]
-        if DOCUMENT_COLUMN not in dataset.column_names:
-            return None
-        return dataset.data.column(DOCUMENT_COLUMN).to_numpy()
 
     def _check_model_family(self, base_config) -> None:
         """What the model's family supports (modeling/families.py), from config.json alone: attention kernel,
@@ -339,6 +328,40 @@ class RecipeRun:
         (same step, same tensors, none written in place); else `trainer.evaluate()`, a new pass."""
         return final_metrics(trainer, self.last_evaluation)
 
-    def write_results(self, trainer, train_result, eval_metrics: dict[str, Any]) -> dict[str, Any]:
-        """Everything a finished run writes: see run/record.py. Returns the results (results.json's keys)."""
-        return finish_run(self, trainer, train_result, eval_metrics)
+    def write_results(
+        self, trainer, train_result, eval_metrics: dict[str, Any], merged=None
+    ) -> dict[str, Any]:
+        """Everything a finished run writes (run/record.py), then the W&B summary and --push_to_hub's
+        second push. `merged`: --merge_adapter's model (save_adapter_extras), scored in memory.
+        Returns the results (results.json's keys)."""
+        if self.memory is None:  # the script handed the Trainer none of run.callbacks()
+            raise RuntimeError(
+                "Hand the Trainer callbacks=run.callbacks(model): the run's memory phases start there."
+            )
+        memory = self.memory.finish()
+        for line in self.memory.summary_lines(memory):
+            logger.info(line)
+        self.precision_probe.remove()
+        # A run resumed at its end ran no layer: the planned precision.
+        precision = self.precision_probe.observed or self.precision
+        if precision != self.precision:
+            logger.warning("Asked for %s, but the model computed in %s.", self.precision, precision)
+        settings = RunSettings(
+            recipe=self.spec.name,
+            arguments=self.arguments,
+            data=self.data,
+            scorer=self.compute_metrics,
+            model_type=self.model_config.model_type,
+            shape=self.shape,
+            precision=precision,
+            precision_reason=self.precision_choice.reason,
+            quantized_compute=self.precision_probe.quantized_compute,
+            memory={**peak_memory(self.device, self.memory), **memory},
+            tokens=self.tokens.totals(trainer.accelerator),  # the run's last collective step
+            batch_choice=self.batch_choice,
+            merged=merged,
+        )
+        results = finish_run(trainer, train_result, eval_metrics, settings)
+        self.tracker.finish(results)  # every results.json key into the W&B summary, same names
+        push_finished_run(trainer, results)
+        return results
