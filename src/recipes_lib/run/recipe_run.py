@@ -7,11 +7,11 @@ steps the script names, what a run must do around them:
 
     __enter__             refuse another run's output_dir, resolve --resume_from_checkpoint, seed, logging
     load_data()           tokenizer and config.json checks; the family decides the attention kernel
-                          (run.model_args) and the precision; the data, its labels (which decide the
-                          task) and the tokenized DatasetDict
+                          (run.model_args), the precision and, under FSDP, the unit it wraps; the data,
+                          its labels (which decide the task) and the tokenized DatasetDict
     start_tracking()      the W&B run starts (the Trainer's WandbCallback logs into it); memory phases begin
     resolve(training)     the TrainingArguments the Trainer gets: a copy with the family's precision and
-                          --auto_batch_size's batch; under FSDP the family's layer class is the unit
+                          --auto_batch_size's batch
     callbacks(model)      memory phases, token counts, the precision probe, the last epoch's evaluation,
                           W&B curves, early stopping
     final_metrics(trainer) the last epoch's evaluation when the weights are unchanged since, else
@@ -45,7 +45,6 @@ import transformers
 from transformers import EarlyStoppingCallback, set_seed
 
 from recipes_lib.config.arguments import ParsedArguments, RecipeTrainingArguments
-from recipes_lib.config.precision import PrecisionChoice
 from recipes_lib.config.recipe_spec import RecipeSpec
 from recipes_lib.config.validation import check_output_dir, check_task_options
 from recipes_lib.data.loading import load_classification_data
@@ -117,11 +116,7 @@ class RecipeRun:
         # Filled by load_data: what the data and the model's config.json say.
         self.tokenizer = None
         self.model_config = None
-        self.profile: ArchitectureProfile | None = None
-        # The precision the run computes in: the parsed choice, revisited for the family in load_data.
-        self.precision_choice: PrecisionChoice = arguments.training.precision_choice
-        self.data = None
-        self.tokenized: datasets.DatasetDict | None = None
+        self.data = None  # its labels, split sources and (once tokenized) its tokenized splits
         # What the Trainer is handed (compute_metrics, compute_loss_func, callbacks).
         self.compute_metrics: RunMetrics | None = None
         self.compute_loss: WeightedCrossEntropy | None = None
@@ -149,7 +144,7 @@ class RecipeRun:
     @property
     def precision(self) -> str:
         """'bf16', 'fp16' or 'fp32' (config/precision.py), final once `load_data` has read the model family."""
-        return self.precision_choice.precision
+        return self.training.precision_choice.precision
 
     @property
     def is_main_process(self) -> bool:
@@ -186,7 +181,7 @@ class RecipeRun:
         """
         model_args, data_args = self.arguments.model, self.arguments.data
         self.tokenizer = load_tokenizer(model_args)
-        self._check_model_family(load_model_config(model_args))
+        profile = self._check_model_family(load_model_config(model_args))
         read = data_args if train_file is None else replace(data_args, train_file=train_file)
         self.data = load_classification_data(read, cache_dir=model_args.cache_dir, seed=self.training.seed)
         labels = self.data.labels
@@ -204,17 +199,13 @@ class RecipeRun:
             " + ".join(self.data.text_columns),
         )
         check_task_options(self.training, labels)  # before tokenizing and loading weights
-        self.tokenized = tokenize(
-            self.data,
-            self.tokenizer,
-            read,
-            self.training.main_process_first,
-            model_limit=self.profile.max_length,
+        tokenized = tokenize(
+            self.data, self.tokenizer, read, self.training.main_process_first, model_limit=profile.max_length
         )
         weights = None
         if self.training.class_weights:
             weights = class_weights_from(
-                self.training.class_weights, self.tokenized["train"]["labels"], labels.names
+                self.training.class_weights, tokenized["train"]["labels"], labels.names
             )
             self.compute_loss = WeightedCrossEntropy(weights, self.training.label_smoothing_factor)
         self.compute_metrics = RunMetrics(
@@ -222,33 +213,35 @@ class RecipeRun:
         )
         # sliding_window: metrics combine the validation split's windows into documents (the test
         # split's while it is predicted: record.py).
-        self.compute_metrics.document_ids = document_ids(self.tokenized["validation"])
+        self.compute_metrics.document_ids = document_ids(tokenized["validation"])
         self.compute_metrics.window_pooling = data_args.window_pooling
-        return self.tokenized
+        return tokenized
 
-    def _check_model_family(self, base_config) -> None:
+    def _check_model_family(self, base_config) -> ArchitectureProfile:
         """What the model's family supports (modeling/families.py), from config.json alone: attention kernel,
         sequence length, LoRA targets; then the precision for that family (in the run's copy)."""
         # check_model_support fills in the family's attention kernel: in the run's copy, which the
         # script hands load_model as run.model_args.
         model_args = replace(self.arguments.model)
-        self.profile = check_model_support(model_args, base_config, self.arguments.data.max_seq_length)
+        profile = check_model_support(model_args, base_config, self.arguments.data.max_seq_length)
+        name_fsdp_layer_classes(profile)
         self.arguments = replace(self.arguments, model=model_args)
         if self.shape.adapters is not None:
             self.shape = replace(self.shape, adapters=check_lora_targets(self.shape.adapters, base_config))
-        self.precision_choice = self.training.precision_for(base_config.model_type)
-        if self.precision_choice != self.training.precision_choice:  # automatic fp16 for DeBERTa: fp32
-            self.arguments = replace(self.arguments, training=self.training.resolved(self.precision_choice))
+        choice = self.training.precision_for(base_config.model_type)
+        if choice != self.training.precision_choice:  # automatic fp16 for DeBERTa: fp32
+            self.arguments = replace(self.arguments, training=self.training.resolved(choice))
         adapted = self.shape.adapters
         logger.info(
             "%s (%s): attention %s, precision %s (%s)%s",
-            self.profile.family,
+            profile.family,
             base_config.model_type,
             model_args.attn_implementation,
             self.precision,
-            self.precision_choice.reason,
+            choice.reason,
             f", LoRA on {listed_text(adapted.target_modules)}" if adapted is not None else "",
         )
+        return profile
 
     def start_tracking(self) -> None:
         """Start the W&B run (main process; offline without an API key) and the memory phases.
@@ -272,8 +265,7 @@ class RecipeRun:
           memory, with gradient accumulation keeping the effective batch (training/autofit.py).
           Call it with the model loaded: the free memory is read here.
 
-        `training` (the parsed arguments, or a copy the script made) is left as it is. Under an
-        FSDP launch, the family's layer class becomes the unit FSDP wraps (`name_fsdp_layer_classes`).
+        `training` (the parsed arguments, or a copy the script made) is left as it is.
         """
         changes = {}
         if training.auto_batch_size:
@@ -284,9 +276,7 @@ class RecipeRun:
                 "per_device_train_batch_size": self.batch_choice.batch_size,
                 "gradient_accumulation_steps": self.batch_choice.accumulation,
             }
-        if self.profile is not None:
-            name_fsdp_layer_classes(self.profile)
-        resolved = training.resolved(self.precision_choice, **changes)
+        resolved = training.resolved(self.training.precision_choice, **changes)
         self.arguments = replace(self.arguments, training=resolved)
         return resolved
 
@@ -354,7 +344,7 @@ class RecipeRun:
             model_type=self.model_config.model_type,
             shape=self.shape,
             precision=precision,
-            precision_reason=self.precision_choice.reason,
+            precision_reason=self.training.precision_choice.reason,
             quantized_compute=self.precision_probe.quantized_compute,
             memory={**peak_memory(self.device, self.memory), **memory},
             tokens=self.tokens.totals(trainer.accelerator),  # the run's last collective step

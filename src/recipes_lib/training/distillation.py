@@ -451,7 +451,7 @@ def add_teacher_targets(
         training.main_process_first,
     )
     width = gold_width(labels.problem_type, labels.num_labels)
-    train = run.tokenized["train"]
+    train = run.data.tokenized["train"]
     packed = pack_targets(
         _gold_matrix(train, labels.problem_type, labels.num_labels), logits[_documents(train)]
     )
@@ -476,7 +476,7 @@ def add_teacher_targets(
     features = parts[0].features.copy()
     features[LABEL_COLUMN] = Sequence(Value("float32"))
     columns = parts[0].column_names  # the unlabelled rows' columns in the training split's order
-    splits = DatasetDict(run.tokenized)
+    splits = DatasetDict(run.data.tokenized)
     splits["train"] = concatenate_datasets([part.select_columns(columns).cast(features) for part in parts])
     class_weights = getattr(run.compute_loss, "class_weights", None)
     loss = DistillationLoss(
