@@ -52,7 +52,6 @@ from recipes_lib.data.long_text import document_ids
 from recipes_lib.data.tokenize import tokenize
 from recipes_lib.memory.monitor import MemoryCallback, MemoryMonitor
 from recipes_lib.memory.peaks import peak_memory
-from recipes_lib.modeling.adapters import check_lora_targets
 from recipes_lib.modeling.families import ArchitectureProfile
 from recipes_lib.modeling.loading import (
     check_model_support,
@@ -66,7 +65,6 @@ from recipes_lib.run.metrics import RunMetrics
 from recipes_lib.run.record import RunSettings, finish_run, push_finished_run
 from recipes_lib.tracking.hub import check_push_to_hub
 from recipes_lib.tracking.wandb_run import Tracker, start_tracking
-from recipes_lib.training.autofit import choose_batch_size
 from recipes_lib.training.callbacks import LastEpochEvaluation, PrecisionProbe, TokenCounter, final_metrics
 from recipes_lib.training.checkpoints import clear_previous_run, resolve_resume_checkpoint
 from recipes_lib.training.losses import WeightedCrossEntropy, class_weights_from
@@ -226,7 +224,9 @@ class RecipeRun:
         profile = check_model_support(model_args, base_config, self.arguments.data.max_seq_length)
         name_fsdp_layer_classes(profile)
         self.arguments = replace(self.arguments, model=model_args)
-        if self.shape.adapters is not None:
+        if self.shape.adapters is not None:  # a LoRA recipe, which has loaded modeling.adapters already
+            from recipes_lib.modeling.adapters import check_lora_targets
+
             self.shape = replace(self.shape, adapters=check_lora_targets(self.shape.adapters, base_config))
         choice = self.training.precision_for(base_config.model_type)
         if choice != self.training.precision_choice:  # automatic fp16 for DeBERTa: fp32
@@ -269,6 +269,8 @@ class RecipeRun:
         """
         changes = {}
         if training.auto_batch_size:
+            from recipes_lib.training.autofit import choose_batch_size  # loads the planner only when asked
+
             self.batch_choice = choose_batch_size(
                 replace(self.arguments, training=training), self.shape, self.model_config
             )

@@ -26,7 +26,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -57,7 +57,6 @@ from recipes_lib.evaluation.thresholds import (
     tune_decision_threshold,
     tune_thresholds,
 )
-from recipes_lib.modeling.adapters import MergedModel
 from recipes_lib.modeling.loading import count_parameters
 from recipes_lib.modeling.optimizers import optimizer_state_summary
 from recipes_lib.results import describe_device, library_versions, timestamp, write_results
@@ -65,6 +64,9 @@ from recipes_lib.run.metrics import RunMetrics
 from recipes_lib.tracking.model_card import build_card, write_card
 from recipes_lib.tracking.names import METRIC_TITLES, eval_key
 from recipes_lib.training.trainer import evaluation_in_input_order
+
+if TYPE_CHECKING:
+    from recipes_lib.modeling.adapters import MergedModel  # a LoRA recipe's: loaded by it, not here
 
 logger = logging.getLogger("recipes_lib")
 
