@@ -3,33 +3,15 @@
 The recipe script builds the datasets, the model and the Trainer itself, and calls `train`,
 `save_model` and `evaluate` on it. The run supplies what the Trainer takes through its own
 extension points (`args`, `compute_metrics`, `compute_loss_func`, `callbacks`) and does, at the
-steps the script names, what a run must do around them:
-
-    __enter__             refuse another run's output_dir, resolve --resume_from_checkpoint, seed, logging
-    load_data()           tokenizer and config.json checks; the family decides the attention kernel
-                          (run.model_args), the precision and, under FSDP, the unit it wraps; the data,
-                          its labels (which decide the task) and the tokenized DatasetDict
-    start_tracking()      the W&B run starts (the Trainer's WandbCallback logs into it); memory phases begin
-    resolve(training)     the TrainingArguments the Trainer gets: a copy with the family's precision and
-                          --auto_batch_size's batch
-    callbacks(model)      memory phases, token counts, the precision probe, the last epoch's evaluation,
-                          W&B curves, early stopping
-    final_metrics(trainer) the last epoch's evaluation when the weights are unchanged since, else
-                          trainer.evaluate()
-    clear_previous_run()  --overwrite_output_dir: the previous run is deleted, once every check has passed
-    write_results(...)    multi-label thresholds, test predictions, the merged model's scores, the
-                          prediction files, results.json and the W&B summary (run/record.py)
+steps the script names (in order in run/__init__.py; each method says what it does), what a run
+must do around them.
 
 The parsed arguments are never changed. What the run resolves comes back as copies
 (`dataclasses.replace`): the TrainingArguments the script passes to the Trainer in view, and the
 `run.model_args` the script loads the model with, and the run's own record of what ran
 (`run.arguments`: the attention kernel and the task `auto` resolved, the precision decided),
-which results.json's and W&B's config show. Everything the record writes comes from what any
-`transformers.Trainer` offers (its `state`, `args`, the metrics `evaluate` and `predict` return,
-the predictions `compute_metrics` sees, callbacks), so a stock Trainer keeps it too.
-
-Leaving the block through an exception writes no results.json: a results file always belongs to a
-finished run.
+which results.json's and W&B's config show. Leaving the block through an exception writes no
+results.json: a results file always belongs to a finished run.
 """
 
 from __future__ import annotations
@@ -134,10 +116,6 @@ class RecipeRun:
     def model_args(self):
         """The model arguments with the attention kernel the family takes (None resolved), after load_data."""
         return self.arguments.model
-
-    @property
-    def device(self):
-        return self.training.device
 
     @property
     def precision(self) -> str:
@@ -253,7 +231,7 @@ class RecipeRun:
         self._start_memory_phases()
 
     def _start_memory_phases(self) -> None:
-        self.memory = MemoryMonitor(self.device, track_tensors=self.training.track_memory)
+        self.memory = MemoryMonitor(self.training.device, track_tensors=self.training.track_memory)
         self.memory.start_phase("model_load")  # lasts until the first training step
 
     def resolve(self, training: RecipeTrainingArguments) -> RecipeTrainingArguments:
@@ -342,13 +320,12 @@ class RecipeRun:
             recipe=self.spec.name,
             arguments=self.arguments,
             data=self.data,
-            scorer=self.compute_metrics,
             model_type=self.model_config.model_type,
             shape=self.shape,
             precision=precision,
             precision_reason=self.training.precision_choice.reason,
             quantized_compute=self.precision_probe.quantized_compute,
-            memory={**peak_memory(self.device, self.memory), **memory},
+            memory={**peak_memory(self.training.device, self.memory), **memory},
             tokens=self.tokens.totals(trainer.accelerator),  # the run's last collective step
             batch_choice=self.batch_choice,
             merged=merged,

@@ -1,24 +1,12 @@
 """What a finished run writes: predictions, results.json and the model card, from values.
 
 `finish_run(trainer, train_result, eval_metrics, settings)` reads the Trainer only through what
-every `transformers.Trainer` has: `state`, `args` (the copy `RecipeRun.resolve` made, with any
-batch a back-off changed), the metrics `evaluate` and `predict` return, `log_metrics`. The rest
-comes as values in `RunSettings`, which `RecipeRun.write_results` fills at the end of the run (the
-memory phases closed, the precision observed, the token counts summed over processes). In order:
-
-1. The final validation predictions the run's `compute_metrics` saw (run/metrics.py).
-2. Multi-label: one threshold per class tuned on the validation predictions (the metrics during
-   training decided every class at 0.5); the per-class report; the test split predicted (and
-   scored, if labelled) at the tuned thresholds. Binary with --decision_threshold (parsed with the
-   other arguments): the positive class's threshold (tuned on validation, or given), and both
-   splits scored at 0.5 and at it.
-3. --merge_adapter: the merged model, in memory, scored on validation (main process).
-4. On the main process: eval/test predictions as JSON Lines, the thresholds beside the model, the
-   confusion matrix, then results.json (written atomically), then the model card, README.md
-   (tracking/model_card.py), from results.json's contents.
-
-`RecipeRun.write_results` then puts every results.json key into the W&B summary and, under
---push_to_hub, pushes once more with the results and the card (`push_finished_run`).
+every `transformers.Trainer` has (`state`, `args`, `predict`, `log_metrics`, `compute_metrics`:
+the run's, which saw the final validation pass); the rest comes as values in `RunSettings`, which
+`RecipeRun.write_results` fills at the end of the run. In order: the final validation predictions;
+multi-label thresholds or --decision_threshold, per-class scores, the test split; --merge_adapter's
+model scored in memory; then, on the main process, the prediction files, results.json (written
+atomically) and the model card (tracking/model_card.py) from its contents.
 """
 
 from __future__ import annotations
@@ -78,7 +66,6 @@ class RunSettings:
     recipe: str
     arguments: ParsedArguments  # what ran: the task, attention kernel and precision resolved
     data: ClassificationData  # labels, split sources, the tokenized splits, truncation
-    scorer: RunMetrics  # the compute_metrics the Trainer was handed: it saw the final validation pass
     model_type: str
     shape: TrainingShape  # the adapters (resolved for the family), the quantized base's bits
     precision: str  # the precision the layers computed in, observed
@@ -105,10 +92,6 @@ class EvaluationOutputs:
     # Binary, --decision_threshold: the positive class's threshold, and the metrics at 0.5 and at it.
     decision_threshold: float | None = None
     threshold_results: dict[str, Any] = field(default_factory=dict)
-
-
-def _logits(predictions):
-    return predictions[0] if isinstance(predictions, tuple) else predictions
 
 
 def _listed(value):
@@ -151,7 +134,7 @@ def final_validation(settings: RunSettings, trainer, eval_metrics: dict[str, Any
     replace the script's: under sliding_window only they can differ).
     """
     validation = settings.data.tokenized["validation"]
-    seen = settings.scorer.last_predictions
+    seen = getattr(trainer.compute_metrics, "last_predictions", None)
     if seen is None or len(seen.logits) != len(validation):
         raise RuntimeError(
             "The run's compute_metrics has not seen the final validation pass. Hand the Trainer "
@@ -161,12 +144,12 @@ def final_validation(settings: RunSettings, trainer, eval_metrics: dict[str, Any
         return seen, eval_metrics
     with evaluation_in_input_order(trainer.args):
         output = trainer.predict(validation, metric_key_prefix="eval")
-    return settings.scorer.last_predictions, {**eval_metrics, **output.metrics}
+    return trainer.compute_metrics.last_predictions, {**eval_metrics, **output.metrics}
 
 
 def evaluation_outputs(settings: RunSettings, trainer, evaluation) -> EvaluationOutputs:
     """Thresholds (multi-label), per-class scores and the test split, from the final validation pass."""
-    data, scorer = settings.data, settings.scorer
+    data, scorer = settings.data, trainer.compute_metrics  # the run's RunMetrics
     labels = data.labels
     # Under --long_text sliding_window, one prediction per document: its windows combined.
     outputs = EvaluationOutputs(*scorer.per_document(evaluation.logits, evaluation.references))
@@ -184,9 +167,8 @@ def evaluation_outputs(settings: RunSettings, trainer, evaluation) -> Evaluation
         test_split = data.tokenized["test"]
         with scorer.scoring(document_ids(test_split)) as metrics, evaluation_in_input_order(trainer.args):
             test = trainer.predict(test_split, metric_key_prefix="test")
-            outputs.test_logits, test_references = metrics.per_document(
-                _logits(test.predictions), test.label_ids
-            )
+            logits = test.predictions[0] if isinstance(test.predictions, tuple) else test.predictions
+            outputs.test_logits, test_references = metrics.per_document(logits, test.label_ids)
         if data.test_has_labels:
             outputs.test_references = test_references
             outputs.test_metrics = test.metrics
@@ -255,9 +237,9 @@ def evaluate_merged_model(settings: RunSettings, trainer, references) -> dict[st
             training.per_device_eval_batch_size,
             progress=not training.disable_tqdm,
         )
-    logits, _ = settings.scorer.per_document(logits)  # sliding_window: one row per document
+    logits, _ = trainer.compute_metrics.per_document(logits)  # sliding_window: one row per document
     names = settings.data.labels.names
-    scores = settings.scorer.scores(logits, references, thresholds=[DEFAULT_THRESHOLD] * len(names))
+    scores = trainer.compute_metrics.scores(logits, references, thresholds=[DEFAULT_THRESHOLD] * len(names))
     logger.info(
         "Merged model, %s: %s",
         merged.description.split(". ")[0],
