@@ -241,7 +241,8 @@ def evaluate_merged_model(settings: RunSettings, trainer, references) -> dict[st
     names = settings.data.labels.names
     scores = trainer.compute_metrics.scores(logits, references, thresholds=[DEFAULT_THRESHOLD] * len(names))
     logger.info(
-        "Merged model, %s: %s",
+        "Merged model in %s, %s: %s",
+        Path(training.output_dir) / MERGED_SUBDIR,
         merged.description.split(". ")[0],
         ", ".join(f"{METRIC_TITLES[name]} {value:.4f}" for name, value in scores.items()),
     )
