@@ -298,9 +298,7 @@ class RecipeRun:
         (same step, same tensors, none written in place); else `trainer.evaluate()`, a new pass."""
         return final_metrics(trainer, self.last_evaluation)
 
-    def write_results(
-        self, trainer, train_result, eval_metrics: dict[str, Any], merged=None
-    ) -> dict[str, Any]:
+    def write_results(self, trainer, train_result, eval_metrics: dict, merged=None) -> dict[str, Any]:
         """Everything a finished run writes (run/record.py), then the W&B summary and --push_to_hub's
         second push. `merged`: --merge_adapter's model (save_adapter_extras), scored in memory.
         Returns the results (results.json's keys)."""
