@@ -145,7 +145,7 @@ def training_batches(run, count: int):
     from recipes_lib.data.tokenize import LENGTH_COLUMN, padding_collator
 
     arguments = run.arguments
-    train = run.tokenized["train"].remove_columns(LENGTH_COLUMN)  # the sampler's, not the model's
+    train = run.data.tokenized["train"].remove_columns(LENGTH_COLUMN)  # the sampler's, not the model's
     collate = padding_collator(run.tokenizer, arguments.data, arguments.training.device)
     order = torch.randperm(len(train), generator=torch.Generator().manual_seed(arguments.training.seed))
     size = arguments.training.per_device_train_batch_size

@@ -46,10 +46,11 @@ def main(argv=None):
         run.clear_previous_run()  # --overwrite_output_dir: the old run is deleted here, after every check
         train_result = trainer.train(resume_from_checkpoint=run.resume_from)
         trainer.save_model()  # the model and tokenizer in output_dir
+        merged = None  # NEW: --merge_adapter's model, scored in memory by write_results
         if run.is_main_process:  # NEW: config.json (label names) beside the adapter; --merge_adapter's model
-            save_adapter_extras(run.arguments, run.model_config, run.tokenizer, lora)
+            merged = save_adapter_extras(run.arguments, run.model_config, run.tokenizer, lora)
         metrics = run.final_metrics(trainer)  # the last epoch's evaluation if the weights are unchanged
-        return run.write_results(trainer, train_result, metrics)  # predictions, results.json, the W&B summary
+        return run.write_results(trainer, train_result, metrics, merged)  # NEW: merged, scored
 
 
 if __name__ == "__main__":

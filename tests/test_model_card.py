@@ -495,6 +495,22 @@ def test_a_decision_threshold_that_is_not_tune_or_a_probability_is_refused(
         run_in_process("full_ft", args)
 
 
+@pytest.mark.parametrize(
+    ("value", "parsed"), [("tune", "tune"), (" TUNE ", "tune"), ("0.3", 0.3), (None, None)]
+)
+def test_the_decision_threshold_is_parsed_with_the_other_arguments(value, parsed):
+    """The record reads a value: 'tune', a float or None, in the parsed arguments and their resolved copies."""
+    from recipes_lib.config.parsing import parse_arguments
+    from recipes_lib.config.registry import RECIPES
+
+    argv = ["--output_dir", "unused", "--report_to", "none"]
+    training = parse_arguments(
+        RECIPES["full_ft"], argv + (["--decision_threshold", value] if value else [])
+    ).training
+    assert training.decision_threshold == parsed and type(training.decision_threshold) is type(parsed)
+    assert training.resolved(per_device_train_batch_size=4).decision_threshold == parsed
+
+
 def test_the_tuned_threshold_has_the_best_positive_f1_ties_nearest_one_half():
     import numpy as np
 

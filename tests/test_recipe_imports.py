@@ -1,6 +1,7 @@
 """A recipe loads the library (data, modeling, training, run, tracking, evaluation, config), not the
-workbench on top of it: the memory planner loads only under --auto_batch_size, and the sweep,
-crossval, export, tools, dashboard and command line never load with a recipe."""
+workbench on top of it: the memory planner and autofit load only under --auto_batch_size, the LoRA
+code only with a LoRA recipe, and the sweep, crossval, export, tools, dashboard and command line
+never load with a recipe."""
 
 from __future__ import annotations
 
@@ -12,8 +13,9 @@ from tests.helpers.repo import REPO_ROOT
 
 WORKBENCH = ("memory.planner", "sweep", "crossval", "export", "tools", "cli", "dashboard")
 # recipes/full_ft.py's closure: 66 modules, 12,492 lines with the planner loaded at import (before
-# issue 38); 56 modules, 9,995 lines without it. A bound, so that the workbench creeping back fails.
-FULL_FT_MAX_LINES = 10_500
+# issue 38); 56 modules, 9,995 lines without it; 54 modules, 9,364 lines with autofit and
+# modeling.adapters loaded only when used. A bound, so that what a recipe does not use creeping back fails.
+FULL_FT_MAX_LINES = 9_600
 
 LOADED = """
 import importlib.util, json, pathlib, sys
@@ -39,5 +41,8 @@ def test_a_recipe_imports_the_library_and_not_the_workbench():
     for name, found in loaded.items():
         workbench = [m for m in found["modules"] if m.removeprefix("recipes_lib.").startswith(WORKBENCH)]
         assert workbench == [], f"recipes/{name}.py loads the workbench: {', '.join(workbench)}"
-    assert "recipes_lib.training.autofit" in loaded["full_ft"]["modules"]  # the check saw the library
+    assert "recipes_lib.training.trainer" in loaded["full_ft"]["modules"]  # the check saw the library
+    full_ft = set(loaded["full_ft"]["modules"])
+    assert {"recipes_lib.training.autofit", "recipes_lib.modeling.adapters"}.isdisjoint(full_ft), full_ft
+    assert "recipes_lib.modeling.adapters" in loaded["lora"]["modules"]
     assert loaded["full_ft"]["lines"] <= FULL_FT_MAX_LINES, loaded["full_ft"]["lines"]

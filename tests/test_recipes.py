@@ -12,6 +12,7 @@ import inspect
 import json
 import shutil
 from pathlib import Path
+from unittest import mock
 
 import pytest
 import torch
@@ -114,14 +115,41 @@ def test_optimizer_state_figures_add_up_in_every_results_file(swap_runs):
 # --- LoRA: save -> load, merge ----------------------------------------------------------------------
 
 
+# The models --merge_adapter built, and the models the record scored as the merged one (lora_run fills both).
+MERGED, SCORED_AS_MERGED = [], []
+
+
 @pytest.fixture(scope="module")
 def lora_run(bert256, learnable_data, tmp_path_factory, one_thread) -> Path:
+    from recipes_lib.modeling import adapters
+    from recipes_lib.run import record, run_main
+
     output_dir = tmp_path_factory.mktemp("lora-merge")
     args = run_args(bert256, learnable_data, output_dir, "--max_steps", "8", "--eval_strategy", "no")
-    from recipes_lib.run import run_main
+    merge, score = adapters.merged_model, record.batch_logits
 
-    run_main(load_recipe("lora").main, [*args, "--merge_adapter", "true"])
+    def merging(*args, **kwargs):
+        merged = merge(*args, **kwargs)
+        MERGED.append(merged.model)
+        return merged
+
+    def scoring(model, *args, **kwargs):
+        SCORED_AS_MERGED.append(model)
+        return score(model, *args, **kwargs)
+
+    with (
+        mock.patch.object(adapters, "merged_model", merging),
+        mock.patch.object(record, "batch_logits", scoring),
+    ):
+        run_main(load_recipe("lora").main, [*args, "--merge_adapter", "true"])
     return output_dir
+
+
+def test_the_record_scores_the_merged_model_in_memory(lora_run):
+    """The model --merge_adapter built is the one scored: not the adapter model, not a reload from disk."""
+    (merged,), (scored,) = MERGED, SCORED_AS_MERGED
+    assert scored is merged and not hasattr(scored, "peft_config")
+    assert "merged_eval_accuracy" in json.loads((lora_run / "results.json").read_text())
 
 
 def test_lora_output_dir_holds_the_adapter_and_the_head_and_reloads_to_the_same_logits(lora_run, bert256):

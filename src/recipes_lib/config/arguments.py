@@ -275,6 +275,28 @@ _NATIVE_ACTIVATION_CHECKPOINTING = "activation_checkpointing" in {
 }
 
 
+TUNE = "tune"
+
+
+def parse_decision_threshold(option: str | None) -> str | float | None:
+    """`--decision_threshold`: None (decide by the likelier class), 'tune', or a probability strictly between 0 and 1."""
+    if option is None:
+        return None
+    text = str(option).strip()
+    if text.lower() == TUNE:
+        return TUNE
+    try:
+        threshold = float(text)
+    except ValueError:
+        threshold = float("nan")
+    if not 0 < threshold < 1:
+        raise ConfigError(
+            f"decision_threshold is '{option}'; give 'tune' (the threshold with the best F1 of the positive class "
+            "on the validation split) or a probability between 0 and 1, exclusive (e.g. --decision_threshold 0.3)."
+        )
+    return threshold
+
+
 @dataclass
 class RecipeTrainingArguments(TrainingArguments):
     """`TrainingArguments` with the recipe defaults (BERT fine-tuning on GLUE, after Devlin et al.)."""
@@ -410,7 +432,7 @@ class RecipeTrainingArguments(TrainingArguments):
             "labels) or one weight per class in label-id order, comma-separated (e.g. 1,4). Default: unweighted."
         },
     )
-    decision_threshold: str | None = field(
+    decision_threshold: str | None = field(  # after parsing: 'tune', a float or None
         default=None,
         metadata={
             "help": "Binary classification: the probability at which the positive class (label id 1) is predicted. "
@@ -476,6 +498,7 @@ class RecipeTrainingArguments(TrainingArguments):
         metric = self.metric_for_best_model
         if self.greater_is_better is None and metric is not None and metric.removeprefix("eval_") == "mse":
             self.greater_is_better = False
+        self.decision_threshold = parse_decision_threshold(self.decision_threshold)  # 'tune', a float or None
         on_cpu = self.use_cpu or os.environ.get("ACCELERATE_USE_CPU", "false").lower() == "true"
         self.capability = detect_capability(use_cpu=on_cpu)
         self._flags = (self.bf16, self.fp16)  # as given: precision_for decides again with them

@@ -63,28 +63,6 @@ def parse_class_weights(option: str, names: list[str]) -> list[float]:
     return weights
 
 
-TUNE = "tune"
-
-
-def parse_decision_threshold(option: str | None) -> str | float | None:
-    """`--decision_threshold`: None (decide by the likelier class), 'tune', or a probability strictly between 0 and 1."""
-    if option is None:
-        return None
-    text = str(option).strip()
-    if text.lower() == TUNE:
-        return TUNE
-    try:
-        threshold = float(text)
-    except ValueError:
-        threshold = float("nan")
-    if not 0 < threshold < 1:
-        raise ConfigError(
-            f"decision_threshold is '{option}'; give 'tune' (the threshold with the best F1 of the positive class "
-            "on the validation split) or a probability between 0 and 1, exclusive (e.g. --decision_threshold 0.3)."
-        )
-    return threshold
-
-
 def check_task_options(training, labels) -> None:
     """Options that only fit some tasks, refused before the data is tokenized and the weights load.
 
@@ -131,7 +109,6 @@ def validate_arguments(arguments: ParsedArguments) -> None:
     _check_positive_counts(data, training)
     _check_long_text(data)
     _check_training_schedule(training)
-    parse_decision_threshold(training.decision_threshold)  # 'tune' or a probability
     _check_validation_split(data)
     _check_optimizer_offload(arguments)
     if arguments.model.trust_remote_code:

@@ -126,6 +126,13 @@ def check_long_text_columns(data_args, text_columns: tuple[str, ...]) -> None:
         )
 
 
+def document_ids(dataset) -> np.ndarray | None:
+    """Under --long_text sliding_window, the document of each row (the rows are windows); else None."""
+    if DOCUMENT_COLUMN not in dataset.column_names:
+        return None
+    return dataset.data.column(DOCUMENT_COLUMN).to_numpy()
+
+
 def document_lengths(dataset) -> np.ndarray:
     """The whole length of each document of a tokenized split (one per document, however many windows)."""
     lengths = dataset.data.column(DOCUMENT_LENGTH_COLUMN).to_numpy()

@@ -20,8 +20,9 @@ import json
 import logging
 import warnings
 from contextlib import contextmanager
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Any
 
 import torch
 from torch import nn
@@ -310,7 +311,7 @@ def prepare_4bit_model(model):
 
 def save_adapter_extras(
     arguments, model_config, tokenizer, lora: LoraArguments, quantization_config=None
-) -> None:
+) -> MergedModel | None:
     """After the adapter is saved: what a reload needs next to it and, if asked, the merged model.
 
     config.json carries the label names (id2label), which the adapter files do not. QLoRA passes
@@ -318,6 +319,7 @@ def save_adapter_extras(
     base_quantization_config.json: the adapter was trained and evaluated on that 4-bit NF4 base, so
     `load_trained_model(output_dir)` rebuilds it (same NF4 settings, same compute dtype) before
     applying the adapter, and reloads the evaluated model rather than the adapter on an fp32 base.
+    Returns the merged model (--merge_adapter; else None), for the record to score in memory.
     Call it on the main process only.
     """
     output_dir = Path(arguments.training.output_dir)
@@ -327,13 +329,14 @@ def save_adapter_extras(
         quantization_path.write_text(quantization_config.to_json_string(use_diff=False))
     else:
         quantization_path.unlink(missing_ok=True)  # a LoRA run over an old QLoRA run's output_dir
-    if lora.merge_adapter:
-        merged_dir = output_dir / MERGED_SUBDIR
-        what = merge_adapter(
-            arguments.model, model_config, output_dir, merged_dir, device=arguments.training.device
-        )
-        tokenizer.save_pretrained(merged_dir)
-        logger.info("Merged model saved in %s: %s", merged_dir, what)
+    if not lora.merge_adapter:
+        return None
+    merged_dir = output_dir / MERGED_SUBDIR
+    merged = merged_model(arguments.model, model_config, output_dir, device=arguments.training.device)
+    merged.model.save_pretrained(merged_dir)
+    tokenizer.save_pretrained(merged_dir)
+    logger.info("Merged model saved in %s: %s", merged_dir, merged.description)
+    return merged
 
 
 def read_base_quantization(adapter_dir: str | Path):
@@ -362,15 +365,23 @@ def describe_quantized_base(quantization) -> str:
     return "8-bit LLM.int8" if quantization.load_in_8bit else "4-bit NF4"
 
 
-def merge_adapter(model_args: ModelArguments, model_config, adapter_dir, merged_dir, device=None) -> str:
-    """Fold the adapter into an fp32 copy of the base, W + (alpha / r) B A, saved as a plain model.
+@dataclass(frozen=True)
+class MergedModel:
+    """--merge_adapter's plain model, and what it is in words (`describe_merged_model`)."""
+
+    model: Any
+    description: str
+
+
+def merged_model(model_args: ModelArguments, model_config, adapter_dir, device=None) -> MergedModel:
+    """Fold the adapter into an fp32 copy of the base, W + (alpha / r) B A: a plain model.
 
     LoRA: the base's full-precision weights, so the merged model gives the adapter model's outputs
     to float rounding. QLoRA (base_quantization_config.json in `adapter_dir`): the base is loaded in
     4-bit NF4 as in training (on `device`) and dequantized to fp32, so the adapter is folded into
     the weights it was trained on, not the original fp32 ones (merging into the 4-bit weights would
     re-quantize them). That model is close to, but not, the evaluated one, which ran its 4-bit
-    matmuls in the compute dtype through bitsandbytes. Returns what the merged model is, in words.
+    matmuls in the compute dtype through bitsandbytes.
     """
     from peft import PeftModel
 
@@ -382,11 +393,16 @@ def merge_adapter(model_args: ModelArguments, model_config, adapter_dir, merged_
             model_args, model_config, quantization_config=quantization, device_map={"": device or "cpu"}
         )
         base = quantized.dequantize(dtype=torch.float32)
-    what = describe_merged_model(quantization)
     with peft_wrapping():
         merged = PeftModel.from_pretrained(base, str(adapter_dir)).merge_and_unload()
-    merged.save_pretrained(merged_dir)
-    return what
+    return MergedModel(merged, describe_merged_model(quantization))
+
+
+def merge_adapter(model_args: ModelArguments, model_config, adapter_dir, merged_dir, device=None) -> str:
+    """`merged_model`, saved in `merged_dir` as a plain model. Returns what it is, in words."""
+    merged = merged_model(model_args, model_config, adapter_dir, device)
+    merged.model.save_pretrained(merged_dir)
+    return merged.description
 
 
 def describe_merged_model(quantization) -> str:

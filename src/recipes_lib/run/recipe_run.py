@@ -3,33 +3,15 @@
 The recipe script builds the datasets, the model and the Trainer itself, and calls `train`,
 `save_model` and `evaluate` on it. The run supplies what the Trainer takes through its own
 extension points (`args`, `compute_metrics`, `compute_loss_func`, `callbacks`) and does, at the
-steps the script names, what a run must do around them:
-
-    __enter__             refuse another run's output_dir, resolve --resume_from_checkpoint, seed, logging
-    load_data()           tokenizer and config.json checks; the family decides the attention kernel
-                          (run.model_args) and the precision; the data, its labels (which decide the
-                          task) and the tokenized DatasetDict
-    start_tracking()      the W&B run starts (the Trainer's WandbCallback logs into it); memory phases begin
-    resolve(training)     the TrainingArguments the Trainer gets: a copy with the family's precision and
-                          --auto_batch_size's batch; under FSDP the family's layer class is the unit
-    callbacks(model)      memory phases, token counts, the precision probe, the last epoch's evaluation,
-                          W&B curves, early stopping
-    final_metrics(trainer) the last epoch's evaluation when the weights are unchanged since, else
-                          trainer.evaluate()
-    clear_previous_run()  --overwrite_output_dir: the previous run is deleted, once every check has passed
-    write_results(...)    multi-label thresholds, test predictions, the merged model's scores, the
-                          prediction files, results.json and the W&B summary (run/record.py)
+steps the script names (in order in run/__init__.py; each method says what it does), what a run
+must do around them.
 
 The parsed arguments are never changed. What the run resolves comes back as copies
 (`dataclasses.replace`): the TrainingArguments the script passes to the Trainer in view, and the
 `run.model_args` the script loads the model with, and the run's own record of what ran
 (`run.arguments`: the attention kernel and the task `auto` resolved, the precision decided),
-which results.json's and W&B's config show. Everything the record writes comes from what any
-`transformers.Trainer` offers (its `state`, `args`, the metrics `evaluate` and `predict` return,
-the predictions `compute_metrics` sees, callbacks), so a stock Trainer keeps it too.
-
-Leaving the block through an exception writes no results.json: a results file always belongs to a
-finished run.
+which results.json's and W&B's config show. Leaving the block through an exception writes no
+results.json: a results file always belongs to a finished run.
 """
 
 from __future__ import annotations
@@ -45,14 +27,13 @@ import transformers
 from transformers import EarlyStoppingCallback, set_seed
 
 from recipes_lib.config.arguments import ParsedArguments, RecipeTrainingArguments
-from recipes_lib.config.precision import PrecisionChoice
 from recipes_lib.config.recipe_spec import RecipeSpec
 from recipes_lib.config.validation import check_output_dir, check_task_options
 from recipes_lib.data.loading import load_classification_data
-from recipes_lib.data.long_text import DOCUMENT_COLUMN
+from recipes_lib.data.long_text import document_ids
 from recipes_lib.data.tokenize import tokenize
 from recipes_lib.memory.monitor import MemoryCallback, MemoryMonitor
-from recipes_lib.modeling.adapters import check_lora_targets
+from recipes_lib.memory.peaks import peak_memory
 from recipes_lib.modeling.families import ArchitectureProfile
 from recipes_lib.modeling.loading import (
     check_model_support,
@@ -63,10 +44,9 @@ from recipes_lib.modeling.loading import (
 )
 from recipes_lib.results import RESULTS_FILE
 from recipes_lib.run.metrics import RunMetrics
-from recipes_lib.run.record import finish_run
+from recipes_lib.run.record import RunSettings, finish_run, push_finished_run
 from recipes_lib.tracking.hub import check_push_to_hub
 from recipes_lib.tracking.wandb_run import Tracker, start_tracking
-from recipes_lib.training.autofit import choose_batch_size
 from recipes_lib.training.callbacks import LastEpochEvaluation, PrecisionProbe, TokenCounter, final_metrics
 from recipes_lib.training.checkpoints import clear_previous_run, resolve_resume_checkpoint
 from recipes_lib.training.losses import WeightedCrossEntropy, class_weights_from
@@ -116,11 +96,7 @@ class RecipeRun:
         # Filled by load_data: what the data and the model's config.json say.
         self.tokenizer = None
         self.model_config = None
-        self.profile: ArchitectureProfile | None = None
-        # The precision the run computes in: the parsed choice, revisited for the family in load_data.
-        self.precision_choice: PrecisionChoice = arguments.training.precision_choice
-        self.data = None
-        self.tokenized: datasets.DatasetDict | None = None
+        self.data = None  # its labels, split sources and (once tokenized) its tokenized splits
         # What the Trainer is handed (compute_metrics, compute_loss_func, callbacks).
         self.compute_metrics: RunMetrics | None = None
         self.compute_loss: WeightedCrossEntropy | None = None
@@ -142,13 +118,9 @@ class RecipeRun:
         return self.arguments.model
 
     @property
-    def device(self):
-        return self.training.device
-
-    @property
     def precision(self) -> str:
         """'bf16', 'fp16' or 'fp32' (config/precision.py), final once `load_data` has read the model family."""
-        return self.precision_choice.precision
+        return self.training.precision_choice.precision
 
     @property
     def is_main_process(self) -> bool:
@@ -185,7 +157,7 @@ class RecipeRun:
         """
         model_args, data_args = self.arguments.model, self.arguments.data
         self.tokenizer = load_tokenizer(model_args)
-        self._check_model_family(load_model_config(model_args))
+        profile = self._check_model_family(load_model_config(model_args))
         read = data_args if train_file is None else replace(data_args, train_file=train_file)
         self.data = load_classification_data(read, cache_dir=model_args.cache_dir, seed=self.training.seed)
         labels = self.data.labels
@@ -203,17 +175,13 @@ class RecipeRun:
             " + ".join(self.data.text_columns),
         )
         check_task_options(self.training, labels)  # before tokenizing and loading weights
-        self.tokenized = tokenize(
-            self.data,
-            self.tokenizer,
-            read,
-            self.training.main_process_first,
-            model_limit=self.profile.max_length,
+        tokenized = tokenize(
+            self.data, self.tokenizer, read, self.training.main_process_first, model_limit=profile.max_length
         )
         weights = None
         if self.training.class_weights:
             weights = class_weights_from(
-                self.training.class_weights, self.tokenized["train"]["labels"], labels.names
+                self.training.class_weights, tokenized["train"]["labels"], labels.names
             )
             self.compute_loss = WeightedCrossEntropy(weights, self.training.label_smoothing_factor)
         self.compute_metrics = RunMetrics(
@@ -221,45 +189,37 @@ class RecipeRun:
         )
         # sliding_window: metrics combine the validation split's windows into documents (the test
         # split's while it is predicted: record.py).
-        self.compute_metrics.document_ids = self.document_ids("validation")
+        self.compute_metrics.document_ids = document_ids(tokenized["validation"])
         self.compute_metrics.window_pooling = data_args.window_pooling
-        return self.tokenized
+        return tokenized
 
-    def document_ids(self, split: str):
-        """The document of each row of a tokenized split under --long_text sliding_window; else None.
-
-        The rows are windows then: the Trainer trains on every one, and the planner's and
-        --auto_batch_size's per-batch memory holds as for any row (no window is longer than
-        max_seq_length); the number of steps follows the windows (logged by tokenize).
-        """
-        dataset = self.tokenized[split]
-        if DOCUMENT_COLUMN not in dataset.column_names:
-            return None
-        return dataset.data.column(DOCUMENT_COLUMN).to_numpy()
-
-    def _check_model_family(self, base_config) -> None:
+    def _check_model_family(self, base_config) -> ArchitectureProfile:
         """What the model's family supports (modeling/families.py), from config.json alone: attention kernel,
         sequence length, LoRA targets; then the precision for that family (in the run's copy)."""
         # check_model_support fills in the family's attention kernel: in the run's copy, which the
         # script hands load_model as run.model_args.
         model_args = replace(self.arguments.model)
-        self.profile = check_model_support(model_args, base_config, self.arguments.data.max_seq_length)
+        profile = check_model_support(model_args, base_config, self.arguments.data.max_seq_length)
+        name_fsdp_layer_classes(profile)
         self.arguments = replace(self.arguments, model=model_args)
-        if self.shape.adapters is not None:
+        if self.shape.adapters is not None:  # a LoRA recipe, which has loaded modeling.adapters already
+            from recipes_lib.modeling.adapters import check_lora_targets
+
             self.shape = replace(self.shape, adapters=check_lora_targets(self.shape.adapters, base_config))
-        self.precision_choice = self.training.precision_for(base_config.model_type)
-        if self.precision_choice != self.training.precision_choice:  # automatic fp16 for DeBERTa: fp32
-            self.arguments = replace(self.arguments, training=self.training.resolved(self.precision_choice))
+        choice = self.training.precision_for(base_config.model_type)
+        if choice != self.training.precision_choice:  # automatic fp16 for DeBERTa: fp32
+            self.arguments = replace(self.arguments, training=self.training.resolved(choice))
         adapted = self.shape.adapters
         logger.info(
             "%s (%s): attention %s, precision %s (%s)%s",
-            self.profile.family,
+            profile.family,
             base_config.model_type,
             model_args.attn_implementation,
             self.precision,
-            self.precision_choice.reason,
+            choice.reason,
             f", LoRA on {listed_text(adapted.target_modules)}" if adapted is not None else "",
         )
+        return profile
 
     def start_tracking(self) -> None:
         """Start the W&B run (main process; offline without an API key) and the memory phases.
@@ -271,7 +231,7 @@ class RecipeRun:
         self._start_memory_phases()
 
     def _start_memory_phases(self) -> None:
-        self.memory = MemoryMonitor(self.device, track_tensors=self.training.track_memory)
+        self.memory = MemoryMonitor(self.training.device, track_tensors=self.training.track_memory)
         self.memory.start_phase("model_load")  # lasts until the first training step
 
     def resolve(self, training: RecipeTrainingArguments) -> RecipeTrainingArguments:
@@ -283,11 +243,12 @@ class RecipeRun:
           memory, with gradient accumulation keeping the effective batch (training/autofit.py).
           Call it with the model loaded: the free memory is read here.
 
-        `training` (the parsed arguments, or a copy the script made) is left as it is. Under an
-        FSDP launch, the family's layer class becomes the unit FSDP wraps (`name_fsdp_layer_classes`).
+        `training` (the parsed arguments, or a copy the script made) is left as it is.
         """
         changes = {}
         if training.auto_batch_size:
+            from recipes_lib.training.autofit import choose_batch_size  # loads the planner only when asked
+
             self.batch_choice = choose_batch_size(
                 replace(self.arguments, training=training), self.shape, self.model_config
             )
@@ -295,9 +256,7 @@ class RecipeRun:
                 "per_device_train_batch_size": self.batch_choice.batch_size,
                 "gradient_accumulation_steps": self.batch_choice.accumulation,
             }
-        if self.profile is not None:
-            name_fsdp_layer_classes(self.profile)
-        resolved = training.resolved(self.precision_choice, **changes)
+        resolved = training.resolved(self.training.precision_choice, **changes)
         self.arguments = replace(self.arguments, training=resolved)
         return resolved
 
@@ -339,6 +298,37 @@ class RecipeRun:
         (same step, same tensors, none written in place); else `trainer.evaluate()`, a new pass."""
         return final_metrics(trainer, self.last_evaluation)
 
-    def write_results(self, trainer, train_result, eval_metrics: dict[str, Any]) -> dict[str, Any]:
-        """Everything a finished run writes: see run/record.py. Returns the results (results.json's keys)."""
-        return finish_run(self, trainer, train_result, eval_metrics)
+    def write_results(self, trainer, train_result, eval_metrics: dict, merged=None) -> dict[str, Any]:
+        """Everything a finished run writes (run/record.py), then the W&B summary and --push_to_hub's
+        second push. `merged`: --merge_adapter's model (save_adapter_extras), scored in memory.
+        Returns the results (results.json's keys)."""
+        if self.memory is None:  # the script handed the Trainer none of run.callbacks()
+            raise RuntimeError(
+                "Hand the Trainer callbacks=run.callbacks(model): the run's memory phases start there."
+            )
+        memory = self.memory.finish()
+        for line in self.memory.summary_lines(memory):
+            logger.info(line)
+        self.precision_probe.remove()
+        # A run resumed at its end ran no layer: the planned precision.
+        precision = self.precision_probe.observed or self.precision
+        if precision != self.precision:
+            logger.warning("Asked for %s, but the model computed in %s.", self.precision, precision)
+        settings = RunSettings(
+            recipe=self.spec.name,
+            arguments=self.arguments,
+            data=self.data,
+            model_type=self.model_config.model_type,
+            shape=self.shape,
+            precision=precision,
+            precision_reason=self.training.precision_choice.reason,
+            quantized_compute=self.precision_probe.quantized_compute,
+            memory={**peak_memory(self.training.device, self.memory), **memory},
+            tokens=self.tokens.totals(trainer.accelerator),  # the run's last collective step
+            batch_choice=self.batch_choice,
+            merged=merged,
+        )
+        results = finish_run(trainer, train_result, eval_metrics, settings)
+        self.tracker.finish(results)  # every results.json key into the W&B summary, same names
+        push_finished_run(trainer, results)
+        return results

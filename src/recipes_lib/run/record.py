@@ -1,23 +1,12 @@
-"""What a finished run writes: predictions, results.json and the W&B summary, from the Trainer's outputs.
+"""What a finished run writes: predictions, results.json and the model card, from values.
 
-`finish_run` is `RecipeRun.write_results`. It reads the Trainer only through what every
-`transformers.Trainer` has: `state`, `args` (the copy `RecipeRun.resolve` made, with any batch a
-back-off changed), the metrics `evaluate` and `predict` return, the final validation predictions
-the run's `compute_metrics` saw (run/metrics.py), `log_metrics`, `push_to_hub`. Besides those, the
-run's own: the data and labels, its callbacks' counts, the memory phases. In order:
-
-1. Multi-label: one threshold per class tuned on the validation predictions (the metrics during
-   training decided every class at 0.5); the per-class report; the test split predicted (and
-   scored, if labelled) at the tuned thresholds. Binary with --decision_threshold: the positive
-   class's threshold (tuned on validation, or given), and both splits scored at 0.5 and at it.
-2. The memory phases closed, the precision the layers really ran in, the token counts summed
-   over processes (the run's last collective step).
-3. --merge_adapter: the merged model scored on validation, on the main process.
-4. On the main process: eval/test predictions as JSON Lines, the thresholds beside the model, the
-   confusion matrix, then results.json (written atomically), then the model card, README.md
-   (tracking/model_card.py), from results.json's contents.
-5. Every results.json key into the W&B summary, under the same name.
-6. --push_to_hub: the Trainer's own push once more, now with the results and the run's card.
+`finish_run(trainer, train_result, eval_metrics, settings)` reads the Trainer only through what
+every `transformers.Trainer` has (`state`, `args`, `predict`, `log_metrics`, `compute_metrics`:
+the run's, which saw the final validation pass); the rest comes as values in `RunSettings`, which
+`RecipeRun.write_results` fills at the end of the run. In order: the final validation predictions;
+multi-label thresholds or --decision_threshold, per-class scores, the test split; --merge_adapter's
+model scored in memory; then, on the main process, the prediction files, results.json (written
+atomically) and the model card (tracking/model_card.py) from its contents.
 """
 
 from __future__ import annotations
@@ -25,15 +14,18 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from recipes_lib.config.arguments import TUNE, ParsedArguments
 from recipes_lib.config.precision import autocast_for
 from recipes_lib.config.recipe_options import MERGED_SUBDIR
+from recipes_lib.config.recipe_spec import TrainingShape
 from recipes_lib.config.tasks import DEFAULT_THRESHOLD, MULTI_LABEL, REGRESSION, TASK_METRICS
-from recipes_lib.config.validation import TUNE, parse_decision_threshold
 from recipes_lib.data.files import write_jsonl
+from recipes_lib.data.loading import ClassificationData
+from recipes_lib.data.long_text import document_ids
 from recipes_lib.data.tokenize import padding_collator
 from recipes_lib.evaluation.inference import batch_logits
 from recipes_lib.evaluation.neglected import neglected_classes, results_neglect_note
@@ -54,16 +46,36 @@ from recipes_lib.evaluation.thresholds import (
     tune_decision_threshold,
     tune_thresholds,
 )
-from recipes_lib.memory.peaks import peak_memory
-from recipes_lib.modeling.adapters import describe_merged_model, load_trained_model, read_base_quantization
 from recipes_lib.modeling.loading import count_parameters
 from recipes_lib.modeling.optimizers import optimizer_state_summary
 from recipes_lib.results import describe_device, library_versions, timestamp, write_results
+from recipes_lib.run.metrics import RunMetrics
 from recipes_lib.tracking.model_card import build_card, write_card
 from recipes_lib.tracking.names import METRIC_TITLES, eval_key
 from recipes_lib.training.trainer import evaluation_in_input_order
 
+if TYPE_CHECKING:
+    from recipes_lib.modeling.adapters import MergedModel  # a LoRA recipe's: loaded by it, not here
+
 logger = logging.getLogger("recipes_lib")
+
+
+@dataclass(frozen=True)
+class RunSettings:
+    """What the record needs of a run besides the Trainer, as values (`RecipeRun.write_results` fills it)."""
+
+    recipe: str
+    arguments: ParsedArguments  # what ran: the task, attention kernel and precision resolved
+    data: ClassificationData  # labels, split sources, the tokenized splits, truncation
+    model_type: str
+    shape: TrainingShape  # the adapters (resolved for the family), the quantized base's bits
+    precision: str  # the precision the layers computed in, observed
+    precision_reason: str
+    quantized_compute: str | None  # QLoRA: the dtype of the 4-bit layers' matmuls
+    memory: dict[str, Any]  # the memory phases and peaks
+    tokens: tuple[int, int]  # real and padded training tokens, over every process
+    batch_choice: Any = None  # --auto_batch_size: what the planner chose
+    merged: MergedModel | None = None  # --merge_adapter, on the main process
 
 
 @dataclass
@@ -81,10 +93,6 @@ class EvaluationOutputs:
     # Binary, --decision_threshold: the positive class's threshold, and the metrics at 0.5 and at it.
     decision_threshold: float | None = None
     threshold_results: dict[str, Any] = field(default_factory=dict)
-
-
-def _logits(predictions):
-    return predictions[0] if isinstance(predictions, tuple) else predictions
 
 
 def _listed(value):
@@ -117,7 +125,7 @@ def evaluates_in_input_order(trainer) -> bool:
     )
 
 
-def final_validation(run, trainer, eval_metrics: dict[str, Any]):
+def final_validation(settings: RunSettings, trainer, eval_metrics: dict[str, Any]):
     """The final validation pass's predictions (window rows under sliding_window), in the rows' order,
     and its metrics.
 
@@ -126,8 +134,8 @@ def final_validation(run, trainer, eval_metrics: dict[str, Any]):
     predicts the split once more in input order (its metrics, computed per document in that order,
     replace the script's: under sliding_window only they can differ).
     """
-    validation = run.tokenized["validation"]
-    seen = run.compute_metrics.last_predictions
+    validation = settings.data.tokenized["validation"]
+    seen = getattr(trainer.compute_metrics, "last_predictions", None)
     if seen is None or len(seen.logits) != len(validation):
         raise RuntimeError(
             "The run's compute_metrics has not seen the final validation pass. Hand the Trainer "
@@ -137,57 +145,54 @@ def final_validation(run, trainer, eval_metrics: dict[str, Any]):
         return seen, eval_metrics
     with evaluation_in_input_order(trainer.args):
         output = trainer.predict(validation, metric_key_prefix="eval")
-    return run.compute_metrics.last_predictions, {**eval_metrics, **output.metrics}
+    return trainer.compute_metrics.last_predictions, {**eval_metrics, **output.metrics}
 
 
-def evaluation_outputs(run, trainer, evaluation) -> EvaluationOutputs:
+def evaluation_outputs(settings: RunSettings, trainer, evaluation) -> EvaluationOutputs:
     """Thresholds (multi-label), per-class scores and the test split, from the final validation pass."""
-    labels = run.data.labels
+    data, scorer = settings.data, trainer.compute_metrics  # the run's RunMetrics
+    labels = data.labels
     # Under --long_text sliding_window, one prediction per document: its windows combined.
-    outputs = EvaluationOutputs(*run.compute_metrics.per_document(evaluation.logits, evaluation.references))
+    outputs = EvaluationOutputs(*scorer.per_document(evaluation.logits, evaluation.references))
     if labels.problem_type == MULTI_LABEL:
         outputs.thresholds = tune_thresholds(sigmoid(outputs.logits), outputs.references)
-        run.compute_metrics.thresholds = outputs.thresholds
-        tuned = run.compute_metrics.scores(outputs.logits, outputs.references)
+        scorer.thresholds = outputs.thresholds
+        tuned = scorer.scores(outputs.logits, outputs.references)
         outputs.tuned_metrics = {f"eval_tuned_{name}": value for name, value in tuned.items()}
         logger.info(
             "Thresholds tuned on validation: %s", dict(zip(labels.names, outputs.thresholds, strict=True))
         )
     outputs.report = per_class(outputs.logits, outputs.references, labels, outputs.thresholds)
-    if "test" in run.tokenized:
+    if "test" in data.tokenized:
         # In the rows' order with any Trainer: the prediction file and the windows' documents follow it.
-        with (
-            run.compute_metrics.scoring(run.document_ids("test")) as metrics,
-            evaluation_in_input_order(trainer.args),
-        ):
-            test = trainer.predict(run.tokenized["test"], metric_key_prefix="test")
-            outputs.test_logits, test_references = metrics.per_document(
-                _logits(test.predictions), test.label_ids
-            )
-        if run.data.test_has_labels:
+        test_split = data.tokenized["test"]
+        with scorer.scoring(document_ids(test_split)) as metrics, evaluation_in_input_order(trainer.args):
+            test = trainer.predict(test_split, metric_key_prefix="test")
+            logits = test.predictions[0] if isinstance(test.predictions, tuple) else test.predictions
+            outputs.test_logits, test_references = metrics.per_document(logits, test.label_ids)
+        if data.test_has_labels:
             outputs.test_references = test_references
             outputs.test_metrics = test.metrics
             trainer.log_metrics("test", test.metrics)
-    decide_binary_threshold(run, outputs)
+    option = settings.arguments.training.decision_threshold  # 'tune', a probability, or None
+    if option is not None:
+        decide_binary_threshold(option, data, scorer, outputs)
     return outputs
 
 
-def decide_binary_threshold(run, outputs: EvaluationOutputs) -> None:
+def decide_binary_threshold(option, data: ClassificationData, scorer: RunMetrics, outputs: EvaluationOutputs):
     """--decision_threshold: the positive class's threshold, and validation (and test) scored at 0.5 and at it.
 
     A tuned threshold scored on the validation split it was tuned on is optimistic, as the
     multi-label thresholds are; the test split's figures at it are the honest ones.
     """
-    option = parse_decision_threshold(run.training.decision_threshold)
-    if option is None:
-        return
-    names, metrics = run.data.labels.names, run.compute_metrics
+    names = data.labels.names
     tuned = option == TUNE
     threshold = tune_decision_threshold(outputs.logits, outputs.references) if tuned else option
     outputs.decision_threshold = threshold
     results = {
         "decision_threshold": threshold,
-        "decision_threshold_tuned_on": run.data.split_sources["validation"] if tuned else None,
+        "decision_threshold_tuned_on": data.split_sources["validation"] if tuned else None,
         "positive_label": names[POSITIVE_ID],
     }
     splits = {"eval": (outputs.logits, outputs.references)}
@@ -195,8 +200,8 @@ def decide_binary_threshold(run, outputs: EvaluationOutputs) -> None:
         splits["test"] = (outputs.test_logits, outputs.test_references)
     for prefix, (logits, references) in splits.items():
         references = np.asarray(references)
-        at_half = metrics.binary_scores(logits, references, DEFAULT_THRESHOLD)
-        at_threshold = metrics.binary_scores(logits, references, threshold)
+        at_half = scorer.binary_scores(logits, references, DEFAULT_THRESHOLD)
+        at_threshold = scorer.binary_scores(logits, references, threshold)
         results[f"{prefix}_f1_positive"] = at_half["f1_positive"]
         results.update({f"{prefix}_threshold_{name}": value for name, value in at_threshold.items()})
     outputs.threshold_results = results
@@ -212,49 +217,49 @@ def decide_binary_threshold(run, outputs: EvaluationOutputs) -> None:
     )
 
 
-def evaluate_merged_model(run, references, observed_precision: str) -> dict[str, Any]:
+def evaluate_merged_model(settings: RunSettings, trainer, references) -> dict[str, Any]:
     """--merge_adapter: the merged model's own scores on the validation split, and what it is.
 
     The merged model is what a user deploys without peft; for QLoRA it is not the evaluated
     model (adapters.describe_merged_model), so its own figures are measured rather than assumed.
-    Main process only: it wrote the merged model. Multi-label classes at 0.5, as in eval_*.
+    Scored as it is in memory, on the main process (which merged it). Multi-label classes at 0.5.
     """
-    training = run.training
-    merged_dir = Path(training.output_dir) / MERGED_SUBDIR
-    options = run.arguments.recipe_options.get(run.spec.options)
-    if not getattr(options, "merge_adapter", False) or not run.is_main_process or not merged_dir.is_dir():
+    merged, training = settings.merged, trainer.args
+    if merged is None:
         return {}
-    model = load_trained_model(merged_dir, device=run.device).eval()
-    collator = padding_collator(run.tokenizer, run.arguments.data, run.device)
-    with autocast_for(observed_precision, run.device.type):
+    model = merged.model.to(training.device).eval()
+    collator = padding_collator(trainer.processing_class, settings.arguments.data, training.device)
+    with autocast_for(settings.precision, training.device.type):
         logits = batch_logits(
             model,
-            run.tokenized["validation"],
+            settings.data.tokenized["validation"],
             collator,
-            run.device,
+            training.device,
             training.per_device_eval_batch_size,
             progress=not training.disable_tqdm,
         )
-    del model
-    logits, _ = run.compute_metrics.per_document(logits)  # sliding_window: one row per document
-    names = run.data.labels.names
-    scores = run.compute_metrics.scores(logits, references, thresholds=[DEFAULT_THRESHOLD] * len(names))
-    what = describe_merged_model(read_base_quantization(training.output_dir))
+    logits, _ = trainer.compute_metrics.per_document(logits)  # sliding_window: one row per document
+    names = settings.data.labels.names
+    scores = trainer.compute_metrics.scores(logits, references, thresholds=[DEFAULT_THRESHOLD] * len(names))
     logger.info(
         "Merged model in %s, %s: %s",
-        merged_dir,
-        what.split(". ")[0],
+        Path(training.output_dir) / MERGED_SUBDIR,
+        merged.description.split(". ")[0],
         ", ".join(f"{METRIC_TITLES[name]} {value:.4f}" for name, value in scores.items()),
     )
-    return {"merged_model": what, **{f"merged_eval_{name}": value for name, value in scores.items()}}
-
-
-def task_results(run, eval_metrics, outputs: EvaluationOutputs, merged: dict[str, Any]) -> dict[str, Any]:
-    """The task, its validation (and test) metrics, thresholds and per-class scores."""
-    labels, data = run.data.labels, run.data
     return {
-        "recipe": run.spec.name,
-        "model_name_or_path": run.arguments.model.model_name_or_path,
+        "merged_model": merged.description,
+        **{f"merged_eval_{name}": value for name, value in scores.items()},
+    }
+
+
+def task_results(settings: RunSettings, eval_metrics, outputs: EvaluationOutputs) -> dict[str, Any]:
+    """The task, its validation (and test) metrics, thresholds and per-class scores."""
+    data = settings.data
+    labels = data.labels
+    return {
+        "recipe": settings.recipe,
+        "model_name_or_path": settings.arguments.model.model_name_or_path,
         "dataset": data.description,
         "problem_type": labels.problem_type,
         "num_labels": labels.num_labels,
@@ -272,8 +277,6 @@ def task_results(run, eval_metrics, outputs: EvaluationOutputs, merged: dict[str
         **outputs.tuned_metrics,
         # Binary, --decision_threshold: the threshold, the positive class, and the metrics at 0.5 and at it.
         **outputs.threshold_results,
-        # --merge_adapter: what the merged model is, and its own validation metrics (thresholds 0.5).
-        **merged,
         # Counted from the predictions gathered over all processes (evaluation/metrics.py), not len(dataset): a
         # duplicated or dropped validation example under several processes would show here.
         "eval_samples": eval_metrics["eval_samples"],
@@ -283,17 +286,17 @@ def task_results(run, eval_metrics, outputs: EvaluationOutputs, merged: dict[str
         "truncation": data.truncation,
         # Per class on the validation split: precision, recall, F1, support; rows true, columns predicted.
         **outputs.report,
-        **({"test_split": data.split_sources["test"]} if "test" in run.tokenized else {}),
+        **({"test_split": data.split_sources["test"]} if "test" in data.tokenized else {}),
         **{key: value for key, value in outputs.test_metrics.items() if key.startswith("test_")},
     }
 
 
-def training_results(run, trainer, train_result, tokens: tuple[int, int]) -> dict[str, Any]:
+def training_results(settings: RunSettings, trainer, train_result) -> dict[str, Any]:
     """How training went: steps, loss, the kept checkpoint, speed and padding."""
     training, state = trainer.args, trainer.state
     metrics = train_result.metrics
     runtime = metrics["train_runtime"]
-    real_tokens, all_tokens = tokens
+    real_tokens, all_tokens = settings.tokens
     weights = getattr(trainer.compute_loss_func, "class_weights", None)
     return {
         "train_samples": len(trainer.train_dataset),
@@ -302,7 +305,7 @@ def training_results(run, trainer, train_result, tokens: tuple[int, int]) -> dic
         # --early_stopping_patience: the checkpoint whose weights were kept, and its metric.
         "best_step": _step_of(state.best_model_checkpoint) if training.load_best_model_at_end else None,
         "best_metric": state.best_metric if training.load_best_model_at_end else None,
-        "class_weights": dict(zip(run.data.labels.names, weights, strict=True)) if weights else None,
+        "class_weights": dict(zip(settings.data.labels.names, weights, strict=True)) if weights else None,
         "epochs": state.epoch,
         "train_runtime_s": round(runtime, 3),
         "train_samples_per_s": metrics.get("train_samples_per_second"),
@@ -311,25 +314,23 @@ def training_results(run, trainer, train_result, tokens: tuple[int, int]) -> dic
     }
 
 
-def model_results(run, trainer, memory_results: dict[str, Any]) -> dict[str, Any]:
+def model_results(settings: RunSettings, trainer) -> dict[str, Any]:
     """What trained and what it held: parameters, adapters, optimizer state, memory."""
     total, trainable = count_parameters(trainer.model)
-    adapters = run.shape.adapters
-    choice = run.batch_choice
+    adapters, choice = settings.shape.adapters, settings.batch_choice
     return {
         "params_total": total,
         "params_trainable": trainable,
-        "model_type": run.model_config.model_type,
-        "attn_implementation": run.arguments.model.attn_implementation,
+        "model_type": settings.model_type,
+        "attn_implementation": settings.arguments.model.attn_implementation,
         # LoRA: the layers adapted (resolved for the family) and the modules trained whole.
         "lora_target_modules": _listed(adapters.target_modules) if adapters is not None else None,
         "modules_trained_in_full": list(getattr(trainer.model, "modules_to_save", None) or []) or None,
         # QLoRA: the bits of the frozen base's linear weights (4: NF4, 8: LLM.int8); else None.
-        "quantized_base_bits": run.shape.base_bits if run.shape.quantized_base else None,
+        "quantized_base_bits": settings.shape.base_bits if settings.shape.quantized_base else None,
         # What the optimizer's state tensors hold after training, measured (see modeling/optimizers.py).
         **optimizer_state_summary(trainer.optimizer, trainer.model),
-        **peak_memory(run.device, run.memory),
-        **memory_results,
+        **settings.memory,
         # The batch the Trainer's arguments hold at the end: after any out-of-memory back-off (RecipeTrainer).
         "auto_batch_size": choice.after_training(
             trainer.args, getattr(trainer, "out_of_memory_at", [])
@@ -339,30 +340,30 @@ def model_results(run, trainer, memory_results: dict[str, Any]) -> dict[str, Any
     }
 
 
-def environment_results(run, trainer, precision: str) -> dict[str, Any]:
+def environment_results(settings: RunSettings, trainer) -> dict[str, Any]:
     """Where and how it ran: device, processes, precision, versions, the full config."""
     training = trainer.args
     return {
-        "device": describe_device(run.device),
+        "device": describe_device(training.device),
         "num_processes": training.world_size,
         # Read from the autocast state inside the model during training, not from the flags.
-        "precision": precision,
-        "precision_reason": run.precision_choice.reason,
+        "precision": settings.precision,
+        "precision_reason": settings.precision_reason,
         # QLoRA: the dtype of the 4-bit layers' matmuls (bitsandbytes' compute dtype); else None.
-        "quantized_compute_dtype": run.precision_probe.quantized_compute,
+        "quantized_compute_dtype": settings.quantized_compute,
         "versions": library_versions(),
         "created_at": timestamp(),
         "output_dir": str(training.output_dir),
         # What ran: the parsed arguments with what the run resolved (task, precision) and the
         # Trainer's own copy of the training arguments (the batch it trained with).
-        "config": replace(run.arguments, training=training).to_dict(),
+        "config": replace(settings.arguments, training=training).to_dict(),
     }
 
 
-def write_prediction_files(run, outputs: EvaluationOutputs) -> None:
+def write_prediction_files(settings: RunSettings, output_dir: Path, outputs: EvaluationOutputs) -> None:
     """Validation (and test) predictions as JSON Lines; the thresholds of a multi-label model next to it;
     the validation confusion matrix as a PNG (single-label)."""
-    output_dir, labels = Path(run.training.output_dir), run.data.labels
+    labels, validation_source = settings.data.labels, settings.data.split_sources["validation"]
 
     def rows(logits):
         return prediction_rows(
@@ -372,86 +373,62 @@ def write_prediction_files(run, outputs: EvaluationOutputs) -> None:
     write_jsonl(output_dir / EVAL_PREDICTIONS_FILE, rows(outputs.logits))
     if outputs.test_logits is not None:
         write_jsonl(output_dir / TEST_PREDICTIONS_FILE, rows(outputs.test_logits))
-    validation_source = run.data.split_sources["validation"]
-    if outputs.thresholds is not None:
-        for directory in (output_dir, output_dir / MERGED_SUBDIR):
-            if directory.is_dir():
-                write_thresholds(directory, labels.names, outputs.thresholds, validation_source)
-    if outputs.decision_threshold is not None:
+    model_dirs = [directory for directory in (output_dir, output_dir / MERGED_SUBDIR) if directory.is_dir()]
+    for directory in model_dirs if outputs.thresholds is not None else ():
+        write_thresholds(directory, labels.names, outputs.thresholds, validation_source)
+    for directory in model_dirs if outputs.decision_threshold is not None else ():
         tuned_on = outputs.threshold_results["decision_threshold_tuned_on"]
-        for directory in (output_dir, output_dir / MERGED_SUBDIR):
-            if directory.is_dir():
-                write_decision_threshold(directory, labels.names, outputs.decision_threshold, tuned_on)
+        write_decision_threshold(directory, labels.names, outputs.decision_threshold, tuned_on)
     if outputs.report["confusion_matrix"] is not None:
-        title = f"{run.spec.name}, {validation_source}"
+        title = f"{settings.recipe}, {validation_source}"
         draw_confusion_matrix(outputs.report["confusion_matrix"], output_dir / CONFUSION_MATRIX_PNG, title)
 
 
-def observed_precision(run) -> str:
-    """The precision the layers computed in (a run resumed at its end ran nothing: the planned one)."""
-    precision = run.precision_probe.observed or run.precision
-    if precision != run.precision:
-        logger.warning("Asked for %s, but the model computed in %s.", run.precision, precision)
-    return precision
-
-
-def finish_run(run, trainer, train_result, eval_metrics: dict[str, Any]) -> dict[str, Any]:
-    """Predictions, results.json and the W&B summary of a finished run (this module's docstring)."""
+def finish_run(trainer, train_result, eval_metrics: dict[str, Any], settings: RunSettings) -> dict[str, Any]:
+    """Predictions, results.json and the model card of a finished run (this module's docstring)."""
     trainer.log_metrics("train", train_result.metrics)
     trainer.log_metrics("eval", eval_metrics)
-    evaluation, eval_metrics = final_validation(run, trainer, eval_metrics)
-    outputs = evaluation_outputs(run, trainer, evaluation)
-    if run.memory is None:  # the script handed the Trainer none of run.callbacks()
-        raise RuntimeError(
-            "Hand the Trainer callbacks=run.callbacks(model): the run's memory phases start there."
-        )
-    memory_results = run.memory.finish()
-    for line in run.memory.summary_lines(memory_results):
-        logger.info(line)
-    run.precision_probe.remove()
-    precision = observed_precision(run)
-    tokens = run.tokens.totals(trainer.accelerator)  # the run's last collective step
-    # After it: the other processes need not wait for the main one, which alone scores the merged model.
-    merged = evaluate_merged_model(run, outputs.references, precision)
+    evaluation, eval_metrics = final_validation(settings, trainer, eval_metrics)
+    outputs = evaluation_outputs(settings, trainer, evaluation)
     results = {
-        **task_results(run, eval_metrics, outputs, merged),
-        **training_results(run, trainer, train_result, tokens),
-        **model_results(run, trainer, memory_results),
-        **environment_results(run, trainer, precision),
+        **task_results(settings, eval_metrics, outputs),
+        # --merge_adapter: what the merged model is, and its own validation metrics (thresholds 0.5).
+        **evaluate_merged_model(settings, trainer, outputs.references),
+        **training_results(settings, trainer, train_result),
+        **model_results(settings, trainer),
+        **environment_results(settings, trainer),
     }
     results["neglected_classes"] = neglected_classes(
         results.get("per_class"), results.get("confusion_matrix")
     )
     if trainer.is_world_process_zero():
-        write_prediction_files(run, outputs)
-        path = write_results(run.training.output_dir, results)
-        write_card(run.training.output_dir, results, hub_repo_id(run, trainer))
-        problem_type = run.data.labels.problem_type
+        output_dir = Path(trainer.args.output_dir)
+        write_prediction_files(settings, output_dir, outputs)
+        path = write_results(output_dir, results)
+        write_card(output_dir, results, hub_repo_id(trainer))
         logger.info(
             "Done: %s, %.1f samples/s, peak memory %.2f GiB. Model and %s in %s",
             ", ".join(
                 f"{METRIC_TITLES[name]} {results[eval_key(name)]:.4f}"
-                for name in TASK_METRICS[problem_type]
+                for name in TASK_METRICS[settings.data.labels.problem_type]
                 if results[eval_key(name)] is not None
             ),
             results["train_samples_per_s"],
             results["peak_memory_gib"],
             path.name,
-            run.training.output_dir,
+            output_dir,
         )
         if results["neglected_classes"]:  # issue #42: a class the model ignores, said with what helps
             logger.warning(results_neglect_note(results))
-    run.tracker.finish(results)  # every results.json key into the W&B summary, same names
-    push_finished_run(run, trainer, results)
     return results
 
 
-def hub_repo_id(run, trainer) -> str | None:
+def hub_repo_id(trainer) -> str | None:
     """--push_to_hub: the repository the Trainer pushes to (its card's loading code names it); else None."""
-    return getattr(trainer, "hub_model_id", None) if run.training.push_to_hub else None
+    return getattr(trainer, "hub_model_id", None) if trainer.args.push_to_hub else None
 
 
-def push_finished_run(run, trainer, results: dict[str, Any]) -> None:
+def push_finished_run(trainer, results: dict[str, Any]) -> None:
     """--push_to_hub: the Trainer's push with results.json and the run's card (RecipeTrainer.create_model_card).
 
     The Trainer pushed the model when the script saved it, before the final evaluation; this
@@ -459,9 +436,9 @@ def push_finished_run(run, trainer, results: dict[str, Any]) -> None:
     model again first, a collective step under FSDP and DeepSpeed. A stock Trainer writes and
     uploads its own draft card there; the run's card is then written into output_dir again.
     """
-    if not run.training.push_to_hub:
+    if not trainer.args.push_to_hub:
         return
-    trainer.model_card = build_card(results, hub_repo_id(run, trainer))
+    trainer.model_card = build_card(results, hub_repo_id(trainer))
     trainer.push_to_hub(commit_message="End of training: results and model card")
     if trainer.is_world_process_zero():
-        write_card(run.training.output_dir, results, hub_repo_id(run, trainer))
+        write_card(trainer.args.output_dir, results, hub_repo_id(trainer))

@@ -45,7 +45,7 @@ from recipes_lib.config.tasks import MULTI_LABEL, REGRESSION
 from recipes_lib.data.files import DELIMITED, copy_delimited_rows, decide_quoting, read_local_files
 from recipes_lib.data.labels import LabelMapping
 from recipes_lib.data.loading import ClassificationData
-from recipes_lib.data.long_text import DOCUMENT_COLUMN
+from recipes_lib.data.long_text import DOCUMENT_COLUMN, document_ids
 from recipes_lib.data.tokenize import LABEL_COLUMN, padding_collator, tokenize
 from recipes_lib.errors import ConfigError, DataError
 from recipes_lib.evaluation.inference import batch_logits
@@ -399,10 +399,9 @@ def _run_teacher(teacher_dir, encoded, tokenizer, data_args, device, precision) 
         gc.collect()
         if device.type == "cuda":
             torch.cuda.empty_cache()
-    if DOCUMENT_COLUMN in encoded.column_names:  # the teacher reads a long document in windows
-        logits, _ = combine_windows(
-            logits, encoded.data.column(DOCUMENT_COLUMN).to_numpy(), data_args.window_pooling
-        )
+    windows = document_ids(encoded)  # the teacher reads a long document in windows
+    if windows is not None:
+        logits, _ = combine_windows(logits, windows, data_args.window_pooling)
     return np.asarray(logits, dtype=np.float32)
 
 
@@ -416,9 +415,8 @@ def _gold_matrix(train: Dataset, problem_type: str, num_labels: int) -> np.ndarr
 
 def _documents(dataset: Dataset) -> np.ndarray:
     """The raw row each tokenized row came from (the row itself, or its document under sliding_window)."""
-    if DOCUMENT_COLUMN in dataset.column_names:
-        return dataset.data.column(DOCUMENT_COLUMN).to_numpy()
-    return np.arange(len(dataset))
+    documents = document_ids(dataset)
+    return np.arange(len(dataset)) if documents is None else documents
 
 
 def add_teacher_targets(
@@ -446,12 +444,12 @@ def add_teacher_targets(
         labels,
         data_args,
         Path(training.output_dir) / TEACHER_LOGITS_DIR,
-        run.device,
+        training.device,
         run.precision,
         training.main_process_first,
     )
     width = gold_width(labels.problem_type, labels.num_labels)
-    train = run.tokenized["train"]
+    train = run.data.tokenized["train"]
     packed = pack_targets(
         _gold_matrix(train, labels.problem_type, labels.num_labels), logits[_documents(train)]
     )
@@ -476,7 +474,7 @@ def add_teacher_targets(
     features = parts[0].features.copy()
     features[LABEL_COLUMN] = Sequence(Value("float32"))
     columns = parts[0].column_names  # the unlabelled rows' columns in the training split's order
-    splits = DatasetDict(run.tokenized)
+    splits = DatasetDict(run.data.tokenized)
     splits["train"] = concatenate_datasets([part.select_columns(columns).cast(features) for part in parts])
     class_weights = getattr(run.compute_loss, "class_weights", None)
     loss = DistillationLoss(

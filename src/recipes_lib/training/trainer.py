@@ -22,7 +22,6 @@ from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, rotate_checkpoints
 from recipes_lib.config.arguments import DEFAULT_LENGTH_GROUPING, LENGTH_GROUPINGS
 from recipes_lib.config.versions import PrivateHook, check_private_attribute, check_private_hooks
 from recipes_lib.errors import TrainingDiverged, TrainingInterrupted
-from recipes_lib.training.autofit import train_with_out_of_memory_backoff
 from recipes_lib.training.checkpoints import COMPLETE_MARKER, last_complete_checkpoint, mark_complete
 from recipes_lib.training.safeguards import StopOnSignal, divergence_hint, first_non_finite_parameter
 
@@ -116,6 +115,8 @@ class RecipeTrainer(Trainer):
         with self.stop_on_signal.installed():
             if getattr(self.args, "auto_batch_size", False):
                 # --auto_batch_size: on out-of-memory, again with the next smaller batch (autofit.py).
+                from recipes_lib.training.autofit import train_with_out_of_memory_backoff
+
                 output = train_with_out_of_memory_backoff(
                     self, lambda: super(RecipeTrainer, self).train(*args, **kwargs)
                 )
