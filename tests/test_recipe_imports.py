@@ -14,8 +14,10 @@ from tests.helpers.repo import REPO_ROOT
 WORKBENCH = ("memory.planner", "sweep", "crossval", "export", "tools", "cli", "dashboard")
 # recipes/full_ft.py's closure: 66 modules, 12,492 lines with the planner loaded at import (before
 # issue 38); 56 modules, 9,995 lines without it; 54 modules, 9,364 lines with autofit and
-# modeling.adapters loaded only when used. A bound, so that what a recipe does not use creeping back fails.
-FULL_FT_MAX_LINES = 9_600
+# modeling.adapters loaded only when used; 9,731 lines once the same session's other work merged (the
+# delimiter read from content, CPU bf16 detection, the neglected-class note: code a default run uses).
+# A bound, so that what a recipe does not use creeping back fails.
+FULL_FT_MAX_LINES = 9_800
 
 LOADED = """
 import importlib.util, json, pathlib, sys
