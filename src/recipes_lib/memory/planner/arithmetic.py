@@ -292,24 +292,29 @@ def _dequantized_bytes_per_weight(setup: Setup) -> int:
     return 4 if setup.shape.base_bits == 8 else 6
 
 
+def _separate_qkv_attention_terms(encoder: Encoder, setup: Setup) -> dict[str, int]:
+    """Attention over separate Q, K, V projections (BERT's layer and EuroBERT's): a fused SDPA kernel
+    keeps Q, K, V and its output, laid out as the output projection reads it (one tensor for both);
+    eager attention keeps contiguous copies, the probabilities and, when it trains, the context."""
+    z = _Sizes(encoder, setup)
+    T, H, e = z.T, z.H, z.e
+    if _fused_attention(encoder, setup):
+        terms = {"attention Q, K, V, output": 4 * T * H * e, "attention log-sum-exp": z.B * z.A * z.S * 4}
+        if setup.padded:
+            terms["attention mask, float"] = z.B * z.S * z.S * e
+        return terms
+    terms = {"Q, K, V contiguous copies": 3 * T * H * e, **_probability_terms(encoder, setup)}
+    if setup.adapters is None:
+        terms["context (output projection input)"] = T * H * e
+    return terms
+
+
 def _post_norm_layer_terms(encoder: Encoder, setup: Setup) -> dict[str, int]:
     """BERT's layer, and RoBERTa's, XLM-R's, ELECTRA's, MPNet's, DistilBERT's and ALBERT's: attention
     and FFN, each followed by dropout, a residual sum and LayerNorm."""
     z = _Sizes(encoder, setup)
     T, H, e = z.T, z.H, z.e
-    fused = _fused_attention(encoder, setup)
-    frozen_base = setup.adapters is not None
-    layer: dict[str, int] = {}
-    if fused:
-        layer["attention Q, K, V, output"] = 4 * T * H * e
-        layer["attention log-sum-exp"] = z.B * z.A * z.S * 4
-        if setup.padded:
-            layer["attention mask, float"] = z.B * z.S * z.S * e
-    else:
-        layer["Q, K, V contiguous copies"] = 3 * T * H * e
-        layer.update(_probability_terms(encoder, setup))
-        if not frozen_base:
-            layer["context (output projection input)"] = T * H * e
+    layer = _separate_qkv_attention_terms(encoder, setup)
     if encoder.hidden_dropout > 0:
         layer["dropout masks on the hidden states"] = encoder.family.hidden_dropouts * z.mask(T * H, e)
     layer["residual sums kept by LayerNorm"] = 2 * T * H * 4
@@ -527,17 +532,7 @@ def _rms_gated_layer_terms(encoder: Encoder, setup: Setup) -> dict[str, int]:
         layer["RMSNorm normalized streams and weighted outputs (q/k/v's and the FFN's input)"] = 2 * (
             T * H * 4 + T * H * e
         )
-    if _fused_attention(encoder, setup):
-        # The kernel's output is laid out as o_proj reads it: one tensor for both.
-        layer["attention Q, K, V, output"] = 4 * T * H * e
-        layer["attention log-sum-exp"] = z.B * z.A * z.S * 4
-        if setup.padded:
-            layer["attention mask, float"] = z.B * z.S * z.S * e
-    else:
-        layer["Q, K, V contiguous copies"] = 3 * T * H * e
-        layer.update(_probability_terms(encoder, setup))
-        if not frozen_base:
-            layer["context (o_proj's input)"] = T * H * e
+    layer.update(_separate_qkv_attention_terms(encoder, setup))
     layer.update(_gated_ffn_terms(encoder, setup))
     layer.update(_lora_terms(encoder, setup))
     layer.update(_bf16_weight_terms(encoder, setup))
