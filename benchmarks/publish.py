@@ -447,7 +447,9 @@ def label_noise_table(record: dict) -> list[str]:
     """A `benchmarks/label_noise.py` record: the cross-validation of the noisy file, label-issues' flags
     against the flipped rows, and (with --retrain_seeds) the noisy and cleaned files' runs."""
     metric = next(key.removesuffix("_mean") for key in record if key.endswith("_mean"))
-    folds = record.get(f"{metric}_per_fold") or []
+    folds = [
+        fold[metric] for fold in record.get(f"{metric}_per_fold") or []
+    ]  # crossval_results.json's per_fold
     each = f" (folds: {', '.join(f'{value:.4f}' for value in folds)})" if folds else ""
     lines = [
         "| what | figure |",

@@ -205,7 +205,7 @@ def test_a_label_noise_record_renders_its_folds_flags_and_retrained_runs(publish
         "command": "python benchmarks/label_noise.py --folds 2", "date": "2026-12-04T20:00:00+00:00",
         "machine": publish.machine(), "git": {"commit": "abc1234", "dirty": False}, "wall_s": 120.0,
         "folds": 2, "eval_accuracy_mean": 0.8225, "eval_accuracy_std": 0.0247,
-        "eval_accuracy_per_fold": [0.805, 0.84], "test": None,
+        "eval_accuracy_per_fold": [{"fold": 0, "eval_accuracy": 0.805}, {"fold": 1, "eval_accuracy": 0.84}], "test": None,
         "flipped": 120, "flagged": 128, "flagged_and_flipped": 91, "precision": 0.7109, "recall": 0.7583,
         "retrained": {"seeds": [0], "metric": "eval_accuracy", "noisy": {"values": [0.815]},
                       "cleaned": {"values": [0.845]}, "pair": {"verdict": "one seed each: not tested"}},
