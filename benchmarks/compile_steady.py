@@ -11,7 +11,8 @@ start from the same weights: one eager, one `torch.compile`d as the Trainer comp
 graphs dynamo made), then every batch again, one eager step and one compiled step in turn, so a
 machine whose load changes slows both alike. Reported: the median step time of each, their ratio, and
 the warm-up's cost in steady compiled steps, under the precision the recipe would pick here
-(--precision to choose). Written to --report_dir as compile_steady-<time>.json, with the machine
+(--precision to choose). `--pad_to_multiple_of N` buckets the padded lengths (the tokenizer's option)
+so that a few graphs serve every batch, and `--dynamic false` compiles one static graph per length. Written to --report_dir as compile_steady-<time>.json, with the machine
 (benchmarks/publish.py's) and the commit read at the start.
 """
 
