@@ -11,7 +11,8 @@ start from the same weights: one eager, one `torch.compile`d as the Trainer comp
 graphs dynamo made), then every batch again, one eager step and one compiled step in turn, so a
 machine whose load changes slows both alike. Reported: the median step time of each, their ratio, and
 the warm-up's cost in steady compiled steps, under the precision the recipe would pick here
-(--precision to choose). Written to --report_dir as compile_steady-<time>.json, with the machine
+(--precision to choose). `--pad_to_multiple_of N` buckets the padded lengths (the tokenizer's option)
+so that a few graphs serve every batch, and `--dynamic false` compiles one static graph per length. Written to --report_dir as compile_steady-<time>.json, with the machine
 (benchmarks/publish.py's) and the commit read at the start.
 """
 
@@ -38,6 +39,14 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--max_seq_length", type=int, default=64)
     parser.add_argument("--steps", type=int, default=20, help="batches: each is run in warm-up, then timed")
     parser.add_argument("--precision", choices=["auto", "fp32", "bf16"], default="auto")
+    parser.add_argument(
+        "--pad_to_multiple_of",
+        type=int,
+        default=None,
+        help="bucket the padded lengths (the tokenizer's own option), so few graphs serve every batch",
+    )
+    parser.add_argument("--dynamic", choices=["auto", "false"], default="auto",
+                        help="auto: torch.compile(dynamic=None), as the Trainer; false: one static graph per length")  # fmt: skip
     parser.add_argument("--report_dir", default=str(REPO_ROOT / "benchmarks" / "results"))
     return parser.parse_args(argv)
 
@@ -53,7 +62,8 @@ def batches(args, tokenizer) -> list[dict]:
     out = []
     for start in range(0, len(texts), args.batch_size):
         batch = tokenizer(texts[start : start + args.batch_size], padding=True, truncation=True,
-                          max_length=args.max_seq_length, return_tensors="pt")  # fmt: skip
+                          max_length=args.max_seq_length, pad_to_multiple_of=args.pad_to_multiple_of,
+                          return_tensors="pt")  # fmt: skip
         batch["labels"] = torch.zeros(len(batch["input_ids"]), dtype=torch.long)
         out.append(dict(batch))
     return out
@@ -79,7 +89,10 @@ def main(argv=None) -> int:
     torch.manual_seed(0)
     eager = AutoModelForSequenceClassification.from_pretrained(source, num_labels=2)
     compiled_model = copy.deepcopy(eager)
-    models = {"eager": eager, "compiled": torch.compile(compiled_model)}
+    models = {
+        "eager": eager,
+        "compiled": torch.compile(compiled_model, dynamic=None if args.dynamic == "auto" else False),
+    }
     optimizers = {name: torch.optim.AdamW(m.parameters(), lr=2e-5) for name, m in models.items()}
 
     def step(name, batch) -> float:
@@ -111,6 +124,7 @@ def main(argv=None) -> int:
         "created_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "machine": machine(), "git": git, "threads": torch.get_num_threads(), "precision": precision,
         "batches": len(data), "batch_size": args.batch_size, "padded_lengths": lengths,
+        "pad_to_multiple_of": args.pad_to_multiple_of, "dynamic": args.dynamic,
         "warmup_s": {name: round(value, 2) for name, value in warmup.items()},
         "graphs_after_warmup": graphs, "graphs_made_in_timed_steps": recompiled,
         "median_step_ms": {name: round(1000 * value, 2) for name, value in medians.items()},

@@ -26,6 +26,7 @@ import statistics
 import subprocess
 import sys
 import time
+from datetime import datetime, timezone
 from pathlib import Path
 
 
@@ -79,7 +80,10 @@ def main(argv: list[str] | None = None) -> int:
         writer.writerows({**row, "label": label} for row, label in zip(rows, noisy, strict=True))
     (output_dir / "flipped_rows.json").write_text(json.dumps(flipped) + "\n")
 
+    from publish import git_commit, machine
+
     started = time.monotonic()
+    git = git_commit()  # at the start: the commit the runs run from (dirty: src or recipes changed)
     crossval_dir = output_dir / "crossval"
     cli = [sys.executable, "-m", "recipes_lib.cli"]
     crossval = [*cli, "crossval", args.recipe, "--folds", str(args.folds), "--seed", str(args.seed),
@@ -93,6 +97,9 @@ def main(argv: list[str] | None = None) -> int:
         flagged = {int(line["row"]) for line in csv.DictReader(handle)}
     crossval_results = json.loads((crossval_dir / "crossval_results.json").read_text())
     record = {
+        "command": " ".join(
+            ["python", "benchmarks/label_noise.py", *(argv if argv is not None else sys.argv[1:])]
+        ),
         "train_file": args.train_file,
         "rows": len(rows),
         "fraction": args.fraction,
@@ -102,6 +109,7 @@ def main(argv: list[str] | None = None) -> int:
         "recipe_options": recipe_options,
         crossval_results["metric"] + "_mean": crossval_results["mean"],
         crossval_results["metric"] + "_std": crossval_results["std"],
+        crossval_results["metric"] + "_per_fold": crossval_results.get("per_fold"),
         "test": crossval_results.get("test"),
         **detection(flagged, set(flipped)),
         # This command's own time: a resumed cross-validation counts only what this run did.
@@ -114,6 +122,8 @@ def main(argv: list[str] | None = None) -> int:
         if record["retrained"] is None:
             return 1
         record["wall_s"] = round(time.monotonic() - started, 1)
+    # The machine (CPU model and flags, versions, load) and the commit, as every record under benchmarks/results.
+    record.update(date=datetime.now(timezone.utc).isoformat(timespec="seconds"), machine=machine(), git=git)
     (output_dir / "label_noise.json").write_text(json.dumps(record, indent=2) + "\n")
     print(
         f"{record['flipped']} of {len(rows)} labels flipped (seed {args.seed}); {record['flagged']} rows flagged: "

@@ -127,7 +127,7 @@ def read_start(path: Path) -> tuple[float, dict | None]:
 # What a published table shows of a run's results.json; the record keeps these, per run.
 RUN_FIELDS = (
     "recipe", "model_name_or_path", "problem_type", "eval_accuracy", "eval_f1", "eval_pearson",
-    "eval_micro_f1", "eval_samples", "train_samples", "epochs", "train_steps", "train_runtime_s",
+    "eval_f1_micro", "eval_samples", "train_samples", "epochs", "train_steps", "train_runtime_s",
     "train_samples_per_s", "pad_ratio", "params_total", "params_trainable", "optimizer_state_bytes",
     "peak_memory_gib", "peak_memory_source", "precision", "device", "config",
 )  # fmt: skip
@@ -254,6 +254,9 @@ def task_table(record: dict) -> list[str]:
     for run in record["runs"]:
         if run.get("problem_type") == "regression":
             figures = f"Pearson {_figure(run.get('eval_pearson'), '{:.3f}')}"
+        elif run.get("problem_type") == "multi_label_classification":  # accuracy: the whole set of classes
+            figures = (f"exact match {_figure(run.get('eval_accuracy'), '{:.3f}')}, micro-F1 "
+                       f"{_figure(run.get('eval_f1_micro'), '{:.3f}')}, macro-F1 {_figure(run.get('eval_f1'), '{:.3f}')}")  # fmt: skip
         else:
             figures = f"accuracy {_figure(run.get('eval_accuracy'), '{:.3f}')}, macro-F1 {_figure(run.get('eval_f1'), '{:.3f}')}"
         lines.append(f"| {run.get('problem_type')} | {run['recipe']} | {figures} | {_figure(run.get('train_runtime_s'), '{:.1f}')} | "
@@ -440,6 +443,40 @@ def compile_table(record: dict) -> list[str]:
     ]
 
 
+def label_noise_table(record: dict) -> list[str]:
+    """A `benchmarks/label_noise.py` record: the cross-validation of the noisy file, label-issues' flags
+    against the flipped rows, and (with --retrain_seeds) the noisy and cleaned files' runs."""
+    metric = next(key.removesuffix("_mean") for key in record if key.endswith("_mean"))
+    folds = [
+        fold[metric] for fold in record.get(f"{metric}_per_fold") or []
+    ]  # crossval_results.json's per_fold
+    each = f" (folds: {', '.join(f'{value:.4f}' for value in folds)})" if folds else ""
+    lines = [
+        "| what | figure |",
+        "|---|---|",
+        f"| cross-validation, {record['folds']} folds, each scored on its own held-out noisy rows | "
+        f"{metric} {record[metric + '_mean']:.4f} ± {record[metric + '_std']:.4f}{each} |",
+    ]
+    test = record.get("test")
+    if test:
+        lines.append(f"| each fold's model on `{test['test_file']}` | {test['metric']} {test['mean']:.4f} ± {test['std']:.4f} "
+                     f"(folds: {', '.join(f'{value:.4f}' for value in test['per_fold'])}) |")  # fmt: skip
+        lines.append(f"| the folds' ensemble on the same rows | {test['metric']} {test['ensemble']:.4f} |")
+    lines.append(
+        f"| flagged by label-issues | {record['flagged']} rows, {record['flagged_and_flipped']} of them flipped "
+        f"(of {record['flipped']}): precision {record['precision']:.3f}, recall {record['recall']:.3f} |"
+    )
+    retrained = record.get("retrained")
+    if retrained:
+        for name in ("noisy", "cleaned"):
+            values = ", ".join(f"{value:.4f}" for value in retrained[name]["values"])
+            lines.append(
+                f"| retrained on the {name} file, {retrained['metric']} by seed {retrained['seeds']} | {values} |"
+            )
+        lines.append(f"| cleaned against noisy | {retrained['pair']['verdict']} |")
+    return lines
+
+
 TABLES = {
     "demo": demo_table,
     "distill-demo": distill_table,
@@ -451,6 +488,7 @@ TABLES = {
     "seeds": seeds_table,
     "precision": precision_table,
     "compile": compile_table,
+    "label-noise": label_noise_table,
 }
 
 

@@ -326,3 +326,19 @@ def test_the_compile_table_shows_the_steady_steps_and_says_never_when_compiling_
     assert "commit abc1234" in table and "on 2026-12-04" in table
     path.write_text(json.dumps({**record, "steps_to_pay_back_compiling": 1234}))
     assert "| 1,234 |" in publish.render("compile", str(path))
+
+
+def test_compile_steady_buckets_the_padded_lengths_when_asked(tiny_bert, tmp_path):
+    from transformers import AutoTokenizer
+
+    compile_steady = load_benchmark("compile_steady")
+    rows = ["good", "a good film", "bad bad bad bad bad film", "good film", "a bad good film", "bad"]
+    (tmp_path / "train.csv").write_text("text,label\n" + "".join(f"{text},0\n" for text in rows))
+    tokenizer = AutoTokenizer.from_pretrained(tiny_bert)
+    common = ["--train_file", str(tmp_path / "train.csv"), "--steps", "3", "--batch_size", "2"]
+    plain = compile_steady.batches(compile_steady.parse_args(common), tokenizer)
+    bucketed = compile_steady.batches(
+        compile_steady.parse_args([*common, "--pad_to_multiple_of", "8"]), tokenizer
+    )
+    assert len({batch["input_ids"].shape[1] for batch in plain}) == 3  # each batch padded to its own longest
+    assert {batch["input_ids"].shape[1] for batch in bucketed} == {8}  # every one within the first bucket

@@ -117,3 +117,81 @@ def test_a_recipe_on_this_cpu_uncapped_trains_in_what_automatic_precision_picks_
     assert results["precision"] == expected, results["precision_reason"]
     assert results["precision_reason"].startswith("automatic")
     assert f"precision {expected} (automatic" in done.stdout  # the one line at start
+
+
+def _qlora_under_bf16_autocast(model_dir, batch, labels, steps: int = 10) -> list[float]:
+    """QLoRA as recipes/qlora.py builds it on a bf16 CPU (4-bit base computing in bf16, LoRA), trained
+    under bf16 autocast."""
+    import torch
+    from transformers import AutoConfig
+
+    from recipes_lib.config.arguments import ModelArguments
+    from recipes_lib.config.recipe_options import LoraArguments
+    from recipes_lib.modeling.adapters import add_lora, nf4_quantization_config, prepare_4bit_model
+    from recipes_lib.modeling.loading import load_model
+
+    torch.manual_seed(0)
+    config = AutoConfig.from_pretrained(model_dir, num_labels=2)
+    quantization = nf4_quantization_config(config, "bf16")
+    base = load_model(
+        ModelArguments(str(model_dir)), config, quantization_config=quantization, device_map={"": "cpu"}
+    )
+    model = add_lora(prepare_4bit_model(base), LoraArguments())
+    optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-3)
+    losses = []
+    for _ in range(steps):
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            loss = model(**batch, labels=labels).loss
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad()
+        losses.append(loss.item())
+    return losses
+
+
+@pytest.mark.parametrize("model_type", list(FAMILY_SHAPES))
+def test_every_family_trains_qlora_under_cpu_bf16_autocast_or_its_entry_says_why_not(model_type, tmp_path):
+    """QLoRA on DeBERTa-v3 failed on an H200 under bf16 ("value cannot be converted to type
+    c10::BFloat16 without overflow"); the same happened on the tiny DeBERTa-v2 under CPU bf16 autocast
+    until the 4-bit linears returned autocast's dtype (adapters.prepare_4bit_model)."""
+    import math
+
+    import torch
+    from transformers import AutoTokenizer
+
+    model_dir = build_tiny_family(model_type, tmp_path / model_type)
+    rows = learnable_rows(32, seed=1)
+    names = sorted({label for _, label in rows})
+    batch = AutoTokenizer.from_pretrained(model_dir)(
+        [text for text, _ in rows], padding=True, return_tensors="pt"
+    )
+    labels = torch.tensor([names.index(label) for _, label in rows])
+    if family_for(model_type).bf16_autocast_fails:  # DeBERTa v1: its own fp32 bias, not the 4-bit layers
+        with pytest.raises(RuntimeError, match="BFloat16"):
+            _qlora_under_bf16_autocast(model_dir, batch, labels)
+        return
+    losses = _qlora_under_bf16_autocast(model_dir, batch, labels)
+    assert all(math.isfinite(loss) for loss in losses), losses
+    assert losses[-1] < losses[0], losses
+
+
+def test_a_quantized_linear_returns_autocasts_dtype_under_autocast_and_its_inputs_outside(tiny_bert):
+    import torch
+    from transformers import AutoConfig
+
+    from recipes_lib.config.arguments import ModelArguments
+    from recipes_lib.modeling.adapters import nf4_quantization_config, prepare_4bit_model
+    from recipes_lib.modeling.loading import load_model
+
+    config = AutoConfig.from_pretrained(tiny_bert, num_labels=2)
+    base = load_model(
+        ModelArguments(str(tiny_bert)),
+        config,
+        quantization_config=nf4_quantization_config(config, "bf16"),
+        device_map={"": "cpu"},
+    )
+    query = prepare_4bit_model(base).bert.encoder.layer[0].attention.self.query
+    inputs = torch.randn(2, 3, query.in_features)
+    assert query(inputs).dtype == torch.float32  # no autocast: the input's dtype, as bitsandbytes returns it
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        assert query(inputs).dtype == torch.bfloat16  # as nn.Linear's under autocast

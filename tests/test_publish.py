@@ -161,3 +161,65 @@ def test_a_record_names_the_commit_its_runs_started_at_not_the_one_when_it_is_wr
     record = json.loads(next(results.glob("demo-*.json")).read_text())
     assert record["git"] == {"commit": "aaaaaaa", "dirty": True, "read_at": "start"}
     assert 0 <= record["wall_s"] < 60
+
+
+def test_every_record_names_its_commit_or_is_listed_as_predating_commit_stamping():
+    """Issue #41's rule: every record under benchmarks/results names the commit it ran at (`git.commit`);
+    the older ones are listed in RESULTS.md's "Records that predate commit-stamping" with the commit that
+    added them, and a new record without a commit fails here."""
+    import re
+
+    text = (REPO_ROOT / "benchmarks" / "RESULTS.md").read_text()
+    section = text.split("## Records that predate commit-stamping", 1)[1].split("\n## ", 1)[0]
+    listed = set(re.findall(r"^\| `([^`]+\.json)` \| ([0-9a-f]{7,}) \|", section, re.MULTILINE))
+    unstamped = set()
+    for path in sorted((REPO_ROOT / "benchmarks" / "results").glob("*.json")):
+        record = json.loads(path.read_text())
+        git = record.get("git") if isinstance(record, dict) else None
+        if not (isinstance(git, dict) and git.get("commit")):
+            unstamped.add(path.name)
+    assert unstamped == {name for name, _ in listed}, (
+        f"records without a commit, not listed: {sorted(unstamped - {n for n, _ in listed})}; "
+        f"listed but stamped or absent: {sorted({n for n, _ in listed} - unstamped)}"
+    )
+
+
+def test_a_multi_label_runs_record_keeps_its_micro_f1_and_its_table_shows_exact_match_and_both_f1s(
+    publish, tmp_path
+):
+    directory = fake_run(tmp_path / "full_ft", "full_ft", 0.273)
+    results = json.loads((directory / "results.json").read_text())
+    results.update(problem_type="multi_label_classification", eval_f1=0.412, eval_f1_micro=0.559)
+    (directory / "results.json").write_text(json.dumps(results))
+    path = publish.write_record("multilabel", [directory], "a command", None, tmp_path / "results")
+    assert json.loads(path.read_text())["runs"][0]["eval_f1_micro"] == 0.559  # results.json's key
+    table = publish.render("task-demo", str(path))
+    assert (
+        "| multi_label_classification | full_ft | exact match 0.273, micro-F1 0.559, macro-F1 0.412 |"
+        in table
+    )
+
+
+def test_a_label_noise_record_renders_its_folds_flags_and_retrained_runs(publish, tmp_path):
+    record = {
+        "command": "python benchmarks/label_noise.py --folds 2", "date": "2026-12-04T20:00:00+00:00",
+        "machine": publish.machine(), "git": {"commit": "abc1234", "dirty": False}, "wall_s": 120.0,
+        "folds": 2, "eval_accuracy_mean": 0.8225, "eval_accuracy_std": 0.0247,
+        "eval_accuracy_per_fold": [{"fold": 0, "eval_accuracy": 0.805}, {"fold": 1, "eval_accuracy": 0.84}], "test": None,
+        "flipped": 120, "flagged": 128, "flagged_and_flipped": 91, "precision": 0.7109, "recall": 0.7583,
+        "retrained": {"seeds": [0], "metric": "eval_accuracy", "noisy": {"values": [0.815]},
+                      "cleaned": {"values": [0.845]}, "pair": {"verdict": "one seed each: not tested"}},
+    }  # fmt: skip
+    path = tmp_path / "label_noise.json"
+    path.write_text(json.dumps(record))
+    table = publish.render("label-noise", str(path))
+    assert (
+        "| cross-validation, 2 folds, each scored on its own held-out noisy rows | eval_accuracy 0.8225 ± 0.0247 (folds: 0.8050, 0.8400) |"
+        in table
+    )
+    assert (
+        "| flagged by label-issues | 128 rows, 91 of them flipped (of 120): precision 0.711, recall 0.758 |"
+        in table
+    )
+    assert "| retrained on the cleaned file, eval_accuracy by seed [0] | 0.8450 |" in table
+    assert "commit abc1234" in table and "2.0 min in all" in table

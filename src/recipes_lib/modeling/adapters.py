@@ -291,6 +291,23 @@ def check_4bit_support(device: torch.device) -> None:
         ) from None
 
 
+def _in_autocast_dtype(module, inputs, output):
+    """A quantized linear's output in autocast's dtype while autocast is on, as nn.Linear's is.
+
+    bitsandbytes' 4-bit and 8-bit linears cast their output back to their input's dtype: fp32 after
+    a LayerNorm, under bf16 or fp16 autocast too. DeBERTa-v2/v3 then masks its attention scores,
+    which autocast computes in bf16, with `torch.finfo(query.dtype).min`, fp32's minimum, and fails
+    ("value cannot be converted to type c10::BFloat16 without overflow": QLoRA on deberta-v3 on an
+    H200, and on the tiny DeBERTa-v2 under CPU bf16 autocast: tests/test_cpu_bf16.py). A 4-bit
+    layer computes in the run's precision (nf4_quantization_config), so its result is already in
+    autocast's dtype and this cast loses nothing; an 8-bit layer's is rounded as nn.Linear's is.
+    """
+    device_type = output.device.type
+    if torch.is_autocast_enabled(device_type) and output.is_floating_point():
+        return output.to(torch.get_autocast_dtype(device_type))
+    return None
+
+
 def prepare_4bit_model(model):
     """A model loaded with `nf4_quantization_config`, made ready to train adapters on (peft)."""
     from peft import prepare_model_for_kbit_training
@@ -303,6 +320,9 @@ def prepare_4bit_model(model):
         for module in model.modules():
             if hasattr(module, "support_avx512bf16_for_cpu"):
                 module.support_avx512bf16_for_cpu = False
+    for module in model.modules():
+        if isinstance(module, nn.Linear) and type(module).__module__.startswith("bitsandbytes"):
+            module.register_forward_hook(_in_autocast_dtype)
     # Freezes the base and casts its remaining fp16/bf16 parameters (LayerNorm, embeddings) to fp32.
     # Checkpointing follows --activation_checkpointing, as in every other recipe, so the
     # recipes differ only in what makes them that recipe.
