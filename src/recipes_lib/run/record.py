@@ -67,45 +67,42 @@ def _step_of(checkpoint: str | None) -> int | None:
     return int(checkpoint.rsplit("-", 1)[-1]) if checkpoint else None
 
 
-def final_validation(settings: RunSettings, trainer, eval_metrics: dict[str, Any]):
-    """The final validation pass's (logits, references), one row per document, in the rows' order, and
-    its metrics.
+def final_predictions(settings: RunSettings, trainer, eval_metrics: dict[str, Any]):
+    """The final validation pass's per-document (logits, references) and metrics, and the test split's
+    (logits, references: None when unlabelled, the Trainer's metrics; None without a test split), in
+    the rows' order with any Trainer: the prediction files and the windows' documents follow it.
 
-    They are the last the run's compute_metrics saw: the script's `run.final_metrics(trainer)`, each
-    validation example once, gathered from every process. A Trainer that evaluated in another order
-    predicts the split once more in input order (its metrics, computed per document in that order,
-    replace the script's: under sliding_window only they can differ).
+    The validation predictions are the last the run's compute_metrics saw: the script's
+    `run.final_metrics(trainer)`, each validation example once, gathered from every process. A
+    Trainer that evaluated in another order (the stock one under train_sampling_strategy
+    group_by_length, which groups evaluation batches by length too; RecipeTrainer never) predicts
+    the split once more in input order; its metrics, computed per document in that order, replace
+    the script's (under sliding_window only they can differ).
     """
-    validation, scorer = settings.data.tokenized["validation"], trainer.compute_metrics
+    data, scorer = settings.data, trainer.compute_metrics
     seen = getattr(scorer, "last_predictions", None)
-    if seen is None or len(seen.logits) != len(validation):
+    if seen is None or len(seen.logits) != len(data.tokenized["validation"]):
         raise RuntimeError(
             "The run's compute_metrics has not seen the final validation pass. Hand the Trainer "
             "compute_metrics=run.compute_metrics and call run.final_metrics(trainer) before run.write_results()."
         )
-    # RecipeTrainer evaluates in the rows' order (it says so); the stock Trainer does too, except under
-    # train_sampling_strategy group_by_length, where it groups evaluation batches by length as well.
-    in_order = getattr(trainer, "evaluates_in_input_order", False)
-    if not in_order and trainer.args.train_sampling_strategy == "group_by_length":
-        with evaluation_in_input_order(trainer.args):
-            output = trainer.predict(validation, metric_key_prefix="eval")
-        seen, eval_metrics = scorer.last_predictions, {**eval_metrics, **output.metrics}
-    # Under --long_text sliding_window, one prediction per document: its windows combined.
-    return scorer.per_document(seen.logits, seen.references), eval_metrics
-
-
-def predict_test(settings: RunSettings, trainer):
-    """The test split's per-document (logits, references: None when unlabelled, the Trainer's metrics), in
-    the rows' order with any Trainer (the prediction file and the windows' documents follow it); None
-    without a test split."""
-    data, scorer = settings.data, trainer.compute_metrics
-    if "test" not in data.tokenized:
-        return None
-    with scorer.scoring(scorer.test_document_ids), evaluation_in_input_order(trainer.args):
-        test = trainer.predict(data.tokenized["test"], metric_key_prefix="test")
-        logits = test.predictions[0] if isinstance(test.predictions, tuple) else test.predictions
-        logits, references = scorer.per_document(logits, test.label_ids)
-    return (logits, references, test.metrics) if data.test_has_labels else (logits, None, {})
+    regrouped = trainer.args.train_sampling_strategy == "group_by_length"
+    regrouped = regrouped and not getattr(trainer, "evaluates_in_input_order", False)
+    test = None
+    with evaluation_in_input_order(trainer.args):
+        if regrouped:
+            output = trainer.predict(data.tokenized["validation"], metric_key_prefix="eval")
+            seen, eval_metrics = scorer.last_predictions, {**eval_metrics, **output.metrics}
+        validation = scorer.per_document(seen.logits, seen.references)  # sliding_window: windows combined
+        if "test" in data.tokenized:
+            with scorer.scoring(scorer.test_document_ids):
+                output = trainer.predict(data.tokenized["test"], metric_key_prefix="test")
+                logits = (
+                    output.predictions[0] if isinstance(output.predictions, tuple) else output.predictions
+                )
+                logits, references = scorer.per_document(logits, output.label_ids)
+            test = (logits, references, output.metrics) if data.test_has_labels else (logits, None, {})
+    return validation, test, eval_metrics
 
 
 def evaluate_merged_model(settings: RunSettings, trainer, references) -> dict[str, Any]:
@@ -241,8 +238,7 @@ def finish_run(trainer, train_result, eval_metrics: dict[str, Any], settings: Ru
     """Predictions and results.json of a finished run (this module's docstring); returns the results."""
     trainer.log_metrics("train", train_result.metrics)
     trainer.log_metrics("eval", eval_metrics)
-    validation, eval_metrics = final_validation(settings, trainer, eval_metrics)
-    test = predict_test(settings, trainer)
+    validation, test, eval_metrics = final_predictions(settings, trainer, eval_metrics)
     results = task_results(settings, eval_metrics)
     run_results = {
         **training_results(settings, trainer, train_result),
