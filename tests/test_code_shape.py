@@ -48,3 +48,48 @@ def test_the_function_length_check_finds_a_long_function():
     body = "\n".join(f"    x{i} = {i}" for i in range(LONGEST_FUNCTION + 1))
     (node,) = functions(ast.parse(f"def long():\n{body}\n"))
     assert node.end_lineno - node.lineno + 1 > LONGEST_FUNCTION
+
+
+RUN_MODULE = LIBRARY / "run" / "recipe_run.py"
+MOST_RUN_ATTRIBUTES = 10  # issue 38: what a run is, not a blackboard of what it passes around
+
+
+def assigned_attributes(tree: ast.AST, owner: str) -> set[str]:
+    """The X of every `owner.X = ...`, `owner.X: T = ...` and `owner.X += ...` (a subscript's base too)."""
+    names = set()
+    for node in ast.walk(tree):
+        targets = node.targets if isinstance(node, ast.Assign) else [getattr(node, "target", None)]
+        for target in targets if isinstance(node, ast.Assign | ast.AnnAssign | ast.AugAssign) else ():
+            while isinstance(target, ast.Subscript):
+                target = target.value
+            for part in target.elts if isinstance(target, ast.Tuple) else [target]:
+                if (
+                    isinstance(part, ast.Attribute)
+                    and isinstance(part.value, ast.Name)
+                    and part.value.id == owner
+                ):
+                    names.add(part.attr)
+    return names
+
+
+def test_a_recipe_run_holds_at_most_ten_attributes():
+    (run_class,) = [
+        node for node in ast.parse(RUN_MODULE.read_text()).body if getattr(node, "name", "") == "RecipeRun"
+    ]
+    attributes = assigned_attributes(run_class, "self")
+    assert len(attributes) <= MOST_RUN_ATTRIBUTES, sorted(attributes)
+    assert "setattr(" not in RUN_MODULE.read_text() and "cached_property" not in RUN_MODULE.read_text()
+
+
+@pytest.mark.parametrize("path", MODULES, ids=lambda path: str(path.relative_to(LIBRARY)))
+def test_no_library_module_assigns_to_the_run(path):
+    if path == RUN_MODULE:
+        return
+    assert not assigned_attributes(ast.parse(path.read_text()), "run") - {"bar"}, (
+        path
+    )  # sweep's own `run.bar`
+
+
+def test_the_attribute_count_finds_every_form_of_assignment():
+    code = "self.a = 1\nself.b: int = 2\nself.c += 3\nself.d['k'] = 4\nself.e, x = 5, 6\nrun.f = 7\n"
+    assert assigned_attributes(ast.parse(code), "self") == {"a", "b", "c", "d", "e"}

@@ -12,7 +12,7 @@ import shlex
 import pytest
 
 import recipes_lib.cli.main as cli_main
-from recipes_lib.modeling.families import describe_families
+from recipes_lib.cli.main import describe_families
 from recipes_lib.units import format_table
 from tests.helpers.repo import REPO_ROOT
 

@@ -159,3 +159,19 @@ def test_a_recipe_run_writes_the_same_results_and_predictions_as_with_a_second_p
     assert card(reused) == card(second)
     predictions = "eval_predictions.jsonl"
     assert (reused / predictions).read_bytes() == (second / predictions).read_bytes()
+
+
+def test_a_trainer_without_the_runs_callbacks_is_told_what_to_hand_it():
+    """final_metrics and write_results find the run's callbacks in the Trainer's list, or say how to put them there."""
+    from types import SimpleNamespace
+
+    from recipes_lib.run.recipe_run import run_callback
+
+    trainer = SimpleNamespace(callback_handler=SimpleNamespace(callbacks=[object()]))
+    with pytest.raises(
+        RuntimeError, match=r"no LastEpochEvaluation: hand it callbacks=run\.callbacks\(model\)"
+    ):
+        run_callback(trainer, LastEpochEvaluation)
+    found = LastEpochEvaluation()
+    trainer.callback_handler.callbacks.append(found)
+    assert run_callback(trainer, LastEpochEvaluation) is found

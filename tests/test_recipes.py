@@ -115,18 +115,20 @@ def test_optimizer_state_figures_add_up_in_every_results_file(swap_runs):
 # --- LoRA: save -> load, merge ----------------------------------------------------------------------
 
 
-# The models --merge_adapter built, and the models the record scored as the merged one (lora_run fills both).
-MERGED, SCORED_AS_MERGED = [], []
+# The models --merge_adapter built, the models the record scored as the merged one, the run's
+# attributes as it writes its results, and the classes whose forward pre-hooks are left on the
+# trained model then (lora_run fills all four).
+MERGED, SCORED_AS_MERGED, RUN_ATTRIBUTES, HOOKS_LEFT = [], [], [], []
 
 
 @pytest.fixture(scope="module")
 def lora_run(bert256, learnable_data, tmp_path_factory, one_thread) -> Path:
     from recipes_lib.modeling import adapters
-    from recipes_lib.run import record, run_main
+    from recipes_lib.run import RecipeRun, record, run_main
 
     output_dir = tmp_path_factory.mktemp("lora-merge")
     args = run_args(bert256, learnable_data, output_dir, "--max_steps", "8", "--eval_strategy", "no")
-    merge, score = adapters.merged_model, record.batch_logits
+    merge, score, write_results = adapters.merged_model, record.batch_logits, RecipeRun.write_results
 
     def merging(*args, **kwargs):
         merged = merge(*args, **kwargs)
@@ -137,9 +139,16 @@ def lora_run(bert256, learnable_data, tmp_path_factory, one_thread) -> Path:
         SCORED_AS_MERGED.append(model)
         return score(model, *args, **kwargs)
 
+    def writing(run, trainer, *args):
+        RUN_ATTRIBUTES.extend(vars(run))
+        hooks = (hook for module in trainer.model.modules() for hook in module._forward_pre_hooks.values())
+        HOOKS_LEFT.extend(type(getattr(hook, "__self__", None)).__name__ for hook in hooks)
+        return write_results(run, trainer, *args)
+
     with (
         mock.patch.object(adapters, "merged_model", merging),
         mock.patch.object(record, "batch_logits", scoring),
+        mock.patch.object(RecipeRun, "write_results", writing),
     ):
         run_main(load_recipe("lora").main, [*args, "--merge_adapter", "true"])
     return output_dir
@@ -150,6 +159,18 @@ def test_the_record_scores_the_merged_model_in_memory(lora_run):
     (merged,), (scored,) = MERGED, SCORED_AS_MERGED
     assert scored is merged and not hasattr(scored, "peft_config")
     assert "merged_eval_accuracy" in json.loads((lora_run / "results.json").read_text())
+
+
+def test_a_run_ends_holding_at_most_ten_attributes(lora_run):
+    """What a run is (arguments, spec, output and resume, tokenizer, data, config, tracking), counted on
+    the object itself at its end (tests/test_code_shape.py counts the assignments in its class)."""
+    assert 0 < len(RUN_ATTRIBUTES) <= 10, sorted(RUN_ATTRIBUTES)
+
+
+def test_the_runs_callbacks_leave_no_hook_on_the_model_once_training_ends(lora_run):
+    """The token counter and the precision probe watch training forwards only; the merged model and
+    any later use of the model run without them (the memory phases keep theirs)."""
+    assert {"TokenCounter", "PrecisionProbe"}.isdisjoint(HOOKS_LEFT), HOOKS_LEFT
 
 
 def test_lora_output_dir_holds_the_adapter_and_the_head_and_reloads_to_the_same_logits(lora_run, bert256):

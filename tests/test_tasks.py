@@ -273,6 +273,25 @@ def test_multi_label_metrics_are_exact_match_and_f1_at_the_thresholds(multi_labe
     assert results["eval_tuned_f1_micro"] == pytest.approx(f1_score(truth, predicted, average="micro"))
 
 
+def test_the_multi_label_test_split_is_scored_at_the_thresholds_tuned_on_validation():
+    """The Trainer scores the test split at 0.5; the record keeps its figures at the tuned thresholds."""
+    from recipes_lib.evaluation.metrics import TaskMetrics
+    from recipes_lib.evaluation.predictions import final_outputs
+
+    truth = np.array([[1, 0], [0, 1], [1, 1], [0, 0]] * 4, dtype=np.float32)
+    probabilities = np.where(truth == 1, 0.3, 0.1)  # a class present at 0.3: none reaches 0.5
+    logits = np.log(probabilities / (1 - probabilities))
+    scorer = TaskMetrics(MULTI_LABEL, 2)
+    at_half = {f"test_{name}": value for name, value in scorer.scores(logits, truth).items()}
+    assert at_half["test_f1_micro"] == 0.0
+    outputs = final_outputs(
+        (logits, truth), (logits, truth, dict(at_half)), scorer, ["a", "b"], None, "v.csv"
+    )
+    assert all(0.1 < threshold <= 0.3 for threshold in outputs.thresholds)
+    assert outputs.test_metrics == {"test_accuracy": 1.0, "test_f1": 1.0, "test_f1_micro": 1.0}
+    assert outputs.results["eval_tuned_accuracy"] == 1.0
+
+
 def test_regression_learns_and_reports_mse_pearson_and_spearman(regression_run):
     from scipy.stats import pearsonr
 

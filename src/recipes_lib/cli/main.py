@@ -82,12 +82,48 @@ def main(argv: list[str] | None = None) -> int:
     return dispatch(args)
 
 
+def describe_families(families=None) -> tuple[list[str], list[list[str]]]:
+    """(header, rows): each family's profile as `recipes-lib families` prints it (from the default config
+    of its own model_type)."""
+    from transformers import AutoConfig
+
+    from recipes_lib.config.family_registry import FAMILIES
+    from recipes_lib.modeling.families import profile_for
+
+    header = [
+        "family",
+        "model_type",
+        "LoRA targets (auto)",
+        "attention",
+        "GPU without bf16",
+        "max length",
+        "FSDP unit",
+        "ONNX export",
+    ]
+    rows = []
+    for family in families or FAMILIES:
+        profile = profile_for(AutoConfig.for_model(family.model_type))
+        rows.append(
+            [
+                profile.family,
+                family.model_type,
+                f"{' '.join(profile.lora_targets)} ({profile.lora_targets_source})",
+                " > ".join(profile.attention_implementations),
+                "fp32 (fp16 overflows)" if family.fp16_overflows else "fp16",
+                "positions - (pad id + 1)" if family.positions_after_padding else "positions",
+                ", ".join(profile.layer_classes),
+                f"fails: {family.onnx_export_failure}"
+                if family.onnx_export_failure
+                else f"passes the gate ({family.onnx_exporter})",
+            ]
+        )
+    return header, rows
+
+
 def dispatch(args: argparse.Namespace) -> int:
     """Run the parsed command. Each command's module is imported only when that command runs, so that
     `--help` and a light command (plan, show) do not import torch, transformers, wandb or Optuna."""
     if args.command == "families":
-        from recipes_lib.modeling.families import describe_families
-
         print(format_table(*describe_families(), markdown=args.markdown))
         return 0
     if args.command == "show":

@@ -27,6 +27,7 @@ from recipes_lib.config.precision import (
     emulation_warning,
     launcher_mixed_precision,
 )
+from recipes_lib.config.tasks import TUNE
 from recipes_lib.errors import ConfigError
 
 # The precision `RecipeTrainingArguments.resolved` hands the copy it builds (its __post_init__ takes it
@@ -273,9 +274,6 @@ def _refuse_sharding_without_gpu() -> None:
 _NATIVE_ACTIVATION_CHECKPOINTING = "activation_checkpointing" in {
     argument.name for argument in dataclasses.fields(TrainingArguments)
 }
-
-
-TUNE = "tune"
 
 
 def parse_decision_threshold(option: str | None) -> str | float | None:

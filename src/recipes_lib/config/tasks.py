@@ -29,3 +29,4 @@ TASK_METRICS = {
 }
 
 DEFAULT_THRESHOLD = 0.5
+TUNE = "tune"  # --decision_threshold tune: the positive class's threshold tuned on validation

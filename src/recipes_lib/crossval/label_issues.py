@@ -47,7 +47,7 @@ from recipes_lib.crossval.folds import TrainingRows, read_labelled_rows, read_tr
 from recipes_lib.crossval.oof import OOF_FILE, RESULTS_FILE
 from recipes_lib.data.files import DELIMITED
 from recipes_lib.errors import ConfigError, DataError
-from recipes_lib.evaluation.neglected import NEGLECTED_RECALL, describe_class, neglected_from_predictions
+from recipes_lib.evaluation.neglected import NEGLECTED_RECALL, describe_class
 from recipes_lib.evaluation.predictions import EVAL_PREDICTIONS_FILE
 from recipes_lib.results import RESULTS_FILE as RUN_RESULTS_FILE
 from recipes_lib.results import read_results
@@ -66,6 +66,23 @@ CLEANED_STEM = "train_cleaned"
 VALIDATION_CLEANED_STEM = "validation_cleaned"
 # The recipe's data arguments a run's results.json holds (its "config"), to read its validation file as it did.
 RUN_DATA_KEYS = ("label_column_name", "label_delimiter", "csv_quoting", "delimiter")
+
+
+def neglected_from_predictions(
+    predictions, references, names: list[str], max_recall: float = NEGLECTED_RECALL
+):
+    """neglected_classes from single-label class ids (predicted and true), for held-out predictions."""
+    neglected = []
+    for index, name in enumerate(names):
+        rows = [i for i, reference in enumerate(references) if reference == index]
+        if not rows:
+            continue
+        found = sum(1 for i in rows if predictions[i] == index)
+        recall = found / len(rows)
+        if recall < max_recall:
+            predicted = sum(1 for prediction in predictions if prediction == index)
+            neglected.append({"name": name, "support": len(rows), "recall": recall, "predicted": predicted})
+    return neglected
 
 
 @dataclass

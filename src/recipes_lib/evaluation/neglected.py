@@ -4,7 +4,7 @@ A model that ignores a small class can still reach a fine accuracy: the class is
 the rows. Macro-F1 drops, but nothing names the class. `neglected_classes` reads the per-class
 report (evaluation/predictions.py per_class_report) and returns each class that has rows and a
 recall under NEGLECTED_RECALL; `neglect_note` is the paragraph the end-of-run summary prints.
-Crossval's label issues use the same test on held-out predictions (crossval/label_issues.py).
+Crossval's label issues make the same test on held-out predictions (crossval/label_issues.py).
 """
 
 from __future__ import annotations
@@ -41,23 +41,6 @@ def neglected_classes(
         for name, scores in per_class.items()
         if scores["support"] > 0 and scores["recall"] < max_recall
     ]
-
-
-def neglected_from_predictions(
-    predictions, references, names: list[str], max_recall: float = NEGLECTED_RECALL
-):
-    """neglected_classes from single-label class ids (predicted and true), for held-out predictions."""
-    neglected = []
-    for index, name in enumerate(names):
-        rows = [i for i, reference in enumerate(references) if reference == index]
-        if not rows:
-            continue
-        found = sum(1 for i in rows if predictions[i] == index)
-        recall = found / len(rows)
-        if recall < max_recall:
-            predicted = sum(1 for prediction in predictions if prediction == index)
-            neglected.append({"name": name, "support": len(rows), "recall": recall, "predicted": predicted})
-    return neglected
 
 
 def describe_class(entry: dict[str, Any]) -> str:

@@ -14,19 +14,33 @@ their threshold (tuned on the validation split, saved as label_thresholds.json).
 prediction is the model's single output, the score itself. A binary run with --decision_threshold
 predicts the positive class (label id 1) when its probability reaches that threshold, saved as
 decision_threshold.json.
+
+`final_outputs` derives, from a run's final per-document predictions, what its record keeps:
+multi-label thresholds, the --decision_threshold figures, the per-class scores and the confusion matrix.
 """
 
 from __future__ import annotations
 
 import json
+import logging
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from recipes_lib.config.tasks import DEFAULT_THRESHOLD, MULTI_LABEL, REGRESSION, SINGLE_LABEL
+from recipes_lib.config.tasks import DEFAULT_THRESHOLD, MULTI_LABEL, REGRESSION, SINGLE_LABEL, TUNE
 from recipes_lib.errors import ConfigError
-from recipes_lib.evaluation.thresholds import POSITIVE_ID, predicted_labels, sigmoid, softmax
+from recipes_lib.evaluation.thresholds import (
+    POSITIVE_ID,
+    predicted_labels,
+    sigmoid,
+    softmax,
+    tune_decision_threshold,
+    tune_thresholds,
+)
+
+logger = logging.getLogger("recipes_lib")
 
 EVAL_PREDICTIONS_FILE = "eval_predictions.jsonl"
 TEST_PREDICTIONS_FILE = "test_predictions.jsonl"
@@ -197,3 +211,115 @@ def draw_confusion_matrix(report: dict[str, Any], path: str | Path, title: str) 
     figure.savefig(path, dpi=100)
     plt.close(figure)
     return path
+
+
+@dataclass
+class EvaluationOutputs:
+    """A run's final per-document predictions (validation; test if given), and what is derived from them."""
+
+    logits: Any
+    references: Any
+    test_logits: Any = None
+    test_references: Any = None  # None for an unlabelled test split
+    test_metrics: dict[str, float] = field(default_factory=dict)  # the Trainer's, at the tuned thresholds
+    thresholds: list[float] | None = None  # multi-label: tuned on validation
+    decision_threshold: float | None = None  # binary, --decision_threshold: the positive class's
+    results: dict[str, Any] = field(default_factory=dict)  # results.json's keys for these
+
+
+def final_outputs(validation, test, scorer, names: list[str], option, tuned_on: str) -> EvaluationOutputs:
+    """Thresholds (multi-label), --decision_threshold (`option`: 'tune', a probability or None), per-class
+    scores, from validation's (logits, references) and test's (logits, references or None, the Trainer's
+    metrics), None without a test split. `scorer`: the run's metrics (TaskMetrics)."""
+    outputs = EvaluationOutputs(*validation, *(test or (None, None, {})))
+    outputs.results["label_thresholds"] = None
+    if scorer.problem_type == MULTI_LABEL:
+        outputs.thresholds = tune_thresholds(sigmoid(outputs.logits), outputs.references)
+        tuned = scorer.scores(outputs.logits, outputs.references, outputs.thresholds)
+        # Optimistic: tuned and scored on the same split. The test split, scored at them, is not.
+        outputs.results["label_thresholds"] = dict(zip(names, outputs.thresholds, strict=True))
+        outputs.results.update({f"eval_tuned_{name}": value for name, value in tuned.items()})
+        logger.info("Thresholds tuned on validation: %s", outputs.results["label_thresholds"])
+        if outputs.test_references is not None:
+            scores = scorer.scores(outputs.test_logits, outputs.test_references, outputs.thresholds)
+            outputs.test_metrics.update({f"test_{name}": value for name, value in scores.items()})
+    if option is not None:
+        decide_binary_threshold(option, names, tuned_on, scorer, outputs)
+    report = per_class(outputs.logits, outputs.references, scorer.problem_type, names, outputs.thresholds)
+    outputs.results.update(report)
+    return outputs
+
+
+def per_class(logits, references, problem_type: str, names: list[str], thresholds) -> dict[str, Any]:
+    """Per-class precision, recall, F1 and the confusion matrix (single-label); none for regression."""
+    if problem_type == REGRESSION:
+        return {"per_class": None, "confusion_matrix": None}
+    if problem_type == MULTI_LABEL:
+        predictions = predicted_labels(sigmoid(logits), thresholds)
+        return per_class_report(predictions, references.round().astype(int), names)
+    return per_class_report(logits.argmax(-1), references, names)
+
+
+def decide_binary_threshold(
+    option, names: list[str], tuned_on: str, scorer, outputs: EvaluationOutputs
+) -> None:
+    """--decision_threshold: the positive class's threshold, and validation (and test) scored at 0.5 and at it.
+
+    A tuned threshold scored on the validation split it was tuned on is optimistic, as the
+    multi-label thresholds are; the test split's figures at it are the honest ones.
+    """
+    tuned = option == TUNE
+    threshold = tune_decision_threshold(outputs.logits, outputs.references) if tuned else option
+    outputs.decision_threshold = threshold
+    results = {
+        "decision_threshold": threshold,
+        "decision_threshold_tuned_on": tuned_on if tuned else None,
+        "positive_label": names[POSITIVE_ID],
+    }
+    splits = {"eval": (outputs.logits, outputs.references)}
+    if outputs.test_references is not None:
+        splits["test"] = (outputs.test_logits, outputs.test_references)
+    for prefix, (logits, references) in splits.items():
+        references = np.asarray(references)
+        at_half = scorer.binary_scores(logits, references, DEFAULT_THRESHOLD)
+        at_threshold = scorer.binary_scores(logits, references, threshold)
+        results[f"{prefix}_f1_positive"] = at_half["f1_positive"]
+        results.update({f"{prefix}_threshold_{name}": value for name, value in at_threshold.items()})
+    outputs.results.update(results)
+    shown = "test" if "test" in splits else "eval"  # the honest split where there is one
+    logger.info(
+        "Decision threshold for '%s': %.2f (%s); positive-class F1 on %s %.4f at 0.5, %.4f at it",
+        names[POSITIVE_ID],
+        threshold,
+        "tuned on validation" if tuned else "given",
+        "test" if shown == "test" else "validation",
+        results[f"{shown}_f1_positive"],
+        results[f"{shown}_threshold_f1_positive"],
+    )
+
+
+def write_decision_files(
+    directories: list[Path], outputs: EvaluationOutputs, names, tuned_on: str, title: str
+):
+    """The thresholds beside each model directory (output_dir, and merged/ if written); the validation
+    confusion matrix as a PNG in the first (single-label). `tuned_on`: the validation split's source."""
+    for directory in directories:
+        if outputs.thresholds is not None:
+            write_thresholds(directory, names, outputs.thresholds, tuned_on)
+        if outputs.decision_threshold is not None:
+            tuned = outputs.results["decision_threshold_tuned_on"]
+            write_decision_threshold(directory, names, outputs.decision_threshold, tuned)
+    if outputs.results["confusion_matrix"] is not None:
+        draw_confusion_matrix(
+            outputs.results["confusion_matrix"], directories[0] / CONFUSION_MATRIX_PNG, title
+        )
+
+
+def prediction_files(outputs: EvaluationOutputs, names: list[str], problem_type: str) -> dict[str, list]:
+    """The rows of eval_predictions.jsonl (and test_predictions.jsonl), by file name."""
+    files = {EVAL_PREDICTIONS_FILE: outputs.logits, TEST_PREDICTIONS_FILE: outputs.test_logits}
+    return {
+        name: prediction_rows(logits, names, problem_type, outputs.thresholds, outputs.decision_threshold)
+        for name, logits in files.items()
+        if logits is not None
+    }

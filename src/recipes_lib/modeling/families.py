@@ -179,38 +179,3 @@ def linears_outside_layers(config) -> list[str]:
         for name, module in meta_model(config).named_modules()
         if isinstance(module, nn.Linear) and not name.startswith(inside)
     )
-
-
-def describe_families(families=FAMILIES) -> tuple[list[str], list[list[str]]]:
-    """(header, rows): each family's profile as `recipes-lib families` prints it (from the default config
-    of its own model_type)."""
-    from transformers import AutoConfig
-
-    header = [
-        "family",
-        "model_type",
-        "LoRA targets (auto)",
-        "attention",
-        "GPU without bf16",
-        "max length",
-        "FSDP unit",
-        "ONNX export",
-    ]
-    rows = []
-    for family in families:
-        profile = profile_for(AutoConfig.for_model(family.model_type))
-        rows.append(
-            [
-                profile.family,
-                family.model_type,
-                f"{' '.join(profile.lora_targets)} ({profile.lora_targets_source})",
-                " > ".join(profile.attention_implementations),
-                "fp32 (fp16 overflows)" if family.fp16_overflows else "fp16",
-                "positions - (pad id + 1)" if family.positions_after_padding else "positions",
-                ", ".join(profile.layer_classes),
-                f"fails: {family.onnx_export_failure}"
-                if family.onnx_export_failure
-                else f"passes the gate ({family.onnx_exporter})",
-            ]
-        )
-    return header, rows

@@ -11,7 +11,7 @@
         train_result = trainer.train(resume_from_checkpoint=run.resume_from)
         trainer.save_model()
         metrics = run.final_metrics(trainer)        the last epoch's evaluation if the weights are unchanged
-        return run.write_results(trainer, train_result, metrics)   predictions, results.json, W&B summary
+        return run.write_results(trainer, train_result, metrics)   predictions, results.json, W&B, the card
 
 `args` is never changed; `run.model_args` and `training_args` are copies with what the run resolved.
 Any `transformers.Trainer` works in place of RecipeTrainer (recipes/README.md says what goes).

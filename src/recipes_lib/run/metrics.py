@@ -44,6 +44,7 @@ class RunMetrics(TaskMetrics):
         super().__init__(problem_type, num_labels)
         self.class_weights, self.label_smoothing = class_weights, label_smoothing
         self.last_predictions: Predictions | None = None
+        self.test_document_ids = None  # sliding_window: the test split's windows (record.py scores them)
 
     def __call__(self, eval_prediction) -> dict[str, Any]:
         logits = eval_prediction.predictions

@@ -27,7 +27,7 @@ import transformers
 from transformers import EarlyStoppingCallback, set_seed
 
 from recipes_lib.config.arguments import ParsedArguments, RecipeTrainingArguments
-from recipes_lib.config.recipe_spec import RecipeSpec
+from recipes_lib.config.recipe_spec import RecipeSpec, TrainingShape
 from recipes_lib.config.validation import check_output_dir, check_task_options
 from recipes_lib.data.loading import load_classification_data
 from recipes_lib.data.long_text import document_ids
@@ -44,7 +44,7 @@ from recipes_lib.modeling.loading import (
 )
 from recipes_lib.results import RESULTS_FILE
 from recipes_lib.run.metrics import RunMetrics
-from recipes_lib.run.record import RunSettings, finish_run, push_finished_run
+from recipes_lib.run.record import RunSettings, finish_run, publish_results
 from recipes_lib.tracking.hub import check_push_to_hub
 from recipes_lib.tracking.wandb_run import Tracker, start_tracking
 from recipes_lib.training.callbacks import LastEpochEvaluation, PrecisionProbe, TokenCounter, final_metrics
@@ -90,27 +90,36 @@ class RecipeRun:
         # What ran: the parsed arguments (never changed) at first; load_data and resolve replace it by copies.
         self.arguments = arguments
         self.spec = spec
-        # What the planner and --auto_batch_size need of this recipe (config/recipe_spec.py).
-        self.shape = spec.shape(arguments.recipe_options.get(spec.options))  # None: the recipe has none
         self.resume_from: str | None = None
         # Filled by load_data: what the data and the model's config.json say.
         self.tokenizer = None
         self.model_config = None
         self.data = None  # its labels, split sources and (once tokenized) its tokenized splits
-        # What the Trainer is handed (compute_metrics, compute_loss_func, callbacks).
-        self.compute_metrics: RunMetrics | None = None
-        self.compute_loss: WeightedCrossEntropy | None = None
-        self.tokens = TokenCounter()
-        self.precision_probe = PrecisionProbe(self.training.device.type)
-        self.last_evaluation = LastEpochEvaluation()
-        self.tracker = Tracker()
-        self.memory: MemoryMonitor | None = None
+        self.compute_metrics: RunMetrics | None = None  # the Trainer's compute_metrics
+        self.tracker = Tracker()  # the W&B run (start_tracking)
+        self.memory: MemoryMonitor | None = None  # the memory phases
         self.batch_choice = None  # --auto_batch_size: what resolve chose
+        # The run's other callbacks (token counts, precision probe, last evaluation) live in the
+        # Trainer's callback list, where final_metrics and write_results find them.
 
     @property
-    def training(self) -> RecipeTrainingArguments:
-        """The training arguments as the run has resolved them so far (the parsed ones are not changed)."""
-        return self.arguments.training
+    def shape(self) -> TrainingShape:
+        """What the recipe trains (config/recipe_spec.py): what the planner and --auto_batch_size need;
+        a LoRA recipe's targets resolved for the model's family once load_data has read config.json."""
+        shape = self.spec.shape(self.arguments.recipe_options.get(self.spec.options))
+        if shape.adapters is None or self.model_config is None:
+            return shape
+        from recipes_lib.modeling.adapters import resolve_lora_targets  # a LoRA recipe has loaded it
+
+        return replace(shape, adapters=resolve_lora_targets(shape.adapters, self.model_config.model_type))
+
+    @property
+    def compute_loss(self) -> WeightedCrossEntropy | None:
+        """The Trainer's compute_loss_func: --class_weights' weighted cross-entropy; else None (the model's loss)."""
+        metrics = self.compute_metrics
+        if metrics is None or not metrics.class_weights:
+            return None
+        return WeightedCrossEntropy(metrics.class_weights, metrics.label_smoothing)
 
     @property
     def model_args(self):
@@ -120,26 +129,25 @@ class RecipeRun:
     @property
     def precision(self) -> str:
         """'bf16', 'fp16' or 'fp32' (config/precision.py), final once `load_data` has read the model family."""
-        return self.training.precision_choice.precision
+        return self.arguments.training.precision
 
     @property
     def is_main_process(self) -> bool:
-        return self.training.process_index == 0
+        return self.arguments.training.process_index == 0
 
     def __enter__(self) -> RecipeRun:
+        training = self.arguments.training
         setup_logging(self.arguments)
-        check_output_dir(self.training)
-        check_push_to_hub(self.training)  # no token or offline: stop before any download
+        check_output_dir(training)
+        check_push_to_hub(training)  # no token or offline: stop before any download
         # `last` means the newest complete checkpoint (training/checkpoints.py); a bad value fails here, not after loading.
         self.resume_from = resolve_resume_checkpoint(
-            self.training.resume_from_checkpoint, self.training.output_dir, RESULTS_FILE
+            training.resume_from_checkpoint, training.output_dir, RESULTS_FILE
         )
-        set_seed(self.training.seed)
+        set_seed(training.seed)
         return self
 
     def __exit__(self, error_type, error, traceback) -> bool:
-        self.precision_probe.remove()
-        self.tokens.remove()
         return False  # an exception goes on to run_main (or the caller)
 
     def load_data(self, train_file: str | None = None) -> datasets.DatasetDict:
@@ -158,8 +166,9 @@ class RecipeRun:
         model_args, data_args = self.arguments.model, self.arguments.data
         self.tokenizer = load_tokenizer(model_args)
         profile = self._check_model_family(load_model_config(model_args))
+        training = self.arguments.training  # with the family's precision
         read = data_args if train_file is None else replace(data_args, train_file=train_file)
-        self.data = load_classification_data(read, cache_dir=model_args.cache_dir, seed=self.training.seed)
+        self.data = load_classification_data(read, cache_dir=model_args.cache_dir, seed=training.seed)
         labels = self.data.labels
         # 'auto' resolved, in the run's copy: the config in results.json then says what ran, as W&B's does.
         self.arguments = replace(self.arguments, data=replace(data_args, problem_type=labels.problem_type))
@@ -174,22 +183,22 @@ class RecipeRun:
             ", ".join(labels.names[:10]),
             " + ".join(self.data.text_columns),
         )
-        check_task_options(self.training, labels)  # before tokenizing and loading weights
+        check_task_options(training, labels)  # before tokenizing and loading weights
         tokenized = tokenize(
-            self.data, self.tokenizer, read, self.training.main_process_first, model_limit=profile.max_length
+            self.data, self.tokenizer, read, training.main_process_first, model_limit=profile.max_length
         )
         weights = None
-        if self.training.class_weights:
-            weights = class_weights_from(
-                self.training.class_weights, tokenized["train"]["labels"], labels.names
-            )
-            self.compute_loss = WeightedCrossEntropy(weights, self.training.label_smoothing_factor)
+        if training.class_weights:  # compute_loss is then the weighted cross-entropy
+            weights = class_weights_from(training.class_weights, tokenized["train"]["labels"], labels.names)
         self.compute_metrics = RunMetrics(
-            labels.problem_type, labels.num_labels, weights, self.training.label_smoothing_factor
+            labels.problem_type, labels.num_labels, weights, training.label_smoothing_factor
         )
         # sliding_window: metrics combine the validation split's windows into documents (the test
         # split's while it is predicted: record.py).
         self.compute_metrics.document_ids = document_ids(tokenized["validation"])
+        self.compute_metrics.test_document_ids = (
+            document_ids(tokenized["test"]) if "test" in tokenized else None
+        )
         self.compute_metrics.window_pooling = data_args.window_pooling
         return tokenized
 
@@ -198,18 +207,18 @@ class RecipeRun:
         sequence length, LoRA targets; then the precision for that family (in the run's copy)."""
         # check_model_support fills in the family's attention kernel: in the run's copy, which the
         # script hands load_model as run.model_args.
-        model_args = replace(self.arguments.model)
+        model_args, training = replace(self.arguments.model), self.arguments.training
         profile = check_model_support(model_args, base_config, self.arguments.data.max_seq_length)
         name_fsdp_layer_classes(profile)
         self.arguments = replace(self.arguments, model=model_args)
-        if self.shape.adapters is not None:  # a LoRA recipe, which has loaded modeling.adapters already
+        adapted = self.shape.adapters
+        if adapted is not None:  # a LoRA recipe, which has loaded modeling.adapters already
             from recipes_lib.modeling.adapters import check_lora_targets
 
-            self.shape = replace(self.shape, adapters=check_lora_targets(self.shape.adapters, base_config))
-        choice = self.training.precision_for(base_config.model_type)
-        if choice != self.training.precision_choice:  # automatic fp16 for DeBERTa: fp32
-            self.arguments = replace(self.arguments, training=self.training.resolved(choice))
-        adapted = self.shape.adapters
+            adapted = check_lora_targets(adapted, base_config)
+        choice = training.precision_for(base_config.model_type)
+        if choice != training.precision_choice:  # automatic fp16 for DeBERTa: fp32
+            self.arguments = replace(self.arguments, training=training.resolved(choice))
         logger.info(
             "%s (%s): attention %s, precision %s (%s)%s",
             profile.family,
@@ -231,7 +240,8 @@ class RecipeRun:
         self._start_memory_phases()
 
     def _start_memory_phases(self) -> None:
-        self.memory = MemoryMonitor(self.training.device, track_tensors=self.training.track_memory)
+        training = self.arguments.training
+        self.memory = MemoryMonitor(training.device, track_tensors=training.track_memory)
         self.memory.start_phase("model_load")  # lasts until the first training step
 
     def resolve(self, training: RecipeTrainingArguments) -> RecipeTrainingArguments:
@@ -256,16 +266,18 @@ class RecipeRun:
                 "per_device_train_batch_size": self.batch_choice.batch_size,
                 "gradient_accumulation_steps": self.batch_choice.accumulation,
             }
-        resolved = training.resolved(self.training.precision_choice, **changes)
+        resolved = training.resolved(self.arguments.training.precision_choice, **changes)
         self.arguments = replace(self.arguments, training=resolved)
         return resolved
 
     def callbacks(self, model) -> list:
-        """The run's Trainer callbacks: memory phases, token counts, the precision probe, W&B's
-        throughput and memory curves, and early stopping under --early_stopping_patience.
+        """The run's Trainer callbacks: memory phases, token counts, the precision probe, the last
+        evaluation (for final_metrics), W&B's throughput and memory curves, and early stopping under
+        --early_stopping_patience.
 
         Without `start_tracking()` first (no W&B run of the run's own), the memory phases start here.
         """
+        training = self.arguments.training
         if self.memory is None:
             self._start_memory_phases()
         total, trainable = count_parameters(model)
@@ -275,43 +287,39 @@ class RecipeRun:
             f"{total:,}",
             f"{trainable:,}",
         )
+        tokens = TokenCounter()
         callbacks = [
             MemoryCallback(self.memory),
-            self.tokens,
-            self.precision_probe,
-            self.last_evaluation,
-            *self.tracker.callbacks(self.tokens),
+            tokens,
+            PrecisionProbe(training.device.type),
+            LastEpochEvaluation(),
+            *self.tracker.callbacks(tokens),
         ]
-        if self.training.early_stopping_patience is not None:
-            callbacks.append(
-                EarlyStoppingCallback(early_stopping_patience=self.training.early_stopping_patience)
-            )
+        if training.early_stopping_patience is not None:
+            callbacks.append(EarlyStoppingCallback(early_stopping_patience=training.early_stopping_patience))
         return callbacks
 
     def clear_previous_run(self) -> None:
         """--overwrite_output_dir: delete the previous run's files now that every check has passed."""
-        if self.training.overwrite_output_dir and self.resume_from is None and self.is_main_process:
-            clear_previous_run(self.training.output_dir, RESULTS_FILE)
+        training = self.arguments.training
+        if training.overwrite_output_dir and self.resume_from is None and self.is_main_process:
+            clear_previous_run(training.output_dir, RESULTS_FILE)
 
     def final_metrics(self, trainer) -> dict[str, Any]:
         """The final evaluation: the last epoch's, reused when the weights are unchanged since it ran
         (same step, same tensors, none written in place); else `trainer.evaluate()`, a new pass."""
-        return final_metrics(trainer, self.last_evaluation)
+        return final_metrics(trainer, run_callback(trainer, LastEpochEvaluation))
 
     def write_results(self, trainer, train_result, eval_metrics: dict, merged=None) -> dict[str, Any]:
-        """Everything a finished run writes (run/record.py), then the W&B summary and --push_to_hub's
-        second push. `merged`: --merge_adapter's model (save_adapter_extras), scored in memory.
+        """Everything a finished run writes (run/record.py): predictions, results.json, the W&B summary, the
+        model card, and --push_to_hub's second push. `merged`: --merge_adapter's model (save_adapter_extras), scored in memory.
         Returns the results (results.json's keys)."""
-        if self.memory is None:  # the script handed the Trainer none of run.callbacks()
-            raise RuntimeError(
-                "Hand the Trainer callbacks=run.callbacks(model): the run's memory phases start there."
-            )
+        probe = run_callback(trainer, PrecisionProbe)
         memory = self.memory.finish()
         for line in self.memory.summary_lines(memory):
             logger.info(line)
-        self.precision_probe.remove()
         # A run resumed at its end ran no layer: the planned precision.
-        precision = self.precision_probe.observed or self.precision
+        precision = probe.observed or self.precision
         if precision != self.precision:
             logger.warning("Asked for %s, but the model computed in %s.", self.precision, precision)
         settings = RunSettings(
@@ -321,14 +329,27 @@ class RecipeRun:
             model_type=self.model_config.model_type,
             shape=self.shape,
             precision=precision,
-            precision_reason=self.training.precision_choice.reason,
-            quantized_compute=self.precision_probe.quantized_compute,
-            memory={**peak_memory(self.training.device, self.memory), **memory},
-            tokens=self.tokens.totals(trainer.accelerator),  # the run's last collective step
+            quantized_compute=probe.quantized_compute,
+            memory={**peak_memory(trainer.args.device, self.memory), **memory},
+            # The run's last collective step.
+            tokens=run_callback(trainer, TokenCounter).totals(trainer.accelerator),
             batch_choice=self.batch_choice,
             merged=merged,
         )
         results = finish_run(trainer, train_result, eval_metrics, settings)
         self.tracker.finish(results)  # every results.json key into the W&B summary, same names
-        push_finished_run(trainer, results)
+        publish_results(trainer, results)  # the model card, the closing lines, --push_to_hub
         return results
+
+
+def run_callback(trainer, kind: type):
+    """The run's callback of this class among the Trainer's (run.callbacks(model) put it there)."""
+    found = next(
+        (callback for callback in trainer.callback_handler.callbacks if isinstance(callback, kind)), None
+    )
+    if found is None:
+        raise RuntimeError(
+            f"The Trainer has no {kind.__name__}: hand it callbacks=run.callbacks(model) (with your own "
+            "beside them, if any); the run's record is fed by them."
+        )
+    return found

@@ -7,9 +7,11 @@ comparison run's config as `evaluation_note`: its table has the runs' own column
 
 from __future__ import annotations
 
+import os
 import sys
 from collections.abc import Mapping
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import wandb
@@ -18,13 +20,29 @@ from recipes_lib.tools.compare import CompareError, default_chart_path, evaluati
 from recipes_lib.tracking import names
 from recipes_lib.tracking.names import COMPARE_JOB_TYPE
 from recipes_lib.tracking.wandb_run import (
+    DEFAULT_PROJECT,
     RunIdentity,
-    experiment_of,
     offline_note,
-    project_of,
     results_table,
+    short_dataset_name,
     start_run,
 )
+from recipes_lib.units import short_model_name
+
+
+def project_of(config: Mapping[str, Any]) -> str:
+    """The W&B project of a finished run, from its resolved configuration (results.json's `config`)."""
+    return config.get("wandb_project") or os.environ.get("WANDB_PROJECT") or DEFAULT_PROJECT
+
+
+def experiment_of(config: Mapping[str, Any]) -> str:
+    """The W&B group of a finished run, from its resolved configuration, as `run_identity` names it."""
+    if config.get("experiment"):
+        return config["experiment"]
+    data = SimpleNamespace(
+        **{key: config.get(key) for key in ("train_file", "dataset_name", "dataset_config_name")}
+    )
+    return f"{short_model_name(config.get('model_name_or_path'))}_{short_dataset_name(data)}"
 
 
 def _one(values: set[str], what: str, flag: str) -> str:

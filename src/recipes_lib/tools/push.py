@@ -4,15 +4,22 @@
 
 The model card (README.md) is written again first, with the repository's name in its loading code;
 then the repository is made if it does not exist and the output_dir is uploaded, checkpoints left
-out (tracking/hub.py). Without a token, in offline mode or without a network it stops with one line.
+out, as the Trainer's own push leaves them (and its `_*` scratch files). Without a token, in offline
+mode or without a network it stops with one line.
 """
 
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 
-from recipes_lib.errors import RecipeError
-from recipes_lib.tracking.hub import push_run
+from recipes_lib.errors import ConfigError, HubError, RecipeError
+from recipes_lib.results import RESULTS_FILE, read_results
+from recipes_lib.tracking.hub import hub_problem
+from recipes_lib.tracking.model_card import write_card
+
+# What `Trainer.push_to_hub` ignores (its scratch files, the checkpoints), and the local W&B files.
+PUSH_IGNORE_PATTERNS = ["_*", "checkpoint-*", "wandb/*", "*.lock"]
 
 
 def push(run_dir: str, repo_id: str, token: str | None = None, private: bool = False) -> int:
@@ -26,3 +33,51 @@ def push(run_dir: str, repo_id: str, token: str | None = None, private: bool = F
     for name in files:
         print(f"  {name}")
     return 0
+
+
+def files_to_push(output_dir: str | Path) -> list[str]:
+    """The output_dir's files, relative and sorted, that a push uploads (huggingface_hub's own filter)."""
+    from huggingface_hub.utils import filter_repo_objects
+
+    root = Path(output_dir)
+    paths = sorted(path.relative_to(root).as_posix() for path in root.rglob("*") if path.is_file())
+    return list(filter_repo_objects(paths, ignore_patterns=PUSH_IGNORE_PATTERNS))
+
+
+def push_run(
+    output_dir: str | Path, repo_id: str, token: str | None = None, private: bool | None = None
+) -> tuple[str, list[str]]:
+    """Upload a finished run (model, card, results) to the model repository `repo_id`, made if missing.
+
+    The card is written again first, naming `repo_id` in its loading code. Returns the repository's
+    URL and the files uploaded.
+    """
+    from huggingface_hub import HfApi
+
+    output_dir = Path(output_dir)
+    if not (output_dir / RESULTS_FILE).is_file():
+        raise ConfigError(
+            f"'{output_dir}' holds no {RESULTS_FILE}, so it is not a finished run; pass the output_dir of a run "
+            "that finished (it writes results.json last)."
+        )
+    problem = hub_problem(token)
+    if problem is not None:
+        raise HubError(f"Cannot push '{output_dir}' to the Hub: {problem}. Nothing was uploaded.")
+    write_card(output_dir, read_results(output_dir), repo_id)
+    files = files_to_push(output_dir)
+    api = HfApi(token=token)
+    try:
+        repo = api.create_repo(repo_id, private=private, exist_ok=True)
+        api.upload_folder(
+            repo_id=repo.repo_id,
+            folder_path=output_dir,
+            commit_message="Upload a recipes-lib run: model, card and results",
+            ignore_patterns=PUSH_IGNORE_PATTERNS,
+        )
+    except Exception as error:  # noqa: BLE001 - network, HTTP and auth errors all end the same way
+        detail = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        raise HubError(
+            f"Could not push '{output_dir}' to the Hub repository '{repo_id}': {detail}. Check the network, the "
+            "token's write access and the repository name."
+        ) from None
+    return repo.url, files

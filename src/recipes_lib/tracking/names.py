@@ -20,7 +20,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from recipes_lib.config.registry import RECIPES
-from recipes_lib.config.tasks import TASK_METRICS
 
 # --- runs ------------------------------------------------------------------------------------------
 
@@ -97,18 +96,6 @@ METRIC_TITLES = {
 # `compare` when a run has them, and a dashboard section of their own.
 OTHER_TASK_METRICS = ("f1_micro", "mse", "pearson", "spearman")
 TASK_METRIC_COLUMNS = tuple((eval_key(metric), METRIC_TITLES[metric]) for metric in OTHER_TASK_METRICS)
-
-
-def keys_not_logged_by(problem_type: str) -> set[str]:
-    """The metric keys a run of this task never logs: other tasks' curves and results.json keys.
-
-    results.json always has eval_accuracy and eval_f1 (null for regression), so only their curves
-    are missing from a regression run.
-    """
-    own = set(TASK_METRICS[problem_type])
-    every = {metric for metrics in TASK_METRICS.values() for metric in metrics}
-    curves = {trainer_curve(eval_key(metric)) for metric in every - own}
-    return curves | {eval_key(metric) for metric in set(OTHER_TASK_METRICS) - own}
 
 
 # What tells recipes apart, in the order the runs table and the results tables show it.

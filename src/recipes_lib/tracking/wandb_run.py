@@ -43,7 +43,6 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
 
 import torch
@@ -112,21 +111,6 @@ def short_dataset_name(data: DataArguments) -> str:
 def default_experiment(arguments: ParsedArguments) -> str:
     """Model and data, not the recipe: swapping the recipe script keeps a run in the same group."""
     return f"{short_model_name(arguments.model.model_name_or_path)}_{short_dataset_name(arguments.data)}"
-
-
-def project_of(config: Mapping[str, Any]) -> str:
-    """The W&B project of a finished run, from its resolved configuration (results.json's `config`)."""
-    return config.get("wandb_project") or os.environ.get("WANDB_PROJECT") or DEFAULT_PROJECT
-
-
-def experiment_of(config: Mapping[str, Any]) -> str:
-    """The W&B group of a finished run, from its resolved configuration, as `run_identity` names it."""
-    if config.get("experiment"):
-        return config["experiment"]
-    data = SimpleNamespace(
-        **{key: config.get(key) for key in ("train_file", "dataset_name", "dataset_config_name")}
-    )
-    return f"{short_model_name(config.get('model_name_or_path'))}_{short_dataset_name(data)}"
 
 
 def _plain(value: Any) -> Any:

@@ -8,9 +8,9 @@
 - `LastEpochEvaluation`: the last evaluation training made, and the weights it scored, so that
   `final_metrics` can return it instead of a second pass on unchanged weights.
 
-Both watch the model through forward pre-hooks added when the Trainer is built (`on_init_end`),
-so they see what the Trainer feeds the model, in the training process itself (dataloader workers
-would keep their counts to themselves).
+The first two watch the model through forward pre-hooks added when the Trainer is built
+(`on_init_end`) and removed when training ends, so they see what the Trainer feeds the model, in
+the training process itself (dataloader workers would keep their counts to themselves).
 """
 
 from __future__ import annotations
@@ -51,7 +51,7 @@ class TokenCounter(TrainerCallback):
         counts = accelerator.reduce(counts, reduction="sum")
         return int(counts[0]), int(counts[1])
 
-    def remove(self) -> None:
+    def on_train_end(self, args, state, control, **kwargs):
         if self._hook is not None:
             self._hook.remove()
             self._hook = None
@@ -73,10 +73,8 @@ class PrecisionProbe(TrainerCallback):
         self._handles = []
 
     def on_init_end(self, args, state, control, model=None, **kwargs):
-        if model is not None and not self._handles:
-            self.attach(model)
-
-    def attach(self, model: torch.nn.Module) -> None:
+        if model is None or self._handles:
+            return
         linear = next((m for m in model.modules() if isinstance(m, torch.nn.Linear)), None)
         if linear is not None:
             self._handles.append(linear.register_forward_pre_hook(self._record))
@@ -99,7 +97,7 @@ class PrecisionProbe(TrainerCallback):
                 dtype = next((x.dtype for x in inputs if torch.is_tensor(x)), torch.float32)
             self.quantized_compute = dtype_name(dtype)
 
-    def remove(self) -> None:
+    def on_train_end(self, args, state, control, **kwargs):
         for handle in self._handles:
             handle.remove()
         self._handles.clear()

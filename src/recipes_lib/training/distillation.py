@@ -338,6 +338,18 @@ def _label_order(teacher_config, labels: LabelMapping) -> list[int]:
     return [position[str(name)] for name in labels.names]
 
 
+def _tokenized_rows(rows: Dataset, text_columns, labels, tokenizer, data_args, main_process_first) -> Dataset:
+    """Raw rows (text columns only) tokenized as a split of their own, for the teacher or the student."""
+    data = ClassificationData(
+        raw=DatasetDict({"test": rows}),
+        text_columns=text_columns,
+        label_column=data_args.label_column_name,
+        labels=labels,
+        description="distillation rows",
+    )
+    return tokenize(data, tokenizer, data_args, main_process_first)["test"]
+
+
 def teacher_logits(
     teacher_dir: Path,
     rows: Dataset,
@@ -359,15 +371,8 @@ def teacher_logits(
     order = _label_order(teacher_config, labels)
     tokenizer = AutoTokenizer.from_pretrained(teacher_dir)
     data_args = _teacher_data_arguments(teacher_dir, run_data_args)
-    unlabelled = ClassificationData(
-        raw=DatasetDict({"test": rows}),
-        text_columns=text_columns,
-        label_column=run_data_args.label_column_name,
-        labels=labels,
-        description="distillation rows",
-    )
     first = main_process_first or (lambda desc: contextlib.nullcontext())
-    encoded = tokenize(unlabelled, tokenizer, data_args, first)["test"]
+    encoded = _tokenized_rows(rows, text_columns, labels, tokenizer, data_args, first)
     key = hashlib.sha256(
         f"{teacher_fingerprint(teacher_dir)} {encoded._fingerprint} {data_args.max_seq_length}".encode()
     ).hexdigest()[:24]
@@ -431,7 +436,7 @@ def add_teacher_targets(
     `compute_loss_func` (keeping --class_weights' weights).
     """
     unlabelled.remove_copy()
-    data_args, training = run.arguments.data, run.training
+    data_args, training = run.arguments.data, run.arguments.training  # the run's resolved copy
     teacher_dir = check_teacher(options.teacher)
     labels, text_columns = run.data.labels, run.data.text_columns
     raw_train = _text_only(run.data.raw["train"], text_columns)
@@ -445,7 +450,7 @@ def add_teacher_targets(
         data_args,
         Path(training.output_dir) / TEACHER_LOGITS_DIR,
         training.device,
-        run.precision,
+        training.precision,  # the family's (load_data decided it)
         training.main_process_first,
     )
     width = gold_width(labels.problem_type, labels.num_labels)
@@ -455,14 +460,9 @@ def add_teacher_targets(
     )
     parts = [train.remove_columns(LABEL_COLUMN).add_column(LABEL_COLUMN, packed.tolist())]
     if extra is not None:
-        student_rows = ClassificationData(
-            raw=DatasetDict({"test": extra}),
-            text_columns=text_columns,
-            label_column=data_args.label_column_name,
-            labels=labels,
-            description="unlabelled rows",
+        encoded = _tokenized_rows(
+            extra, text_columns, labels, run.tokenizer, data_args, training.main_process_first
         )
-        encoded = tokenize(student_rows, run.tokenizer, data_args, training.main_process_first)["test"]
         documents = _documents(encoded)
         if DOCUMENT_COLUMN in encoded.column_names:  # documents numbered after the labelled ones
             encoded = encoded.remove_columns(DOCUMENT_COLUMN).add_column(
@@ -476,13 +476,12 @@ def add_teacher_targets(
     columns = parts[0].column_names  # the unlabelled rows' columns in the training split's order
     splits = DatasetDict(run.data.tokenized)
     splits["train"] = concatenate_datasets([part.select_columns(columns).cast(features) for part in parts])
-    class_weights = getattr(run.compute_loss, "class_weights", None)
     loss = DistillationLoss(
         labels.problem_type,
         labels.num_labels,
         options.distill_temperature,
         options.distill_alpha,
-        class_weights=class_weights,
+        class_weights=run.compute_metrics.class_weights,  # --class_weights' (None without)
         label_smoothing=training.label_smoothing_factor,
     )
     logger.info(
