@@ -17,7 +17,7 @@ import os
 import re
 import subprocess
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import pytest
 
@@ -573,3 +573,17 @@ def test_plan_at_8192_tokens_names_the_kernel_it_assumed_and_plans_flash_attenti
     assert peak_gib(flash) < peak_gib(sdpa)
     assert main([*command, "--device", "cpu", "--attn_implementation", "flash_attention_2"]) == 2
     assert "FlashAttention runs on CUDA GPUs only" in capsys.readouterr().err
+
+
+def test_the_readmes_8192_token_line_is_what_plan_fits_gives():
+    """README's "At 8,192 tokens" line: full_ft's batch without / with checkpointing, as
+    `plan --fits --max_seq_length 8192` gives it (bf16, SDPA, 24 GiB) for each model it names."""
+    line = next(line for line in (REPO_ROOT / "README.md").read_text().splitlines() if "ModernBERT-base" in line
+                and " / " in line)  # fmt: skip
+    named = dict(re.findall(r"([\w.-]+) (\d+ / \d+)", line))
+    models = {short: next(name for name in catalogue_names() if name.endswith("/" + short)) for short in named}
+    setup = replace(README_SETUP, seq_length=8192)
+    rows = catalogue_fits({"full_ft": SHAPES["full_ft"]}, setup, 24, models=list(models.values()))
+    planned = {short: f"{row.max_batch['full_ft', False]} / {row.max_batch['full_ft', True]}"
+               for short, row in zip(models, rows, strict=True)}  # fmt: skip
+    assert len(named) == 4 and planned == named, f"README's 8,192-token line is stale: {planned}"
