@@ -581,7 +581,9 @@ def test_the_readmes_8192_token_line_is_what_plan_fits_gives():
     line = next(line for line in (REPO_ROOT / "README.md").read_text().splitlines() if "ModernBERT-base" in line
                 and " / " in line)  # fmt: skip
     named = dict(re.findall(r"([\w.-]+) (\d+ / \d+)", line))
-    models = {short: next(name for name in catalogue_names() if name.endswith("/" + short)) for short in named}
+    models = {
+        short: next(name for name in catalogue_names() if name.endswith("/" + short)) for short in named
+    }
     setup = replace(README_SETUP, seq_length=8192)
     rows = catalogue_fits({"full_ft": SHAPES["full_ft"]}, setup, 24, models=list(models.values()))
     planned = {short: f"{row.max_batch['full_ft', False]} / {row.max_batch['full_ft', True]}"
