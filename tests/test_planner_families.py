@@ -118,6 +118,18 @@ def test_the_plan_of_the_long_context_families_matches_a_measured_step_at_long_s
     check_plan_against_step(long_context_dirs[family], SHAPES["full_ft"], rows=1, length=length)
 
 
+@pytest.mark.parametrize("checkpointing", [False, True])
+@pytest.mark.parametrize("family", ["modernbert", "modernbert-6"])
+def test_the_plan_of_modernbert_holds_its_masks_at_a_batch_of_long_rows(
+    family, checkpointing, long_context_dirs
+):
+    """4 x 2,048: the bool masks (B x S x S each) and the float ones (every layer's, or under checkpointing the
+    recomputed layer's) outweigh building the sliding-window mask (16 B x S x S, whatever the batch)."""
+    check_plan_against_step(
+        long_context_dirs[family], SHAPES["full_ft"], rows=4, length=2048, checkpointing=checkpointing
+    )
+
+
 @pytest.fixture(scope="module")
 def variant_dirs(tmp_path_factory) -> dict[str, Path]:
     root = tmp_path_factory.mktemp("planner-variants")
