@@ -1,9 +1,12 @@
 """Write the long-document demo task: support-ticket threads whose team is decided near their end.
 
     python data/make_long_documents.py      # rewrites data/long_documents/{train,validation}.csv
+    python data/make_long_documents.py --sentences 240 275 --train 120 --validation 60 --out_dir DIR
+                                            # longer threads (about 3,500 to 4,000 tokens), written to DIR
 
 The project wrote every phrase below (the requests and products are those of make_support_tickets.py).
-Each document is a customer's long message of about 300 to 500 tokens (all-MiniLM-L6-v2's WordPiece):
+Each document is a customer's long message of about 300 to 500 tokens (all-MiniLM-L6-v2's WordPiece;
+`--sentences` makes the history longer, drawn with repeats once it outgrows the phrases below):
 a greeting, then twenty-odd sentences of history and small talk, then one passage that says what the
 customer needs today, then a short sign-off. Only that late passage decides the label (billing,
 shipping, technical, account); the history is drawn independently of it and mentions every team's
@@ -14,6 +17,7 @@ As in the ticket demo, validation requests use phrasings training never shows. D
 
 from __future__ import annotations
 
+import argparse
 import random
 import sys
 from pathlib import Path
@@ -101,13 +105,17 @@ SIGN_OFFS = ["", "Thanks.", "Best regards.", "Kind regards, and thank you.", "Ch
 BODY_SENTENCES = (24, 33)
 
 
-def make_document(rng: random.Random, label: str, held_out: bool) -> str:
+def make_document(
+    rng: random.Random, label: str, held_out: bool, sentences: tuple[int, int] = BODY_SENTENCES
+) -> str:
     requests = REQUESTS[label][-HELD_OUT_PER_CLASS:] if held_out else REQUESTS[label][:-HELD_OUT_PER_CLASS]
     product = rng.choice(PRODUCTS)
     history = [sentence for team in LABELS for sentence in HISTORY[team]]
     body = rng.sample(history, rng.randint(8, 12)) + rng.sample(SMALL_TALK, rng.randint(15, 20))
     rng.shuffle(body)
-    body = body[: rng.randint(*BODY_SENTENCES)]
+    body = body[: rng.randint(*sentences)]
+    if sentences != BODY_SENTENCES:  # a longer history: the phrases again, in another order
+        body += rng.choices(history + SMALL_TALK, k=max(0, rng.randint(*sentences) - len(body)))
     order_number = f"{rng.randint(100000, 999999)}"
     request = rng.choice(requests).format(p=product)
     parts = [
@@ -120,20 +128,39 @@ def make_document(rng: random.Random, label: str, held_out: bool) -> str:
     return " ".join(part for part in parts if part)
 
 
-def make_split(rng: random.Random, size: int, held_out: bool) -> list[tuple[str, str]]:
+def make_split(
+    rng: random.Random, size: int, held_out: bool, sentences: tuple[int, int] = BODY_SENTENCES
+) -> list[tuple[str, str]]:
     rows = [
-        (make_document(rng, LABELS[i % len(LABELS)], held_out), LABELS[i % len(LABELS)]) for i in range(size)
+        (make_document(rng, LABELS[i % len(LABELS)], held_out, sentences), LABELS[i % len(LABELS)])
+        for i in range(size)
     ]
     rng.shuffle(rows)
     return rows
 
 
-def main(out_dir: Path = Path(__file__).parent / "long_documents") -> None:
+def main(
+    out_dir: Path = Path(__file__).parent / "long_documents",
+    sentences: tuple[int, int] = BODY_SENTENCES,
+    train: int = 1000,
+    validation: int = 300,
+) -> None:
     rng = random.Random(20261202)
-    train = make_split(rng, 1000, held_out=False)
-    validation = make_split(rng, 300, held_out=True)
-    write_splits(out_dir, {"train": train, "validation": validation})
+    train_rows = make_split(rng, train, held_out=False, sentences=sentences)
+    validation_rows = make_split(rng, validation, held_out=True, sentences=sentences)
+    write_splits(out_dir, {"train": train_rows, "validation": validation_rows})
+
+
+def command_line(argv=None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--out_dir", type=Path, default=Path(__file__).parent / "long_documents")
+    parser.add_argument("--sentences", type=int, nargs=2, default=BODY_SENTENCES, metavar=("MIN", "MAX"),
+                        help="sentences of history before the request (default 24 33: 300-500 tokens)")  # fmt: skip
+    parser.add_argument("--train", type=int, default=1000)
+    parser.add_argument("--validation", type=int, default=300)
+    args = parser.parse_args(argv)
+    main(args.out_dir, tuple(args.sentences), args.train, args.validation)
 
 
 if __name__ == "__main__":
-    main()
+    command_line()

@@ -342,3 +342,82 @@ def test_gpt2_fine_tunes_end_to_end_padded_with_its_end_of_sequence_token(tmp_pa
     assert AutoTokenizer.from_pretrained(output_dir).pad_token == "<|endoftext|>"
     assert AutoConfig.from_pretrained(output_dir).pad_token_id == 0
     assert len(predict(str(output_dir), str(learnable_data["validation"]))) == 64
+
+
+# --- the attention kernel: FlashAttention 2 where this machine runs it ---------------------------------
+
+
+def test_the_recipes_pick_flash_attention_2_where_a_gpu_with_flash_attn_runs_it(monkeypatch):
+    """No GPU here: flash-attn's availability (transformers' is_flash_attn_2_available) is patched."""
+    from transformers import AutoConfig
+
+    from recipes_lib.config.arguments import ModelArguments
+    from recipes_lib.modeling import families, loading
+    from recipes_lib.modeling.loading import check_model_support
+
+    def picked(model_type: str) -> str:
+        model_args = ModelArguments()
+        check_model_support(model_args, AutoConfig.for_model(model_type), 128)
+        return model_args.attn_implementation
+
+    assert picked("modernbert") == picked("bert") == "sdpa"  # this machine: no CUDA, no flash-attn
+    monkeypatch.setattr(families, "flash_attention_available", lambda: True)
+    monkeypatch.setattr(loading, "flash_attention_available", lambda: True)
+    # Every class that declares _supports_flash_attn (transformers 5.25: ModernBERT, EuroBERT, GTE, NomicBERT,
+    # BERT, RoBERTa, ...); MPNet and DeBERTa have neither FlashAttention nor SDPA.
+    for model_type in ("modernbert", "eurobert", "gte", "nomic_bert", "bert", "roberta"):
+        assert picked(model_type) == "flash_attention_2", model_type
+    assert picked("mpnet") == picked("deberta-v2") == "eager"
+
+
+def test_a_gpu_without_flash_attn_says_what_modernbert_loses_and_an_explicit_ask_is_refused(
+    monkeypatch, caplog
+):
+    from transformers import AutoConfig
+
+    from recipes_lib.config.arguments import ModelArguments
+    from recipes_lib.errors import ModelError
+    from recipes_lib.modeling import loading
+    from recipes_lib.modeling.loading import check_model_support
+
+    monkeypatch.setattr(loading, "cuda_available", lambda: True)  # a GPU, flash-attn not installed
+    for model_type in ("modernbert", "bert"):
+        model_args = ModelArguments()
+        with caplog.at_level("WARNING", logger="recipes_lib.modeling.loading"):
+            check_model_support(model_args, AutoConfig.for_model(model_type), 128)
+        assert model_args.attn_implementation == "sdpa"
+    (line,) = [record.getMessage() for record in caplog.records]  # ModernBERT's; BERT loses little
+    assert line.startswith("ModernBERT runs sdpa here: flash-attn is not installed")
+    assert (
+        "unpads ModernBERT's batches only under flash_attention_2" in line
+        and "pip install flash-attn" in line
+    )
+    asked = ModelArguments(attn_implementation="flash_attention_2")
+    with pytest.raises(ModelError, match="needs a CUDA GPU and the flash-attn package .* has no flash-attn"):
+        check_model_support(asked, AutoConfig.for_model("modernbert"), 128)
+    monkeypatch.setattr(loading, "cuda_available", lambda: False)
+    with pytest.raises(ModelError, match="has no CUDA GPU. Leave the option out to use sdpa"):
+        check_model_support(asked, AutoConfig.for_model("modernbert"), 128)
+
+
+def test_a_family_newer_than_the_installed_transformers_gets_one_paragraph_naming_the_release(monkeypatch):
+    """GTE's model type first shipped in transformers 5.18.0 (the GPU image's 5.17.0 has none): with the type
+    missing from transformers' CONFIG_MAPPING, the recipe, the planner and `families` say which release."""
+    from transformers.models.auto import configuration_auto
+
+    from recipes_lib.config.family_registry import GTE
+    from recipes_lib.errors import ModelError
+    from recipes_lib.memory.planner.catalogue import CATALOGUE
+    from recipes_lib.cli.main import describe_families
+    from recipes_lib.modeling.families import check_transformers_knows
+
+    assert GTE.transformers_since == "5.18.0"
+    check_transformers_knows("gte")  # 5.25 here: known
+    mapping = configuration_auto.CONFIG_MAPPING
+    monkeypatch.setattr(mapping, "_mapping", {k: v for k, v in mapping._mapping.items() if k != "gte"})
+    with pytest.raises(ModelError, match=r"GTE models \(model_type 'gte'\) need transformers 5\.18\.0 or newer.*"
+                       r'pip install -U "transformers>=5\.18\.0"'):  # fmt: skip
+        CATALOGUE["alibaba-nlp-community/gte-multilingual-base"].config()
+    header, rows = describe_families()
+    assert next(row for row in rows if row[1] == "gte")[2] == "needs transformers 5.18.0"
+    check_transformers_knows("bert")  # every other family as before

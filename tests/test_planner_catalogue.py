@@ -17,7 +17,7 @@ import os
 import re
 import subprocess
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import pytest
 
@@ -289,6 +289,9 @@ PUBLISHED_COUNTS: dict[str, Published] = {
     ),
     # 211.8M counted: the name's "210m" and the release's "210 million parameters" (EuroBERT blog, paper).
     "EuroBERT/EuroBERT-210m": Published(210e6, 1e6, "its name and the EuroBERT release (blog, arXiv 2503.05500): 210M"),
+    # 607.9M and 2.107B counted: the names' "610m" and "2.1B", the release's sizes (blog, arXiv 2503.05500).
+    "EuroBERT/EuroBERT-610m": Published(610e6, 1e6, "its name and the EuroBERT release (blog, arXiv 2503.05500): 610M"),
+    "EuroBERT/EuroBERT-2.1B": Published(2.1e9, 0.1e9, "its name and the EuroBERT release (blog, arXiv 2503.05500): 2.1B"),
     "alibaba-nlp-community/gte-multilingual-base": Published(
         305_368_320, 1, _MTEB.format("gte_models.py") + ": Alibaba-NLP/gte-multilingual-base, 305,368,320"
     ),
@@ -539,3 +542,50 @@ def test_the_docs_fits_table_is_what_plan_fits_prints():
         "docs/memory.md is stale: paste `recipes-lib plan --fits --bf16 --markdown` there, and update the "
         "README's summary from it"
     )
+
+
+def test_plan_at_8192_tokens_names_the_kernel_it_assumed_and_plans_flash_attention_where_installed(
+    monkeypatch, capsys
+):
+    """No flash-attn here: SDPA, said in the setup line, and one line on what ModernBERT loses. With it
+    (patched: a GPU with flash-attn), FlashAttention 2, whose plan has no B x S x S masks."""
+    from recipes_lib.tools import plan as plan_tool
+
+    command = ["plan", "--model", "answerdotai/ModernBERT-base", "--max_seq_length", "8192", "--bf16",
+               "--per_device_train_batch_size", "2", "--recipe", "full_ft", "--no_family"]  # fmt: skip
+    assert main(command) == 0
+    sdpa = capsys.readouterr().out
+    assert (
+        "batch 2 x 8192 tokens per device, bf16 mixed precision (asked for by --bf16), SDPA attention" in sdpa
+    )
+    assert (
+        "Planned with SDPA: flash-attn is not installed here, and transformers 5.x unpads ModernBERT" in sdpa
+    )
+    assert "attention masks, float" in sdpa
+    monkeypatch.setattr(plan_tool, "flash_attention_available", lambda: True)
+    assert main(command) == 0
+    flash = capsys.readouterr().out
+    assert "FlashAttention 2" in flash and "Planned with SDPA" not in flash and "attention masks" not in flash
+
+    def peak_gib(out: str) -> float:
+        return float(re.search(r"predicted peak[^\d]*([\d.]+) GiB", out, re.IGNORECASE).group(1))
+
+    assert peak_gib(flash) < peak_gib(sdpa)
+    assert main([*command, "--device", "cpu", "--attn_implementation", "flash_attention_2"]) == 2
+    assert "FlashAttention runs on CUDA GPUs only" in capsys.readouterr().err
+
+
+def test_the_readmes_8192_token_line_is_what_plan_fits_gives():
+    """README's "At 8,192 tokens" line: full_ft's batch without / with checkpointing, as
+    `plan --fits --max_seq_length 8192` gives it (bf16, SDPA, 24 GiB) for each model it names."""
+    line = next(line for line in (REPO_ROOT / "README.md").read_text().splitlines() if "ModernBERT-base" in line
+                and " / " in line)  # fmt: skip
+    named = dict(re.findall(r"([\w.-]+) (\d+ / \d+)", line))
+    models = {
+        short: next(name for name in catalogue_names() if name.endswith("/" + short)) for short in named
+    }
+    setup = replace(README_SETUP, seq_length=8192)
+    rows = catalogue_fits({"full_ft": SHAPES["full_ft"]}, setup, 24, models=list(models.values()))
+    planned = {short: f"{row.max_batch['full_ft', False]} / {row.max_batch['full_ft', True]}"
+               for short, row in zip(models, rows, strict=True)}  # fmt: skip
+    assert len(named) == 4 and planned == named, f"README's 8,192-token line is stale: {planned}"

@@ -87,14 +87,16 @@ def test_the_plan_with_activation_checkpointing_matches_a_measured_training_step
 
 
 # The long-context families at long sequences: batch 1, the attention's S x S terms (each layer's
-# float mask kept by SDPA, the bool mask made once per forward) against the linear ones. ModernBERT
-# with 6 layers, global attention in every third as published: with 2 a transient of about 8 B per
-# S x S element that the plan does not hold is half of the step (0.51 at 8,192 tokens).
+# float mask kept by SDPA, the bool masks made once per forward) against the linear ones. ModernBERT
+# as the tiny config has it (2 layers, global attention in every other) and with 6 (every third, as
+# published): with 2 layers its highest moment is building the sliding-window mask (an int64 S x S
+# distance), before any layer keeps anything (benchmarks/long_context.py measures both).
 LONG_CONTEXT = {
-    "eurobert": {},
-    "gte": {},
-    "nomic_bert": {},
-    "modernbert": {"num_hidden_layers": 6, "global_attn_every_n_layers": 3},
+    "eurobert": ("eurobert", {}),
+    "gte": ("gte", {}),
+    "nomic_bert": ("nomic_bert", {}),
+    "modernbert": ("modernbert", {}),
+    "modernbert-6": ("modernbert", {"num_hidden_layers": 6, "global_attn_every_n_layers": 3}),
 }
 
 
@@ -102,8 +104,8 @@ LONG_CONTEXT = {
 def long_context_dirs(tmp_path_factory) -> dict[str, Path]:
     root = tmp_path_factory.mktemp("planner-long")
     return {
-        family: build_tiny_family(family, root / family, max_position_embeddings=8192, **extra)
-        for family, extra in LONG_CONTEXT.items()
+        name: build_tiny_family(family, root / name, max_position_embeddings=8192, **extra)
+        for name, (family, extra) in LONG_CONTEXT.items()
     }
 
 
@@ -114,6 +116,18 @@ def test_the_plan_of_the_long_context_families_matches_a_measured_step_at_long_s
 ):
     """8,192 tokens: ~1 GB and ~20 s a family on one CPU thread (slow)."""
     check_plan_against_step(long_context_dirs[family], SHAPES["full_ft"], rows=1, length=length)
+
+
+@pytest.mark.parametrize("checkpointing", [False, True])
+@pytest.mark.parametrize("family", ["modernbert", "modernbert-6"])
+def test_the_plan_of_modernbert_holds_its_masks_at_a_batch_of_long_rows(
+    family, checkpointing, long_context_dirs
+):
+    """4 x 2,048: the bool masks (B x S x S each) and the float ones (every layer's, or under checkpointing the
+    recomputed layer's) outweigh building the sliding-window mask (16 B x S x S, whatever the batch)."""
+    check_plan_against_step(
+        long_context_dirs[family], SHAPES["full_ft"], rows=4, length=2048, checkpointing=checkpointing
+    )
 
 
 @pytest.fixture(scope="module")

@@ -88,7 +88,8 @@ def describe_families(families=None) -> tuple[list[str], list[list[str]]]:
     from transformers import AutoConfig
 
     from recipes_lib.config.family_registry import FAMILIES
-    from recipes_lib.modeling.families import profile_for
+    from recipes_lib.errors import ModelError
+    from recipes_lib.modeling.families import check_transformers_knows, profile_for
 
     header = [
         "family",
@@ -102,6 +103,12 @@ def describe_families(families=None) -> tuple[list[str], list[list[str]]]:
     ]
     rows = []
     for family in families or FAMILIES:
+        try:
+            check_transformers_knows(family.model_type)
+        except ModelError:  # a family newer than this transformers: say which release it needs
+            needs = f"needs transformers {family.transformers_since}"
+            rows.append([family.name, family.model_type, *[needs] * (len(header) - 2)])
+            continue
         profile = profile_for(AutoConfig.for_model(family.model_type))
         rows.append(
             [

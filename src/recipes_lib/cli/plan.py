@@ -80,7 +80,13 @@ def add_plan_machine_options(plan_parser) -> None:
     plan_parser.add_argument(
         "--device", choices=["cuda", "cpu"], default="cuda", help="where it trains: kernels and masks differ"
     )
-    plan_parser.add_argument("--attn_implementation", choices=["sdpa", "eager"], default="sdpa")
+    plan_parser.add_argument(
+        "--attn_implementation",
+        choices=["auto", "flash_attention_2", "sdpa", "eager"],
+        default="auto",
+        help="the attention kernel to plan; auto (default): the recipe's choice here, flash_attention_2 on a CUDA GPU "
+        "with flash-attn installed where the family has it, else sdpa (eager for DeBERTa and MPNet)",
+    )
     plan_parser.add_argument(
         "--cuda_overhead_gib",
         type=float,

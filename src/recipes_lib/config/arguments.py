@@ -68,8 +68,10 @@ class ModelArguments:
     attn_implementation: str | None = field(
         default=None,
         metadata={
-            "help": "Attention kernel: 'sdpa' (PyTorch scaled_dot_product_attention) or 'eager'. Default: the "
-            "best one the model's family supports (sdpa; eager for DeBERTa and MPNet, which have no sdpa)."
+            "help": "Attention kernel: 'flash_attention_2' (a CUDA GPU with the flash-attn package; bf16/fp16 "
+            "only), 'sdpa' (PyTorch scaled_dot_product_attention) or 'eager'. Default: the best one the model's "
+            "family supports that this machine runs (flash_attention_2 where installed; else sdpa; eager for "
+            "DeBERTa and MPNet, which have no sdpa). Pass sdpa for an fp32 run on a GPU with flash-attn."
         },
     )
 

@@ -164,6 +164,12 @@ class Family:
     # (torch.export) or "torchscript" (the fallback). Where export fails: why, in one line.
     onnx_exporter: str = "dynamo"
     onnx_export_failure: str | None = None
+    # What the family loses on a CUDA GPU without the flash-attn package, in words: a recipe there
+    # says so in one line (modeling/loading.py). None: nothing worth a line.
+    without_flash_attention: str | None = None
+    # The first transformers release that has the family's model_type, where it is newer than the
+    # oldest release the project supports (setup.cfg): an older one gets one paragraph naming it.
+    transformers_since: str | None = None
 
     @property
     def model_type(self) -> str:
@@ -271,6 +277,10 @@ MODERNBERT = Family(
     # head: dense, GELU (keeps the dense output), LayerNorm (keeps GELU's output), then dropout.
     FamilyForward(layer=GATED_ROTARY, qkv=("Wqkv",) * 3, head=(3, 1), token_type_ids=False),
     lora_targets=("Wqkv",),
+    without_flash_attention=(
+        "transformers 5.x unpads ModernBERT's batches only under flash_attention_2: under sdpa every layer "
+        "attends over the padding, with a B x S x S mask per layer (the sliding-window layers' too)"
+    ),
     # Global attention in every third layer, a 128-token sliding window in the others.
     config_values=_published(
         "modernbert",
@@ -340,6 +350,8 @@ GTE = Family(
     # their product, down_proj); BERT's pooler and head; one token type.
     FamilyForward(layer=GATED_POST_NORM, qkv=("q_proj", "k_proj", "v_proj")),
     lora_targets=("q_proj", "v_proj"),
+    # The first release with model_type gte (its wheel's models/gte/ and auto mappings; 5.17.0's has none).
+    transformers_since="5.18.0",
     # gte-multilingual-base: 8,192 positions, one token type (GteConfig's defaults).
     config_values=_published("gte", max_position_embeddings=8192, type_vocab_size=1),
 )

@@ -8,7 +8,10 @@ the rest:
 
     LoRA targets        peft's TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING; the entry's where
                         peft has none (DistilBERT, ALBERT, ModernBERT, MPNet, XLM-R XL, ...)
-    attention kernels   the model class's _supports_sdpa / _supports_flash_attn / _supports_flex_attn
+    attention kernels   the model class's _supports_flash_attn and _supports_sdpa; which one runs
+                        (`usable_attention`): flash_attention_2 where the class has it and this
+                        machine can run it (a CUDA GPU with the flash-attn package, as transformers'
+                        is_flash_attn_2_available says), else sdpa, else eager
     layer class         the class's _no_split_modules, else the class repeated in the model's layer
                         list (built on the meta device: shapes only, no weights, no download)
     position offset     the entry's: RoBERTa-style embeddings number positions from padding_idx + 1
@@ -39,7 +42,7 @@ class ArchitectureProfile:
     family: str
     lora_targets: tuple[str, ...]  # the attention query and value projections (or the fused QKV one)
     lora_targets_source: str  # "peft" or "hand-written"
-    attention_implementations: tuple[str, ...]  # what the class supports, best first
+    attention_implementations: tuple[str, ...]  # what the class supports, best first (usable_attention)
     max_length: int | None  # tokens a sequence may hold, position offset included
     uses_token_type_ids: bool
     layer_classes: tuple[str, ...]  # what FSDP wraps as one unit
@@ -47,7 +50,8 @@ class ArchitectureProfile:
 
     @property
     def default_attention(self) -> str:
-        return self.attention_implementations[0]
+        """The best kernel the class has that this machine runs (`usable_attention`)."""
+        return usable_attention(self.attention_implementations)
 
 
 def sequence_classification_class(config) -> type:
@@ -65,10 +69,35 @@ def sequence_classification_class(config) -> type:
         ) from None
 
 
+FLASH_ATTENTION = "flash_attention_2"
+
+
 def _attention_implementations(model_class: type) -> tuple[str, ...]:
-    # sdpa first: PyTorch's fused kernel, on every device; eager always works.
-    supported = ["sdpa"] if getattr(model_class, "_supports_sdpa", False) else []
+    # FlashAttention 2 first (CUDA with the flash-attn package only), then PyTorch's fused SDPA kernel
+    # (every device); eager always works.
+    supported = [FLASH_ATTENTION] if getattr(model_class, "_supports_flash_attn", False) else []
+    if getattr(model_class, "_supports_sdpa", False):
+        supported.append("sdpa")
     return (*supported, "eager")
+
+
+def cuda_available() -> bool:
+    return torch.cuda.is_available()
+
+
+def flash_attention_available() -> bool:
+    """Whether this machine runs FlashAttention 2: transformers' own check (the flash-attn package,
+    2.3.3 or newer, and a CUDA GPU), on a GPU flash-attn 2 has kernels for (Ampere or newer: compute
+    capability 8.0; a T4 or V100 is refused at the first forward)."""
+    from transformers.utils import is_flash_attn_2_available
+
+    return is_flash_attn_2_available() and torch.cuda.get_device_capability()[0] >= 8
+
+
+def usable_attention(supported: tuple[str, ...]) -> str:
+    """The first of `supported` (best first) that this machine runs: flash_attention_2 needs
+    `flash_attention_available()`; sdpa and eager run everywhere."""
+    return next(kernel for kernel in supported if kernel != FLASH_ATTENTION or flash_attention_available())
 
 
 def default_lora_targets(model_type: str) -> tuple[tuple[str, ...], str]:
@@ -128,6 +157,22 @@ def _build_profile(config) -> ArchitectureProfile:
         uses_token_type_ids=bool(getattr(config, "type_vocab_size", 0)),
         layer_classes=declared or layer_classes,
         layer_modules=layer_modules,
+    )
+
+
+def check_transformers_knows(model_type: str) -> None:
+    """Refuse, in one paragraph, a family's model type that the installed transformers predates (GTE before
+    its `transformers_since`); anything else is left to transformers' own message."""
+    from transformers import __version__
+    from transformers.models.auto.configuration_auto import CONFIG_MAPPING
+
+    family = family_for(model_type)
+    if family is None or family.transformers_since is None or model_type in CONFIG_MAPPING:
+        return
+    raise ModelError(
+        f"{family.name} models (model_type '{model_type}') need transformers {family.transformers_since} or newer, "
+        f"the first release that ships them, and this environment has transformers {__version__}. Upgrade it: "
+        f'pip install -U "transformers>={family.transformers_since}".'
     )
 
 

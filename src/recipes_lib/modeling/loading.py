@@ -14,7 +14,15 @@ from transformers import AutoConfig, AutoModelForSequenceClassification, AutoTok
 from recipes_lib.config.arguments import ModelArguments
 from recipes_lib.config.family_registry import family_for
 from recipes_lib.errors import ModelError
-from recipes_lib.modeling.families import ArchitectureProfile, check_sequence_length, profile_for
+from recipes_lib.modeling.families import (
+    FLASH_ATTENTION,
+    ArchitectureProfile,
+    check_sequence_length,
+    check_transformers_knows,
+    cuda_available,
+    flash_attention_available,
+    profile_for,
+)
 from recipes_lib.modeling.sources import PACKAGED_MODELS, resolve_model_path
 
 logger = logging.getLogger(__name__)
@@ -100,13 +108,31 @@ def load_model_config(model_args: ModelArguments, labels=None):
             trust_remote_code=model_args.trust_remote_code,
         )
     except (OSError, ValueError) as error:
+        _check_the_model_type_is_known(model_args)  # a family newer than this transformers (GTE)
         raise _not_found(model_args, error) from None
+
+
+def _check_the_model_type_is_known(model_args: ModelArguments) -> None:
+    """The family floor's paragraph when config.json names a model type this transformers predates."""
+    from transformers import PretrainedConfig
+
+    try:
+        values, _ = PretrainedConfig.get_config_dict(
+            resolve_model_path(model_args.model_name_or_path),
+            cache_dir=model_args.cache_dir,
+            revision=model_args.model_revision,
+        )
+    except (OSError, ValueError):
+        return
+    if isinstance(values.get("model_type"), str):
+        check_transformers_knows(values["model_type"])
 
 
 def check_model_support(model_args: ModelArguments, model_config, max_seq_length: int) -> ArchitectureProfile:
     """What the model's family supports, checked on config.json alone, before data or weights load.
 
-    Resolves `attn_implementation` (None: the best kernel the family has) and refuses a
+    Resolves `attn_implementation` (None: the best kernel the family has that this machine runs:
+    flash_attention_2 on a CUDA GPU with flash-attn installed, else sdpa, else eager) and refuses a
     max_seq_length longer than the positions a sequence can use. A model type no family entry lists
     (config/family_registry.py: GPT-2, say) is let through, since transformers and peft give its
     profile, with one warning: nothing here has tested it.
@@ -131,14 +157,43 @@ def check_model_support(model_args: ModelArguments, model_config, max_seq_length
     supported = profile.attention_implementations
     if model_args.attn_implementation is None:
         model_args.attn_implementation = profile.default_attention
+        _say_what_flash_attention_would_change(profile, model_config)
     elif model_args.attn_implementation not in supported:
         raise ModelError(
             f"attn_implementation '{model_args.attn_implementation}' is not supported by {profile.family} "
             f"({model_config.model_type}); it supports: {', '.join(supported)}. Pass one of those, or leave "
             f"the option out to use {profile.default_attention}."
         )
+    elif model_args.attn_implementation == FLASH_ATTENTION and not flash_attention_available():
+        raise ModelError(
+            f"attn_implementation '{FLASH_ATTENTION}' needs a CUDA GPU and the flash-attn package (2.3.3 or "
+            f"newer), and this machine has {'no flash-attn' if cuda_available() else 'no CUDA GPU'}. "
+            f"{'pip install flash-attn --no-build-isolation, or l' if cuda_available() else 'L'}eave the option "
+            f"out to use {profile.default_attention}."
+        )
     check_sequence_length(model_config, max_seq_length)
     return profile
+
+
+def _say_what_flash_attention_would_change(profile: ArchitectureProfile, model_config) -> None:
+    """On a GPU without the flash-attn package, one line for a family that loses much by it."""
+    family = family_for(model_config.model_type)
+    if (
+        family is None
+        or family.without_flash_attention is None
+        or FLASH_ATTENTION not in profile.attention_implementations
+        or profile.default_attention == FLASH_ATTENTION
+        or not cuda_available()
+    ):
+        return
+    logger.warning(
+        "%s runs %s here: flash-attn is not installed, and %s. pip install flash-attn --no-build-isolation "
+        "to train with %s.",
+        family.name,
+        profile.default_attention,
+        family.without_flash_attention,
+        FLASH_ATTENTION,
+    )
 
 
 def pad_with_eos_if_missing(tokenizer, model_config) -> None:

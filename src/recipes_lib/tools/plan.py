@@ -18,10 +18,12 @@ import sys
 import warnings
 from dataclasses import dataclass, replace
 
+from recipes_lib.config.family_registry import family_for
 from recipes_lib.config.precision import TARGET_GPU, DeviceCapability, choose_precision, detect_capability
 from recipes_lib.config.recipe_options import TEACHER_BATCH_SIZE
 from recipes_lib.config.registry import recipe_specs
 from recipes_lib.errors import ConfigError, RecipeError
+from recipes_lib.memory.planner.arithmetic import FLASH_ATTENTION
 from recipes_lib.memory.planner.catalogue import catalogue_entry
 from recipes_lib.memory.planner.fits import catalogue_fits, format_fits
 from recipes_lib.memory.planner.inference import load_teacher, plan_inference
@@ -38,6 +40,7 @@ from recipes_lib.memory.planner.report import (
     format_sources,
     plan_models,
 )
+from recipes_lib.modeling.families import flash_attention_available
 
 
 def recipe_shapes(recipe: str, args) -> dict:
@@ -132,6 +135,35 @@ def planned_precision(args) -> PlannedPrecision:
     return PlannedPrecision(asked, flag, TARGET_GPU, on_this_machine=False)
 
 
+def planned_attention(args) -> str:
+    """--attn_implementation as the recipe resolves it: auto is flash_attention_2 where this machine runs it
+    (a CUDA GPU with flash-attn, planning --device cuda), else sdpa; a family without the kernel asked for
+    is planned with the next it has (the plan's setup line names it)."""
+    if args.attn_implementation == FLASH_ATTENTION and args.device == "cpu":
+        raise ConfigError(
+            f"--attn_implementation {FLASH_ATTENTION} with --device cpu: FlashAttention runs on CUDA GPUs only. "
+            "Plan --attn_implementation sdpa (or auto) for the CPU."
+        )
+    if args.attn_implementation != "auto":
+        return args.attn_implementation
+    return FLASH_ATTENTION if args.device == "cuda" and flash_attention_available() else "sdpa"
+
+
+def print_flash_attention_note(args, attention: str, model_types) -> None:
+    """One line when a planned family loses much without FlashAttention (ModernBERT) and it is planned for a
+    GPU with SDPA because flash-attn is not installed here."""
+    if args.attn_implementation != "auto" or args.device != "cuda" or attention == FLASH_ATTENTION:
+        return
+    families = {
+        family for family in map(family_for, model_types) if family and family.without_flash_attention
+    }
+    for family in sorted(families, key=lambda family: family.name):
+        print(
+            f"Planned with SDPA: flash-attn is not installed here, and {family.without_flash_attention}. On a GPU "
+            f"with flash-attn the recipes run {FLASH_ATTENTION}: --attn_implementation {FLASH_ATTENTION} plans that."
+        )
+
+
 def plan(args) -> int:
     """`recipes-lib plan`: the table (or one model's breakdown) for the parsed arguments; returns the exit code."""
     logging.basicConfig(level=logging.WARNING, format="%(message)s")
@@ -143,6 +175,7 @@ def plan(args) -> int:
             return 2
     try:
         precision = planned_precision(args)
+        attention = planned_attention(args)
     except RecipeError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
@@ -151,7 +184,7 @@ def plan(args) -> int:
         seq_length=args.max_seq_length,
         gradient_checkpointing=args.gradient_checkpointing,
         device=args.device,
-        attention=args.attn_implementation,
+        attention=attention,
         cuda_overhead_gib=args.cuda_overhead_gib,
         num_processes=args.num_processes,
         sharding=args.sharding,
@@ -199,6 +232,7 @@ def plan(args) -> int:
         code = print_distillation(teacher, rows, shapes, setup, args)
         if code:
             return code
+    print_flash_attention_note(args, attention, [row.plan.encoder.model_type for row in rows if row.plan])
     if not args.no_family:
         print()
         print(format_family(shapes, setup, args.budget_gib))
@@ -248,4 +282,9 @@ def plan_fits(args, shapes: dict, setup, precision: PlannedPrecision) -> int:
         precision_for=precision.choose,
     )  # fmt: skip
     print(format_fits(rows, list(shapes), setup, args.budget_gib, markdown=args.markdown))
+    print_flash_attention_note(
+        args,
+        setup.attention,
+        [catalogue_entry(row.model).model_type for row in rows if catalogue_entry(row.model)],
+    )
     return 0

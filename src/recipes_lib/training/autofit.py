@@ -103,8 +103,9 @@ def planner_setup(arguments, shape: TrainingShape, device: torch.device) -> Setu
         # transformers 5 renamed gradient_checkpointing (a deprecated alias until v6).
         gradient_checkpointing=bool(training.activation_checkpointing),
         device="cuda" if device.type == "cuda" else "cpu",
+        # The kernel check_model_support resolved (flash_attention_2 on a GPU with flash-attn).
         attention=arguments.model.attn_implementation
-        if arguments.model.attn_implementation == "eager"
+        if arguments.model.attn_implementation in ("eager", "flash_attention_2")
         else "sdpa",
         cuda_overhead_gib=0.0,  # already inside the budget: the context exists when the budget is read
     )

@@ -60,8 +60,11 @@ Encoder families. The sizes come from each family's config and its model on the 
     DeBERTa-v2 xlarge/xxlarge        a ConvLayer beside the first layer (conv_kernel_size): its input,
                                      masks, activation input and LayerNorm, once per forward
     ModernBERT                       pre-norm; Wqkv's output (3 T x H) and rotated Q and K kept by SDPA;
-                                     the gated FFN's 2F-wide input; float masks of the sliding-window
-                                     layers; no token types, no biases; the head's dense layer and norm
+                                     the gated FFN's 2F-wide input; its bool global and sliding-window
+                                     masks and each layer's float copy; building the sliding-window
+                                     mask (int64 S x S distances), which can be the step's highest
+                                     moment; no token types, no biases; the head's dense layer and norm
+    FlashAttention 2 (CUDA)          the fused kernel's terms without any B x S x S mask (not measured)
     GTE, NomicBERT                   BERT's layer with rotary Q and K (cos and sin once per forward)
                                      and a gated FFN: gate_proj's output (the activation's input), the
                                      activation's and up_proj's outputs (3 T x F), GTE's dropout on
@@ -222,16 +225,38 @@ def gathered_layer_bytes(encoder: Encoder, parameters: Parameters, setup: Setup)
 # --- activations ------------------------------------------------------------------------------------
 
 
+FLASH_ATTENTION = "flash_attention_2"
+
+
+def attention_kernel(encoder: Encoder, setup: Setup) -> str:
+    """The kernel the layers run: the one asked for if the class has it, else the next it has
+    (flash_attention_2, then sdpa, then eager: DeBERTa and MPNet have eager only)."""
+    if setup.attention == FLASH_ATTENTION and encoder.flash_attention:
+        return FLASH_ATTENTION
+    if setup.attention in (FLASH_ATTENTION, "sdpa") and encoder.sdpa:
+        return "sdpa"
+    return "eager"
+
+
+def _flash(encoder: Encoder, setup: Setup) -> bool:
+    """FlashAttention 2 (CUDA): the padding mask stays 2D (B x S: the kernel reads each row's length,
+    its sliding window too), so no B x S x S mask is made, per layer or once per forward. Planned
+    as a fused kernel without masks; not measured here (no GPU with flash-attn)."""
+    return attention_kernel(encoder, setup) == FLASH_ATTENTION
+
+
 def _fused_attention(encoder: Encoder, setup: Setup) -> bool:
     """Whether the attention runs a fused kernel that never stores the S x S probabilities.
 
-    SDPA on CUDA always does (flash or memory-efficient kernel, dropout included). On CPU PyTorch's
-    fused kernel has no dropout, so training with attention dropout falls back to the math kernel,
-    which stores what eager attention stores. DeBERTa and MPNet have no SDPA path: always eager.
+    FlashAttention 2 and SDPA on CUDA always do (flash or memory-efficient kernel, dropout
+    included). On CPU PyTorch's fused kernel has no dropout, so training with attention dropout
+    falls back to the math kernel, which stores what eager attention stores. DeBERTa and MPNet have
+    no SDPA path: always eager.
     """
-    if setup.attention != "sdpa" or not encoder.sdpa:
+    kernel = attention_kernel(encoder, setup)
+    if kernel == "eager":
         return False
-    return setup.device == "cuda" or encoder.attention_dropout == 0
+    return kernel == FLASH_ATTENTION or setup.device == "cuda" or encoder.attention_dropout == 0
 
 
 class _Sizes:
@@ -300,7 +325,7 @@ def _separate_qkv_attention_terms(encoder: Encoder, setup: Setup) -> dict[str, i
     T, H, e = z.T, z.H, z.e
     if _fused_attention(encoder, setup):
         terms = {"attention Q, K, V, output": 4 * T * H * e, "attention log-sum-exp": z.B * z.A * z.S * 4}
-        if setup.padded:
+        if setup.padded and not _flash(encoder, setup):
             terms["attention mask, float"] = z.B * z.S * z.S * e
         return terms
     terms = {"Q, K, V contiguous copies": 3 * T * H * e, **_probability_terms(encoder, setup)}
@@ -562,6 +587,8 @@ def activation_terms(encoder: Encoder, setup: Setup) -> dict[str, int]:
         terms.update(_embedding_terms(encoder, setup, trainable=not frozen_base))
     terms.update(_encoder_terms(encoder, setup))
     terms.update(_head_terms(encoder, setup))
+    if encoder.family.layer == GATED_ROTARY:
+        terms.update(_modernbert_mask_building(encoder, setup, sum(terms.values())))
     return terms
 
 
@@ -615,11 +642,7 @@ def _encoder_terms(encoder: Encoder, setup: Setup) -> dict[str, int]:
     if encoder.conv_weights:
         terms.update(_conv_terms(encoder, setup))
     if encoder.family.layer == GATED_ROTARY:
-        # Sliding-window layers always get a mask, the global ones only for padded batches; the
-        # fused kernel makes each float.
-        masked = encoder.sliding_layers + (encoder.layers - encoder.sliding_layers if setup.padded else 0)
-        if _fused_attention(encoder, setup) and masked:
-            terms["attention masks, float"] = masked * z.B * z.S * z.S * z.e
+        terms.update(_modernbert_mask_terms(encoder, setup))
         terms["rotary cos and sin"] = encoder.layers * 2 * z.S * (z.H // z.A) * z.e
         terms["final LayerNorm input + stats"] = z.T * z.H * 4 + 2 * z.T * 4
     if encoder.family.layer in (GATED_POST_NORM, RMS_GATED):
@@ -627,7 +650,7 @@ def _encoder_terms(encoder: Encoder, setup: Setup) -> dict[str, int]:
         # mask (bool, B x S x S), made once per forward and held to its end (each layer's SDPA keeps
         # its own float copy). Measured on CPU at 512 to 8,192 tokens (tests/test_planner_families.py).
         terms["rotary cos and sin"] = 2 * z.S * (z.H // z.A) * 4
-        if setup.padded:
+        if setup.padded and not _flash(encoder, setup):
             terms["attention mask, bool (once per forward)"] = z.B * z.S * z.S
     if encoder.family.layer == RMS_GATED:
         # The final RMSNorm (its input, 1 / rms; the normalized stream when its weight trains) and
@@ -645,6 +668,61 @@ def _encoder_terms(encoder: Encoder, setup: Setup) -> dict[str, int]:
         if encoder.family.head_reads_a_view and encoder.head_trains and not counted:
             terms["last hidden states (kept by the trained head)"] = z.T * z.H * 4
     return terms
+
+
+def _modernbert_masks(encoder: Encoder, setup: Setup) -> tuple[bool, bool]:
+    """(global, sliding): which of ModernBERT's two B x S x S bool masks its forward builds (once
+    each, both every forward, held to its end). The global one only for a padded batch; the
+    sliding-window one also unpadded, once the sequence reaches the window. None under
+    FlashAttention 2, which reads the 2D padding mask and applies the window itself."""
+    if _flash(encoder, setup):
+        return False, False
+    return setup.padded, setup.padded or setup.seq_length >= encoder.sliding_window
+
+
+def _modernbert_mask_terms(encoder: Encoder, setup: Setup) -> dict[str, int]:
+    """ModernBERT's attention masks (transformers 5.x masking_utils, measured on CPU at 512 to 8,192
+    tokens, benchmarks/long_context.py).
+
+    The forward builds a bool global mask and a bool sliding-window mask (B x S x S each) and holds
+    them to its end. SDPA makes the mask of each layer float (its query's dtype) and keeps it for
+    backward: every layer's under full fine-tuning, the recomputed layer's under checkpointing.
+    Building the sliding-window mask computes |i - j| for every query and key position in int64
+    (1 x 1 x S x S: the difference and its absolute value, 16 B per element, whatever the batch):
+    early in forward, before any layer has kept anything. With few layers at long sequences that is
+    the step's highest moment (a 2-layer model at 8,192 tokens: twice everything the layers keep),
+    so the activations are the larger of the two moments.
+    """
+    z = _Sizes(encoder, setup)
+    terms: dict[str, int] = {}
+    global_mask, sliding_mask = _modernbert_masks(encoder, setup)
+    masks = int(global_mask) + int(sliding_mask)
+    if masks:
+        terms["attention masks, bool (global, sliding window; once per forward)"] = masks * z.B * z.S * z.S
+    if _fused_attention(encoder, setup) and not _flash(encoder, setup):
+        float_masks = (
+            encoder.sliding_layers * sliding_mask + (encoder.layers - encoder.sliding_layers) * global_mask
+        )
+        if setup.gradient_checkpointing:
+            float_masks = min(float_masks, 1)
+        if float_masks:
+            terms["attention masks, float (kept by each layer's SDPA)"] = float_masks * z.B * z.S * z.S * z.e
+    return terms
+
+
+def _modernbert_mask_building(encoder: Encoder, setup: Setup, others: int) -> dict[str, int]:
+    """What building the sliding-window mask holds beyond the step's other highest moment (`others`:
+    every other activation term): the int64 |i - j| and its difference (16 x S x S), the global mask
+    built before it, the embeddings' output and what the embeddings keep."""
+    global_mask, sliding_mask = _modernbert_masks(encoder, setup)
+    if not sliding_mask:
+        return {}
+    z = _Sizes(encoder, setup)
+    embeddings = sum(_embedding_terms(encoder, setup, trainable=setup.adapters is None).values())
+    moment = 16 * z.S * z.S + global_mask * z.B * z.S * z.S + z.T * z.H * 4 + embeddings
+    if moment <= others:
+        return {}
+    return {"building the sliding-window mask (int64 |i - j|), beyond the rest": moment - others}
 
 
 def _conv_terms(encoder: Encoder, setup: Setup) -> dict[str, int]:
@@ -854,9 +932,10 @@ def inference_activation_terms(encoder: Encoder, setup: Setup) -> dict[str, int]
     T, H, F, e = z.T, z.H, z.F, z.e
     terms = {"residual stream, block output, LayerNorm": 3 * T * H * 4}
     ffn = (3 if encoder.gated_ffn else 2) * T * F * e
-    fused = setup.attention == "sdpa" and encoder.sdpa
+    fused = attention_kernel(encoder, setup) != "eager"
     if fused:
-        attention = z.B * z.S * z.S * e if setup.padded and encoder.family.layer != GATED_ROTARY else 0
+        masked = setup.padded and encoder.family.layer != GATED_ROTARY and not _flash(encoder, setup)
+        attention = z.B * z.S * z.S * e if masked else 0
     else:
         attention = 3 * T * H * e + 2 * z.P * 4
         relative = encoder.relative
@@ -872,6 +951,7 @@ def inference_activation_terms(encoder: Encoder, setup: Setup) -> dict[str, int]
     if encoder.family.relative_bias:
         terms["relative position bias and masked sum"] = 2 * z.P * 4
     if encoder.family.layer == GATED_ROTARY:
-        terms["global and sliding-window masks, float"] = 2 * z.B * z.S * z.S * 4
+        if not _flash(encoder, setup):
+            terms["global and sliding-window masks, float"] = 2 * z.B * z.S * z.S * 4
         terms["rotated Q and K"] = 2 * T * H * e
     return terms

@@ -52,6 +52,9 @@ class CatalogueEntry:
         """The transformers config these values describe, for a task with `num_labels` classes."""
         from transformers import AutoConfig
 
+        from recipes_lib.modeling.families import check_transformers_knows
+
+        check_transformers_knows(self.model_type)  # GTE: transformers 5.18.0 or newer
         values = dict(self.values)
         config = AutoConfig.for_model(values.pop("model_type"), **values, num_labels=num_labels)
         config._name_or_path = self.hub_id
@@ -167,6 +170,12 @@ _EUROBERT_210M = (
     "EuroBertConfig's defaults (transformers 5.25; its docstring names EuroBERT/EuroBERT-210m): vocab 128256, "
     "12 x 768, 12 heads (as many key-value heads), FFN 3072, 8192 positions"
 )
+_EUROBERT_LARGER = (
+    "the authors' pretraining config of that size (their training library, EuroBERT/EuroBERT on GitHub, as "
+    "copied in its fork tesselwisman/EuroBERT at commit 55a8722, optimus/trainer/model/encoder/eurobert.py, "
+    "eurobert_config['{}']: vocab 128256, hidden {}, {} layers, {} heads, {} key-value heads, FFN {}), which the "
+    "Hub's config.json carries over under EuroBertConfig's names; 8192 positions as every EuroBERT"
+)
 _GTE_MULTILINGUAL = (
     "GteConfig's defaults (transformers 5.25; its docstring names alibaba-nlp-community/gte-multilingual-base, "
     "the native conversion of Alibaba-NLP/gte-multilingual-base): vocab 250048, 12 x 768, FFN 3072, 8192 positions"
@@ -221,6 +230,10 @@ _ENTRIES: tuple[CatalogueEntry, ...] = (
     _entry("jhu-clsp/mmBERT-base", _mmbert(768), _MMBERT.format("base")),
     # EuroBERT, GTE (multilingual), NomicBERT: the long-context encoders transformers 5.x ships natively
     _entry("EuroBERT/EuroBERT-210m", EUROBERT.config_values(128256, 768, 12, 12, 3072), _EUROBERT_210M),
+    _entry("EuroBERT/EuroBERT-610m", EUROBERT.config_values(128256, 1152, 26, 18, 4096, num_key_value_heads=6),
+           _EUROBERT_LARGER.format("610m", 1152, 26, 18, 6, 4096)),
+    _entry("EuroBERT/EuroBERT-2.1B", EUROBERT.config_values(128256, 2304, 32, 18, 6144, num_key_value_heads=6),
+           _EUROBERT_LARGER.format("2b", 2304, 32, 18, 6, 6144)),
     CatalogueEntry(
         "alibaba-nlp-community/gte-multilingual-base", GTE.config_values(250048, 768, 12, 12, 3072),
         _GTE_MULTILINGUAL, ("Alibaba-NLP/gte-multilingual-base",),

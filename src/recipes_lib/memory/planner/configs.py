@@ -108,7 +108,11 @@ def _config_from_file(path: Path, num_labels: int):
     """The config a config.json describes, with `num_labels` labels instead of its own."""
     from transformers import AutoConfig
 
+    from recipes_lib.modeling.families import check_transformers_knows
+
     values = json.loads(path.read_text())
     for key in ("num_labels", "id2label", "label2id"):
         values.pop(key, None)
-    return AutoConfig.for_model(values.pop("model_type", "bert"), **values, num_labels=num_labels)
+    model_type = values.pop("model_type", "bert")
+    check_transformers_knows(model_type)
+    return AutoConfig.for_model(model_type, **values, num_labels=num_labels)

@@ -82,6 +82,7 @@ class Encoder:
     embedding_dropout: float | None = None  # None: hidden_dropout
     family: FamilyForward = FamilyForward()
     sdpa: bool = True  # the model class runs PyTorch's SDPA (DeBERTa and MPNet: eager attention only)
+    flash_attention: bool = False  # the model class runs FlashAttention 2 (_supports_flash_attn)
     checkpointing: bool = True  # the class supports activation checkpointing (ALBERT and MPNet do not)
     activation_keeps: int = 1  # T x F tensors the FFN activation keeps (GELU: its input; tanh-GELU: 4)
     activation_keeps_output: bool = False  # ReLU keeps its output, which the next linear reads anyway
@@ -92,6 +93,7 @@ class Encoder:
     head_trains: bool = True  # the head's first linear trains (with adapters: when it is new, or asked)
     relative: RelativePositions | None = None  # DeBERTa
     sliding_layers: int = 0  # ModernBERT: layers with local (sliding-window) attention
+    sliding_window: int = 0  # ModernBERT: tokens each side a sliding-window layer attends to
     # DeBERTa-v2 xlarge/xxlarge (conv_kernel_size > 0): the weights of the ConvLayer that mixes the
     # embeddings into the first layer's output; 0: none.
     conv_weights: int = 0
@@ -220,6 +222,7 @@ def _describe_encoder(config, adapters: LoraShape | None) -> Encoder:
         embedding=embeddings[0].embedding_dim if embeddings else hidden,
         family=family,
         sdpa=bool(getattr(type(model), "_supports_sdpa", False)),
+        flash_attention=bool(getattr(type(model), "_supports_flash_attn", False)),
         checkpointing=bool(getattr(type(model), "supports_gradient_checkpointing", False)),
         activation_keeps=keeps,
         activation_keeps_output=keeps_output,
@@ -231,6 +234,7 @@ def _describe_encoder(config, adapters: LoraShape | None) -> Encoder:
         sliding_layers=sum(
             kind == "sliding_attention" for kind in getattr(config, "layer_types", None) or ()
         ),
+        sliding_window=getattr(config, "sliding_window", None) or 0,
         conv_weights=sum(m.weight.numel() for m in model.modules() if isinstance(m, nn.Conv1d)),
     )
 

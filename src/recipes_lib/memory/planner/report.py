@@ -12,7 +12,7 @@ from dataclasses import dataclass, replace
 
 from recipes_lib.config.recipe_spec import TrainingShape
 from recipes_lib.errors import RecipeError
-from recipes_lib.memory.planner.arithmetic import layer_activation_terms
+from recipes_lib.memory.planner.arithmetic import attention_kernel, layer_activation_terms
 from recipes_lib.memory.planner.configs import BERT_FAMILY, load_config_and_source
 from recipes_lib.memory.planner.encoder import Encoder
 from recipes_lib.memory.planner.inference import InferencePlan
@@ -142,9 +142,11 @@ def describe_setup(setup: Setup, budget_gib: float, encoder: Encoder | None = No
     precision = f"{setup.precision} mixed precision" if setup.half_precision else "fp32"
     if setup.precision_reason:
         precision = f"{precision} ({setup.precision_reason})"
-    attention = {"sdpa": "SDPA attention", "eager": "eager attention"}[setup.attention]
-    if encoder is not None and setup.attention == "sdpa" and not encoder.sdpa:
-        attention = f"eager attention ({encoder.model_type} has no SDPA)"
+    names = {"flash_attention_2": "FlashAttention 2", "sdpa": "SDPA attention", "eager": "eager attention"}
+    attention = names[setup.attention]
+    if encoder is not None and attention_kernel(encoder, setup) != setup.attention:
+        kernel = attention_kernel(encoder, setup)
+        attention = f"{names[kernel]} ({encoder.model_type} has no {names[setup.attention].split(' ')[0]})"
     extras = [precision, attention, setup.device.upper() if setup.device == "cuda" else "CPU"]
     if setup.gradient_checkpointing:
         extras.append("gradient checkpointing")

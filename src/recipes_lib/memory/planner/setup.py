@@ -62,7 +62,9 @@ class Setup:
     precision_reason: str = ""
     gradient_checkpointing: bool = False
     device: str = "cuda"  # "cuda" or "cpu": their attention kernels and dropout masks differ
-    attention: str = "sdpa"  # or "eager"
+    # The kernel asked for: "flash_attention_2", "sdpa" or "eager"; a family without it runs the next
+    # one it has (arithmetic.attention_kernel).
+    attention: str = "sdpa"
     # Padded batches give the fused attention kernel a mask, which it makes float per layer.
     padded: bool = True
     # Above 1, gradients stay from one micro-batch to the next, so they meet the activations.
