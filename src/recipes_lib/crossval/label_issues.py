@@ -25,9 +25,10 @@ cleanlab flags its errors as label issues.
 of classes) with the majority-class rate (always predicting the most common given label or label set);
 not above it by LEARNT_MARGIN, the output and label_issues.json carry a caution saying so.
 That check is overall: a model that ignores a small class passes it, and then ranks every row of that
-class as a suspect. So the check is also per class (single-label, `class_check`): a class whose held-out
-recall is under NEGLECTED_RECALL (evaluation/neglected.py) is reported, and its rows are not flagged on
-that model's word (they are counted in label_issues.json as withheld). `--drop_label_issues` refuses to
+class as a suspect. So the check is also per class (`class_check`): a class whose held-out recall is
+under NEGLECTED_RECALL (evaluation/neglected.py; multi-label: of the rows given the class, the share
+predicted with it) is reported, and its rows (multi-label: every row given it) are not flagged on that
+model's word (they are counted in label_issues.json as withheld). `--drop_label_issues` refuses to
 remove more than MOST_OF_A_CLASS of any class's rows unless --drop_most_of_a_class says so.
 """
 
@@ -47,7 +48,7 @@ from recipes_lib.crossval.folds import TrainingRows, read_labelled_rows, read_tr
 from recipes_lib.crossval.oof import OOF_FILE, RESULTS_FILE
 from recipes_lib.data.files import DELIMITED
 from recipes_lib.errors import ConfigError, DataError
-from recipes_lib.evaluation.neglected import NEGLECTED_RECALL, describe_class, neglected_from_predictions
+from recipes_lib.evaluation.neglected import NEGLECTED_RECALL, describe_class, neglected_from_label_sets
 from recipes_lib.evaluation.predictions import EVAL_PREDICTIONS_FILE
 from recipes_lib.results import RESULTS_FILE as RUN_RESULTS_FILE
 from recipes_lib.results import read_results
@@ -261,18 +262,19 @@ class ClassCheck:
 
 
 def class_check(task: str, classes: list[str], predictions: list[dict[str, Any]], flags) -> ClassCheck:
-    """Per class, single-label: held-out recall against the given labels (multi-label: none checked)."""
-    if task == MULTI_LABEL:
-        return ClassCheck([])
+    """Per class: held-out recall against the given labels (multi-label: of the rows given the class, the
+    share predicted with it), and how many of the class's rows cleanlab flagged."""
     ids = {name: index for index, name in enumerate(classes)}
-    given = [ids[row["label_classes"][0]] for row in predictions]
-    predicted = [ids.get(str(row["prediction"]), -1) for row in predictions]
-    neglected = neglected_from_predictions(predicted, given, classes)
+    given = [{ids[name] for name in row["label_classes"]} for row in predictions]
+    if task == MULTI_LABEL:
+        predicted = [{ids.get(str(name), -1) for name in row["prediction"]} for row in predictions]
+    else:
+        predicted = [{ids.get(str(row["prediction"]), -1)} for row in predictions]
+    neglected = neglected_from_label_sets(predicted, given, classes)
     for entry in neglected:
         entry["recall"] = round(entry["recall"], 6)
-        entry["flagged"] = int(
-            sum(1 for i, label in enumerate(given) if classes[label] == entry["name"] and flags[i])
-        )
+        index = ids[entry["name"]]
+        entry["flagged"] = int(sum(1 for i, labels in enumerate(given) if index in labels and flags[i]))
     return ClassCheck(neglected)
 
 

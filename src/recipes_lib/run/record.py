@@ -28,7 +28,12 @@ from recipes_lib.data.loading import ClassificationData
 from recipes_lib.data.long_text import document_ids
 from recipes_lib.data.tokenize import padding_collator
 from recipes_lib.evaluation.inference import batch_logits
-from recipes_lib.evaluation.neglected import neglected_classes, results_neglect_note
+from recipes_lib.evaluation.neglected import (
+    high_loss_note,
+    neglected_classes,
+    results_neglect_note,
+    train_loss_check,
+)
 from recipes_lib.evaluation.predictions import (
     CONFUSION_MATRIX_PNG,
     EVAL_PREDICTIONS_FILE,
@@ -401,6 +406,7 @@ def finish_run(trainer, train_result, eval_metrics: dict[str, Any], settings: Ru
     results["neglected_classes"] = neglected_classes(
         results.get("per_class"), results.get("confusion_matrix")
     )
+    results.update(train_loss_check(trainer.state.log_history, results))  # issue #42: the end loss
     if trainer.is_world_process_zero():
         output_dir = Path(trainer.args.output_dir)
         write_prediction_files(settings, output_dir, outputs)
@@ -420,6 +426,8 @@ def finish_run(trainer, train_result, eval_metrics: dict[str, Any], settings: Ru
         )
         if results["neglected_classes"]:  # issue #42: a class the model ignores, said with what helps
             logger.warning(results_neglect_note(results))
+        if results["train_loss_high"]:
+            logger.warning(high_loss_note(results))
     return results
 
 
