@@ -9,14 +9,13 @@ import numpy as np
 import pytest
 
 from recipes_lib.evaluation.neglected import (
-    high_loss_note,
     neglect_note,
     neglected_classes,
     neglected_from_predictions,
     results_neglect_note,
-    train_loss_check,
 )
 from recipes_lib.evaluation.predictions import per_class_report
+from recipes_lib.evaluation.training_loss import high_loss_note, train_loss_check
 from tests.helpers.runs import QUICK, run_args, run_in_process
 
 NAMES = ["DESC", "ENTY", "ABBR"]
@@ -109,7 +108,8 @@ def losses(values, every: int = 10) -> list[dict]:
 
 
 def test_a_training_loss_still_above_half_of_chance_at_the_end_is_high_and_a_low_one_is_not():
-    four = {"problem_type": "single_label_classification", "num_labels": 4, "config": {"learning_rate": 2e-5}}
+    four = {"problem_type": "single_label_classification", "num_labels": 4, "recipe": "full_ft",
+            "config": {"learning_rate": 2e-5}}  # fmt: skip
     # 50 logged losses from 1.40 down to 0.91; the last tenth (steps 450-500) averages 0.935 > 0.69 (log 4 / 2).
     slow = [1.40 - 0.01 * i for i in range(50)]
     check = train_loss_check(losses(slow), four)
@@ -117,8 +117,15 @@ def test_a_training_loss_still_above_half_of_chance_at_the_end_is_high_and_a_low
     note = high_loss_note({**four, **check, "epochs": 1.0})
     assert note.startswith("Training loss at the end: 0.935, above half of chance (1.386, log 4)")
     assert "own classes 0.39 of probability" in note
-    assert "a higher --learning_rate (this run: 2e-05; e.g. 5e-05 to 0.0001)" in note
+    assert "a higher --learning_rate (this run: 2e-05, the recipe's default; e.g. 5e-05 to 0.0001)" in note
     assert "more --num_train_epochs (this run: 1)" in note
+    # Above the recipe's default (1e-3 for full_ft, whose default is 2e-5) a loss this high may be a divergence: no higher rate offered.
+    diverged = high_loss_note({**four, **check, "config": {"learning_rate": 1e-3}, "epochs": 1.0})
+    assert (
+        "--learning_rate 0.001 is above the recipe's default 2e-05" in diverged and "higher" not in diverged
+    )
+    lora = high_loss_note({**four, **check, "recipe": "lora", "config": {"learning_rate": 1e-3}})
+    assert "(this run: 0.001, the recipe's default; e.g. 0.0025 to 0.005)" in lora  # LoRA's default is 1e-3
     # The same start down to 0.42: the end (0.47) is under half of chance: not said.
     fast = [1.40 - 0.02 * i for i in range(50)]
     check = train_loss_check(losses(fast), four)

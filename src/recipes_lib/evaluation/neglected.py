@@ -1,32 +1,18 @@
-"""What a finished run has not learnt, said in plain words: classes it never (or almost never) predicts,
-and a training loss still high at the end.
+"""Classes a model never (or almost never) predicts, found in the per-class scores and said in plain words.
 
 A model that ignores a small class can still reach a fine accuracy: the class is a few percent of
 the rows. Macro-F1 drops, but nothing names the class. `neglected_classes` reads the per-class
 report (evaluation/predictions.py per_class_report) and returns each class that has rows and a
 recall under NEGLECTED_RECALL; `neglect_note` is the paragraph the end-of-run summary prints.
 Crossval's label issues use the same test on held-out predictions (crossval/label_issues.py).
-
-`train_loss_check` reads the training losses the Trainer logged: a single-label run whose loss over its
-last tenth of steps is still above HIGH_LOSS_SHARE of chance (log K, the loss of spreading the
-probability evenly over K classes, where a fresh head starts) has learnt little of the task yet, as a
-short run at a low learning rate leaves it; `high_loss_note` says so once with the figure.
 """
 
 from __future__ import annotations
 
-import math
 from typing import Any
-
-from recipes_lib.config.tasks import SINGLE_LABEL
 
 # A class whose rows the model finds fewer than 1 time in 10: never, or almost never, predicted.
 NEGLECTED_RECALL = 0.1
-# Training loss at the end above half of chance: the model gives the rows' own classes less than 1/sqrt(K) of
-# probability (exp(-loss), the geometric mean), 0.71 of 2 classes, 0.5 of 4, 0.41 of 6.
-HIGH_LOSS_SHARE = 0.5
-# "At the end": the losses logged in the last tenth of the steps, averaged (one logged step is noisy).
-END_OF_RUN = 0.1
 
 
 def neglected_classes(
@@ -137,36 +123,6 @@ def results_neglect_note(results: dict[str, Any]) -> str | None:
         class_weights=results.get("class_weights"),
         learning_rate=config.get("learning_rate"),
         epochs=results.get("epochs"),
+        # The loss at the end, unless the high-loss note (evaluation/training_loss.py) says it already.
         train_loss=None if results.get("train_loss_high") else results.get("train_loss_end"),
-    )
-
-
-def train_loss_check(log_history: list[dict[str, Any]], results: dict[str, Any]) -> dict[str, Any]:
-    """{"train_loss_end", "train_loss_high"}: the mean of the training losses logged in the run's last tenth of
-    steps, and whether it is above HIGH_LOSS_SHARE of chance (log num_labels). High is judged for a
-    single-label run on its task's own loss only (None otherwise: multi-label, regression, a teacher's loss)."""
-    logged = [(entry["step"], entry["loss"]) for entry in log_history if "loss" in entry and "step" in entry]
-    if not logged:
-        return {"train_loss_end": None, "train_loss_high": None}
-    last = logged[-1][0]
-    end = [loss for step, loss in logged if step >= last * (1 - END_OF_RUN)]
-    final = sum(end) / len(end)
-    judged = results.get("problem_type") == SINGLE_LABEL and not (results.get("config") or {}).get("teacher")
-    num_labels = results.get("num_labels") or 0
-    high = final > HIGH_LOSS_SHARE * math.log(num_labels) if judged and num_labels > 1 else None
-    return {"train_loss_end": round(final, 4), "train_loss_high": high}
-
-
-def high_loss_note(results: dict[str, Any]) -> str | None:
-    """The end-of-run paragraph on a training loss still high, from results.json's contents; None when it is not."""
-    if not results.get("train_loss_high"):
-        return None
-    final, classes = results["train_loss_end"], results["num_labels"]
-    config = results.get("config") or {}
-    return (
-        f"Training loss at the end: {final:.3f}, above half of chance ({math.log(classes):.3f}, log {classes}): "
-        f"the model gives the training rows' own classes {math.exp(-final):.2f} of probability on average, so it "
-        "has learnt little of the task yet. What usually helps: "
-        + "; ".join(more_learning(config.get("learning_rate"), results.get("epochs")))
-        + "."
     )

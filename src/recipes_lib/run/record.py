@@ -28,12 +28,7 @@ from recipes_lib.data.loading import ClassificationData
 from recipes_lib.data.long_text import document_ids
 from recipes_lib.data.tokenize import padding_collator
 from recipes_lib.evaluation.inference import batch_logits
-from recipes_lib.evaluation.neglected import (
-    high_loss_note,
-    neglected_classes,
-    results_neglect_note,
-    train_loss_check,
-)
+from recipes_lib.evaluation.neglected import neglected_classes, results_neglect_note
 from recipes_lib.evaluation.predictions import (
     CONFUSION_MATRIX_PNG,
     EVAL_PREDICTIONS_FILE,
@@ -51,6 +46,7 @@ from recipes_lib.evaluation.thresholds import (
     tune_decision_threshold,
     tune_thresholds,
 )
+from recipes_lib.evaluation.training_loss import high_loss_note, train_loss_check
 from recipes_lib.modeling.loading import count_parameters
 from recipes_lib.modeling.optimizers import optimizer_state_summary
 from recipes_lib.results import describe_device, library_versions, timestamp, write_results
