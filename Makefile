@@ -11,9 +11,10 @@ BIN := $(VENV)/bin
 OFFLINE := HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 TRANSFORMERS_OFFLINE=1 WANDB_MODE=offline
 # A recipe on the CPU, offline. With OMP_NUM_THREADS unset, accelerate launch gives the run one thread per
 # physical core and says so in three lines (no accelerate config key sets it); the demos set that same number
-# themselves, and an OMP_NUM_THREADS already in the environment wins.
+# themselves, and an OMP_NUM_THREADS already in the environment wins. -q: a recipe that stops shows its own
+# message (and traceback) once, without the launcher's traceback repeating it (docs/troubleshooting.md).
 CPU_LAUNCH = $(OFFLINE) OMP_NUM_THREADS=$${OMP_NUM_THREADS:-$$($(BIN)/python -c \
-	'import psutil; print(psutil.cpu_count(logical=False) or 1)')} $(BIN)/accelerate launch --config_file accelerate_configs/cpu.yaml
+	'import psutil; print(psutil.cpu_count(logical=False) or 1)')} $(BIN)/accelerate launch -q --config_file accelerate_configs/cpu.yaml
 PYTEST_ARGS ?= -m "not slow and not gpu"
 # The tests run in two pytest-xdist worker processes, one per core of the 2-core test machine, each taking
 # whole files (--dist loadfile: a module's shared fixture, such as a recipe run several tests read, is
