@@ -1,7 +1,7 @@
 """A training loss still high at the end of a run, said once with the figure and what usually helps.
 
 A short run at a low learning rate (2e-5, full fine-tuning's default, on a few thousand rows) can end
-having learnt little: the accuracy looks middling and nothing says why. `train_loss_check` reads the
+far from fitting its training data: the accuracy looks middling and nothing says why. `train_loss_check` reads the
 losses the Trainer logged: a single-label run whose loss over its last tenth of steps is still above
 HIGH_LOSS_SHARE of chance (log K, the loss of spreading the probability evenly over K classes, where a
 fresh head starts) is flagged, and `high_loss_note` is the end-of-run paragraph. At or below the
@@ -59,7 +59,7 @@ def high_loss_note(results: dict[str, Any]) -> str | None:
     note = (
         f"Training loss at the end: {final:.3f}, above half of chance ({math.log(classes):.3f}, log {classes}): "
         f"the model gives the training rows' own classes {math.exp(-final):.2f} of probability (geometric mean), "
-        "so it has learnt little of the task yet."
+        "still far from fitting them."
     )
     if rate is not None and default is not None and rate > default:
         rounds = f" (this run: {epochs:.3g})" if epochs is not None else ""
