@@ -98,7 +98,9 @@ def test_a_run_records_its_neglected_classes_and_says_them_once(tiny_bert, skewe
         f"Training loss at the end: {results['train_loss_end']:.3f}, above half of chance (0.693, log 2)"
         in high
     )
-    assert "Training loss at the end" not in said[0]  # the figure once, not again in the class note
+    # The figure and the learning-rate remedy once, in the loss note; the class note points to it.
+    assert "Training loss at the end" not in said[0] and "--learning_rate (this run" not in said[0]
+    assert "a higher --learning_rate or more epochs (the training-loss note below)" in said[0]
 
 
 def losses(values, every: int = 10) -> list[dict]:

@@ -83,8 +83,11 @@ def neglect_note(
     learning_rate: float | None = None,
     epochs: float | None = None,
     train_loss: float | None = None,
+    loss_note_follows: bool = False,
 ) -> str | None:
-    """The end-of-run paragraph on the neglected classes and what usually helps; None when there are none."""
+    """The end-of-run paragraph on the neglected classes and what usually helps; None when there are none.
+    With `loss_note_follows` (the training-loss note comes next, evaluation/training_loss.py) the learning
+    rate, the epochs and the loss are left to it."""
     if not neglected:
         return None
     never = all(entry["recall"] == 0 for entry in neglected)
@@ -98,9 +101,12 @@ def neglect_note(
     remedies = []
     if not class_weights:
         remedies.append("--class_weights balanced (the loss weighs each class by its rarity)")
-    remedies += more_learning(learning_rate, epochs)
+    if loss_note_follows:
+        remedies.append("a higher --learning_rate or more epochs (the training-loss note below)")
+    else:
+        remedies += more_learning(learning_rate, epochs)
     note += " " + "; ".join(remedies) + "."
-    if train_loss is not None:
+    if train_loss is not None and not loss_note_follows:
         note += f" Training loss at the end: {train_loss:.3f}."
     return note
 
@@ -123,6 +129,6 @@ def results_neglect_note(results: dict[str, Any]) -> str | None:
         class_weights=results.get("class_weights"),
         learning_rate=config.get("learning_rate"),
         epochs=results.get("epochs"),
-        # The loss at the end, unless the high-loss note (evaluation/training_loss.py) says it already.
-        train_loss=None if results.get("train_loss_high") else results.get("train_loss_end"),
+        train_loss=results.get("train_loss_end"),
+        loss_note_follows=bool(results.get("train_loss_high")),
     )
