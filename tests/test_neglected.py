@@ -90,12 +90,12 @@ def test_a_run_records_its_neglected_classes_and_says_them_once(tiny_bert, skewe
     said = [r.getMessage() for r in caplog.records if "predicts" in r.getMessage()]
     assert len(said) == 1 and f"'{expected[0]}'" in said[0] and "--class_weights balanced" in said[0]
     # 2 steps at 1e-6: the loss is still where the random head started, near chance (log 2), and said once.
-    assert results["train_loss_high"] is True and results["train_loss_end"] > 0.5 * math.log(2)
+    assert results["train_loss_high"] is True and results["train_loss_end"] > 0.75 * math.log(2)
     (high,) = [
         r.getMessage() for r in caplog.records if r.getMessage().startswith("Training loss at the end")
     ]
     assert (
-        f"Training loss at the end: {results['train_loss_end']:.3f}, above half of chance (0.693, log 2)"
+        f"Training loss at the end: {results['train_loss_end']:.3f}, above three quarters of chance (0.693, log 2)"
         in high
     )
     # The figure and the learning-rate remedy once, in the loss note; the class note points to it.
@@ -109,16 +109,16 @@ def losses(values, every: int = 10) -> list[dict]:
     return [*logged, {"train_loss": sum(values) / len(values), "step": every * len(values)}]
 
 
-def test_a_training_loss_still_above_half_of_chance_at_the_end_is_high_and_a_low_one_is_not():
+def test_a_training_loss_still_above_three_quarters_of_chance_at_the_end_is_high_and_a_lower_one_is_not():
     four = {"problem_type": "single_label_classification", "num_labels": 4, "recipe": "full_ft",
             "config": {"learning_rate": 2e-5}}  # fmt: skip
-    # 50 logged losses from 1.40 down to 0.91; the last tenth (steps 450-500) averages 0.935 > 0.69 (log 4 / 2).
-    slow = [1.40 - 0.01 * i for i in range(50)]
+    # 50 logged losses from 1.40 down to 1.106; the last tenth (steps 450-500) averages 1.121 > 1.040 (3/4 log 4).
+    slow = [1.40 - 0.006 * i for i in range(50)]
     check = train_loss_check(losses(slow), four)
-    assert check == {"train_loss_end": pytest.approx(0.935, abs=1e-4), "train_loss_high": True}
+    assert check == {"train_loss_end": pytest.approx(1.121, abs=1e-4), "train_loss_high": True}
     note = high_loss_note({**four, **check, "epochs": 1.0})
-    assert note.startswith("Training loss at the end: 0.935, above half of chance (1.386, log 4)")
-    assert "own classes 0.39 of probability" in note
+    assert note.startswith("Training loss at the end: 1.121, above three quarters of chance (1.386, log 4)")
+    assert "own classes 0.33 of probability" in note
     assert "a higher --learning_rate (this run: 2e-05, the recipe's default; e.g. 5e-05 to 0.0001)" in note
     assert "more --num_train_epochs (this run: 1)" in note
     # Above the recipe's default (1e-3 for full_ft, whose default is 2e-5) a loss this high may be a divergence: no higher rate offered.
@@ -128,10 +128,10 @@ def test_a_training_loss_still_above_half_of_chance_at_the_end_is_high_and_a_low
     )
     lora = high_loss_note({**four, **check, "recipe": "lora", "config": {"learning_rate": 1e-3}})
     assert "(this run: 0.001, the recipe's default; e.g. 0.0025 to 0.005)" in lora  # LoRA's default is 1e-3
-    # The same start down to 0.42: the end (0.47) is under half of chance: not said.
-    fast = [1.40 - 0.02 * i for i in range(50)]
-    check = train_loss_check(losses(fast), four)
-    assert check == {"train_loss_end": pytest.approx(0.47, abs=1e-4), "train_loss_high": False}
+    # Down to 0.91: the end (0.935, 0.67 of chance, where `make demo`'s full_ft ends) is under the bar: not said.
+    demo_like = [1.40 - 0.01 * i for i in range(50)]
+    check = train_loss_check(losses(demo_like), four)
+    assert check == {"train_loss_end": pytest.approx(0.935, abs=1e-4), "train_loss_high": False}
     assert high_loss_note({**four, **check}) is None
     # The end is the last tenth: a run that was high early and low at the end is not high.
     assert train_loss_check(losses([1.4] * 45 + [0.3] * 5), four)["train_loss_high"] is False

@@ -19,9 +19,11 @@ from recipes_lib.config.registry import RECIPES
 from recipes_lib.config.tasks import SINGLE_LABEL
 from recipes_lib.evaluation.neglected import more_learning
 
-# Above half of chance the model gives the rows' own classes less than 1/sqrt(K) of probability
-# (exp(-loss), the geometric mean): 0.71 of 2 classes, 0.5 of 4, 0.41 of 6.
-HIGH_LOSS_SHARE = 0.5
+# Above three quarters of chance the model gives the rows' own classes less than K^-0.75 of probability
+# (exp(-loss), the geometric mean): 0.59 of 2 classes, 0.35 of 4, 0.26 of 6. Half of chance was too eager:
+# `make demo`'s full_ft ends at 0.62 of it (0.865 of 1.386) with accuracy 0.8375, and the same run at 1e-4
+# ended lower (0.785; one seed, issue #42's second session).
+HIGH_LOSS_SHARE = 0.75
 # "At the end": the losses logged in the last tenth of the steps, averaged (one logged step is noisy).
 END_OF_RUN = 0.1
 
@@ -57,7 +59,8 @@ def high_loss_note(results: dict[str, Any]) -> str | None:
     rate, epochs = (results.get("config") or {}).get("learning_rate"), results.get("epochs")
     default = default_learning_rate(results.get("recipe"))
     note = (
-        f"Training loss at the end: {final:.3f}, above half of chance ({math.log(classes):.3f}, log {classes}): "
+        f"Training loss at the end: {final:.3f}, above three quarters of chance "
+        f"({math.log(classes):.3f}, log {classes}): "
         f"the model gives the training rows' own classes {math.exp(-final):.2f} of probability (geometric mean), "
         "still far from fitting them."
     )
