@@ -8,12 +8,8 @@ import math
 import numpy as np
 import pytest
 
-from recipes_lib.evaluation.neglected import (
-    neglect_note,
-    neglected_classes,
-    neglected_from_predictions,
-    results_neglect_note,
-)
+from recipes_lib.crossval.label_issues import neglected_from_predictions
+from recipes_lib.evaluation.neglected import neglect_note, neglected_classes, results_neglect_note
 from recipes_lib.evaluation.predictions import per_class_report
 from recipes_lib.evaluation.training_loss import high_loss_note, train_loss_check
 from tests.helpers.runs import QUICK, run_args, run_in_process

@@ -48,7 +48,7 @@ from recipes_lib.crossval.folds import TrainingRows, read_labelled_rows, read_tr
 from recipes_lib.crossval.oof import OOF_FILE, RESULTS_FILE
 from recipes_lib.data.files import DELIMITED
 from recipes_lib.errors import ConfigError, DataError
-from recipes_lib.evaluation.neglected import NEGLECTED_RECALL, describe_class, neglected_from_label_sets
+from recipes_lib.evaluation.neglected import NEGLECTED_RECALL, describe_class
 from recipes_lib.evaluation.predictions import EVAL_PREDICTIONS_FILE
 from recipes_lib.results import RESULTS_FILE as RUN_RESULTS_FILE
 from recipes_lib.results import read_results
@@ -67,6 +67,33 @@ CLEANED_STEM = "train_cleaned"
 VALIDATION_CLEANED_STEM = "validation_cleaned"
 # The recipe's data arguments a run's results.json holds (its "config"), to read its validation file as it did.
 RUN_DATA_KEYS = ("label_column_name", "label_delimiter", "csv_quoting", "delimiter")
+
+
+def neglected_from_predictions(
+    predictions, references, names: list[str], max_recall: float = NEGLECTED_RECALL
+):
+    """neglected_classes from single-label class ids (predicted and true), for held-out predictions."""
+    return neglected_from_label_sets(
+        [{prediction} for prediction in predictions],
+        [{reference} for reference in references],
+        names,
+        max_recall,
+    )
+
+
+def neglected_from_label_sets(predicted, given, names: list[str], max_recall: float = NEGLECTED_RECALL):
+    """neglected_classes from each row's predicted and given sets of class ids (multi-label: any number;
+    a class's recall is the share of the rows given it that the model predicts it for)."""
+    neglected = []
+    for index, name in enumerate(names):
+        rows = [i for i, classes in enumerate(given) if index in classes]
+        if not rows:
+            continue
+        recall = sum(1 for i in rows if index in predicted[i]) / len(rows)
+        if recall < max_recall:
+            count = sum(1 for classes in predicted if index in classes)
+            neglected.append({"name": name, "support": len(rows), "recall": recall, "predicted": count})
+    return neglected
 
 
 @dataclass

@@ -4,7 +4,7 @@ A model that ignores a small class can still reach a fine accuracy: the class is
 the rows. Macro-F1 drops, but nothing names the class. `neglected_classes` reads the per-class
 report (evaluation/predictions.py per_class_report) and returns each class that has rows and a
 recall under NEGLECTED_RECALL; `neglect_note` is the paragraph the end-of-run summary prints.
-Crossval's label issues use the same test on held-out predictions (crossval/label_issues.py).
+Crossval's label issues make the same test on held-out predictions (crossval/label_issues.py).
 """
 
 from __future__ import annotations
@@ -41,33 +41,6 @@ def neglected_classes(
         for name, scores in per_class.items()
         if scores["support"] > 0 and scores["recall"] < max_recall
     ]
-
-
-def neglected_from_predictions(
-    predictions, references, names: list[str], max_recall: float = NEGLECTED_RECALL
-):
-    """neglected_classes from single-label class ids (predicted and true), for held-out predictions."""
-    return neglected_from_label_sets(
-        [{prediction} for prediction in predictions],
-        [{reference} for reference in references],
-        names,
-        max_recall,
-    )
-
-
-def neglected_from_label_sets(predicted, given, names: list[str], max_recall: float = NEGLECTED_RECALL):
-    """neglected_classes from each row's predicted and given sets of class ids (multi-label: any number;
-    a class's recall is the share of the rows given it that the model predicts it for)."""
-    neglected = []
-    for index, name in enumerate(names):
-        rows = [i for i, classes in enumerate(given) if index in classes]
-        if not rows:
-            continue
-        recall = sum(1 for i in rows if index in predicted[i]) / len(rows)
-        if recall < max_recall:
-            count = sum(1 for classes in predicted if index in classes)
-            neglected.append({"name": name, "support": len(rows), "recall": recall, "predicted": count})
-    return neglected
 
 
 def describe_class(entry: dict[str, Any]) -> str:
