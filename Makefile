@@ -9,6 +9,12 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 # Offline by default: the demo and the tests never touch the Hugging Face Hub.
 OFFLINE := HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 TRANSFORMERS_OFFLINE=1 WANDB_MODE=offline
+# A recipe on the CPU, offline. With OMP_NUM_THREADS unset, accelerate launch gives the run one thread per
+# physical core and says so in three lines (no accelerate config key sets it); the demos set that same number
+# themselves, and an OMP_NUM_THREADS already in the environment wins. -q: a recipe that stops shows its own
+# message (and traceback) once, without the launcher's traceback repeating it (docs/troubleshooting.md).
+CPU_LAUNCH = $(OFFLINE) OMP_NUM_THREADS=$${OMP_NUM_THREADS:-$$($(BIN)/python -c \
+	'import psutil; print(psutil.cpu_count(logical=False) or 1)')} $(BIN)/accelerate launch -q --config_file accelerate_configs/cpu.yaml
 PYTEST_ARGS ?= -m "not slow and not gpu"
 # The tests run in two pytest-xdist worker processes, one per core of the 2-core test machine, each taking
 # whole files (--dist loadfile: a module's shared fixture, such as a recipe run several tests read, is
@@ -54,7 +60,7 @@ demo: $(BIN)/.installed
 	mkdir -p outputs/demo && $(STARTED) outputs/demo/.started
 	for recipe in $(DEMO_RECIPES); do \
 		teacher=""; if [ $$recipe = distill ]; then teacher="--teacher outputs/demo/full_ft"; fi; \
-		$(OFFLINE) $(BIN)/accelerate launch --config_file accelerate_configs/cpu.yaml \
+		$(CPU_LAUNCH) \
 			recipes/$$recipe.py --config recipes/configs/demo.yaml $$teacher || exit 1; \
 	done
 	# The runs side by side: memory (and what holds it), speed, accuracy; chart in outputs/demo/memory_comparison.png.
@@ -102,13 +108,13 @@ DISTILL_STUDENTS = $(foreach seed,$(DISTILL_SEEDS),$(DISTILL_DIR)/distill_seed$(
 
 distill-demo: $(BIN)/.installed
 	mkdir -p $(DISTILL_DIR) && $(STARTED) $(DISTILL_DIR)/.started
-	$(OFFLINE) $(BIN)/accelerate launch --config_file accelerate_configs/cpu.yaml recipes/full_ft.py \
+	$(CPU_LAUNCH) recipes/full_ft.py \
 		--config recipes/configs/demo.yaml --output_dir $(DISTILL_DIR)/teacher --report_to none
 	for seed in $(DISTILL_SEEDS); do \
-		$(OFFLINE) $(BIN)/accelerate launch --config_file accelerate_configs/cpu.yaml recipes/distill.py \
+		$(CPU_LAUNCH) recipes/distill.py \
 			--config recipes/configs/distill_demo.yaml --seed $$seed --output_dir $(DISTILL_DIR)/distill_seed$$seed \
 			--teacher $(DISTILL_DIR)/teacher --transfer_file data/support_tickets_distill/transfer.csv || exit 1; \
-		$(OFFLINE) $(BIN)/accelerate launch --config_file accelerate_configs/cpu.yaml recipes/full_ft.py \
+		$(CPU_LAUNCH) recipes/full_ft.py \
 			--config recipes/configs/distill_demo.yaml --seed $$seed --output_dir $(DISTILL_DIR)/labelled_only_seed$$seed || exit 1; \
 	done
 	# The gate may refuse the int8 model (it did here: benchmarks/RESULTS.md); then the fp32 export alone.
@@ -130,7 +136,7 @@ LONG_TEXT_MODES ?= truncate head_tail sliding_window
 long-text-demo: $(BIN)/.installed
 	mkdir -p outputs/long_documents && $(STARTED) outputs/long_documents/.started
 	for mode in $(LONG_TEXT_MODES); do \
-		$(OFFLINE) $(BIN)/accelerate launch --config_file accelerate_configs/cpu.yaml recipes/full_ft.py \
+		$(CPU_LAUNCH) recipes/full_ft.py \
 			--config recipes/configs/long_documents.yaml --long_text $$mode \
 			--output_dir outputs/long_documents/$$mode || exit 1; \
 	done
@@ -143,9 +149,9 @@ long-text-demo: $(BIN)/.installed
 task-demo: $(BIN)/.installed
 	mkdir -p outputs && $(STARTED) outputs/.task_demo_started
 	for task in multilabel regression; do \
-		$(OFFLINE) $(BIN)/accelerate launch --config_file accelerate_configs/cpu.yaml recipes/full_ft.py \
+		$(CPU_LAUNCH) recipes/full_ft.py \
 			--config recipes/configs/demo_$$task.yaml --learning_rate 1e-4 || exit 1; \
-		$(OFFLINE) $(BIN)/accelerate launch --config_file accelerate_configs/cpu.yaml recipes/lora.py \
+		$(CPU_LAUNCH) recipes/lora.py \
 			--config recipes/configs/demo_$$task.yaml || exit 1; \
 	done
 	$(RECORD) task-demo outputs/demo_multilabel/full_ft outputs/demo_multilabel/lora outputs/demo_regression/full_ft \

@@ -55,6 +55,8 @@ def test_training_learns_the_learnable_task(full_ft_run):
     """The label is one colour word among noise: a model that trains gets it; chance is 0.5."""
     _, results = full_ft_run
     assert results["eval_accuracy"] >= 0.9, results
+    # Its training loss at the end is well under the high-loss bar (3/4 of log 2): no high-loss note (issue #42).
+    assert results["train_loss_high"] is False and results["train_loss_end"] < 0.5 * math.log(2), results
 
 
 def test_saved_model_reloads_in_safetensors_and_gives_the_same_logits(full_ft_run):

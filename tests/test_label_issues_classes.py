@@ -100,3 +100,57 @@ def test_dropping_most_of_a_class_needs_its_own_flag(tmp_path, capsys):
         json.loads(line) for line in (tmp_path / "cv" / "train_cleaned.jsonl").read_text().splitlines()
     ]
     assert sum(record["label"] == "warranty" for record in cleaned) == 12 - len(found & warranty)
+
+
+def multi_label_crossval_dir(directory: Path, rows: int = 180, warranty: int = 12, flips: int = 15):
+    """The multi-label case by hand: `rows` rows given one or two of three classes the model learnt,
+    `flips` of them with one given class swapped for another (the planted errors), and `warranty` rows
+    given 'warranty' (half of them with a learnt class too), a class the model never predicts.
+    Returns (the flipped rows, the warranty rows)."""
+    rng = random.Random(1)
+    flipped = set(rng.sample(range(rows), flips))
+    records, oof = [], []
+    for row in range(rows + warranty):
+        if row < rows:
+            true = sorted(rng.sample(LEARNT, rng.choice([1, 2])))
+            given = list(true)
+            if row in flipped:  # one true class swapped for one the row does not have
+                given[rng.randrange(len(given))] = rng.choice([c for c in LEARNT if c not in true])
+                given = sorted(given)
+        else:
+            true = given = ["warranty"] + ([LEARNT[row % 3]] if row % 2 else [])
+        predicted = [c for c in true if c != "warranty"]  # warranty: never predicted
+        probabilities = {
+            name: rng.uniform(0.8, 0.97) if name in predicted else rng.uniform(0.01, 0.1) for name in CLASSES
+        }
+        records.append({"text": f"ticket {row}", "labels": given})
+        oof.append({"row": row, "fold": row % 3, "label": given, "prediction": predicted,
+                    "probabilities": probabilities})  # fmt: skip
+    directory.mkdir(parents=True, exist_ok=True)
+    train = write_jsonl(directory / "train.jsonl", records)
+    write_jsonl(directory / OOF_FILE, oof)
+    (directory / RESULTS_FILE).write_text(json.dumps({
+        "train_file": str(train), "data_arguments": {"train_file": str(train), "label_column_name": "labels"},
+        "task": "multi_label_classification", "classes": CLASSES, "folds": 3, "text_columns": ["text"],
+    }))  # fmt: skip
+    return flipped, set(range(rows, rows + warranty))
+
+
+def test_multi_label_a_class_never_predicted_is_reported_and_its_rows_are_not_flagged(tmp_path, capsys):
+    pytest.importorskip("cleanlab")
+    flipped, warranty = multi_label_crossval_dir(tmp_path / "cv")
+    assert cli_main(["label-issues", str(tmp_path / "cv"), "--drop_label_issues"]) == 0
+    found = issues(tmp_path / "cv")
+    assert not found & warranty
+    assert len(found & flipped) / len(found) >= 0.9 and len(found & flipped) / len(flipped) >= 0.75
+    summary = json.loads((tmp_path / "cv" / "label_issues.json").read_text())
+    (entry,) = summary["neglected_classes"]
+    assert (entry["name"], entry["support"], entry["recall"], entry["predicted"]) == ("warranty", 12, 0.0, 0)
+    assert entry["flagged"] > 6 and summary["withheld"] == entry["flagged"]  # cleanlab doubted them: withheld
+    out = capsys.readouterr().out
+    (caution,) = [line for line in out.splitlines() if "never predicts" in line]
+    assert "'warranty' (12 rows, recall 0.00, predicted for 0 rows)" in caution
+    cleaned = [
+        json.loads(line) for line in (tmp_path / "cv" / "train_cleaned.jsonl").read_text().splitlines()
+    ]
+    assert sum("warranty" in record["labels"] for record in cleaned) == 12

@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import logging
+import math
 
 import numpy as np
+import pytest
 
 from recipes_lib.crossval.label_issues import neglected_from_predictions
 from recipes_lib.evaluation.neglected import neglect_note, neglected_classes, results_neglect_note
 from recipes_lib.evaluation.predictions import per_class_report
+from recipes_lib.evaluation.training_loss import high_loss_note, train_loss_check
 from tests.helpers.runs import QUICK, run_args, run_in_process
 
 NAMES = ["DESC", "ENTY", "ABBR"]
@@ -53,7 +56,10 @@ def test_the_note_names_the_class_and_the_remedies_the_run_did_not_use():
     assert (
         "never predicts the class on validation: 'ABBR' (9 rows, recall 0.00, predicted for 0 rows)" in note
     )
-    assert "--class_weights balanced" in note and "--learning_rate (this run: 2e-05)" in note
+    assert (
+        "--class_weights balanced" in note
+        and "--learning_rate (this run: 2e-05; e.g. 5e-05 to 0.0001)" in note
+    )
     assert "--num_train_epochs (this run: 2)" in note and "Training loss at the end: 1.234." in note
     weighted = neglect_note([entry], class_weights={"ABBR": 20.0, "DESC": 0.5})
     assert "--class_weights" not in weighted  # already weighted: not offered again
@@ -79,3 +85,54 @@ def test_a_run_records_its_neglected_classes_and_says_them_once(tiny_bert, skewe
     assert [entry["name"] for entry in results["neglected_classes"]] == expected
     said = [r.getMessage() for r in caplog.records if "predicts" in r.getMessage()]
     assert len(said) == 1 and f"'{expected[0]}'" in said[0] and "--class_weights balanced" in said[0]
+    # 2 steps at 1e-6: the loss is still where the random head started, near chance (log 2), and said once.
+    assert results["train_loss_high"] is True and results["train_loss_end"] > 0.75 * math.log(2)
+    (high,) = [
+        r.getMessage() for r in caplog.records if r.getMessage().startswith("Training loss at the end")
+    ]
+    assert (
+        f"Training loss at the end: {results['train_loss_end']:.3f}, above three quarters of chance (0.693, log 2)"
+        in high
+    )
+    # The figure and the learning-rate remedy once, in the loss note; the class note points to it.
+    assert "Training loss at the end" not in said[0] and "--learning_rate (this run" not in said[0]
+    assert "a higher --learning_rate or more epochs (the training-loss note below)" in said[0]
+
+
+def losses(values, every: int = 10) -> list[dict]:
+    """A Trainer's log_history: a loss every `every` steps, then the end-of-training entry."""
+    logged = [{"loss": v, "step": every * (i + 1), "learning_rate": 2e-5} for i, v in enumerate(values)]
+    return [*logged, {"train_loss": sum(values) / len(values), "step": every * len(values)}]
+
+
+def test_a_training_loss_still_above_three_quarters_of_chance_at_the_end_is_high_and_a_lower_one_is_not():
+    four = {"problem_type": "single_label_classification", "num_labels": 4, "recipe": "full_ft",
+            "config": {"learning_rate": 2e-5}}  # fmt: skip
+    # 50 logged losses from 1.40 down to 1.106; the last tenth (steps 450-500) averages 1.121 > 1.040 (3/4 log 4).
+    slow = [1.40 - 0.006 * i for i in range(50)]
+    check = train_loss_check(losses(slow), four)
+    assert check == {"train_loss_end": pytest.approx(1.121, abs=1e-4), "train_loss_high": True}
+    note = high_loss_note({**four, **check, "epochs": 1.0})
+    assert note.startswith("Training loss at the end: 1.121, above three quarters of chance (1.386, log 4)")
+    assert "own classes 0.33 of probability" in note
+    assert "a higher --learning_rate (this run: 2e-05, the recipe's default; e.g. 5e-05 to 0.0001)" in note
+    assert "more --num_train_epochs (this run: 1)" in note
+    # Above the recipe's default (1e-3 for full_ft, whose default is 2e-5) a loss this high may be a divergence: no higher rate offered.
+    diverged = high_loss_note({**four, **check, "config": {"learning_rate": 1e-3}, "epochs": 1.0})
+    assert (
+        "--learning_rate 0.001 is above the recipe's default 2e-05" in diverged and "higher" not in diverged
+    )
+    lora = high_loss_note({**four, **check, "recipe": "lora", "config": {"learning_rate": 1e-3}})
+    assert "(this run: 0.001, the recipe's default; e.g. 0.0025 to 0.005)" in lora  # LoRA's default is 1e-3
+    # Down to 0.91: the end (0.935, 0.67 of chance, where `make demo`'s full_ft ends) is under the bar: not said.
+    demo_like = [1.40 - 0.01 * i for i in range(50)]
+    check = train_loss_check(losses(demo_like), four)
+    assert check == {"train_loss_end": pytest.approx(0.935, abs=1e-4), "train_loss_high": False}
+    assert high_loss_note({**four, **check}) is None
+    # The end is the last tenth: a run that was high early and low at the end is not high.
+    assert train_loss_check(losses([1.4] * 45 + [0.3] * 5), four)["train_loss_high"] is False
+    # Judged on a single-label task's own loss only.
+    for other in ({"problem_type": "multi_label_classification"}, {"problem_type": "regression", "num_labels": 1},
+                  {"config": {"teacher": "outputs/teacher"}}):  # fmt: skip
+        assert train_loss_check(losses(slow), {**four, **other})["train_loss_high"] is None
+    assert train_loss_check([], four) == {"train_loss_end": None, "train_loss_high": None}

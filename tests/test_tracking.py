@@ -131,6 +131,7 @@ def test_summary_holds_every_results_key_with_the_same_value(no_key_run):
     results, summary = no_key_run.results, no_key_run.summary["summary"]
     shared = [key for key in results if key != "config"]
     assert "peak_memory_gib" in shared and "train_tokens_per_s" in shared
+    assert {"train_loss_end", "train_loss_high", "neglected_classes"} <= set(shared)  # issue #42's findings
     mismatches = {
         key: (results[key], summary.get(key))
         for key in shared

@@ -25,9 +25,10 @@ cleanlab flags its errors as label issues.
 of classes) with the majority-class rate (always predicting the most common given label or label set);
 not above it by LEARNT_MARGIN, the output and label_issues.json carry a caution saying so.
 That check is overall: a model that ignores a small class passes it, and then ranks every row of that
-class as a suspect. So the check is also per class (single-label, `class_check`): a class whose held-out
-recall is under NEGLECTED_RECALL (evaluation/neglected.py) is reported, and its rows are not flagged on
-that model's word (they are counted in label_issues.json as withheld). `--drop_label_issues` refuses to
+class as a suspect. So the check is also per class (`class_check`): a class whose held-out recall is
+under NEGLECTED_RECALL (evaluation/neglected.py; multi-label: of the rows given the class, the share
+predicted with it) is reported, and its rows (multi-label: every row given it) are not flagged on that
+model's word (they are counted in label_issues.json as withheld). `--drop_label_issues` refuses to
 remove more than MOST_OF_A_CLASS of any class's rows unless --drop_most_of_a_class says so.
 """
 
@@ -72,16 +73,26 @@ def neglected_from_predictions(
     predictions, references, names: list[str], max_recall: float = NEGLECTED_RECALL
 ):
     """neglected_classes from single-label class ids (predicted and true), for held-out predictions."""
+    return neglected_from_label_sets(
+        [{prediction} for prediction in predictions],
+        [{reference} for reference in references],
+        names,
+        max_recall,
+    )
+
+
+def neglected_from_label_sets(predicted, given, names: list[str], max_recall: float = NEGLECTED_RECALL):
+    """neglected_classes from each row's predicted and given sets of class ids (multi-label: any number;
+    a class's recall is the share of the rows given it that the model predicts it for)."""
     neglected = []
     for index, name in enumerate(names):
-        rows = [i for i, reference in enumerate(references) if reference == index]
+        rows = [i for i, classes in enumerate(given) if index in classes]
         if not rows:
             continue
-        found = sum(1 for i in rows if predictions[i] == index)
-        recall = found / len(rows)
+        recall = sum(1 for i in rows if index in predicted[i]) / len(rows)
         if recall < max_recall:
-            predicted = sum(1 for prediction in predictions if prediction == index)
-            neglected.append({"name": name, "support": len(rows), "recall": recall, "predicted": predicted})
+            count = sum(1 for classes in predicted if index in classes)
+            neglected.append({"name": name, "support": len(rows), "recall": recall, "predicted": count})
     return neglected
 
 
@@ -278,18 +289,19 @@ class ClassCheck:
 
 
 def class_check(task: str, classes: list[str], predictions: list[dict[str, Any]], flags) -> ClassCheck:
-    """Per class, single-label: held-out recall against the given labels (multi-label: none checked)."""
-    if task == MULTI_LABEL:
-        return ClassCheck([])
+    """Per class: held-out recall against the given labels (multi-label: of the rows given the class, the
+    share predicted with it), and how many of the class's rows cleanlab flagged."""
     ids = {name: index for index, name in enumerate(classes)}
-    given = [ids[row["label_classes"][0]] for row in predictions]
-    predicted = [ids.get(str(row["prediction"]), -1) for row in predictions]
-    neglected = neglected_from_predictions(predicted, given, classes)
+    given = [{ids[name] for name in row["label_classes"]} for row in predictions]
+    if task == MULTI_LABEL:
+        predicted = [{ids.get(str(name), -1) for name in row["prediction"]} for row in predictions]
+    else:
+        predicted = [{ids.get(str(row["prediction"]), -1)} for row in predictions]
+    neglected = neglected_from_label_sets(predicted, given, classes)
     for entry in neglected:
         entry["recall"] = round(entry["recall"], 6)
-        entry["flagged"] = int(
-            sum(1 for i, label in enumerate(given) if classes[label] == entry["name"] and flags[i])
-        )
+        index = ids[entry["name"]]
+        entry["flagged"] = int(sum(1 for i, labels in enumerate(given) if index in labels and flags[i]))
     return ClassCheck(neglected)
 
 

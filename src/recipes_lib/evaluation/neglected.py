@@ -56,8 +56,11 @@ def neglect_note(
     learning_rate: float | None = None,
     epochs: float | None = None,
     train_loss: float | None = None,
+    loss_note_follows: bool = False,
 ) -> str | None:
-    """The end-of-run paragraph on the neglected classes and what usually helps; None when there are none."""
+    """The end-of-run paragraph on the neglected classes and what usually helps; None when there are none.
+    With `loss_note_follows` (the training-loss note comes next, evaluation/training_loss.py) the learning
+    rate, the epochs and the loss are left to it."""
     if not neglected:
         return None
     never = all(entry["recall"] == 0 for entry in neglected)
@@ -71,14 +74,23 @@ def neglect_note(
     remedies = []
     if not class_weights:
         remedies.append("--class_weights balanced (the loss weighs each class by its rarity)")
-    rate = f" (this run: {learning_rate:g})" if learning_rate is not None else ""
-    remedies.append(f"a higher --learning_rate{rate}, e.g. 5e-5 to 1e-4 for a small encoder")
-    rounds = f" (this run: {epochs:.3g})" if epochs is not None else ""
-    remedies.append(f"more --num_train_epochs{rounds}")
+    if loss_note_follows:
+        remedies.append("a higher --learning_rate or more epochs (the training-loss note below)")
+    else:
+        remedies += more_learning(learning_rate, epochs)
     note += " " + "; ".join(remedies) + "."
-    if train_loss is not None:
+    if train_loss is not None and not loss_note_follows:
         note += f" Training loss at the end: {train_loss:.3f}."
     return note
+
+
+def more_learning(learning_rate: float | None, epochs: float | None) -> list[str]:
+    """The remedies for a run that learnt too little: a higher learning rate and more epochs, with this run's."""
+    rate = "a higher --learning_rate"
+    if learning_rate is not None:
+        rate += f" (this run: {learning_rate:g}; e.g. {2.5 * learning_rate:.2g} to {5 * learning_rate:.2g})"
+    rounds = f" (this run: {epochs:.3g})" if epochs is not None else ""
+    return [rate, f"more --num_train_epochs{rounds}"]
 
 
 def results_neglect_note(results: dict[str, Any]) -> str | None:
@@ -90,5 +102,6 @@ def results_neglect_note(results: dict[str, Any]) -> str | None:
         class_weights=results.get("class_weights"),
         learning_rate=config.get("learning_rate"),
         epochs=results.get("epochs"),
-        train_loss=results.get("train_loss"),
+        train_loss=results.get("train_loss_end"),
+        loss_note_follows=bool(results.get("train_loss_high")),
     )

@@ -28,6 +28,7 @@ from recipes_lib.data.tokenize import padding_collator
 from recipes_lib.evaluation.inference import batch_logits
 from recipes_lib.evaluation.neglected import neglected_classes, results_neglect_note
 from recipes_lib.evaluation.predictions import final_outputs, prediction_files, write_decision_files
+from recipes_lib.evaluation.training_loss import high_loss_note, train_loss_check
 from recipes_lib.modeling.loading import count_parameters
 from recipes_lib.modeling.optimizers import optimizer_state_summary
 from recipes_lib.results import RESULTS_FILE, describe_device, library_versions, timestamp, write_results
@@ -257,6 +258,7 @@ def finish_run(trainer, train_result, eval_metrics: dict[str, Any], settings: Ru
         trainer.log_metrics("test", outputs.test_metrics)
     results = {**results, **outputs.results, **outputs.test_metrics, **merged, **run_results}
     results["neglected_classes"] = neglected_classes(results["per_class"], results["confusion_matrix"])
+    results.update(train_loss_check(trainer.state.log_history, results))  # issue #42: the end loss
     if trainer.is_world_process_zero():
         output_dir = Path(trainer.args.output_dir)
         directories = [path for path in (output_dir, output_dir / MERGED_SUBDIR) if path.is_dir()]
@@ -297,6 +299,8 @@ def publish_results(trainer, results: dict[str, Any]) -> None:
         )
         if results["neglected_classes"]:  # issue #42: a class the model ignores, said with what helps
             logger.warning(results_neglect_note(results))
+        if results["train_loss_high"]:
+            logger.warning(high_loss_note(results))
     if trainer.args.push_to_hub:
         trainer.model_card = build_card(results, hub_repo_id(trainer))
         trainer.push_to_hub(commit_message="End of training: results and model card")
