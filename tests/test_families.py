@@ -405,10 +405,10 @@ def test_a_family_newer_than_the_installed_transformers_gets_one_paragraph_namin
     missing from transformers' CONFIG_MAPPING, the recipe, the planner and `families` say which release."""
     from transformers.models.auto import configuration_auto
 
+    from recipes_lib.cli.main import describe_families
     from recipes_lib.config.family_registry import GTE
     from recipes_lib.errors import ModelError
     from recipes_lib.memory.planner.catalogue import CATALOGUE
-    from recipes_lib.cli.main import describe_families
     from recipes_lib.modeling.families import check_transformers_knows
 
     assert GTE.transformers_since == "5.18.0"
