@@ -215,10 +215,12 @@ test-latest:
 		echo "torch==2.13.0" > $(LATEST_VENV)/constraints.txt; \
 	fi
 	$(LATEST_BIN)/python -m pip install --quiet --upgrade --upgrade-strategy eager \
-		-c $(LATEST_VENV)/constraints.txt -e ".[test]"
+		-c $(LATEST_VENV)/constraints.txt -e ".[dev]"
 	$(LATEST_BIN)/python -m pip list --format=freeze > $(LATEST_VENV)/installed.txt
+	# What `make install` installs (the dev extra: the lint tools too), checked as CI checks it.
+	$(LATEST_BIN)/ruff check . && $(LATEST_BIN)/ruff format --check . && $(LATEST_BIN)/lint-imports
 	$(OFFLINE) $(LATEST_BIN)/python -m pytest $(PYTEST_PARALLEL) $(PYTEST_ARGS)
-	# The suite passed on these versions: they become the known-good set `make install` holds to.
+	# Lint and suite passed on these versions: they become the known-good set `make install` holds to.
 	$(LATEST_BIN)/python tools/constraints.py $(LATEST_VENV)/installed.txt > $(CONSTRAINTS).new
 	mv $(CONSTRAINTS).new $(CONSTRAINTS)
 	@echo "$(CONSTRAINTS) rewritten from $(LATEST_VENV)/installed.txt: review 'git diff $(CONSTRAINTS)' and commit it"

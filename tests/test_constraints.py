@@ -52,6 +52,13 @@ def test_the_makefile_installs_with_the_constraints():
     assert "CONSTRAINTS ?= constraints.txt" in makefile
 
 
+def test_make_test_latest_tries_what_make_install_installs_so_its_rewrite_keeps_every_pin():
+    # It once installed the test extra alone: its rewritten file dropped ruff's and import-linter's pins.
+    recipe = (REPO_ROOT / "Makefile").read_text().split("\ntest-latest:", 1)[1].split("\n\n", 1)[0]
+    assert '-e ".[dev]"' in recipe
+    assert "ruff check" in recipe and "lint-imports" in recipe
+
+
 def test_a_freeze_becomes_sorted_pins_without_torch_its_cuda_builds_pip_or_this_project():
     freeze = [
         "Torch==2.13.0+cpu",
