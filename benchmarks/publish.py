@@ -45,7 +45,16 @@ PUBLISHED_FILES = (
     "benchmarks/RESULTS.md",
     *sorted(f"docs/{p.name}" for p in (REPO_ROOT / "docs").glob("*.md")),
 )
-LIBRARIES = ("torch", "transformers", "accelerate", "datasets", "peft", "bitsandbytes", "recipes-lib")
+LIBRARIES = (
+    "torch",
+    "transformers",
+    "accelerate",
+    "datasets",
+    "peft",
+    "bitsandbytes",
+    "onnxruntime",
+    "recipes-lib",
+)
 # CPU flags that decide how the recipes compute on CPU (docs/precision.md).
 CPU_FLAGS = ("avx2", "avx512f", "avx512_bf16", "amx_bf16")
 BLOCK = re.compile(
@@ -415,7 +424,8 @@ def export_table(record: dict) -> list[str]:
             )  # fmt: skip
             + "."
         )
-    return [*lines, "", *verdicts]
+    onnxruntime = record["machine"]["versions"].get("onnxruntime")
+    return [*lines, "", f"ONNX Runtime {onnxruntime or 'not recorded'}; what each gate decided:", "", *verdicts]
 
 
 def _by_name(summary: list[dict]) -> dict[str, dict]:
