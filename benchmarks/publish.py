@@ -425,7 +425,13 @@ def export_table(record: dict) -> list[str]:
             + "."
         )
     onnxruntime = record["machine"]["versions"].get("onnxruntime")
-    return [*lines, "", f"ONNX Runtime {onnxruntime or 'not recorded'}; what each gate decided:", "", *verdicts]
+    return [
+        *lines,
+        "",
+        f"ONNX Runtime {onnxruntime or 'not recorded'}; what each gate decided:",
+        "",
+        *verdicts,
+    ]
 
 
 def _by_name(summary: list[dict]) -> dict[str, dict]:
