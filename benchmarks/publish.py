@@ -416,7 +416,7 @@ def export_table(record: dict) -> list[str]:
         verdicts.append(
             f"- {name}: gate on {export['rows_from']}, "
             + ("passed" if export.get("passed") else f"refused ({export.get('reason')})")
-            + (f"; int8 weights {int8['weights']}, made from {int8.get('made_from')}" if int8 else "")
+            + (f"; int8: {int8['weights']}, made from the {int8.get('made_from')}" if int8 else "")
             + (
                 f"; batch-1 latency at {export['latency']['threads']} thread, median of {export['latency']['rows']} rows taken in turn"
                 if export.get("latency")
