@@ -610,7 +610,8 @@ def main(argv: list[str] | None = None) -> int:
     commands = parser.add_subparsers(dest="action", required=True)
     record = commands.add_parser("record", help="write a record of a demo's runs (or a sweep's output dir)")
     record.add_argument(
-        "name", help="the record's name: demo, task-demo, long-text-demo, sweep-demo, distill-demo, int8-export"
+        "name",
+        help="the record's name: demo, task-demo, long-text-demo, sweep-demo, distill-demo, int8-export",
     )
     record.add_argument(
         "sources", nargs="+", type=Path, help="run directories (results.json) or a sweep's output dir"
