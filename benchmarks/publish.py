@@ -45,7 +45,16 @@ PUBLISHED_FILES = (
     "benchmarks/RESULTS.md",
     *sorted(f"docs/{p.name}" for p in (REPO_ROOT / "docs").glob("*.md")),
 )
-LIBRARIES = ("torch", "transformers", "accelerate", "datasets", "peft", "bitsandbytes", "recipes-lib")
+LIBRARIES = (
+    "torch",
+    "transformers",
+    "accelerate",
+    "datasets",
+    "peft",
+    "bitsandbytes",
+    "onnxruntime",
+    "recipes-lib",
+)
 # CPU flags that decide how the recipes compute on CPU (docs/precision.md).
 CPU_FLAGS = ("avx2", "avx512f", "avx512_bf16", "amx_bf16")
 BLOCK = re.compile(
@@ -148,25 +157,45 @@ def run_figures(run_dir: Path) -> dict:
     return figures
 
 
-# What a record keeps of a passed `recipes-lib export` (OUTPUT_DIR/export/export_report.json), per model.
+# What a record keeps of a `recipes-lib export` (OUTPUT_DIR/export/export_report.json, or export.failed/'s
+# when the gate refused it), per model; and of its int8 recipe and its batch-1 latency.
 EXPORT_FIELDS = ("rows", "agreement", "metric", "pytorch", "onnx", "metric_drop_points",
                  "max_abs_logit_difference", "file", "size_bytes")  # fmt: skip
+INT8_FIELDS = ("weights", "made_from", "fused_operators", "nodes_kept_fp32")
 
 
 def export_figures(run_dir: Path) -> dict | None:
-    report_file = run_dir / "export" / "export_report.json"
-    if not report_file.is_file():
+    report_file = next(
+        (
+            path
+            for path in (run_dir / d / "export_report.json" for d in ("export", "export.failed"))
+            if path.is_file()
+        ),
+        None,
+    )
+    if report_file is None:
         return None
     report = json.loads(report_file.read_text())
-    return {
+
+    def model_figures(model: dict) -> dict:
+        return {key: model[key] for key in EXPORT_FIELDS if key in model}
+
+    figures = {
         "exporter": report.get("exporter"),
         "int8_weights": report.get("int8_weights"),
         "rows_from": report.get("rows_from"),
-        "models": {
-            name: {key: model[key] for key in EXPORT_FIELDS if key in model}
-            for name, model in report["models"].items()
-        },
+        "passed": report.get("passed"),
+        "reason": report.get("reason"),
+        "models": {name: model_figures(model) for name, model in report["models"].items()},
     }
+    int8 = report.get("int8")
+    if int8:
+        figures["int8"] = {key: int8[key] for key in INT8_FIELDS if key in int8}
+        if int8.get("every_node_int8"):  # the sensitivity pass ran: the figures before it kept any node
+            figures["int8"]["every_node_int8"] = model_figures(int8["every_node_int8"])
+    if report.get("latency"):
+        figures["latency"] = report["latency"]
+    return figures
 
 
 def write_record(
@@ -351,6 +380,60 @@ def distill_table(record: dict) -> list[str]:
     return lines
 
 
+def export_table(record: dict) -> list[str]:
+    """Runs exported with `recipes-lib export RUN --quantize int8`: each exported model's gate figures
+    (int8 also with every node quantized, where the sensitivity pass kept some in fp32) and its batch-1
+    latency as a ratio to PyTorch eager, measured side by side; then what each gate decided."""
+    lines = [
+        "| run | model | size | agreement with PyTorch | accuracy, ONNX (PyTorch) | drop, points | nodes kept in fp32 | batch-1 speed vs PyTorch |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    verdicts = []
+    for run in record["runs"]:
+        export = run.get("export")
+        if export is None:
+            continue
+        config = run.get("config") or {}
+        name = f"{run['recipe']}, {run.get('train_samples', 0):,} rows of `{Path(config.get('train_file') or '-').name}`"
+        int8 = export.get("int8") or {}
+        medians = (export.get("latency") or {}).get("median_ms") or {}
+        models = list(export["models"].items())
+        if int8.get("every_node_int8"):
+            models.insert(1, ("int8, every node", int8["every_node_int8"]))
+        for model_name, model in models:
+            metric = model["metric"]
+            kept = "-" if not model_name.startswith("int8") else "none"
+            if model_name == "int8" and int8.get("nodes_kept_fp32"):
+                kept = f"{len(int8['nodes_kept_fp32'])}: " + ", ".join(
+                    f"`{node}`" for node in int8["nodes_kept_fp32"]
+                )
+            speed = f"{medians['pytorch'] / medians[model_name]:.1f}x" if model_name in medians else "-"
+            lines.append(
+                f"| {name} | {model_name} | {_mib(model['size_bytes'])} | {100 * model['agreement']:.2f}% of {model['rows']} | "
+                f"{100 * model['onnx'][metric]:.2f} ({100 * model['pytorch'][metric]:.2f}) | {model['metric_drop_points']:.2f} | "
+                f"{kept} | {speed} |"
+            )
+        verdicts.append(
+            f"- {name}: gate on {export['rows_from']}, "
+            + ("passed" if export.get("passed") else f"refused ({export.get('reason')})")
+            + (f"; int8: {int8['weights']}, made from the {int8.get('made_from')}" if int8 else "")
+            + (
+                f"; batch-1 latency at {export['latency']['threads']} thread, median of {export['latency']['rows']} rows taken in turn"
+                if export.get("latency")
+                else ""
+            )  # fmt: skip
+            + "."
+        )
+    onnxruntime = record["machine"]["versions"].get("onnxruntime")
+    return [
+        *lines,
+        "",
+        f"ONNX Runtime {onnxruntime or 'not recorded'}; what each gate decided:",
+        "",
+        *verdicts,
+    ]
+
+
 def _by_name(summary: list[dict]) -> dict[str, dict]:
     return {row["name"]: row for row in summary}
 
@@ -480,6 +563,7 @@ def label_noise_table(record: dict) -> list[str]:
 TABLES = {
     "demo": demo_table,
     "distill-demo": distill_table,
+    "export": export_table,
     "task-demo": task_table,
     "long-text-demo": long_text_table,
     "sweep-demo": sweep_table,
@@ -526,7 +610,8 @@ def main(argv: list[str] | None = None) -> int:
     commands = parser.add_subparsers(dest="action", required=True)
     record = commands.add_parser("record", help="write a record of a demo's runs (or a sweep's output dir)")
     record.add_argument(
-        "name", help="the record's name: demo, task-demo, long-text-demo, sweep-demo, distill-demo"
+        "name",
+        help="the record's name: demo, task-demo, long-text-demo, sweep-demo, distill-demo, int8-export",
     )
     record.add_argument(
         "sources", nargs="+", type=Path, help="run directories (results.json) or a sweep's output dir"

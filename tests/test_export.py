@@ -400,6 +400,8 @@ def test_the_agreement_branch_refuses_int8_that_predicts_otherwise(gate_case, ca
         f"points below the {100 * MIN_INT8_AGREEMENT:g}% required"
     )
     assert "int8 model agrees with PyTorch on 0.00%" in capsys.readouterr().err
+    # The sensitivity pass ran (and found no node to keep): the report keeps the every-node int8 figures.
+    assert report["int8"]["every_node_int8"]["agreement"] == 0.0
 
 
 def test_the_speed_branch_refuses_int8_slower_than_fp32(gate_case, capsys):

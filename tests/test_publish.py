@@ -223,3 +223,53 @@ def test_a_label_noise_record_renders_its_folds_flags_and_retrained_runs(publish
     )
     assert "| retrained on the cleaned file, eval_accuracy by seed [0] | 0.8450 |" in table
     assert "commit abc1234" in table and "2.0 min in all" in table
+
+
+def test_an_int8_export_record_keeps_each_gate_its_every_node_figures_nodes_kept_and_latency_ratios(
+    publish, tmp_path
+):
+    def model(agreement, onnx, file, mib):
+        return {"rows": 872, "agreement": agreement, "metric": "accuracy", "pytorch": {"accuracy": 0.8131},
+                "onnx": {"accuracy": onnx}, "metric_drop_points": 100 * (0.8131 - onnx),
+                "max_abs_logit_difference": 0.3, "file": file, "size_bytes": mib * 2**20, "disagreeing_rows": 9}  # fmt: skip
+
+    def run(name, passed, int8_recipe):
+        directory = fake_run(tmp_path / name, "full_ft", 0.8131)
+        results = json.loads((directory / "results.json").read_text())
+        results.update(train_samples=4000, config={"train_file": "/data/sst2/train.tsv"})
+        (directory / "results.json").write_text(json.dumps(results))
+        report = {"passed": passed, "reason": None if passed else "the int8 model agrees on 96.00%",
+                  "exporter": "dynamo", "int8_weights": "signed", "rows_from": "dev.tsv", "int8": int8_recipe,
+                  "latency": {"threads": 1, "rows": 32, "median_ms": {"pytorch": 10.0, "fp32": 5.0, "int8": 2.0}},
+                  "models": {"fp32": model(1.0, 0.8131, "model.onnx", 87.0),
+                             "int8": model(0.9825, 0.8100, "model.int8.onnx", 25.0)}}  # fmt: skip
+        (directory / ("export" if passed else "export.failed")).mkdir()
+        (directory / ("export" if passed else "export.failed") / "export_report.json").write_text(
+            json.dumps(report)
+        )
+        return directory
+
+    kept = {"weights": "signed", "made_from": "TorchScript trace, eager attention", "fused_operators": {"Attention": 6},
+            "nodes_kept_fp32": ["a/MatMul", "b/MatMul"], "most_damaging": [{"node": "a/MatMul", "damage": 1.0}],
+            "every_node_int8": model(0.9625, 0.7981, "model.int8.onnx", 21.9)}  # fmt: skip
+    refused = {"weights": "signed", "made_from": "model.onnx", "fused_operators": {}, "nodes_kept_fp32": []}
+    path = publish.write_record("int8-export", [run("kept", True, kept), run("refused", False, refused)],
+                                "bash benchmarks/int8_export.sh SST2 OUT", None, tmp_path / "results")  # fmt: skip
+    record = json.loads(path.read_text())
+    export = record["runs"][0]["export"]
+    assert export["passed"] and export["latency"]["median_ms"]["int8"] == 2.0
+    assert export["int8"]["every_node_int8"]["agreement"] == 0.9625 and "most_damaging" not in export["int8"]
+    assert record["runs"][1]["export"]["passed"] is False  # read from export.failed/
+    table = publish.render("export", str(path))
+    name = "full_ft, 4,000 rows of `train.tsv`"
+    assert f"| {name} | fp32 | 87.0 MiB | 100.00% of 872 | 81.31 (81.31) | 0.00 | - | 2.0x |" in table
+    assert (
+        f"| {name} | int8, every node | 21.9 MiB | 96.25% of 872 | 79.81 (81.31) | 1.50 | none | - |" in table
+    )
+    assert (
+        f"| {name} | int8 | 25.0 MiB | 98.25% of 872 | 81.00 (81.31) | 0.31 | 2: `a/MatMul`, `b/MatMul` | 5.0x |"
+        in table
+    )
+    assert "refused (the int8 model agrees on 96.00%)" in table and table.count("passed") == 1
+    page = f"<!-- record export {path}: start -->\n{table}<!-- record: end -->\n"
+    assert publish.regenerate(page.replace("98.25%", "98.85%")) == page  # a hand edit is put back

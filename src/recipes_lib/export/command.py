@@ -295,6 +295,7 @@ def _keep_sensitive_nodes(
 
     logger.info("The int8 model fails its gate: ranking its nodes by the damage their int8 does.")
     ranked = rank_nodes(quantizer, staging / ".scratch", logits_of, reference_logits[:count])
+    every_node = compared["int8"]  # the gate figures with every node in int8, kept in the report
     result, kept_recipe = keep_sensitive_nodes(quantizer, staging / INT8_MODEL, ranked, gate_of, passes)
     if result is not None:
         compared["int8"] = result
@@ -302,6 +303,7 @@ def _keep_sensitive_nodes(
     return {
         **recipe,
         "most_damaging": [{"node": node, "damage": damage} for node, damage in ranked[:MAX_KEPT]],
+        "every_node_int8": every_node,
     }
 
 
