@@ -56,13 +56,11 @@ def test_without_readable_flags_onednn_decides(tmp_path):
         assert capability.native_bf16 is onednn_bf16
 
 
-def _train(model_dir, batch, labels, autocast: bool, steps: int = 10) -> list[float]:
+def _steps(model, batch, labels, autocast: bool, steps: int = 10) -> list[float]:
+    """Each step's loss over `steps` AdamW steps of the trainable parameters on one batch."""
     import torch
-    from transformers import AutoModelForSequenceClassification
 
-    torch.manual_seed(0)
-    model = AutoModelForSequenceClassification.from_pretrained(model_dir, num_labels=2)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-3)
     losses = []
     for _ in range(steps):
         with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
@@ -74,20 +72,35 @@ def _train(model_dir, batch, labels, autocast: bool, steps: int = 10) -> list[fl
     return losses
 
 
+def _train(model_dir, batch, labels, autocast: bool) -> list[float]:
+    import torch
+    from transformers import AutoModelForSequenceClassification
+
+    torch.manual_seed(0)
+    return _steps(
+        AutoModelForSequenceClassification.from_pretrained(model_dir, num_labels=2), batch, labels, autocast
+    )
+
+
+def _learnable_batch(model_dir, rows: int):
+    """The tokenized batch and label ids of `rows` learnable rows, for the model in model_dir."""
+    import torch
+    from transformers import AutoTokenizer
+
+    examples = learnable_rows(rows, seed=1)
+    names = sorted({label for _, label in examples})
+    batch = AutoTokenizer.from_pretrained(model_dir)(
+        [text for text, _ in examples], padding=True, return_tensors="pt"
+    )
+    return batch, torch.tensor([names.index(label) for _, label in examples])
+
+
 @pytest.mark.parametrize("model_type", list(FAMILY_SHAPES))
 def test_every_family_trains_under_cpu_bf16_autocast_or_its_entry_says_why_not(model_type, tmp_path):
     import math
 
-    import torch
-    from transformers import AutoTokenizer
-
     model_dir = build_tiny_family(model_type, tmp_path / model_type)
-    rows = learnable_rows(64, seed=1)
-    names = sorted({label for _, label in rows})
-    batch = AutoTokenizer.from_pretrained(model_dir)(
-        [text for text, _ in rows], padding=True, return_tensors="pt"
-    )
-    labels = torch.tensor([names.index(label) for _, label in rows])
+    batch, labels = _learnable_batch(model_dir, 64)
     fails = family_for(model_type).bf16_autocast_fails
     if fails:
         with pytest.raises(RuntimeError, match="BFloat16"):
@@ -119,7 +132,7 @@ def test_a_recipe_on_this_cpu_uncapped_trains_in_what_automatic_precision_picks_
     assert f"precision {expected} (automatic" in done.stdout  # the one line at start
 
 
-def _qlora_under_bf16_autocast(model_dir, batch, labels, steps: int = 10) -> list[float]:
+def _qlora_under_bf16_autocast(model_dir, batch, labels) -> list[float]:
     """QLoRA as recipes/qlora.py builds it on a bf16 CPU (4-bit base computing in bf16, LoRA), trained
     under bf16 autocast."""
     import torch
@@ -136,17 +149,7 @@ def _qlora_under_bf16_autocast(model_dir, batch, labels, steps: int = 10) -> lis
     base = load_model(
         ModelArguments(str(model_dir)), config, quantization_config=quantization, device_map={"": "cpu"}
     )
-    model = add_lora(prepare_4bit_model(base), LoraArguments())
-    optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-3)
-    losses = []
-    for _ in range(steps):
-        with torch.autocast("cpu", dtype=torch.bfloat16):
-            loss = model(**batch, labels=labels).loss
-        loss.backward()
-        optimizer.step()
-        optimizer.zero_grad()
-        losses.append(loss.item())
-    return losses
+    return _steps(add_lora(prepare_4bit_model(base), LoraArguments()), batch, labels, autocast=True)
 
 
 @pytest.mark.parametrize("model_type", list(FAMILY_SHAPES))
@@ -156,16 +159,8 @@ def test_every_family_trains_qlora_under_cpu_bf16_autocast_or_its_entry_says_why
     until the 4-bit linears returned autocast's dtype (adapters.prepare_4bit_model)."""
     import math
 
-    import torch
-    from transformers import AutoTokenizer
-
     model_dir = build_tiny_family(model_type, tmp_path / model_type)
-    rows = learnable_rows(32, seed=1)
-    names = sorted({label for _, label in rows})
-    batch = AutoTokenizer.from_pretrained(model_dir)(
-        [text for text, _ in rows], padding=True, return_tensors="pt"
-    )
-    labels = torch.tensor([names.index(label) for _, label in rows])
+    batch, labels = _learnable_batch(model_dir, 32)
     if family_for(model_type).bf16_autocast_fails:  # DeBERTa v1: its own fp32 bias, not the 4-bit layers
         with pytest.raises(RuntimeError, match="BFloat16"):
             _qlora_under_bf16_autocast(model_dir, batch, labels)

@@ -18,6 +18,18 @@ LEARNT = ["billing", "shipping", "returns"]
 CLASSES = [*LEARNT, "warranty"]
 
 
+def write_crossval(directory, records, oof, label_column: str, task: str) -> None:
+    """What a 3-fold `recipes-lib crossval` leaves in `directory`: the training rows, the held-out
+    predictions and the results naming them (what label-issues reads)."""
+    directory.mkdir(parents=True, exist_ok=True)
+    train = write_jsonl(directory / "train.jsonl", records)
+    write_jsonl(directory / OOF_FILE, oof)
+    (directory / RESULTS_FILE).write_text(json.dumps({
+        "train_file": str(train), "data_arguments": {"train_file": str(train), "label_column_name": label_column},
+        "task": task, "classes": CLASSES, "folds": 3, "text_columns": ["text"],
+    }))  # fmt: skip
+
+
 def probabilities_for(favoured: str, confidence: float) -> dict[str, float]:
     rest = (1 - confidence) / (len(CLASSES) - 1)
     return {name: confidence if name == favoured else rest for name in CLASSES}
@@ -45,13 +57,7 @@ def crossval_dir(
         records.append({"text": f"ticket {row}", "label": given})
         oof.append({"row": row, "fold": row % 3, "label": given, "prediction": favoured,
                     "probabilities": probabilities})  # fmt: skip
-    directory.mkdir(parents=True, exist_ok=True)
-    train = write_jsonl(directory / "train.jsonl", records)
-    write_jsonl(directory / OOF_FILE, oof)
-    (directory / RESULTS_FILE).write_text(json.dumps({
-        "train_file": str(train), "data_arguments": {"train_file": str(train), "label_column_name": "label"},
-        "task": "single_label_classification", "classes": CLASSES, "folds": 3, "text_columns": ["text"],
-    }))  # fmt: skip
+    write_crossval(directory, records, oof, "label", "single_label_classification")
     return flipped, set(range(rows, rows + warranty))
 
 
@@ -126,13 +132,7 @@ def multi_label_crossval_dir(directory: Path, rows: int = 180, warranty: int = 1
         records.append({"text": f"ticket {row}", "labels": given})
         oof.append({"row": row, "fold": row % 3, "label": given, "prediction": predicted,
                     "probabilities": probabilities})  # fmt: skip
-    directory.mkdir(parents=True, exist_ok=True)
-    train = write_jsonl(directory / "train.jsonl", records)
-    write_jsonl(directory / OOF_FILE, oof)
-    (directory / RESULTS_FILE).write_text(json.dumps({
-        "train_file": str(train), "data_arguments": {"train_file": str(train), "label_column_name": "labels"},
-        "task": "multi_label_classification", "classes": CLASSES, "folds": 3, "text_columns": ["text"],
-    }))  # fmt: skip
+    write_crossval(directory, records, oof, "labels", "multi_label_classification")
     return flipped, set(range(rows, rows + warranty))
 
 
