@@ -244,6 +244,25 @@ def tiny_teacher(tmp_path_factory):
     return directory / "run"
 
 
+def test_computing_the_teachers_logits_leaves_the_random_generator_as_reading_them_does(
+    tmp_path, tiny_teacher
+):
+    """The student's head is drawn after the teacher's logits: a cached rerun must draw the same one."""
+    from datasets import Dataset
+
+    from recipes_lib.data.labels import LabelMapping
+    from recipes_lib.training.distillation import teacher_logits
+
+    rows = Dataset.from_dict({"text": [text for text, _ in learnable_rows(8, seed=1)]})
+    labels = LabelMapping(names=["cool", "warm"], to_id={"cool": 0, "warm": 1})
+    torch.manual_seed(0)
+    before = torch.random.get_rng_state()
+    teacher_logits(
+        tiny_teacher, rows, ("text",), labels, DataArguments(max_seq_length=32), tmp_path, torch.device("cpu")
+    )
+    assert torch.equal(torch.random.get_rng_state(), before)
+
+
 def test_the_recipe_distils_with_unlabelled_rows_and_caches_the_teacher(
     tmp_path, tiny_bert, tiny_teacher, trained_on
 ):
