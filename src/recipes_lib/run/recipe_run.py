@@ -42,9 +42,9 @@ from recipes_lib.modeling.loading import (
     load_tokenizer,
     pad_with_eos_if_missing,
 )
-from recipes_lib.results import RESULTS_FILE
+from recipes_lib.results import RESULTS_FILE, describe_device
 from recipes_lib.run.metrics import RunMetrics
-from recipes_lib.run.record import RunSettings, finish_run, publish_results
+from recipes_lib.run.record import RunSettings, evaluate_merged_model, finish_run, publish_results
 from recipes_lib.tracking.hub import check_push_to_hub
 from recipes_lib.tracking.wandb_run import Tracker, start_tracking
 from recipes_lib.training.callbacks import LastEpochEvaluation, PrecisionProbe, TokenCounter, final_metrics
@@ -333,8 +333,9 @@ class RecipeRun:
             memory={**peak_memory(trainer.args.device, self.memory), **memory},
             # The run's last collective step.
             tokens=run_callback(trainer, TokenCounter).totals(trainer.accelerator),
+            device=describe_device(trainer.args.device),
             batch_choice=self.batch_choice,
-            merged=merged,
+            merged=evaluate_merged_model(trainer, merged, self.data, self.arguments.data),
         )
         results = finish_run(trainer, train_result, eval_metrics, settings)
         self.tracker.finish(results)  # every results.json key into the W&B summary, same names

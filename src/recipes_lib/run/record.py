@@ -3,20 +3,24 @@
 `finish_run(trainer, train_result, eval_metrics, settings)` reads the Trainer only through what
 every `transformers.Trainer` has (`state`, `args`, `predict`, `log_metrics`, `compute_metrics`:
 the run's, which saw the final validation pass); the rest comes as values in `RunSettings`, which
-`RecipeRun.write_results` fills at the end of the run. In one pass down the layers: the run's own
-figures and predictions (the final validation pass, the test split, --merge_adapter's model scored
-in memory); then what the evaluation derives from them (multi-label thresholds, --decision_threshold,
-per-class scores: evaluation/predictions.py); then, on the main process, the prediction files and
-results.json (written atomically). `publish_results` then writes the model card from the results
+`RecipeRun.write_results` fills at the end of the run (--merge_adapter's model is scored in memory
+there, by `evaluate_merged_model`, and comes as its figures). In one pass down the layers: what the
+Trainer holds (how training went, the batch, the arguments, in this module); the final predictions
+in input order (the final validation pass, the test split: training/trainer.py); the parameters and
+optimizer state counted (modeling/); what the evaluation derives (multi-label thresholds,
+--decision_threshold, per-class scores, neglected classes, the end loss: evaluation/); then, on the
+main process, the prediction files and results.json (written atomically). `publish_results` then writes the model card from the results
 (tracking/model_card.py), says how the run went, and makes --push_to_hub's second push.
 """
 
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+import numpy as np
 
 from recipes_lib.config.arguments import ParsedArguments
 from recipes_lib.config.recipe_options import MERGED_SUBDIR
@@ -24,14 +28,14 @@ from recipes_lib.config.recipe_spec import TrainingShape
 from recipes_lib.config.tasks import DEFAULT_THRESHOLD, TASK_METRICS
 from recipes_lib.data.files import write_jsonl
 from recipes_lib.data.loading import ClassificationData
-from recipes_lib.data.tokenize import padding_collator
+from recipes_lib.data.tokenize import LABEL_COLUMN, padding_collator
 from recipes_lib.evaluation.inference import batch_logits
 from recipes_lib.evaluation.neglected import neglected_classes, results_neglect_note
 from recipes_lib.evaluation.predictions import final_outputs, prediction_files, write_decision_files
 from recipes_lib.evaluation.training_loss import high_loss_note, train_loss_check
 from recipes_lib.modeling.loading import count_parameters
 from recipes_lib.modeling.optimizers import optimizer_state_summary
-from recipes_lib.results import RESULTS_FILE, describe_device, library_versions, timestamp, write_results
+from recipes_lib.results import RESULTS_FILE, library_versions, timestamp, write_results
 from recipes_lib.tracking.model_card import build_card, write_card
 from recipes_lib.tracking.names import METRIC_TITLES, eval_key
 from recipes_lib.training.trainer import evaluation_in_input_order
@@ -55,8 +59,9 @@ class RunSettings:
     quantized_compute: str | None  # QLoRA: the dtype of the 4-bit layers' matmuls
     memory: dict[str, Any]  # the memory phases and peaks
     tokens: tuple[int, int]  # real and padded training tokens, over every process
+    device: str  # where it ran (results.describe_device)
     batch_choice: Any = None  # --auto_batch_size: what the planner chose
-    merged: MergedModel | None = None  # --merge_adapter, on the main process
+    merged: dict[str, Any] = field(default_factory=dict)  # --merge_adapter: evaluate_merged_model's figures
 
 
 def _listed(value):
@@ -104,39 +109,6 @@ def final_predictions(settings: RunSettings, trainer, eval_metrics: dict[str, An
                 logits, references = scorer.per_document(logits, output.label_ids)
             test = (logits, references, output.metrics) if data.test_has_labels else (logits, None, {})
     return validation, test, eval_metrics
-
-
-def evaluate_merged_model(settings: RunSettings, trainer, references) -> dict[str, Any]:
-    """--merge_adapter: the merged model's own scores on the validation split, and what it is.
-
-    The merged model is what a user deploys without peft; for QLoRA it is not the evaluated
-    model (adapters.describe_merged_model), so its own figures are measured rather than assumed.
-    Scored as it is in memory, on the main process (which merged it), under the autocast the
-    Trainer evaluated in. Multi-label classes at 0.5.
-    """
-    merged, training, scorer = settings.merged, trainer.args, trainer.compute_metrics
-    if merged is None:
-        return {}
-    model = merged.model.to(training.device).eval()
-    collator = padding_collator(trainer.processing_class, settings.arguments.data, training.device)
-    with trainer.accelerator.autocast():
-        validation = settings.data.tokenized["validation"]
-        progress = not training.disable_tqdm
-        logits = batch_logits(
-            model, validation, collator, training.device, training.per_device_eval_batch_size, progress
-        )
-    logits, _ = scorer.per_document(logits)  # sliding_window: one row per document
-    scores = scorer.scores(logits, references, thresholds=[DEFAULT_THRESHOLD] * scorer.num_labels)
-    logger.info(
-        "Merged model in %s, %s: %s",
-        Path(training.output_dir) / MERGED_SUBDIR,
-        merged.description.split(". ")[0],
-        ", ".join(f"{METRIC_TITLES[name]} {value:.4f}" for name, value in scores.items()),
-    )
-    return {
-        "merged_model": merged.description,
-        **{f"merged_eval_{name}": value for name, value in scores.items()},
-    }
 
 
 def task_results(settings: RunSettings, eval_metrics) -> dict[str, Any]:
@@ -190,12 +162,10 @@ def training_results(settings: RunSettings, trainer, train_result) -> dict[str, 
 
 
 def model_results(settings: RunSettings, trainer) -> dict[str, Any]:
-    """What trained and what it held: parameters, adapters, optimizer state, memory."""
-    total, trainable = count_parameters(trainer.model)
+    """What trained and how: the model type, adapters, memory, the batch (parameters and optimizer
+    state are counted in modeling/, by finish_run)."""
     adapters, choice = settings.shape.adapters, settings.batch_choice
     return {
-        "params_total": total,
-        "params_trainable": trainable,
         "model_type": settings.model_type,
         "attn_implementation": settings.arguments.model.attn_implementation,
         # LoRA: the layers adapted (resolved for the family) and the modules trained whole.
@@ -203,8 +173,6 @@ def model_results(settings: RunSettings, trainer) -> dict[str, Any]:
         "modules_trained_in_full": list(getattr(trainer.model, "modules_to_save", None) or []) or None,
         # QLoRA: the bits of the frozen base's linear weights (4: NF4, 8: LLM.int8); else None.
         "quantized_base_bits": settings.shape.base_bits if settings.shape.quantized_base else None,
-        # What the optimizer's state tensors hold after training, measured (see modeling/optimizers.py).
-        **optimizer_state_summary(trainer.optimizer, trainer.model),
         **settings.memory,
         # The batch the Trainer's arguments hold at the end: after any out-of-memory back-off (RecipeTrainer).
         "auto_batch_size": choice.after_training(
@@ -219,7 +187,7 @@ def environment_results(settings: RunSettings, trainer) -> dict[str, Any]:
     """Where and how it ran: device, processes, precision, versions, the full config."""
     training = trainer.args
     return {
-        "device": describe_device(training.device),
+        "device": settings.device,
         "num_processes": training.world_size,
         # Read from the autocast state inside the model during training, not from the flags.
         "precision": settings.precision,
@@ -239,24 +207,27 @@ def finish_run(trainer, train_result, eval_metrics: dict[str, Any], settings: Ru
     """Predictions and results.json of a finished run (this module's docstring); returns the results."""
     trainer.log_metrics("train", train_result.metrics)
     trainer.log_metrics("eval", eval_metrics)
-    validation, test, eval_metrics = final_predictions(settings, trainer, eval_metrics)
-    results = task_results(settings, eval_metrics)
+    # What the Trainer holds, read here: how training went, what trained and how, where.
     run_results = {
         **training_results(settings, trainer, train_result),
         **model_results(settings, trainer),
         **environment_results(settings, trainer),
     }
-    # Down the layers from here. --merge_adapter: what the merged model is, and its own validation
-    # metrics (thresholds 0.5); then what the evaluation derives: multi-label thresholds (validation
-    # at them: optimistic, tuned and scored on one split), --decision_threshold's figures, per-class
-    # scores and the confusion matrix; then the files.
-    merged = evaluate_merged_model(settings, trainer, validation[1])
+    validation, test, eval_metrics = final_predictions(settings, trainer, eval_metrics)
+    results = task_results(settings, eval_metrics)
+    # Down the layers from here: the parameters and what the optimizer's state tensors hold after
+    # training, measured (modeling/); then what the evaluation derives: multi-label thresholds
+    # (validation at them: optimistic, tuned and scored on one split), --decision_threshold's figures,
+    # per-class scores and the confusion matrix, neglected classes, the end loss; then the files.
+    total, trainable = count_parameters(trainer.model)
+    held = {"params_total": total, "params_trainable": trainable}
+    held.update(optimizer_state_summary(trainer.optimizer, trainer.model))
     labels, source = settings.data.labels, settings.data.split_sources["validation"]
     option = settings.arguments.training.decision_threshold  # 'tune', a probability, or None
     outputs = final_outputs(validation, test, trainer.compute_metrics, labels.names, option, source)
     if outputs.test_metrics:
         trainer.log_metrics("test", outputs.test_metrics)
-    results = {**results, **outputs.results, **outputs.test_metrics, **merged, **run_results}
+    results = {**results, **outputs.results, **outputs.test_metrics, **settings.merged, **held, **run_results}
     results["neglected_classes"] = neglected_classes(results["per_class"], results["confusion_matrix"])
     results.update(train_loss_check(trainer.state.log_history, results))  # issue #42: the end loss
     if trainer.is_world_process_zero():
@@ -267,6 +238,43 @@ def finish_run(trainer, train_result, eval_metrics: dict[str, Any], settings: Ru
             write_jsonl(output_dir / name, rows)
         write_results(output_dir, results)
     return results
+
+
+def evaluate_merged_model(
+    trainer, merged: MergedModel | None, data: ClassificationData, data_args
+) -> dict[str, Any]:
+    """--merge_adapter: the merged model's own scores on the validation split, and what it is ({} without).
+
+    The merged model is what a user deploys without peft; for QLoRA it is not the evaluated
+    model (adapters.describe_merged_model), so its own figures are measured rather than assumed.
+    Scored as it is in memory, on the main process (which merged it), under the autocast the
+    Trainer evaluated in, against the split's labels in input order. Multi-label classes at 0.5.
+    `RecipeRun.write_results` calls it before the record, which gets the figures as a value.
+    """
+    if merged is None:
+        return {}
+    training, scorer = trainer.args, trainer.compute_metrics
+    model = merged.model.to(training.device).eval()
+    collator = padding_collator(trainer.processing_class, data_args, training.device)
+    validation = data.tokenized["validation"]
+    with trainer.accelerator.autocast():
+        progress = not training.disable_tqdm
+        logits = batch_logits(
+            model, validation, collator, training.device, training.per_device_eval_batch_size, progress
+        )
+    references = np.asarray(validation[LABEL_COLUMN])
+    logits, references = scorer.per_document(logits, references)  # sliding_window: one row per document
+    scores = scorer.scores(logits, references, thresholds=[DEFAULT_THRESHOLD] * scorer.num_labels)
+    logger.info(
+        "Merged model in %s, %s: %s",
+        Path(training.output_dir) / MERGED_SUBDIR,
+        merged.description.split(". ")[0],
+        ", ".join(f"{METRIC_TITLES[name]} {value:.4f}" for name, value in scores.items()),
+    )
+    return {
+        "merged_model": merged.description,
+        **{f"merged_eval_{name}": value for name, value in scores.items()},
+    }
 
 
 def hub_repo_id(trainer) -> str | None:
