@@ -28,7 +28,8 @@ from recipes_lib.crossval.folds import TrainingRows, read_labelled_file
 from recipes_lib.crossval.oof import summary
 from recipes_lib.data.files import write_jsonl
 from recipes_lib.errors import DataError
-from recipes_lib.evaluation.predictions import TEST_PREDICTIONS_FILE, prediction_rows, read_thresholds
+from recipes_lib.evaluation.predictions import TEST_PREDICTIONS_FILE, prediction_rows
+from recipes_lib.export.bundle import read_thresholds
 from recipes_lib.results import RESULTS_FILE
 
 ENSEMBLE_FILE = "test_ensemble_predictions.jsonl"

@@ -30,7 +30,6 @@ from typing import Any
 import numpy as np
 
 from recipes_lib.config.tasks import DEFAULT_THRESHOLD, MULTI_LABEL, REGRESSION, SINGLE_LABEL, TUNE
-from recipes_lib.errors import ConfigError
 from recipes_lib.evaluation.thresholds import (
     POSITIVE_ID,
     predicted_labels,
@@ -102,22 +101,6 @@ def write_thresholds(
     return path
 
 
-def read_thresholds(directory: str | Path, label_names: list[str]) -> list[float] | None:
-    """The thresholds saved with a multi-label model, in label-id order; None where none were saved."""
-    path = Path(directory) / THRESHOLDS_FILE
-    if not path.is_file():
-        return None
-    try:
-        saved = json.loads(path.read_text())["thresholds"]
-        return [float(saved[name]) for name in label_names]
-    except (KeyError, TypeError, ValueError) as error:
-        raise ConfigError(
-            f"{path} does not hold a number for every class of the model ({', '.join(label_names)}): "
-            f"{type(error).__name__} {error}. It is written with the model at the end of a run; restore it, or "
-            "delete it to decide every class at probability 0.5."
-        ) from None
-
-
 def write_decision_threshold(
     directory: str | Path, label_names: list[str], threshold: float, tuned_on: str | None
 ) -> Path:
@@ -132,25 +115,6 @@ def write_decision_threshold(
     }
     path.write_text(json.dumps(record, indent=2) + "\n")
     return path
-
-
-def read_decision_threshold(directory: str | Path) -> float | None:
-    """The threshold saved with a binary model (decision_threshold.json); None where none was saved."""
-    path = Path(directory) / DECISION_THRESHOLD_FILE
-    if not path.is_file():
-        return None
-    try:
-        threshold = float(json.loads(path.read_text())["threshold"])
-    except (KeyError, TypeError, ValueError) as error:
-        threshold, problem = None, f"{type(error).__name__} {error}"
-    else:
-        problem = None if 0 < threshold < 1 else f"threshold {threshold} is not between 0 and 1"
-    if problem is not None:
-        raise ConfigError(
-            f"{path} does not hold a threshold between 0 and 1 ({problem}). It is written with the model at the "
-            "end of a run with --decision_threshold; restore it, or delete it to decide by the likelier class."
-        )
-    return threshold
 
 
 def per_class_report(

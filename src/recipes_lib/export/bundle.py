@@ -102,3 +102,42 @@ def find_export(path: str | Path) -> ExportedModel | None:
     return ExportedModel(
         directory=directory, onnx_path=onnx_path, settings=json.loads((directory / SETTINGS_FILE).read_text())
     )
+
+
+# The decision files a run writes beside its model (evaluation/predictions.py), read back by what
+# serves a trained directory: predict, the export (which copies them here) and crossval's ensemble.
+
+
+def read_thresholds(directory: str | Path, label_names: list[str]) -> list[float] | None:
+    """The thresholds saved with a multi-label model, in label-id order; None where none were saved."""
+    path = Path(directory) / THRESHOLDS_FILE
+    if not path.is_file():
+        return None
+    try:
+        saved = json.loads(path.read_text())["thresholds"]
+        return [float(saved[name]) for name in label_names]
+    except (KeyError, TypeError, ValueError) as error:
+        raise ConfigError(
+            f"{path} does not hold a number for every class of the model ({', '.join(label_names)}): "
+            f"{type(error).__name__} {error}. It is written with the model at the end of a run; restore it, or "
+            "delete it to decide every class at probability 0.5."
+        ) from None
+
+
+def read_decision_threshold(directory: str | Path) -> float | None:
+    """The threshold saved with a binary model (decision_threshold.json); None where none was saved."""
+    path = Path(directory) / DECISION_THRESHOLD_FILE
+    if not path.is_file():
+        return None
+    try:
+        threshold = float(json.loads(path.read_text())["threshold"])
+    except (KeyError, TypeError, ValueError) as error:
+        threshold, problem = None, f"{type(error).__name__} {error}"
+    else:
+        problem = None if 0 < threshold < 1 else f"threshold {threshold} is not between 0 and 1"
+    if problem is not None:
+        raise ConfigError(
+            f"{path} does not hold a threshold between 0 and 1 ({problem}). It is written with the model at the "
+            "end of a run with --decision_threshold; restore it, or delete it to decide by the likelier class."
+        )
+    return threshold

@@ -22,7 +22,6 @@ from recipes_lib.config.tasks import MULTI_LABEL, SINGLE_LABEL
 from recipes_lib.data.tokenize import padding_collator
 from recipes_lib.errors import ConfigError, ModelError
 from recipes_lib.evaluation.inference import batch_logits
-from recipes_lib.evaluation.predictions import read_decision_threshold, read_thresholds
 from recipes_lib.export import (
     DEFAULT_MAX_METRIC_DROP,
     MIN_FP32_AGREEMENT,
@@ -35,6 +34,8 @@ from recipes_lib.export.bundle import (
     FP32_MODEL,
     INT8_MODEL,
     REPORT_FILE,
+    read_decision_threshold,
+    read_thresholds,
     write_bundle,
 )
 from recipes_lib.export.gate import (

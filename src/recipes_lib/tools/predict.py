@@ -49,14 +49,9 @@ from recipes_lib.data.long_text import DOCUMENT_COLUMN
 from recipes_lib.data.tokenize import padding_collator, tokenize
 from recipes_lib.errors import ConfigError, DataError, ModelError, RecipeError
 from recipes_lib.evaluation.inference import batch_logits
-from recipes_lib.evaluation.predictions import (
-    THRESHOLDS_FILE,
-    prediction_rows,
-    read_decision_threshold,
-    read_thresholds,
-)
+from recipes_lib.evaluation.predictions import THRESHOLDS_FILE, prediction_rows
 from recipes_lib.evaluation.windows import combine_windows
-from recipes_lib.export.bundle import find_export
+from recipes_lib.export.bundle import find_export, read_decision_threshold, read_thresholds
 from recipes_lib.modeling.adapters import (
     ADAPTER_CONFIG_FILE,
     MERGED_SUBDIR,
