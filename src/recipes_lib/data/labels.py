@@ -66,13 +66,11 @@ class LabelMapping:
 
     @property
     def id2label(self) -> dict[int, str]:
-        classes = self.class_label
-        return {i: classes.int2str(i) for i in range(classes.num_classes)}
+        return dict(enumerate(self.class_label.names))
 
     @property
     def label2id(self) -> dict[str, int]:
-        classes = self.class_label
-        return {name: classes.str2int(name) for name in classes.names}
+        return {name: i for i, name in self.id2label.items()}
 
     def classes_of(self, value) -> list:
         """A multi-label row's classes, as raw values (normalised): a list as is, a string split, a scalar alone."""
@@ -272,7 +270,7 @@ def _checked(
             feature = raw["test"].features[label_column]
             if values.hidden(feature):
                 continue  # an unlabelled test split: predicted, not scored
-            first = values.first_unlabelled(feature)
+            first = _first(values.unlabelled(feature))
             if first is not None:
                 raise DataError(
                     f"{_where(locate, split, first)} has no label, but other test rows have one. Label every "
@@ -505,7 +503,7 @@ class LabelColumn:
         extremes = pc.min_max(self._floats)
         return pc.sum(self._floats).as_py() / self.rows, extremes["min"].as_py(), extremes["max"].as_py()
 
-    def _unlabelled(self, feature) -> np.ndarray:
+    def unlabelled(self, feature) -> np.ndarray:
         """Per row: whether it has no label (`unlabelled_value`)."""
         if self.listed:
             return ~self.present
@@ -517,12 +515,9 @@ class LabelColumn:
             unlabelled = pc.or_(unlabelled, pc.equal(self._floats, -1).fill_null(False))
         return _numpy(unlabelled)
 
-    def first_unlabelled(self, feature) -> int | None:
-        return _first(self._unlabelled(feature))
-
     def hidden(self, feature) -> bool:
         """Whether no row has a label: all empty, or -1 everywhere (GLUE's hidden test labels)."""
-        if self.rows == 0 or self._unlabelled(feature).all():
+        if self.rows == 0 or self.unlabelled(feature).all():
             return True
         if self.kind == "json" and not self.listed:
             return all(normalise_label(value) == -1 for value in self.distinct[0])
@@ -553,9 +548,8 @@ class LabelColumn:
             )
         values, codes = self.distinct
         multi_hot = mapping is not None and mapping.multi_hot and self.listed
-        if (
-            multi_hot
-        ):  # an item's class is its position in its row, where its flag is 1: value (position, flag)
+        if multi_hot:
+            # An item's class is its position in its row, where its flag is 1: value (position, flag).
             ones = np.array([normalise_label(value) == 1 for value in values], dtype=np.int64)[codes]
             positions = np.arange(len(codes)) - self.row_starts[self.item_rows]
             codes = positions * 2 + ones
