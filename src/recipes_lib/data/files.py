@@ -8,12 +8,8 @@ can still yield rows of the right width, and then the run trains on fragments wi
 So a delimited file is read both ways (Python's `csv` module, with and without quoting) before
 `datasets` loads it. A reading is plausible when every record has the header's number of fields.
 One plausible reading decides; two that agree are the same file. When both are plausible and
-disagree, the way each '"' is written decides (data/quoting.py): a file whose every '"' opens,
-closes or is doubled inside a field in quotes is quoted, as csv and pandas write it (they also
-quote fields that need no quotes); a file with a '"' inside a bare text, and no field in quotes
-that only quoting explains (a doubled '"', a delimiter, a line end), is GLUE-style. Only when it
-has both, the run stops and asks for `--csv_quoting`, never a guess. The reading taken, and why,
-is logged.
+disagree, the way each '"' is written decides (data/quoting.py), and where it cannot, the run
+stops and asks for `--csv_quoting`, never a guess. The reading taken, and why, is logged.
 
 All of it streams, in constant memory whatever the file's size: the two readings advance side by
 side, one record each at a time, and are compared as they go (a file without a '"' is read once:

@@ -2,10 +2,11 @@
 
 data/files.py reads a delimited file with and without quoting. Only when both readings give every
 record the header's width and still give different records (texts in quotes that hold no delimiter,
-say) is the evidence looked at, and this module loaded: a file whose every '"' opens, closes
-or is doubled inside a field in quotes is quoted, as Python's csv and pandas write it; a file with a
-'"' inside a bare text and no field in quotes that only quoting explains is GLUE-style; a file with
-both stops the run and asks for --csv_quoting.
+say) is this module loaded and the evidence looked at: a file whose every '"' opens, closes or is
+doubled inside a field in quotes is quoted, as csv and pandas write it (they also quote fields that
+need no quotes); a file with a '"' inside a bare text, and no field in quotes that only quoting
+explains (a doubled '"', a delimiter, a line end), is GLUE-style. Only when it has both, the run
+stops and asks for `--csv_quoting`. Like the readings, it streams: one record's text at a time.
 """
 
 from __future__ import annotations
