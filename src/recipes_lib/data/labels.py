@@ -125,7 +125,7 @@ def label_mapping(raw: DatasetDict, data_args: DataArguments, locate: dict) -> L
         mapping = _multi_label_mapping(values, feature, data_args.label_delimiter, locate)
     else:
         mapping = _single_label_mapping(values, feature, label_column, locate)
-    return _checked(mapping, raw, label_column, locate, {"train": values})
+    return _checked(mapping, raw, label_column, locate, values)
 
 
 def _problem_type(values: LabelColumn, feature, data_args: DataArguments, locate: dict) -> str:
@@ -252,7 +252,7 @@ def check_labels_present(raw: DatasetDict, label_column: str, locate: dict, deli
 
 
 def _checked(
-    mapping: LabelMapping, raw: DatasetDict, label_column: str, locate: dict, read: dict | None = None
+    mapping: LabelMapping, raw: DatasetDict, label_column: str, locate: dict, train: LabelColumn
 ) -> LabelMapping:
     """Every labelled split's labels mean something to this mapping: known classes, or numbers for regression."""
     # Multi-label may detect a single class (its rows without it are the negatives); single-label needs two.
@@ -265,7 +265,7 @@ def _checked(
     for split in [name for name in ("train", "validation", "test") if name in raw]:
         if label_column not in raw[split].column_names:
             continue
-        values = (read or {}).get(split) or label_values(raw[split], label_column)
+        values = train if split == "train" else label_values(raw[split], label_column)
         if split == "test":
             feature = raw["test"].features[label_column]
             if values.hidden(feature):
