@@ -56,17 +56,13 @@ class LabelMapping:
     multi_hot: bool = False
 
     @property
-    def class_label(self) -> ClassLabel:
-        """The names as datasets' ClassLabel (which refuses a name given twice): id <-> name."""
-        return ClassLabel(names=self.names)
-
-    @property
     def num_labels(self) -> int:
         return len(self.names)  # asked once a row by `encode`: no ClassLabel built for it
 
     @property
     def id2label(self) -> dict[int, str]:
-        return dict(enumerate(self.class_label.names))
+        # Through datasets' ClassLabel, which refuses a name given twice.
+        return dict(enumerate(ClassLabel(names=self.names).names))
 
     @property
     def label2id(self) -> dict[str, int]:
