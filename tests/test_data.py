@@ -114,6 +114,18 @@ def test_mixed_label_types_are_an_error(tmp_path):
         load_classification_data(DataArguments(train_file=str(train), validation_file=str(train)))
 
 
+def test_a_json_lines_error_names_the_line_past_blank_lines(tmp_path):
+    # Blank lines hold no record: the fourth record (an unseen class) is on line 6 of the file.
+    train = write_json_lines(tmp_path / "train.jsonl", ROWS)
+    records = [
+        json.dumps({"text": text, "label": label}) for text, label in [*ROWS[:3], ("a red bird", "bird")]
+    ]
+    validation = tmp_path / "validation.jsonl"
+    validation.write_text(f"{records[0]}\n\n{records[1]}\n{records[2]}\n\n{records[3]}\n")
+    with pytest.raises(DataError, match=r"never uses: 'bird' \(first at validation.jsonl line 6\)"):
+        load_classification_data(DataArguments(train_file=str(train), validation_file=str(validation)))
+
+
 def test_empty_training_file_is_an_error(tmp_path):
     train = write_csv(tmp_path / "train.csv", [])
     validation = write_csv(tmp_path / "validation.csv", ROWS)

@@ -8,12 +8,8 @@ can still yield rows of the right width, and then the run trains on fragments wi
 So a delimited file is read both ways (Python's `csv` module, with and without quoting) before
 `datasets` loads it. A reading is plausible when every record has the header's number of fields.
 One plausible reading decides; two that agree are the same file. When both are plausible and
-disagree, the way each '"' is written decides (`quoting_evidence`): a file whose every '"' opens,
-closes or is doubled inside a field in quotes is quoted, as csv and pandas write it (they also
-quote fields that need no quotes); a file with a '"' inside a bare text, and no field in quotes
-that only quoting explains (a doubled '"', a delimiter, a line end), is GLUE-style. Only when it
-has both, the run stops and asks for `--csv_quoting`, never a guess. The reading taken, and why,
-is logged.
+disagree, the way each '"' is written decides (data/quoting.py), and where it cannot, the run
+stops and asks for `--csv_quoting`, never a guess. The reading taken, and why, is logged.
 
 All of it streams, in constant memory whatever the file's size: the two readings advance side by
 side, one record each at a time, and are compared as they go (a file without a '"' is read once:
@@ -49,7 +45,6 @@ from recipes_lib.errors import DataError
 logger = logging.getLogger(__name__)
 
 DELIMITED = {".csv": ",", ".tsv": "\t"}  # the delimited extensions, and the delimiter each usually means
-QUOTING_CHOICES = ("auto", "quoted", "none")
 _CHUNK = 1 << 16  # bytes read at a time when looking for a '"'
 # The delimiters looked for, in the order a tie falls back to after the extension's own.
 DELIMITER_NAMES = {"tab": "\t", "comma": ",", "semicolon": ";", "pipe": "|"}
@@ -302,104 +297,40 @@ def _compare_readings(path: str, delimiter: str) -> _Comparison:
     return _Comparison(quoted, unquoted, differs_line)
 
 
-class _LineTap:
-    """The lines the csv module takes from a file, kept until the record they make is looked at."""
-
-    def __init__(self, handle):
-        self._handle, self.taken = handle, []
-
-    def __iter__(self) -> _LineTap:
-        return self
-
-    def __next__(self) -> str:
-        line = next(self._handle)
-        self.taken.append(line)
-        return line
-
-    def record_text(self) -> str:
-        """The text of the record just read, without its line end; forgets it."""
-        text = "".join(self.taken)
-        self.taken.clear()
-        for end in ("\r\n", "\n", "\r"):
-            if text.endswith(end):
-                return text[: -len(end)]
-        return text
-
-
-@dataclass
-class QuotingEvidence:
-    """What the '"' in a delimited file say about its writer: the first line of each kind of field.
-
-    Each field of the quoted reading is either enclosed in quotes in the file (any '"' inside
-    doubled), or bare. A quoting writer (csv, pandas) encloses every field that holds a '"', the
-    delimiter or a line end, and may enclose others too; it never leaves a '"' bare.
-    """
-
-    enclosed_line: int | None = None  # a field enclosed in quotes
-    enclosed_fields: int = 0
-    # An enclosed field holding what only quoting can hold: a doubled '"', the delimiter or a line end.
-    # Read unquoted, its text would keep the doubled quotes or split in two: quoting is the one reading.
-    writer_line: int | None = None
-    bare_quote_line: int | None = None  # a '"' in a field not enclosed: text, which no quoting writer leaves
-
-
-def quoting_evidence(path: str, delimiter: str) -> QuotingEvidence:
-    """Read the file quoted and look at how each field is written; streams, and stops once both kinds are seen."""
-    evidence = QuotingEvidence()
-    with _open(path) as handle:
-        tap = _LineTap(handle)
-        reader = csv.reader(tap, delimiter=delimiter, quoting=csv.QUOTE_MINIMAL, strict=True)
-        start = 1
-        for record in reader:
-            text = tap.record_text()
-            if record:
-                _weigh_record(evidence, record, text, delimiter, start)
-                if evidence.writer_line is not None and evidence.bare_quote_line is not None:
-                    break
-            start = reader.line_num + 1
-    return evidence
-
-
-def _weigh_record(evidence: QuotingEvidence, record: list[str], text: str, delimiter: str, line: int) -> None:
-    at = 0
-    for index, value in enumerate(record):
-        at += index > 0  # the delimiter before the field
-        enclosed = '"' + value.replace('"', '""') + '"'
-        if text.startswith(enclosed, at):
-            at += len(enclosed)
-            evidence.enclosed_fields += 1
-            if evidence.enclosed_line is None:
-                evidence.enclosed_line = line
-            if evidence.writer_line is None and any(mark in value for mark in ('"', delimiter, "\n", "\r")):
-                evidence.writer_line = line
-        else:
-            at += len(value)
-            if '"' in value and evidence.bare_quote_line is None:
-                evidence.bare_quote_line = line
-
-
 class RecordLines:
-    """The line each data row of a delimited file starts on, found when asked, by reading the file again.
+    """The line each data row of a file starts on, found when asked, by reading the file again.
 
-    Indexed like the rows (the header is no row); only an error message about a row asks, so nothing
-    is held for a file that has no error. len() is the number of rows.
+    A delimited file's rows are its records after the header (`delimiter` given); a JSON Lines
+    file's (`delimiter` None) are its non-blank lines. Only an error message about a row asks, so
+    nothing is held for a file that has no error. len() is the number of rows (counted when first
+    asked, unless given).
     """
 
-    def __init__(self, path: str, delimiter: str, quoted: bool, rows: int):
+    def __init__(self, path: str, delimiter: str | None, quoted: bool = False, rows: int | None = None):
         self.path, self.delimiter, self.quoted, self.rows = path, delimiter, quoted, rows
         self._found: dict[int, int] = {}
 
+    def _starts(self, handle) -> Iterator[int]:
+        if self.delimiter is None:
+            return (number for number, line in enumerate(handle, start=1) if line.strip())
+        records = _records(handle, self.delimiter, self.quoted)
+        return itertools.islice((line for _, line in records), 1, None)  # the header is record 0
+
+    def _read(self):
+        return _open(self.path) if self.delimiter is not None else open(self.path, encoding="utf-8")
+
     def __len__(self) -> int:
+        if self.rows is None:
+            with self._read() as handle:
+                self.rows = sum(1 for _ in self._starts(handle))
         return self.rows
 
     def __getitem__(self, index: int) -> int:
-        if not 0 <= index < self.rows:
+        if not 0 <= index < len(self):
             raise IndexError(index)
         if index not in self._found:
-            with _open(self.path) as handle:
-                records = _records(handle, self.delimiter, self.quoted)
-                _, line = next(itertools.islice(records, index + 1, None))  # the header is record 0
-            self._found[index] = line
+            with self._read() as handle:
+                self._found[index] = next(itertools.islice(self._starts(handle), index, None))
         return self._found[index]
 
 
@@ -430,11 +361,10 @@ def decide_quoting(
     if quoted.plausible and unquoted.plausible and both.differs_line is not None:
         # Split without quotes, a quoted text with a tab and a newline can still give two rows of the
         # right width, and a text may itself be in quotes: the way each '"' is written decides.
-        quoted_reading = _weigh_quotes(path, delimiter, both.differs_line)
-        return quoted_reading, RecordLines(
-            path, delimiter, quoted_reading, (quoted if quoted_reading else unquoted).count - 1
-        )
-    if quoted.plausible:
+        from recipes_lib.data.quoting import weigh_quotes  # loaded only for such a file
+
+        is_quoted = weigh_quotes(path, delimiter, both.differs_line)
+    elif quoted.plausible:
         if not unquoted.plausible:
             logger.info(
                 "%s: read quoted (as csv and pandas write it); read unquoted, its line %s would not have "
@@ -443,8 +373,8 @@ def decide_quoting(
                 unquoted.bad_line,
                 quoted.width,
             )
-        return True, RecordLines(path, delimiter, True, quoted.count - 1)
-    if unquoted.plausible:
+        is_quoted = True
+    elif unquoted.plausible:
         logger.info(
             "%s: read unquoted (GLUE-style, a '\"' is text); read quoted, its line %s would have a '\"' "
             "that does not open and close a whole field, or not the header's %s fields.",
@@ -452,12 +382,15 @@ def decide_quoting(
             quoted.bad_line,
             unquoted.width,
         )
-        return False, RecordLines(path, delimiter, False, unquoted.count - 1)
-    raise DataError(
-        f"{path} has rows whose field count differs from the header's, whether read with quoting (first at line "
-        f"{quoted.bad_line}) or without (first at line {unquoted.bad_line}). {layout.header_note()}{_no_fit(layout)} Fix those lines: "
-        f"quote fields that hold the delimiter, or give every row the header's fields{_other_delimiters(layout)}."
-    )
+        is_quoted = False
+    else:
+        raise DataError(
+            f"{path} has rows whose field count differs from the header's, whether read with quoting (first at line "
+            f"{quoted.bad_line}) or without (first at line {unquoted.bad_line}). {layout.header_note()}{_no_fit(layout)} Fix those lines: "
+            f"quote fields that hold the delimiter, or give every row the header's fields{_other_delimiters(layout)}."
+        )
+    rows = (quoted if is_quoted else unquoted).count - 1  # the header is no row
+    return is_quoted, RecordLines(path, delimiter, is_quoted, rows)
 
 
 def _no_fit(layout: Layout) -> str:
@@ -471,40 +404,6 @@ def _other_delimiters(layout: Layout) -> str:
     if layout.source == "--delimiter":
         return "; or leave --delimiter out to decide it from the file"
     return "; or name the delimiter with --delimiter"
-
-
-def _weigh_quotes(path: str, delimiter: str, differs_line: int) -> bool:
-    """Whether a file both readings fit is quoted, from how its '"' are written; logs why, or asks."""
-    evidence = quoting_evidence(path, delimiter)
-    if evidence.bare_quote_line is None:
-        logger.info(
-            "%s: read quoted (as csv and pandas write it): fields enclosed in '\"': %d (the first at "
-            "line %s), and every '\"' in the file opens, closes or is doubled inside one. Read unquoted, "
-            "the texts from line %s on would keep those quotes; --csv_quoting none reads it so.",
-            path,
-            evidence.enclosed_fields,
-            evidence.enclosed_line,
-            differs_line,
-        )
-        return True
-    if evidence.writer_line is None:
-        logger.info(
-            "%s: read unquoted (GLUE-style, a '\"' is text): line %s has a '\"' inside a text, which a "
-            "quoting writer never leaves bare, and the fields in quotes (the first at line %s) hold no "
-            "doubled '\"', delimiter or line end that only quoting explains, so their quotes are text; "
-            "--csv_quoting quoted reads them as quoting.",
-            path,
-            evidence.bare_quote_line,
-            evidence.enclosed_line,
-        )
-        return False
-    raise DataError(
-        f"{path} reads two ways, and both give rows of the header's width: with quoting (as Python's csv "
-        f"module and pandas write) and without (GLUE-style, a '\"' is text). Line {evidence.writer_line} "
-        f"has a field in quotes that only quoting explains (a doubled '\"', a delimiter or a line end inside), "
-        f"but line {evidence.bare_quote_line} has a '\"' inside a text, which a quoting writer never leaves. "
-        "Say which it is: --csv_quoting quoted or --csv_quoting none."
-    )
 
 
 def has_rows(path: str | Path) -> bool:
@@ -524,30 +423,6 @@ def has_rows(path: str | Path) -> bool:
             if found >= needed:
                 return True
     return False
-
-
-class JsonLines:
-    """The line each record of a JSON Lines file is on (blank lines hold none), found when asked."""
-
-    def __init__(self, path: str):
-        self.path = path
-        self._rows: int | None = None
-
-    def __len__(self) -> int:
-        if self._rows is None:
-            with open(self.path, encoding="utf-8") as handle:
-                self._rows = sum(1 for line in handle if line.strip())
-        return self._rows
-
-    def __getitem__(self, index: int) -> int:
-        if index < 0:
-            raise IndexError(index)
-        with open(self.path, encoding="utf-8") as handle:
-            numbers = (number for number, line in enumerate(handle, start=1) if line.strip())
-            found = next(itertools.islice(numbers, index, None), None)
-        if found is None:
-            raise IndexError(index)
-        return found
 
 
 def read_local_files(
@@ -572,7 +447,7 @@ def read_local_files(
             how[split] = f", {layout.describe()}, {quoting}"
         elif extension == ".jsonl":
             builder, options = "json", {}
-            locators[split] = _line_locator(path, JsonLines(path))
+            locators[split] = _line_locator(path, RecordLines(path, None))
         else:  # .json, .parquet
             builder, options = ("json" if extension == ".json" else "parquet"), {}
             locators[split] = _record_locator(path)
@@ -619,7 +494,7 @@ _FORMAT_HINTS = {
 }
 
 
-def _line_locator(path: str, lines: RecordLines | JsonLines) -> Callable[[int], str]:
+def _line_locator(path: str, lines: RecordLines) -> Callable[[int], str]:
     """'train.tsv line 17' for a row: its lines are looked up only now, when an error names one."""
     name = Path(path).name
     return lambda index: f"{name} line {lines[index]}" if index < len(lines) else f"{name} row {index + 1}"

@@ -56,23 +56,17 @@ class LabelMapping:
     multi_hot: bool = False
 
     @property
-    def class_label(self) -> ClassLabel:
-        """The names as datasets' ClassLabel (which refuses a name given twice): id <-> name."""
-        return ClassLabel(names=self.names)
-
-    @property
     def num_labels(self) -> int:
         return len(self.names)  # asked once a row by `encode`: no ClassLabel built for it
 
     @property
     def id2label(self) -> dict[int, str]:
-        classes = self.class_label
-        return {i: classes.int2str(i) for i in range(classes.num_classes)}
+        # Through datasets' ClassLabel, which refuses a name given twice.
+        return dict(enumerate(ClassLabel(names=self.names).names))
 
     @property
     def label2id(self) -> dict[str, int]:
-        classes = self.class_label
-        return {name: classes.str2int(name) for name in classes.names}
+        return {name: i for i, name in self.id2label.items()}
 
     def classes_of(self, value) -> list:
         """A multi-label row's classes, as raw values (normalised): a list as is, a string split, a scalar alone."""
@@ -127,7 +121,7 @@ def label_mapping(raw: DatasetDict, data_args: DataArguments, locate: dict) -> L
         mapping = _multi_label_mapping(values, feature, data_args.label_delimiter, locate)
     else:
         mapping = _single_label_mapping(values, feature, label_column, locate)
-    return _checked(mapping, raw, label_column, locate, {"train": values})
+    return _checked(mapping, raw, label_column, locate, values)
 
 
 def _problem_type(values: LabelColumn, feature, data_args: DataArguments, locate: dict) -> str:
@@ -254,7 +248,7 @@ def check_labels_present(raw: DatasetDict, label_column: str, locate: dict, deli
 
 
 def _checked(
-    mapping: LabelMapping, raw: DatasetDict, label_column: str, locate: dict, read: dict | None = None
+    mapping: LabelMapping, raw: DatasetDict, label_column: str, locate: dict, train: LabelColumn
 ) -> LabelMapping:
     """Every labelled split's labels mean something to this mapping: known classes, or numbers for regression."""
     # Multi-label may detect a single class (its rows without it are the negatives); single-label needs two.
@@ -267,12 +261,12 @@ def _checked(
     for split in [name for name in ("train", "validation", "test") if name in raw]:
         if label_column not in raw[split].column_names:
             continue
-        values = (read or {}).get(split) or label_values(raw[split], label_column)
+        values = train if split == "train" else label_values(raw[split], label_column)
         if split == "test":
             feature = raw["test"].features[label_column]
             if values.hidden(feature):
                 continue  # an unlabelled test split: predicted, not scored
-            first = values.first_unlabelled(feature)
+            first = _first(values.unlabelled(feature))
             if first is not None:
                 raise DataError(
                     f"{_where(locate, split, first)} has no label, but other test rows have one. Label every "
@@ -505,7 +499,7 @@ class LabelColumn:
         extremes = pc.min_max(self._floats)
         return pc.sum(self._floats).as_py() / self.rows, extremes["min"].as_py(), extremes["max"].as_py()
 
-    def _unlabelled(self, feature) -> np.ndarray:
+    def unlabelled(self, feature) -> np.ndarray:
         """Per row: whether it has no label (`unlabelled_value`)."""
         if self.listed:
             return ~self.present
@@ -517,12 +511,9 @@ class LabelColumn:
             unlabelled = pc.or_(unlabelled, pc.equal(self._floats, -1).fill_null(False))
         return _numpy(unlabelled)
 
-    def first_unlabelled(self, feature) -> int | None:
-        return _first(self._unlabelled(feature))
-
     def hidden(self, feature) -> bool:
         """Whether no row has a label: all empty, or -1 everywhere (GLUE's hidden test labels)."""
-        if self.rows == 0 or self._unlabelled(feature).all():
+        if self.rows == 0 or self.unlabelled(feature).all():
             return True
         if self.kind == "json" and not self.listed:
             return all(normalise_label(value) == -1 for value in self.distinct[0])
@@ -553,9 +544,8 @@ class LabelColumn:
             )
         values, codes = self.distinct
         multi_hot = mapping is not None and mapping.multi_hot and self.listed
-        if (
-            multi_hot
-        ):  # an item's class is its position in its row, where its flag is 1: value (position, flag)
+        if multi_hot:
+            # An item's class is its position in its row, where its flag is 1: value (position, flag).
             ones = np.array([normalise_label(value) == 1 for value in values], dtype=np.int64)[codes]
             positions = np.arange(len(codes)) - self.row_starts[self.item_rows]
             codes = positions * 2 + ones

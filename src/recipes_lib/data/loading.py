@@ -51,17 +51,13 @@ def describe_source(data_args: DataArguments) -> str:
 
 
 def _read_local_files(data_args: DataArguments, cache_dir: str | None) -> tuple[DatasetDict, dict]:
-    files = {"train": data_args.train_file}
-    if data_args.validation_file:
-        files["validation"] = data_args.validation_file
-    if data_args.test_file:
-        files["test"] = data_args.test_file
+    named = {split: getattr(data_args, f"{split}_file") for split in ("train", "validation", "test")}
+    files = {split: path for split, path in named.items() if path or split == "train"}
     # datasets reports an empty file as 'Instruction "train" corresponds to no data!'; say it plainly.
     for split, path in files.items():
         if not has_rows(path):
-            role = {"train": "training", "validation": "validation", "test": "test"}[split]
             raise DataError(
-                f"The {role} data ({path}) is empty: it holds no examples"
+                f"The {'training' if split == 'train' else split} data ({path}) is empty: it holds no examples"
                 f"{' below the header' if Path(path).suffix.lower() in ('.csv', '.tsv') else ''}. "
                 f"Point --{split}_file at a file with rows."
             )
@@ -176,12 +172,9 @@ def load_classification_data(
             f"The validation data ({data_args.validation_file or describe_source(data_args)}) is empty. "
             "Give a validation file with rows, or leave it out to hold out part of train."
         )
-    if data_args.max_train_samples is not None:
-        raw["train"] = raw["train"].select(range(min(data_args.max_train_samples, len(raw["train"]))))
-    if data_args.max_eval_samples is not None:
-        raw["validation"] = raw["validation"].select(
-            range(min(data_args.max_eval_samples, len(raw["validation"])))
-        )
+    for split, most in (("train", data_args.max_train_samples), ("validation", data_args.max_eval_samples)):
+        if most is not None:
+            raw[split] = raw[split].select(range(min(most, len(raw[split]))))
 
     text_columns = _resolve_text_columns(data_args, raw["train"])
     for split in [name for name in ("validation", "test") if name in raw]:

@@ -36,7 +36,6 @@ from recipes_lib.config.precision import autocast_for
 from recipes_lib.config.tasks import DEFAULT_THRESHOLD, MULTI_LABEL, SINGLE_LABEL
 from recipes_lib.data.files import (
     DELIMITED,
-    QUOTING_CHOICES,
     column_note,
     has_rows,
     parse_delimiter,
@@ -63,6 +62,7 @@ from recipes_lib.results import RESULTS_FILE
 logger = logging.getLogger(__name__)
 
 INPUT_FORMATS = (".csv", ".tsv", ".json", ".jsonl", ".parquet")
+QUOTING_CHOICES = ("auto", "quoted", "none")  # --csv_quoting, as data/files.py decide_quoting reads it
 DEFAULT_BATCH_SIZE = 32
 _MODEL_FILES = ("model.safetensors", "model.safetensors.index.json", ADAPTER_CONFIG_FILE)
 
