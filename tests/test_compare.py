@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import shutil
+
 import pytest
 
 from recipes_lib.cli.main import main
 from recipes_lib.tools.compare import CHART_FILE
 from tests.helpers.runs import QUICK, run_args, run_in_process
+from tests.helpers.wandb_runs import offline_runs, offline_wandb_in_the_default_dir
 
 
 @pytest.fixture(scope="module")
@@ -173,10 +176,36 @@ def test_compare_wandb_keeps_the_line_in_the_comparison_runs_config(two_runs, mo
 
     started = []
     monkeypatch.setattr(
-        compare_wandb, "start_run", lambda identity, config: started.append(config) or (None, None)
+        compare_wandb, "start_run", lambda identity, config, directory: started.append(config) or (None, None)
     )
     run_dirs = [str(two_runs / "full_ft"), str(two_runs / "full_ft_8_rows")]
     assert compare_wandb.log_comparison(run_dirs, draw=False) == 0
     assert "rows A 16 vs B 8" in started[0]["evaluation_note"]
     assert compare_wandb.log_comparison([str(two_runs / "full_ft"), str(two_runs / "lora")], draw=False) == 0
     assert "evaluation_note" not in started[1]
+
+
+def test_compare_wandb_writes_its_offline_run_beside_the_runs_not_where_the_command_runs(
+    two_runs, tmp_path, monkeypatch
+):
+    """As a recipe's run goes in its output_dir/wandb, the comparison run goes in the directory holding
+    the runs (outputs/demo/wandb for `make demo`): the checkout's ./wandb stays empty."""
+    import wandb
+
+    from recipes_lib.tools.compare_wandb import log_comparison
+
+    runs = tmp_path / "outputs"
+    for recipe in ("full_ft", "lora"):
+        (runs / recipe).mkdir(parents=True)
+        shutil.copy(two_runs / recipe / "results.json", runs / recipe)
+    offline_wandb_in_the_default_dir(monkeypatch, tmp_path / "wandb-home")
+    checkout = tmp_path / "checkout"
+    checkout.mkdir()
+    monkeypatch.chdir(checkout)
+    wandb.teardown()  # W&B reads its settings once per process: read this environment
+    try:
+        assert log_comparison([str(runs / "full_ft"), str(runs / "lora")], draw=False) == 0
+    finally:
+        wandb.teardown()
+    assert len(offline_runs(runs)) == 1
+    assert not (checkout / "wandb").exists()

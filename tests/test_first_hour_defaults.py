@@ -4,7 +4,6 @@ crossval's accelerate config chosen for the machine."""
 from __future__ import annotations
 
 import argparse
-import os
 from pathlib import Path
 
 import pytest
@@ -12,7 +11,7 @@ import pytest
 from recipes_lib.config.parsing import parse_arguments
 from recipes_lib.config.recipe_spec import RecipeSpec
 from tests.helpers.runs import QUICK, run_args, run_in_process
-from tests.helpers.wandb_runs import isolated_wandb_env
+from tests.helpers.wandb_runs import offline_wandb_in_the_default_dir
 
 FULL_FT = RecipeSpec(name="full_ft")
 
@@ -36,11 +35,7 @@ def test_an_offline_wandb_run_is_written_under_the_runs_output_dir_not_where_the
 ):
     from recipes_lib.tracking.wandb_run import start_tracking
 
-    for key in [key for key in os.environ if key.startswith("WANDB_")]:
-        monkeypatch.delenv(key)
-    for key, value in isolated_wandb_env(tmp_path / "wandb-home", WANDB_MODE="offline").items():
-        if (key.startswith("WANDB_") and key != "WANDB_DIR") or key == "NETRC":  # no WANDB_DIR: the default
-            monkeypatch.setenv(key, value)
+    offline_wandb_in_the_default_dir(monkeypatch, tmp_path / "wandb-home")
     monkeypatch.chdir(tmp_path)
     output_dir = tmp_path / "outputs" / "run"
     arguments = parse_arguments(

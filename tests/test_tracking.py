@@ -340,7 +340,8 @@ def test_an_unknown_wandb_mode_is_a_config_error_not_a_traceback(learnable_data,
 
 
 def test_the_repository_demo_config_logs_to_wandb():
-    """`make demo` leaves an offline run to look at with `wandb leet ./wandb` (Makefile: WANDB_MODE=offline)."""
+    """`make demo` leaves an offline run to look at with `wandb leet outputs/demo/full_ft/wandb`
+    (Makefile: WANDB_MODE=offline)."""
     arguments = parse_arguments(
         RecipeSpec("full_ft"), ["--config", str(REPO_ROOT / "recipes/configs/demo.yaml")]
     )

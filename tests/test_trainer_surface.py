@@ -42,11 +42,21 @@ def test_each_private_trainer_method_the_library_overrides_is_still_there(hook):
 
 def test_the_trainer_still_builds_its_batches_from_the_size_auto_batch_size_changes(tiny_trainer):
     tiny_trainer._train_batch_size = 3  # what autofit's back-off sets (the arguments say 4)
-    batches = [len(batch["input_ids"]) for batch in tiny_trainer.get_train_dataloader()]
-    assert batches == [3] * 8, (
+    batches = list(tiny_trainer.get_train_dataloader())  # one pass: a second would be the next epoch
+    assert [len(batch["input_ids"]) for batch in batches] == [3] * 8, (
         "--auto_batch_size sets the private Trainer._train_batch_size (training/autofit.py), which the "
         f"installed transformers no longer builds its training batches from: {FIX}."
     )
+    # The length grouping follows the backed-off batch too: the rows come in the order of a sampler
+    # grouping steps of 3 rows (one process, no accumulation), not the arguments' 4.
+    rows = [
+        (int(mask.sum()), int(label))
+        for batch in batches
+        for mask, label in zip(batch["attention_mask"], batch["labels"], strict=True)
+    ]
+    dataset = tiny_trainer.train_dataset
+    grouped_by_3 = ShuffledLengthGroupedSampler(dataset["length"], step_size=3, seed=tiny_trainer.args.seed)
+    assert rows == [(dataset[i]["length"], dataset[i]["labels"]) for i in grouped_by_3]
 
 
 def test_a_changed_private_method_stops_the_import_with_one_paragraph_naming_the_fix():

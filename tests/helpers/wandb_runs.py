@@ -39,6 +39,16 @@ def isolated_wandb_env(root: Path, **overrides: str) -> dict[str, str]:
     return env
 
 
+def offline_wandb_in_the_default_dir(monkeypatch, root: Path) -> None:
+    """Offline W&B isolated as above but with no WANDB_DIR, so the code under test chooses where a run's
+    files go (a recipe: its output_dir/wandb; compare --wandb: beside the runs)."""
+    for key in [key for key in os.environ if key.startswith("WANDB_")]:
+        monkeypatch.delenv(key)
+    for key, value in isolated_wandb_env(root, WANDB_MODE="offline").items():
+        if (key.startswith("WANDB_") and key != "WANDB_DIR") or key == "NETRC":
+            monkeypatch.setenv(key, value)
+
+
 def offline_runs(root: Path) -> list[Path]:
     """The offline run directories W&B wrote under WANDB_DIR=root, oldest first."""
     return sorted((root / "wandb").glob("offline-run-*"))

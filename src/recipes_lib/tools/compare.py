@@ -386,11 +386,17 @@ def _set_title(memory_axis, runs: list[dict[str, Any]]) -> None:
     )
 
 
-def default_chart_path(run_dirs: list[str]) -> Path:
-    """Next to the runs: in the directory that holds them all (outputs/demo/ for the demo's runs)."""
+def runs_home(run_dirs: list[str]) -> Path:
+    """The directory that holds all the runs (outputs/demo/ for the demo's runs): what compare writes
+    goes there, beside the runs, not into the directory the command runs from."""
     parents = [str(Path(run_dir).resolve().parent if Path(run_dir).is_dir() else Path(run_dir).resolve().parent.parent)
                for run_dir in run_dirs]  # fmt: skip
-    return Path(os.path.commonpath(parents)) / CHART_FILE
+    return Path(os.path.commonpath(parents))
+
+
+def default_chart_path(run_dirs: list[str]) -> Path:
+    """Next to the runs: in the directory that holds them all."""
+    return runs_home(run_dirs) / CHART_FILE
 
 
 # --- repeats of one setting: the same run but for its seed ------------------------------------------

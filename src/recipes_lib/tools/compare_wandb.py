@@ -1,6 +1,7 @@
 """`recipes-lib compare RUN... --wandb`: the compare table (and the chart compare drew) logged into the
 runs' W&B group as one run of job type "compare", beside the runs it compares; the W&B view of
-tracking/dashboard.py shows it. Offline without an API key, as the recipes' own runs (docs/wandb.md).
+tracking/dashboard.py shows it. Offline without an API key, as the recipes' own runs (docs/wandb.md),
+its local files in the directory holding the runs (RUNS/wandb) as a recipe's are in its output_dir/wandb.
 Runs evaluated on different sets keep compare's line saying how (compare.evaluation_note), in the
 comparison run's config as `evaluation_note`: its table has the runs' own columns, so no "eval set" one.
 """
@@ -16,7 +17,14 @@ from typing import Any
 
 import wandb
 
-from recipes_lib.tools.compare import CompareError, default_chart_path, evaluation_note, load_runs, run_names
+from recipes_lib.tools.compare import (
+    CompareError,
+    default_chart_path,
+    evaluation_note,
+    load_runs,
+    run_names,
+    runs_home,
+)
 from recipes_lib.tracking import names
 from recipes_lib.tracking.names import COMPARE_JOB_TYPE
 from recipes_lib.tracking.wandb_run import (
@@ -82,7 +90,9 @@ def log_comparison(
     different_sets = evaluation_note(runs, run_names(run_dirs))
     if different_sets:
         config["evaluation_note"] = different_sets
-    run, fallback_reason = start_run(identity, config)
+    # W&B's local files go beside the runs, RUNS_HOME/wandb (outputs/demo/wandb for the demo), as a
+    # recipe's go in its output_dir/wandb: not in the checkout's ./wandb. WANDB_DIR still says where.
+    run, fallback_reason = start_run(identity, config, str(runs_home(run_dirs)))
     if run is None:
         print("W&B is disabled (WANDB_MODE=disabled): no comparison run was logged.")
         return 0
