@@ -141,7 +141,7 @@ def training_curve_panels(wr) -> list:
 
 
 def _custom_chart(wr, chart: names.Chart):
-    """The chart a run logged (tracking.results_pictures), drawn over every run of the view."""
+    """The chart a run logged (wandb_run.results_pictures), drawn over every run of the view."""
     return wr.CustomChart(
         query={"summaryTable": {"tableKey": chart.table_key}},
         chart_name=chart.vega_spec,

@@ -43,7 +43,7 @@ def eval_key(metric: str) -> str:
 SAMPLES_PER_SECOND_CURVE = "throughput/samples_per_second"
 TOKENS_PER_SECOND_CURVE = "throughput/real_tokens_per_second"
 PAD_RATIO_CURVE = "throughput/pad_ratio"
-# tracking.memory_figures: what tensors hold now, the allocator's peak counter, what the caching
+# wandb_run.memory_figures: what tensors hold now, the allocator's peak counter, what the caching
 # allocator holds (CUDA); the process's peak resident set (CPU).
 CUDA_MEMORY_CURVES = ("memory/allocated_gib", "memory/max_allocated_gib", "memory/reserved_gib")
 CPU_MEMORY_CURVES = ("memory/peak_rss_gib",)

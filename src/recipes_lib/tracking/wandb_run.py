@@ -20,7 +20,7 @@ name, except `config`, which is the run's config already (the same keys and valu
 At the end the run also logs what reads better as a picture than as numbers: its results as one
 W&B table row (so a table panel lists several runs side by side), the memory breakdown as a bar
 chart, and, once results.json has them, the confusion matrix and the per-class metrics. Every name
-logged comes from metric_names.py, which the dashboard (tracking/dashboard.py) reads too.
+logged comes from names.py, which the dashboard (tracking/dashboard.py) reads too.
 `WANDB_LOG_MODEL=end` (or `checkpoint`) uploads the final model, or the adapter for LoRA recipes,
 as an artifact: WandbCallback implements it and we leave it to it.
 
@@ -365,7 +365,7 @@ def _confusion_matrix_rows(confusion: Mapping[str, Any]) -> list[list[Any]] | No
 
 
 def results_pictures(results: Mapping[str, Any]) -> dict[str, Any]:
-    """What a person would rather look at than read, as W&B objects by key (metric_names.py):
+    """What a person would rather look at than read, as W&B objects by key (names.py):
 
     - the results as one table row (a table panel over several runs compares them);
     - the memory breakdown (weights, gradients, optimizer state, activations, other) as a bar chart;
