@@ -206,9 +206,9 @@ def load_for_recipe(way: str, args, options, config):
     import torch
     from transformers import Trainer
 
+    from recipes_lib.modeling.adamw_8bit import create_adamw_8bit, decay_parameter_groups
     from recipes_lib.modeling.adapters import add_lora, base_quantization_config, prepare_4bit_model
     from recipes_lib.modeling.loading import check_model_support, load_model
-    from recipes_lib.modeling.optimizers import create_adamw_8bit, decay_parameter_groups
 
     recipe = RECIPES[way][0]
     training, device = args.training, args.training.device

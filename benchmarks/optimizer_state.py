@@ -22,8 +22,9 @@ from pathlib import Path
 import torch
 from transformers import BertConfig, BertForSequenceClassification, TrainingArguments
 
+from recipes_lib.modeling.adamw_8bit import create_adamw_8bit, decay_parameter_groups
 from recipes_lib.modeling.adapters import LoraArguments, add_lora
-from recipes_lib.modeling.optimizers import create_adamw_8bit, decay_parameter_groups, optimizer_state_summary
+from recipes_lib.modeling.optimizers import optimizer_state_summary
 
 MIB = 2**20
 SHAPES = {

@@ -127,7 +127,7 @@ def trainer_optimizer(model, arguments):
     """What the Trainer builds for --optim when the recipe hands it no optimizer."""
     from transformers import Trainer
 
-    from recipes_lib.modeling.optimizers import decay_parameter_groups
+    from recipes_lib.modeling.adamw_8bit import decay_parameter_groups
 
     optimizer_class, kwargs = Trainer.get_optimizer_cls_and_kwargs(arguments.training, model)
     groups = decay_parameter_groups(model, arguments.training.weight_decay)

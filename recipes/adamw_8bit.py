@@ -12,8 +12,8 @@ NEW are what this recipe changes in full_ft.py.
 from recipes_lib.config.parsing import parse_arguments
 from recipes_lib.config.registry import RECIPES
 from recipes_lib.data.tokenize import padding_collator
+from recipes_lib.modeling.adamw_8bit import create_adamw_8bit  # NEW
 from recipes_lib.modeling.loading import load_model
-from recipes_lib.modeling.optimizers import create_adamw_8bit  # NEW
 from recipes_lib.run import RecipeRun, run_main
 from recipes_lib.training.trainer import RecipeTrainer
 

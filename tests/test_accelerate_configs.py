@@ -14,7 +14,7 @@ from unittest import mock
 import pytest
 import yaml
 
-from recipes_lib.modeling.families import FAMILY_NAMES
+from recipes_lib.config.family_registry import FAMILIES as FAMILY_ENTRIES
 from tests.helpers.repo import REPO_ROOT
 
 CONFIG_DIR = REPO_ROOT / "accelerate_configs"
@@ -119,7 +119,7 @@ def test_every_sharding_key_is_an_option_accelerate_launch_knows(config, section
     assert keys and set(keys) <= options, set(keys) - options
 
 
-FAMILIES = tuple(FAMILY_NAMES)  # every family the project supports
+FAMILIES = tuple(family.model_type for family in FAMILY_ENTRIES)  # every family the project supports
 
 
 @pytest.mark.parametrize("model_type", FAMILIES)

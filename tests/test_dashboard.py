@@ -18,20 +18,25 @@ import pytest
 from recipes_lib.config.tasks import TASK_METRICS
 from recipes_lib.tracking import names
 from recipes_lib.tracking.dashboard import (
+    COMPARE_JOB_TYPE,
+    COMPARISON_CHART,
+    COMPARISON_TABLE,
+    MEMORY_CURVES,
     SECTION_COMPARISON,
     SECTION_CURVES,
     SECTION_MEMORY,
     SECTION_PICTURES,
     SECTION_THROUGHPUT,
+    THROUGHPUT_CURVES,
     build_report,
     build_view,
     report_blocks_spec,
+    trainer_curve,
     view_spec,
     wandb_dashboard,
 )
+from recipes_lib.tracking.names import JOB_TYPE
 from recipes_lib.tracking.wandb_run import (
-    COMPARE_JOB_TYPE,
-    JOB_TYPE,
     RunIdentity,
     Tracker,
     memory_figures,
@@ -56,6 +61,11 @@ PER_CLASS = {
     "warm": {"precision": 0.7647, "recall": 0.8125, "f1": 0.7879, "support": 32},
 }
 CONFUSION = {"labels": ["cool", "warm"], "matrix": [[24, 8], [6, 26]]}
+# The pictures a run logs only when its results.json has the key they are made from.
+LOGGED_WHEN = {
+    names.CONFUSION_MATRIX_CHART.table_key: names.CONFUSION_MATRIX,
+    names.PER_CLASS_TABLE: names.PER_CLASS,
+}
 
 
 @pytest.fixture(scope="module")
@@ -127,7 +137,7 @@ def keys_not_logged_by(problem_type: str) -> set[str]:
     """
     own = set(TASK_METRICS[problem_type])
     every = {metric for metrics in TASK_METRICS.values() for metric in metrics}
-    curves = {names.trainer_curve(names.eval_key(metric)) for metric in every - own}
+    curves = {trainer_curve(names.eval_key(metric)) for metric in every - own}
     return curves | {names.eval_key(metric) for metric in set(names.OTHER_TASK_METRICS) - own}
 
 
@@ -261,9 +271,9 @@ def test_the_training_curves_side_by_side(spec):
     assert plotted[SECTION_CURVES] == [
         "train/loss", "train/learning_rate", "train/grad_norm", "eval/accuracy", "eval/f1", "eval/loss",
     ]  # fmt: skip
-    assert plotted[SECTION_MEMORY] == list(names.MEMORY_CURVES)
+    assert plotted[SECTION_MEMORY] == list(MEMORY_CURVES)
     assert all(key.startswith("memory/") for key in plotted[SECTION_MEMORY])
-    assert plotted[SECTION_THROUGHPUT] == list(names.THROUGHPUT_CURVES)
+    assert plotted[SECTION_THROUGHPUT] == list(THROUGHPUT_CURVES)
     assert all(key.startswith("throughput/") for key in plotted[SECTION_THROUGHPUT])
     assert spec["section"]["settings"]["xAxis"] == names.STEP
 
@@ -293,8 +303,8 @@ def test_the_report_holds_the_compare_table_and_chart_and_the_same_panels():
     grids = [block for block in report.blocks if isinstance(block, wr.PanelGrid)]
     comparison = next(grid for grid in grids if grid.runsets[0].name == "comparison")
     assert [type(panel).__name__ for panel in comparison.panels] == ["WeavePanelSummaryTable", "MediaBrowser"]
-    assert comparison.panels[0].table_name == names.COMPARISON_TABLE
-    assert comparison.panels[1].media_keys == [names.COMPARISON_CHART]
+    assert comparison.panels[0].table_name == COMPARISON_TABLE
+    assert comparison.panels[1].media_keys == [COMPARISON_CHART]
     assert COMPARE_JOB_TYPE in comparison.runsets[0].filters
     kinds = {type(panel).__name__ for grid in grids for panel in grid.panels}
     assert {"BarPlot", "ScatterPlot", "LinePlot"} <= kinds
@@ -318,7 +328,7 @@ def test_every_key_the_view_shows_was_logged_by_a_real_offline_run_of_each_recip
         not_here = set(
             names.CUDA_MEMORY_CURVES if results["device"].startswith("cpu") else names.CPU_MEMORY_CURVES
         )
-        not_here |= {key for key, source in names.LOGGED_WHEN.items() if not results.get(source)}
+        not_here |= {key for key, source in LOGGED_WHEN.items() if not results.get(source)}
         not_here |= keys_not_logged_by(results["problem_type"])  # another task's metrics
         assert shown - not_here <= logged, (recipe, sorted(shown - not_here - logged))
         assert not (not_here & logged), (recipe, sorted(not_here & logged))
@@ -408,7 +418,7 @@ def test_on_a_gpu_a_real_run_logs_every_memory_curve_the_view_shows(
     completed = subprocess.run(command, capture_output=True, text=True, timeout=600, cwd=REPO_ROOT, env=env)
     assert completed.returncode == 0, completed.stderr[-3000:]
     (run_dir,) = offline_runs(tmp_path)
-    shown = referenced_keys(spec) - set(names.CPU_MEMORY_CURVES) - set(names.LOGGED_WHEN)
+    shown = referenced_keys(spec) - set(names.CPU_MEMORY_CURVES) - set(LOGGED_WHEN)
     assert shown <= read_run(run_dir).logged_keys
 
 
@@ -513,10 +523,10 @@ def test_compare_wandb_logs_the_table_and_chart_into_the_runs_group_as_one_compa
     assert comparison.run_record["run_group"] == group == experiment_of(runs[0][0]["config"])
     assert comparison.run_record["job_type"] == COMPARE_JOB_TYPE
     assert comparison.summary["name"] == f"compare {' vs '.join(RECIPES)}"
-    table = comparison.table(names.COMPARISON_TABLE)
+    table = comparison.table(COMPARISON_TABLE)
     assert [row[0] for row in table["data"]] == list(RECIPES)
     assert table["columns"] == runs[0][1].table(names.RESULTS_TABLE)["columns"]
-    assert comparison.summary["summary"][names.COMPARISON_CHART]["_type"] == "image-file"
+    assert comparison.summary["summary"][COMPARISON_CHART]["_type"] == "image-file"
 
 
 def test_compare_wandb_refuses_runs_of_different_groups_without_experiment(recipe_runs, tmp_path, capsys):

@@ -172,11 +172,12 @@ def test_roberta_style_positions_leave_512_of_514(family):
 def test_every_family_has_a_profile_with_lora_targets_that_exist(family):
     from transformers import AutoConfig
 
-    from recipes_lib.modeling.families import linear_layer_names, profile_for
+    from recipes_lib.modeling.adapters import linear_layer_names
+    from recipes_lib.modeling.families import meta_model, profile_for
 
     config = AutoConfig.for_model(family)
     profile = profile_for(config)
-    assert profile.lora_targets and set(profile.lora_targets) <= set(linear_layer_names(config))
+    assert profile.lora_targets and set(profile.lora_targets) <= set(linear_layer_names(meta_model(config)))
     assert profile.layer_classes and profile.layer_modules
     assert "eager" in profile.attention_implementations
 
@@ -186,13 +187,14 @@ def test_every_model_type_in_the_registry_is_one_familys_and_has_lora_targets_th
     from transformers import AutoConfig
 
     from recipes_lib.config.family_registry import FAMILIES, known_model_types
-    from recipes_lib.modeling.families import default_lora_targets, linear_layer_names
+    from recipes_lib.modeling.adapters import linear_layer_names
+    from recipes_lib.modeling.families import default_lora_targets, meta_model
 
     model_types = [model_type for family in FAMILIES for model_type in family.model_types]
     assert len(model_types) == len(set(model_types)) == len(known_model_types())
     for model_type in model_types:
         targets, _ = default_lora_targets(model_type)
-        linears = linear_layer_names(AutoConfig.for_model(model_type, num_hidden_layers=1))
+        linears = linear_layer_names(meta_model(AutoConfig.for_model(model_type, num_hidden_layers=1)))
         assert targets and set(targets) <= set(linears), model_type
 
 

@@ -575,6 +575,28 @@ def test_multi_label_cards_give_the_scores_at_0_5_and_at_the_tuned_thresholds_an
     ]
 
 
+@pytest.mark.parametrize(
+    ("quantized", "base", "loading"),
+    [
+        ({"quantized_base_bits": 8}, "its 8-bit LLM.int8 base", "BitsAndBytesConfig(load_in_8bit=True)"),
+        ({"quantized_compute_dtype": "bf16"}, "its 4-bit NF4 base", "bnb_4bit_compute_dtype=torch.bfloat16)"),
+        ({}, "it needs its base `bert-base-uncased`", None),
+    ],
+    ids=["8-bit", "4-bit bf16", "unquantized"],
+)
+def test_an_adapters_card_names_its_base_and_loads_it_quantized_as_the_run_did(quantized, base, loading):
+    """The Files section's words and the loading code's BitsAndBytesConfig line, from results.json alone
+    (a CPU run's 4-bit compute dtype is always fp32, so the recipe runs above never show bf16 or 8-bit);
+    the text names a Hub dataset as the model-index does."""
+    from recipes_lib.tracking.model_card import build_card
+
+    adapter = {"recipe": "qlora" if quantized else "lora", "lora_target_modules": ["query", "value"]}
+    text = build_card(minimal_results("single_label_classification", **adapter, **quantized)).text
+    assert base in text
+    assert (loading in text) if loading else ("BitsAndBytesConfig" not in text)
+    assert "fine-tuned for single-label classification on `glue/sst2`" in text
+
+
 @pytest.mark.parametrize("recipe", ["lora", "qlora"])
 def test_an_adapter_of_a_pip_installed_hub_model_names_its_base_by_the_hub_id(
     recipe, minilm_dir, tmp_path, monkeypatch

@@ -48,6 +48,12 @@ def test_a_recipe_imports_the_library_and_not_the_workbench():
         assert workbench == [], f"recipes/{name}.py loads the workbench: {', '.join(workbench)}"
     assert "recipes_lib.training.trainer" in loaded["full_ft"]["modules"]  # the check saw the library
     full_ft = set(loaded["full_ft"]["modules"])
-    assert {"recipes_lib.training.autofit", "recipes_lib.modeling.adapters"}.isdisjoint(full_ft), full_ft
+    only_some = {
+        "recipes_lib.training.autofit",
+        "recipes_lib.modeling.adapters",
+        "recipes_lib.modeling.adamw_8bit",
+    }
+    assert only_some.isdisjoint(full_ft), full_ft
     assert "recipes_lib.modeling.adapters" in loaded["lora"]["modules"]
+    assert "recipes_lib.modeling.adamw_8bit" in loaded["adamw_8bit"]["modules"]
     assert loaded["full_ft"]["lines"] <= FULL_FT_MAX_LINES, loaded["full_ft"]["lines"]

@@ -18,7 +18,8 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from recipes_lib.modeling.optimizers import MIN_8BIT_SIZE, create_adamw_8bit, decay_parameter_groups
+from recipes_lib.modeling.adamw_8bit import create_adamw_8bit, decay_parameter_groups
+from recipes_lib.modeling.optimizers import MIN_8BIT_SIZE
 from tests.helpers.models import build_tiny_bert
 from tests.helpers.repo import RECIPES, REPO_ROOT, load_recipe
 from tests.helpers.runs import run_args, run_recipe_process

@@ -486,7 +486,7 @@ def test_without_optuna_the_sweep_says_in_one_line_which_extra_to_install(tmp_pa
 RECIPE_PATH_MODULES = (
     "recipes_lib.run", "recipes_lib.training.trainer", "recipes_lib.config.parsing", "recipes_lib.config.registry",
     "recipes_lib.data.tokenize", "recipes_lib.modeling.loading", "recipes_lib.modeling.adapters",
-    "recipes_lib.modeling.optimizers", "recipes_lib.cli.main",
+    "recipes_lib.modeling.optimizers", "recipes_lib.modeling.adamw_8bit", "recipes_lib.cli.main",
 )  # fmt: skip
 
 

@@ -19,7 +19,7 @@ from recipes_lib.config.parsing import parse_arguments
 from recipes_lib.config.recipe_spec import RecipeSpec
 from recipes_lib.errors import ConfigError
 from recipes_lib.tracking import names
-from recipes_lib.tracking.wandb_run import DEFAULT_PROJECT, JOB_TYPE, run_identity, start_tracking
+from recipes_lib.tracking.wandb_run import DEFAULT_PROJECT, run_identity, start_tracking
 from tests.helpers.repo import REPO_ROOT
 from tests.helpers.runs import run_args, run_recipe_process
 from tests.helpers.wandb_runs import FAKE_API_KEY, LoggedRun, isolated_wandb_env, offline_runs, read_run
@@ -124,7 +124,7 @@ def test_run_name_group_tags_and_job_type(no_key_run, tiny_bert, learnable_data)
     assert no_key_run.summary["project"] == DEFAULT_PROJECT
     assert no_key_run.summary["tags"] == ["full_ft", model, "fp32", "cpu"]
     assert no_key_run.run_record["run_group"] == f"{model}_{learnable_data['train'].parent.name}"
-    assert no_key_run.run_record["job_type"] == JOB_TYPE
+    assert no_key_run.run_record["job_type"] == names.JOB_TYPE
 
 
 def test_summary_holds_every_results_key_with_the_same_value(no_key_run):

@@ -40,7 +40,6 @@ figures and RSS stay; the breakdown keeps what costs nothing to measure).
 
 from __future__ import annotations
 
-import logging
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -51,8 +50,6 @@ from recipes_lib.memory.peaks import peak_rss_gib, read_kernel_peak_rss, reset_k
 from recipes_lib.memory.tensors import TensorMemoryTracker, gradient_tensors, storage_bytes, weight_tensors
 from recipes_lib.modeling.optimizers import optimizer_state_tensors
 from recipes_lib.units import BREAKDOWN_KEYS, GIB
-
-logger = logging.getLogger(__name__)
 
 
 @dataclass

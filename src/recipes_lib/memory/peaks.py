@@ -3,7 +3,6 @@ CUDA or CPU peak, for results.json."""
 
 from __future__ import annotations
 
-import logging
 import resource
 import sys
 from pathlib import Path
@@ -12,8 +11,6 @@ from typing import Any, Protocol
 import torch
 
 from recipes_lib.units import GIB
-
-logger = logging.getLogger(__name__)
 
 
 def peak_rss_gib() -> float:

@@ -4,7 +4,6 @@ monitor.py for where the figures go)."""
 
 from __future__ import annotations
 
-import logging
 import weakref
 from collections import deque
 from typing import Any
@@ -15,8 +14,6 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
 
 from recipes_lib.modeling.optimizers import optimizer_state_tensors, tensors_in, unwrap_optimizer
-
-logger = logging.getLogger(__name__)
 
 # The CUDA caching allocator hands out blocks in multiples of 512 bytes; counting tensors the same
 # way makes the tracker's figures comparable with torch.cuda.max_memory_allocated.
@@ -248,6 +245,3 @@ class TensorMemoryTracker(TorchDispatchMode):
             "activations": self.peak["activations"],
             "other": self.peak["other"] + optimizer_temporaries,
         }
-
-
-# --- phases ------------------------------------------------------------------------------------------

@@ -32,7 +32,7 @@ from recipes_lib.config.precision import TORCH_DTYPES
 from recipes_lib.config.recipe_options import MERGED_SUBDIR, LoraArguments
 from recipes_lib.config.recipe_spec import LoraShape
 from recipes_lib.errors import ConfigError, ModelError
-from recipes_lib.modeling.families import default_lora_targets, linear_layer_names, linears_outside_layers
+from recipes_lib.modeling.families import default_lora_targets, meta_model, profile_for
 from recipes_lib.modeling.loading import holding_the_load_report, load_model, reset_wrong_shaped_linears
 from recipes_lib.modeling.sources import resolve_model_path
 
@@ -64,7 +64,7 @@ def check_lora_targets(shape: LoraShape, model_config) -> LoraShape:
     shape = resolve_lora_targets(shape, model_config.model_type)
     if shape.target_modules == "all-linear":
         return shape
-    linear = linear_layer_names(model_config)
+    linear = linear_layer_names(meta_model(model_config))  # on the meta device: no weights
     unknown = [name for name in shape.target_modules if name not in linear]
     if unknown:
         raise ConfigError(
@@ -109,8 +109,24 @@ def peft_wrapping():
         yield
 
 
-def _linear_layer_names(model: nn.Module) -> list[str]:
+def linear_layer_names(model: nn.Module) -> list[str]:
+    """The distinct names of the model's linear layers (the last part of each module path)."""
     return sorted({name.rsplit(".", 1)[-1] for name, m in model.named_modules() if isinstance(m, nn.Linear)})
+
+
+def linears_outside_layers(config) -> list[str]:
+    """Module paths of the linear layers outside the repeated encoder layers: heads, poolers, projections.
+
+    These stay in full precision under a 4-bit base: they are small, and the ones the checkpoint
+    lacks (a new head, DeBERTa's pooler) must train.
+    """
+    profile = profile_for(config)
+    inside = tuple(f"{path}." for path in profile.layer_modules)
+    return sorted(
+        name
+        for name, module in meta_model(config).named_modules()
+        if isinstance(module, nn.Linear) and not name.startswith(inside)
+    )
 
 
 # peft's SEQ_CLS task trains and saves the head under these names itself.
@@ -152,7 +168,7 @@ def add_lora(model, lora: LoraShape | LoraArguments):
             raise
         raise ConfigError(
             f"lora_target_modules {shape.target_modules} names no layer of this {model.config.model_type} "
-            f"model. Its linear layers are called: {', '.join(_linear_layer_names(model))} (or use all-linear)."
+            f"model. Its linear layers are called: {', '.join(linear_layer_names(model))} (or use all-linear)."
         ) from None
     return saving_embeddings_only_if_adapted(peft_model)
 
@@ -198,7 +214,7 @@ def nf4_quantization_config(model_config, precision: str):
     GPUs, fp32 on CPUs, where bf16 is tens of times slower without AVX-512 BF16.
     Only the linear layers of the repeated encoder layers are quantized: the head, the pooler and
     other projections outside them stay in full precision, small as they are, since the ones the
-    checkpoint lacks must train (families.linears_outside_layers).
+    checkpoint lacks must train (linears_outside_layers).
     """
     from transformers import BitsAndBytesConfig
 

@@ -15,7 +15,6 @@ the rest:
     layer class         the class's _no_split_modules, else the class repeated in the model's layer
                         list (built on the meta device: shapes only, no weights, no download)
     position offset     the entry's: RoBERTa-style embeddings number positions from padding_idx + 1
-    token type ids      the config's type_vocab_size (0 or absent: the model takes none)
 
 Everything here needs only config.json, so every check runs before data or weights load.
 """
@@ -23,17 +22,15 @@ Everything here needs only config.json, so every check runs before data or weigh
 from __future__ import annotations
 
 import functools
+import json
 from dataclasses import dataclass
 
 import torch
 from torch import nn
 
 from recipes_lib.config.bitsandbytes_import import bitsandbytes_hidden
-from recipes_lib.config.family_registry import FAMILIES, family_for
+from recipes_lib.config.family_registry import family_for
 from recipes_lib.errors import ModelError
-
-# Every family the project supports, by its own model_type: its name in tables and messages.
-FAMILY_NAMES = {family.model_type: family.name for family in FAMILIES}
 
 
 @dataclass(frozen=True)
@@ -44,7 +41,6 @@ class ArchitectureProfile:
     lora_targets_source: str  # "peft" or "hand-written"
     attention_implementations: tuple[str, ...]  # what the class supports, best first (usable_attention)
     max_length: int | None  # tokens a sequence may hold, position offset included
-    uses_token_type_ids: bool
     layer_classes: tuple[str, ...]  # what FSDP wraps as one unit
     layer_modules: tuple[str, ...]  # where the repeated layers live, e.g. ("bert.encoder.layer",)
 
@@ -133,11 +129,7 @@ def _repeated_layers(model: nn.Module) -> tuple[tuple[str, ...], tuple[str, ...]
 
 @functools.lru_cache(maxsize=32)
 def _profile(config_json: str, config_class: type) -> ArchitectureProfile:
-    config = config_class.from_dict(__import__("json").loads(config_json))
-    return _build_profile(config)
-
-
-def _build_profile(config) -> ArchitectureProfile:
+    config = config_class.from_dict(json.loads(config_json))
     model_type = config.model_type
     model_class = sequence_classification_class(config)
     targets, targets_source = default_lora_targets(model_type)
@@ -154,7 +146,6 @@ def _build_profile(config) -> ArchitectureProfile:
         lora_targets_source=targets_source,
         attention_implementations=_attention_implementations(model_class),
         max_length=positions - offset if positions is not None else None,
-        uses_token_type_ids=bool(getattr(config, "type_vocab_size", 0)),
         layer_classes=declared or layer_classes,
         layer_modules=layer_modules,
     )
@@ -198,29 +189,3 @@ def check_sequence_length(config, max_seq_length: int) -> None:
 def profile_for(config) -> ArchitectureProfile:
     """The profile of the model `config` describes (cached per config: building it instantiates on meta)."""
     return _profile(config.to_json_string(use_diff=False), type(config))
-
-
-def linear_layer_names(config) -> list[str]:
-    """The distinct names of the model's linear layers (the last part of each module path)."""
-    return sorted(
-        {
-            name.rsplit(".", 1)[-1]
-            for name, m in meta_model(config).named_modules()
-            if isinstance(m, nn.Linear)
-        }
-    )
-
-
-def linears_outside_layers(config) -> list[str]:
-    """Module paths of the linear layers outside the repeated encoder layers: heads, poolers, projections.
-
-    These stay in full precision under a 4-bit base: they are small, and the ones the checkpoint
-    lacks (a new head, DeBERTa's pooler) must train.
-    """
-    profile = profile_for(config)
-    inside = tuple(f"{path}." for path in profile.layer_modules)
-    return sorted(
-        name
-        for name, module in meta_model(config).named_modules()
-        if isinstance(module, nn.Linear) and not name.startswith(inside)
-    )

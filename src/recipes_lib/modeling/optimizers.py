@@ -1,8 +1,8 @@
-"""Optimizers the recipes build themselves, and what their state really occupies.
+"""What an optimizer's state really occupies, measured after training for every recipe.
 
-`create_adamw_8bit` is bitsandbytes' 8-bit AdamW with the Trainer's own weight-decay groups.
-`optimizer_state_summary` measures the optimizer's state tensors after training, for every recipe,
-so results.json compares recipes on what was actually allocated, not on a formula.
+`optimizer_state_summary` measures the optimizer's state tensors, so results.json compares recipes
+on what was actually allocated, not on a formula; memory/ walks the same tensors during training.
+The 8-bit optimizer the adamw_8bit recipe builds is modeling/adamw_8bit.py.
 
 Bytes of AdamW state per trained parameter (two moments, exp_avg and exp_avg_sq):
     torch AdamW:       2 x 4 B (fp32)                                  = 8 B
@@ -18,75 +18,10 @@ from typing import Any
 
 import torch
 from torch import nn
-from transformers import Trainer, TrainingArguments
 
 # bitsandbytes' default `min_8bit_size`: smaller tensors keep 32-bit state (quantizing a bias of
 # 768 values saves 4.5 KiB and costs precision). A test checks it against the installed version.
 MIN_8BIT_SIZE = 4096
-
-
-def decay_parameter_groups(model: nn.Module, weight_decay: float) -> list[dict[str, Any]]:
-    """The Trainer's two AdamW groups: weight decay for weights, none for biases and LayerNorm.
-
-    The rule is the Trainer's (`Trainer.get_decay_parameter_names`, which reads no Trainer state),
-    so a recipe that builds its own optimizer decays exactly what full fine-tuning decays.
-    """
-    decay_names = set(Trainer.get_decay_parameter_names(None, model))
-    trainable = [(name, parameter) for name, parameter in model.named_parameters() if parameter.requires_grad]
-    return [
-        {"params": [p for name, p in trainable if name in decay_names], "weight_decay": weight_decay},
-        {"params": [p for name, p in trainable if name not in decay_names], "weight_decay": 0.0},
-    ]
-
-
-def create_adamw_8bit(
-    model: nn.Module, training: TrainingArguments, embedding_optimizer_bits: int = 32, paged: bool = False
-) -> torch.optim.Optimizer:
-    """bitsandbytes AdamW with 8-bit (block-wise quantized) moments, configured like the Trainer's AdamW.
-
-    `embedding_optimizer_bits=32` keeps the state of every `nn.Embedding` weight in 32 bits through
-    bitsandbytes' GlobalOptimManager, as bitsandbytes recommends for stability: the rows of rare
-    tokens get rare, spiky gradients that 8-bit moments represent poorly. 8 quantizes them too.
-    `paged=True` uses PagedAdamW8bit: the moments of tensors of 100,000 elements or more in CUDA unified
-    memory, which the driver evicts to CPU memory under GPU memory pressure (memory/planner/plan.py says
-    what the planner assumes). On CPU bitsandbytes 0.50 falls back to ordinary buffers (said in the log).
-    """
-    import bitsandbytes as bnb
-
-    if embedding_optimizer_bits not in (8, 32):
-        from recipes_lib.errors import ConfigError
-
-        raise ConfigError(
-            f"embedding_optimizer_bits is {embedding_optimizer_bits}; use 32 (bitsandbytes' advice, the "
-            "default) or 8."
-        )
-    if paged and training.device.type != "cuda":  # the model is still on the CPU here on every device
-        import logging
-
-        logging.getLogger(__name__).warning(
-            "--paged_optimizer: bitsandbytes pages optimizer state in CUDA unified memory only; on %s it keeps "
-            "ordinary buffers, the same state as without paging (paging is GPU-only).",
-            training.device.type,
-        )
-    optimizer_class = bnb.optim.PagedAdamW8bit if paged else bnb.optim.AdamW8bit
-    optimizer = optimizer_class(
-        decay_parameter_groups(model, training.weight_decay),
-        lr=training.learning_rate,
-        betas=(training.adam_beta1, training.adam_beta2),
-        eps=training.adam_epsilon,
-        min_8bit_size=MIN_8BIT_SIZE,
-    )
-    # The manager is one per process and files overrides by (group, position) as well as by
-    # parameter: an earlier optimizer's overrides would apply to this one's parameters at the same
-    # positions. A run builds one optimizer, so start from a clean manager.
-    manager = bnb.optim.GlobalOptimManager.get_instance()
-    manager.initialize()
-    if embedding_optimizer_bits == 32:
-        # The optimizer looks these modules up on its first step.
-        for module in model.modules():
-            if isinstance(module, nn.Embedding):
-                manager.register_module_override(module, "weight", {"optim_bits": 32})
-    return optimizer
 
 
 def unwrap_optimizer(optimizer):

@@ -27,10 +27,13 @@ from typing import Any
 
 from recipes_lib.config.tasks import MULTI_LABEL, REGRESSION
 from recipes_lib.results import RESULTS_FILE, read_results
-from recipes_lib.tracking.names import TASK_METRIC_COLUMNS, eval_key
+from recipes_lib.tracking.names import METRIC_TITLES, OTHER_TASK_METRICS, eval_key
 from recipes_lib.units import BREAKDOWN_KEYS, GIB, format_table, short_model_name
 
 CHART_FILE = "memory_comparison.png"
+# The columns of multi-label and regression metrics (micro-F1, MSE, ...) that `compare` and `show` add
+# when a run has them: (results.json key, title).
+TASK_METRIC_COLUMNS = tuple((eval_key(metric), METRIC_TITLES[metric]) for metric in OTHER_TASK_METRICS)
 PART_LABELS = {
     "weights": "weights",
     "gradients": "gradients",

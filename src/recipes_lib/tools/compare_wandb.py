@@ -26,7 +26,7 @@ from recipes_lib.tools.compare import (
     runs_home,
 )
 from recipes_lib.tracking import names
-from recipes_lib.tracking.names import COMPARE_JOB_TYPE
+from recipes_lib.tracking.dashboard import COMPARE_JOB_TYPE, COMPARISON_CHART, COMPARISON_TABLE
 from recipes_lib.tracking.wandb_run import (
     DEFAULT_PROJECT,
     RunIdentity,
@@ -96,10 +96,10 @@ def log_comparison(
     if run is None:
         print("W&B is disabled (WANDB_MODE=disabled): no comparison run was logged.")
         return 0
-    logged: dict[str, Any] = {names.COMPARISON_TABLE: results_table(runs)}
+    logged: dict[str, Any] = {COMPARISON_TABLE: results_table(runs)}
     chart_path = Path(chart) if chart else default_chart_path(run_dirs)
     if draw and chart_path.is_file():
-        logged[names.COMPARISON_CHART] = wandb.Image(str(chart_path), caption="recipes-lib compare")
+        logged[COMPARISON_CHART] = wandb.Image(str(chart_path), caption="recipes-lib compare")
     run.log(logged)
     note = offline_note(run, fallback_reason, identity.name)
     url = None if run.offline else run.url

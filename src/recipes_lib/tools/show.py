@@ -6,7 +6,7 @@ import sys
 from pathlib import Path
 
 from recipes_lib.results import RESULTS_FILE, read_results
-from recipes_lib.tracking.names import TASK_METRIC_COLUMNS
+from recipes_lib.tools.compare import TASK_METRIC_COLUMNS
 from recipes_lib.units import format_table
 
 # (results.json key, column title, format)

@@ -23,7 +23,8 @@ optional extra `dashboard` (`pip install -e '.[dashboard]'`):
 `--report` also saves a W&B Report of the same comparison, with the compare table and chart that
 `recipes-lib compare RUN... --wandb` logged into the group, for sharing.
 
-Every name a panel or column shows comes from tracking/names.py, the names tracking/wandb_run.py logs with.
+Every name a panel or column shows comes from tracking/names.py, the names tracking/wandb_run.py logs with,
+except the Trainer's own log keys and the names of compare --wandb's run, defined below.
 
 The view is built and checked first, offline (W&B's schema is a pydantic model: a wrong panel or
 setting fails here). Saving it needs an API key and the network; without either the command stops
@@ -43,7 +44,7 @@ import wandb
 from recipes_lib.config.bitsandbytes_import import quiet_bitsandbytes
 from recipes_lib.tracking import names
 from recipes_lib.tracking.auth import has_credentials
-from recipes_lib.tracking.names import COMPARE_JOB_TYPE, JOB_TYPE, recipe_colours
+from recipes_lib.tracking.names import JOB_TYPE, recipe_colours
 
 EXTRA = "dashboard"
 INSTALL_HINT = "pip install -e '.[dashboard]' (or: pip install wandb-workspaces)"
@@ -57,6 +58,22 @@ SECTION_THROUGHPUT = "Throughput during training (throughput/*)"
 SECTION_PICTURES = "Each run: memory breakdown, confusion matrix, per-class metrics"
 SECTION_TASKS = "Multi-label and regression runs: micro-F1, MSE, Pearson, Spearman"
 SECTION_SWEEP = "Sweep: the metric against the learning rate, mean ± std at each chosen setting, memory"
+
+# The Trainer's own log keys for training and the metrics `compute_metrics` returns (evaluation/metrics.py),
+# as the Trainer names them before WandbCallback renames them (`trainer_curve`).
+TRAINER_TRAIN_LOGS = ("loss", "learning_rate", "grad_norm")
+EVAL_METRICS = ("accuracy", "f1")
+EVAL_LOSS = "loss"
+# The curves ThroughputCallback logs at every training log (names.py), one section each.
+THROUGHPUT_CURVES = (names.SAMPLES_PER_SECOND_CURVE, names.TOKENS_PER_SECOND_CURVE, names.PAD_RATIO_CURVE)
+MEMORY_CURVES = (*names.CUDA_MEMORY_CURVES, *names.CPU_MEMORY_CURVES)
+# The sweep's x-axis: the learning rate in each trial's config.
+LEARNING_RATE = "learning_rate"
+# `recipes-lib compare --wandb` (tools/compare_wandb.py): one run of this job type in the group, holding
+# the comparison table and the compare chart, which the report shows.
+COMPARE_JOB_TYPE = "compare"
+COMPARISON_TABLE = "comparison/table"
+COMPARISON_CHART = "comparison/chart"
 
 
 class DashboardError(Exception):
@@ -75,6 +92,14 @@ def workspaces_library():
             f"({error}); it is the optional extra '{EXTRA}': {INSTALL_HINT}"
         ) from error
     return ws, wr
+
+
+def trainer_curve(log_key: str) -> str:
+    """The W&B history key WandbCallback logs a Trainer log key under (transformers' rewrite_logs)."""
+    from transformers.integrations.integration_utils import rewrite_logs
+
+    (name,) = rewrite_logs({log_key: None})
+    return name
 
 
 def view_name(group: str | None) -> str:
@@ -110,13 +135,13 @@ def _curve(wr, key: str):
 
 
 def training_curve_panels(wr) -> list:
-    train = [names.trainer_curve(key) for key in names.TRAINER_TRAIN_LOGS]
-    evaluation = [names.trainer_curve(names.eval_key(key)) for key in (*names.EVAL_METRICS, names.EVAL_LOSS)]
+    train = [trainer_curve(key) for key in TRAINER_TRAIN_LOGS]
+    evaluation = [trainer_curve(names.eval_key(key)) for key in (*EVAL_METRICS, EVAL_LOSS)]
     return [_curve(wr, key) for key in (*train, *evaluation)]
 
 
 def _custom_chart(wr, chart: names.Chart):
-    """The chart a run logged (tracking.results_pictures), drawn over every run of the view."""
+    """The chart a run logged (wandb_run.results_pictures), drawn over every run of the view."""
     return wr.CustomChart(
         query={"summaryTable": {"tableKey": chart.table_key}},
         chart_name=chart.vega_spec,
@@ -130,7 +155,7 @@ def task_metric_panels(wr) -> list:
     per_recipe = {"groupby": wr.Config(names.RECIPE), "groupby_aggfunc": "mean", "orientation": "v"}
     keys = [names.eval_key(metric) for metric in names.OTHER_TASK_METRICS]
     bars = [wr.BarPlot(title=f"Validation {key}", metrics=[key], **per_recipe) for key in keys]
-    return bars + [_curve(wr, names.trainer_curve(key)) for key in keys]
+    return bars + [_curve(wr, trainer_curve(key)) for key in keys]
 
 
 def picture_panels(wr) -> list:
@@ -148,7 +173,7 @@ def sweep_panels(wr, metric: str = names.ACCURACY) -> list:
     return [
         wr.ScatterPlot(
             title=f"{metric} against the learning rate (every trial)",
-            x=wr.Config(names.LEARNING_RATE),
+            x=wr.Config(LEARNING_RATE),
             y=metric,
             log_x=True,
         ),
@@ -170,10 +195,8 @@ def view_sections(ws, wr, metric: str = names.ACCURACY) -> list:
     return [
         ws.Section(name=SECTION_COMPARISON, panels=comparison_panels(wr), is_open=True),
         ws.Section(name=SECTION_CURVES, panels=training_curve_panels(wr), is_open=True),
-        ws.Section(
-            name=SECTION_MEMORY, panels=[_curve(wr, key) for key in names.MEMORY_CURVES], is_open=True
-        ),
-        ws.Section(name=SECTION_THROUGHPUT, panels=[_curve(wr, key) for key in names.THROUGHPUT_CURVES]),
+        ws.Section(name=SECTION_MEMORY, panels=[_curve(wr, key) for key in MEMORY_CURVES], is_open=True),
+        ws.Section(name=SECTION_THROUGHPUT, panels=[_curve(wr, key) for key in THROUGHPUT_CURVES]),
         ws.Section(name=SECTION_PICTURES, panels=picture_panels(wr)),
         ws.Section(name=SECTION_TASKS, panels=task_metric_panels(wr)),
         ws.Section(name=SECTION_SWEEP, panels=sweep_panels(wr, metric)),
@@ -234,8 +257,8 @@ def build_report(project: str, entity: str, group: str | None = None, sweep_metr
             wr.PanelGrid(
                 runsets=[runs("comparison", COMPARE_JOB_TYPE, False)],
                 panels=[
-                    wr.WeavePanelSummaryTable(table_name=names.COMPARISON_TABLE, layout=wr.Layout(w=24, h=8)),
-                    wr.MediaBrowser(title="compare chart", media_keys=[names.COMPARISON_CHART]),
+                    wr.WeavePanelSummaryTable(table_name=COMPARISON_TABLE, layout=wr.Layout(w=24, h=8)),
+                    wr.MediaBrowser(title="compare chart", media_keys=[COMPARISON_CHART]),
                 ],
             ),
             wr.H2("Sweep"),
@@ -249,7 +272,7 @@ def build_report(project: str, entity: str, group: str | None = None, sweep_metr
                 runsets=[runs("recipes", JOB_TYPE, True)],
                 panels=[
                     *training_curve_panels(wr),
-                    *(_curve(wr, key) for key in (*names.MEMORY_CURVES, *names.THROUGHPUT_CURVES)),
+                    *(_curve(wr, key) for key in (*MEMORY_CURVES, *THROUGHPUT_CURVES)),
                 ],
             ),
         ],

@@ -79,12 +79,6 @@ def _is_adapter(results: dict[str, Any]) -> bool:
     return results.get("lora_target_modules") is not None
 
 
-def _is_quantized(results: dict[str, Any]) -> bool:
-    """Whether the adapter's base ran quantized (QLoRA): its 4-bit matmuls' compute dtype was recorded,
-    or it ran on an 8-bit base (--base_bits 8)."""
-    return results.get("quantized_compute_dtype") is not None or results.get("quantized_base_bits") == 8
-
-
 def _hub_id(name: str | None) -> str | None:
     """`name` if it reads as a Hub model id: not a local path (absolute, or existing here)."""
     if not name or PurePath(name).is_absolute() or re.match(r"^[A-Za-z]:[\\/]", name):
@@ -188,7 +182,8 @@ def card_metrics(results: dict[str, Any]) -> list[CardMetric]:
 
 
 def _dataset(results: dict[str, Any]) -> tuple[str, str, str | None]:
-    """(dataset type, dataset name, Hub config) for the model-index: a Hub dataset, or the local files."""
+    """(dataset type, dataset name, Hub config) for the model-index: a Hub dataset, or the local files.
+    The name is also how the card's text calls the training data ('glue/sst2', or the file's name)."""
     config = results.get("config", {})
     if config.get("train_file"):
         return "local", _file_name(config["train_file"]), None
@@ -327,6 +322,7 @@ def _template_values(results: dict[str, Any], model_name: str, repo_id: str | No
     # The saved model in the loading code: the Hub repository, or this folder by its name (the card
     # sits in it; a local path would publish the machine's layout once the card is pushed).
     where = repo_id or model_name
+    quantized_base, quantization = _quantized_base(results)
     return {
         "title": model_name,
         "base": base_model(results),
@@ -335,7 +331,7 @@ def _template_values(results: dict[str, Any], model_name: str, repo_id: str | No
         "task_words": TASK_WORDS[problem_type],
         "problem_type": problem_type,
         "is_regression": problem_type == REGRESSION,
-        "dataset": _dataset_shown(results),
+        "dataset": _dataset(results)[1],
         "label_names": list(results.get("per_class") or {}),
         "label_thresholds": results.get("label_thresholds") or None,
         "decision_threshold": threshold,
@@ -364,8 +360,8 @@ def _template_values(results: dict[str, Any], model_name: str, repo_id: str | No
         "where": where,
         "on_hub": on_hub,
         "function": {SINGLE_LABEL: "softmax", MULTI_LABEL: "sigmoid", REGRESSION: "none"}[problem_type],
-        "quantization": _quantization_code(results),
-        "quantized_base": _quantized_base(results),
+        "quantization": quantization,
+        "quantized_base": quantized_base,
         "merged_model": results.get("merged_model"),
         "merged_dir": MERGED_SUBDIR,
         "merged_where": where if on_hub else f"{where}/{MERGED_SUBDIR}",
@@ -374,13 +370,6 @@ def _template_values(results: dict[str, Any], model_name: str, repo_id: str | No
         ),
         "created_at": results.get("created_at"),
     }
-
-
-def _dataset_shown(results: dict[str, Any]) -> str:
-    """The training data in the text: the Hub dataset ('glue/sst2'), or the training file's name."""
-    if _is_local_data(results):
-        return _file_name(results["config"]["train_file"])
-    return str(results.get("dataset"))
 
 
 def _split_shown(results: dict[str, Any], role: str) -> str | None:
@@ -400,7 +389,7 @@ def _processes(results: dict[str, Any]) -> str:
 
 def _data_rows(results: dict[str, Any]) -> list[str]:
     rows = [
-        f"Training: `{_dataset_shown(results)}`, {results.get('train_samples')} examples",
+        f"Training: `{_dataset(results)[1]}`, {results.get('train_samples')} examples",
         f"Validation: {_split_shown(results, 'validation')}, {results.get('eval_samples')} examples",
     ]
     if results.get("test_split"):
@@ -484,23 +473,21 @@ def _score_rows(results: dict[str, Any]) -> list[tuple[str, str, float]]:
     return rows
 
 
-def _quantized_base(results: dict[str, Any]) -> str | None:
-    """The adapter's quantized base, in words; None when the base ran unquantized."""
-    if not _is_quantized(results):
-        return None
-    return "8-bit LLM.int8" if results.get("quantized_base_bits") == 8 else "4-bit NF4"
-
-
-def _quantization_code(results: dict[str, Any]) -> str | None:
-    """The BitsAndBytesConfig line that loads the adapter's base as the run quantized it."""
-    if not _is_quantized(results):
-        return None
+def _quantized_base(results: dict[str, Any]) -> tuple[str, str] | tuple[None, None]:
+    """The adapter's quantized base (QLoRA) in words, and the BitsAndBytesConfig line that loads it as the
+    run quantized it: an 8-bit base (--base_bits 8), or 4-bit when its matmuls' compute dtype was recorded;
+    (None, None) when the base ran unquantized."""
     if results.get("quantized_base_bits") == 8:
-        return "quantization = BitsAndBytesConfig(load_in_8bit=True)  # the 8-bit LLM.int8 base"
+        return (
+            "8-bit LLM.int8",
+            "quantization = BitsAndBytesConfig(load_in_8bit=True)  # the 8-bit LLM.int8 base",
+        )
+    if results.get("quantized_compute_dtype") is None:
+        return None, None
     # results.json names precisions as the run does (fp32, bf16, fp16); the code needs torch's dtype names.
-    named = results.get("quantized_compute_dtype") or "float32"
+    named = results["quantized_compute_dtype"] or "float32"
     dtype = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}.get(named, named)
-    return (
+    return "4-bit NF4", (
         "quantization = BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type='nf4', "
         f"bnb_4bit_use_double_quant=True, bnb_4bit_compute_dtype=torch.{dtype})"
     )

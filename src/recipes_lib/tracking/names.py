@@ -1,18 +1,19 @@
-"""The names a run logs to W&B, defined once: tracking.py logs with them, dashboard.py shows them.
+"""The names a run logs to W&B, defined once: wandb_run.py logs with them, dashboard.py shows them.
 
 Three kinds of name, from three sources:
 
 - results.json keys. `Tracker.finish` puts every key into the run summary under the same name, so
   a summary key here is a results.json key (run/record.py writes them; docs/results-format.md lists them).
 - Curves. The Trainer's WandbCallback renames the Trainer's log keys with transformers' own
-  `rewrite_logs` ("loss" -> "train/loss", "eval_accuracy" -> "eval/accuracy"); `trainer_curve`
-  applies that same function here. `ThroughputCallback` (tracking.py) logs `throughput/*` and
-  `memory/*` under the names below.
-- Pictures logged once at the end of a run (tracking.py): W&B tables and charts.
+  `rewrite_logs` ("loss" -> "train/loss", "eval_accuracy" -> "eval/accuracy"); the dashboard's
+  `trainer_curve` applies that same function. `ThroughputCallback` (wandb_run.py) logs
+  `throughput/*` and `memory/*` under the names below.
+- Pictures logged once at the end of a run (wandb_run.py): W&B tables and charts.
 
-The dashboard (tracking/dashboard.py) builds every panel and column from these names and nothing else;
-tests/test_dashboard.py checks each one against what real offline runs of every recipe logged, so a
-renamed metric fails a test instead of leaving an empty panel.
+The dashboard (tracking/dashboard.py) builds every panel and column from these names, the Trainer's
+own log keys and the names of `recipes-lib compare --wandb`'s run, which it keeps itself (no run of a
+recipe logs those); tests/test_dashboard.py checks each one against what real offline runs of every
+recipe logged, so a renamed metric fails a test instead of leaving an empty panel.
 """
 
 from __future__ import annotations
@@ -23,29 +24,14 @@ from recipes_lib.config.registry import RECIPES
 
 # --- runs ------------------------------------------------------------------------------------------
 
-# W&B job types: a recipe's run, and the run `recipes-lib compare --wandb` logs into the group.
+# The W&B job type of a recipe's run (the dashboard's COMPARE_JOB_TYPE: compare --wandb's run).
 JOB_TYPE = "fine-tune"
-COMPARE_JOB_TYPE = "compare"
 
 # --- curves ---------------------------------------------------------------------------------------
 
 # The x-axis of every curve: WandbCallback makes it the step metric of everything it logs, and
 # ThroughputCallback logs it next to its own figures.
 STEP = "train/global_step"
-
-# The Trainer's own log keys for training and the metrics `compute_metrics` returns (evaluation/metrics.py),
-# as the Trainer names them before WandbCallback renames them.
-TRAINER_TRAIN_LOGS = ("loss", "learning_rate", "grad_norm")
-EVAL_METRICS = ("accuracy", "f1")
-EVAL_LOSS = "loss"
-
-
-def trainer_curve(log_key: str) -> str:
-    """The W&B history key WandbCallback logs a Trainer log key under (transformers' rewrite_logs)."""
-    from transformers.integrations.integration_utils import rewrite_logs
-
-    (name,) = rewrite_logs({log_key: None})
-    return name
 
 
 def eval_key(metric: str) -> str:
@@ -57,12 +43,10 @@ def eval_key(metric: str) -> str:
 SAMPLES_PER_SECOND_CURVE = "throughput/samples_per_second"
 TOKENS_PER_SECOND_CURVE = "throughput/real_tokens_per_second"
 PAD_RATIO_CURVE = "throughput/pad_ratio"
-THROUGHPUT_CURVES = (SAMPLES_PER_SECOND_CURVE, TOKENS_PER_SECOND_CURVE, PAD_RATIO_CURVE)
-# tracking.memory_figures: what tensors hold now, the allocator's peak counter, what the caching
+# wandb_run.memory_figures: what tensors hold now, the allocator's peak counter, what the caching
 # allocator holds (CUDA); the process's peak resident set (CPU).
 CUDA_MEMORY_CURVES = ("memory/allocated_gib", "memory/max_allocated_gib", "memory/reserved_gib")
 CPU_MEMORY_CURVES = ("memory/peak_rss_gib",)
-MEMORY_CURVES = (*CUDA_MEMORY_CURVES, *CPU_MEMORY_CURVES)
 
 # --- results.json keys, which are the run summary's keys --------------------------------------------
 
@@ -95,7 +79,6 @@ METRIC_TITLES = {
 # The metrics of multi-label and regression runs besides accuracy and macro-F1: columns of `show` and
 # `compare` when a run has them, and a dashboard section of their own.
 OTHER_TASK_METRICS = ("f1_micro", "mse", "pearson", "spearman")
-TASK_METRIC_COLUMNS = tuple((eval_key(metric), METRIC_TITLES[metric]) for metric in OTHER_TASK_METRICS)
 
 
 # What tells recipes apart, in the order the runs table and the results tables show it.
@@ -147,12 +130,6 @@ CONFUSION_MATRIX_CHART = Chart(
 )
 PER_CLASS_TABLE = "results/per_class"
 
-# Keys logged only when the run's results.json has the key they are made from.
-LOGGED_WHEN = {
-    CONFUSION_MATRIX_CHART.table_key: CONFUSION_MATRIX,
-    PER_CLASS_TABLE: PER_CLASS,
-}
-
 # --- recipes-lib sweep ------------------------------------------------------------------------------
 
 # A sweep's trial adds these to its W&B config (tracking/wandb_run.py reads them from the environment
@@ -164,12 +141,6 @@ SWEEP = "sweep"
 SWEEP_PHASE = "sweep_phase"
 SWEEP_CHOSEN = "sweep_chosen"
 SWEEP_CONFIG_KEYS = (SWEEP, SWEEP_PHASE, SWEEP_CHOSEN)
-LEARNING_RATE = "learning_rate"
-SEED = "seed"
-
-# `recipes-lib compare --wandb`: one run holding the comparison table and the compare chart.
-COMPARISON_TABLE = "comparison/table"
-COMPARISON_CHART = "comparison/chart"
 
 
 def breakdown_column(part: str) -> str:

@@ -20,7 +20,7 @@ name, except `config`, which is the run's config already (the same keys and valu
 At the end the run also logs what reads better as a picture than as numbers: its results as one
 W&B table row (so a table panel lists several runs side by side), the memory breakdown as a bar
 chart, and, once results.json has them, the confusion matrix and the per-class metrics. Every name
-logged comes from metric_names.py, which the dashboard (tracking/dashboard.py) reads too.
+logged comes from names.py, which the dashboard (tracking/dashboard.py) reads too.
 `WANDB_LOG_MODEL=end` (or `checkpoint`) uploads the final model, or the adapter for LoRA recipes,
 as an artifact: WandbCallback implements it and we leave it to it.
 
@@ -66,8 +66,6 @@ from recipes_lib.units import BREAKDOWN_KEYS, GIB, short_model_name
 logger = logging.getLogger("recipes_lib")
 
 DEFAULT_PROJECT = "bert-recipes"
-JOB_TYPE = names.JOB_TYPE
-COMPARE_JOB_TYPE = names.COMPARE_JOB_TYPE
 WANDB_MODES = ("online", "offline", "disabled", "dryrun", "shared", "run")
 # W&B rejects tags longer than 64 characters.
 MAX_TAG_LENGTH = 64
@@ -96,7 +94,7 @@ class RunIdentity:
     group: str
     name: str
     tags: tuple[str, ...]
-    job_type: str = JOB_TYPE
+    job_type: str = names.JOB_TYPE
 
 
 def short_dataset_name(data: DataArguments) -> str:
@@ -128,13 +126,6 @@ def _format_setting(value: Any) -> str:
     return str(value)
 
 
-def _same(a: Any, b: Any) -> bool:
-    a, b = _plain(a), _plain(b)
-    if isinstance(a, (int, float)) and isinstance(b, (int, float)) and not isinstance(a, bool):
-        return float(a) == float(b)
-    return a == b
-
-
 def _field_defaults(argument_classes) -> dict[str, Any]:
     defaults = {}
     for cls in argument_classes:
@@ -158,7 +149,7 @@ def run_name(recipe: RecipeSpec, arguments: ParsedArguments) -> str:
     differences = [
         f"{label}={_format_setting(resolved[key])}"
         for key, label in settings.items()
-        if key in resolved and not _same(resolved[key], defaults.get(key))
+        if key in resolved and _plain(resolved[key]) != _plain(defaults.get(key))  # 3 == 3.0 in Python
     ]
     return " ".join([recipe.name, short_model_name(arguments.model.model_name_or_path), *differences])
 
@@ -336,20 +327,18 @@ class ThroughputCallback(TrainerCallback):
         self.interval_start = None
 
 
-def results_row(results: Mapping[str, Any]) -> list[Any]:
-    """One run as a row of the results table: RESULTS_COLUMNS, then each memory part in GiB."""
-    breakdown = results.get(names.MEMORY_BREAKDOWN) or {}
-    return [results.get(key) for key in names.RESULTS_COLUMNS] + [
-        breakdown.get(part) for part in BREAKDOWN_KEYS
-    ]
-
-
 def results_table(runs: list[Mapping[str, Any]]):
-    """A W&B table of finished runs, one row each (a run logs itself; compare --wandb logs them all)."""
+    """A W&B table of finished runs, one row each (a run logs itself; compare --wandb logs them all):
+    RESULTS_COLUMNS, then each memory part in GiB."""
     import wandb
 
     columns = [*names.RESULTS_COLUMNS, *(names.breakdown_column(part) for part in BREAKDOWN_KEYS)]
-    return wandb.Table(columns=columns, data=[results_row(results) for results in runs])
+    rows = [
+        [results.get(key) for key in names.RESULTS_COLUMNS]
+        + [(results.get(names.MEMORY_BREAKDOWN) or {}).get(part) for part in BREAKDOWN_KEYS]
+        for results in runs
+    ]
+    return wandb.Table(columns=columns, data=rows)
 
 
 def _chart(chart: names.Chart, table):
@@ -361,12 +350,8 @@ def _chart(chart: names.Chart, table):
 def _confusion_matrix_rows(confusion: Mapping[str, Any]) -> list[list[Any]] | None:
     """[true label, predicted label, count] per cell, as wandb.plot.confusion_matrix lays it out."""
     labels, matrix = confusion.get("labels"), confusion.get("matrix")
-    if (
-        not labels
-        or not matrix
-        or len(matrix) != len(labels)
-        or any(len(row) != len(labels) for row in matrix)
-    ):
+    n = len(labels or ())
+    if not n or len(matrix or ()) != n or any(len(row) != n for row in matrix):
         logger.warning(
             "results.json's %s is not {labels: [n names], matrix: n x n counts}; not logged as a chart.",
             names.CONFUSION_MATRIX,
@@ -380,7 +365,7 @@ def _confusion_matrix_rows(confusion: Mapping[str, Any]) -> list[list[Any]] | No
 
 
 def results_pictures(results: Mapping[str, Any]) -> dict[str, Any]:
-    """What a person would rather look at than read, as W&B objects by key (metric_names.py):
+    """What a person would rather look at than read, as W&B objects by key (names.py):
 
     - the results as one table row (a table panel over several runs compares them);
     - the memory breakdown (weights, gradients, optimizer state, activations, other) as a bar chart;

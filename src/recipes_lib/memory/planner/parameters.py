@@ -55,7 +55,7 @@ def _quantized_linears(config, model) -> list[tuple[int, int]]:
     as adapters.nf4_quantization_config and int8_quantization_config keep them."""
     from torch import nn
 
-    from recipes_lib.modeling.families import linears_outside_layers
+    from recipes_lib.modeling.adapters import linears_outside_layers
 
     keep = set(linears_outside_layers(config))
     return [
