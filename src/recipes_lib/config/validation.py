@@ -17,6 +17,7 @@ import os
 from pathlib import Path
 
 from recipes_lib.config.arguments import SUPPORTED_DATA_EXTENSIONS, ParsedArguments
+from recipes_lib.config.recipe_options import Adam8bitArguments
 from recipes_lib.config.tasks import SINGLE_LABEL, TASK_METRICS
 from recipes_lib.errors import ConfigError, OutputDirError
 from recipes_lib.results import RESULTS_FILE
@@ -69,16 +70,15 @@ def check_task_options(training, labels) -> None:
     `labels` is the data's label mapping (its names and problem_type). Changes nothing: for
     `--metric_for_best_model mse`, greater_is_better is false from parsing (config/arguments.py).
     """
-    if training.class_weights and labels.problem_type != SINGLE_LABEL:
-        raise ConfigError(
-            f"--class_weights weights the classes of a single-label task, but this data is {labels.problem_type} "
-            "(from its labels or --problem_type). Leave --class_weights out."
-        )
-    if training.label_smoothing_factor and labels.problem_type != SINGLE_LABEL:
-        raise ConfigError(
-            f"--label_smoothing_factor {training.label_smoothing_factor} smooths a softmax over classes, but this "
-            f"data is {labels.problem_type} (from its labels or --problem_type). Leave it out (or set it to 0)."
-        )
+    for option, what_it_does in (
+        ("class_weights", "weights the classes of a single-label task"),
+        ("label_smoothing_factor", "smooths a softmax over classes"),
+    ):
+        if getattr(training, option) and labels.problem_type != SINGLE_LABEL:
+            raise ConfigError(
+                f"--{option} {getattr(training, option)} {what_it_does}, but this data is {labels.problem_type} "
+                f"(from its labels or --problem_type). Leave --{option} out."
+            )
     if training.decision_threshold is not None and (
         labels.problem_type != SINGLE_LABEL or labels.num_labels != 2
     ):
@@ -122,8 +122,6 @@ def _check_optimizer_offload(arguments: ParsedArguments) -> None:
     """adamw_8bit under DeepSpeed ZeRO-Offload (deepspeed_zero2_offload.yaml) would not be 8-bit AdamW:
     accelerate replaces a recipe's own optimizer with DeepSpeed's CPU Adam when the optimizer is
     offloaded, so its 8-bit (and paged) state would never exist. Refused, before anything loads."""
-    from recipes_lib.config.recipe_options import Adam8bitArguments
-
     launched = os.environ.get("ACCELERATE_USE_DEEPSPEED", "false").lower() == "true"
     offload = os.environ.get("ACCELERATE_DEEPSPEED_OFFLOAD_OPTIMIZER_DEVICE", "none").lower()
     if launched and offload not in ("", "none") and Adam8bitArguments in arguments.recipe_options:
