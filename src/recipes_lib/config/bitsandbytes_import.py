@@ -88,21 +88,6 @@ def bitsandbytes_loaded() -> bool:
 
 
 @contextmanager
-def quiet_bitsandbytes():
-    """bitsandbytes' warnings silenced for a command that never uses it but may load it on the way
-    (wandb's import does: pydantic reads the source of every loaded module, the lazy stub included)."""
-    loggers = [logging.getLogger(name) for name in (PACKAGE, KERNELS_LOGGER, KERNELS_HUB_LOGGER)]
-    levels = [bnb_logger.level for bnb_logger in loggers]
-    for bnb_logger in loggers:
-        bnb_logger.setLevel(logging.ERROR)
-    try:
-        yield
-    finally:
-        for bnb_logger, level in zip(loggers, levels, strict=True):
-            bnb_logger.setLevel(level)
-
-
-@contextmanager
 def bitsandbytes_hidden():
     """bitsandbytes kept out of the block (unless it is loaded already), for code that never uses it.
 
