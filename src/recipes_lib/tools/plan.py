@@ -21,7 +21,7 @@ from dataclasses import dataclass, replace
 from recipes_lib.config.family_registry import family_for
 from recipes_lib.config.precision import DeviceCapability, choose_precision, detect_capability
 from recipes_lib.config.recipe_options import TEACHER_BATCH_SIZE
-from recipes_lib.config.registry import recipe_specs
+from recipes_lib.config.registry import RECIPES
 from recipes_lib.errors import ConfigError, RecipeError
 from recipes_lib.memory.planner.arithmetic import FLASH_ATTENTION
 from recipes_lib.memory.planner.catalogue import catalogue_entry
@@ -52,7 +52,7 @@ TARGET_GPU = DeviceCapability(
 def recipe_shapes(recipe: str, args) -> dict:
     """{name: TrainingShape} of the recipes to plan, from the recipe registry (config/registry.py), with the command
     line's LoRA and optimizer overrides applied; a recipe whose shape cannot be made maps to the error."""
-    specs = recipe_specs()
+    specs = RECIPES
     if recipe != "all" and recipe not in specs:
         raise ConfigError(
             f"--recipe {recipe} is not a recipe of recipes/; use one of {', '.join(specs)}, or all."
