@@ -51,8 +51,17 @@ class LoraArguments:
         },
     )
 
-    def __post_init__(self):
-        validate_lora_arguments(self)  # before any data or weights are loaded
+    def __post_init__(self):  # checked before any data or weights are loaded
+        if self.lora_r <= 0:
+            raise ConfigError(
+                f"lora_r is {self.lora_r}; the rank must be a positive integer (8 and 16 are usual)."
+            )
+        if self.lora_alpha <= 0:
+            raise ConfigError(f"lora_alpha is {self.lora_alpha}; it must be positive (usually 2 x lora_r).")
+        if not 0 <= self.lora_dropout < 1:
+            raise ConfigError(f"lora_dropout is {self.lora_dropout}; it must be in [0, 1).")
+        if not target_modules(self):
+            raise ConfigError("lora_target_modules is empty; name at least one layer, e.g. query value.")
 
     def shape(self) -> LoraShape:
         """The adapters these options describe, as the planner and `add_lora` take them."""
@@ -63,19 +72,6 @@ class LoraArguments:
             dropout=self.lora_dropout,
             train_pooler=self.lora_train_pooler,
         )
-
-
-def validate_lora_arguments(lora: LoraArguments) -> None:
-    if lora.lora_r <= 0:
-        raise ConfigError(
-            f"lora_r is {lora.lora_r}; the rank must be a positive integer (8 and 16 are usual)."
-        )
-    if lora.lora_alpha <= 0:
-        raise ConfigError(f"lora_alpha is {lora.lora_alpha}; it must be positive (usually 2 x lora_r).")
-    if not 0 <= lora.lora_dropout < 1:
-        raise ConfigError(f"lora_dropout is {lora.lora_dropout}; it must be in [0, 1).")
-    if not target_modules(lora):
-        raise ConfigError("lora_target_modules is empty; name at least one layer, e.g. query value.")
 
 
 def target_modules(lora: LoraArguments) -> tuple[str, ...] | str:
