@@ -1,13 +1,11 @@
 """Checks on a run's arguments that need more than one field, or the data's task, to decide.
 
 Each field's own checks run when its dataclass is built (`__post_init__`); the checks here look
-at the arguments together and run before anything expensive: `check_output_dir` before any
-download, `check_task_options` once the labels have decided the task, before tokenization and
-before the weights load. Every failure is a ConfigError or OutputDirError that names the value
-and the fix.
-
-`validate_arguments` runs as the arguments are parsed (parsing.py), before any download: the data
-source, files and columns named, and the numbers that must be positive, one named check each.
+at the arguments together and run before anything expensive: `validate_arguments` as they are
+parsed (parsing.py: the data source, files and columns named, the numbers that must be positive),
+`check_output_dir` before any download, `check_task_options` once the labels have decided the
+task, before tokenization and before the weights load. Every failure is a ConfigError or
+OutputDirError that names the value and the fix.
 """
 
 from __future__ import annotations
@@ -161,25 +159,24 @@ def _check_data_source(data) -> None:
 def _check_data_files(data) -> None:
     """Each local data file given is a file, of a supported extension, that exists."""
     for name in ("train_file", "validation_file", "test_file"):
-        path = getattr(data, name)
-        if path is None:
+        given = getattr(data, name)
+        if given is None:
             continue
-        if Path(path).is_dir():
-            inside = sorted(
-                p.name for p in Path(path).iterdir() if p.suffix.lower() in SUPPORTED_DATA_EXTENSIONS
-            )
+        path = Path(given)
+        if path.is_dir():
+            inside = sorted(p.name for p in path.iterdir() if p.suffix.lower() in SUPPORTED_DATA_EXTENSIONS)
             raise ConfigError(
-                f"{name} '{path}' is a directory; pass one file in it"
+                f"{name} '{given}' is a directory; pass one file in it"
                 + (f" (it holds: {', '.join(inside[:5])})." if inside else ".")
             )
-        if Path(path).suffix.lower() not in SUPPORTED_DATA_EXTENSIONS:
+        if path.suffix.lower() not in SUPPORTED_DATA_EXTENSIONS:
             raise ConfigError(
-                f"{name} '{path}' has an unsupported extension. Use one of {', '.join(SUPPORTED_DATA_EXTENSIONS)}; "
+                f"{name} '{given}' has an unsupported extension. Use one of {', '.join(SUPPORTED_DATA_EXTENSIONS)}; "
                 "the extension decides how the file is read."
             )
-        if not Path(path).is_file():
+        if not path.is_file():
             raise ConfigError(
-                f"{name} '{path}' does not exist (looked in {Path(path).resolve().parent}). Check the path."
+                f"{name} '{given}' does not exist (looked in {path.resolve().parent}). Check the path."
             )
 
 
