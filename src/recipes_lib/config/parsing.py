@@ -11,7 +11,6 @@ value typed on the command line would be.
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import difflib
 import logging
 import os
@@ -212,12 +211,6 @@ def parse_arguments(spec: RecipeSpec, argv: list[str] | None = None) -> ParsedAr
     recipe_name = spec.name
     parser = recipe_parser(spec)
     actions = {action.dest: action for action in parser._actions if action.dest != "help"}
-    list_keys = {
-        f.name
-        for cls in parser.dataclass_types
-        for f in dataclasses.fields(cls)
-        if "list" in str(f.type).lower()
-    }
     valid_keys = sorted(actions)
 
     defaults: dict[str, Any] = {"output_dir": f"outputs/{recipe_name}", **spec.training_defaults}
@@ -228,7 +221,8 @@ def parse_arguments(spec: RecipeSpec, argv: list[str] | None = None) -> ParsedAr
                 f"Config file '{config_file}' has an unknown key '{key}'.{_unknown_key_hint(key, valid_keys, recipe_name)} "
                 "Every key must be an argument of the recipe; run it with --help to list them."
             )
-        defaults[key] = _convert_file_value(actions[key], key, value, config_file, key in list_keys)
+        # A list where the command line takes several values (HfArgumentParser's nargs "+" for list fields).
+        defaults[key] = _convert_file_value(actions[key], key, value, config_file, actions[key].nargs == "+")
     given = {**file_values, **_command_line_values(argv)}
     defaults.update(_implied_strategies(given))
     parser.set_defaults(**defaults)
