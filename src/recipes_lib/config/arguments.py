@@ -40,8 +40,8 @@ SUPPORTED_DATA_EXTENSIONS = (".csv", ".tsv", ".json", ".jsonl", ".parquet")
 # With no dataset and no files, a recipe trains on GLUE SST-2 (binary sentiment, 67k sentences).
 DEFAULT_DATASET = ("glue", "sst2")
 
-# --length_grouping's choices (its help says what each sorts; training/trainer.py,
-# ShuffledLengthGroupedSampler, sorts so).
+# --length_grouping's choices (its help says how much each sorts by length at a time; the sorting:
+# training/trainer.py, ShuffledLengthGroupedSampler).
 LENGTH_GROUPINGS = ("wide", "stock")
 DEFAULT_LENGTH_GROUPING = "wide"
 
@@ -483,15 +483,15 @@ class RecipeTrainingArguments(TrainingArguments):
         on_cpu = self.use_cpu or os.environ.get("ACCELERATE_USE_CPU", "false").lower() == "true"
         self.capability = detect_capability(use_cpu=on_cpu)
         self._flags = (self.bf16, self.fp16)  # as given: precision_for decides again with them
-        decided = _DECIDED_PRECISION.get()  # set while `resolved` builds a copy
-        if decided is not None:
-            self._apply_precision(decided, warn=False)  # decided (and any warning given) when parsed
-        else:
-            self._apply_precision(
-                choose_precision(
-                    self.capability, bf16=self.bf16, fp16=self.fp16, launcher=launcher_mixed_precision()
-                )
-            )
+        # Set while `resolved` builds a copy: decided, and any warning given, when the arguments were parsed.
+        decided = _DECIDED_PRECISION.get()
+        self._apply_precision(
+            decided
+            or choose_precision(
+                self.capability, bf16=self.bf16, fp16=self.fp16, launcher=launcher_mixed_precision()
+            ),
+            warn=decided is None,
+        )
         super().__post_init__()
         # TrainingArguments takes the launcher's mixed_precision whenever bf16 and fp16 are both
         # false, so `--bf16 false` under a bf16 accelerate config would still train in bf16.
