@@ -6,6 +6,7 @@ recipe registry (registry.py) and the parser can name them without loading model
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 
 from recipes_lib.config.recipe_spec import LoraShape
@@ -96,6 +97,21 @@ class Adam8bitArguments:
         default=False,
         metadata={"help": "PagedAdamW8bit: state pages out to CPU memory when the GPU runs short."},
     )
+
+    def __post_init__(self):
+        # Under DeepSpeed ZeRO-Offload (deepspeed_zero2_offload.yaml) accelerate replaces a recipe's own
+        # optimizer with DeepSpeed's CPU Adam, so the 8-bit (and paged) state would never exist: the run
+        # would not be 8-bit AdamW. Refused as the options are parsed, before anything loads.
+        launched = os.environ.get("ACCELERATE_USE_DEEPSPEED", "false").lower() == "true"
+        offload = os.environ.get("ACCELERATE_DEEPSPEED_OFFLOAD_OPTIMIZER_DEVICE", "none").lower()
+        if launched and offload not in ("", "none"):
+            raise ConfigError(
+                f"adamw_8bit was launched with DeepSpeed's optimizer offload (offload_optimizer_device: {offload}). "
+                "There accelerate replaces the recipe's 8-bit AdamW with DeepSpeed's CPU Adam (32-bit state), so "
+                "the run would not be what the recipe says. Run recipes/full_ft.py with "
+                "accelerate_configs/deepspeed_zero2_offload.yaml (AdamW's state is on the CPU either way), or "
+                "adamw_8bit with single_gpu.yaml (add --paged_optimizer true to let its state page out to CPU memory)."
+            )
 
 
 @dataclass

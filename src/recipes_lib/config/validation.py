@@ -11,11 +11,9 @@ OutputDirError that names the value and the fix.
 from __future__ import annotations
 
 import logging
-import os
 from pathlib import Path
 
 from recipes_lib.config.arguments import SUPPORTED_DATA_EXTENSIONS, ParsedArguments
-from recipes_lib.config.recipe_options import Adam8bitArguments
 from recipes_lib.config.tasks import SINGLE_LABEL, TASK_METRICS
 from recipes_lib.errors import ConfigError, OutputDirError
 from recipes_lib.results import RESULTS_FILE
@@ -108,27 +106,10 @@ def validate_arguments(arguments: ParsedArguments) -> None:
     _check_long_text(data)
     _check_training_schedule(training)
     _check_validation_split(data)
-    _check_optimizer_offload(arguments)
     if arguments.model.trust_remote_code:
         logger.warning(
             "trust_remote_code is on: Python code from '%s' will run on this machine.",
             arguments.model.model_name_or_path,
-        )
-
-
-def _check_optimizer_offload(arguments: ParsedArguments) -> None:
-    """adamw_8bit under DeepSpeed ZeRO-Offload (deepspeed_zero2_offload.yaml) would not be 8-bit AdamW:
-    accelerate replaces a recipe's own optimizer with DeepSpeed's CPU Adam when the optimizer is
-    offloaded, so its 8-bit (and paged) state would never exist. Refused, before anything loads."""
-    launched = os.environ.get("ACCELERATE_USE_DEEPSPEED", "false").lower() == "true"
-    offload = os.environ.get("ACCELERATE_DEEPSPEED_OFFLOAD_OPTIMIZER_DEVICE", "none").lower()
-    if launched and offload not in ("", "none") and Adam8bitArguments in arguments.recipe_options:
-        raise ConfigError(
-            f"adamw_8bit was launched with DeepSpeed's optimizer offload (offload_optimizer_device: {offload}). "
-            "There accelerate replaces the recipe's 8-bit AdamW with DeepSpeed's CPU Adam (32-bit state), so "
-            "the run would not be what the recipe says. Run recipes/full_ft.py with "
-            "accelerate_configs/deepspeed_zero2_offload.yaml (AdamW's state is on the CPU either way), or "
-            "adamw_8bit with single_gpu.yaml (add --paged_optimizer true to let its state page out to CPU memory)."
         )
 
 
