@@ -170,10 +170,10 @@ def free_memory(device) -> None:
 def recipe_arguments(way: str, model_dir: Path, work: Path, on_gpu: bool, seq: int):
     """(parsed arguments, recipe options, TrainingShape) as the recipe would parse them for this run."""
     from recipes_lib.config.parsing import parse_arguments
-    from recipes_lib.config.registry import recipe_specs
+    from recipes_lib.config.registry import RECIPES as RECIPE_SPECS
 
     recipe, extra = RECIPES[way]
-    spec = recipe_specs()[recipe]
+    spec = RECIPE_SPECS[recipe]
     argv = ["--model_name_or_path", str(model_dir), "--output_dir", str(work / "runs" / way)]
     argv += ["--max_seq_length", str(seq), "--bf16", str(on_gpu).lower(), "--report_to", "none"]
     if not on_gpu:

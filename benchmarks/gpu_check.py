@@ -97,11 +97,11 @@ def predicted_peak_gib(model_dir: Path, recipe: str, batch: int, seq: int, bf16:
     torch.cuda.max_memory_allocated (CPU: the tracker's peak), which never includes the CUDA
     context, so neither does this figure."""
     sys.path.insert(0, str(REPO_ROOT / "src"))
-    from recipes_lib.config.registry import recipe_specs
+    from recipes_lib.config.registry import RECIPES as RECIPE_SPECS
     from recipes_lib.memory.planner import Setup, load_config, plan_memory
     from recipes_lib.units import GIB
 
-    shape = recipe_specs()[recipe].default_shape()
+    shape = RECIPE_SPECS[recipe].default_shape()
     device = "cuda" if bf16 else "cpu"
     setup = Setup(shape=shape, batch_size=batch, seq_length=seq, bf16=bf16, device=device, padded=False)
     return plan_memory(load_config(str(model_dir)), setup).peak_tensors / GIB

@@ -219,12 +219,9 @@ def test_zero_offload_config_is_one_process_of_zero2_with_the_optimizer_on_the_c
 def test_adamw_8bit_under_optimizer_offload_is_refused_before_anything_loads(monkeypatch):
     """accelerate would swap its 8-bit AdamW for DeepSpeed's CPU Adam: the run would not be adamw_8bit.
 
-    The check parse_arguments runs once TrainingArguments is built (which needs DeepSpeed installed
-    under a DeepSpeed launch, so it is called here on the parsed options directly)."""
-    from types import SimpleNamespace
-
+    adamw_8bit's options refuse it as they are parsed, before TrainingArguments is built (which needs
+    DeepSpeed installed under a DeepSpeed launch, so the options are built here directly)."""
     from recipes_lib.config.recipe_options import Adam8bitArguments, LoraArguments
-    from recipes_lib.config.validation import _check_optimizer_offload
     from recipes_lib.errors import ConfigError
 
     environment = accelerate_variables(
@@ -232,15 +229,13 @@ def test_adamw_8bit_under_optimizer_offload_is_refused_before_anything_loads(mon
     )
     for variable, value in environment.items():
         monkeypatch.setenv(variable, value)
-    adamw_8bit = SimpleNamespace(recipe_options={Adam8bitArguments: Adam8bitArguments()})
     with pytest.raises(
         ConfigError, match="adamw_8bit was launched with DeepSpeed's optimizer offload.*full_ft"
     ):
-        _check_optimizer_offload(adamw_8bit)
-    _check_optimizer_offload(SimpleNamespace(recipe_options={}))  # full_ft: what the config is for
-    _check_optimizer_offload(SimpleNamespace(recipe_options={LoraArguments: LoraArguments()}))
+        Adam8bitArguments()
+    LoraArguments()  # another recipe's options: nothing to refuse (full_ft, what the config is for, has none)
     monkeypatch.setenv("ACCELERATE_DEEPSPEED_OFFLOAD_OPTIMIZER_DEVICE", "none")  # deepspeed_zero2.yaml
-    _check_optimizer_offload(adamw_8bit)
+    Adam8bitArguments()
 
 
 def test_deepspeed_is_an_optional_extra():

@@ -32,6 +32,7 @@ def test_no_arguments_means_bert_base_on_sst2_with_the_recipe_defaults():
     assert training.eval_strategy == "epoch"
     assert training.train_sampling_strategy == "group_by_length"
     assert training.bf16 is False  # no GPU here; on a bf16 GPU the default turns it on
+    assert training.tf32 is None  # no GPU here either: torch's TF32 setting is left alone
     assert training.output_dir == "outputs/full_ft"
     assert arguments.model.trust_remote_code is False
 

@@ -186,12 +186,12 @@ def test_every_model_type_in_the_registry_is_one_familys_and_has_lora_targets_th
     """peft's targets, or the entry's where peft has none (CamemBERT under RoBERTa's entry)."""
     from transformers import AutoConfig
 
-    from recipes_lib.config.family_registry import FAMILIES, known_model_types
+    from recipes_lib.config.family_registry import FAMILIES
     from recipes_lib.modeling.adapters import linear_layer_names
     from recipes_lib.modeling.families import default_lora_targets, meta_model
 
     model_types = [model_type for family in FAMILIES for model_type in family.model_types]
-    assert len(model_types) == len(set(model_types)) == len(known_model_types())
+    assert len(model_types) == len(set(model_types))  # a model type in two entries would be ambiguous
     for model_type in model_types:
         targets, _ = default_lora_targets(model_type)
         linears = linear_layer_names(meta_model(AutoConfig.for_model(model_type, num_hidden_layers=1)))

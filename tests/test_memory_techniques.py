@@ -17,7 +17,7 @@ import pytest
 
 from recipes_lib.cli.main import main
 from recipes_lib.config.recipe_spec import LoraShape, TrainingShape
-from recipes_lib.config.registry import recipe_specs
+from recipes_lib.config.registry import RECIPES
 from recipes_lib.errors import ConfigError
 from recipes_lib.memory.planner import Setup, count_parameters_on_meta, load_config, plan_memory
 from recipes_lib.memory.planner.arithmetic import PAGED_MIN_ELEMENTS, paged_optimizer_bytes
@@ -59,7 +59,7 @@ def test_planner_predicts_the_measured_memory_of_each_technique_that_runs_on_cpu
     results = run_in_process(
         recipe, run_args(model, learnable_data, tmp_path / "run", *options, *INTO_SECOND_EPOCH, **QUICK)
     )
-    spec = recipe_specs()[recipe]
+    spec = RECIPES[recipe]
     parsed = parse_arguments(spec, ["--output_dir", str(tmp_path / "parsed"), *options])
     shape = spec.shape(parsed.options(spec.options))
     batch = results["memory_peak_batch"]
@@ -111,7 +111,7 @@ def test_base_bits_other_than_4_or_8_is_refused_naming_the_flag(tiny_bert, learn
     from recipes_lib.config.parsing import parse_arguments
 
     with pytest.raises(ConfigError, match="base_bits"):
-        parse_arguments(recipe_specs()["qlora"], ["--output_dir", str(tmp_path), "--base_bits", "2"])
+        parse_arguments(RECIPES["qlora"], ["--output_dir", str(tmp_path), "--base_bits", "2"])
 
 
 def test_an_8bit_base_that_bitsandbytes_cannot_run_is_refused_in_one_paragraph(monkeypatch):
@@ -218,7 +218,7 @@ def test_plan_command_plans_each_technique_and_refuses_an_impossible_one(capsys)
 
 def test_fits_plans_every_technique_beside_its_recipe_in_the_cheapest_order():
     # As plan --fits: distill's student is full_ft's column again, so it is left out (tools/plan.py).
-    shapes = {name: spec.default_shape() for name, spec in recipe_specs().items() if name != "distill"}
+    shapes = {name: spec.default_shape() for name, spec in RECIPES.items() if name != "distill"}
     columns = fits_columns(shapes)
     assert columns == [
         "full_ft", "full_ft+offload", "adamw_8bit", "adamw_8bit+paged", "lora", "qlora+int8", "qlora",

@@ -8,7 +8,7 @@ import pytest
 
 from recipes_lib.cli.main import main
 from recipes_lib.config.recipe_spec import LoraShape, TrainingShape
-from recipes_lib.config.registry import recipe_specs
+from recipes_lib.config.registry import RECIPES as RECIPE_SPECS
 from recipes_lib.memory.planner import (
     KNOWN_CONFIGS,
     MIN_8BIT_SIZE,
@@ -58,7 +58,7 @@ def test_planner_predicts_the_measured_tensor_memory_of_every_recipe(
     measured = {part: results["memory_breakdown_gib"][part] * GIB for part in TENSOR_PARTS}
     batch = results["memory_peak_batch"]
     setup = Setup(
-        shape=recipe_specs()[recipe].default_shape(),  # the recipe's own, with the options it ran with
+        shape=RECIPE_SPECS[recipe].default_shape(),  # the recipe's own, with the options it ran with
         label=recipe,
         batch_size=batch["rows"],
         seq_length=batch["length"],
@@ -149,7 +149,7 @@ def test_plan_command_prints_one_table_for_several_models_and_recipes(tmp_path, 
     )  # fmt: skip
     output = capsys.readouterr().out
     assert code == 0
-    recipes = list(recipe_specs())  # every script in recipes/
+    recipes = list(RECIPE_SPECS)  # every script in recipes/
     assert set(recipes) >= {"full_ft", "adamw_8bit", "lora", "qlora"}
     table_rows = [line for line in output.splitlines() if line.split()[1:2] and line.split()[1] in recipes]
     assert len(table_rows) == 2 * len(recipes)
@@ -227,7 +227,7 @@ def test_plan_command_prints_every_row_it_can_and_why_the_others_have_none(capsy
     rows = {line.split()[1]: line for line in output.splitlines() if line.startswith("bert-base-uncased  ")}
     for name in ("full_ft", "adamw_8bit"):  # planned in full: bert-base at batch 32 x 128 fits 24 GiB
         assert rows[name].split()[-2] == "yes" and int(rows[name].split()[-1]) >= 32, rows[name]
-    adapted = [name for name, spec in recipe_specs().items() if spec.default_shape().adapters is not None]
+    adapted = [name for name, spec in RECIPE_SPECS.items() if spec.default_shape().adapters is not None]
     assert set(adapted) >= {"lora", "qlora"}
     # One line per model and reason, naming the rows it stops.
     (reason,) = [line for line in output.splitlines() if ": not planned: " in line]

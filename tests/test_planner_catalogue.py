@@ -22,7 +22,7 @@ from dataclasses import dataclass, replace
 import pytest
 
 from recipes_lib.cli.main import build_parser, main
-from recipes_lib.config.registry import recipe_specs
+from recipes_lib.config.registry import RECIPES
 from recipes_lib.memory.planner import Setup, load_config_and_source, plan_memory
 from recipes_lib.memory.planner.catalogue import CATALOGUE, catalogue_entry, catalogue_names
 from recipes_lib.memory.planner.fits import catalogue_fits, format_fits
@@ -30,7 +30,7 @@ from recipes_lib.tools.plan import planned_precision
 from tests.helpers.repo import REPO_ROOT
 
 # distill is left out of --fits: its student is full_ft's column again (tools/plan.py).
-SHAPES = {name: spec.default_shape() for name, spec in recipe_specs().items() if name != "distill"}
+SHAPES = {name: spec.default_shape() for name, spec in RECIPES.items() if name != "distill"}
 # docs/memory.md's table: `recipes-lib plan --fits --bf16 --markdown` (bf16: what a recipe picks on an RTX 4090),
 # its setup made as the command makes it (the precision and why, which the table's first line says).
 README_SETUP = Setup().with_precision(

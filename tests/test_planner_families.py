@@ -174,7 +174,7 @@ def test_the_planner_predicts_every_recipe_run_on_every_family(
 ):
     """The recipes themselves, in this process, each with its own length grouping, into the second
     epoch (INTO_SECOND_EPOCH): planned for the batch of the peak."""
-    from recipes_lib.config.registry import recipe_specs
+    from recipes_lib.config.registry import RECIPES
 
     model_dir = family_dirs[family]
     results = run_in_process(
@@ -182,7 +182,7 @@ def test_the_planner_predicts_every_recipe_run_on_every_family(
     )
     batch = results["memory_peak_batch"]
     setup = Setup(
-        shape=recipe_specs()[recipe].default_shape(),
+        shape=RECIPES[recipe].default_shape(),
         batch_size=batch["rows"],
         seq_length=batch["length"],
         padded=batch["padded"],

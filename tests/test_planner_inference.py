@@ -127,10 +127,10 @@ def test_a_teacher_bigger_than_its_student_sets_the_peak(tmp_path, capsys):
 
 
 def test_a_qlora_teacher_is_planned_on_its_4bit_base(family_dirs, tmp_path):
-    from recipes_lib.config.registry import recipe_specs
+    from recipes_lib.config.registry import RECIPES
     from recipes_lib.memory.planner.inference import load_teacher
 
-    shapes = {name: spec.default_shape() for name, spec in recipe_specs().items()}
+    shapes = {name: spec.default_shape() for name, spec in RECIPES.items()}
     qlora = load_teacher(str(_teacher_run(tmp_path / "q", family_dirs["bert"], "qlora")), 2, shapes)
     full = load_teacher(str(_teacher_run(tmp_path / "f", family_dirs["bert"], "full_ft")), 2, shapes)
     assert qlora.shape.quantized_base and qlora.shape.adapters is None and full.shape == TrainingShape()

@@ -164,7 +164,9 @@ def test_a_validation_row_that_is_not_a_number_or_names_an_unknown_class_is_an_e
 def test_options_for_another_task_fail_before_the_weights_load(tmp_path, tiny_bert):
     files = multi_label_files(tmp_path / "data", 40, 20)
     output_dir = tmp_path / "out"
-    with pytest.raises(ConfigError, match="--class_weights weights the classes of a single-label task"):
+    with pytest.raises(
+        ConfigError, match="--class_weights balanced weights the classes of a single-label task"
+    ):
         run_in_process(
             "full_ft", run_args(tiny_bert, files, output_dir, "--class_weights", "balanced", **QUICK)
         )

@@ -36,14 +36,30 @@ from __future__ import annotations
 import argparse
 import contextlib
 import io
+import logging
 import sys
 
 from recipes_lib.cli.crossval import add_crossval_parser, add_label_issues_parser
 from recipes_lib.cli.export import add_export_parser, export_command
 from recipes_lib.cli.plan import add_plan_parser
 from recipes_lib.cli.sweep import add_sweep_parser
-from recipes_lib.config.bitsandbytes_import import quiet_bitsandbytes
+from recipes_lib.config.bitsandbytes_import import KERNELS_HUB_LOGGER, KERNELS_LOGGER, PACKAGE
 from recipes_lib.units import format_table
+
+
+@contextlib.contextmanager
+def quiet_bitsandbytes():
+    """bitsandbytes' warnings silenced for a command that never uses it but may load it on the way
+    (wandb's import does: pydantic reads the source of every loaded module, the lazy stub included)."""
+    loggers = [logging.getLogger(name) for name in (PACKAGE, KERNELS_LOGGER, KERNELS_HUB_LOGGER)]
+    levels = [bnb_logger.level for bnb_logger in loggers]
+    for bnb_logger in loggers:
+        bnb_logger.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        for bnb_logger, level in zip(loggers, levels, strict=True):
+            bnb_logger.setLevel(level)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -155,19 +171,20 @@ def dispatch(args: argparse.Namespace) -> int:
     if args.command == "wandb-dashboard":
         # Loading it is not this command's output: wandb's import loads bitsandbytes (whose CPU backend
         # may warn), and transformers' integrations print "[INFO] Running in WANDB offline mode".
-        with quiet_bitsandbytes(), contextlib.redirect_stdout(io.StringIO()):
-            import transformers.integrations.integration_utils  # noqa: F401
+        with quiet_bitsandbytes():
+            with contextlib.redirect_stdout(io.StringIO()):
+                import transformers.integrations.integration_utils  # noqa: F401
 
-            from recipes_lib.tracking.dashboard import wandb_dashboard
+                from recipes_lib.tracking.dashboard import wandb_dashboard
 
-        return wandb_dashboard(
-            args.project,
-            entity=args.entity,
-            group=args.group,
-            report=args.report,
-            spec_file=args.spec_file,
-            sweep_metric=args.sweep_metric,
-        )
+            return wandb_dashboard(
+                args.project,
+                entity=args.entity,
+                group=args.group,
+                report=args.report,
+                spec_file=args.spec_file,
+                sweep_metric=args.sweep_metric,
+            )
     if args.command == "export":
         return export_command(args)
     if args.command == "plan":

@@ -16,6 +16,7 @@ from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
+import torch
 from transformers import TrainingArguments
 
 from recipes_lib.config.precision import (
@@ -39,9 +40,8 @@ SUPPORTED_DATA_EXTENSIONS = (".csv", ".tsv", ".json", ".jsonl", ".parquet")
 # With no dataset and no files, a recipe trains on GLUE SST-2 (binary sentiment, 67k sentences).
 DEFAULT_DATASET = ("glue", "sst2")
 
-# --length_grouping (training/trainer.py, ShuffledLengthGroupedSampler): how much of the shuffled
-# data is sorted by length at a time. "wide": 50 optimizer steps of examples, or the whole epoch
-# when shorter; "stock": transformers' own mega-batch size.
+# --length_grouping's choices (its help says how much each sorts by length at a time; the sorting:
+# training/trainer.py, ShuffledLengthGroupedSampler).
 LENGTH_GROUPINGS = ("wide", "stock")
 DEFAULT_LENGTH_GROUPING = "wide"
 
@@ -232,24 +232,8 @@ class DataArguments:
     )
 
 
-def _cuda_available() -> bool:
-    import torch
-
+def _cuda_available() -> bool:  # a function: tests stand in a machine without a GPU
     return torch.cuda.is_available()
-
-
-def _mps_available() -> bool:
-    import torch
-
-    return torch.backends.mps.is_available()
-
-
-def _cuda_supports_tf32() -> bool | None:
-    import torch
-
-    if not torch.cuda.is_available():
-        return None  # leave torch's setting alone
-    return torch.cuda.get_device_capability()[0] >= 8
 
 
 def _refuse_sharding_without_gpu() -> None:
@@ -348,8 +332,8 @@ class RecipeTrainingArguments(TrainingArguments):
     logging_steps: float = field(
         default=0.02, metadata={"help": "Log every N steps, or a fraction of all steps if below 1."}
     )
-    # Batches of similar length waste little compute on padding (transformers 5 name for group_by_length).
-    # The batches then come in a seeded random order, longest first (trainer.ShuffledLengthGroupedSampler).
+    # transformers 5's name for group_by_length; the batches come in a seeded random order, longest
+    # first (trainer.ShuffledLengthGroupedSampler).
     train_sampling_strategy: str = field(
         default="group_by_length",
         metadata={
@@ -357,7 +341,6 @@ class RecipeTrainingArguments(TrainingArguments):
             "'random' or 'sequential'."
         },
     )
-    # How much of the shuffled data is sorted by length at a time (trainer.ShuffledLengthGroupedSampler).
     length_grouping: str = field(
         default=DEFAULT_LENGTH_GROUPING,
         metadata={
@@ -369,8 +352,7 @@ class RecipeTrainingArguments(TrainingArguments):
             "choices": list(LENGTH_GROUPINGS),
         },
     )
-    # None = automatic (precision.py): bf16 where the GPU has it natively, else fp16 (fp32 for
-    # DeBERTa); fp32 on CPU. An explicit true/false wins, and must agree with the accelerate config.
+    # None: automatic (precision.py). An explicit true/false wins, and must agree with the accelerate config.
     bf16: bool | None = field(
         default=None,
         metadata={
@@ -482,16 +464,15 @@ class RecipeTrainingArguments(TrainingArguments):
                 self.activation_checkpointing or self.gradient_checkpointing
             )
         _refuse_sharding_without_gpu()
-        if not _cuda_available() and not _mps_available():
+        if not _cuda_available() and not torch.backends.mps.is_available():
             # No accelerator: train on the CPU, and say so to the Trainer, whose bf16 check would
             # otherwise look for a GPU (and, under several processes, run DDP over gloo).
             self.use_cpu = True
-        if self.tf32 is None:
-            self.tf32 = _cuda_supports_tf32() if not self.use_cpu else None
+        gpu = torch.cuda.is_available() and not self.use_cpu
+        if self.tf32 is None:  # TF32 from Ampere (compute capability 8) on; None leaves torch's setting
+            self.tf32 = torch.cuda.get_device_capability()[0] >= 8 if gpu else None
         if self.dataloader_pin_memory is None:
-            import torch
-
-            self.dataloader_pin_memory = torch.cuda.is_available() and not self.use_cpu
+            self.dataloader_pin_memory = gpu
         if self.early_stopping_patience is not None:
             self._imply_best_model_at_end()
         # The Trainer takes every metric but a "*loss" as greater-is-better; a squared error is not.
@@ -502,15 +483,15 @@ class RecipeTrainingArguments(TrainingArguments):
         on_cpu = self.use_cpu or os.environ.get("ACCELERATE_USE_CPU", "false").lower() == "true"
         self.capability = detect_capability(use_cpu=on_cpu)
         self._flags = (self.bf16, self.fp16)  # as given: precision_for decides again with them
-        decided = _DECIDED_PRECISION.get()  # set while `resolved` builds a copy
-        if decided is not None:
-            self._apply_precision(decided, warn=False)  # decided (and any warning given) when parsed
-        else:
-            self._apply_precision(
-                choose_precision(
-                    self.capability, bf16=self.bf16, fp16=self.fp16, launcher=launcher_mixed_precision()
-                )
-            )
+        # Set while `resolved` builds a copy: decided, and any warning given, when the arguments were parsed.
+        decided = _DECIDED_PRECISION.get()
+        self._apply_precision(
+            decided
+            or choose_precision(
+                self.capability, bf16=self.bf16, fp16=self.fp16, launcher=launcher_mixed_precision()
+            ),
+            warn=decided is None,
+        )
         super().__post_init__()
         # TrainingArguments takes the launcher's mixed_precision whenever bf16 and fp16 are both
         # false, so `--bf16 false` under a bf16 accelerate config would still train in bf16.
@@ -617,14 +598,12 @@ class ParsedArguments:
     def options(self, cls: type[Options]) -> Options:
         """The recipe's own options of this class, e.g. `arguments.options(LoraArguments)`, or of a
         subclass of it (qlora's QloraArguments are LoraArguments too)."""
-        if cls not in self.recipe_options:
-            for options_class, options in self.recipe_options.items():
-                if issubclass(options_class, cls):
-                    return options
-            raise TypeError(
-                f"This recipe has no {cls.__name__}; it has {[c.__name__ for c in self.recipe_options]}"
-            )
-        return self.recipe_options[cls]
+        for options_class, options in self.recipe_options.items():
+            if issubclass(options_class, cls):
+                return options
+        raise TypeError(
+            f"This recipe has no {cls.__name__}; it has {[c.__name__ for c in self.recipe_options]}"
+        )
 
     def to_dict(self) -> dict[str, Any]:
         """The full resolved configuration, as saved in results.json and the W&B run config."""

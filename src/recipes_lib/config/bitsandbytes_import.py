@@ -18,11 +18,10 @@ models with peft to count their parameters, never imports it (`bitsandbytes_hidd
 Where it does load, the kernels lines are dropped (`_DropKernelsLine`): bitsandbytes' own "Failed to
 load" line, and, since `kernels` 0.19 (which transformers installs), that package's "Skipping publisher
 trust check for 'kernels-community/quantization-bitsandbytes'" line whenever the Hub is offline. That
-kernel only serves 4-bit
-weights repacked for CPU inference (bitsandbytes' `packing_format_for_cpu`, set the first time a
-4-bit layer runs in eval mode), and every 4-bit model here is kept in its training layout
-(adapters.prepare_4bit_model), so no recipe, `predict` or `export` would ever call it: installing
-`kernels` would change nothing but the message.
+kernel only serves 4-bit weights repacked for CPU inference (bitsandbytes' `packing_format_for_cpu`,
+set the first time a 4-bit layer runs in eval mode), and every 4-bit model here is kept in its
+training layout (adapters.prepare_4bit_model), so no recipe, `predict` or `export` would ever call
+it: installing `kernels` would change nothing but the message.
 """
 
 from __future__ import annotations
@@ -85,21 +84,6 @@ def defer_bitsandbytes() -> None:
 def bitsandbytes_loaded() -> bool:
     """Whether bitsandbytes' code has run in this process (its submodules load with it), not just its lazy stub."""
     return any(name.startswith(PACKAGE + ".") for name in sys.modules)
-
-
-@contextmanager
-def quiet_bitsandbytes():
-    """bitsandbytes' warnings silenced for a command that never uses it but may load it on the way
-    (wandb's import does: pydantic reads the source of every loaded module, the lazy stub included)."""
-    loggers = [logging.getLogger(name) for name in (PACKAGE, KERNELS_LOGGER, KERNELS_HUB_LOGGER)]
-    levels = [bnb_logger.level for bnb_logger in loggers]
-    for bnb_logger in loggers:
-        bnb_logger.setLevel(logging.ERROR)
-    try:
-        yield
-    finally:
-        for bnb_logger, level in zip(loggers, levels, strict=True):
-            bnb_logger.setLevel(level)
 
 
 @contextmanager

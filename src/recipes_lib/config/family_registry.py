@@ -3,17 +3,7 @@
 What the libraries know is read from them (modeling/families.py): peft's LoRA target mapping, the
 model class's attention kernels (`_supports_sdpa`), the layer class FSDP wraps (`_no_split_modules`,
 else the repeated layer of the model built on the meta device) and every size in config.json.
-What is left is one `Family` entry per family, here:
-
-    name, model_types       how tables and messages name it; the config.model_type values it covers
-    lora_targets            the attention query and value projections (or the fused QKV one), for a
-                            model type peft's mapping has no entry for
-    positions_after_padding RoBERTa-style embeddings number positions from padding_idx + 1
-    fp16_overflows          automatic precision keeps it in fp32 on a GPU without bf16 (precision.py)
-    forward                 what its forward keeps for backward that no config or module says (the
-                            memory planner's per-layer terms, memory/planner/arithmetic.py)
-    config_values       a published checkpoint's config.json values from its five sizes (the
-                            planner's catalogue of Hub models, memory/planner/catalogue.py)
+What is left is one `Family` entry per family, here (its fields say what each holds and who reads it).
 
 A new family is one entry in FAMILIES plus its tiny test config (tests/helpers/models.py);
 `recipes-lib families`, the recipes' checks, the planner and the test matrices read FAMILIES.
@@ -143,6 +133,8 @@ class Family:
 
     name: str  # as tables and messages show it
     model_types: tuple[str, ...]  # the config.model_type values it covers; the first is its own
+    # What its forward keeps for backward that no config or module says: the memory planner's
+    # per-layer terms (memory/planner/arithmetic.py).
     forward: FamilyForward = FamilyForward()
     # The attention query and value projections (or the fused QKV one), where peft has none.
     lora_targets: tuple[str, ...] = ()
@@ -156,7 +148,8 @@ class Family:
     # tests/test_cpu_bf16.py): automatic precision keeps the family in fp32 on a CPU with native bf16.
     bf16_autocast_fails: str | None = None
     # `config_values(vocab, hidden, layers, heads, ffn, **extra)`: a published checkpoint's
-    # config.json values (model_type included); None where the catalogue lists none.
+    # config.json values (model_type included), for the planner's catalogue of Hub models
+    # (memory/planner/catalogue.py); None where the catalogue lists none.
     config_values: Callable[..., dict[str, Any]] | None = None
     # How `recipes-lib export` made the family's ONNX file, measured on its tiny model (exported,
     # int8 added, and passed through the gate by tests/test_export.py::
@@ -391,8 +384,3 @@ _BY_MODEL_TYPE: dict[str, Family] = {
 def family_for(model_type: str) -> Family | None:
     """The family a config's model_type belongs to, or None for a model type no entry lists."""
     return _BY_MODEL_TYPE.get(model_type)
-
-
-def known_model_types() -> list[str]:
-    """Every model_type the families cover, in FAMILIES' order."""
-    return list(_BY_MODEL_TYPE)

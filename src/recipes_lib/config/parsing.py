@@ -11,7 +11,6 @@ value typed on the command line would be.
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import difflib
 import logging
 import os
@@ -43,17 +42,13 @@ class _RecipeArgumentParser(HfArgumentParser):
         )
 
 
-def _closest(key: str, valid: list[str]) -> str:
-    matches = difflib.get_close_matches(key, valid, n=1, cutoff=0.6)
-    return f" Did you mean '{matches[0]}'?" if matches else ""
-
-
 def _unknown_key_hint(key: str, valid: list[str], recipe_name: str) -> str:
     """Which other recipe takes the key (lora_r given to full_ft), else the closest valid key, if any."""
     others = recipes_accepting(key)
     if others:
         return f" It is an option of {', '.join(others)}, not of {recipe_name}.py: run that recipe, or drop the key."
-    return _closest(key, valid)
+    matches = difflib.get_close_matches(key, valid, n=1, cutoff=0.6)
+    return f" Did you mean '{matches[0]}'?" if matches else ""
 
 
 def _pop_option(argv: list[str], name: str) -> tuple[str | None, list[str]]:
@@ -216,26 +211,19 @@ def parse_arguments(spec: RecipeSpec, argv: list[str] | None = None) -> ParsedAr
     recipe_name = spec.name
     parser = recipe_parser(spec)
     actions = {action.dest: action for action in parser._actions if action.dest != "help"}
-    list_keys = {
-        f.name
-        for cls in parser.dataclass_types
-        for f in dataclasses.fields(cls)
-        if "list" in str(f.type).lower()
-    }
     valid_keys = sorted(actions)
 
-    defaults: dict[str, Any] = {"output_dir": f"outputs/{recipe_name}"}
-    defaults.update(spec.training_defaults)
-    if config_file is not None:
-        file_values = load_config_file(config_file)
-        for key, value in file_values.items():
-            if key not in actions:
-                raise ConfigError(
-                    f"Config file '{config_file}' has an unknown key '{key}'.{_unknown_key_hint(key, valid_keys, recipe_name)} "
-                    "Every key must be an argument of the recipe; run it with --help to list them."
-                )
-            defaults[key] = _convert_file_value(actions[key], key, value, config_file, key in list_keys)
-    given = {**(file_values if config_file is not None else {}), **_command_line_values(argv)}
+    defaults: dict[str, Any] = {"output_dir": f"outputs/{recipe_name}", **spec.training_defaults}
+    file_values = load_config_file(config_file) if config_file is not None else {}
+    for key, value in file_values.items():
+        if key not in actions:
+            raise ConfigError(
+                f"Config file '{config_file}' has an unknown key '{key}'.{_unknown_key_hint(key, valid_keys, recipe_name)} "
+                "Every key must be an argument of the recipe; run it with --help to list them."
+            )
+        # A list where the command line takes several values (HfArgumentParser's nargs "+" for list fields).
+        defaults[key] = _convert_file_value(actions[key], key, value, config_file, actions[key].nargs == "+")
+    given = {**file_values, **_command_line_values(argv)}
     defaults.update(_implied_strategies(given))
     parser.set_defaults(**defaults)
 

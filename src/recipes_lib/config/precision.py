@@ -123,13 +123,6 @@ def cpu_capability(
     )
 
 
-# What `recipes-lib plan` plans for on a machine without a GPU (a laptop planning a GPU run): the
-# project's target, a 24 GB consumer GPU with native bf16 and fp16 (an RTX 3090 or 4090).
-TARGET_GPU = DeviceCapability(
-    kind="cuda", name="a bf16-capable 24 GB GPU (RTX 3090/4090)", native_bf16=True, native_fp16=True
-)
-
-
 @dataclass(frozen=True)
 class PrecisionChoice:
     precision: str  # one of PRECISIONS
@@ -205,33 +198,24 @@ def choose_precision(
         source = "--bf16/--fp16" if from_flags else "the accelerate config's mixed_precision"
         return PrecisionChoice(explicit, f"asked for by {source}", explicit=True)
     ruled_out = f" ({', '.join(sorted(excluded))} ruled out by its flag)" if excluded else ""
+    device = capability.name if capability.kind == "cuda" else f"the {capability.name}"
+
+    def automatic(precision: str, why: str) -> PrecisionChoice:
+        return PrecisionChoice(precision, f"automatic: {why}", explicit=False)
+
     if capability.kind == "cuda":
         if capability.native_bf16 and "bf16" not in excluded:
-            return PrecisionChoice("bf16", f"automatic: native bf16 on {capability.name}", explicit=False)
+            return automatic("bf16", f"native bf16 on {device}")
         if model_type in FP16_UNSAFE_MODEL_TYPES:
-            return PrecisionChoice(
-                "fp32",
-                f"automatic: {model_type} overflows in fp16 on {capability.name}{ruled_out}",
-                explicit=False,
-            )
+            return automatic("fp32", f"{model_type} overflows in fp16 on {device}{ruled_out}")
         if "fp16" not in excluded:
-            return PrecisionChoice(
-                "fp16", f"automatic: fp16 with loss scaling on {capability.name}{ruled_out}", explicit=False
-            )
-        return PrecisionChoice("fp32", f"automatic: fp32 on {capability.name}{ruled_out}", explicit=False)
+            return automatic("fp16", f"fp16 with loss scaling on {device}{ruled_out}")
+        return automatic("fp32", f"fp32 on {device}{ruled_out}")
     if not capability.native_bf16 or "bf16" in excluded:
-        return PrecisionChoice("fp32", f"automatic: fp32 on the {capability.name}{ruled_out}", explicit=False)
+        return automatic("fp32", f"fp32 on {device}{ruled_out}")
     if model_type in BF16_UNSAFE_MODEL_TYPES:
-        return PrecisionChoice(
-            "fp32",
-            f"automatic: {model_type} fails under bf16 autocast; fp32 on the {capability.name}",
-            explicit=False,
-        )
-    return PrecisionChoice(
-        "bf16",
-        f"automatic: bf16 autocast, native on the {capability.name}; --bf16 false for fp32",
-        explicit=False,
-    )
+        return automatic("fp32", f"{model_type} fails under bf16 autocast; fp32 on {device}")
+    return automatic("bf16", f"bf16 autocast, native on {device}; --bf16 false for fp32")
 
 
 def emulation_warning(choice: PrecisionChoice, capability: DeviceCapability) -> str | None:

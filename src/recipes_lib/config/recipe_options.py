@@ -6,6 +6,7 @@ recipe registry (registry.py) and the parser can name them without loading model
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 
 from recipes_lib.config.recipe_spec import LoraShape
@@ -51,8 +52,17 @@ class LoraArguments:
         },
     )
 
-    def __post_init__(self):
-        validate_lora_arguments(self)  # before any data or weights are loaded
+    def __post_init__(self):  # checked before any data or weights are loaded
+        if self.lora_r <= 0:
+            raise ConfigError(
+                f"lora_r is {self.lora_r}; the rank must be a positive integer (8 and 16 are usual)."
+            )
+        if self.lora_alpha <= 0:
+            raise ConfigError(f"lora_alpha is {self.lora_alpha}; it must be positive (usually 2 x lora_r).")
+        if not 0 <= self.lora_dropout < 1:
+            raise ConfigError(f"lora_dropout is {self.lora_dropout}; it must be in [0, 1).")
+        if not target_modules(self):
+            raise ConfigError("lora_target_modules is empty; name at least one layer, e.g. query value.")
 
     def shape(self) -> LoraShape:
         """The adapters these options describe, as the planner and `add_lora` take them."""
@@ -63,19 +73,6 @@ class LoraArguments:
             dropout=self.lora_dropout,
             train_pooler=self.lora_train_pooler,
         )
-
-
-def validate_lora_arguments(lora: LoraArguments) -> None:
-    if lora.lora_r <= 0:
-        raise ConfigError(
-            f"lora_r is {lora.lora_r}; the rank must be a positive integer (8 and 16 are usual)."
-        )
-    if lora.lora_alpha <= 0:
-        raise ConfigError(f"lora_alpha is {lora.lora_alpha}; it must be positive (usually 2 x lora_r).")
-    if not 0 <= lora.lora_dropout < 1:
-        raise ConfigError(f"lora_dropout is {lora.lora_dropout}; it must be in [0, 1).")
-    if not target_modules(lora):
-        raise ConfigError("lora_target_modules is empty; name at least one layer, e.g. query value.")
 
 
 def target_modules(lora: LoraArguments) -> tuple[str, ...] | str:
@@ -100,6 +97,21 @@ class Adam8bitArguments:
         default=False,
         metadata={"help": "PagedAdamW8bit: state pages out to CPU memory when the GPU runs short."},
     )
+
+    def __post_init__(self):
+        # Under DeepSpeed ZeRO-Offload (deepspeed_zero2_offload.yaml) accelerate replaces a recipe's own
+        # optimizer with DeepSpeed's CPU Adam, so the 8-bit (and paged) state would never exist: the run
+        # would not be 8-bit AdamW. Refused as the options are parsed, before anything loads.
+        launched = os.environ.get("ACCELERATE_USE_DEEPSPEED", "false").lower() == "true"
+        offload = os.environ.get("ACCELERATE_DEEPSPEED_OFFLOAD_OPTIMIZER_DEVICE", "none").lower()
+        if launched and offload not in ("", "none"):
+            raise ConfigError(
+                f"adamw_8bit was launched with DeepSpeed's optimizer offload (offload_optimizer_device: {offload}). "
+                "There accelerate replaces the recipe's 8-bit AdamW with DeepSpeed's CPU Adam (32-bit state), so "
+                "the run would not be what the recipe says. Run recipes/full_ft.py with "
+                "accelerate_configs/deepspeed_zero2_offload.yaml (AdamW's state is on the CPU either way), or "
+                "adamw_8bit with single_gpu.yaml (add --paged_optimizer true to let its state page out to CPU memory)."
+            )
 
 
 @dataclass

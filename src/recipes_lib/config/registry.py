@@ -24,7 +24,6 @@ from recipes_lib.config.recipe_options import (
     QloraArguments,
 )
 from recipes_lib.config.recipe_spec import RecipeSpec, TrainingShape
-from recipes_lib.errors import ConfigError
 
 
 def _adamw_8bit_shape(options: Adam8bitArguments) -> TrainingShape:
@@ -82,18 +81,6 @@ RECIPES: dict[str, RecipeSpec] = {
         ),
     )
 }
-
-
-def recipe_specs() -> dict[str, RecipeSpec]:
-    """{name: spec} of every recipe, in the registry's order."""
-    return dict(RECIPES)
-
-
-def recipe(name: str) -> RecipeSpec:
-    """One recipe's spec; an unknown name is a ConfigError listing the known ones."""
-    if name not in RECIPES:
-        raise ConfigError(f"There is no recipe '{name}'. The recipes are: {', '.join(RECIPES)}.")
-    return RECIPES[name]
 
 
 def recipes_accepting(key: str) -> list[str]:

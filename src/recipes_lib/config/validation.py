@@ -1,19 +1,16 @@
 """Checks on a run's arguments that need more than one field, or the data's task, to decide.
 
 Each field's own checks run when its dataclass is built (`__post_init__`); the checks here look
-at the arguments together and run before anything expensive: `check_output_dir` before any
-download, `check_task_options` once the labels have decided the task, before tokenization and
-before the weights load. Every failure is a ConfigError or OutputDirError that names the value
-and the fix.
-
-`validate_arguments` runs as the arguments are parsed (parsing.py), before any download: the data
-source, files and columns named, and the numbers that must be positive, one named check each.
+at the arguments together and run before anything expensive: `validate_arguments` as they are
+parsed (parsing.py: the data source, files and columns named, the numbers that must be positive),
+`check_output_dir` before any download, `check_task_options` once the labels have decided the
+task, before tokenization and before the weights load. Every failure is a ConfigError or
+OutputDirError that names the value and the fix.
 """
 
 from __future__ import annotations
 
 import logging
-import os
 from pathlib import Path
 
 from recipes_lib.config.arguments import SUPPORTED_DATA_EXTENSIONS, ParsedArguments
@@ -69,16 +66,15 @@ def check_task_options(training, labels) -> None:
     `labels` is the data's label mapping (its names and problem_type). Changes nothing: for
     `--metric_for_best_model mse`, greater_is_better is false from parsing (config/arguments.py).
     """
-    if training.class_weights and labels.problem_type != SINGLE_LABEL:
-        raise ConfigError(
-            f"--class_weights weights the classes of a single-label task, but this data is {labels.problem_type} "
-            "(from its labels or --problem_type). Leave --class_weights out."
-        )
-    if training.label_smoothing_factor and labels.problem_type != SINGLE_LABEL:
-        raise ConfigError(
-            f"--label_smoothing_factor {training.label_smoothing_factor} smooths a softmax over classes, but this "
-            f"data is {labels.problem_type} (from its labels or --problem_type). Leave it out (or set it to 0)."
-        )
+    for option, what_it_does in (
+        ("class_weights", "weights the classes of a single-label task"),
+        ("label_smoothing_factor", "smooths a softmax over classes"),
+    ):
+        if getattr(training, option) and labels.problem_type != SINGLE_LABEL:
+            raise ConfigError(
+                f"--{option} {getattr(training, option)} {what_it_does}, but this data is {labels.problem_type} "
+                f"(from its labels or --problem_type). Leave --{option} out."
+            )
     if training.decision_threshold is not None and (
         labels.problem_type != SINGLE_LABEL or labels.num_labels != 2
     ):
@@ -110,29 +106,10 @@ def validate_arguments(arguments: ParsedArguments) -> None:
     _check_long_text(data)
     _check_training_schedule(training)
     _check_validation_split(data)
-    _check_optimizer_offload(arguments)
     if arguments.model.trust_remote_code:
         logger.warning(
             "trust_remote_code is on: Python code from '%s' will run on this machine.",
             arguments.model.model_name_or_path,
-        )
-
-
-def _check_optimizer_offload(arguments: ParsedArguments) -> None:
-    """adamw_8bit under DeepSpeed ZeRO-Offload (deepspeed_zero2_offload.yaml) would not be 8-bit AdamW:
-    accelerate replaces a recipe's own optimizer with DeepSpeed's CPU Adam when the optimizer is
-    offloaded, so its 8-bit (and paged) state would never exist. Refused, before anything loads."""
-    from recipes_lib.config.recipe_options import Adam8bitArguments
-
-    launched = os.environ.get("ACCELERATE_USE_DEEPSPEED", "false").lower() == "true"
-    offload = os.environ.get("ACCELERATE_DEEPSPEED_OFFLOAD_OPTIMIZER_DEVICE", "none").lower()
-    if launched and offload not in ("", "none") and Adam8bitArguments in arguments.recipe_options:
-        raise ConfigError(
-            f"adamw_8bit was launched with DeepSpeed's optimizer offload (offload_optimizer_device: {offload}). "
-            "There accelerate replaces the recipe's 8-bit AdamW with DeepSpeed's CPU Adam (32-bit state), so "
-            "the run would not be what the recipe says. Run recipes/full_ft.py with "
-            "accelerate_configs/deepspeed_zero2_offload.yaml (AdamW's state is on the CPU either way), or "
-            "adamw_8bit with single_gpu.yaml (add --paged_optimizer true to let its state page out to CPU memory)."
         )
 
 
@@ -163,25 +140,24 @@ def _check_data_source(data) -> None:
 def _check_data_files(data) -> None:
     """Each local data file given is a file, of a supported extension, that exists."""
     for name in ("train_file", "validation_file", "test_file"):
-        path = getattr(data, name)
-        if path is None:
+        given = getattr(data, name)
+        if given is None:
             continue
-        if Path(path).is_dir():
-            inside = sorted(
-                p.name for p in Path(path).iterdir() if p.suffix.lower() in SUPPORTED_DATA_EXTENSIONS
-            )
+        path = Path(given)
+        if path.is_dir():
+            inside = sorted(p.name for p in path.iterdir() if p.suffix.lower() in SUPPORTED_DATA_EXTENSIONS)
             raise ConfigError(
-                f"{name} '{path}' is a directory; pass one file in it"
+                f"{name} '{given}' is a directory; pass one file in it"
                 + (f" (it holds: {', '.join(inside[:5])})." if inside else ".")
             )
-        if Path(path).suffix.lower() not in SUPPORTED_DATA_EXTENSIONS:
+        if path.suffix.lower() not in SUPPORTED_DATA_EXTENSIONS:
             raise ConfigError(
-                f"{name} '{path}' has an unsupported extension. Use one of {', '.join(SUPPORTED_DATA_EXTENSIONS)}; "
+                f"{name} '{given}' has an unsupported extension. Use one of {', '.join(SUPPORTED_DATA_EXTENSIONS)}; "
                 "the extension decides how the file is read."
             )
-        if not Path(path).is_file():
+        if not path.is_file():
             raise ConfigError(
-                f"{name} '{path}' does not exist (looked in {Path(path).resolve().parent}). Check the path."
+                f"{name} '{given}' does not exist (looked in {path.resolve().parent}). Check the path."
             )
 
 

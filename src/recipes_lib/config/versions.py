@@ -84,29 +84,23 @@ def check_private_hooks(cls: type, hooks: tuple[PrivateHook, ...]) -> None:
     """Raise UnsupportedVersion, one paragraph naming the release and the fix, for the first broken hook."""
     for hook in hooks:
         problem = hook_problem(cls, hook)
-        if problem is None:
-            continue
-        installed = metadata.version("transformers")
-        specifier = supported_range("transformers") or ""
-        expected = f"{cls.__name__}.{hook.name}(self, {', '.join(hook.parameters)})"
-        raise UnsupportedVersion(
-            f"recipes-lib relies on transformers' private {expected} for {hook.feature}, but transformers "
-            f"{installed} {problem}. Install a release the recipes are tested with: "
-            f'pip install "transformers{specifier}". If {installed} is inside that range, the range is '
-            "wrong: please report it (tests/test_trainer_surface.py names every private method the "
-            "library depends on)."
-        )
+        if problem is not None:
+            expected = f"{cls.__name__}.{hook.name}(self, {', '.join(hook.parameters)})"
+            raise _private_surface_changed(f"private {expected}", hook.feature, problem)
 
 
 def check_private_attribute(instance: object, name: str, feature: str, owner: str = "Trainer") -> None:
     """Like check_private_hooks, for an attribute the constructor of a transformers class (owner) sets."""
-    if hasattr(instance, name):
-        return
+    if not hasattr(instance, name):
+        raise _private_surface_changed(f"private attribute {owner}.{name}", feature, "no longer sets it")
+
+
+def _private_surface_changed(what: str, feature: str, problem: str) -> UnsupportedVersion:
     installed = metadata.version("transformers")
     specifier = supported_range("transformers") or ""
-    raise UnsupportedVersion(
-        f"recipes-lib relies on the private attribute {owner}.{name} for {feature}, but transformers "
-        f"{installed} no longer sets it. Install a release the recipes are tested with: "
-        f'pip install "transformers{specifier}". If {installed} is inside that range, the range is wrong: '
-        "please report it (tests/test_trainer_surface.py names every private method the library depends on)."
+    return UnsupportedVersion(
+        f"recipes-lib relies on transformers' {what} for {feature}, but transformers {installed} {problem}. "
+        f'Install a release the recipes are tested with: pip install "transformers{specifier}". If {installed} '
+        "is inside that range, the range is wrong: please report it (tests/test_trainer_surface.py names "
+        "every private method the library depends on)."
     )

@@ -28,8 +28,8 @@ from typing import Any
 import torch
 
 from recipes_lib.config.parsing import parse_arguments
-from recipes_lib.config.registry import recipe as recipe_spec
-from recipes_lib.errors import RecipeError
+from recipes_lib.config.registry import RECIPES
+from recipes_lib.errors import ConfigError, RecipeError
 from recipes_lib.memory.planner import (
     DEFAULT_CUDA_OVERHEAD_GIB,
     PLANNING_ERRORS,
@@ -51,7 +51,9 @@ def device_budget(device) -> tuple[float | None, str | None]:
 
 def check_recipe(name: str, argv: list[str], request: dict[str, Any]) -> dict[str, Any]:
     """One recipe's answer: {"error": ...} when its arguments do not parse, else the prediction."""
-    spec = recipe_spec(name)
+    if name not in RECIPES:
+        raise ConfigError(f"There is no recipe '{name}'. The recipes are: {', '.join(RECIPES)}.")
+    spec = RECIPES[name]
     try:
         arguments = parse_arguments(spec, argv)
     except RecipeError as error:

@@ -19,9 +19,9 @@ import warnings
 from dataclasses import dataclass, replace
 
 from recipes_lib.config.family_registry import family_for
-from recipes_lib.config.precision import TARGET_GPU, DeviceCapability, choose_precision, detect_capability
+from recipes_lib.config.precision import DeviceCapability, choose_precision, detect_capability
 from recipes_lib.config.recipe_options import TEACHER_BATCH_SIZE
-from recipes_lib.config.registry import recipe_specs
+from recipes_lib.config.registry import RECIPES
 from recipes_lib.errors import ConfigError, RecipeError
 from recipes_lib.memory.planner.arithmetic import FLASH_ATTENTION
 from recipes_lib.memory.planner.catalogue import catalogue_entry
@@ -42,11 +42,17 @@ from recipes_lib.memory.planner.report import (
 )
 from recipes_lib.modeling.families import flash_attention_available
 
+# What `recipes-lib plan` plans for on a machine without a GPU (a laptop planning a GPU run): the
+# project's target, a 24 GB consumer GPU with native bf16 and fp16 (an RTX 3090 or 4090).
+TARGET_GPU = DeviceCapability(
+    kind="cuda", name="a bf16-capable 24 GB GPU (RTX 3090/4090)", native_bf16=True, native_fp16=True
+)
+
 
 def recipe_shapes(recipe: str, args) -> dict:
     """{name: TrainingShape} of the recipes to plan, from the recipe registry (config/registry.py), with the command
     line's LoRA and optimizer overrides applied; a recipe whose shape cannot be made maps to the error."""
-    specs = recipe_specs()
+    specs = RECIPES
     if recipe != "all" and recipe not in specs:
         raise ConfigError(
             f"--recipe {recipe} is not a recipe of recipes/; use one of {', '.join(specs)}, or all."

@@ -41,7 +41,6 @@ from typing import Any
 import requests
 import wandb
 
-from recipes_lib.config.bitsandbytes_import import quiet_bitsandbytes
 from recipes_lib.tracking import names
 from recipes_lib.tracking.auth import has_credentials
 from recipes_lib.tracking.names import JOB_TYPE, recipe_colours
@@ -368,9 +367,8 @@ def wandb_dashboard(
     sweep_metric: str = names.ACCURACY,
 ) -> int:
     """`recipes-lib wandb-dashboard`: build and check the view offline, then save it and print its URL."""
-    try:
-        with quiet_bitsandbytes():
-            return _wandb_dashboard(project, entity, group, report, spec_file, sweep_metric)
+    try:  # (bitsandbytes, which wandb-workspaces' pydantic may load, is quieted by the command: cli/main.py)
+        return _wandb_dashboard(project, entity, group, report, spec_file, sweep_metric)
     except DashboardError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2

@@ -16,10 +16,10 @@ from dataclasses import dataclass
 from recipes_lib.config.bitsandbytes_import import bitsandbytes_hidden
 from recipes_lib.config.family_registry import (
     DISENTANGLED,
+    FAMILIES,
     GATED_ROTARY,
     FamilyForward,
     family_for,
-    known_model_types,
 )
 from recipes_lib.config.recipe_spec import LoraShape
 from recipes_lib.errors import ModelError
@@ -135,7 +135,7 @@ def _family_of(config) -> FamilyForward:
         if getattr(config, name, None) is None
     ]
     if missing:
-        known = ", ".join(known_model_types())
+        known = ", ".join(model_type for family in FAMILIES for model_type in family.model_types)
         raise ModelError(
             f"The planner knows these encoder families: {known}, and BERT-like configs; this "
             f"{config.model_type} config has no {', '.join(missing)}."
