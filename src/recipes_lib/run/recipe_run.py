@@ -45,7 +45,6 @@ from recipes_lib.modeling.loading import (
 from recipes_lib.results import RESULTS_FILE, describe_device
 from recipes_lib.run.metrics import RunMetrics
 from recipes_lib.run.record import RunSettings, evaluate_merged_model, finish_run, publish_results
-from recipes_lib.tracking.hub import check_push_to_hub
 from recipes_lib.tracking.wandb_run import Tracker, start_tracking
 from recipes_lib.training.callbacks import LastEpochEvaluation, PrecisionProbe, TokenCounter, final_metrics
 from recipes_lib.training.checkpoints import clear_previous_run, resolve_resume_checkpoint
@@ -139,7 +138,10 @@ class RecipeRun:
         training = self.arguments.training
         setup_logging(self.arguments)
         check_output_dir(training)
-        check_push_to_hub(training)  # no token or offline: stop before any download
+        if training.push_to_hub:  # no token or offline: stop before any download
+            from recipes_lib.tracking.hub import check_push_to_hub  # loaded only under --push_to_hub
+
+            check_push_to_hub(training)
         # `last` means the newest complete checkpoint (training/checkpoints.py); a bad value fails here, not after loading.
         self.resume_from = resolve_resume_checkpoint(
             training.resume_from_checkpoint, training.output_dir, RESULTS_FILE

@@ -26,8 +26,6 @@ def hub_problem(token: str | None = None) -> str | None:
 
 def check_push_to_hub(training) -> None:
     """--push_to_hub: refuse before any download when the push could not work (Trainer's own push)."""
-    if not training.push_to_hub:
-        return
     problem = hub_problem(training.hub_token)
     if problem is not None:
         raise HubError(
