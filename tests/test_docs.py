@@ -13,7 +13,7 @@ import pytest
 
 import recipes_lib.cli.main as cli_main
 from recipes_lib.cli.main import describe_families
-from recipes_lib.units import format_table
+from recipes_lib.workbench import format_table
 from tests.helpers.repo import REPO_ROOT
 
 DEVELOPMENT_MD = REPO_ROOT / "docs" / "development.md"

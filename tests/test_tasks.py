@@ -103,7 +103,8 @@ def test_a_hub_float_test_split_of_minus_ones_is_predicted_not_scored(monkeypatc
 
 
 def test_an_undefined_correlation_is_written_as_null(tmp_path):
-    from recipes_lib.results import read_results, write_results
+    from recipes_lib.results import write_results
+    from recipes_lib.workbench import read_results
 
     write_results(tmp_path, {"eval_pearson": float("nan"), "nested": {"x": float("inf")}})
     assert read_results(tmp_path) == {"eval_pearson": None, "nested": {"x": None}}

@@ -15,8 +15,6 @@ from typing import Any
 import torch
 
 RESULTS_FILE = "results.json"
-# What `recipes-lib crossval` writes in its output_dir instead (the sweep reads it when `folds` is set).
-CROSSVAL_RESULTS_FILE = "crossval_results.json"
 REPORTED_PACKAGES = (
     "torch",
     "transformers",
@@ -72,13 +70,6 @@ def _finite(value):
     if isinstance(value, list | tuple):
         return [_finite(item) for item in value]
     return value
-
-
-def read_results(path: str | os.PathLike) -> dict[str, Any]:
-    path = Path(path)
-    if path.is_dir():
-        path = path / RESULTS_FILE
-    return json.loads(path.read_text())
 
 
 def timestamp() -> str:

@@ -44,7 +44,7 @@ from recipes_lib.cli.export import add_export_parser, export_command
 from recipes_lib.cli.plan import add_plan_parser
 from recipes_lib.cli.sweep import add_sweep_parser
 from recipes_lib.config.bitsandbytes_import import KERNELS_HUB_LOGGER, KERNELS_LOGGER, PACKAGE
-from recipes_lib.units import format_table
+from recipes_lib.workbench import format_table
 
 
 @contextlib.contextmanager

@@ -51,8 +51,7 @@ from recipes_lib.errors import ConfigError, DataError
 from recipes_lib.evaluation.neglected import NEGLECTED_RECALL, describe_class
 from recipes_lib.evaluation.predictions import EVAL_PREDICTIONS_FILE
 from recipes_lib.results import RESULTS_FILE as RUN_RESULTS_FILE
-from recipes_lib.results import read_results
-from recipes_lib.units import format_table
+from recipes_lib.workbench import format_table, read_results
 
 ISSUES_FILE = "label_issues.csv"
 # Beside the CSV: the counts, where the probabilities came from, and whether the model had learnt.

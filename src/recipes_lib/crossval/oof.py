@@ -25,7 +25,7 @@ from recipes_lib.crossval.folds import TrainingRows, held_out_rows
 from recipes_lib.data.files import write_jsonl
 from recipes_lib.errors import DataError
 from recipes_lib.evaluation.predictions import EVAL_PREDICTIONS_FILE
-from recipes_lib.results import CROSSVAL_RESULTS_FILE
+from recipes_lib.workbench import CROSSVAL_RESULTS_FILE
 
 OOF_FILE = "oof_predictions.jsonl"
 RESULTS_FILE = CROSSVAL_RESULTS_FILE

@@ -33,7 +33,6 @@ from recipes_lib.crossval.folds import (
 from recipes_lib.crossval.oof import OOF_FILE, RESULTS_FILE, format_summary, out_of_fold_rows, summary
 from recipes_lib.data.files import write_jsonl
 from recipes_lib.errors import ConfigError
-from recipes_lib.results import read_results
 from recipes_lib.sweep.config import (
     LearningRateSearch,
     RecipeSweep,
@@ -66,6 +65,7 @@ from recipes_lib.sweep.study import (
 )
 from recipes_lib.sweep.trials import COMPLETE, Outcome, Trial, launch_trial
 from recipes_lib.training.checkpoints import RUN_WEIGHTS, checkpoints_in
+from recipes_lib.workbench import read_results
 
 STUDY_FILE = "crossval.db"
 FOLD_PHASE = "fold"

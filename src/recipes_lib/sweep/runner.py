@@ -76,7 +76,7 @@ from recipes_lib.sweep.trials import (
     Trial,
     launch_trial,
 )
-from recipes_lib.units import format_table
+from recipes_lib.workbench import format_table
 
 try:
     import fcntl

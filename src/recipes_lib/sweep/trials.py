@@ -20,9 +20,10 @@ from typing import Any
 
 import psutil
 
-from recipes_lib.results import CROSSVAL_RESULTS_FILE, RESULTS_FILE, read_results
+from recipes_lib.results import RESULTS_FILE
 from recipes_lib.sweep.config import SweepConfig, format_lr
 from recipes_lib.tracking import names
+from recipes_lib.workbench import CROSSVAL_RESULTS_FILE, read_results
 
 SEARCH, SEEDS = "search", "seeds"
 # A trial's status: running while its process runs, then one of the other three.

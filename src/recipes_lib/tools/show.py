@@ -5,9 +5,9 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from recipes_lib.results import RESULTS_FILE, read_results
+from recipes_lib.results import RESULTS_FILE
 from recipes_lib.tools.compare import TASK_METRIC_COLUMNS
-from recipes_lib.units import format_table
+from recipes_lib.workbench import format_table, read_results
 
 # (results.json key, column title, format)
 SHOW_COLUMNS = (

@@ -23,7 +23,8 @@ from recipes_lib.memory.planner.catalogue import CATALOGUE
 from recipes_lib.memory.planner.parameters import count_parameters_on_meta
 from recipes_lib.memory.planner.plan import Setup, largest_batch
 from recipes_lib.memory.planner.report import PLANNING_ERRORS, PrecisionFor, describe_setup, error_reason
-from recipes_lib.units import GIB, format_table
+from recipes_lib.units import GIB
+from recipes_lib.workbench import format_table
 
 # The largest batch the table looks for: past it, a cell says "1024+" (a bigger batch fits too).
 # Searching further would only slow the table down for the small models.

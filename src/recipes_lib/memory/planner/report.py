@@ -17,7 +17,8 @@ from recipes_lib.memory.planner.configs import BERT_FAMILY, load_config_and_sour
 from recipes_lib.memory.planner.encoder import Encoder
 from recipes_lib.memory.planner.inference import InferencePlan
 from recipes_lib.memory.planner.plan import MemoryPlan, Setup, largest_batch, plan_memory
-from recipes_lib.units import GIB, MIB, format_table
+from recipes_lib.units import GIB, MIB
+from recipes_lib.workbench import format_table
 
 # What plan_models and the CLI report as a reason a row has no plan rather than stop on: errors the
 # user can fix (RecipeError) and transformers' or peft's ValueError for a model or target they lack.

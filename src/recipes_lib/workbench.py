@@ -1,0 +1,38 @@
+"""What the workbench (the planner, sweep, crossval, tools and the command line) shares and a recipe
+run never loads: a finished run's results.json read back, and tables for the terminal or Markdown."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from recipes_lib.results import RESULTS_FILE
+
+# What `recipes-lib crossval` writes in its output_dir instead (the sweep reads it when `folds` is set).
+CROSSVAL_RESULTS_FILE = "crossval_results.json"
+
+
+def read_results(path: str | os.PathLike) -> dict[str, Any]:
+    path = Path(path)
+    if path.is_dir():
+        path = path / RESULTS_FILE
+    return json.loads(path.read_text())
+
+
+def format_table(header: list[str], rows: list[list[str]], markdown: bool = False) -> str:
+    """Columns padded to their widest cell under a dashed rule, or a Markdown table."""
+    header = [str(cell) for cell in header]
+    rows = [[str(cell) for cell in row] for row in rows]
+    if markdown:
+        lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
+        lines += ["| " + " | ".join(row) + " |" for row in rows]
+        return "\n".join(lines)
+    widths = [max(len(cell) for cell in column) for column in zip(header, *rows, strict=True)]
+    lines = [
+        "  ".join(cell.ljust(width) for cell, width in zip(line, widths, strict=True))
+        for line in [header, *rows]
+    ]
+    lines.insert(1, "  ".join("-" * width for width in widths))
+    return "\n".join(lines)
