@@ -124,12 +124,13 @@ MERGED, SCORED_AS_MERGED, RUN_ATTRIBUTES, HOOKS_LEFT = [], [], [], []
 
 @pytest.fixture(scope="module")
 def lora_run(bert256, learnable_data, tmp_path_factory, one_thread) -> Path:
+    from recipes_lib.evaluation import inference
     from recipes_lib.modeling import adapters
-    from recipes_lib.run import RecipeRun, record, run_main
+    from recipes_lib.run import RecipeRun, run_main
 
     output_dir = tmp_path_factory.mktemp("lora-merge")
     args = run_args(bert256, learnable_data, output_dir, "--max_steps", "8", "--eval_strategy", "no")
-    merge, score, write_results = adapters.merged_model, record.batch_logits, RecipeRun.write_results
+    merge, score, write_results = adapters.merged_model, inference.batch_logits, RecipeRun.write_results
 
     def merging(*args, **kwargs):
         merged = merge(*args, **kwargs)
@@ -148,7 +149,7 @@ def lora_run(bert256, learnable_data, tmp_path_factory, one_thread) -> Path:
 
     with (
         mock.patch.object(adapters, "merged_model", merging),
-        mock.patch.object(record, "batch_logits", scoring),
+        mock.patch.object(inference, "batch_logits", scoring),
         mock.patch.object(RecipeRun, "write_results", writing),
     ):
         run_main(load_recipe("lora").main, [*args, "--merge_adapter", "true"])

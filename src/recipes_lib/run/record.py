@@ -29,7 +29,6 @@ from recipes_lib.config.tasks import DEFAULT_THRESHOLD, TASK_METRICS
 from recipes_lib.data.files import write_jsonl
 from recipes_lib.data.loading import ClassificationData
 from recipes_lib.data.tokenize import LABEL_COLUMN, padding_collator
-from recipes_lib.evaluation.inference import batch_logits
 from recipes_lib.evaluation.neglected import neglected_classes, results_neglect_note
 from recipes_lib.evaluation.predictions import final_outputs, prediction_files, write_decision_files
 from recipes_lib.evaluation.training_loss import high_loss_note, train_loss_check
@@ -253,6 +252,8 @@ def evaluate_merged_model(
     """
     if merged is None:
         return {}
+    from recipes_lib.evaluation.inference import batch_logits  # loaded by --merge_adapter runs only
+
     training, scorer = trainer.args, trainer.compute_metrics
     model = merged.model.to(training.device).eval()
     collator = padding_collator(trainer.processing_class, data_args, training.device)
