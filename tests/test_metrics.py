@@ -119,10 +119,29 @@ def test_multi_label_task_metrics_decide_each_class_by_its_threshold():
     metrics = TaskMetrics(MULTI_LABEL, 3)
     at_half = metrics(EvalPrediction(predictions=logits, label_ids=references))
     assert at_half["accuracy"] == 0.0  # row 0 misses class 1, row 1 misses class 2
+    # Macro-F1 (1, 2/3 and 0 per class) and micro-F1 (3 of 5 true labels found, none wrong) differ here.
+    decided = np.array([[1, 0, 0], [1, 1, 0]])
+    assert at_half["f1"] == pytest.approx(f1_score(references, decided, average="macro"))
+    assert at_half["f1_micro"] == pytest.approx(f1_score(references, decided, average="micro"))
     metrics.thresholds = [0.5, 0.35, 0.4]
     tuned = metrics(EvalPrediction(predictions=logits, label_ids=references))
     assert tuned["accuracy"] == 1.0 and tuned["f1"] == 1.0 and tuned["f1_micro"] == 1.0
     assert tuned["samples"] == 2
+
+
+def test_binary_scores_decide_at_the_threshold_and_report_the_positive_class_f1_apart_from_macro():
+    positive = np.array([0.2, 0.4, 0.6, 0.8, 0.35])  # the positive class's softmax probability
+    logits = np.stack([np.zeros(5), np.log(positive / (1 - positive))], axis=1)
+    references = np.array([0, 1, 1, 0, 0])
+    scores = TaskMetrics(SINGLE_LABEL, 2).binary_scores(logits, references, threshold=0.3)
+    decided = np.array([0, 1, 1, 1, 1])  # at or above 0.3; positive F1 2/3, macro-F1 7/12
+    assert scores == pytest.approx(
+        {
+            "accuracy": accuracy_score(references, decided),
+            "f1": f1_score(references, decided, average="macro"),
+            "f1_positive": f1_score(references, decided, average="binary"),
+        }
+    )
 
 
 def test_regression_task_metrics_score_the_single_output():

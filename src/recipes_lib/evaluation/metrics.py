@@ -85,33 +85,24 @@ class TaskMetrics:
     def scores(self, logits: np.ndarray, references: np.ndarray, thresholds=None) -> dict[str, float]:
         """The task's metrics from raw logits and the encoded labels (multi-label: at `thresholds`, default
         the current ones)."""
-        modules = self.modules
         if self.problem_type == REGRESSION:
             scores, targets = logits.reshape(len(logits), -1)[:, 0], references.reshape(-1)
-            return {
-                "mse": modules["mse"].compute(predictions=scores, references=targets)["mse"],
-                "pearson": modules["pearson"].compute(predictions=scores, references=targets)["pearson"],
-                "spearman": modules["spearman"].compute(predictions=scores, references=targets)["spearman"],
-            }
+            return {name: self._compute(name, scores, targets) for name in ("mse", "pearson", "spearman")}
         if self.problem_type == MULTI_LABEL:
             predictions = predicted_labels(
                 sigmoid(logits), self.thresholds if thresholds is None else thresholds
             )
             targets = references.round().astype(np.int64)  # the 0.0/1.0 rows the model trained on
-            f1 = modules["f1"]
             return {
-                **modules["accuracy"].compute(predictions=predictions, references=targets),
-                "f1": f1.compute(predictions=predictions, references=targets, average="macro")["f1"],
-                "f1_micro": f1.compute(predictions=predictions, references=targets, average="micro")["f1"],
+                "accuracy": self._compute("accuracy", predictions, targets),
+                "f1": self._compute("f1", predictions, targets, average="macro"),
+                "f1_micro": self._compute("f1", predictions, targets, average="micro"),
             }
         predictions = np.argmax(logits, axis=-1)
         return {
-            **modules["accuracy"].compute(predictions=predictions, references=references),
-            **modules["f1"].compute(
-                predictions=predictions,
-                references=references,
-                average="macro",
-                labels=list(range(self.num_labels)),
+            "accuracy": self._compute("accuracy", predictions, references),
+            "f1": self._compute(
+                "f1", predictions, references, average="macro", labels=list(range(self.num_labels))
             ),
         }
 
@@ -119,11 +110,12 @@ class TaskMetrics:
         """A two-class model decided at `threshold` on the positive class (label id 1, --decision_threshold):
         accuracy, macro-F1 and the positive class's own F1 (`f1_positive`), which the threshold moves most."""
         predictions = binary_decisions(logits, threshold)
-        f1 = self.modules["f1"]
         return {
-            **self.modules["accuracy"].compute(predictions=predictions, references=references),
-            "f1": f1.compute(predictions=predictions, references=references, average="macro", labels=[0, 1])[
-                "f1"
-            ],
-            "f1_positive": f1.compute(predictions=predictions, references=references, average="binary")["f1"],
+            "accuracy": self._compute("accuracy", predictions, references),
+            "f1": self._compute("f1", predictions, references, average="macro", labels=[0, 1]),
+            "f1_positive": self._compute("f1", predictions, references, average="binary"),
         }
+
+    def _compute(self, name: str, predictions, references, **options) -> float:
+        """The figure `name` of the module of that name (each returns its figure under it)."""
+        return self.modules[name].compute(predictions=predictions, references=references, **options)[name]
