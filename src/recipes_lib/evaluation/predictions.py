@@ -87,36 +87,6 @@ def _rounded(label_names: list[str], probabilities: np.ndarray) -> dict[str, flo
     return {name: round(float(p), 6) for name, p in zip(label_names, probabilities, strict=True)}
 
 
-def write_thresholds(
-    directory: str | Path, label_names: list[str], thresholds: list[float], tuned_on: str
-) -> Path:
-    """label_thresholds.json next to a multi-label model: what turns its probabilities into labels."""
-    path = Path(directory) / THRESHOLDS_FILE
-    record = {
-        "thresholds": dict(zip(label_names, thresholds, strict=True)),
-        "tuned_on": tuned_on,
-        "rule": "a class is predicted when its sigmoid probability is at or above its threshold",
-    }
-    path.write_text(json.dumps(record, indent=2) + "\n")
-    return path
-
-
-def write_decision_threshold(
-    directory: str | Path, label_names: list[str], threshold: float, tuned_on: str | None
-) -> Path:
-    """decision_threshold.json next to a binary model: the positive class's probability cut-off."""
-    path = Path(directory) / DECISION_THRESHOLD_FILE
-    record = {
-        "threshold": threshold,
-        "positive_label": label_names[POSITIVE_ID],
-        "tuned_on": tuned_on,  # None: given with --decision_threshold
-        "rule": f"'{label_names[POSITIVE_ID]}' is predicted when its softmax probability is at or above the "
-        f"threshold, else '{label_names[1 - POSITIVE_ID]}'",
-    }
-    path.write_text(json.dumps(record, indent=2) + "\n")
-    return path
-
-
 def per_class_report(
     predictions: np.ndarray, references: np.ndarray, label_names: list[str]
 ) -> dict[str, Any]:
@@ -265,14 +235,30 @@ def decide_binary_threshold(
 def write_decision_files(
     directories: list[Path], outputs: EvaluationOutputs, names, tuned_on: str, title: str
 ):
-    """The thresholds beside each model directory (output_dir, and merged/ if written); the validation
-    confusion matrix as a PNG in the first (single-label). `tuned_on`: the validation split's source."""
+    """What turns the model's probabilities into labels, beside each model directory (output_dir, and
+    merged/ if written): label_thresholds.json (multi-label), decision_threshold.json (binary, with
+    --decision_threshold); and the validation confusion matrix as a PNG in the first (single-label).
+    `tuned_on`: the validation split's source."""
+    records = {}
+    if outputs.thresholds is not None:
+        records[THRESHOLDS_FILE] = {
+            "thresholds": dict(zip(names, outputs.thresholds, strict=True)),
+            "tuned_on": tuned_on,
+            "rule": "a class is predicted when its sigmoid probability is at or above its threshold",
+        }
+    if outputs.decision_threshold is not None:
+        positive, negative = names[POSITIVE_ID], names[1 - POSITIVE_ID]
+        records[DECISION_THRESHOLD_FILE] = {
+            "threshold": outputs.decision_threshold,
+            "positive_label": positive,
+            # None: given with --decision_threshold
+            "tuned_on": outputs.results["decision_threshold_tuned_on"],
+            "rule": f"'{positive}' is predicted when its softmax probability is at or above the threshold, "
+            f"else '{negative}'",
+        }
     for directory in directories:
-        if outputs.thresholds is not None:
-            write_thresholds(directory, names, outputs.thresholds, tuned_on)
-        if outputs.decision_threshold is not None:
-            tuned = outputs.results["decision_threshold_tuned_on"]
-            write_decision_threshold(directory, names, outputs.decision_threshold, tuned)
+        for name, record in records.items():
+            (directory / name).write_text(json.dumps(record, indent=2) + "\n")
     if outputs.results["confusion_matrix"] is not None:
         draw_confusion_matrix(
             outputs.results["confusion_matrix"], directories[0] / CONFUSION_MATRIX_PNG, title
