@@ -34,6 +34,19 @@ def test_balanced_class_weights_weigh_the_rare_class_by_its_share(tiny_bert, ske
     assert weights["cool"] > 3 * weights["warm"]  # 12% of train
 
 
+def test_the_weighted_loss_weighs_each_example_by_its_class_and_divides_by_the_steps_examples():
+    """The Trainer's compute_loss_func under --class_weights: each example's cross-entropy times its
+    class's weight, summed, over the examples of the whole optimizer step (num_items_in_batch)."""
+    import torch
+
+    from recipes_lib.training.losses import WeightedCrossEntropy
+
+    logits, labels = torch.tensor([[2.0, -1.0], [0.5, 0.3], [-1.0, 1.5]]), torch.tensor([0, 1, 1])
+    loss = WeightedCrossEntropy([1.0, 3.0])({"logits": logits}, labels, num_items_in_batch=6)
+    each = torch.nn.functional.cross_entropy(logits, labels, reduction="none")
+    assert loss.item() == pytest.approx(float((each * torch.tensor([1.0, 3.0, 3.0])).sum() / 6))
+
+
 # Slow: two 45-step runs (~40 s on 2 cores); the test above checks the weights by default.
 @pytest.mark.slow
 def test_balanced_class_weights_raise_the_minority_class_recall(seeded_bert, skewed_data, tmp_path):

@@ -192,16 +192,14 @@ class RecipeRun:
         weights = None
         if training.class_weights:  # compute_loss is then the weighted cross-entropy
             weights = class_weights_from(training.class_weights, tokenized["train"]["labels"], labels.names)
-        self.compute_metrics = RunMetrics(
+        metrics = self.compute_metrics = RunMetrics(
             labels.problem_type, labels.num_labels, weights, training.label_smoothing_factor
         )
         # sliding_window: metrics combine the validation split's windows into documents (the test
         # split's while it is predicted: record.py).
-        self.compute_metrics.document_ids = document_ids(tokenized["validation"])
-        self.compute_metrics.test_document_ids = (
-            document_ids(tokenized["test"]) if "test" in tokenized else None
-        )
-        self.compute_metrics.window_pooling = data_args.window_pooling
+        metrics.document_ids = document_ids(tokenized["validation"])
+        metrics.test_document_ids = document_ids(tokenized["test"]) if "test" in tokenized else None
+        metrics.window_pooling = data_args.window_pooling
         return tokenized
 
     def _check_model_family(self, base_config) -> ArchitectureProfile:

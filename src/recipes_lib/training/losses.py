@@ -31,14 +31,11 @@ class WeightedCrossEntropy:
     def __call__(self, outputs, labels, num_items_in_batch=None):
         logits = outputs["logits"] if isinstance(outputs, dict) else outputs[0]
         weights = torch.tensor(self.class_weights, dtype=torch.float32, device=logits.device)
-        losses = (
-            torch.nn.functional.cross_entropy(
-                logits.float(), labels, reduction="none", label_smoothing=self.label_smoothing
-            )
-            * weights[labels]
+        losses = torch.nn.functional.cross_entropy(
+            logits.float(), labels, reduction="none", label_smoothing=self.label_smoothing
         )
         count = num_items_in_batch if num_items_in_batch is not None else labels.numel()
-        return losses.sum() / count
+        return (losses * weights[labels]).sum() / count
 
 
 def evaluation_loss(

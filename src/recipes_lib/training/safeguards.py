@@ -109,15 +109,14 @@ def first_non_finite_parameter(model) -> str | None:
 
 def divergence_hint(args) -> str:
     """What usually brings a diverging run back, with the values this run used."""
-    hints = [f"a lower --learning_rate (this run: {args.learning_rate:g})"]
-    if args.fp16:
-        hints.append("--bf16 instead of --fp16 (bf16 has fp32's range; fp16 overflows above 65,504)")
-    else:
-        hints.append(
-            "--bf16 rather than --fp16 if you train in mixed precision (fp16 overflows above 65,504)"
-        )
-    if not args.max_grad_norm:
-        hints.append("gradient clipping, which this run turned off: --max_grad_norm 1.0")
-    else:
-        hints.append(f"stronger gradient clipping (this run: --max_grad_norm {args.max_grad_norm:g})")
-    return "Try " + ", ".join(hints[:-1]) + f", or {hints[-1]}."
+    precision = (
+        "--bf16 instead of --fp16 (bf16 has fp32's range; fp16 overflows above 65,504)"
+        if args.fp16
+        else "--bf16 rather than --fp16 if you train in mixed precision (fp16 overflows above 65,504)"
+    )
+    clipping = (
+        f"stronger gradient clipping (this run: --max_grad_norm {args.max_grad_norm:g})"
+        if args.max_grad_norm
+        else "gradient clipping, which this run turned off: --max_grad_norm 1.0"
+    )
+    return f"Try a lower --learning_rate (this run: {args.learning_rate:g}), {precision}, or {clipping}."
