@@ -54,6 +54,7 @@ def test_a_recipe_imports_the_library_and_not_the_workbench():
         "recipes_lib.modeling.adamw_8bit",
         "recipes_lib.tracking.hub",  # --push_to_hub's token check, loaded by that option only
         "recipes_lib.evaluation.inference",  # --merge_adapter's scoring (and a distillation's teacher)
+        "recipes_lib.evaluation.windows",  # --long_text sliding_window's documents (and a distillation's)
     }
     assert only_some.isdisjoint(full_ft), full_ft
     assert "recipes_lib.modeling.adapters" in loaded["lora"]["modules"]

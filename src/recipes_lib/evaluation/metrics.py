@@ -14,7 +14,6 @@ import numpy as np
 
 from recipes_lib.config.tasks import DEFAULT_THRESHOLD, MULTI_LABEL, REGRESSION
 from recipes_lib.evaluation.thresholds import binary_decisions, predicted_labels, sigmoid
-from recipes_lib.evaluation.windows import combine_windows
 
 METRIC_MODULES = Path(__file__).parent / "metric_modules"
 
@@ -70,6 +69,9 @@ class TaskMetrics:
         """Window predictions (and labels) combined into one per document; unchanged without windows."""
         if self.document_ids is None:
             return logits, references
+        # Only --long_text sliding_window runs (document_ids set) get here and load the windows module.
+        from recipes_lib.evaluation.windows import combine_windows
+
         combined, first_windows = combine_windows(logits, self.document_ids, self.window_pooling)
         return combined, None if references is None else np.asarray(references)[first_windows]
 
