@@ -761,7 +761,7 @@ def test_the_planner_skips_a_trial_above_the_memory_budget_before_launch(
 def test_kill_9_during_a_trial_then_the_same_command_resumes_and_reports_as_if_never_stopped(
     real_sweep, tiny_bert, learnable_data, tmp_path
 ):
-    """The real thing: the sweep process killed with SIGKILL while its second trial trains; the same
+    """The real thing: the sweep process killed with SIGKILL while its second trial runs; the same
     command again stops the orphaned trial, reruns it and only it, and reports what the uninterrupted
     sweep (the module's real_sweep) reported."""
     values = real_sweep_values(tmp_path, tiny_bert, learnable_data, tmp_path / "sweep")
@@ -774,10 +774,19 @@ def test_kill_9_during_a_trial_then_the_same_command_resumes_and_reports_as_if_n
         command, cwd=REPO_ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
     )
     deadline = time.monotonic() + 400
+    while time.monotonic() < deadline and not list(logs.glob("*.log")):
+        time.sleep(0.1)
+    (first_log,) = logs.glob("*.log")
     while time.monotonic() < deadline and len(list(logs.glob("*.log"))) < 2:
-        time.sleep(0.5)
+        time.sleep(0.1)
     assert len(list(logs.glob("*.log"))) == 2, "the second trial never started"
-    time.sleep(8)  # well inside the second trial (its imports alone take longer)
+    # Killed at the trial's first line of output (its log opens with the command): the trial is then
+    # running and still has its data, model and first step ahead. A fixed wait after the log appeared
+    # raced the diverging trial, which stops at its first step: once the recipe's imports got lighter,
+    # it could finish within the wait and leave nothing to resume.
+    (second_log,) = set(logs.glob("*.log")) - {first_log}
+    while time.monotonic() < deadline and len(second_log.read_text().splitlines()) < 2:
+        time.sleep(0.1)
     first.send_signal(signal.SIGKILL)
     first.wait(timeout=30)
     second = subprocess.run(command, cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=600)
