@@ -10,9 +10,10 @@ import tempfile
 from datetime import datetime, timezone
 from importlib import metadata
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import torch
+if TYPE_CHECKING:
+    import torch
 
 RESULTS_FILE = "results.json"
 REPORTED_PACKAGES = (
@@ -39,6 +40,10 @@ def library_versions() -> dict[str, str | None]:
 
 
 def describe_device(device: torch.device) -> str:
+    # torch imported here, where a run (which has it loaded) asks: the workbench reads results.json
+    # through this module (workbench.py) and its commands do not load torch (test_bitsandbytes_import).
+    import torch
+
     if device.type == "cuda":
         return f"cuda:{device.index or 0} ({torch.cuda.get_device_name(device)})"
     return f"{device.type} ({torch.get_num_threads()} threads, {platform.processor() or platform.machine()})"
