@@ -156,6 +156,25 @@ def test_a_checkpoint_missing_encoder_weights_still_prints_transformers_load_rep
     assert len(reports) == 1 and "encoder.layer.2." in reports[0]
 
 
+def test_a_load_that_fails_prints_the_report_it_held_and_later_reports_pass(load_messages):
+    """What transformers found explains a failed load, so the held report is printed when the block
+    raises; once the block is left, transformers' reports reach the log again."""
+    from recipes_lib.modeling.loading import LOAD_REPORT_MARK, TRANSFORMERS_LOADING_LOGGER, HeldLoadReport
+
+    transformers_logger = logging.getLogger(TRANSFORMERS_LOADING_LOGGER)
+    with pytest.raises(RuntimeError, match="size mismatch"), HeldLoadReport():
+        transformers_logger.warning("%s: encoder.layer.0.output.dense.weight MISSING", LOAD_REPORT_MARK)
+        raise RuntimeError("size mismatch")
+    transformers_logger.warning("%s: after the block", LOAD_REPORT_MARK)
+    reports = [
+        record.getMessage() for record in load_messages.records if LOAD_REPORT_MARK in record.getMessage()
+    ]
+    assert reports == [
+        f"{LOAD_REPORT_MARK}: encoder.layer.0.output.dense.weight MISSING",
+        f"{LOAD_REPORT_MARK}: after the block",
+    ]
+
+
 def test_a_pip_installed_copy_is_announced_once_however_often_the_name_resolves(
     hub_id_base, load_messages, monkeypatch
 ):

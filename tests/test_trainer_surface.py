@@ -120,7 +120,7 @@ def test_the_trainer_builds_its_training_dataloader_with_our_sampler(tiny_traine
         for batch in loader
         for mask, label in zip(batch["attention_mask"], batch["labels"], strict=True)
     ]
-    sampler = tiny_trainer.shuffled_sampler
+    sampler = tiny_trainer.sampler_epoch.sampler
     assert isinstance(sampler, ShuffledLengthGroupedSampler)
     dataset = tiny_trainer.train_dataset
     assert rows == [(dataset[i]["length"], dataset[i]["labels"]) for i in sampler], (
@@ -209,4 +209,4 @@ def test_the_recipes_length_grouping_reaches_the_sampler(tiny_bert, tmp_path):
             data_collator=DataCollatorWithPadding(word_tokenizer(word_vocabulary())),
         )
         trainer.get_train_dataloader()
-        assert trainer.shuffled_sampler.grouping == (grouping or DEFAULT_LENGTH_GROUPING)
+        assert trainer.sampler_epoch.sampler.grouping == (grouping or DEFAULT_LENGTH_GROUPING)

@@ -52,6 +52,10 @@ from recipes_lib.modeling.optimizers import optimizer_state_tensors
 from recipes_lib.units import BREAKDOWN_KEYS, GIB
 
 
+def _gib(value: int | None, digits: int) -> float | None:
+    return None if value is None else round(value / GIB, digits)
+
+
 @dataclass
 class PhaseMemory:
     name: str
@@ -68,19 +72,16 @@ class PhaseMemory:
     tracked_batches: int = 0
 
     def to_dict(self, device_type: str) -> dict[str, Any]:
-        def gib(value):
-            return None if value is None else round(value / GIB, 4)
-
         allocated = self.max_allocated if device_type == "cuda" else self.tensor_peak
         return {
-            "max_allocated_gib": gib(allocated),
-            "max_reserved_gib": gib(self.max_reserved),
-            "max_active_gib": gib(self.max_active),
-            "allocated_at_end_gib": gib(self.allocated_at_end),
-            "reserved_at_end_gib": gib(self.reserved_at_end),
-            "peak_rss_gib": gib(self.peak_rss),
-            "device_used_gib": gib(self.device_used),
-            "tensor_peak_gib": gib(self.tensor_peak),
+            "max_allocated_gib": _gib(allocated, 4),
+            "max_reserved_gib": _gib(self.max_reserved, 4),
+            "max_active_gib": _gib(self.max_active, 4),
+            "allocated_at_end_gib": _gib(self.allocated_at_end, 4),
+            "reserved_at_end_gib": _gib(self.reserved_at_end, 4),
+            "peak_rss_gib": _gib(self.peak_rss, 4),
+            "device_used_gib": _gib(self.device_used, 4),
+            "tensor_peak_gib": _gib(self.tensor_peak, 4),
             "tracked_batches": self.tracked_batches,
         }
 
@@ -218,9 +219,7 @@ class MemoryMonitor:
             breakdown["weights"] = max(breakdown.get("weights", 0), self.weights_bytes)
         tracked = self.track_tensors and "activations" in breakdown
         # Nine decimals keep byte resolution, so a tiny test model's figures stay exact.
-        breakdown_gib = {
-            key: (round(breakdown[key] / GIB, 9) if key in breakdown else None) for key in BREAKDOWN_KEYS
-        }
+        breakdown_gib = {key: _gib(breakdown.get(key), 9) for key in BREAKDOWN_KEYS}
         if self.device.type == "cuda":
             source = "torch.cuda.memory_stats per phase (peaks reset between phases)"
         else:
@@ -236,11 +235,7 @@ class MemoryMonitor:
                 else "weights, gradients and optimizer state walked on the tensors; activations not tracked "
                 "(--track_memory false)"
             ),
-            "tensor_peak_gib": (
-                round(train.tensor_peak / GIB, 6)
-                if train is not None and train.tensor_peak is not None
-                else None
-            ),
+            "tensor_peak_gib": _gib(train.tensor_peak if train is not None else None, 6),
             "memory_tracked_steps": self.tracked_optimizer_steps,
             # The training batch whose activations were the highest: what to give the planner to compare.
             "memory_peak_batch": (

@@ -95,14 +95,11 @@ class TensorMemoryTracker(TorchDispatchMode):
 
     KINDS = ("weights", "gradients", "optimizer", "activations", "other")
 
-    def __init__(
-        self, model: torch.nn.Module, optimizer=None, inputs: Any = None, new_tensors: str = "activations"
-    ):
+    def __init__(self, model: torch.nn.Module, optimizer=None, inputs: Any = None):
         super().__init__()
         self.model = model
         self.optimizer = unwrap_optimizer(optimizer)
         self.inputs = inputs
-        self.new_tensors = new_tensors
         self.live = dict.fromkeys(self.KINDS, 0)
         self.peak = dict.fromkeys(self.KINDS, 0)
         self.live_total = 0
@@ -162,7 +159,7 @@ class TensorMemoryTracker(TorchDispatchMode):
             self._account(record[0], nbytes - record[1])
             record[1] = nbytes
         if move and record[0] != kind:
-            old_kind, nbytes, created = record[0], record[1], record[3]
+            old_kind, created = record[0], record[3]
             self.live[old_kind] -= nbytes
             self.live[kind] += nbytes
             for window_id, window in self._windows:
@@ -224,7 +221,7 @@ class TensorMemoryTracker(TorchDispatchMode):
             # those come back here with plain tensors (as PyTorch's MemTracker does).
             return NotImplemented
         out = func(*args, **(kwargs or {}))
-        kind = "optimizer" if self._in_optimizer_step else self.new_tensors
+        kind = "optimizer" if self._in_optimizer_step else "activations"
         tensors = [tensor for tensor in tree_leaves(out) if isinstance(tensor, torch.Tensor)]
         storages = [_storage(tensor) for tensor in tensors]
         # A new window opens only when new memory arrives (views and in-place ops bring none).

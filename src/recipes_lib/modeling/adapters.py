@@ -33,7 +33,7 @@ from recipes_lib.config.recipe_options import MERGED_SUBDIR, LoraArguments
 from recipes_lib.config.recipe_spec import LoraShape
 from recipes_lib.errors import ConfigError, ModelError
 from recipes_lib.modeling.families import default_lora_targets, meta_model, profile_for
-from recipes_lib.modeling.loading import holding_the_load_report, load_model, reset_wrong_shaped_linears
+from recipes_lib.modeling.loading import HeldLoadReport, load_model, reset_wrong_shaped_linears
 from recipes_lib.modeling.sources import resolve_model_path
 
 logger = logging.getLogger(__name__)
@@ -485,7 +485,7 @@ def load_trained_model(output_dir: str | Path, device: str | torch.device | None
         # The head comes from the adapter (modules_to_save); a base that is a classifier of other labels
         # has one of another shape, replaced as in training (modeling.load_model).
         # transformers reports the head it had to initialise; the adapter brings the trained one.
-        with holding_the_load_report() as load_report:
+        with HeldLoadReport() as load_report:
             base, loading = AutoModelForSequenceClassification.from_pretrained(
                 resolve_model_path(base_path),
                 config=config,

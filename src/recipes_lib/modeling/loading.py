@@ -5,7 +5,6 @@ from __future__ import annotations
 import logging
 import os
 import re
-from contextlib import contextmanager
 
 import torch
 from torch import nn
@@ -89,16 +88,8 @@ def load_model_config(model_args: ModelArguments, labels=None):
     config as published, for checks that run before the data is read.
     """
     # problem_type picks the head's loss in transformers: cross-entropy, BCE with logits, or MSE.
-    label_settings = (
-        {
-            "num_labels": labels.num_labels,
-            "id2label": labels.id2label,
-            "label2id": labels.label2id,
-            "problem_type": labels.problem_type,
-        }
-        if labels is not None
-        else {}
-    )
+    names = ("num_labels", "id2label", "label2id", "problem_type") if labels is not None else ()
+    label_settings = {name: getattr(labels, name) for name in names}
     try:
         return AutoConfig.from_pretrained(
             resolve_model_path(model_args.model_name_or_path),
@@ -235,11 +226,28 @@ _BODY_KEY = re.compile(r"(^|\.)(embeddings|\d+)\.")
 
 
 class HeldLoadReport(logging.Filter):
-    """transformers' load report, held back while a model loads (`holding_the_load_report`)."""
+    """transformers' load report, held back while a model loads (`with HeldLoadReport() as load_report:`),
+    and printed if the block fails: what transformers found then explains the failure.
+
+    The report lists every key a model did not take from its checkpoint: for a classifier fine-tuned
+    from an encoder, always its new head, in a red MISSING table that asks for what the run is about
+    to do ("Consider training on your downstream task"). The caller decides with the loading info
+    whether the report says more than that (`release_if_the_body_is_affected`).
+    """
 
     def __init__(self):
         super().__init__()
         self.records: list[logging.LogRecord] = []
+        self.logger = logging.getLogger(TRANSFORMERS_LOADING_LOGGER)
+
+    def __enter__(self) -> HeldLoadReport:
+        self.logger.addFilter(self)
+        return self
+
+    def __exit__(self, error_type, error, traceback) -> None:
+        self.logger.removeFilter(self)  # first: the filter would catch the released records again
+        if error_type is not None:
+            self.release()
 
     def filter(self, record: logging.LogRecord) -> bool:
         if LOAD_REPORT_MARK in str(record.msg):
@@ -249,9 +257,8 @@ class HeldLoadReport(logging.Filter):
 
     def release(self) -> None:
         """Print the held report after all, as transformers would have."""
-        transformers_logger = logging.getLogger(TRANSFORMERS_LOADING_LOGGER)
         for record in self.records:
-            transformers_logger.handle(record)
+            self.logger.handle(record)
         self.records.clear()
 
     def release_if_the_body_is_affected(self, loading: dict) -> bool:
@@ -276,27 +283,6 @@ class HeldLoadReport(logging.Filter):
         return False
 
 
-@contextmanager
-def holding_the_load_report():
-    """transformers' load report held in the block (a `HeldLoadReport`), printed if the block fails.
-
-    The report lists every key a model did not take from its checkpoint: for a classifier fine-tuned
-    from an encoder, always its new head, in a red MISSING table that asks for what the run is about
-    to do ("Consider training on your downstream task"). The caller decides with the loading info
-    whether the report says more than that (`HeldLoadReport.release_if_the_body_is_affected`).
-    """
-    held = HeldLoadReport()
-    transformers_logger = logging.getLogger(TRANSFORMERS_LOADING_LOGGER)
-    transformers_logger.addFilter(held)
-    try:
-        yield held
-    except BaseException:
-        transformers_logger.removeFilter(held)
-        held.release()  # what transformers found explains the failure
-        raise
-    transformers_logger.removeFilter(held)
-
-
 def _summary(keys) -> str:
     """'classifier.weight', 'classifier.bias' -> 'classifier' (the modules that hold the keys)."""
     return ", ".join(sorted({key.rsplit(".", 1)[0] for key in keys}))
@@ -309,7 +295,7 @@ def load_model(model_args: ModelArguments, model_config, **from_pretrained_kwarg
     weight) are listed in `model.newly_initialized_modules`, so that adapters can train and save them.
     """
     try:
-        with holding_the_load_report() as load_report:
+        with HeldLoadReport() as load_report:
             model, loading = AutoModelForSequenceClassification.from_pretrained(
                 resolve_model_path(model_args.model_name_or_path),
                 config=model_config,
@@ -400,15 +386,12 @@ def _modules_of(model, parameter_names) -> tuple[str, ...]:
 
 
 def count_parameters(model) -> tuple[int, int]:
-    """(total, trainable) parameters; shared (tied) tensors counted once.
+    """(total, trainable) parameters; shared (tied) tensors counted once, as `parameters()` yields them.
 
     From a config alone, with no weights: `planner.count_parameters_on_meta(config, shape)`.
     """
-    seen, total, trainable = set(), 0, 0
+    total = trainable = 0
     for parameter in model.parameters():
-        if id(parameter) in seen:
-            continue
-        seen.add(id(parameter))
         count = _logical_numel(parameter)
         total += count
         if parameter.requires_grad:

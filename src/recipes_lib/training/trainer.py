@@ -82,11 +82,6 @@ class RecipeTrainer(Trainer):
         self.sampler_epoch = SamplerEpoch()  # its sampler is set by _get_train_sampler under group_by_length
         self.add_callback(self.sampler_epoch)
 
-    @property
-    def shuffled_sampler(self) -> ShuffledLengthGroupedSampler | None:
-        """The training sampler under group_by_length (None before training, or with another strategy)."""
-        return self.sampler_epoch.sampler
-
     # Why an override: callbacks see the loss only at logging steps, after the optimizer step took it.
     def training_step(self, model, inputs, num_items_in_batch=None):
         loss = super().training_step(model, inputs, num_items_in_batch)
@@ -114,7 +109,6 @@ class RecipeTrainer(Trainer):
         """
         with self.stop_on_signal.installed():
             if getattr(self.args, "auto_batch_size", False):
-                # --auto_batch_size: on out-of-memory, again with the next smaller batch (autofit.py).
                 from recipes_lib.training.autofit import train_with_out_of_memory_backoff
 
                 output = train_with_out_of_memory_backoff(
@@ -344,6 +338,7 @@ class SamplerEpoch(TrainerCallback):
     """
 
     def __init__(self):
+        # The training sampler under group_by_length (None before training, or with another strategy).
         self.sampler: ShuffledLengthGroupedSampler | None = None
         self.epoch: int | None = None  # the epoch running now; None before the first of a train() call
 
