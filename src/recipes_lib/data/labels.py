@@ -236,9 +236,8 @@ def check_labels_present(raw: DatasetDict, label_column: str, locate: dict, deli
     if delimiter:
         return
     for split in [name for name in ("train", "validation") if name in raw]:
-        if label_column not in raw[split].column_names or isinstance(
-            raw[split].features[label_column], ClassLabel
-        ):
+        feature = raw[split].features.get(label_column)
+        if feature is None or isinstance(feature, ClassLabel):
             continue  # a missing column is reported with the columns there are, later
         missing = label_values(raw[split], label_column).first_missing()
         if missing is not None:
@@ -378,10 +377,6 @@ def _first(mask: np.ndarray) -> int | None:
 
 def _numpy(array: pa.Array) -> np.ndarray:
     return array.to_numpy(zero_copy_only=False)
-
-
-def _single(value) -> list:
-    return [normalise_label(value)]
 
 
 def _json(text: str | None):
@@ -554,7 +549,8 @@ class LabelColumn:
             ]
         else:
             per_value = [
-                (_single if mapping is None or self.listed else mapping.classes_of)(v) for v in values
+                [normalise_label(v)] if mapping is None or self.listed else mapping.classes_of(v)
+                for v in values
             ]
         counts: Counter = Counter()
         for value_classes, items in zip(
