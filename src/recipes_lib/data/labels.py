@@ -294,15 +294,12 @@ def _checked(
         if unseen:
             first, _ = tally.first(lambda c: c not in mapping.to_id)
             others = sorted({repr(v) for v in unseen})
+            scores = any(_is_fraction(v) for v in unseen)
             raise DataError(
                 f"The {split} data has label(s) the training data never uses: {', '.join(others[:5])}"
                 f"{' ...' if len(others) > 5 else ''} (first at {_where(locate, split, first)}). Training labels are: "
                 f"{', '.join(mapping.names)}. Fix those labels, or add training examples of those classes"
-                + (
-                    "; if the labels are scores, train with --problem_type regression."
-                    if any(_is_fraction(v) for v in unseen)
-                    else "."
-                )
+                f"{'; if the labels are scores, train with --problem_type regression' if scores else ''}."
             )
     return mapping
 
