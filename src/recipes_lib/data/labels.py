@@ -386,9 +386,8 @@ class LabelColumn:
     any of them. Its items are a list column's items, flattened (a missing row: one missing item), or a
     scalar column's values; `item_rows` is each item's row."""
 
-    def __init__(self, array: pa.Array, kind: str):
-        self.array, self.rows, self.kind = array, len(array), kind
-        self.listed = pa.types.is_list(array.type) or pa.types.is_large_list(array.type)
+    def __init__(self, array: pa.Array, kind: str, listed: bool):
+        self.array, self.rows, self.kind, self.listed = array, len(array), kind, listed
         if not self.listed:
             self.present, self.item_rows = None, np.arange(self.rows)
             self.items = array.storage if kind == "json" else array  # JSON: its text
@@ -594,7 +593,7 @@ def label_values(dataset, column: str) -> LabelColumn:
             "numbers (regression), or lists of class names or ids (multi-label). Fix the column, or set "
             "--label_column_name to the column that holds the labels."
         )
-    return LabelColumn(array, kind)
+    return LabelColumn(array, kind, listed)
 
 
 def _kind(kind: pa.DataType) -> str | None:
