@@ -236,9 +236,8 @@ def check_labels_present(raw: DatasetDict, label_column: str, locate: dict, deli
     if delimiter:
         return
     for split in [name for name in ("train", "validation") if name in raw]:
-        if label_column not in raw[split].column_names or isinstance(
-            raw[split].features[label_column], ClassLabel
-        ):
+        feature = raw[split].features.get(label_column)
+        if feature is None or isinstance(feature, ClassLabel):
             continue  # a missing column is reported with the columns there are, later
         missing = label_values(raw[split], label_column).first_missing()
         if missing is not None:
@@ -295,15 +294,12 @@ def _checked(
         if unseen:
             first, _ = tally.first(lambda c: c not in mapping.to_id)
             others = sorted({repr(v) for v in unseen})
+            scores = any(_is_fraction(v) for v in unseen)
             raise DataError(
                 f"The {split} data has label(s) the training data never uses: {', '.join(others[:5])}"
                 f"{' ...' if len(others) > 5 else ''} (first at {_where(locate, split, first)}). Training labels are: "
                 f"{', '.join(mapping.names)}. Fix those labels, or add training examples of those classes"
-                + (
-                    "; if the labels are scores, train with --problem_type regression."
-                    if any(_is_fraction(v) for v in unseen)
-                    else "."
-                )
+                f"{'; if the labels are scores, train with --problem_type regression' if scores else ''}."
             )
     return mapping
 
@@ -380,10 +376,6 @@ def _numpy(array: pa.Array) -> np.ndarray:
     return array.to_numpy(zero_copy_only=False)
 
 
-def _single(value) -> list:
-    return [normalise_label(value)]
-
-
 def _json(text: str | None):
     return None if text is None else json.loads(text)
 
@@ -394,9 +386,8 @@ class LabelColumn:
     any of them. Its items are a list column's items, flattened (a missing row: one missing item), or a
     scalar column's values; `item_rows` is each item's row."""
 
-    def __init__(self, array: pa.Array, kind: str):
-        self.array, self.rows, self.kind = array, len(array), kind
-        self.listed = pa.types.is_list(array.type) or pa.types.is_large_list(array.type)
+    def __init__(self, array: pa.Array, kind: str, listed: bool):
+        self.array, self.rows, self.kind, self.listed = array, len(array), kind, listed
         if not self.listed:
             self.present, self.item_rows = None, np.arange(self.rows)
             self.items = array.storage if kind == "json" else array  # JSON: its text
@@ -554,7 +545,8 @@ class LabelColumn:
             ]
         else:
             per_value = [
-                (_single if mapping is None or self.listed else mapping.classes_of)(v) for v in values
+                [normalise_label(v)] if mapping is None or self.listed else mapping.classes_of(v)
+                for v in values
             ]
         counts: Counter = Counter()
         for value_classes, items in zip(
@@ -601,7 +593,7 @@ def label_values(dataset, column: str) -> LabelColumn:
             "numbers (regression), or lists of class names or ids (multi-label). Fix the column, or set "
             "--label_column_name to the column that holds the labels."
         )
-    return LabelColumn(array, kind)
+    return LabelColumn(array, kind, listed)
 
 
 def _kind(kind: pa.DataType) -> str | None:

@@ -135,13 +135,14 @@ def _scores(results: dict[str, Any]):
     problem_type, names = results["problem_type"], TASK_METRICS[results["problem_type"]]
     splits = {"eval": _split(results, "validation"), "test": _split(results, "test")}
     if problem_type == MULTI_LABEL:
-        at_half, tuned = {"threshold": 0.5}, {"thresholds": results.get("label_thresholds")}
-        for name in names:
-            yield f"eval_{name}", splits["eval"], name, "", at_half
-        for name in names:
-            yield f"eval_tuned_{name}", splits["eval"], name, " (tuned thresholds)", tuned
-        for name in names:
-            yield f"test_{name}", splits["test"], name, " (tuned thresholds)", tuned
+        tuned, tuned_note = {"thresholds": results.get("label_thresholds")}, " (tuned thresholds)"
+        for prefix, split, note, args in (
+            ("eval", splits["eval"], "", {"threshold": 0.5}),
+            ("eval_tuned", splits["eval"], tuned_note, tuned),
+            ("test", splits["test"], tuned_note, tuned),
+        ):
+            for name in names:
+                yield f"{prefix}_{name}", split, name, note, args
         return
     threshold = results.get("decision_threshold")
     at_half = {"threshold": 0.5} if threshold is not None else None
@@ -150,14 +151,9 @@ def _scores(results: dict[str, Any]):
             yield f"{prefix}_{name}", split, name, "", at_half
         if threshold is not None:
             yield f"{prefix}_f1_positive", split, "f1_positive", "", at_half
+            note, at_threshold = f" (threshold {threshold:g})", {"threshold": threshold}
             for name in (*names, "f1_positive"):
-                yield (
-                    f"{prefix}_threshold_{name}",
-                    split,
-                    name,
-                    f" (threshold {threshold:g})",
-                    {"threshold": threshold},
-                )
+                yield f"{prefix}_threshold_{name}", split, name, note, at_threshold
 
 
 def _is_score(value) -> bool:
@@ -167,15 +163,9 @@ def _is_score(value) -> bool:
 
 def card_metrics(results: dict[str, Any]) -> list[CardMetric]:
     """The scores of the run that describe the saved model, each with its split; those the run has (NaN left out)."""
-    positive = results.get("positive_label")
+    titles = {**METRIC_TITLES, "f1_positive": f"F1 of '{results.get('positive_label')}'"}
     return [
-        CardMetric(
-            key,
-            split,
-            metric,
-            (f"F1 of '{positive}'" if metric == "f1_positive" else METRIC_TITLES[metric]) + note,
-            args,
-        )
+        CardMetric(key, split, metric, titles[metric] + note, args)
         for key, split, metric, note, args in _scores(results)
         if _is_score(results.get(key))
     ]

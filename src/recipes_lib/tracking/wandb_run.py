@@ -37,7 +37,6 @@ import dataclasses
 import json
 import logging
 import os
-import shutil
 import subprocess
 import time
 from collections.abc import Mapping
@@ -173,9 +172,7 @@ def run_identity(recipe: RecipeSpec, arguments: ParsedArguments) -> RunIdentity:
 
 
 def _nvidia_driver_version() -> str | None:
-    if shutil.which("nvidia-smi") is None:
-        return None
-    try:
+    try:  # no nvidia-smi on the PATH: FileNotFoundError, an OSError
         completed = subprocess.run(
             ["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
             capture_output=True,
@@ -235,19 +232,11 @@ def start_run(identity: RunIdentity, config: dict[str, Any], directory: str | No
     settings = wandb.setup().settings  # environment + settings files, as wandb.init reads them
     if settings.mode == "disabled":
         return None, None
-    if settings.mode in ("offline", "dryrun"):
-        mode, fallback_reason = "offline", None
-    elif not has_credentials(settings):
-        mode, fallback_reason = "offline", NO_KEY_REASON
-    else:
-        mode, fallback_reason = "online", None
-
+    asked_offline = settings.mode in ("offline", "dryrun")
+    fallback_reason = None if asked_offline or has_credentials(settings) else NO_KEY_REASON
+    mode = "offline" if asked_offline or fallback_reason else "online"
     init_kwargs = {
-        "project": identity.project,
-        "group": identity.group,
-        "name": identity.name,
-        "tags": list(identity.tags),
-        "job_type": identity.job_type,
+        **dataclasses.asdict(identity),  # project, group, name, tags, job_type
         "config": config,
         # wandb's end-of-run printout repeats the whole summary; results.json and our log say it once.
         "settings": wandb.Settings(quiet=True) if "WANDB_QUIET" not in os.environ else None,
