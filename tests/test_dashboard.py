@@ -44,6 +44,7 @@ from recipes_lib.tracking.wandb_run import (
     start_run,
 )
 from recipes_lib.units import BREAKDOWN_KEYS
+from recipes_lib.workbench import OTHER_TASK_METRICS, recipe_colours
 from tests.helpers.data import multi_label_files, regression_files
 from tests.helpers.output import project_lines
 from tests.helpers.repo import RECIPES, REPO_ROOT
@@ -138,7 +139,7 @@ def keys_not_logged_by(problem_type: str) -> set[str]:
     own = set(TASK_METRICS[problem_type])
     every = {metric for metrics in TASK_METRICS.values() for metric in metrics}
     curves = {trainer_curve(names.eval_key(metric)) for metric in every - own}
-    return curves | {names.eval_key(metric) for metric in set(names.OTHER_TASK_METRICS) - own}
+    return curves | {names.eval_key(metric) for metric in set(OTHER_TASK_METRICS) - own}
 
 
 def sections(spec: dict) -> dict[str, list[dict]]:
@@ -221,7 +222,7 @@ def test_the_view_groups_the_fine_tune_runs_of_the_group_by_recipe_one_colour_ea
     assert len(colours) == len(set(colours.values())) == len(RECIPES)
     for recipe in RECIPES:
         assert any(f"%22value%22%3A%22{recipe}%22" in key for key in colours), recipe
-    assert set(names.recipe_colours()) == set(RECIPES)
+    assert set(recipe_colours()) == set(RECIPES)
 
 
 @needs_extra

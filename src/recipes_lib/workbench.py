@@ -1,5 +1,6 @@
-"""What the workbench (the planner, sweep, crossval, tools and the command line) shares and a recipe
-run never loads: a finished run's results.json read back, and tables for the terminal or Markdown."""
+"""What the workbench (the planner, sweep, crossval, tools, the dashboard and the command line) shares
+and a recipe run never loads: a finished run's results.json read back, tables for the terminal or
+Markdown, and how runs are told apart when compared."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+from recipes_lib.config.registry import RECIPES
 from recipes_lib.results import RESULTS_FILE
 
 # What `recipes-lib crossval` writes in its output_dir instead (the sweep reads it when `folds` is set).
@@ -36,3 +38,17 @@ def format_table(header: list[str], rows: list[list[str]], markdown: bool = Fals
     ]
     lines.insert(1, "  ".join("-" * width for width in widths))
     return "\n".join(lines)
+
+
+# The metrics of multi-label and regression runs besides accuracy and macro-F1: columns of `show` and
+# `compare` when a run has them, and a dashboard section of their own.
+OTHER_TASK_METRICS = ("f1_micro", "mse", "pearson", "spearman")
+
+# Okabe-Ito (colour-blind safe), one per recipe in the order of recipes/: the W&B view's groups and the
+# sweep's chart colour each recipe alike.
+RECIPE_COLOURS = ("#0072B2", "#E69F00", "#009E73", "#CC79A7", "#D55E00", "#56B4E9", "#F0E442", "#000000")
+
+
+def recipe_colours() -> dict[str, str]:
+    """{recipe: colour}, one per recipe script of recipes/ (a script's name is its SPEC's name)."""
+    return {name: RECIPE_COLOURS[i % len(RECIPE_COLOURS)] for i, name in enumerate(RECIPES)}

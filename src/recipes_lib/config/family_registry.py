@@ -13,9 +13,7 @@ importing nothing heavy, so `recipes-lib plan` reads it without loading torch.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass, replace
-from typing import Any
+from dataclasses import dataclass
 
 # --- what a family's forward keeps (the memory planner) ---------------------------------------------
 
@@ -67,63 +65,6 @@ class FamilyForward:
     relative_bias: bool = False
 
 
-# --- a published checkpoint's config.json values (the planner's catalogue) --------------------------
-
-_BERT_SIZE_NAMES = (
-    "vocab_size",
-    "hidden_size",
-    "num_hidden_layers",
-    "num_attention_heads",
-    "intermediate_size",
-)
-
-
-def _published(model_type: str, size_names=_BERT_SIZE_NAMES, **shared: Any) -> Callable[..., dict[str, Any]]:
-    """A family's `config_values`: the five sizes under its config names, the values every
-    published checkpoint of the family shares, and what one checkpoint gives besides (`extra`)."""
-
-    def config_values(vocab: int, hidden: int, layers: int, heads: int, ffn: int, **extra: Any):
-        sizes = dict(zip(size_names, (vocab, hidden, layers, heads, ffn), strict=True))
-        return dict(model_type=model_type, **sizes, **shared, **extra)
-
-    return config_values
-
-
-# RoBERTa numbers positions from padding_idx + 1 = 2: 514 positions hold 512 tokens; no token types.
-_ROBERTA_PUBLISHED = dict(
-    max_position_embeddings=514,
-    type_vocab_size=1,
-    pad_token_id=1,
-    bos_token_id=0,
-    eos_token_id=2,
-    layer_norm_eps=1e-5,
-)
-
-
-def _deberta_v2_values(
-    vocab: int, hidden: int, layers: int, heads: int, ffn: int, **extra: Any
-) -> dict[str, Any]:
-    # DeBERTa-v2/v3: relative positions in 256 log buckets, shared attention keys, no absolute
-    # positions in the input and no token types; the pooler as wide as the model.
-    return dict(
-        _published("deberta-v2")(vocab, hidden, layers, heads, ffn),
-        max_position_embeddings=512,
-        type_vocab_size=0,
-        relative_attention=True,
-        max_relative_positions=-1,
-        position_buckets=256,
-        norm_rel_ebd="layer_norm",
-        share_att_key=True,
-        pos_att_type=["p2c", "c2p"],
-        position_biased_input=False,
-        layer_norm_eps=1e-7,
-        pooler_hidden_size=hidden,
-        pooler_dropout=0,
-        pooler_hidden_act="gelu",
-        **extra,
-    )
-
-
 # --- the families ------------------------------------------------------------------------------------
 
 
@@ -147,10 +88,6 @@ class Family:
     # Why training fails under bf16 autocast, where it does (measured on the family's tiny model by
     # tests/test_cpu_bf16.py): automatic precision keeps the family in fp32 on a CPU with native bf16.
     bf16_autocast_fails: str | None = None
-    # `config_values(vocab, hidden, layers, heads, ffn, **extra)`: a published checkpoint's
-    # config.json values (model_type included), for the planner's catalogue of Hub models
-    # (memory/planner/catalogue.py); None where the catalogue lists none.
-    config_values: Callable[..., dict[str, Any]] | None = None
     # How `recipes-lib export` made the family's ONNX file, measured on its tiny model (exported,
     # int8 added, and passed through the gate by tests/test_export.py::
     # test_every_family_exports_and_passes_the_gate, which checks this entry): "dynamo"
@@ -168,20 +105,11 @@ class Family:
     def model_type(self) -> str:
         return self.model_types[0]
 
-    def forward_for(self, config) -> FamilyForward:
-        """The family's forward for this config: with the index tensors its set flags add."""
-        flagged = sum(bool(getattr(config, flag, False)) for flag in self.forward.index_flags)
-        if not flagged:
-            return self.forward
-        return replace(self.forward, embedding_indices=self.forward.embedding_indices + flagged)
-
 
 # Heads that drop out, dense, tanh, drop out, project (RobertaClassificationHead): no pooler.
 _ROBERTA_HEAD = dict(head=(1, 4), head_reads_a_view=False)
 
-BERT = Family(
-    "BERT", ("bert",), config_values=_published("bert", max_position_embeddings=512, type_vocab_size=2)
-)
+BERT = Family("BERT", ("bert",))
 ROBERTA = Family(
     "RoBERTa",
     # CamemBERT is RoBERTa's architecture under its own model_type (transformers copies the modules).
@@ -189,14 +117,12 @@ ROBERTA = Family(
     FamilyForward(**_ROBERTA_HEAD, token_type_ids=False, embedding_indices=2),
     lora_targets=("query", "value"),  # camembert's: peft's mapping has roberta's only
     positions_after_padding=True,
-    config_values=_published("roberta", **_ROBERTA_PUBLISHED),
 )
 XLM_ROBERTA = Family(
     "XLM-RoBERTa",
     ("xlm-roberta",),
     FamilyForward(**_ROBERTA_HEAD, token_type_ids=False, embedding_indices=2),
     positions_after_padding=True,
-    config_values=_published("xlm-roberta", **_ROBERTA_PUBLISHED),
 )
 XLM_ROBERTA_XL = Family(
     "XLM-RoBERTa XL/XXL",
@@ -209,42 +135,22 @@ XLM_ROBERTA_XL = Family(
     ),
     lora_targets=("query", "value"),  # XLM-R's attention; peft's mapping has xlm-roberta only
     positions_after_padding=True,
-    config_values=_published("xlm-roberta-xl", **_ROBERTA_PUBLISHED),
 )
 DISTILBERT = Family(
     "DistilBERT",
     ("distilbert",),
     FamilyForward(qkv=("q_lin", "k_lin", "v_lin"), hidden_dropouts=1, token_type_ids=False),
     lora_targets=("q_lin", "v_lin"),
-    # DistilBERT's own config names: dim, n_layers, n_heads, hidden_dim.
-    config_values=_published(
-        "distilbert", ("vocab_size", "dim", "n_layers", "n_heads", "hidden_dim"), max_position_embeddings=512
-    ),
 )
 ALBERT = Family(
     "ALBERT",
     ("albert",),
     lora_targets=("query", "value"),
-    # One group of shared layer weights, a 128-wide embedding projected up; v2 trains without dropout.
-    config_values=_published(
-        "albert",
-        embedding_size=128,
-        max_position_embeddings=512,
-        type_vocab_size=2,
-        num_hidden_groups=1,
-        inner_group_num=1,
-        hidden_act="gelu_new",
-        hidden_dropout_prob=0.0,
-        attention_probs_dropout_prob=0.0,
-        classifier_dropout_prob=0.1,
-    ),
 )
 ELECTRA = Family(
     "ELECTRA",
     ("electra",),
     FamilyForward(**_ROBERTA_HEAD),  # RoBERTa's head with GELU: it keeps the dense output
-    # BERT's values; each checkpoint gives its embedding_size (projected up to the hidden size).
-    config_values=_published("electra", max_position_embeddings=512, type_vocab_size=2),
 )
 DEBERTA = Family(
     "DeBERTa",
@@ -262,7 +168,6 @@ DEBERTA_V2 = Family(
     ("deberta-v2",),
     FamilyForward(layer=DISENTANGLED, qkv=("query_proj", "key_proj", "value_proj")),
     fp16_overflows=True,
-    config_values=_deberta_v2_values,
 )
 MODERNBERT = Family(
     "ModernBERT",
@@ -274,14 +179,6 @@ MODERNBERT = Family(
         "transformers 5.x unpads ModernBERT's batches only under flash_attention_2: under sdpa every layer "
         "attends over the padding, with a B x S x S mask per layer (the sliding-window layers' too)"
     ),
-    # Global attention in every third layer, a 128-token sliding window in the others.
-    config_values=_published(
-        "modernbert",
-        max_position_embeddings=8192,
-        global_attn_every_n_layers=3,
-        local_attention=128,
-        pad_token_id=50283,
-    ),
 )
 MPNET = Family(
     "MPNet",
@@ -291,16 +188,6 @@ MPNET = Family(
     ),
     lora_targets=("q", "v"),
     positions_after_padding=True,
-    # RoBERTa's vocabulary ids and position offset; relative position buckets in every layer.
-    config_values=_published(
-        "mpnet",
-        max_position_embeddings=514,
-        relative_attention_num_buckets=32,
-        layer_norm_eps=1e-5,
-        pad_token_id=1,
-        bos_token_id=0,
-        eos_token_id=2,
-    ),
 )
 
 ERNIE = Family(
@@ -310,10 +197,6 @@ ERNIE = Family(
     # embeddings make as zeros when the batch has none.
     FamilyForward(index_flags=("use_task_id",)),
     lora_targets=("query", "value"),
-    # The Hub's checkpoints (nghuyong/ernie-*) are PaddleNLP's, converted by nghuyong/ERNIE-Pytorch's
-    # convert.py, which writes layer_norm_eps 1e-5 (and an FFN 4x the hidden size); 4 token types
-    # (PaddleNLP's ERNIE_PRETRAINED_INIT_CONFIGURATION, paddlenlp/transformers/ernie/configuration.py).
-    config_values=_published("ernie", type_vocab_size=4, layer_norm_eps=1e-5),
 )
 
 # The 2024-2025 long-context encoders transformers 5.x ships natively (no trust_remote_code).
@@ -332,9 +215,6 @@ EUROBERT = Family(
         token_type_ids=False,
     ),
     lora_targets=("q_proj", "v_proj"),  # Llama's, which peft's mapping has (eurobert it has not)
-    # Every published size shares EuroBertConfig's defaults (its docstring: EuroBERT-210m) but the sizes
-    # (and the key-value heads of the larger ones); 8,192 positions.
-    config_values=_published("eurobert", max_position_embeddings=8192),
 )
 GTE = Family(
     "GTE",
@@ -345,8 +225,6 @@ GTE = Family(
     lora_targets=("q_proj", "v_proj"),
     # The first release with model_type gte (its wheel's models/gte/ and auto mappings; 5.17.0's has none).
     transformers_since="5.18.0",
-    # gte-multilingual-base: 8,192 positions, one token type (GteConfig's defaults).
-    config_values=_published("gte", max_position_embeddings=8192, type_vocab_size=1),
 )
 NOMIC_BERT = Family(
     "NomicBERT",
@@ -354,8 +232,6 @@ NOMIC_BERT = Family(
     # GTE's layer without biases and, as published, without dropout; BERT's pooler and head.
     FamilyForward(layer=GATED_POST_NORM, qkv=("q_proj", "k_proj", "v_proj")),
     lora_targets=("q_proj", "v_proj"),
-    # nomic-embed-text-v1.5: 2,048 positions, no dropout (NomicBertConfig's defaults).
-    config_values=_published("nomic_bert", max_position_embeddings=2048),
 )
 
 # Every family the project supports, in the order tables list them.

@@ -35,8 +35,7 @@ class LoraArguments:
         metadata={
             "help": "Names of the linear layers that get adapters (BERT: query key value dense), "
             "'all-linear' for every linear layer except the classification head, or 'auto': the family's "
-            "attention query and value projections (BERT, RoBERTa, ELECTRA, ALBERT: query value; DeBERTa-v2/v3: "
-            "query_proj value_proj; DeBERTa: in_proj; DistilBERT: q_lin v_lin; ModernBERT: Wqkv; MPNet: q v)."
+            "attention query and value projections (`recipes-lib families` lists each family's)."
         },
     )
     lora_train_pooler: bool = field(

@@ -37,9 +37,8 @@ from recipes_lib.sweep.study import (
     study_trials,
     sweep_trials,
 )
-from recipes_lib.tracking.names import recipe_colours
 from recipes_lib.units import GIB, MIB
-from recipes_lib.workbench import format_table
+from recipes_lib.workbench import format_table, recipe_colours
 
 RESULTS_JSON = "sweep_results.json"
 CHART_FILE = "sweep_results.png"

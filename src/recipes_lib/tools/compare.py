@@ -27,9 +27,9 @@ from typing import Any
 
 from recipes_lib.config.tasks import MULTI_LABEL, REGRESSION
 from recipes_lib.results import RESULTS_FILE
-from recipes_lib.tracking.names import METRIC_TITLES, OTHER_TASK_METRICS, eval_key
+from recipes_lib.tracking.names import METRIC_TITLES, eval_key
 from recipes_lib.units import BREAKDOWN_KEYS, GIB, short_model_name
-from recipes_lib.workbench import format_table, read_results
+from recipes_lib.workbench import OTHER_TASK_METRICS, format_table, read_results
 
 CHART_FILE = "memory_comparison.png"
 # The columns of multi-label and regression metrics (micro-F1, MSE, ...) that `compare` and `show` add

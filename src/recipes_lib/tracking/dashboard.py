@@ -43,7 +43,8 @@ import wandb
 
 from recipes_lib.tracking import names
 from recipes_lib.tracking.auth import has_credentials
-from recipes_lib.tracking.names import JOB_TYPE, recipe_colours
+from recipes_lib.tracking.names import JOB_TYPE
+from recipes_lib.workbench import OTHER_TASK_METRICS, recipe_colours
 
 EXTRA = "dashboard"
 INSTALL_HINT = "pip install -e '.[dashboard]' (or: pip install wandb-workspaces)"
@@ -152,7 +153,7 @@ def _custom_chart(wr, chart: names.Chart):
 def task_metric_panels(wr) -> list:
     """Per recipe, then over training: the metrics only multi-label (micro-F1) or regression runs log."""
     per_recipe = {"groupby": wr.Config(names.RECIPE), "groupby_aggfunc": "mean", "orientation": "v"}
-    keys = [names.eval_key(metric) for metric in names.OTHER_TASK_METRICS]
+    keys = [names.eval_key(metric) for metric in OTHER_TASK_METRICS]
     bars = [wr.BarPlot(title=f"Validation {key}", metrics=[key], **per_recipe) for key in keys]
     return bars + [_curve(wr, trainer_curve(key)) for key in keys]
 

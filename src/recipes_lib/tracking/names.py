@@ -20,8 +20,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from recipes_lib.config.registry import RECIPES
-
 # --- runs ------------------------------------------------------------------------------------------
 
 # The W&B job type of a recipe's run (the dashboard's COMPARE_JOB_TYPE: compare --wandb's run).
@@ -76,9 +74,6 @@ METRIC_TITLES = {
     "pearson": "Pearson",
     "spearman": "Spearman",
 }
-# The metrics of multi-label and regression runs besides accuracy and macro-F1: columns of `show` and
-# `compare` when a run has them, and a dashboard section of their own.
-OTHER_TASK_METRICS = ("f1_micro", "mse", "pearson", "spearman")
 
 
 # What tells recipes apart, in the order the runs table and the results tables show it.
@@ -146,15 +141,3 @@ SWEEP_CONFIG_KEYS = (SWEEP, SWEEP_PHASE, SWEEP_CHOSEN)
 def breakdown_column(part: str) -> str:
     """The results table's column for one part of the memory breakdown: "weights_gib"."""
     return f"{part}_gib"
-
-
-# --- what a comparison shows ----------------------------------------------------------------------------
-
-# Okabe-Ito (colour-blind safe), one per recipe in the order of recipes/: the W&B view's groups and the
-# sweep's chart colour each recipe alike.
-RECIPE_COLOURS = ("#0072B2", "#E69F00", "#009E73", "#CC79A7", "#D55E00", "#56B4E9", "#F0E442", "#000000")
-
-
-def recipe_colours() -> dict[str, str]:
-    """{recipe: colour}, one per recipe script of recipes/ (a script's name is its SPEC's name)."""
-    return {name: RECIPE_COLOURS[i % len(RECIPE_COLOURS)] for i, name in enumerate(RECIPES)}

@@ -4,8 +4,7 @@ With these, `recipes-lib plan --model NAME` answers offline for every model list
 clone with an empty Hugging Face cache. Each entry holds the published config.json values that
 decide the model's size and what its forward keeps (the `transformers.AutoConfig.for_model`
 arguments), the other names people give it, and where the values were checked. What every
-checkpoint of a family shares comes from the family's entry (`config_values` in
-config/family_registry.py); everything its config class defaults to already (dropouts, activation,
+checkpoint of a family shares comes from the family's builder below; everything its config class defaults to already (dropouts, activation,
 layer-norm epsilon) is left out unless the published config differs.
 
 A name that is not here still resolves as before: a local directory or config.json, the Hub cache,
@@ -14,25 +13,9 @@ then the network (configs.load_config_and_source says which it used).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
-
-from recipes_lib.config.family_registry import (
-    ALBERT,
-    BERT,
-    DEBERTA_V2,
-    DISTILBERT,
-    ELECTRA,
-    ERNIE,
-    EUROBERT,
-    GTE,
-    MODERNBERT,
-    MPNET,
-    NOMIC_BERT,
-    ROBERTA,
-    XLM_ROBERTA,
-    XLM_ROBERTA_XL,
-)
 
 
 @dataclass(frozen=True)
@@ -61,20 +44,133 @@ class CatalogueEntry:
         return config
 
 
-# --- the checkpoints' values: each family's config_values (config/family_registry.py) -------------
+# --- what every published checkpoint of a family shares ----------------------------------------------
+# Each family's builder takes the sizes in this order: vocabulary, hidden size, layers, attention
+# heads, FFN width; then what one checkpoint gives besides. Its values are the family's published
+# config.json values that its config class does not default to.
+
+_BERT_SIZE_NAMES = (
+    "vocab_size",
+    "hidden_size",
+    "num_hidden_layers",
+    "num_attention_heads",
+    "intermediate_size",
+)
+
+
+def _published(model_type: str, size_names=_BERT_SIZE_NAMES, **shared: Any) -> Callable[..., dict[str, Any]]:
+    """A family's builder: the five sizes under its config names, the values every published
+    checkpoint of the family shares, and what one checkpoint gives besides (`extra`)."""
+
+    def config_values(vocab: int, hidden: int, layers: int, heads: int, ffn: int, **extra: Any):
+        sizes = dict(zip(size_names, (vocab, hidden, layers, heads, ffn), strict=True))
+        return dict(model_type=model_type, **sizes, **shared, **extra)
+
+    return config_values
+
+
+# RoBERTa numbers positions from padding_idx + 1 = 2: 514 positions hold 512 tokens; no token types.
+_ROBERTA_PUBLISHED = dict(
+    max_position_embeddings=514,
+    type_vocab_size=1,
+    pad_token_id=1,
+    bos_token_id=0,
+    eos_token_id=2,
+    layer_norm_eps=1e-5,
+)
+
+_bert = _published("bert", max_position_embeddings=512, type_vocab_size=2)
+_roberta = _published("roberta", **_ROBERTA_PUBLISHED)
+_xlm_roberta = _published("xlm-roberta", **_ROBERTA_PUBLISHED)
+_xlm_roberta_xl = _published("xlm-roberta-xl", **_ROBERTA_PUBLISHED)
+# DistilBERT's own config names: dim, n_layers, n_heads, hidden_dim.
+_distilbert = _published(
+    "distilbert", ("vocab_size", "dim", "n_layers", "n_heads", "hidden_dim"), max_position_embeddings=512
+)
+# One group of shared layer weights, a 128-wide embedding projected up; v2 trains without dropout.
+_albert = _published(
+    "albert",
+    embedding_size=128,
+    max_position_embeddings=512,
+    type_vocab_size=2,
+    num_hidden_groups=1,
+    inner_group_num=1,
+    hidden_act="gelu_new",
+    hidden_dropout_prob=0.0,
+    attention_probs_dropout_prob=0.0,
+    classifier_dropout_prob=0.1,
+)
+# BERT's values; each checkpoint gives its embedding_size (projected up to the hidden size).
+_electra = _published("electra", max_position_embeddings=512, type_vocab_size=2)
+
+
+def _deberta_v2(vocab: int, hidden: int, layers: int, heads: int, ffn: int, **extra: Any) -> dict[str, Any]:
+    # DeBERTa-v2/v3: relative positions in 256 log buckets, shared attention keys, no absolute
+    # positions in the input and no token types; the pooler as wide as the model.
+    return dict(
+        _published("deberta-v2")(vocab, hidden, layers, heads, ffn),
+        max_position_embeddings=512,
+        type_vocab_size=0,
+        relative_attention=True,
+        max_relative_positions=-1,
+        position_buckets=256,
+        norm_rel_ebd="layer_norm",
+        share_att_key=True,
+        pos_att_type=["p2c", "c2p"],
+        position_biased_input=False,
+        layer_norm_eps=1e-7,
+        pooler_hidden_size=hidden,
+        pooler_dropout=0,
+        pooler_hidden_act="gelu",
+        **extra,
+    )
+
+
+# Global attention in every third layer, a 128-token sliding window in the others.
+_modernbert = _published(
+    "modernbert",
+    max_position_embeddings=8192,
+    global_attn_every_n_layers=3,
+    local_attention=128,
+    pad_token_id=50283,
+)
+# RoBERTa's vocabulary ids and position offset; relative position buckets in every layer.
+_mpnet = _published(
+    "mpnet",
+    max_position_embeddings=514,
+    relative_attention_num_buckets=32,
+    layer_norm_eps=1e-5,
+    pad_token_id=1,
+    bos_token_id=0,
+    eos_token_id=2,
+)
+# The Hub's checkpoints (nghuyong/ernie-*) are PaddleNLP's, converted by nghuyong/ERNIE-Pytorch's
+# convert.py, which writes layer_norm_eps 1e-5 (and an FFN 4x the hidden size); 4 token types
+# (PaddleNLP's ERNIE_PRETRAINED_INIT_CONFIGURATION, paddlenlp/transformers/ernie/configuration.py).
+_ernie = _published("ernie", type_vocab_size=4, layer_norm_eps=1e-5)
+# Every published size shares EuroBertConfig's defaults (its docstring: EuroBERT-210m) but the sizes
+# (and the key-value heads of the larger ones); 8,192 positions.
+_eurobert = _published("eurobert", max_position_embeddings=8192)
+# gte-multilingual-base: 8,192 positions, one token type (GteConfig's defaults).
+_gte = _published("gte", max_position_embeddings=8192, type_vocab_size=1)
+# nomic-embed-text-v1.5: 2,048 positions, no dropout (NomicBertConfig's defaults).
+_nomic_bert = _published("nomic_bert", max_position_embeddings=2048)
+
+
+# --- the checkpoints' values ------------------------------------------------------------------------
 
 
 def _deberta_v2_xlarge(layers: int) -> dict[str, Any]:
     # DeBERTa-v2 xlarge and xxlarge: v3's attention with a convolution beside the first layer's
     # output (kernel 3, GELU) and 24 heads of 64 in a 1536-wide model.
-    return DEBERTA_V2.config_values(
+    return _deberta_v2(
         128100, 1536, layers, 24, 6144, conv_kernel_size=3, conv_act="gelu", attention_head_size=64
     )
 
 
 def _ernie_3(hidden: int, layers: int, ffn: int, task_types: int) -> dict[str, Any]:
     # ERNIE 3.0: a 40,000-word Chinese vocabulary, 2048 positions, 12 heads, task type embeddings.
-    return ERNIE.config_values(
+    return _ernie(
         40000,
         hidden,
         layers,
@@ -88,13 +184,13 @@ def _ernie_3(hidden: int, layers: int, ffn: int, task_types: int) -> dict[str, A
 
 def _ettin(hidden: int, layers: int, ffn: int) -> dict[str, Any]:
     # Ettin encoders: ModernBERT's architecture and 50,368-token vocabulary, heads of 64.
-    return MODERNBERT.config_values(50368, hidden, layers, hidden // 64, ffn)
+    return _modernbert(50368, hidden, layers, hidden // 64, ffn)
 
 
 def _mmbert(hidden: int) -> dict[str, Any]:
     # mmBERT: ModernBERT's layers (22, FFN 1152, heads of 64) under Gemma 2's 256,000-token
     # vocabulary, whose padding id is 0: the embedding is most of the model (197M of base's 307M).
-    return {**MODERNBERT.config_values(256000, hidden, 22, hidden // 64, 1152), "pad_token_id": 0}
+    return {**_modernbert(256000, hidden, 22, hidden // 64, 1152), "pad_token_id": 0}
 
 
 def _entry(hub_id: str, values: dict[str, Any], checked: str) -> CatalogueEntry:
@@ -187,38 +283,35 @@ _NOMIC_EMBED = (
 _BGE_LARGE = "a model README (hidden 1024, 24 layers, 16 heads, FFN 4096, 512 tokens)"
 _E5_BASE = "a port's constants (BERT-base, 12 layers, 768 wide, 512 positions)"
 
-# Each family's config_values (config/family_registry.py) takes the sizes in this order: vocabulary,
-# hidden size, layers, attention heads, FFN width; then what the checkpoint gives besides. One
-# checkpoint per line.
 # fmt: off
 _ENTRIES: tuple[CatalogueEntry, ...] = (
     # BERT
-    _aliased("google-bert/bert-base-uncased", BERT.config_values(30522, 768, 12, 12, 3072), _BERT_BASE),
-    _aliased("google-bert/bert-base-cased", BERT.config_values(28996, 768, 12, 12, 3072), _BERT_BASE_CASED),
-    _aliased("google-bert/bert-large-uncased", BERT.config_values(30522, 1024, 24, 16, 4096), _BERT_LARGE),
-    _aliased("google-bert/bert-large-cased", BERT.config_values(28996, 1024, 24, 16, 4096), _BERT_LARGE_CASED),
+    _aliased("google-bert/bert-base-uncased", _bert(30522, 768, 12, 12, 3072), _BERT_BASE),
+    _aliased("google-bert/bert-base-cased", _bert(28996, 768, 12, 12, 3072), _BERT_BASE_CASED),
+    _aliased("google-bert/bert-large-uncased", _bert(30522, 1024, 24, 16, 4096), _BERT_LARGE),
+    _aliased("google-bert/bert-large-cased", _bert(28996, 1024, 24, 16, 4096), _BERT_LARGE_CASED),
     # RoBERTa, DistilRoBERTa
-    _aliased("FacebookAI/roberta-base", ROBERTA.config_values(50265, 768, 12, 12, 3072), _GLUE_DUMP),
-    _aliased("FacebookAI/roberta-large", ROBERTA.config_values(50265, 1024, 24, 16, 4096), _GLUE_DUMP),
-    _aliased("distilbert/distilroberta-base", ROBERTA.config_values(50265, 768, 6, 12, 3072), _DISTILROBERTA),
+    _aliased("FacebookAI/roberta-base", _roberta(50265, 768, 12, 12, 3072), _GLUE_DUMP),
+    _aliased("FacebookAI/roberta-large", _roberta(50265, 1024, 24, 16, 4096), _GLUE_DUMP),
+    _aliased("distilbert/distilroberta-base", _roberta(50265, 768, 6, 12, 3072), _DISTILROBERTA),
     # DistilBERT
-    _aliased("distilbert/distilbert-base-uncased", DISTILBERT.config_values(30522, 768, 6, 12, 3072), _DISTILBERT),
+    _aliased("distilbert/distilbert-base-uncased", _distilbert(30522, 768, 6, 12, 3072), _DISTILBERT),
     # XLM-RoBERTa; XL and XXL are pre-norm (their own model_type)
-    _aliased("FacebookAI/xlm-roberta-base", XLM_ROBERTA.config_values(250002, 768, 12, 12, 3072), _GLUE_DUMP),
-    _aliased("FacebookAI/xlm-roberta-large", XLM_ROBERTA.config_values(250002, 1024, 24, 16, 4096), _XLMR_TREE),
-    _aliased("facebook/xlm-roberta-xl", XLM_ROBERTA_XL.config_values(250880, 2560, 36, 32, 10240), _XLMR_XL),
-    _aliased("facebook/xlm-roberta-xxl", XLM_ROBERTA_XL.config_values(250880, 4096, 48, 32, 16384), _XLMR_XL),
+    _aliased("FacebookAI/xlm-roberta-base", _xlm_roberta(250002, 768, 12, 12, 3072), _GLUE_DUMP),
+    _aliased("FacebookAI/xlm-roberta-large", _xlm_roberta(250002, 1024, 24, 16, 4096), _XLMR_TREE),
+    _aliased("facebook/xlm-roberta-xl", _xlm_roberta_xl(250880, 2560, 36, 32, 10240), _XLMR_XL),
+    _aliased("facebook/xlm-roberta-xxl", _xlm_roberta_xl(250880, 4096, 48, 32, 16384), _XLMR_XL),
     # DeBERTa-v3, mDeBERTa-v3, DeBERTa-v2
-    _aliased("microsoft/deberta-v3-xsmall", DEBERTA_V2.config_values(128100, 384, 12, 6, 1536), _DEBERTA_V3_XSMALL),
-    _aliased("microsoft/deberta-v3-small", DEBERTA_V2.config_values(128100, 768, 6, 12, 3072), _DEBERTA_V3_SIZES),
-    _aliased("microsoft/deberta-v3-base", DEBERTA_V2.config_values(128100, 768, 12, 12, 3072), _DEBERTA_V3_BASE),
-    _aliased("microsoft/deberta-v3-large", DEBERTA_V2.config_values(128100, 1024, 24, 16, 4096), _DEBERTA_V3_LARGE),
-    _aliased("microsoft/mdeberta-v3-base", DEBERTA_V2.config_values(251000, 768, 12, 12, 3072), _MDEBERTA),
+    _aliased("microsoft/deberta-v3-xsmall", _deberta_v2(128100, 384, 12, 6, 1536), _DEBERTA_V3_XSMALL),
+    _aliased("microsoft/deberta-v3-small", _deberta_v2(128100, 768, 6, 12, 3072), _DEBERTA_V3_SIZES),
+    _aliased("microsoft/deberta-v3-base", _deberta_v2(128100, 768, 12, 12, 3072), _DEBERTA_V3_BASE),
+    _aliased("microsoft/deberta-v3-large", _deberta_v2(128100, 1024, 24, 16, 4096), _DEBERTA_V3_LARGE),
+    _aliased("microsoft/mdeberta-v3-base", _deberta_v2(251000, 768, 12, 12, 3072), _MDEBERTA),
     _aliased("microsoft/deberta-v2-xlarge", _deberta_v2_xlarge(layers=24), _DEBERTA_V2_XLARGE),
     _aliased("microsoft/deberta-v2-xxlarge", _deberta_v2_xlarge(layers=48), _PADDLE),
     # ModernBERT
-    _entry("answerdotai/ModernBERT-base", MODERNBERT.config_values(50368, 768, 22, 12, 1152), _MODERNBERT),
-    _entry("answerdotai/ModernBERT-large", MODERNBERT.config_values(50368, 1024, 28, 16, 2624), _MODERNBERT),
+    _entry("answerdotai/ModernBERT-base", _modernbert(50368, 768, 22, 12, 1152), _MODERNBERT),
+    _entry("answerdotai/ModernBERT-large", _modernbert(50368, 1024, 28, 16, 2624), _MODERNBERT),
     # Ettin encoders (ModernBERT by model_type) and mmBERT (ModernBERT under a 256k vocabulary)
     _entry("jhu-clsp/ettin-encoder-17m", _ettin(256, 7, 384), _ETTIN.format("very_tiny", "very_tiny")),
     _entry("jhu-clsp/ettin-encoder-32m", _ettin(384, 10, 576), _ETTIN.format("tiny", "tiny")),
@@ -229,45 +322,45 @@ _ENTRIES: tuple[CatalogueEntry, ...] = (
     _entry("jhu-clsp/mmBERT-small", _mmbert(384), _MMBERT.format("small")),
     _entry("jhu-clsp/mmBERT-base", _mmbert(768), _MMBERT.format("base")),
     # EuroBERT, GTE (multilingual), NomicBERT: the long-context encoders transformers 5.x ships natively
-    _entry("EuroBERT/EuroBERT-210m", EUROBERT.config_values(128256, 768, 12, 12, 3072), _EUROBERT_210M),
-    _entry("EuroBERT/EuroBERT-610m", EUROBERT.config_values(128256, 1152, 26, 18, 4096, num_key_value_heads=6),
+    _entry("EuroBERT/EuroBERT-210m", _eurobert(128256, 768, 12, 12, 3072), _EUROBERT_210M),
+    _entry("EuroBERT/EuroBERT-610m", _eurobert(128256, 1152, 26, 18, 4096, num_key_value_heads=6),
            _EUROBERT_LARGER.format("610m", 1152, 26, 18, 6, 4096)),
-    _entry("EuroBERT/EuroBERT-2.1B", EUROBERT.config_values(128256, 2304, 32, 18, 6144, num_key_value_heads=6),
+    _entry("EuroBERT/EuroBERT-2.1B", _eurobert(128256, 2304, 32, 18, 6144, num_key_value_heads=6),
            _EUROBERT_LARGER.format("2b", 2304, 32, 18, 6, 6144)),
     CatalogueEntry(
-        "alibaba-nlp-community/gte-multilingual-base", GTE.config_values(250048, 768, 12, 12, 3072),
+        "alibaba-nlp-community/gte-multilingual-base", _gte(250048, 768, 12, 12, 3072),
         _GTE_MULTILINGUAL, ("Alibaba-NLP/gte-multilingual-base",),
     ),
-    _entry("nomic-ai/nomic-embed-text-v1.5", NOMIC_BERT.config_values(30528, 768, 12, 12, 3072), _NOMIC_EMBED),
+    _entry("nomic-ai/nomic-embed-text-v1.5", _nomic_bert(30528, 768, 12, 12, 3072), _NOMIC_EMBED),
     # ELECTRA (the discriminators: the model one fine-tunes), with their embedding width
-    _entry("google/electra-small-discriminator", ELECTRA.config_values(30522, 256, 12, 4, 1024, embedding_size=128), _ELECTRA),
-    _entry("google/electra-base-discriminator", ELECTRA.config_values(30522, 768, 12, 12, 3072, embedding_size=768), _ELECTRA),
-    _entry("google/electra-large-discriminator", ELECTRA.config_values(30522, 1024, 24, 16, 4096, embedding_size=1024), _ELECTRA),
+    _entry("google/electra-small-discriminator", _electra(30522, 256, 12, 4, 1024, embedding_size=128), _ELECTRA),
+    _entry("google/electra-base-discriminator", _electra(30522, 768, 12, 12, 3072, embedding_size=768), _ELECTRA),
+    _entry("google/electra-large-discriminator", _electra(30522, 1024, 24, 16, 4096, embedding_size=1024), _ELECTRA),
     # ALBERT v2
-    _aliased("albert/albert-base-v2", ALBERT.config_values(30000, 768, 12, 12, 3072), _ALBERT),
-    _aliased("albert/albert-large-v2", ALBERT.config_values(30000, 1024, 24, 16, 4096), _ALBERT),
-    _aliased("albert/albert-xlarge-v2", ALBERT.config_values(30000, 2048, 24, 16, 8192), _ALBERT),
-    _aliased("albert/albert-xxlarge-v2", ALBERT.config_values(30000, 4096, 12, 64, 16384), _ALBERT),
+    _aliased("albert/albert-base-v2", _albert(30000, 768, 12, 12, 3072), _ALBERT),
+    _aliased("albert/albert-large-v2", _albert(30000, 1024, 24, 16, 4096), _ALBERT),
+    _aliased("albert/albert-xlarge-v2", _albert(30000, 2048, 24, 16, 8192), _ALBERT),
+    _aliased("albert/albert-xxlarge-v2", _albert(30000, 4096, 12, 64, 16384), _ALBERT),
     # MPNet
-    _aliased("microsoft/mpnet-base", MPNET.config_values(30527, 768, 12, 12, 3072), _MPNET),
+    _aliased("microsoft/mpnet-base", _mpnet(30527, 768, 12, 12, 3072), _MPNET),
     # ERNIE 2.0 (English) and 3.0 (Chinese)
-    _entry("nghuyong/ernie-2.0-base-en", ERNIE.config_values(30522, 768, 12, 12, 3072), _ERNIE),
-    _entry("nghuyong/ernie-2.0-large-en", ERNIE.config_values(30522, 1024, 24, 16, 4096), _ERNIE),
+    _entry("nghuyong/ernie-2.0-base-en", _ernie(30522, 768, 12, 12, 3072), _ERNIE),
+    _entry("nghuyong/ernie-2.0-large-en", _ernie(30522, 1024, 24, 16, 4096), _ERNIE),
     _entry("nghuyong/ernie-3.0-nano-zh", _ernie_3(312, 4, 1248, task_types=16), _ERNIE),
     _entry("nghuyong/ernie-3.0-medium-zh", _ernie_3(768, 6, 3072, task_types=16), _ERNIE),
     _entry("nghuyong/ernie-3.0-base-zh", _ernie_3(768, 12, 3072, task_types=3), _ERNIE_3_BASE),
     # Sentence-embedding BERTs (fine-tuned for classification like any BERT)
-    _aliased("sentence-transformers/all-MiniLM-L6-v2", BERT.config_values(30522, 384, 6, 12, 1536), _MINILM_L6),
-    _aliased("sentence-transformers/all-MiniLM-L12-v2", BERT.config_values(30522, 384, 12, 12, 1536), _MINILM_L12),
-    _entry("BAAI/bge-small-en-v1.5", BERT.config_values(30522, 384, 12, 12, 1536), _EMBEDDING_BERT),
-    _entry("BAAI/bge-base-en-v1.5", BERT.config_values(30522, 768, 12, 12, 3072), _EMBEDDING_BERT),
-    _entry("BAAI/bge-large-en-v1.5", BERT.config_values(30522, 1024, 24, 16, 4096), _BGE_LARGE),
-    _entry("intfloat/e5-small-v2", BERT.config_values(30522, 384, 12, 12, 1536), _EMBEDDING_BERT),
-    _entry("intfloat/e5-base-v2", BERT.config_values(30522, 768, 12, 12, 3072), _E5_BASE),
-    _entry("intfloat/e5-large-v2", BERT.config_values(30522, 1024, 24, 16, 4096), _EMBEDDING_BERT),
-    _entry("thenlper/gte-small", BERT.config_values(30522, 384, 12, 12, 1536), _EMBEDDING_BERT),
-    _entry("thenlper/gte-base", BERT.config_values(30522, 768, 12, 12, 3072), _EMBEDDING_BERT),
-    _entry("thenlper/gte-large", BERT.config_values(30522, 1024, 24, 16, 4096), _EMBEDDING_BERT),
+    _aliased("sentence-transformers/all-MiniLM-L6-v2", _bert(30522, 384, 6, 12, 1536), _MINILM_L6),
+    _aliased("sentence-transformers/all-MiniLM-L12-v2", _bert(30522, 384, 12, 12, 1536), _MINILM_L12),
+    _entry("BAAI/bge-small-en-v1.5", _bert(30522, 384, 12, 12, 1536), _EMBEDDING_BERT),
+    _entry("BAAI/bge-base-en-v1.5", _bert(30522, 768, 12, 12, 3072), _EMBEDDING_BERT),
+    _entry("BAAI/bge-large-en-v1.5", _bert(30522, 1024, 24, 16, 4096), _BGE_LARGE),
+    _entry("intfloat/e5-small-v2", _bert(30522, 384, 12, 12, 1536), _EMBEDDING_BERT),
+    _entry("intfloat/e5-base-v2", _bert(30522, 768, 12, 12, 3072), _E5_BASE),
+    _entry("intfloat/e5-large-v2", _bert(30522, 1024, 24, 16, 4096), _EMBEDDING_BERT),
+    _entry("thenlper/gte-small", _bert(30522, 384, 12, 12, 1536), _EMBEDDING_BERT),
+    _entry("thenlper/gte-base", _bert(30522, 768, 12, 12, 3072), _EMBEDDING_BERT),
+    _entry("thenlper/gte-large", _bert(30522, 1024, 24, 16, 4096), _EMBEDDING_BERT),
 )
 # fmt: on
 

@@ -11,7 +11,7 @@ beyond that, which neither the config nor the modules say, is its entry's `Famil
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from recipes_lib.config.bitsandbytes_import import bitsandbytes_hidden
 from recipes_lib.config.family_registry import (
@@ -127,8 +127,9 @@ _ENCODERS: dict[tuple, Encoder] = {}
 
 def _family_of(config) -> FamilyForward:
     family = family_for(config.model_type)
-    if family is not None:
-        return family.forward_for(config)
+    if family is not None:  # with the index tensors the config's set flags add (ERNIE 3.0's use_task_id)
+        flagged = sum(bool(getattr(config, flag, False)) for flag in family.forward.index_flags)
+        return replace(family.forward, embedding_indices=family.forward.embedding_indices + flagged)
     missing = [
         name
         for name in ("hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size")
