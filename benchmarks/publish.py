@@ -246,6 +246,8 @@ def machine_line(record: dict, record_path: str, link: str) -> str:
         if flags.get("avx512_bf16")
         else ("AVX-512" if flags.get("avx512f") else ("AVX2" if flags.get("avx2") else "no AVX2"))
     )
+    if flags.get("amx_bf16"):  # bf16 matmuls on AMX tiles: another speed, and other roundings, than AVX-512's
+        isa += ", AMX BF16"
     gpu = ", GPU " + ", ".join(record["machine"]["gpu"]) if record["machine"].get("gpu") else ", no GPU"
     wall = f"; {record['wall_s'] / 60:.1f} min in all" if record.get("wall_s") else ""
     load = record["machine"].get("load_average")

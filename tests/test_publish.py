@@ -273,3 +273,23 @@ def test_an_int8_export_record_keeps_each_gate_its_every_node_figures_nodes_kept
     assert "refused (the int8 model agrees on 96.00%)" in table and table.count("passed") == 1
     page = f"<!-- record export {path}: start -->\n{table}<!-- record: end -->\n"
     assert publish.regenerate(page.replace("98.25%", "98.85%")) == page  # a hand edit is put back
+
+
+@pytest.mark.parametrize(
+    ("flags", "named"),
+    [
+        ({"avx2": True, "avx512f": True, "avx512_bf16": True, "amx_bf16": True}, "AVX-512 BF16, AMX BF16"),
+        ({"avx2": True, "avx512f": True, "avx512_bf16": True, "amx_bf16": False}, "AVX-512 BF16)"),
+        ({"avx2": True}, "AVX2)"),
+    ],
+)
+def test_the_machine_line_names_the_bf16_hardware_the_figures_came_from(publish, flags, named):
+    # Two 2-core machines with AVX-512 BF16 gave different demo accuracies (AMX's bf16 matmuls round
+    # otherwise): a record's line must tell them apart.
+    record = {
+        "command": "make demo",
+        "date": "2026-12-05T00:06:17+00:00",
+        "machine": {"cpu": {"model": "Xeon", "cores": 2, "flags": flags}, "gpu": None, "versions": {}},
+        "git": {"commit": "2e5e969"},
+    }
+    assert f"Xeon (2 cores, {named}" in publish.machine_line(record, "r.json", "r.json")
