@@ -251,25 +251,26 @@ def test_a_sentencepiece_tokenizer_without_its_package_is_a_clear_error_before_d
 
 
 @pytest.mark.parametrize("family", FAMILIES)
-def test_every_family_head_trains_multi_label_with_bce_and_regression_with_mse(family):
-    """The heads take the loss from config.problem_type (modeling.load_model_config sets it)."""
+def test_every_family_head_trains_multi_label_with_bce_and_regression_with_mse(family, tmp_path):
+    """The heads take the loss from config.problem_type, which modeling.load_model_config sets from the labels:
+    without it DeBERTa-v2's head trains multi-label rows with a softmax cross-entropy over the classes."""
     from transformers import AutoConfig, AutoModelForSequenceClassification
+
+    from recipes_lib.config.arguments import ModelArguments
+    from recipes_lib.data.labels import LabelMapping
+    from recipes_lib.modeling.loading import load_model_config
 
     functional = torch.nn.functional
     ids = torch.randint(5, 60, (2, 7), generator=torch.Generator().manual_seed(0))
-    for problem_type, labels in (
-        ("multi_label_classification", torch.tensor([[1.0, 0.0, 1.0], [0.0, 1.0, 0.0]])),
-        ("regression", torch.tensor([0.3, 0.9])),
+    AutoConfig.for_model(
+        family, vocab_size=64, max_position_embeddings=130, pad_token_id=0, **FAMILY_SHAPES[family]
+    ).save_pretrained(tmp_path)
+    for problem_type, names, labels in (
+        ("multi_label_classification", ["a", "b", "c"], torch.tensor([[1.0, 0.0, 1.0], [0.0, 1.0, 0.0]])),
+        ("regression", ["score"], torch.tensor([0.3, 0.9])),
     ):
-        config = AutoConfig.for_model(
-            family,
-            vocab_size=64,
-            max_position_embeddings=130,
-            num_labels=labels.shape[-1] if labels.dim() == 2 else 1,
-            problem_type=problem_type,
-            pad_token_id=0,
-            **FAMILY_SHAPES[family],
-        )
+        mapping = LabelMapping(names=names, to_id={}, problem_type=problem_type)
+        config = load_model_config(ModelArguments(model_name_or_path=str(tmp_path)), mapping)
         torch.manual_seed(0)
         model = AutoModelForSequenceClassification.from_config(config).eval()
         output = model(input_ids=ids, attention_mask=torch.ones_like(ids), labels=labels)
