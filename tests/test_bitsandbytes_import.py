@@ -21,6 +21,7 @@ from recipes_lib.config.bitsandbytes_import import (
     KERNELS_LOGGER,
     KERNELS_MESSAGE,
     KERNELS_REPOSITORY,
+    kernels_line_dropped,
 )
 from tests.helpers.repo import REPO_ROOT
 
@@ -60,28 +61,45 @@ def test_full_fts_imports_leave_bitsandbytes_unloaded_until_a_recipe_uses_it():
     assert KERNELS_LINE not in completed.stderr and TRUST_CHECK_LINE not in completed.stderr
 
 
-def test_plan_never_imports_bitsandbytes_and_a_later_recipe_in_the_process_still_finds_it():
-    """plan counts a LoRA model's parameters with peft, which imports bitsandbytes and whose LoRA dispatch
-    loads it: the planner hides it (bitsandbytes_hidden), and afterwards peft and transformers find it."""
+def test_plan_runs_bitsandbytes_only_for_peft_s_lora_and_silently():
+    """plan counts a LoRA model's parameters with peft, whose LoRA dispatch asks bitsandbytes for its
+    4-bit layers: that runs bitsandbytes' code (it is installed), with its kernels line dropped; the
+    command line itself imports none of the heavy libraries, and `families` never runs bitsandbytes."""
     completed = run_python(
         """
         import sys
         from recipes_lib.cli.main import main
+        from recipes_lib.config.bitsandbytes_import import bitsandbytes_loaded
         heavy = ("torch", "transformers", "datasets", "peft", "bitsandbytes")
         print("heavy modules of the command line:", sorted({m.split(".")[0] for m in sys.modules} & set(heavy)))
+        main(["families"])
+        print("after families:", bitsandbytes_loaded(), "peft" in sys.modules)
+        meta_path = list(sys.meta_path)
         main(["plan", "--model", "bert-base-uncased", "--no_family"])
-        print("bitsandbytes modules after plan:", sorted(m for m in sys.modules if m.split(".")[0] == "bitsandbytes"))
-        print("plan done", file=sys.stderr, flush=True)
-        from peft.import_utils import is_bnb_4bit_available, is_bnb_available
-        from transformers.utils.import_utils import is_bitsandbytes_available
-        print("found again:", is_bnb_available(), is_bnb_4bit_available(), is_bitsandbytes_available())
+        print("after plan:", bitsandbytes_loaded(), sys.meta_path == meta_path)
         """
     )
     assert "heavy modules of the command line: []" in completed.stdout  # each command imports its own
+    assert "after families: False True" in completed.stdout  # peft imported, bitsandbytes deferred
     assert "qlora" in completed.stdout
-    assert "bitsandbytes modules after plan: []" in completed.stdout
-    assert "found again: True True True" in completed.stdout  # asking for 4-bit layers loads it, silently
-    assert KERNELS_LINE not in completed.stderr
+    assert "after plan: True True" in completed.stdout
+    assert KERNELS_LINE not in completed.stderr and TRUST_CHECK_LINE not in completed.stderr
+
+
+def test_the_deferral_is_undone_after_its_block_and_only_a_first_import_is_deferred():
+    completed = run_python(
+        """
+        import sys
+        from recipes_lib.config.bitsandbytes_import import bitsandbytes_loaded, deferred_bitsandbytes
+        meta_path = list(sys.meta_path)
+        with deferred_bitsandbytes():
+            import bitsandbytes
+        print("deferred:", not bitsandbytes_loaded(), sys.meta_path == meta_path)
+        bitsandbytes.nn  # the first use runs it
+        print("used:", bitsandbytes_loaded())
+        """
+    )
+    assert "deferred: True True" in completed.stdout and "used: True" in completed.stdout
 
 
 @pytest.mark.slow
@@ -104,25 +122,31 @@ def test_a_full_ft_run_neither_loads_bitsandbytes_nor_prints_its_kernels_line(tm
     assert (tmp_path / "run" / "results.json").is_file()
 
 
-def test_the_kernels_line_is_dropped_and_every_other_bitsandbytes_warning_kept(caplog):
+def test_the_kernels_line_is_dropped_in_the_block_only_and_every_other_bitsandbytes_warning_kept(caplog):
     caplog.set_level(logging.INFO)
     kernels_logger = logging.getLogger(KERNELS_LOGGER)
     # As bitsandbytes 0.50 words it (backends/cpu/ops.py).
-    kernels_logger.warning(f"{KERNELS_MESSAGE}: %s. Please make sure ...", "No module named 'kernels'")
-    kernels_logger.warning("another bitsandbytes warning")
+    kernels_line = f"{KERNELS_MESSAGE}: %s. Please make sure ..."
+    with kernels_line_dropped():
+        kernels_logger.warning(kernels_line, "No module named 'kernels'")
+        kernels_logger.warning("another bitsandbytes warning")
     assert [record.getMessage() for record in caplog.records] == ["another bitsandbytes warning"]
+    assert kernels_logger.filters == []  # nothing left behind
+    kernels_logger.warning(kernels_line, "outside the block")
+    assert "outside the block" in caplog.records[-1].getMessage()
 
 
 def test_kernels_offline_trust_check_line_for_bitsandbytes_kernel_is_dropped_and_others_kept(caplog):
     caplog.set_level(logging.INFO)
     hub_logger = logging.getLogger(KERNELS_HUB_LOGGER)
     # As kernels 0.19 words it (kernels/_internals/hf_hub.py), for the repository bitsandbytes asks for.
-    hub_logger.warning(
-        f"Skipping publisher trust check for '{KERNELS_REPOSITORY}' because Hugging Face Hub is in offline mode."
-    )
-    hub_logger.warning(
-        "Skipping publisher trust check for 'someone/else' because Hugging Face Hub is offline."
-    )
+    with kernels_line_dropped():
+        hub_logger.warning(
+            f"Skipping publisher trust check for '{KERNELS_REPOSITORY}' because Hugging Face Hub is in offline mode."
+        )
+        hub_logger.warning(
+            "Skipping publisher trust check for 'someone/else' because Hugging Face Hub is offline."
+        )
     assert [record.getMessage() for record in caplog.records] == [
         "Skipping publisher trust check for 'someone/else' because Hugging Face Hub is offline."
     ]

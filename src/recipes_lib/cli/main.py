@@ -43,7 +43,12 @@ from recipes_lib.cli.crossval import add_crossval_parser, add_label_issues_parse
 from recipes_lib.cli.export import add_export_parser, export_command
 from recipes_lib.cli.plan import add_plan_parser
 from recipes_lib.cli.sweep import add_sweep_parser
-from recipes_lib.config.bitsandbytes_import import KERNELS_HUB_LOGGER, KERNELS_LOGGER, PACKAGE
+from recipes_lib.config.bitsandbytes_import import (
+    KERNELS_HUB_LOGGER,
+    KERNELS_LOGGER,
+    PACKAGE,
+    deferred_bitsandbytes,
+)
 from recipes_lib.workbench import format_table
 
 
@@ -91,11 +96,13 @@ def main(argv: list[str] | None = None) -> int:
     args, recipe_tokens = parser.parse_known_args(argv)
     if recipe_tokens and args.command != "crossval":
         parser.error(f"unrecognized arguments: {' '.join(recipe_tokens)}")
-    if args.command == "crossval":
-        from recipes_lib.cli.crossval import crossval_command
+    # transformers' Trainer imports peft, which imports bitsandbytes: run only by a command that uses it.
+    with deferred_bitsandbytes():
+        if args.command == "crossval":
+            from recipes_lib.cli.crossval import crossval_command
 
-        return crossval_command(args, recipe_tokens)
-    return dispatch(args)
+            return crossval_command(args, recipe_tokens)
+        return dispatch(args)
 
 
 def describe_families(families=None) -> tuple[list[str], list[list[str]]]:

@@ -17,7 +17,11 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 import torch
-from transformers import TrainingArguments
+
+from recipes_lib.config.bitsandbytes_import import deferred_bitsandbytes
+
+with deferred_bitsandbytes():  # it imports peft, which imports bitsandbytes: run when a recipe uses it
+    from transformers import TrainingArguments
 
 from recipes_lib.config.precision import (
     BF16_UNSAFE_MODEL_TYPES,

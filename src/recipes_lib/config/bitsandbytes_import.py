@@ -1,31 +1,29 @@
-"""bitsandbytes loads only when a recipe uses it, and its one alarming line on CPU is dropped.
+"""bitsandbytes, loaded where a recipe uses it, without its one alarming line on CPU.
 
-Importing `transformers.TrainingArguments` imports peft (transformers' trainer_utils does, when peft
-is installed), and peft 0.21 imports bitsandbytes whenever it is installed (peft/helpers.py), so
-every command, `recipes-lib plan` included, used to load bitsandbytes. On a CPU with AVX-512 BF16
-its CPU backend then looks for an optional kernel in the `kernels` package and, when that package
-is absent, logs "Failed to load CPU gemm_4bit_forward from kernels-community", read by a newcomer
-as an error.
+transformers' TrainingArguments imports peft (transformers/trainer_utils.py, whenever peft is
+installed), and peft 0.21 imports bitsandbytes whenever that is installed (peft/helpers.py), so
+every recipe loaded it, full_ft included: seconds of import, and on a CPU with AVX-512 BF16 its CPU
+backend asks the `kernels` package for an optional kernel and, failing, logs "Failed to load CPU
+gemm_4bit_forward from kernels-community" (and, since `kernels` 0.19, which transformers installs,
+"Skipping publisher trust check for 'kernels-community/quantization-bitsandbytes'" whenever the
+Hub is offline), read by a newcomer as an error. That kernel only serves 4-bit weights repacked for
+CPU inference, and every 4-bit model here keeps its training layout (adapters.prepare_4bit_model):
+no recipe, `predict` or `export` calls it.
 
-`defer_bitsandbytes` (called when recipes_lib is imported, before anything imports peft) makes a
-plain `import bitsandbytes` lazy with the standard library's `importlib.util.LazyLoader`: the
-module object exists, and bitsandbytes' code runs at its first real use (an attribute read, or an
-import of one of its submodules): adamw_8bit's optimizer, QLoRA's quantization, LoRA on an 8-bit
-base, the reload of a quantized adapter, and peft's LoRA itself, whose layer dispatch asks
-bitsandbytes whether it has 4-bit layers (peft/tuners/lora/model.py). `plan`, which builds LoRA
-models with peft to count their parameters, never imports it (`bitsandbytes_hidden`).
+Two blocks, each undone when it ends, so importing the package changes nothing outside it:
 
-Where it does load, the kernels lines are dropped (`_DropKernelsLine`): bitsandbytes' own "Failed to
-load" line, and, since `kernels` 0.19 (which transformers installs), that package's "Skipping publisher
-trust check for 'kernels-community/quantization-bitsandbytes'" line whenever the Hub is offline. That
-kernel only serves 4-bit weights repacked for CPU inference (bitsandbytes' `packing_format_for_cpu`,
-set the first time a 4-bit layer runs in eval mode), and every 4-bit model here is kept in its
-training layout (adapters.prepare_4bit_model), so no recipe, `predict` or `export` would ever call
-it: installing `kernels` would change nothing but the message.
+- `deferred_bitsandbytes()` around the import that reaches peft (config/arguments.py's
+  TrainingArguments; each `recipes-lib` command): a plain `import bitsandbytes` in the block gives
+  the module with its code deferred to its first use (the standard library's
+  `importlib.util.LazyLoader`), which is what later imports find.
+- `kernels_line_dropped()` around each first use (`import_bitsandbytes`: adamw_8bit's optimizer,
+  QLoRA's preflight; adapters.peft_wrapping: peft's LoRA, whose layer dispatch asks bitsandbytes
+  for its 4-bit layers): the two lines above are dropped, every other message kept.
 """
 
 from __future__ import annotations
 
+import importlib
 import importlib.abc
 import importlib.util
 import logging
@@ -61,6 +59,21 @@ class _LazyBitsandbytes(importlib.abc.MetaPathFinder):
         return spec
 
 
+@contextmanager
+def deferred_bitsandbytes():
+    """In the block, `import bitsandbytes` (peft's, when transformers imports it) defers bitsandbytes'
+    code to its first use; nothing is left installed afterwards."""
+    if PACKAGE in sys.modules:  # imported already, deferred or not: later imports find that module
+        yield
+        return
+    finder = _LazyBitsandbytes()
+    sys.meta_path.insert(0, finder)
+    try:
+        yield
+    finally:
+        sys.meta_path.remove(finder)
+
+
 class _DropKernelsLine(logging.Filter):
     """Drops the lines about bitsandbytes' optional CPU kernel (the module docstring says why it
     concerns no run here); lets every other bitsandbytes or `kernels` message through."""
@@ -70,56 +83,28 @@ class _DropKernelsLine(logging.Filter):
         return not (message.startswith(KERNELS_MESSAGE) or KERNELS_REPOSITORY in message)
 
 
-def defer_bitsandbytes() -> None:
-    """Install the lazy finder and the kernels line's filter (once; the finder only while bitsandbytes is
-    not loaded yet)."""
-    for logger_name in (KERNELS_LOGGER, KERNELS_HUB_LOGGER):
-        kernels_logger = logging.getLogger(logger_name)
-        if not any(isinstance(f, _DropKernelsLine) for f in kernels_logger.filters):
-            kernels_logger.addFilter(_DropKernelsLine())
-    if PACKAGE not in sys.modules and not any(isinstance(f, _LazyBitsandbytes) for f in sys.meta_path):
-        sys.meta_path.insert(0, _LazyBitsandbytes())
+@contextmanager
+def kernels_line_dropped():
+    """The kernels lines dropped in the block, where bitsandbytes' code may run for the first time
+    (it warns once, as it loads)."""
+    dropping = _DropKernelsLine()
+    loggers = [logging.getLogger(name) for name in (KERNELS_LOGGER, KERNELS_HUB_LOGGER)]
+    for kernels_logger in loggers:
+        kernels_logger.addFilter(dropping)
+    try:
+        yield
+    finally:
+        for kernels_logger in loggers:
+            kernels_logger.removeFilter(dropping)
+
+
+def import_bitsandbytes(submodule: str = "nn"):
+    """bitsandbytes with its code run (`submodule` imported), for a recipe that uses it now."""
+    with kernels_line_dropped():
+        importlib.import_module(f"{PACKAGE}.{submodule}")
+    return sys.modules[PACKAGE]
 
 
 def bitsandbytes_loaded() -> bool:
     """Whether bitsandbytes' code has run in this process (its submodules load with it), not just its lazy stub."""
     return any(name.startswith(PACKAGE + ".") for name in sys.modules)
-
-
-@contextmanager
-def bitsandbytes_hidden():
-    """bitsandbytes kept out of the block (unless it is loaded already), for code that never uses it.
-
-    The planner builds a LoRA model on the meta device with peft to count what trains; peft imports
-    bitsandbytes and asks it for its 8-bit and 4-bit layers, which loads it (and on some CPUs prints
-    its kernels line) for a command, `plan`, that quantizes nothing. In the block `import
-    bitsandbytes` fails, as if it were not installed, and peft skips its bitsandbytes layers, which a
-    meta model has none of. Afterwards the module is as it was, and the answers peft and
-    transformers cached about bitsandbytes in the block are forgotten, so a recipe that runs later in
-    the same process (a test, a sweep's check) finds it again.
-    """
-    if bitsandbytes_loaded():
-        yield
-        return
-    before = sys.modules.get(PACKAGE, _ABSENT)
-    sys.modules[PACKAGE] = None  # importlib: "import of bitsandbytes halted; None in sys.modules"
-    try:
-        yield
-    finally:
-        if before is _ABSENT:
-            sys.modules.pop(PACKAGE, None)
-        else:
-            sys.modules[PACKAGE] = before
-        for module_name, cached in (
-            ("peft.import_utils", "is_bnb_available"),
-            ("peft.import_utils", "is_bnb_4bit_available"),
-            ("transformers.utils.import_utils", "is_bitsandbytes_available"),
-        ):
-            answer = getattr(sys.modules.get(module_name), cached, None)
-            if hasattr(answer, "cache_clear"):
-                answer.cache_clear()
-        # peft imported first in the block keeps `peft.helpers.bnb = None`: only its condition-number
-        # tool (no recipe's) reads it.
-
-
-_ABSENT = object()

@@ -14,6 +14,7 @@ import torch
 from torch import nn
 from transformers import Trainer, TrainingArguments
 
+from recipes_lib.config.bitsandbytes_import import import_bitsandbytes
 from recipes_lib.errors import ConfigError
 from recipes_lib.modeling.optimizers import MIN_8BIT_SIZE
 
@@ -46,7 +47,7 @@ def create_adamw_8bit(
     memory, which the driver evicts to CPU memory under GPU memory pressure (memory/planner/plan.py says
     what the planner assumes). On CPU bitsandbytes 0.50 falls back to ordinary buffers (said in the log).
     """
-    import bitsandbytes as bnb
+    bnb = import_bitsandbytes("optim")
 
     if embedding_optimizer_bits not in (8, 32):
         raise ConfigError(

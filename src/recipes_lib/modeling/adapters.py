@@ -28,6 +28,7 @@ import torch
 from torch import nn
 
 from recipes_lib.config.arguments import ModelArguments
+from recipes_lib.config.bitsandbytes_import import import_bitsandbytes, kernels_line_dropped
 from recipes_lib.config.precision import TORCH_DTYPES
 from recipes_lib.config.recipe_options import MERGED_SUBDIR, LoraArguments
 from recipes_lib.config.recipe_spec import LoraShape
@@ -96,13 +97,14 @@ def lora_config(shape: LoraShape, train_in_full: tuple[str, ...] = ()):
 @contextmanager
 def peft_wrapping():
     """Around peft's wrapping of a model (get_peft_model, PeftModel.from_pretrained): one library note to
-    another dropped, nothing else.
+    another dropped, and bitsandbytes' kernels line (peft's LoRA dispatch asks bitsandbytes for its 4-bit
+    layers, which runs its code the first time), nothing else.
 
     peft 0.21's PeftModel reads `model.is_gradient_checkpointing`, which transformers 5 deprecated in favour
     of `is_activation_checkpointing`: every LoRA run printed that FutureWarning, which asks the user for a
     change only peft can make.
     """
-    with warnings.catch_warnings():
+    with warnings.catch_warnings(), kernels_line_dropped():
         warnings.filterwarnings(
             "ignore", message="`is_gradient_checkpointing` is deprecated", category=FutureWarning
         )
@@ -271,8 +273,7 @@ def check_8bit_support(device: torch.device) -> None:
     """`--base_bits 8`'s preflight: one LLM.int8 layer's forward and backward on the training device,
     through the kernels the model's linears will use (bitsandbytes 0.50 has them on CUDA and CPU)."""
     try:
-        import bitsandbytes as bnb
-
+        bnb = import_bitsandbytes("nn")
         layer = bnb.nn.Linear8bitLt(64, 64, bias=False, has_fp16_weights=False, threshold=6.0).to(device)
         probe = torch.randn(2, 64, device=device, requires_grad=True)
         layer(probe).sum().backward()
@@ -293,8 +294,7 @@ def check_4bit_support(device: torch.device) -> None:
     device bitsandbytes has no 4-bit backend for, fails here).
     """
     try:
-        import bitsandbytes.functional as bnb_functional
-
+        bnb_functional = import_bitsandbytes("functional").functional
         probe = torch.linspace(-1, 1, 64, device=device)
         packed, state = bnb_functional.quantize_4bit(probe, quant_type="nf4")
         bnb_functional.dequantize_4bit(packed, state)
@@ -476,6 +476,8 @@ def load_trained_model(output_dir: str | Path, device: str | torch.device | None
     config = AutoConfig.from_pretrained(output_dir)
     quantization = read_base_quantization(output_dir)
     # A 4-bit base is quantized as its weights land on the device: it cannot be moved afterwards.
+    if quantization is not None:
+        import_bitsandbytes()  # transformers' quantizer runs it as the base loads
     placement = (
         {"quantization_config": quantization, "device_map": {"": device or "cpu"}}
         if quantization is not None

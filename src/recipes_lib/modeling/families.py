@@ -28,7 +28,6 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from recipes_lib.config.bitsandbytes_import import bitsandbytes_hidden
 from recipes_lib.config.family_registry import family_for
 from recipes_lib.errors import ModelError
 
@@ -98,8 +97,7 @@ def usable_attention(supported: tuple[str, ...]) -> str:
 
 def default_lora_targets(model_type: str) -> tuple[tuple[str, ...], str]:
     """(the family's attention query and value projections, or its fused QKV one; "peft" or "hand-written")."""
-    with bitsandbytes_hidden():  # importing peft imports bitsandbytes, which `plan` never uses
-        from peft.utils.constants import TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING as MAPPING
+    from peft.utils.constants import TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING as MAPPING
 
     targets = MAPPING.get(model_type) or MAPPING.get(model_type.replace("-", "_"))
     if targets:

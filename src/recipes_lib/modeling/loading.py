@@ -11,6 +11,7 @@ from torch import nn
 from transformers import AutoConfig, AutoModelForSequenceClassification, AutoTokenizer
 
 from recipes_lib.config.arguments import ModelArguments
+from recipes_lib.config.bitsandbytes_import import import_bitsandbytes
 from recipes_lib.config.family_registry import family_for
 from recipes_lib.errors import ModelError
 from recipes_lib.modeling.families import (
@@ -294,6 +295,8 @@ def load_model(model_args: ModelArguments, model_config, **from_pretrained_kwarg
     The modules the checkpoint did not provide (the head, DeBERTa's pooler: any newly initialised
     weight) are listed in `model.newly_initialized_modules`, so that adapters can train and save them.
     """
+    if from_pretrained_kwargs.get("quantization_config") is not None:
+        import_bitsandbytes()  # QLoRA's base: transformers' quantizer runs it as the weights load
     try:
         with HeldLoadReport() as load_report:
             model, loading = AutoModelForSequenceClassification.from_pretrained(

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from recipes_lib.config.bitsandbytes_import import bitsandbytes_hidden
 from recipes_lib.config.family_registry import (
     DISENTANGLED,
     FAMILIES,
@@ -295,8 +294,7 @@ def _adapters_and_head(config, model, layer_path: str, family: FamilyForward, sh
     head's first linear (pooler, pre_classifier: hidden x hidden) trains, on the meta model."""
     from torch import nn
 
-    with bitsandbytes_hidden():  # importing peft imports bitsandbytes
-        from recipes_lib.modeling.adapters import add_lora
+    from recipes_lib.modeling.adapters import add_lora
 
     stack = layer_path.rsplit(".", 1)[0] + "."
     head = [
@@ -307,8 +305,7 @@ def _adapters_and_head(config, model, layer_path: str, family: FamilyForward, sh
         and module.in_features == module.out_features == config.hidden_size
     ]
     model.newly_initialized_modules = modules_the_checkpoint_lacks(config, model)
-    with bitsandbytes_hidden():  # peft's LoRA would load it to ask for 8-bit and 4-bit layers
-        wrapped = add_lora(model, shape)
+    wrapped = add_lora(model, shape)
     trained = {name for name, parameter in wrapped.named_parameters() if parameter.requires_grad}
     # Its own weight trains (in full), or an adapter reads its input as it is (no LoRA dropout).
     head_trains = any(

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from recipes_lib.config.bitsandbytes_import import bitsandbytes_hidden
 from recipes_lib.config.recipe_spec import TrainingShape
 
 
@@ -39,11 +38,10 @@ def count_parameters_on_meta(config, shape: TrainingShape | None = None) -> Para
     model = meta_model(config)
     quantized = _quantized_linears(config, model) if shape.quantized_base else []
     if shape.adapters is not None:
-        with bitsandbytes_hidden():  # peft's LoRA would load it to ask for 8-bit and 4-bit layers
-            from recipes_lib.modeling.adapters import add_lora
+        from recipes_lib.modeling.adapters import add_lora
 
-            model.newly_initialized_modules = modules_the_checkpoint_lacks(config, model)
-            model = add_lora(model, shape.adapters)
+        model.newly_initialized_modules = modules_the_checkpoint_lacks(config, model)
+        model = add_lora(model, shape.adapters)
     counted = _count(model, [n for n, _ in quantized])
     counted.quantized_rows = [rows for _, rows in quantized]
     return counted
