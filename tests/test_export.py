@@ -504,20 +504,24 @@ def test_the_exporters_torchvision_notes_are_dropped_and_others_kept():
 
     import torch.onnx._internal.exporter._registration as registration
 
-    from recipes_lib.export.onnx_model import REGISTRY_LOGGER, drop_torchvision_notes
+    from recipes_lib.export.onnx_model import REGISTRY_LOGGER, torchvision_notes_dropped
 
     assert registration.logger.name == REGISTRY_LOGGER  # where torch.onnx logs them
-    drop_torchvision_notes()
     records = []
     handler = logging.Handler()  # on the logger itself: torch's loggers do not propagate to the root
     handler.emit = records.append
     registration.logger.addHandler(handler)
     try:
-        registration.logger.warning("torchvision is not installed. Skipping %s", "torchvision::nms")
-        registration.logger.warning("another note")
+        with torchvision_notes_dropped():
+            registration.logger.warning("torchvision is not installed. Skipping %s", "torchvision::nms")
+            registration.logger.warning("another note")
+        registration.logger.warning("torchvision is not installed. Skipping %s", "after the export")
     finally:
         registration.logger.removeHandler(handler)
-    assert [record.getMessage() for record in records] == ["another note"]
+    assert [record.getMessage() for record in records] == [
+        "another note",
+        "torchvision is not installed. Skipping after the export",  # the logger as it was, afterwards
+    ]
 
 
 def test_int8_is_quantized_after_pre_processing_without_its_advice(exported_run, tmp_path, caplog):

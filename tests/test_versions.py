@@ -1,4 +1,4 @@
-"""Importing the library outside the supported transformers range fails at once, naming the range."""
+"""A run or a command outside the supported transformers range fails at its start, naming the range."""
 
 from __future__ import annotations
 
@@ -24,6 +24,25 @@ def test_an_unsupported_transformers_fails_with_one_line_naming_the_range(instal
     assert "\n" not in message
     assert f"transformers {installed} is installed" in message
     assert versions.supported_range("transformers") in message
+
+
+@pytest.mark.parametrize("start", ["a recipe's parsing", "a recipes-lib command"])
+def test_a_run_and_a_command_check_the_range_where_they_start(start, monkeypatch):
+    """Not at import (tests/test_import_side_effects.py): where a recipe parses its arguments, and in
+    the `recipes-lib` entry point before any command runs."""
+    from recipes_lib.cli.main import main
+    from recipes_lib.config.parsing import parse_arguments
+    from recipes_lib.config.registry import RECIPES
+
+    real_version = versions.metadata.version
+    monkeypatch.setattr(
+        versions.metadata, "version", lambda name: "5.0.0" if name == "transformers" else real_version(name)
+    )
+    with pytest.raises(versions.UnsupportedVersion, match="transformers 5.0.0 is installed"):
+        if start == "a recipes-lib command":
+            main(["show", "no-such-run"])
+        else:
+            parse_arguments(RECIPES["full_ft"], ["--output_dir", "unused"])
 
 
 def test_the_installed_transformers_is_supported_and_the_check_reads_it(monkeypatch):

@@ -1,5 +1,6 @@
-"""Shared library behind the fine-tuning recipes."""
+"""Shared library behind the fine-tuning recipes.
 
-from recipes_lib.config.versions import check_supported_versions
-
-check_supported_versions()  # one line naming the supported range, instead of a failure deep in transformers
+Importing it (or any of its modules) changes nothing outside it: no import hook, logging filter,
+other package's module or environment variable (tests/test_import_side_effects.py). The supported
+transformers range is checked where a run or a command starts (config/versions.py).
+"""

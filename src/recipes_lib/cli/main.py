@@ -49,6 +49,7 @@ from recipes_lib.config.bitsandbytes_import import (
     PACKAGE,
     deferred_bitsandbytes,
 )
+from recipes_lib.config.versions import check_supported_versions
 from recipes_lib.workbench import format_table
 
 
@@ -91,6 +92,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    check_supported_versions()
     parser = build_parser()
     # crossval passes the options it does not know to the recipe; every other command knows all of its own.
     args, recipe_tokens = parser.parse_known_args(argv)

@@ -30,6 +30,7 @@ from recipes_lib.config.arguments import (
 from recipes_lib.config.recipe_spec import RecipeSpec
 from recipes_lib.config.registry import recipes_accepting
 from recipes_lib.config.validation import validate_arguments
+from recipes_lib.config.versions import check_supported_versions
 from recipes_lib.errors import ConfigError
 
 
@@ -203,6 +204,7 @@ def parse_arguments(spec: RecipeSpec, argv: list[str] | None = None) -> ParsedAr
     Precedence, lowest first: dataclass defaults, the recipe's `training_defaults` (e.g. a higher
     learning rate for LoRA), the YAML file, the command line.
     """
+    check_supported_versions()
     argv = list(sys.argv[1:] if argv is None else argv)
     show_traceback = wants_traceback(argv)
     argv = _pop_bare_debug(argv)[1]

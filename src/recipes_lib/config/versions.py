@@ -1,9 +1,10 @@
-"""The library versions this package supports, checked once when it is imported.
+"""The library versions this package supports, checked where a run (config/parsing.py) or a
+`recipes-lib` command (cli/main.py) starts.
 
 training/trainer.py overrides two private Trainer methods (`_save_checkpoint`,
 `_get_train_sampler`) that transformers may change in any release, and the recipes use
 TrainingArguments fields that older 5.x releases lack. Outside the range setup.cfg declares,
-importing a recipe would fail deep inside transformers, or worse, train differently. The range is
+a recipe would fail deep inside transformers, or worse, train differently. The range is
 read from this package's installed metadata, so setup.cfg stays its one source. The private
 methods themselves are checked too (PrivateHook, below), whatever the version number says.
 """

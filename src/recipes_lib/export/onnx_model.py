@@ -43,10 +43,15 @@ class _DropTorchvisionNotes(logging.Filter):
         return not str(record.msg).startswith(TORCHVISION_NOTE)
 
 
-def drop_torchvision_notes() -> None:
-    registry_logger = logging.getLogger(REGISTRY_LOGGER)
-    if not any(isinstance(f, _DropTorchvisionNotes) for f in registry_logger.filters):
-        registry_logger.addFilter(_DropTorchvisionNotes())
+@contextlib.contextmanager
+def torchvision_notes_dropped():
+    """The notes dropped while the block exports; the registry logger as it was afterwards."""
+    registry_logger, dropping = logging.getLogger(REGISTRY_LOGGER), _DropTorchvisionNotes()
+    registry_logger.addFilter(dropping)
+    try:
+        yield
+    finally:
+        registry_logger.removeFilter(dropping)
 
 
 class LogitsOnly(torch.nn.Module):
@@ -119,11 +124,10 @@ def export_onnx(
     dynamic_axes[LOGITS_OUTPUT] = {0: "batch"}
     external_data = _parameter_bytes(model) > SINGLE_FILE_LIMIT_BYTES
     path = Path(path)
-    drop_torchvision_notes()
     failures = []
     for exporter in exporters:
         try:
-            with warnings.catch_warnings(), torch.no_grad():
+            with warnings.catch_warnings(), torch.no_grad(), torchvision_notes_dropped():
                 warnings.simplefilter(
                     "ignore"
                 )  # the exporters' notes on deprecated arguments and traced branches
