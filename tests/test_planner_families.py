@@ -199,14 +199,14 @@ def test_the_planner_predicts_every_recipe_run_on_every_family(
 
 def test_the_encoder_reads_each_family_under_its_own_names(family_dirs):
     """Sizes from the config and the meta model, whatever the family calls them."""
-    from recipes_lib.config.family_registry import family_for
+    from recipes_lib.memory.planner.forwards import FORWARDS
 
     configs = {family: load_config(str(family_dirs[family])) for family in FAMILIES}
     encoders = {family: Encoder.from_config(config) for family, config in configs.items()}
-    # What no config or module says comes from the family's entry.
-    assert all(encoders[name].family == family_for(name).forward for name in FAMILIES if name != "ernie")
-    # ERNIE 3.0's use_task_id (set in its tiny config) adds one index tensor to its entry's forward.
-    assert encoders["ernie"].family == replace(family_for("ernie").forward, embedding_indices=1)
+    # What no config or module says comes from the family's row in the planner's table.
+    assert all(encoders[name].family == FORWARDS[name] for name in FAMILIES if name != "ernie")
+    # ERNIE 3.0's use_task_id (set in its tiny config) adds one index tensor to its row.
+    assert encoders["ernie"].family == replace(FORWARDS["ernie"], embedding_indices=1)
     assert {(e.hidden, e.layers, e.heads, e.intermediate) for e in encoders.values()} == {(32, 2, 2, 64)}
     assert encoders["distilbert"].family.hidden_dropouts == 1  # dropout after the FFN only
     assert encoders["xlm-roberta-xl"].family.layer == "pre-norm"  # LayerNorm before attention and FFN
@@ -252,6 +252,15 @@ def test_the_pooler_a_gte_base_checkpoint_lacks_trains_in_full_under_lora(family
         lacking = modules_the_checkpoint_lacks(config, meta_model(config))
         assert (f"{prefix}.pooler.dense" in lacking) == (prefix is not None), (family, lacking)
         assert "classifier" in lacking
+
+
+def test_every_family_entry_has_one_row_in_the_planners_table_and_every_row_an_entry():
+    """What a family's forward keeps is the planner's (memory/planner/forwards.py), keyed by the family's
+    own model_type: a new entry without its row, or a row left after its entry, fails here."""
+    from recipes_lib.config.family_registry import FAMILIES as ENTRIES
+    from recipes_lib.memory.planner.forwards import FORWARDS
+
+    assert sorted(FORWARDS) == sorted(family.model_type for family in ENTRIES)
 
 
 def test_camembert_is_planned_as_roberta_whose_entry_lists_it():

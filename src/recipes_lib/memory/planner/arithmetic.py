@@ -82,14 +82,14 @@ from __future__ import annotations
 
 import math
 
-from recipes_lib.config.family_registry import (
+from recipes_lib.memory.planner.encoder import Encoder
+from recipes_lib.memory.planner.forwards import (
     DISENTANGLED,
     GATED_POST_NORM,
     GATED_ROTARY,
     PRE_NORM,
     RMS_GATED,
 )
-from recipes_lib.memory.planner.encoder import Encoder
 from recipes_lib.memory.planner.parameters import Parameters
 from recipes_lib.memory.planner.setup import Setup
 

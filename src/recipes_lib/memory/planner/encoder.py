@@ -5,23 +5,18 @@ sizes: FFN width (DistilBERT's hidden_dim, ModernBERT's gated 2F-wide first line
 (ALBERT and ELECTRA project E up to H), one layer's weights, what the FFN activation keeps (run once:
 ALBERT's gelu_new keeps 4 T x F), the attention kernels the class has (DeBERTa and MPNet: eager only)
 and the linears the adapters wrap ("auto": the family's own). What each family's forward keeps
-beyond that, which neither the config nor the modules say, is its entry's `FamilyForward`
-(config/family_registry.py).
+beyond that, which neither the config nor the modules say, is its family's row in the planner's
+table (`FamilyForward`, forwards.py).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from recipes_lib.config.family_registry import (
-    DISENTANGLED,
-    FAMILIES,
-    GATED_ROTARY,
-    FamilyForward,
-    family_for,
-)
+from recipes_lib.config.family_registry import FAMILIES, family_for
 from recipes_lib.config.recipe_spec import LoraShape
 from recipes_lib.errors import ModelError
+from recipes_lib.memory.planner.forwards import DISENTANGLED, FORWARDS, GATED_ROTARY, FamilyForward
 from recipes_lib.memory.planner.parameters import modules_the_checkpoint_lacks
 
 
@@ -127,8 +122,9 @@ _ENCODERS: dict[tuple, Encoder] = {}
 def _family_of(config) -> FamilyForward:
     family = family_for(config.model_type)
     if family is not None:  # with the index tensors the config's set flags add (ERNIE 3.0's use_task_id)
-        flagged = sum(bool(getattr(config, flag, False)) for flag in family.forward.index_flags)
-        return replace(family.forward, embedding_indices=family.forward.embedding_indices + flagged)
+        forward = FORWARDS[family.model_type]
+        flagged = sum(bool(getattr(config, flag, False)) for flag in forward.index_flags)
+        return replace(forward, embedding_indices=forward.embedding_indices + flagged)
     missing = [
         name
         for name in ("hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size")
