@@ -122,6 +122,44 @@ def test_a_full_ft_run_neither_loads_bitsandbytes_nor_prints_its_kernels_line(tm
     assert (tmp_path / "run" / "results.json").is_file()
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "recipe, report_to",
+    [("full_ft", None), ("adamw_8bit", "none"), ("lora", "none"), ("qlora", "none")],
+    ids=["full_ft-wandb", "adamw_8bit", "lora", "qlora"],
+)
+def test_wherever_a_run_first_runs_bitsandbytes_its_kernels_line_is_dropped(recipe, report_to, tmp_path):
+    """Each first use runs the deferred bitsandbytes inside kernels_line_dropped: wandb's import (it
+    reads every loaded module; a default run logs to W&B, offline here), 8-bit AdamW, peft's LoRA
+    dispatch, QLoRA's preflight. This machine may lack AVX-512 BF16, so the line itself may never
+    come: the check is that the filter is on the logger when bitsandbytes' CPU backend creates it."""
+    completed = run_python(
+        f"""
+        import logging, sys
+        from pathlib import Path
+        from recipes_lib.config.bitsandbytes_import import KERNELS_LOGGER
+        get_logger, filters_when_bitsandbytes_ran = logging.getLogger, []
+        def recording_get_logger(name=None):
+            if name == KERNELS_LOGGER and sys._getframe(1).f_code.co_filename.endswith("cpu/ops.py"):
+                filters_when_bitsandbytes_ran.append([type(f).__name__ for f in get_logger(name).filters])
+            return get_logger(name)
+        logging.getLogger = recording_get_logger
+        from tests.helpers.data import learnable_rows, write_csv
+        from tests.helpers.models import build_tiny_bert
+        from tests.helpers.runs import QUICK, run_args, run_in_process
+        root = Path({str(tmp_path)!r})
+        data = {{split: write_csv(root / f"{{split}}.csv", learnable_rows(16, seed=1)) for split in ("train", "validation")}}
+        args = run_args(build_tiny_bert(root / "bert"), data, root / "run", report_to={report_to!r}, **QUICK)
+        run_in_process({recipe!r}, args)
+        print("filters when bitsandbytes ran:", filters_when_bitsandbytes_ran)
+        """
+    )
+    assert "filters when bitsandbytes ran: [['_DropKernelsLine']]" in completed.stdout, completed.stdout[
+        -2000:
+    ]
+    assert KERNELS_LINE not in completed.stderr
+
+
 def test_the_kernels_line_is_dropped_in_the_block_only_and_every_other_bitsandbytes_warning_kept(caplog):
     caplog.set_level(logging.INFO)
     kernels_logger = logging.getLogger(KERNELS_LOGGER)

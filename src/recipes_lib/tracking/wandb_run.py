@@ -54,6 +54,7 @@ from recipes_lib.config.arguments import (
     RecipeTrainingArguments,
     dataset_source,
 )
+from recipes_lib.config.bitsandbytes_import import kernels_line_dropped
 from recipes_lib.config.recipe_spec import RecipeSpec
 from recipes_lib.errors import ConfigError
 from recipes_lib.memory.peaks import peak_rss_gib
@@ -227,7 +228,8 @@ def start_run(identity: RunIdentity, config: dict[str, Any], directory: str | No
     `directory` (the run's output_dir) holds W&B's local files, DIRECTORY/wandb, unless WANDB_DIR says
     where: not the directory the command runs in (a checkout's ./wandb filled with every run).
     """
-    import wandb
+    with kernels_line_dropped():  # wandb's import reads every loaded module: a deferred bitsandbytes runs
+        import wandb
 
     settings = wandb.setup().settings  # environment + settings files, as wandb.init reads them
     if settings.mode == "disabled":
