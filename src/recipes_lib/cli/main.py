@@ -48,6 +48,7 @@ from recipes_lib.config.bitsandbytes_import import (
     KERNELS_LOGGER,
     PACKAGE,
     deferred_bitsandbytes,
+    kernels_line_dropped,
 )
 from recipes_lib.config.versions import check_supported_versions
 from recipes_lib.workbench import format_table
@@ -98,8 +99,9 @@ def main(argv: list[str] | None = None) -> int:
     args, recipe_tokens = parser.parse_known_args(argv)
     if recipe_tokens and args.command != "crossval":
         parser.error(f"unrecognized arguments: {' '.join(recipe_tokens)}")
-    # transformers' Trainer imports peft, which imports bitsandbytes: run only by a command that uses it.
-    with deferred_bitsandbytes():
+    # transformers' Trainer imports peft, which imports bitsandbytes: run only by a command that uses it
+    # (or reads every loaded module: wandb's import, for compare --wandb), without its kernels line.
+    with deferred_bitsandbytes(), kernels_line_dropped():
         if args.command == "crossval":
             from recipes_lib.cli.crossval import crossval_command
 
