@@ -23,9 +23,8 @@ WORKBENCH = ("memory.planner", "sweep", "crossval", "export", "tools", "cli", "d
 # readers, the planner catalogue's published values, the 8-bit AdamW builder), code a default run skips
 # loads with its option (--push_to_hub's check, --merge_adapter's scoring, sliding_window's windows, an
 # ambiguous CSV's quoting evidence) and each module was read again for what said more than it does.
-# 8,878 once issue 48 moved the planner's per-family forward terms to the planner (memory/planner/
-# forwards.py) and the bitsandbytes handling into scoped blocks (python /work/shared/hooks/import_closure.py
-# . recipes/full_ft.py: 53 modules, 8,878 lines; this test counts what loads, the same files).
+# 53 modules, 8,880 lines once issue 48 moved the planner's per-family forward terms to the planner
+# (memory/planner/forwards.py) and the bitsandbytes handling into blocks undone when they end.
 # A bound, so that what a recipe does not use creeping back fails.
 FULL_FT_MAX_LINES = 8_900
 
