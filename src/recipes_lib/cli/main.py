@@ -44,6 +44,7 @@ from recipes_lib.cli.export import add_export_parser, export_command
 from recipes_lib.cli.plan import add_plan_parser
 from recipes_lib.cli.sweep import add_sweep_parser
 from recipes_lib.config.bitsandbytes_import import KERNELS_HUB_LOGGER, KERNELS_LOGGER, PACKAGE
+from recipes_lib.errors import RecipeError
 from recipes_lib.workbench import format_table
 
 
@@ -95,7 +96,11 @@ def main(argv: list[str] | None = None) -> int:
         from recipes_lib.cli.crossval import crossval_command
 
         return crossval_command(args, recipe_tokens)
-    return dispatch(args)
+    try:
+        return dispatch(args)
+    except RecipeError as error:  # one a command does not word itself (a damaged results.json for show, say)
+        print(f"error: {error}", file=sys.stderr)
+        return error.exit_code
 
 
 def describe_families(families=None) -> tuple[list[str], list[list[str]]]:

@@ -51,6 +51,7 @@ from recipes_lib.errors import ConfigError, DataError
 from recipes_lib.evaluation.neglected import NEGLECTED_RECALL, describe_class
 from recipes_lib.evaluation.predictions import EVAL_PREDICTIONS_FILE
 from recipes_lib.results import RESULTS_FILE as RUN_RESULTS_FILE
+from recipes_lib.whole_files import read_jsonl
 from recipes_lib.workbench import format_table, read_results
 
 ISSUES_FILE = "label_issues.csv"
@@ -127,8 +128,8 @@ def read_held_out(directory: Path) -> HeldOutPredictions:
 
 
 def read_crossval(directory: Path) -> HeldOutPredictions:
-    results = json.loads((directory / RESULTS_FILE).read_text())
-    oof = [json.loads(line) for line in (directory / OOF_FILE).read_text().splitlines() if line.strip()]
+    results = read_results(directory / RESULTS_FILE)
+    oof = read_jsonl(directory / OOF_FILE, "out-of-fold predictions", "Run the cross-validation again.")
     if results["task"] == REGRESSION:
         return HeldOutPredictions(None, oof, REGRESSION, [], [], "", CLEANED_STEM)  # type: ignore[arg-type]
     training = read_training_rows(results.get("data_arguments") or {"train_file": results["train_file"]})
@@ -145,11 +146,7 @@ def read_run(directory: Path) -> HeldOutPredictions:
     (its training rows are not: that needs a cross-validation)."""
     results = read_results(directory)
     task = results.get("problem_type")
-    lines = [
-        json.loads(line)
-        for line in (directory / EVAL_PREDICTIONS_FILE).read_text().splitlines()
-        if line.strip()
-    ]
+    lines = read_jsonl(directory / EVAL_PREDICTIONS_FILE, "a run's predictions", "Run the recipe again.")
     if task == REGRESSION:
         return HeldOutPredictions(None, lines, REGRESSION, [], [], "", VALIDATION_CLEANED_STEM)  # type: ignore[arg-type]
     config = results.get("config") or {}

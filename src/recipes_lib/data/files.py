@@ -41,6 +41,7 @@ from datasets import DatasetDict
 
 from recipes_lib.config.arguments import DataArguments
 from recipes_lib.errors import DataError
+from recipes_lib.whole_files import written_whole
 
 logger = logging.getLogger(__name__)
 
@@ -221,7 +222,7 @@ def copy_delimited_rows(
     with (
         _open(path) as records,
         open(path, encoding="utf-8", newline="") as lines,
-        open(target, "w", encoding="utf-8", newline="") as copy,
+        written_whole(target, newline="") as copy,
     ):
         starts = (line for _, line in _records(records, delimiter, quoted))
         next_start, record = next(starts, None), -1  # record 0 is the header
@@ -506,11 +507,9 @@ def _record_locator(path: str):
 
 
 def write_jsonl(path: str | Path, rows: list[dict]) -> Path:
-    """Rows as JSON Lines, via a temporary file and a rename: a crash never leaves half a file."""
+    """Rows as JSON Lines, whole or not at all (whole_files.written_whole): a crash never leaves half a file."""
     path = Path(path)
-    temporary = path.with_name(f".{path.name}.tmp")
-    with open(temporary, "w", encoding="utf-8") as handle:
+    with written_whole(path) as handle:
         for row in rows:
             handle.write(json.dumps(row, ensure_ascii=False) + "\n")
-    temporary.replace(path)
     return path

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import re
 import shutil
 from pathlib import Path
@@ -22,6 +21,7 @@ from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 
 from recipes_lib.config.validation import resume_requested
 from recipes_lib.errors import OutputDirError
+from recipes_lib.whole_files import fsync_path, write_text_whole
 
 logger = logging.getLogger(__name__)
 
@@ -36,15 +36,6 @@ def _files_in(directory: Path) -> list[Path]:
     return sorted(path for path in directory.rglob("*") if path.is_file() and path.name != COMPLETE_MARKER)
 
 
-def _fsync(path: Path) -> None:
-    # Directories are opened read-only to sync their entries (new names, renames); files to sync data.
-    descriptor = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(descriptor)
-    finally:
-        os.close(descriptor)
-
-
 def mark_complete(checkpoint_dir: str | Path, global_step: int) -> Path:
     """Flush every file of the checkpoint to disk, then record them in the marker (atomically).
 
@@ -56,18 +47,13 @@ def mark_complete(checkpoint_dir: str | Path, global_step: int) -> Path:
     checkpoint_dir = Path(checkpoint_dir)
     files = _files_in(checkpoint_dir)
     for path in files:
-        _fsync(path)
+        fsync_path(path)
     record = {
         "global_step": global_step,
         "files": {str(path.relative_to(checkpoint_dir)): path.stat().st_size for path in files},
     }
-    # Write under a temporary name, then rename: a reader sees no marker or the whole marker.
-    temporary = checkpoint_dir / f".{COMPLETE_MARKER}.tmp"
-    temporary.write_text(json.dumps(record, indent=1))
-    _fsync(temporary)
-    os.replace(temporary, checkpoint_dir / COMPLETE_MARKER)
-    _fsync(checkpoint_dir)
-    return checkpoint_dir / COMPLETE_MARKER
+    # A reader sees no marker or the whole marker.
+    return write_text_whole(checkpoint_dir / COMPLETE_MARKER, json.dumps(record, indent=1))
 
 
 def incomplete_reason(checkpoint_dir: str | Path) -> str | None:
