@@ -5,21 +5,26 @@ name or not at all, whenever the writer dies; a reader refuses a damaged file in
 
 from __future__ import annotations
 
+import errno
 import functools
 import json
 import os
 import random
 import signal
 import stat
+import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
 
 import numpy as np
 import pytest
+from safetensors import SafetensorError
 
 from recipes_lib.cli.main import main as recipes_lib_cli
 from recipes_lib.data.files import write_jsonl
+from recipes_lib.errors import TrainingDiverged
 from recipes_lib.evaluation.predictions import (
     EVAL_PREDICTIONS_FILE,
     THRESHOLDS_FILE,
@@ -36,8 +41,17 @@ from recipes_lib.export.bundle import (
 )
 from recipes_lib.results import RESULTS_FILE, write_results
 from recipes_lib.tracking.model_card import write_card
+from recipes_lib.training.checkpoints import (
+    CheckpointNotSaved,
+    complete_or_removed,
+    incomplete_reason,
+    mark_complete,
+    resolve_resume_checkpoint,
+)
 from recipes_lib.whole_files import DamagedFileError, read_json, read_jsonl, written_whole
 from recipes_lib.workbench import read_results
+from tests.helpers.repo import REPO_ROOT
+from tests.helpers.runs import run_args
 
 NAMES = ["cool", "warm"]
 MULTI_LABEL = "multi_label_classification"
@@ -228,3 +242,80 @@ def test_the_decision_files_and_card_are_not_written_in_place(tmp_path, monkeypa
     assert {path.name for path in tmp_path.iterdir()} == {
         THRESHOLDS_FILE, EVAL_PREDICTIONS_FILE, RESULTS_FILE, "README.md",
     }  # fmt: skip
+
+
+def complete_checkpoint(run_dir: Path, step: int) -> Path:
+    checkpoint = run_dir / f"checkpoint-{step}"
+    checkpoint.mkdir(parents=True)
+    (checkpoint / "model.safetensors").write_bytes(ONNX_BYTES[:4096])
+    (checkpoint / "trainer_state.json").write_text(json.dumps({"global_step": step}))
+    mark_complete(checkpoint, step)
+    return checkpoint
+
+
+@pytest.mark.parametrize(
+    "failure",
+    [
+        OSError(errno.EFBIG, os.strerror(errno.EFBIG)),
+        OSError(errno.ENOSPC, os.strerror(errno.ENOSPC)),
+        SafetensorError("Error while serializing: I/O error: File too large (os error 27)"),
+        RuntimeError("[enforce fail at inline_container.cc:672] . unexpected pos 576 vs 534"),  # torch.save's
+    ],
+)
+def test_a_checkpoint_the_disk_refuses_is_removed_and_the_last_complete_one_named(tmp_path, failure):
+    earlier = complete_checkpoint(tmp_path, 2)
+    before = visible_files(earlier)
+    partial = tmp_path / "checkpoint-4"
+    with pytest.raises(CheckpointNotSaved) as raised, complete_or_removed(partial, tmp_path):
+        partial.mkdir()
+        (partial / "model.safetensors").write_bytes(b"\0" * 100)
+        raise failure
+    said = str(raised.value)
+    assert (
+        "Saving the checkpoint checkpoint-4" in said
+        and "the last complete checkpoint, checkpoint-2, is intact" in said
+    )
+    assert ("the disk is full" in said) == (not isinstance(failure, RuntimeError))
+    assert not partial.exists() and visible_files(earlier) == before
+    assert resolve_resume_checkpoint("last", str(tmp_path), RESULTS_FILE) == str(earlier)
+
+
+def test_a_refusal_of_the_save_itself_is_not_taken_for_a_full_disk(tmp_path):
+    partial = tmp_path / "checkpoint-4"
+    partial.mkdir()
+    with pytest.raises(TrainingDiverged), complete_or_removed(partial, tmp_path):
+        raise TrainingDiverged("the weights became NaN")
+
+
+@pytest.mark.slow  # two tiny recipe runs: 160 s on the loaded 2-core test machine
+def test_a_full_disk_while_a_run_saves_a_checkpoint_ends_in_one_paragraph_and_the_run_resumes(
+    tiny_bert, learnable_data, tmp_path
+):
+    """A real run (full_ft, the tiny BERT): its file-size limit drops after checkpoint-2 is complete, so
+    saving checkpoint-4 fails with EFBIG as on a full disk. Then, with the limit gone, it resumes."""
+    output_dir = tmp_path / "run"
+    args = run_args(
+        tiny_bert, learnable_data, output_dir, "--save_steps", "2", steps=4, save_strategy="steps"
+    )
+    environment = {**os.environ, "OMP_NUM_THREADS": "1"}
+    script = REPO_ROOT / "tests" / "helpers" / "scripts" / "disk_full_after_first_checkpoint.py"
+    full = subprocess.run(
+        [sys.executable, str(script), str(REPO_ROOT / "recipes" / "full_ft.py"), *args],
+        cwd=REPO_ROOT, env=environment, capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert full.returncode == 2, full.stderr[-3000:]
+    paragraph = full.stderr.strip().split("\n\n")[-1]
+    assert "Traceback" not in full.stderr, full.stderr[-3000:]
+    assert (
+        paragraph.startswith("error: Saving the checkpoint checkpoint-4") and "the disk is full" in paragraph
+    )
+    assert "the last complete checkpoint, checkpoint-2, is intact" in paragraph
+    assert sorted(path.name for path in output_dir.glob("checkpoint-*")) == ["checkpoint-2"]
+    assert incomplete_reason(output_dir / "checkpoint-2") is None and not (output_dir / RESULTS_FILE).exists()
+
+    resumed = subprocess.run(
+        [sys.executable, str(REPO_ROOT / "recipes" / "full_ft.py"), *args, "--resume_from_checkpoint", "last"],
+        cwd=REPO_ROOT, env=environment, capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert read_results(output_dir)["train_steps"] == 4
