@@ -392,6 +392,7 @@ def test_validation_lists_against_single_label_training_labels_are_refused_in_on
 def test_a_label_column_of_structs_is_refused_naming_its_type(tmp_path):
     train = jsonl(tmp_path / "train.jsonl", [{"name": "warm"}, {"name": "cool"}])
     with pytest.raises(
-        DataError, match=r"Label column 'label' holds struct<name: string> values; labels must be"
+        DataError,
+        match=r"Label column 'label' \(from train.jsonl line 1\) holds struct<name: string> values; labels must be",
     ):
         load_classification_data(DataArguments(train_file=str(train), validation_file=str(train)))

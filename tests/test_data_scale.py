@@ -175,7 +175,7 @@ BAD = [
     ('a delimited class twice', ['a;b', 'b;b'], ['a'], {'label_delimiter': ';'}, 'DataError', "train.jsonl line 2 has the labels 'b;b', which name a class twice. A multi-label row lists each of its classes once (['billing', 'shipping']); a row of 0/1 flags per class must be written as the names of the classes flagged."),
     ('an unseen delimited class', ['a;b', 'b'], ['a;c', 'c'], {'label_delimiter': ';'}, 'DataError', "The validation data has label(s) the training data never uses: 'c' (first at validation.jsonl line 1). Training labels are: a, b. Fix those labels, or add training examples of those classes."),
     ('lists for single-label', [['a'], ['b']], [['a']], {'problem_type': 'single_label_classification'}, 'ConfigError', '--problem_type single_label_classification takes one label per row, but the training labels are lists, which means several classes per row. Use --problem_type multi_label_classification (or auto).'),
-    ('one class', ['warm', 'warm'], ['warm'], {}, 'DataError', "The training data has 1 distinct label(s) in 'label' (['warm']); classification needs at least 2."),
+    ('one class', ['warm', 'warm'], ['warm'], {}, 'DataError', "The training data has 1 distinct label(s) in 'label' (['warm'], from train.jsonl line 1 on); classification needs at least 2."),
 ]  # fmt: skip
 
 
@@ -193,7 +193,10 @@ def test_bad_labels_are_the_same_error_columnar_and_row_by_row(case):
 @pytest.mark.parametrize(
     "labels, message",
     [
-        (["warm", 1], r"Label column 'label' mixes value types \(int, str\)\. Labels must"),
+        (
+            ["warm", 1],
+            r"Label column 'label' mixes value types \(int, str\) \(e\.g\. 1 at train.jsonl line 2\)\. Labels must",
+        ),
         ([["warm"], [1]], "The multi-label rows mix class names and class ids"),
     ],
 )

@@ -6,11 +6,12 @@ import json
 import math
 import os
 import platform
-import tempfile
 from datetime import datetime, timezone
 from importlib import metadata
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+from recipes_lib.whole_files import written_whole
 
 if TYPE_CHECKING:
     import torch
@@ -50,19 +51,15 @@ def describe_device(device: torch.device) -> str:
 
 
 def write_results(output_dir: str | os.PathLike, results: dict[str, Any]) -> Path:
-    """Write results.json via a temporary file and a rename: a crash never leaves half a file."""
+    """Write results.json whole or not at all (whole_files.written_whole): a crash never leaves half a file."""
     output_dir = Path(output_dir)
     output_dir.mkdir(parents=True, exist_ok=True)
     target = output_dir / RESULTS_FILE
-    with tempfile.NamedTemporaryFile(
-        "w", dir=output_dir, prefix=".results-", suffix=".tmp", delete=False
-    ) as handle:
+    with written_whole(target) as handle:
         # NaN is not JSON (jq and browsers refuse it): an undefined metric, such as the correlation of
         # constant predictions, is written as null.
         json.dump(_finite(results), handle, indent=2, sort_keys=False, default=str, allow_nan=False)
         handle.write("\n")
-        temporary = handle.name
-    os.replace(temporary, target)
     return target
 
 

@@ -51,6 +51,7 @@ from recipes_lib.config.bitsandbytes_import import (
     kernels_line_dropped,
 )
 from recipes_lib.config.versions import check_supported_versions
+from recipes_lib.errors import RecipeError
 from recipes_lib.workbench import format_table
 
 
@@ -106,7 +107,11 @@ def main(argv: list[str] | None = None) -> int:
             from recipes_lib.cli.crossval import crossval_command
 
             return crossval_command(args, recipe_tokens)
-        return dispatch(args)
+        try:
+            return dispatch(args)
+        except RecipeError as error:  # one a command does not word itself (a damaged results.json for show, say)
+            print(f"error: {error}", file=sys.stderr)
+            return error.exit_code
 
 
 def describe_families(families=None) -> tuple[list[str], list[list[str]]]:

@@ -29,6 +29,7 @@ from recipes_lib.config.tasks import MULTI_LABEL, REGRESSION, SINGLE_LABEL
 from recipes_lib.data.files import DELIMITED, decide_delimiter, parse_delimiter, read_local_files, write_jsonl
 from recipes_lib.data.labels import LabelMapping, label_mapping, unlabelled_value
 from recipes_lib.errors import ConfigError, DataError
+from recipes_lib.whole_files import write_text_whole, written_whole
 
 FOLDS_DIR = "folds"
 TRAIN_NAME, HELD_OUT_NAME = "train", "held_out"
@@ -251,7 +252,7 @@ def write_fold_files(training: TrainingRows, assignment: np.ndarray, output_dir:
                 path, [training.rows[i] for i in np.flatnonzero(keep)], training.columns, training.delimiter
             )
     record = {"train_file": training.path, "folds": assignment.tolist()}
-    (Path(output_dir) / FOLDS_DIR / "folds.json").write_text(json.dumps(record) + "\n")
+    write_text_whole(Path(output_dir) / FOLDS_DIR / "folds.json", json.dumps(record) + "\n")
 
 
 def held_out_rows(assignment: np.ndarray, fold: int) -> list[int]:
@@ -264,11 +265,9 @@ def write_rows(
 ) -> None:
     """Rows as a delimited file (the training file's delimiter, else the extension's) or JSON Lines."""
     if path.suffix in DELIMITED:
-        temporary = path.with_name(f".{path.name}.tmp")
-        with open(temporary, "w", newline="", encoding="utf-8") as handle:
+        with written_whole(path, newline="") as handle:
             writer = csv.DictWriter(handle, fieldnames=columns, delimiter=delimiter or DELIMITED[path.suffix])
             writer.writeheader()
             writer.writerows(rows)
-        temporary.replace(path)
     else:
         write_jsonl(path, rows)

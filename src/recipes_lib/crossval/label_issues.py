@@ -51,6 +51,7 @@ from recipes_lib.errors import ConfigError, DataError
 from recipes_lib.evaluation.neglected import NEGLECTED_RECALL, describe_class
 from recipes_lib.evaluation.predictions import EVAL_PREDICTIONS_FILE
 from recipes_lib.results import RESULTS_FILE as RUN_RESULTS_FILE
+from recipes_lib.whole_files import read_jsonl, write_text_whole, written_whole
 from recipes_lib.workbench import format_table, read_results
 
 ISSUES_FILE = "label_issues.csv"
@@ -127,8 +128,8 @@ def read_held_out(directory: Path) -> HeldOutPredictions:
 
 
 def read_crossval(directory: Path) -> HeldOutPredictions:
-    results = json.loads((directory / RESULTS_FILE).read_text())
-    oof = [json.loads(line) for line in (directory / OOF_FILE).read_text().splitlines() if line.strip()]
+    results = read_results(directory / RESULTS_FILE)
+    oof = read_jsonl(directory / OOF_FILE, "out-of-fold predictions", "Run the cross-validation again.")
     if results["task"] == REGRESSION:
         return HeldOutPredictions(None, oof, REGRESSION, [], [], "", CLEANED_STEM)  # type: ignore[arg-type]
     training = read_training_rows(results.get("data_arguments") or {"train_file": results["train_file"]})
@@ -145,11 +146,7 @@ def read_run(directory: Path) -> HeldOutPredictions:
     (its training rows are not: that needs a cross-validation)."""
     results = read_results(directory)
     task = results.get("problem_type")
-    lines = [
-        json.loads(line)
-        for line in (directory / EVAL_PREDICTIONS_FILE).read_text().splitlines()
-        if line.strip()
-    ]
+    lines = read_jsonl(directory / EVAL_PREDICTIONS_FILE, "a run's predictions", "Run the recipe again.")
     if task == REGRESSION:
         return HeldOutPredictions(None, lines, REGRESSION, [], [], "", VALIDATION_CLEANED_STEM)  # type: ignore[arg-type]
     config = results.get("config") or {}
@@ -342,21 +339,17 @@ def label_issues(
         for i in flagged
     ]
     path = directory_path / ISSUES_FILE
-    temporary = path.with_name(f".{path.name}.tmp")
-    with open(temporary, "w", newline="", encoding="utf-8") as handle:
+    with written_whole(path, newline="") as handle:
         writer = csv.DictWriter(
             handle, fieldnames=["row", "text", "given_label", "suggested_label", "label_quality"]
         )
         writer.writeheader()
         writer.writerows(lines)
-    temporary.replace(path)
     check = learning_check(held_out.task, predictions)
     summary = {"rows": len(predictions), "flagged": len(lines), "source": held_out.source,
                "issues_file": str(path), **check.to_dict(), **by_class.to_dict()}  # fmt: skip
     summary_path = directory_path / SUMMARY_FILE
-    temporary = summary_path.with_name(f".{summary_path.name}.tmp")
-    temporary.write_text(json.dumps(summary, indent=2) + "\n")
-    temporary.replace(summary_path)
+    write_text_whole(summary_path, json.dumps(summary, indent=2) + "\n")
     print(
         f"{len(lines)} of {len(predictions)} {held_out.source} look mislabelled; all of them, worst first: {path}"
     )

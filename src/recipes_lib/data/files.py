@@ -28,6 +28,7 @@ are held, whatever the file's size.
 
 from __future__ import annotations
 
+import codecs
 import csv
 import itertools
 import json
@@ -41,6 +42,7 @@ from datasets import DatasetDict
 
 from recipes_lib.config.arguments import DataArguments
 from recipes_lib.errors import DataError
+from recipes_lib.whole_files import written_whole
 
 logger = logging.getLogger(__name__)
 
@@ -50,6 +52,8 @@ _CHUNK = 1 << 16  # bytes read at a time when looking for a '"'
 DELIMITER_NAMES = {"tab": "\t", "comma": ",", "semicolon": ";", "pipe": "|"}
 SNIFFED = ("\t", ",", ";")
 _SAMPLE_LINES, _SAMPLE_CHARS = 200, 1 << 20  # what the delimiter is decided on: the first lines only
+_FIELD_LIMIT = 1 << 30  # characters in one field: a whole book, as a text column may hold
+_BYTE_ORDER_MARKS = {b"\xff\xfe": "UTF-16 (little-endian)", b"\xfe\xff": "UTF-16 (big-endian)"}
 
 
 def delimiter_name(delimiter: str) -> str:
@@ -195,6 +199,9 @@ def _records(handle, delimiter: str, quoted: bool) -> Iterator[tuple[list[str] |
     Quoted is read strictly: a quote must open and close a whole field, as writers do. A stray quote
     ends the records with (None, its record's line): no quoting writer made that file.
     """
+    # The csv module refuses a field over 128 KiB as if it were malformed; a long document is a text
+    # like any other (datasets reads it, and max_seq_length or --long_text decides what is kept).
+    csv.field_size_limit(max(csv.field_size_limit(), _FIELD_LIMIT))
     options = {"quoting": csv.QUOTE_MINIMAL, "strict": True} if quoted else {"quoting": csv.QUOTE_NONE}
     reader = csv.reader(handle, delimiter=delimiter, **options)
     start = 1
@@ -221,7 +228,7 @@ def copy_delimited_rows(
     with (
         _open(path) as records,
         open(path, encoding="utf-8", newline="") as lines,
-        open(target, "w", encoding="utf-8", newline="") as copy,
+        written_whole(target, newline="") as copy,
     ):
         starts = (line for _, line in _records(records, delimiter, quoted))
         next_start, record = next(starts, None), -1  # record 0 is the header
@@ -425,6 +432,46 @@ def has_rows(path: str | Path) -> bool:
     return False
 
 
+def check_utf8(path: str) -> None:
+    """A DataError naming the line and byte where a text file stops being UTF-8 (a UTF-8 BOM is fine).
+
+    Read in chunks through an incremental decoder, in constant memory. The csv module and datasets
+    would otherwise stop with a UnicodeDecodeError at a position inside some buffer, or (pyarrow's
+    JSON reader) not stop at all.
+    """
+    decoder = codecs.getincrementaldecoder("utf-8")()
+    with open(path, "rb") as handle:
+        start = handle.read(2)
+        if start in _BYTE_ORDER_MARKS:
+            raise DataError(
+                f"{path} is {_BYTE_ORDER_MARKS[start]} text (it starts with that byte order mark); data files are "
+                "read as UTF-8. Save it as UTF-8 (in a spreadsheet: 'CSV UTF-8'; or `iconv -f UTF-16 -t UTF-8`)."
+            )
+        handle.seek(0)
+        line, offset = 1, 0
+        while chunk := handle.read(_CHUNK):
+            try:
+                decoder.decode(chunk)
+            except UnicodeDecodeError as error:
+                # error.object: the bytes the decoder held back from the last chunk (no line end), then this one.
+                held, bad = error.object, error.object[error.start : error.start + 4]
+                line += held.count(b"\n", 0, error.start)
+                raise DataError(
+                    f"{path} line {line} is not UTF-8 text (byte {offset + error.start - (len(held) - len(chunk))} "
+                    f"is 0x{bad[0]:02x}, in "
+                    f"{bad!r}); data files are read as UTF-8. It may be Latin-1 or Windows-1252: save it as UTF-8 "
+                    "(`iconv -f latin1 -t UTF-8 FILE`, or 'CSV UTF-8' in a spreadsheet)."
+                ) from None
+            line, offset = line + chunk.count(b"\n"), offset + len(chunk)
+        try:
+            decoder.decode(b"", final=True)
+        except UnicodeDecodeError:
+            raise DataError(
+                f"{path} line {line} ends in the middle of a UTF-8 character: the file was cut short, or is not "
+                "UTF-8. Save it again as UTF-8."
+            ) from None
+
+
 def read_local_files(
     files: dict[str, str], cache_dir: str | None, quoting: str = "auto", delimiter: str | None = None
 ) -> tuple[DatasetDict, dict]:
@@ -436,6 +483,8 @@ def read_local_files(
     locators, how, loaded = {}, {}, DatasetDict()
     for split, path in files.items():
         extension = Path(path).suffix.lower()
+        if extension != ".parquet":
+            check_utf8(path)
         if extension in DELIMITED:
             layout = decide_delimiter(path, delimiter)
             quoted, lines = decide_quoting(path, quoting, layout=layout)
@@ -506,11 +555,9 @@ def _record_locator(path: str):
 
 
 def write_jsonl(path: str | Path, rows: list[dict]) -> Path:
-    """Rows as JSON Lines, via a temporary file and a rename: a crash never leaves half a file."""
+    """Rows as JSON Lines, whole or not at all (whole_files.written_whole): a crash never leaves half a file."""
     path = Path(path)
-    temporary = path.with_name(f".{path.name}.tmp")
-    with open(temporary, "w", encoding="utf-8") as handle:
+    with written_whole(path) as handle:
         for row in rows:
             handle.write(json.dumps(row, ensure_ascii=False) + "\n")
-    temporary.replace(path)
     return path

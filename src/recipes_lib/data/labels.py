@@ -21,7 +21,7 @@ import math
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from functools import cached_property
+from functools import cached_property, partial
 from typing import Any
 
 import numpy as np
@@ -182,6 +182,9 @@ def _single_label_mapping(values: LabelColumn, feature, label_column: str, locat
     if len(tally.kinds) > 1 or not tally.kinds <= {int, str}:
         kind_names = ", ".join(sorted(k.__name__ for k in tally.kinds))
         odd = tally.first(lambda c: not isinstance(c, int | str))
+        if odd is None:  # integers and strings: name the first row whose type is not the first row's
+            first_type = type(tally.first(lambda _: True)[1])
+            odd = tally.first(lambda c: type(c) is not first_type)
         example = f" (e.g. {odd[1]!r} at {_where(locate, 'train', odd[0])})" if odd is not None else ""
         raise DataError(
             f"Label column '{label_column}' mixes value types ({kind_names}){example}. Labels must be all integers "
@@ -239,7 +242,19 @@ def check_labels_present(raw: DatasetDict, label_column: str, locate: dict, deli
         feature = raw[split].features.get(label_column)
         if feature is None or isinstance(feature, ClassLabel):
             continue  # a missing column is reported with the columns there are, later
-        missing = label_values(raw[split], label_column).first_missing()
+        values = label_values(raw[split], label_column, f" (from {_where(locate, split, 0)})")
+        odd = (
+            values._first_where(partial(_names_no_class, listed=values.listed))
+            if values.kind == "json"
+            else None
+        )
+        if odd is not None:
+            raise DataError(
+                f"{_where(locate, split, odd)} has the label {values.value(odd)!r}, which names no class: labels must "
+                "be class names or ids, booleans, numbers (regression), or lists of class names or ids (multi-label). "
+                "Fix that row, or set --label_column_name to the column that holds the labels."
+            )
+        missing = values.first_missing()
         if missing is not None:
             raise DataError(
                 f"{_where(locate, split, missing)} has no label (empty '{label_column}'). Fill it in or remove the row."
@@ -255,7 +270,7 @@ def _checked(
     if mapping.num_labels < needed:
         raise DataError(
             f"The training data has {mapping.num_labels} distinct label(s) in '{label_column}' "
-            f"({mapping.names}); classification needs at least {needed}."
+            f"({mapping.names}, from {_where(locate, 'train', 0)} on); classification needs at least {needed}."
         )
     for split in [name for name in ("train", "validation", "test") if name in raw]:
         if label_column not in raw[split].column_names:
@@ -580,16 +595,29 @@ class LabelColumn:
 _NONE = object()
 
 
-def label_values(dataset, column: str) -> LabelColumn:
-    """A reader of one split's label column, through Arrow: scalars (JSON too), or lists of them."""
+def _names_no_class(value, listed: bool) -> bool:
+    """A JSON object, or a list inside a list: it names no class (and cannot be counted as one)."""
+    return isinstance(value, dict) or (
+        isinstance(value, list) and (listed or any(isinstance(item, dict | list) for item in value))
+    )
+
+
+def label_values(dataset, column: str, where: str = "") -> LabelColumn:
+    """A reader of one split's label column, through Arrow: scalars (JSON too), or lists of them.
+    `where`: the file and line an error names (" (from train.jsonl line 1)")."""
     array = _arrow_column(dataset, column)
     if pa.types.is_dictionary(array.type):
         array = array.dictionary_decode()
     listed = pa.types.is_list(array.type) or pa.types.is_large_list(array.type)
+    if listed and pa.types.is_null(array.type.value_type):
+        # Every list empty or all missing: pyarrow's list kernels take no list<null>; as strings they are the same.
+        array = array.cast(
+            pa.list_(pa.string()) if pa.types.is_list(array.type) else pa.large_list(pa.string())
+        )
     kind = _kind(array.type.value_type if listed else array.type)
     if kind is None:
         raise DataError(
-            f"Label column '{column}' holds {array.type} values; labels must be class names or ids, booleans, "
+            f"Label column '{column}'{where} holds {array.type} values; labels must be class names or ids, booleans, "
             "numbers (regression), or lists of class names or ids (multi-label). Fix the column, or set "
             "--label_column_name to the column that holds the labels."
         )

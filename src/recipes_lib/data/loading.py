@@ -43,6 +43,12 @@ class ClassificationData:
     truncation: dict = field(default_factory=dict)
 
 
+def listed(names: list[str], most: int = 20) -> str:
+    """'a, b, c', or the first `most` and how many more: a file of 10,000 columns stays one readable paragraph."""
+    shown = ", ".join(names[:most])
+    return shown if len(names) <= most else f"{shown} and {len(names) - most} more"
+
+
 def describe_source(data_args: DataArguments) -> str:
     name, config = dataset_source(data_args)
     if name is None:
@@ -126,7 +132,7 @@ def _resolve_text_columns(data_args: DataArguments, train: Dataset) -> tuple[str
         missing = [c for c in columns if c not in found]
         if missing:
             raise DataError(
-                f"Text column '{missing[0]}' is not in the training data; its columns are: {', '.join(found)}."
+                f"Text column '{missing[0]}' is not in the training data ({describe_source(data_args)}); its columns are: {listed(found)}."
                 f"{split_column_note(data_args, 'train')} Set --text_column_names to one of them (or two, "
                 "comma-separated, for pairs)."
             )
@@ -139,8 +145,8 @@ def _resolve_text_columns(data_args: DataArguments, train: Dataset) -> tuple[str
     ]
     if not 1 <= len(candidates) <= 2:
         raise DataError(
-            f"Cannot tell which columns hold the text: string columns other than the label are "
-            f"{candidates or 'none'} (all columns: {', '.join(found)}).{split_column_note(data_args, 'train')} "
+            f"Cannot tell which columns of {describe_source(data_args)} hold the text: string columns other than the label are "
+            f"{listed(candidates) or 'none'} (all columns: {listed(found)}).{split_column_note(data_args, 'train')} "
             "Name them with --text_column_names (one column, or two comma-separated for pairs)."
         )
     return tuple(candidates)
@@ -182,7 +188,7 @@ def load_classification_data(
             if column not in raw[split].column_names:
                 raise DataError(
                     f"Text column '{column}' is in train but not in {split}; {split} columns are: "
-                    f"{', '.join(raw[split].column_names)}.{split_column_note(data_args, split)}"
+                    f"{listed(raw[split].column_names)}.{split_column_note(data_args, split)}"
                 )
     labels = label_mapping(raw, data_args, locate)
     test_has_labels = (

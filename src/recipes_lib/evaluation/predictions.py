@@ -38,6 +38,7 @@ from recipes_lib.evaluation.thresholds import (
     tune_decision_threshold,
     tune_thresholds,
 )
+from recipes_lib.whole_files import write_text_whole, written_whole
 
 logger = logging.getLogger("recipes_lib")
 
@@ -142,7 +143,8 @@ def draw_confusion_matrix(report: dict[str, Any], path: str | Path, title: str) 
         )
     figure.tight_layout()
     path = Path(path)
-    figure.savefig(path, dpi=100)
+    with written_whole(path, "wb") as handle:
+        figure.savefig(handle, format="png", dpi=100)
     plt.close(figure)
     return path
 
@@ -258,7 +260,7 @@ def write_decision_files(
         }
     for directory in directories:
         for name, record in records.items():
-            (directory / name).write_text(json.dumps(record, indent=2) + "\n")
+            write_text_whole(directory / name, json.dumps(record, indent=2) + "\n")
     if outputs.results["confusion_matrix"] is not None:
         draw_confusion_matrix(
             outputs.results["confusion_matrix"], directories[0] / CONFUSION_MATRIX_PNG, title

@@ -19,12 +19,14 @@ from __future__ import annotations
 
 import json
 import shutil
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from recipes_lib.errors import ConfigError
 from recipes_lib.evaluation.predictions import DECISION_THRESHOLD_FILE, THRESHOLDS_FILE
+from recipes_lib.whole_files import DamagedFileError, fsync_tree, read_json
 
 EXPORT_SUBDIR = "export"
 FAILED_SUBDIR = "export.failed"
@@ -63,6 +65,27 @@ def write_bundle(
     (directory / SETTINGS_FILE).write_text(json.dumps(settings, indent=2) + "\n")
 
 
+def settle_export(staging: Path, results_dir: Path, passed: bool) -> Path:
+    """Rename the finished temporary directory: export/ (replacing an earlier one) or export.failed/.
+
+    The bundle is built in `staging` (a hidden directory beside it) and appears whole under its name
+    or not at all: a kill before the rename leaves the earlier export, or none.
+    """
+    target = results_dir / (EXPORT_SUBDIR if passed else FAILED_SUBDIR)
+    # On disk before the name: a machine lost just after the rename must not leave export/ with empty files.
+    fsync_tree(staging)
+    if target.exists():
+        retired = Path(tempfile.mkdtemp(prefix=".export-old-", dir=results_dir))
+        target.rename(retired / target.name)
+        staging.rename(target)
+        shutil.rmtree(retired, ignore_errors=True)
+    else:
+        staging.rename(target)
+    if passed:  # a failure left by an earlier attempt no longer describes this run's export
+        shutil.rmtree(results_dir / FAILED_SUBDIR, ignore_errors=True)
+    return target
+
+
 @dataclass
 class ExportedModel:
     """An export directory predict can run: which ONNX file, and the run's settings it carries."""
@@ -92,16 +115,33 @@ def find_export(path: str | Path) -> ExportedModel | None:
     if not (directory / SETTINGS_FILE).is_file() or not onnx_path.is_file():
         return None
     report_path = directory / REPORT_FILE
-    report = json.loads(report_path.read_text()) if report_path.is_file() else {}
+    report = _read_bundle_file(report_path) if report_path.is_file() else {}
     if directory.name == FAILED_SUBDIR or report.get("passed") is False:
         raise ConfigError(
             f"'{directory}' holds an export that failed its quality gate ({report.get('reason', 'see its report')}), "
             f"so it is not served. Fix the cause and run `recipes-lib export` again, or predict with the run's "
             f"PyTorch model (pass the run's output_dir)."
         )
-    return ExportedModel(
-        directory=directory, onnx_path=onnx_path, settings=json.loads((directory / SETTINGS_FILE).read_text())
-    )
+    settings = _read_bundle_file(directory / SETTINGS_FILE)
+    if not isinstance(settings.get("run"), dict):
+        raise DamagedFileError(
+            f'{directory / SETTINGS_FILE} holds no "run" settings (the text columns, labels and problem type '
+            f"predict needs), so the export in '{directory}' cannot be served. {_EXPORT_AGAIN}"
+        )
+    return ExportedModel(directory=directory, onnx_path=onnx_path, settings=settings)
+
+
+_EXPORT_AGAIN = "Run `recipes-lib export` on the run again to write the export anew."
+
+
+def _read_bundle_file(path: Path) -> dict[str, Any]:
+    """An export's JSON file; one that is cut short, damaged or not an object is a DamagedFileError."""
+    found = read_json(path, "a file of an ONNX export", _EXPORT_AGAIN)
+    if not isinstance(found, dict):
+        raise DamagedFileError(
+            f"{path} holds a {type(found).__name__}, not the object an export writes. {_EXPORT_AGAIN}"
+        )
+    return found
 
 
 # The decision files a run writes beside its model (evaluation/predictions.py), read back by what

@@ -29,13 +29,12 @@ from recipes_lib.export import (
     MIN_INT8_SPEEDUP,
 )
 from recipes_lib.export.bundle import (
-    EXPORT_SUBDIR,
-    FAILED_SUBDIR,
     FP32_MODEL,
     INT8_MODEL,
     REPORT_FILE,
     read_decision_threshold,
     read_thresholds,
+    settle_export,
     write_bundle,
 )
 from recipes_lib.export.gate import (
@@ -57,6 +56,7 @@ from recipes_lib.export.runtime import measure_latency, onnx_logits, onnx_sessio
 from recipes_lib.export.sensitivity import MAX_KEPT, SENSITIVITY_ROWS, keep_sensitive_nodes, rank_nodes
 from recipes_lib.modeling.adapters import ADAPTER_CONFIG_FILE, MERGED_SUBDIR, load_trained_model
 from recipes_lib.results import RESULTS_FILE
+from recipes_lib.workbench import read_results
 
 logger = logging.getLogger(__name__)
 
@@ -86,7 +86,7 @@ def locate_run(path: str | Path) -> tuple[Path, Path, dict]:
             f"'{path}' holds no {RESULTS_FILE}, so it is not the output_dir of a finished run. Pass the output_dir "
             f"of a run that finished (the directory holding {RESULTS_FILE} and the model)."
         )
-    results = json.loads(results_path.read_text())
+    results = read_results(results_path)
     if not isinstance(results.get("config"), dict):
         raise ConfigError(f'{results_path} has no "config" (the run\'s settings); run the recipe again.')
     if not any(
@@ -185,7 +185,7 @@ def export_run(
                   **_gate_settings(quantize, int8_weights, max_metric_drop, min_int8_agreement, min_int8_speedup),
                   "int8": int8_recipe, "latency": latency, "models": compared}  # fmt: skip
         (staging / REPORT_FILE).write_text(json.dumps(report, indent=2) + "\n")
-        directory = _settle(staging, results_dir, passed=not failures)
+        directory = settle_export(staging, results_dir, passed=not failures)
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
@@ -329,21 +329,6 @@ def gate_latency(reference, files: dict[str, Path], encoded, input_names: list[s
     finally:
         torch.set_num_threads(threads)
     return {"threads": 1, **figures}
-
-
-def _settle(staging: Path, results_dir: Path, passed: bool) -> Path:
-    """Rename the finished temporary directory: export/ (replacing an earlier one) or export.failed/."""
-    target = results_dir / (EXPORT_SUBDIR if passed else FAILED_SUBDIR)
-    if target.exists():
-        retired = Path(tempfile.mkdtemp(prefix=".export-old-", dir=results_dir))
-        target.rename(retired / target.name)
-        staging.rename(target)
-        shutil.rmtree(retired, ignore_errors=True)
-    else:
-        staging.rename(target)
-    if passed:  # a failure left by an earlier attempt no longer describes this run's export
-        shutil.rmtree(results_dir / FAILED_SUBDIR, ignore_errors=True)
-    return target
 
 
 def summary(outcome: ExportOutcome) -> str:

@@ -58,6 +58,7 @@ from recipes_lib.modeling.adapters import (
     read_base_quantization,
 )
 from recipes_lib.results import RESULTS_FILE
+from recipes_lib.workbench import read_results
 
 logger = logging.getLogger(__name__)
 
@@ -125,13 +126,7 @@ def find_run(path: str | Path) -> TrainedRun:
                 else "."
             )
         )
-    try:
-        results = json.loads(results_path.read_text())
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
-        raise ConfigError(
-            f"{results_path} cannot be read as JSON ({error}). It is written whole or not at all, so it was "
-            "changed after the run; restore it, or run the recipe again."
-        ) from None
+    results = read_results(results_path)
     if not isinstance(results, dict) or not isinstance(results.get("config"), dict):
         raise ConfigError(
             f'{results_path} has no "config" (the run\'s settings), which predict needs for the text columns '

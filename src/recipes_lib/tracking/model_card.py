@@ -32,6 +32,7 @@ from recipes_lib.config.recipe_options import MERGED_SUBDIR
 from recipes_lib.config.registry import RECIPES
 from recipes_lib.config.tasks import MULTI_LABEL, REGRESSION, SINGLE_LABEL, TASK_METRICS
 from recipes_lib.tracking.names import METRIC_TITLES
+from recipes_lib.whole_files import read_json, write_text_whole
 
 CARD_FILE = "README.md"
 CARD_TAG = "recipes-lib"  # marks a card this module wrote
@@ -231,7 +232,9 @@ def write_card(output_dir: str | Path, results: dict[str, Any], repo_id: str | N
     """README.md in output_dir (replacing the one peft writes beside an adapter), checked as it is read back;
     with the export's gate figures when output_dir holds a passed export (EXPORT_REPORT)."""
     path = Path(output_dir) / CARD_FILE
-    build_card(results, repo_id, read_export_report(output_dir)).save(path)
+    write_text_whole(
+        path, str(build_card(results, repo_id, read_export_report(output_dir))), newline=""
+    )  # as ModelCard.save
     check_card(path, results)
     return path
 
@@ -264,7 +267,7 @@ def read_export_report(output_dir: str | Path) -> dict[str, Any] | None:
     path = Path(output_dir).joinpath(*EXPORT_REPORT)
     if not path.is_file():
         return None
-    report = json.loads(path.read_text())
+    report = read_json(path, "the export's gate report", "Run `recipes-lib export` on the run again.")
     return report if report.get("passed") and report.get("models") else None
 
 

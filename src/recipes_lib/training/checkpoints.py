@@ -11,17 +11,22 @@ costs that checkpoint, never the run: `--resume_from_checkpoint last` takes the 
 
 from __future__ import annotations
 
+import errno
 import json
 import logging
 import os
 import re
 import shutil
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
+from safetensors import SafetensorError
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 
 from recipes_lib.config.validation import resume_requested
-from recipes_lib.errors import OutputDirError
+from recipes_lib.errors import OutputDirError, RecipeError
+from recipes_lib.whole_files import fsync_path, write_text_whole
 
 logger = logging.getLogger(__name__)
 
@@ -36,15 +41,6 @@ def _files_in(directory: Path) -> list[Path]:
     return sorted(path for path in directory.rglob("*") if path.is_file() and path.name != COMPLETE_MARKER)
 
 
-def _fsync(path: Path) -> None:
-    # Directories are opened read-only to sync their entries (new names, renames); files to sync data.
-    descriptor = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(descriptor)
-    finally:
-        os.close(descriptor)
-
-
 def mark_complete(checkpoint_dir: str | Path, global_step: int) -> Path:
     """Flush every file of the checkpoint to disk, then record them in the marker (atomically).
 
@@ -56,18 +52,56 @@ def mark_complete(checkpoint_dir: str | Path, global_step: int) -> Path:
     checkpoint_dir = Path(checkpoint_dir)
     files = _files_in(checkpoint_dir)
     for path in files:
-        _fsync(path)
+        fsync_path(path)
     record = {
         "global_step": global_step,
         "files": {str(path.relative_to(checkpoint_dir)): path.stat().st_size for path in files},
     }
-    # Write under a temporary name, then rename: a reader sees no marker or the whole marker.
-    temporary = checkpoint_dir / f".{COMPLETE_MARKER}.tmp"
-    temporary.write_text(json.dumps(record, indent=1))
-    _fsync(temporary)
-    os.replace(temporary, checkpoint_dir / COMPLETE_MARKER)
-    _fsync(checkpoint_dir)
-    return checkpoint_dir / COMPLETE_MARKER
+    # A reader sees no marker or the whole marker.
+    return write_text_whole(checkpoint_dir / COMPLETE_MARKER, json.dumps(record, indent=1))
+
+
+class CheckpointNotSaved(RecipeError):
+    """A checkpoint could not be written (a full disk, a quota, a file-size limit): the run stops there."""
+
+
+# The errors a write that the disk refuses raises through each writer: OSError (json, the Trainer's
+# own files), torch.save's RuntimeError (its C++ stream gives no errno), safetensors' SafetensorError.
+WRITE_FAILURES = (OSError, RuntimeError, SafetensorError)
+_OUT_OF_SPACE = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
+
+
+@contextmanager
+def complete_or_removed(checkpoint_dir: Path, run_dir: Path) -> Iterator[None]:
+    """Around a checkpoint's save: a write that fails (a full disk) removes the partial checkpoint (it would
+    never be resumed from, and it holds the space the disk lacks) and stops the run in one paragraph
+    naming the last complete checkpoint, which is left as it was."""
+    try:
+        yield
+    except RecipeError:
+        raise  # the save's own refusals (weights holding NaN) say what they are
+    except WRITE_FAILURES as error:
+        shutil.rmtree(checkpoint_dir, ignore_errors=True)
+        last = last_complete_checkpoint(run_dir)
+        detail = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        out_of_space = getattr(error, "errno", None) in _OUT_OF_SPACE or any(
+            os_error in str(error) for os_error in map(os.strerror, _OUT_OF_SPACE)
+        )
+        cause = (
+            "the disk is full, or a quota or file-size limit was reached"
+            if out_of_space
+            else "a write failed"
+        )
+        raise CheckpointNotSaved(
+            f"Saving the checkpoint {checkpoint_dir.name} in '{run_dir}' failed: {cause} ({type(error).__name__}: "
+            f"{detail}). The partial checkpoint was removed; "
+            + (
+                f"the last complete checkpoint, {last.name}, is intact. Free space on that disk, then run the same "
+                "command with --resume_from_checkpoint last to continue from it."
+                if last is not None
+                else "no earlier checkpoint is complete. Free space on that disk, then run the same command again."
+            )
+        ) from error
 
 
 def incomplete_reason(checkpoint_dir: str | Path) -> str | None:

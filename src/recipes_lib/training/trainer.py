@@ -22,7 +22,12 @@ from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, rotate_checkpoints
 from recipes_lib.config.arguments import DEFAULT_LENGTH_GROUPING, LENGTH_GROUPINGS
 from recipes_lib.config.versions import PrivateHook, check_private_attribute, check_private_hooks
 from recipes_lib.errors import TrainingDiverged, TrainingInterrupted
-from recipes_lib.training.checkpoints import COMPLETE_MARKER, last_complete_checkpoint, mark_complete
+from recipes_lib.training.checkpoints import (
+    COMPLETE_MARKER,
+    complete_or_removed,
+    last_complete_checkpoint,
+    mark_complete,
+)
 from recipes_lib.training.safeguards import StopOnSignal, divergence_hint, first_non_finite_parameter
 
 # The private Trainer methods RecipeTrainer still overrides or calls, each for want of a public
@@ -177,14 +182,17 @@ class RecipeTrainer(Trainer):
             (checkpoint_dir / COMPLETE_MARKER).unlink(missing_ok=True)
         save_total_limit = self.args.save_total_limit
         self.args.save_total_limit = None  # rotate_checkpoints does nothing with None
-        try:
-            super()._save_checkpoint(model, trial)
-        finally:
-            self.args.save_total_limit = save_total_limit
-        # Every process has written its own files (each saves its RNG state) before the marker.
-        self.accelerator.wait_for_everyone()
+        # A write the disk refuses: the partial checkpoint goes, the last complete one stays, one paragraph.
+        with complete_or_removed(checkpoint_dir, run_dir):
+            try:
+                super()._save_checkpoint(model, trial)
+            finally:
+                self.args.save_total_limit = save_total_limit
+            # Every process has written its own files (each saves its RNG state) before the marker.
+            self.accelerator.wait_for_everyone()
+            if self.args.should_save:
+                mark_complete(checkpoint_dir, self.state.global_step)
         if self.args.should_save:
-            mark_complete(checkpoint_dir, self.state.global_step)
             rotate_checkpoints(
                 output_dir=str(run_dir),
                 save_total_limit=save_total_limit,

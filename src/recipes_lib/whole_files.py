@@ -1,0 +1,138 @@
+"""Files another command reads back are written whole or not at all, and read back as whole or refused.
+
+A file written in place and cut short (kill -9, a full disk, a lost machine) keeps its name, and a
+later command (compare, predict, push, label-issues) would take half a results.json or predictions
+file for the run's. So every such file is written under a temporary name in its own directory
+(`.NAME.XXXX.tmp`: hidden, and on the same filesystem, where a rename is atomic), flushed to disk,
+then renamed over NAME. A reader then finds the old file, the new one, or none; a crash leaves only
+the hidden temporary behind, and an error in the writing removes it.
+
+`read_json` is the other half: a file that does not parse (damaged after it was written, or edited
+by hand) is one paragraph naming it, its line, and what to do, not a JSONDecodeError traceback.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import IO, Any
+
+from recipes_lib.errors import RecipeError
+
+
+class DamagedFileError(RecipeError):
+    """A file a command reads back does not parse: cut short, or changed since it was written."""
+
+
+def fsync_path(path: str | os.PathLike) -> None:
+    """Flush a file's data, or a directory's entries (new names, renames), to disk."""
+    descriptor = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(descriptor)
+    finally:
+        os.close(descriptor)
+
+
+@contextmanager
+def written_whole(path: str | os.PathLike, mode: str = "w", **open_options) -> Iterator[IO]:
+    """A handle on a temporary file beside `path`; renamed over `path` only when the block ends cleanly.
+
+    `mode` is "w" (text, UTF-8 unless `encoding` is given) or "wb"; `open_options` go to `open`
+    (newline=...). The data is fsynced before the rename and the directory after it, so the new
+    name never points at data still in the page cache when the machine goes down.
+    """
+    path = Path(path)
+    if mode not in ("w", "wb"):
+        raise ValueError(f"written_whole writes a new file: mode 'w' or 'wb', not {mode!r}")
+    if mode == "w":
+        open_options.setdefault("encoding", "utf-8")
+    descriptor, temporary = _create_beside(path)
+    try:
+        with open(descriptor, mode, **open_options) as handle:
+            yield handle
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(temporary, path)
+    except BaseException:
+        Path(temporary).unlink(missing_ok=True)
+        raise
+    fsync_path(path.parent)
+
+
+def _create_beside(path: Path) -> tuple[int, str]:
+    """A new hidden file in `path`'s directory, as a plain open() would create it (0666 less the umask,
+    which the kernel applies; tempfile.mkstemp's 0600 would hide a results.json from a shared group)."""
+    while True:
+        temporary = str(path.with_name(f".{path.name}.{secrets.token_hex(4)}.tmp"))
+        try:
+            return os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666), temporary
+        except FileExistsError:
+            continue
+
+
+def write_text_whole(path: str | os.PathLike, text: str, **open_options) -> Path:
+    """`Path.write_text`, whole or not at all (written_whole)."""
+    with written_whole(path, **open_options) as handle:
+        handle.write(text)
+    return Path(path)
+
+
+def fsync_tree(directory: str | os.PathLike) -> None:
+    """Flush every file under `directory`, then the directories themselves, before the tree is renamed
+    into place or marked complete (an export bundle, a checkpoint)."""
+    directory = Path(directory)
+    for path in sorted(directory.rglob("*")):
+        if path.is_file():
+            fsync_path(path)
+    for path in sorted((p for p in directory.rglob("*") if p.is_dir()), reverse=True):
+        fsync_path(path)
+    fsync_path(directory)
+
+
+def read_json(path: str | os.PathLike, what: str, remedy: str) -> Any:
+    """The parsed contents of a JSON file, or a DamagedFileError naming it, the line and `remedy`.
+
+    `what` says what the file is ("a run's results.json"); `remedy` how to get a whole one back
+    ("run the recipe again"). A missing file is the caller's to check: it means something else.
+    """
+    path = Path(path)
+    try:
+        text = path.read_bytes().decode("utf-8")
+        return json.loads(text)
+    except UnicodeDecodeError as error:
+        where, problem = f"byte {error.start}", "is not UTF-8 text"
+    except json.JSONDecodeError as error:
+        where = f"line {error.lineno} column {error.colno}"
+        # Nothing after the error, or a string still open at the end of the file: the file stops mid-record.
+        stops_early = not text[error.pos :].strip() or error.msg.startswith("Unterminated string")
+        problem = "ends too early" if stops_early else f"is not valid JSON ({error.msg})"
+    except RecursionError:
+        where, problem = "its start", "nests deeper than a JSON reader follows"
+    raise DamagedFileError(
+        f"{path} ({what}) {problem} at {where}: it was cut short while being written, or changed since. "
+        f"It is not read as whole. {remedy}"
+    )
+
+
+def read_jsonl(path: str | os.PathLike, what: str, remedy: str) -> list[Any]:
+    """The records of a JSON Lines file (blank lines skipped), or a DamagedFileError naming the bad line."""
+    path = Path(path)
+    records = []
+    with open(path, "rb") as handle:
+        for number, line in enumerate(handle, start=1):
+            if not line.strip():
+                continue
+            try:
+                records.append(json.loads(line.decode("utf-8")))
+            except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as error:
+                last = not line.endswith(b"\n") and not handle.read(1)
+                problem = "ends in the middle of a record" if last else f"is not one JSON record ({error})"
+                raise DamagedFileError(
+                    f"{path} ({what}) line {number} {problem}: it was cut short while being written, or changed "
+                    f"since. It is not read as whole. {remedy}"
+                ) from None
+    return records
