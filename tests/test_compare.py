@@ -43,6 +43,20 @@ def test_compare_prints_one_row_per_run_and_writes_the_chart(two_runs, capsys):
     assert image.shape[0] > 300 and image.shape[1] > 500
 
 
+def test_show_prints_one_short_row_per_run_and_refuses_a_directory_without_results(
+    two_runs, capsys, tmp_path
+):
+    from recipes_lib.results import read_results
+
+    assert main(["show", str(two_runs / "full_ft"), str(two_runs / "lora")]) == 0
+    header, _rule, *rows = capsys.readouterr().out.splitlines()
+    assert header.split()[:4] == ["recipe", "model", "accuracy", "macro-F1"]
+    accuracy = read_results(two_runs / "lora").eval_accuracy
+    assert rows[0].startswith("full_ft") and rows[1].startswith("lora") and f"{accuracy:.4f}" in rows[1]
+    assert main(["show", str(tmp_path)]) == 2
+    assert "no results.json" in capsys.readouterr().err
+
+
 def test_lora_shows_less_gradient_and_optimizer_memory_than_full_fine_tuning(two_runs, capsys):
     main(["compare", "--no_chart", str(two_runs / "full_ft"), str(two_runs / "lora")])
     header, _rule, full, lora = capsys.readouterr().out.splitlines()[:4]

@@ -156,3 +156,22 @@ def test_an_older_file_reads_with_its_missing_keys_null_and_its_dropped_ones_lef
     assert list(record.to_dict()) == list(RESULT_KEYS) and "test_runtime" not in record.to_dict()
     with pytest.raises(KeyError, match="no key 'eval_acuracy'"):
         record.value("eval_acuracy")
+
+
+def test_every_field_is_documented():
+    """docs/results-format.md names every key (a new field is one line there too)."""
+    text = (REPO_ROOT / "docs" / "results-format.md").read_text()
+    assert [key for key in RESULT_KEYS if f"`{key}`" not in text] == []
+
+
+def test_a_results_json_that_is_not_a_record_is_refused_in_one_paragraph_naming_it(tmp_path):
+    from recipes_lib.errors import ConfigError
+    from recipes_lib.results import read_results
+
+    path = tmp_path / RESULTS_FILE
+    path.write_text('{"recipe": "lora", ')  # cut short by hand: a run writes it whole or not at all
+    with pytest.raises(ConfigError, match=f"{path} cannot be read as JSON .* run the recipe again"):
+        read_results(tmp_path)
+    path.write_text("[1, 2]")
+    with pytest.raises(ConfigError, match="holds a list, not a run's record"):
+        read_results(path)

@@ -203,8 +203,8 @@ def library_versions() -> dict[str, str | None]:
 
 
 def describe_device(device: torch.device) -> str:
-    # torch imported here, where a run (which has it loaded) asks: the workbench reads results.json
-    # through this module (workbench.py) and its commands do not load torch (test_bitsandbytes_import).
+    # torch imported here, where a run (which has it loaded) asks: the workbench's commands read results.json
+    # through this module (read_results) and do not load torch (test_bitsandbytes_import).
     import torch
 
     if device.type == "cuda":

@@ -219,37 +219,40 @@ def finish_run(trainer, train_result, eval_metrics: dict[str, Any], settings: Ru
     # What ran: the parsed arguments with what the run resolved (task, precision) and the Trainer's
     # own copy of the training arguments (the batch it trained with).
     config = replace(settings.arguments, training=trainer.args).to_dict()
-    # What the Trainer holds, read before the final predictions: how training went, what trained and how.
+    # What the Trainer holds, read here: how training went, what trained and how, where.
     training, model = training_results(settings, trainer, train_result), model_results(settings, trainer)
+    environment = environment_results(settings, trainer, config)
     validation, test, eval_metrics = final_predictions(settings, trainer, eval_metrics)
+    task = task_results(settings, eval_metrics)
     # Down the layers from here: the parameters and what the optimizer's state tensors hold after
     # training, measured (modeling/); then what the evaluation derives: multi-label thresholds
     # (validation at them: optimistic, tuned and scored on one split), --decision_threshold's figures,
     # per-class scores and the confusion matrix, neglected classes, the end loss; then the files.
     total, trainable = count_parameters(trainer.model)
+    optimizer_state = optimizer_state_summary(trainer.optimizer, trainer.model)
     labels, source = settings.data.labels, settings.data.split_sources["validation"]
     option = settings.arguments.training.decision_threshold  # 'tune', a probability, or None
     outputs = final_outputs(validation, test, trainer.compute_metrics, labels.names, option, source)
     if outputs.test_metrics:
         trainer.log_metrics("test", outputs.test_metrics)
-    task = {"problem_type": labels.problem_type, "num_labels": labels.num_labels, "config": config}
+    judged = {"problem_type": labels.problem_type, "num_labels": labels.num_labels, "config": config}
     results = RunResults(
-        **task_results(settings, eval_metrics),
+        **task,
         **outputs.results,
         # The Trainer's test figures the record keeps (not its timing: the speed is training's).
         **{key: value for key, value in outputs.test_metrics.items() if key in RESULT_KEYS},
         **settings.merged,
         params_total=total,
         params_trainable=trainable,
-        **optimizer_state_summary(trainer.optimizer, trainer.model),
+        **optimizer_state,
         **training,
         **model,
         **settings.memory,
-        **environment_results(settings, trainer, config),
+        **environment,
         neglected_classes=neglected_classes(
             outputs.results["per_class"], outputs.results["confusion_matrix"]
         ),
-        **train_loss_check(trainer.state.log_history, task),  # issue #42: the end loss
+        **train_loss_check(trainer.state.log_history, judged),  # issue #42: the end loss
     )
     if trainer.is_world_process_zero():
         output_dir = Path(trainer.args.output_dir)

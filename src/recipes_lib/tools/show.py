@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 import sys
-from pathlib import Path
 
-from recipes_lib.results import RESULTS_FILE, RunResults, read_results
-from recipes_lib.tools.compare import TASK_METRIC_COLUMNS
+from recipes_lib.results import RunResults
+from recipes_lib.tools.compare import TASK_METRIC_COLUMNS, CompareError, load_runs
 from recipes_lib.workbench import format_table
 
 # (results.json key, column title, format)
@@ -31,17 +30,12 @@ def _cell(results: RunResults, key: str, fmt: str) -> str:
 
 
 def show(run_dirs: list[str]) -> int:
-    rows, runs = [], []
-    for run_dir in run_dirs:
-        path = Path(run_dir)
-        if not (path / RESULTS_FILE).is_file() and not path.is_file():
-            print(
-                f"error: no {RESULTS_FILE} in '{run_dir}'; pass the output_dir of a finished run.",
-                file=sys.stderr,
-            )
-            return 2
-        runs.append(read_results(path))
-        memory_note = runs[-1].peak_memory_source
+    try:
+        runs = load_runs(run_dirs)
+    except CompareError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    memory_note = runs[-1].peak_memory_source
     # Multi-label and regression runs add their metrics (micro-F1; MSE, Pearson, Spearman) after macro-F1.
     extra = [
         (key, title, "{:.4f}")
