@@ -148,8 +148,10 @@ def run_figures(run_dir: Path) -> dict:
         raise SystemExit(
             f"error: {results_file} does not exist: run the demo first (its run writes results.json)."
         )
-    results = json.loads(results_file.read_text())
-    figures = {key: results[key] for key in RUN_FIELDS if key in results}
+    from recipes_lib.results import read_results  # the one reader of results.json
+
+    results = read_results(run_dir)
+    figures = {key: results.value(key) for key in RUN_FIELDS}
     figures["run_dir"] = str(run_dir)
     export = export_figures(run_dir)
     if export is not None:

@@ -7,6 +7,7 @@ import shutil
 import pytest
 
 from recipes_lib.cli.main import main
+from recipes_lib.results import RunResults
 from recipes_lib.tools.compare import CHART_FILE
 from tests.helpers.runs import QUICK, run_args, run_in_process
 from tests.helpers.wandb_runs import offline_runs, offline_wandb_in_the_default_dir
@@ -40,6 +41,20 @@ def test_compare_prints_one_row_per_run_and_writes_the_chart(two_runs, capsys):
 
     image = matplotlib.image.imread(chart)
     assert image.shape[0] > 300 and image.shape[1] > 500
+
+
+def test_show_prints_one_short_row_per_run_and_refuses_a_directory_without_results(
+    two_runs, capsys, tmp_path
+):
+    from recipes_lib.results import read_results
+
+    assert main(["show", str(two_runs / "full_ft"), str(two_runs / "lora")]) == 0
+    header, _rule, *rows = capsys.readouterr().out.splitlines()
+    assert header.split()[:4] == ["recipe", "model", "accuracy", "macro-F1"]
+    accuracy = read_results(two_runs / "lora").eval_accuracy
+    assert rows[0].startswith("full_ft") and rows[1].startswith("lora") and f"{accuracy:.4f}" in rows[1]
+    assert main(["show", str(tmp_path)]) == 2
+    assert "no results.json" in capsys.readouterr().err
 
 
 def test_lora_shows_less_gradient_and_optimizer_memory_than_full_fine_tuning(two_runs, capsys):
@@ -78,6 +93,13 @@ def test_runs_scored_on_different_rows_are_marked_and_the_difference_named(two_r
     assert "rows A 16 vs B 8" in note and "not like for like" in note
 
 
+def note_of(*runs: dict) -> str | None:
+    """compare's note on runs given as results.json's contents, named x and y."""
+    from recipes_lib.tools.compare import evaluation_note
+
+    return evaluation_note([RunResults.from_dict(run) for run in runs], ["x", "y"])
+
+
 def _scored(
     validation_file="data/dev.csv", rows=400, labels=("a", "b"), split="dev.csv", seed=42, task="single"
 ):
@@ -97,30 +119,26 @@ def _scored(
     ],
 )
 def test_every_recorded_part_of_the_evaluation_set_is_compared(other, named):
-    from recipes_lib.tools.compare import evaluation_note
-
     # A validation file's rows do not depend on the seed, nor on the training file (a cleaned one, say).
-    assert evaluation_note([_scored(), _scored(seed=7)], ["x", "y"]) is None
+    assert note_of(_scored(), _scored(seed=7)) is None
     retrained = {**_scored(), "dataset": "data/train_cleaned.csv"}
-    assert evaluation_note([_scored(), retrained], ["x", "y"]) is None
-    note = evaluation_note([_scored(), other], ["x", "y"])
+    assert note_of(_scored(), retrained) is None
+    note = note_of(_scored(), other)
     assert named in note and "A = x; B = y" in note
 
 
 def test_held_out_rows_of_another_seed_are_another_set_and_unrecorded_parts_are_no_difference():
-    from recipes_lib.tools.compare import evaluation_note
-
     held_out = {"validation_file": None, "split": "10% of train held out"}
-    note = evaluation_note([_scored(**held_out, seed=1), _scored(**held_out, seed=2)], ["x", "y"])
+    note = note_of(_scored(**held_out, seed=1), _scored(**held_out, seed=2))
     assert "held-out seed A 1 vs B 2" in note
     other_train = {
         **_scored(**held_out, seed=1),
         "dataset": "data/other.csv",
     }  # rows held out of another file
-    note = evaluation_note([_scored(**held_out, seed=1), other_train], ["x", "y"])
+    note = note_of(_scored(**held_out, seed=1), other_train)
     assert "data A data/train.csv vs B data/other.csv" in note
     older = {"eval_samples": 400, "config": {"validation_file": "data/dev.csv"}}  # no labels, task or dataset
-    assert evaluation_note([_scored(), older], ["x", "y"]) is None
+    assert note_of(_scored(), older) is None
 
 
 def test_a_directory_without_results_is_refused(tmp_path, capsys):
@@ -145,7 +163,7 @@ def test_the_chart_stacks_every_part_of_the_measured_breakdown():
     ]
     figure, axis = plt.subplots()
     try:
-        totals = _draw_memory_bars(axis, runs, [0, 1], "GiB", 1.0)
+        totals = _draw_memory_bars(axis, [RunResults.from_dict(run) for run in runs], [0, 1], "GiB", 1.0)
         for position, run in enumerate(runs):
             bars = sorted((bar for bar in axis.patches if bar.get_x() < position < bar.get_x() + bar.get_width()),
                           key=lambda bar: bar.get_y())  # fmt: skip
@@ -161,10 +179,13 @@ def test_the_chart_stacks_every_part_of_the_measured_breakdown():
 def test_the_chart_marks_pearson_for_regression_runs_and_exact_match_for_multi_label_ones():
     from recipes_lib.tools.compare import _chart_metric
 
-    assert _chart_metric([{"problem_type": "regression"}] * 2) == ("eval_pearson", "Pearson")
-    assert _chart_metric([{"problem_type": "multi_label_classification"}]) == ("eval_accuracy", "exact match")
+    def chart_metric(*runs):
+        return _chart_metric([RunResults.from_dict(run) for run in runs])
+
+    assert chart_metric(*[{"problem_type": "regression"}] * 2) == ("eval_pearson", "Pearson")
+    assert chart_metric({"problem_type": "multi_label_classification"}) == ("eval_accuracy", "exact match")
     # Runs from before task types had no problem_type: single-label accuracy.
-    assert _chart_metric([{"recipe": "full_ft"}, {"problem_type": "regression"}]) == (
+    assert chart_metric({"recipe": "full_ft"}, {"problem_type": "regression"}) == (
         "eval_accuracy",
         "accuracy",
     )

@@ -51,6 +51,22 @@ def test_results_json_has_every_required_key_with_values_in_range(full_ft_run, t
     assert all(math.isfinite(results[key]) for key in ("eval_accuracy", "eval_f1", "train_tokens_per_s"))
 
 
+def test_every_field_of_the_record_is_written_in_order_and_read_back_identically(full_ft_run):
+    """results.json holds every RunResults field, in the record's order, and read_results gives the same."""
+    from recipes_lib.results import RESULT_KEYS, RunResults, read_results
+
+    output_dir, written = full_ft_run
+    assert tuple(written) == RESULT_KEYS
+    record = read_results(output_dir)
+    assert record.to_dict() == written and RunResults.from_dict(written) == record
+    # What finish_run must give for a single-label run without options or a test split (the rest is null).
+    for name in ("recipe", "problem_type", "eval_loss", "eval_split", "per_class", "confusion_matrix",
+                 "params_total", "optimizer_state_bytes", "train_steps", "peak_memory_gib", "memory_phases",
+                 "tensor_peak_gib", "precision", "precision_reason", "versions", "created_at", "config",
+                 "neglected_classes", "train_loss_end", "train_loss_high"):  # fmt: skip
+        assert getattr(record, name) is not None, name
+
+
 def test_training_learns_the_learnable_task(full_ft_run):
     """The label is one colour word among noise: a model that trains gets it; chance is 0.5."""
     _, results = full_ft_run

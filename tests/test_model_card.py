@@ -22,6 +22,7 @@ from huggingface_hub import ModelCard, RepoUrl
 from recipes_lib.cli.main import main as cli_main
 from recipes_lib.errors import RecipeError
 from recipes_lib.evaluation.thresholds import tune_decision_threshold
+from recipes_lib.results import RunResults, read_results
 from recipes_lib.tracking.model_card import CARD_TAG, card_metrics, check_card
 from tests.helpers.data import COLOURS, NOISE, learnable_rows, multi_label_files, read_jsonl, write_csv
 from tests.helpers.repo import RECIPES
@@ -44,6 +45,10 @@ def recipe_runs(tiny_bert, learnable_data, tmp_path_factory) -> dict[str, Path]:
         run_in_process(recipe, run_args(tiny_bert, learnable_data, root / recipe, *extra, **QUICK))
         runs[recipe] = root / recipe
     return runs
+
+
+# The card reads the typed record; these tests build results.json's contents as dicts.
+record = RunResults.from_dict
 
 
 def results_of(output_dir: Path) -> dict:
@@ -77,8 +82,10 @@ def test_every_recipe_writes_a_card_whose_model_index_holds_the_scores_of_its_re
         ("test", "f1"): results["test_f1"],
     }
     assert {r.dataset_name for r in data.eval_results} == {"train.csv"}
-    assert [r.metric_value for r in data.eval_results] == [results[m.key] for m in card_metrics(results)]
-    check_card(output_dir / "README.md", results)  # the module's own reading agrees
+    assert [r.metric_value for r in data.eval_results] == [
+        results[m.key] for m in card_metrics(record(results))
+    ]
+    check_card(output_dir / "README.md", record(results))  # the module's own reading agrees
 
 
 @pytest.mark.parametrize("recipe", RECIPES)
@@ -183,7 +190,7 @@ def test_cards_of_local_models_and_files_name_them_without_their_paths(problem_t
         tmp_path, problem_type, positive_label="yes", per_class={"no": {}, "yes": {}}, **scores
     )
     for repo_id in (None, REPO_ID):
-        text = str(build_card(results, repo_id))
+        text = str(build_card(record(results), repo_id))
         assert_no_absolute_path(text, tmp_path)
         assert "`my-encoder`" in text and "`train.csv`" in text and "validation.csv" in text
         assert [r.dataset_split for r in ModelCard(text).data.eval_results] == ["validation", "test"]
@@ -195,7 +202,7 @@ def test_a_local_copy_of_a_hub_model_is_named_by_the_hub_id_its_config_gives(tmp
     results = local_results(
         tmp_path, "regression", origin="sentence-transformers/all-MiniLM-L6-v2", eval_mse=0.1
     )
-    card = build_card(results)
+    card = build_card(record(results))
     assert card.data.base_model == "sentence-transformers/all-MiniLM-L6-v2"
     assert (
         "[sentence-transformers/all-MiniLM-L6-v2](https://huggingface.co/sentence-transformers/all-MiniLM-L6-v2)"
@@ -216,7 +223,7 @@ def test_windows_paths_are_cut_to_their_names_too():
         "output_dir": "D:\\runs\\regression",
         "config": {"train_file": "C:\\Users\\me\\data\\train.csv"},
     }
-    text = str(build_card(results))
+    text = str(build_card(record(results)))
     assert_no_absolute_path(text)
     assert "A local model (`my-encoder`)" in text and "`train.csv`" in text and 'model="regression"' in text
 
@@ -298,7 +305,7 @@ def test_push_uploads_the_adapter_the_merged_model_the_card_and_results_but_no_c
     card = ModelCard(hub.cards[0])
     assert f'PeftModel.from_pretrained(base, "{REPO_ID}")' in card.text and 'subfolder="merged"' in card.text
     assert card.data.model_name == REPO_ID.split("/")[1]
-    check_card(output_dir / "README.md", results_of(output_dir))
+    check_card(output_dir / "README.md", read_results(output_dir))
 
 
 @pytest.mark.parametrize("offline", [False, True], ids=["no-token", "offline"])
@@ -365,7 +372,9 @@ def test_the_trainers_push_to_hub_ends_with_the_runs_card_and_results(
     assert "results.json" in hub.uploads[-1] and "adapter_model.safetensors" in hub.uploads[-1]
     card = ModelCard(hub.cards[-1])
     assert CARD_TAG in card.data.tags and f'"{REPO_ID}"' in card.text
-    assert [r.metric_value for r in card.data.eval_results] == [results[m.key] for m in card_metrics(results)]
+    assert [r.metric_value for r in card.data.eval_results] == [
+        results[m.key] for m in card_metrics(record(results))
+    ]
     assert (tmp_path / "lora" / "README.md").read_text() == hub.cards[-1]
 
 
@@ -446,7 +455,7 @@ def test_the_saved_threshold_decides_the_runs_predictions_and_recipes_lib_predic
 
 def test_the_card_of_a_tuned_run_gives_the_threshold_and_the_scores_at_it(tuned_run):
     results = results_of(tuned_run)
-    card = check_card(tuned_run / "README.md", results)
+    card = check_card(tuned_run / "README.md", record(results))
     threshold = results["decision_threshold"]
     at_threshold = [r for r in card.data.eval_results if r.metric_args == {"threshold": threshold}]
     assert {(r.dataset_split, r.metric_name) for r in at_threshold} >= {
@@ -558,7 +567,7 @@ def test_multi_label_cards_give_the_scores_at_0_5_and_at_the_tuned_thresholds_an
         test_f1_micro=0.72,
     )
     (tmp_path / "multi").mkdir()
-    card = ModelCard.load(write_card(tmp_path / "multi", multi))
+    card = ModelCard.load(write_card(tmp_path / "multi", record(multi)))
     found = [(r.dataset_split, r.metric_name, r.metric_value, r.metric_args) for r in card.data.eval_results]
     assert found[3] == ("validation", "accuracy (tuned thresholds)", 0.55, {"thresholds": thresholds})
     assert found[6] == ("test", "accuracy (tuned thresholds)", 0.52, {"thresholds": thresholds})
@@ -568,7 +577,7 @@ def test_multi_label_cards_give_the_scores_at_0_5_and_at_the_tuned_thresholds_an
 
     (tmp_path / "regression").mkdir()
     regression = minimal_results("regression", eval_mse=0.1, eval_pearson=float("nan"), eval_spearman=0.8)
-    card = ModelCard.load(write_card(tmp_path / "regression", regression))
+    card = ModelCard.load(write_card(tmp_path / "regression", record(regression)))
     assert [(r.metric_type, r.metric_value) for r in card.data.eval_results] == [
         ("mse", 0.1),
         ("spearmanr", 0.8),
@@ -591,7 +600,7 @@ def test_an_adapters_card_names_its_base_and_loads_it_quantized_as_the_run_did(q
     from recipes_lib.tracking.model_card import build_card
 
     adapter = {"recipe": "qlora" if quantized else "lora", "lora_target_modules": ["query", "value"]}
-    text = build_card(minimal_results("single_label_classification", **adapter, **quantized)).text
+    text = build_card(record(minimal_results("single_label_classification", **adapter, **quantized))).text
     assert base in text
     assert (loading in text) if loading else ("BitsAndBytesConfig" not in text)
     assert "fine-tuned for single-label classification on `glue/sst2`" in text
@@ -645,13 +654,15 @@ def test_a_card_shows_a_passed_export_and_never_a_failed_one(tmp_path):
               "min_fp32_agreement": 0.99, "models": {"int8": model}}  # fmt: skip
     report_path = output_dir.joinpath(*EXPORT_REPORT)
     report_path.parent.mkdir(parents=True)
-    assert "## ONNX export" not in write_card(output_dir, results).read_text()  # the folder has no report yet
+    assert (
+        "## ONNX export" not in write_card(output_dir, record(results)).read_text()
+    )  # the folder has no report yet
 
     report_path.write_text(json.dumps(report))
-    card = write_card(output_dir, results).read_text()
+    card = write_card(output_dir, record(results)).read_text()
     row = "| int8 (unsigned weights) | `model.int8.onnx` | 23.0 MiB | 99.75% of 400 | 0.8400 (0.8425) | 0.25 | 3.1e-01 |"
     assert row in card and "on the run's validation split (validation.csv)" in card
 
     report_path.write_text(json.dumps({**report, "passed": False}))  # never shown, even if one lands there
     assert read_export_report(output_dir) is None
-    assert "## ONNX export" not in write_card(output_dir, results).read_text()
+    assert "## ONNX export" not in write_card(output_dir, record(results)).read_text()

@@ -103,11 +103,13 @@ def test_a_hub_float_test_split_of_minus_ones_is_predicted_not_scored(monkeypatc
 
 
 def test_an_undefined_correlation_is_written_as_null(tmp_path):
-    from recipes_lib.results import write_results
-    from recipes_lib.workbench import read_results
+    from recipes_lib.results import RunResults, read_results, write_results
 
-    write_results(tmp_path, {"eval_pearson": float("nan"), "nested": {"x": float("inf")}})
-    assert read_results(tmp_path) == {"eval_pearson": None, "nested": {"x": None}}
+    undefined = {"eval_pearson": float("nan"), "memory_breakdown_gib": {"activations": float("inf")}}
+    write_results(tmp_path, RunResults.from_dict(undefined))
+    assert json.loads((tmp_path / "results.json").read_text(), parse_constant=float)["eval_pearson"] is None
+    results = read_results(tmp_path)
+    assert results.eval_pearson is None and results.memory_breakdown_gib == {"activations": None}
 
 
 def test_a_hub_list_of_class_labels_keeps_its_names_and_order(monkeypatch):

@@ -1,30 +1,13 @@
 """What the workbench (the planner, sweep, crossval, tools, the dashboard and the command line) shares
-and a recipe run never loads: a finished run's results.json read back, tables for the terminal or
-Markdown, and how runs are told apart when compared."""
+and a recipe run never loads: tables for the terminal or Markdown, and how runs are told apart when
+compared (a finished run's results.json is read back by results.read_results)."""
 
 from __future__ import annotations
 
-import os
-from pathlib import Path
-from typing import Any
-
 from recipes_lib.config.registry import RECIPES
-from recipes_lib.results import RESULTS_FILE
-from recipes_lib.whole_files import read_json
 
 # What `recipes-lib crossval` writes in its output_dir instead (the sweep reads it when `folds` is set).
 CROSSVAL_RESULTS_FILE = "crossval_results.json"
-
-
-def read_results(path: str | os.PathLike) -> dict[str, Any]:
-    path = Path(path)
-    if path.is_dir():
-        path = path / RESULTS_FILE
-    return read_json(
-        path,
-        "a run's results",
-        "Restore it from a copy, or run the recipe again with --overwrite_output_dir.",
-    )
 
 
 def format_table(header: list[str], rows: list[list[str]], markdown: bool = False) -> str:

@@ -119,7 +119,8 @@ def run_in_process(recipe_name: str, args: list[str]) -> dict[str, Any]:
     Faster than `accelerate launch` (no new interpreter, no second import of torch), and the same
     code the launched script runs.
     """
-    return load_recipe(recipe_name).main(with_teacher(recipe_name, args))
+    # main returns the run's RunResults; the tests read it as the file's keys.
+    return load_recipe(recipe_name).main(with_teacher(recipe_name, args)).to_dict()
 
 
 def accelerate_launch_command(

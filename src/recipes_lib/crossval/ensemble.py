@@ -30,7 +30,7 @@ from recipes_lib.data.files import write_jsonl
 from recipes_lib.errors import DataError
 from recipes_lib.evaluation.predictions import TEST_PREDICTIONS_FILE, prediction_rows
 from recipes_lib.export.bundle import read_thresholds
-from recipes_lib.results import RESULTS_FILE
+from recipes_lib.results import RESULT_KEYS, read_results
 
 ENSEMBLE_FILE = "test_ensemble_predictions.jsonl"
 ENSEMBLE_HOW = {
@@ -86,8 +86,9 @@ def test_figures(
     if not test_file:
         return None
     key = test_metric_of(metric)
+    # eval_tuned_* has no test twin (the test split is scored at the tuned thresholds as test_*).
     per_fold = [
-        json.loads((Path(d) / RESULTS_FILE).read_text()).get(key) for _, d in sorted(fold_dirs.items())
+        read_results(d).value(key) if key in RESULT_KEYS else None for _, d in sorted(fold_dirs.items())
     ]
     task, classes = training.task, [str(name) for name in training.labels.names]
     folds = [

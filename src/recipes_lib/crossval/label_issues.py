@@ -51,8 +51,9 @@ from recipes_lib.errors import ConfigError, DataError
 from recipes_lib.evaluation.neglected import NEGLECTED_RECALL, describe_class
 from recipes_lib.evaluation.predictions import EVAL_PREDICTIONS_FILE
 from recipes_lib.results import RESULTS_FILE as RUN_RESULTS_FILE
+from recipes_lib.results import read_results
 from recipes_lib.whole_files import read_jsonl, write_text_whole, written_whole
-from recipes_lib.workbench import format_table, read_results
+from recipes_lib.workbench import format_table
 
 ISSUES_FILE = "label_issues.csv"
 # Beside the CSV: the counts, where the probabilities came from, and whether the model had learnt.
@@ -145,15 +146,15 @@ def read_run(directory: Path) -> HeldOutPredictions:
     """A run's eval_predictions.jsonl: its model never trained on its validation rows, so they are held out
     (its training rows are not: that needs a cross-validation)."""
     results = read_results(directory)
-    task = results.get("problem_type")
+    task = results.problem_type
     lines = read_jsonl(directory / EVAL_PREDICTIONS_FILE, "a run's predictions", "Run the recipe again.")
     if task == REGRESSION:
         return HeldOutPredictions(None, lines, REGRESSION, [], [], "", VALIDATION_CLEANED_STEM)  # type: ignore[arg-type]
-    config = results.get("config") or {}
+    config = results.config or {}
     validation_file = config.get("validation_file")
     if not validation_file:
         raise ConfigError(
-            f"The run in {directory} took its validation split from {results.get('eval_split') or 'a Hub dataset'}, "
+            f"The run in {directory} took its validation split from {results.eval_split or 'a Hub dataset'}, "
             "not from a --validation_file, so its rows cannot be named in a file of yours. Run it with "
             "--validation_file FILE, or cross-validate the training file (recipes-lib crossval)."
         )
@@ -178,7 +179,7 @@ def read_run(directory: Path) -> HeldOutPredictions:
         f"validation rows of {validation_file} (cleanlab, from the run's held-out predictions of its validation "
         f"split, {EVAL_PREDICTIONS_FILE}; `row` indexes that file's data rows, not the training file's)"
     )
-    return HeldOutPredictions(validation, predictions, task, classes, results.get("text_columns") or [],
+    return HeldOutPredictions(validation, predictions, task, classes, results.text_columns or [],
                               source, VALIDATION_CLEANED_STEM)  # fmt: skip
 
 

@@ -33,6 +33,7 @@ from recipes_lib.crossval.folds import (
 from recipes_lib.crossval.oof import OOF_FILE, RESULTS_FILE, format_summary, out_of_fold_rows, summary
 from recipes_lib.data.files import write_jsonl
 from recipes_lib.errors import ConfigError
+from recipes_lib.results import read_results
 from recipes_lib.sweep.config import (
     LearningRateSearch,
     RecipeSweep,
@@ -65,7 +66,6 @@ from recipes_lib.sweep.study import (
 )
 from recipes_lib.sweep.trials import COMPLETE, Outcome, Trial, launch_trial
 from recipes_lib.training.checkpoints import RUN_WEIGHTS, checkpoints_in
-from recipes_lib.workbench import read_results
 
 STUDY_FILE = "crossval.db"
 FOLD_PHASE = "fold"
@@ -333,7 +333,7 @@ def finish(
         "data_arguments": dict(settings.data),
         "task": training.task,
         "label_column": training.label_column,
-        "text_columns": first_run.get("text_columns"),
+        "text_columns": first_run.text_columns,
         "classes": [str(name) for name in training.labels.names],
         "folds": settings.folds,
         "seed": settings.seed,

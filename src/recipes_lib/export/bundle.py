@@ -26,6 +26,7 @@ from typing import Any
 
 from recipes_lib.errors import ConfigError
 from recipes_lib.evaluation.predictions import DECISION_THRESHOLD_FILE, THRESHOLDS_FILE
+from recipes_lib.results import RunResults
 from recipes_lib.whole_files import DamagedFileError, fsync_tree, read_json
 
 EXPORT_SUBDIR = "export"
@@ -40,7 +41,13 @@ RUN_KEYS = ("config", "text_columns", "problem_type", "decision_threshold", "lab
 
 
 def write_bundle(
-    directory: Path, model_dir: Path, results_dir: Path, results: dict, tokenizer, model_config, exporter: str
+    directory: Path,
+    model_dir: Path,
+    results_dir: Path,
+    results: RunResults,
+    tokenizer,
+    model_config,
+    exporter: str,
 ) -> None:
     """Everything but the ONNX files and the report into `directory`: tokenizer, config, thresholds, settings."""
     tokenizer.save_pretrained(directory)
@@ -49,7 +56,7 @@ def write_bundle(
         source = next((d / name for d in (model_dir, results_dir) if (d / name).is_file()), None)
         if source is not None:
             shutil.copyfile(source, directory / name)
-    run = {key: results[key] for key in RUN_KEYS if key in results}
+    run = {key: results.value(key) for key in RUN_KEYS}
     # The exported model runs in fp32 on the CPU whatever the run trained in.
     run.update(precision="fp32", device="cpu")
     settings = {
@@ -57,10 +64,10 @@ def write_bundle(
         "exporter": exporter,
         "inputs": list(tokenizer.model_input_names),
         "dynamic_axes": ["batch", "sequence"],
-        "max_seq_length": results["config"].get("max_seq_length"),
-        "long_text": results["config"].get("long_text", "truncate"),
-        "stride": results["config"].get("stride"),
-        "window_pooling": results["config"].get("window_pooling", "mean"),
+        "max_seq_length": results.config.get("max_seq_length"),
+        "long_text": results.config.get("long_text", "truncate"),
+        "stride": results.config.get("stride"),
+        "window_pooling": results.config.get("window_pooling", "mean"),
     }
     (directory / SETTINGS_FILE).write_text(json.dumps(settings, indent=2) + "\n")
 
@@ -95,13 +102,13 @@ class ExportedModel:
     settings: dict[str, Any]
 
     @property
-    def run_results(self) -> dict[str, Any]:
-        """The part of the run's results.json that predict reads ("config", "text_columns", ...)."""
-        return self.settings["run"]
+    def run_results(self) -> RunResults:
+        """The part of the run's results.json that predict reads ("config", "text_columns", ...); the rest null."""
+        return RunResults.from_dict(self.settings["run"])
 
     def describe(self) -> str:
         return f"ONNX export ({self.onnx_path.name}, {self.settings.get('exporter', '?')} exporter) of a " \
-               f"{self.run_results.get('recipe', '?')} run"  # fmt: skip
+               f"{self.run_results.recipe or '?'} run"  # fmt: skip
 
 
 def find_export(path: str | Path) -> ExportedModel | None:

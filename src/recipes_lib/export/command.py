@@ -55,8 +55,7 @@ from recipes_lib.export.onnx_model import (
 from recipes_lib.export.runtime import measure_latency, onnx_logits, onnx_session, session_logits
 from recipes_lib.export.sensitivity import MAX_KEPT, SENSITIVITY_ROWS, keep_sensitive_nodes, rank_nodes
 from recipes_lib.modeling.adapters import ADAPTER_CONFIG_FILE, MERGED_SUBDIR, load_trained_model
-from recipes_lib.results import RESULTS_FILE
-from recipes_lib.workbench import read_results
+from recipes_lib.results import RESULTS_FILE, RunResults, read_results
 
 logger = logging.getLogger(__name__)
 
@@ -76,7 +75,7 @@ class ExportOutcome:
         return not self.failures
 
 
-def locate_run(path: str | Path) -> tuple[Path, Path, dict]:
+def locate_run(path: str | Path) -> tuple[Path, Path, RunResults]:
     """(results_dir, model_dir, results.json) of a finished run's output_dir, or of its merged/ subdirectory."""
     path = Path(path)
     results_dir = path.parent if path.name == MERGED_SUBDIR and not (path / RESULTS_FILE).is_file() else path
@@ -87,7 +86,7 @@ def locate_run(path: str | Path) -> tuple[Path, Path, dict]:
             f"of a run that finished (the directory holding {RESULTS_FILE} and the model)."
         )
     results = read_results(results_path)
-    if not isinstance(results.get("config"), dict):
+    if not isinstance(results.config, dict):
         raise ConfigError(f'{results_path} has no "config" (the run\'s settings); run the recipe again.')
     if not any(
         (path / name).is_file()
@@ -99,10 +98,10 @@ def locate_run(path: str | Path) -> tuple[Path, Path, dict]:
     return results_dir, path, results
 
 
-def _thresholds(directory: Path, results: dict, label_names: list[str], problem_type: str):
+def _thresholds(directory: Path, results: RunResults, label_names: list[str], problem_type: str):
     """(multi-label thresholds, binary decision threshold) as predict uses them (the bundle holds the files)."""
     if problem_type == MULTI_LABEL:
-        saved = results.get("label_thresholds")
+        saved = results.label_thresholds
         fallback = (
             [float(saved[n]) for n in label_names]
             if isinstance(saved, dict) and set(saved) == set(label_names)
@@ -110,7 +109,7 @@ def _thresholds(directory: Path, results: dict, label_names: list[str], problem_
         )
         return read_thresholds(directory, label_names) or fallback, None
     if problem_type == SINGLE_LABEL and len(label_names) == 2:
-        saved = results.get("decision_threshold")
+        saved = results.decision_threshold
         fallback = float(saved) if isinstance(saved, (int, float)) and 0 < saved < 1 else None
         return None, read_decision_threshold(directory) or fallback
     return None, None
@@ -135,9 +134,9 @@ def export_run(
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     model_config = AutoConfig.from_pretrained(model_dir)
     label_names = [model_config.id2label[i] for i in range(model_config.num_labels)]
-    problem_type = model_config.problem_type or results.get("problem_type") or SINGLE_LABEL
+    problem_type = model_config.problem_type or results.problem_type or SINGLE_LABEL
     # The held-out rows before the weights: a bad path costs seconds, not an export.
-    rows = gate_rows(results["config"], tokenizer, label_names, eval_file)
+    rows = gate_rows(results.config, tokenizer, label_names, eval_file)
 
     staging = Path(tempfile.mkdtemp(prefix=".export-", dir=results_dir))
     staging.chmod(0o755)  # mkdtemp's 0700 would follow the directory to export/
@@ -154,7 +153,7 @@ def export_run(
 
         reference = _reference(model, model_dir)
         cpu = torch.device("cpu")
-        collator = padding_collator(tokenizer, data_arguments(results["config"]), cpu)
+        collator = padding_collator(tokenizer, data_arguments(results.config), cpu)
         reference_logits = batch_logits(reference, rows.encoded, collator, cpu, batch_size, progress)
         decider = Decider(
             problem_type, label_names, *_thresholds(staging, results, label_names, problem_type)
@@ -194,7 +193,7 @@ def export_run(
     return ExportOutcome(directory, report, failures)
 
 
-def _card_with_export(results_dir: Path, results: dict) -> None:
+def _card_with_export(results_dir: Path, results: RunResults) -> None:
     """The run's model card again, now with the export's gate figures (model_card.read_export_report).
     The export stands whatever happens here: a card that cannot be written is a warning."""
     from recipes_lib.tracking.model_card import write_card

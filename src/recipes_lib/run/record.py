@@ -34,7 +34,14 @@ from recipes_lib.evaluation.predictions import final_outputs, prediction_files, 
 from recipes_lib.evaluation.training_loss import high_loss_note, train_loss_check
 from recipes_lib.modeling.loading import count_parameters
 from recipes_lib.modeling.optimizers import optimizer_state_summary
-from recipes_lib.results import RESULTS_FILE, library_versions, timestamp, write_results
+from recipes_lib.results import (
+    RESULT_KEYS,
+    RESULTS_FILE,
+    RunResults,
+    library_versions,
+    timestamp,
+    write_results,
+)
 from recipes_lib.tracking.model_card import build_card, write_card
 from recipes_lib.tracking.names import METRIC_TITLES, eval_key
 from recipes_lib.training.trainer import evaluation_in_input_order
@@ -114,27 +121,29 @@ def task_results(settings: RunSettings, eval_metrics) -> dict[str, Any]:
     """The task and its validation metrics (the evaluation's thresholds, per-class and test figures follow)."""
     data = settings.data
     labels = data.labels
-    return {
-        "recipe": settings.recipe,
-        "model_name_or_path": settings.arguments.model.model_name_or_path,
-        "dataset": data.description,
-        "problem_type": labels.problem_type,
-        "num_labels": labels.num_labels,
-        # Single-label and multi-label (exact match) accuracy and macro-F1; null for regression.
-        "eval_accuracy": eval_metrics.get("eval_accuracy"),
-        "eval_f1": eval_metrics.get("eval_f1"),
-        # The task's other metrics (tasks.TASK_METRICS): micro-F1, or MSE, Pearson and Spearman.
-        **{eval_key(name): eval_metrics.get(eval_key(name)) for name in TASK_METRICS[labels.problem_type]},
-        "eval_loss": eval_metrics.get("eval_loss"),
+    return dict(
+        recipe=settings.recipe,
+        model_name_or_path=settings.arguments.model.model_name_or_path,
+        dataset=data.description,
+        problem_type=labels.problem_type,
+        num_labels=labels.num_labels,
+        # The task's metrics (tasks.TASK_METRICS); the others, null. Multi-label accuracy: exact match.
+        eval_accuracy=eval_metrics.get("eval_accuracy"),
+        eval_f1=eval_metrics.get("eval_f1"),
+        eval_f1_micro=eval_metrics.get("eval_f1_micro"),
+        eval_mse=eval_metrics.get("eval_mse"),
+        eval_pearson=eval_metrics.get("eval_pearson"),
+        eval_spearman=eval_metrics.get("eval_spearman"),
+        eval_loss=eval_metrics.get("eval_loss"),
         # Counted from the predictions gathered over all processes (evaluation/metrics.py), not len(dataset): a
         # duplicated or dropped validation example under several processes would show here.
-        "eval_samples": eval_metrics["eval_samples"],
-        "eval_split": data.split_sources["validation"],
-        "text_columns": list(data.text_columns),
+        eval_samples=eval_metrics["eval_samples"],
+        eval_split=data.split_sources["validation"],
+        test_split=data.split_sources["test"] if "test" in data.tokenized else None,
+        text_columns=list(data.text_columns),
         # Per split: examples longer than max_seq_length, the lengths keeping 95% and 99% whole (data/long_text.py).
-        "truncation": data.truncation,
-        **({"test_split": data.split_sources["test"]} if "test" in data.tokenized else {}),
-    }
+        truncation=data.truncation,
+    )
 
 
 def training_results(settings: RunSettings, trainer, train_result) -> dict[str, Any]:
@@ -144,91 +153,107 @@ def training_results(settings: RunSettings, trainer, train_result) -> dict[str, 
     runtime = metrics["train_runtime"]
     real_tokens, all_tokens = settings.tokens
     weights = getattr(trainer.compute_loss_func, "class_weights", None)
-    return {
-        "train_samples": len(trainer.train_dataset),
-        "train_loss": metrics.get("train_loss"),
-        "train_steps": state.global_step,
+    return dict(
+        train_samples=len(trainer.train_dataset),
+        train_loss=metrics.get("train_loss"),
+        train_steps=state.global_step,
         # --early_stopping_patience: the checkpoint whose weights were kept, and its metric.
-        "best_step": _step_of(state.best_model_checkpoint) if training.load_best_model_at_end else None,
-        "best_metric": state.best_metric if training.load_best_model_at_end else None,
-        "class_weights": dict(zip(settings.data.labels.names, weights, strict=True)) if weights else None,
-        "epochs": state.epoch,
-        "train_runtime_s": round(runtime, 3),
-        "train_samples_per_s": metrics.get("train_samples_per_second"),
-        "train_tokens_per_s": round(real_tokens / runtime, 2) if runtime > 0 else None,
-        "pad_ratio": round(1 - real_tokens / all_tokens, 4) if all_tokens else None,
-    }
+        best_step=_step_of(state.best_model_checkpoint) if training.load_best_model_at_end else None,
+        best_metric=state.best_metric if training.load_best_model_at_end else None,
+        class_weights=dict(zip(settings.data.labels.names, weights, strict=True)) if weights else None,
+        epochs=state.epoch,
+        train_runtime_s=round(runtime, 3),
+        train_samples_per_s=metrics.get("train_samples_per_second"),
+        train_tokens_per_s=round(real_tokens / runtime, 2) if runtime > 0 else None,
+        pad_ratio=round(1 - real_tokens / all_tokens, 4) if all_tokens else None,
+    )
 
 
 def model_results(settings: RunSettings, trainer) -> dict[str, Any]:
-    """What trained and how: the model type, adapters, memory, the batch (parameters and optimizer
-    state are counted in modeling/, by finish_run)."""
+    """What trained and how: the model type, adapters, the batch (the memory comes as settings.memory;
+    parameters and optimizer state are counted in modeling/, by finish_run)."""
     adapters, choice = settings.shape.adapters, settings.batch_choice
-    return {
-        "model_type": settings.model_type,
-        "attn_implementation": settings.arguments.model.attn_implementation,
+    return dict(
+        model_type=settings.model_type,
+        attn_implementation=settings.arguments.model.attn_implementation,
         # LoRA: the layers adapted (resolved for the family) and the modules trained whole.
-        "lora_target_modules": _listed(adapters.target_modules) if adapters is not None else None,
-        "modules_trained_in_full": list(getattr(trainer.model, "modules_to_save", None) or []) or None,
+        lora_target_modules=_listed(adapters.target_modules) if adapters is not None else None,
+        modules_trained_in_full=list(getattr(trainer.model, "modules_to_save", None) or []) or None,
         # QLoRA: the bits of the frozen base's linear weights (4: NF4, 8: LLM.int8); else None.
-        "quantized_base_bits": settings.shape.base_bits if settings.shape.quantized_base else None,
-        **settings.memory,
+        quantized_base_bits=settings.shape.base_bits if settings.shape.quantized_base else None,
         # The batch the Trainer's arguments hold at the end: after any out-of-memory back-off (RecipeTrainer).
-        "auto_batch_size": choice.after_training(
+        auto_batch_size=choice.after_training(
             trainer.args, getattr(trainer, "out_of_memory_at", [])
         ).to_dict()
         if choice is not None
         else None,
-    }
+    )
 
 
-def environment_results(settings: RunSettings, trainer) -> dict[str, Any]:
+def environment_results(settings: RunSettings, trainer, config: dict[str, Any]) -> dict[str, Any]:
     """Where and how it ran: device, processes, precision, versions, the full config."""
     training = trainer.args
-    return {
-        "device": settings.device,
-        "num_processes": training.world_size,
+    return dict(
+        device=settings.device,
+        num_processes=training.world_size,
         # Read from the autocast state inside the model during training, not from the flags.
-        "precision": settings.precision,
-        "precision_reason": settings.arguments.training.precision_choice.reason,
+        precision=settings.precision,
+        precision_reason=settings.arguments.training.precision_choice.reason,
         # QLoRA: the dtype of the 4-bit layers' matmuls (bitsandbytes' compute dtype); else None.
-        "quantized_compute_dtype": settings.quantized_compute,
-        "versions": library_versions(),
-        "created_at": timestamp(),
-        "output_dir": str(training.output_dir),
-        # What ran: the parsed arguments with what the run resolved (task, precision) and the
-        # Trainer's own copy of the training arguments (the batch it trained with).
-        "config": replace(settings.arguments, training=training).to_dict(),
-    }
+        quantized_compute_dtype=settings.quantized_compute,
+        versions=library_versions(),
+        created_at=timestamp(),
+        output_dir=str(training.output_dir),
+        config=config,
+    )
 
 
-def finish_run(trainer, train_result, eval_metrics: dict[str, Any], settings: RunSettings) -> dict[str, Any]:
-    """Predictions and results.json of a finished run (this module's docstring); returns the results."""
+def finish_run(trainer, train_result, eval_metrics: dict[str, Any], settings: RunSettings) -> RunResults:
+    """Predictions and results.json of a finished run (this module's docstring); returns the record.
+
+    Each part below names its own keys; they meet in RunResults' constructor, which refuses a key two
+    parts give (TypeError: got multiple values for keyword argument) and one that is not a field.
+    """
     trainer.log_metrics("train", train_result.metrics)
     trainer.log_metrics("eval", eval_metrics)
+    # What ran: the parsed arguments with what the run resolved (task, precision) and the Trainer's
+    # own copy of the training arguments (the batch it trained with).
+    config = replace(settings.arguments, training=trainer.args).to_dict()
     # What the Trainer holds, read here: how training went, what trained and how, where.
-    run_results = {
-        **training_results(settings, trainer, train_result),
-        **model_results(settings, trainer),
-        **environment_results(settings, trainer),
-    }
+    training, model = training_results(settings, trainer, train_result), model_results(settings, trainer)
+    environment = environment_results(settings, trainer, config)
     validation, test, eval_metrics = final_predictions(settings, trainer, eval_metrics)
-    results = task_results(settings, eval_metrics)
+    task = task_results(settings, eval_metrics)
     # Down the layers from here: the parameters and what the optimizer's state tensors hold after
     # training, measured (modeling/); then what the evaluation derives: multi-label thresholds
     # (validation at them: optimistic, tuned and scored on one split), --decision_threshold's figures,
     # per-class scores and the confusion matrix, neglected classes, the end loss; then the files.
     total, trainable = count_parameters(trainer.model)
-    held = {"params_total": total, "params_trainable": trainable}
-    held.update(optimizer_state_summary(trainer.optimizer, trainer.model))
+    optimizer_state = optimizer_state_summary(trainer.optimizer, trainer.model)
     labels, source = settings.data.labels, settings.data.split_sources["validation"]
     option = settings.arguments.training.decision_threshold  # 'tune', a probability, or None
     outputs = final_outputs(validation, test, trainer.compute_metrics, labels.names, option, source)
     if outputs.test_metrics:
         trainer.log_metrics("test", outputs.test_metrics)
-    results = {**results, **outputs.results, **outputs.test_metrics, **settings.merged, **held, **run_results}
-    results["neglected_classes"] = neglected_classes(results["per_class"], results["confusion_matrix"])
-    results.update(train_loss_check(trainer.state.log_history, results))  # issue #42: the end loss
+    judged = {"problem_type": labels.problem_type, "num_labels": labels.num_labels, "config": config}
+    results = RunResults(
+        **task,
+        **outputs.results,
+        # The Trainer's test figures the record keeps (not its timing: the speed is training's).
+        **{key: value for key, value in outputs.test_metrics.items() if key in RESULT_KEYS},
+        **settings.merged,
+        params_total=total,
+        params_trainable=trainable,
+        **optimizer_state,
+        **training,
+        **model,
+        **settings.memory,
+        **environment,
+        neglected_classes=neglected_classes(
+            outputs.results["per_class"], outputs.results["confusion_matrix"]
+        ),
+        **train_loss_check(trainer.state.log_history, judged),  # issue #42: the end loss
+    )
     if trainer.is_world_process_zero():
         output_dir = Path(trainer.args.output_dir)
         directories = [path for path in (output_dir, output_dir / MERGED_SUBDIR) if path.is_dir()]
@@ -283,7 +308,7 @@ def hub_repo_id(trainer) -> str | None:
     return getattr(trainer, "hub_model_id", None) if trainer.args.push_to_hub else None
 
 
-def publish_results(trainer, results: dict[str, Any]) -> None:
+def publish_results(trainer, results: RunResults) -> None:
     """The model card from the results, the run's closing lines, and --push_to_hub's second push.
 
     The Trainer pushed the model when the script saved it, before the final evaluation; the second
@@ -297,19 +322,19 @@ def publish_results(trainer, results: dict[str, Any]) -> None:
         logger.info(
             "Done: %s, %.1f samples/s, peak memory %.2f GiB. Model and %s in %s",
             ", ".join(
-                f"{METRIC_TITLES[name]} {results[eval_key(name)]:.4f}"
-                for name in TASK_METRICS[results["problem_type"]]
-                if results[eval_key(name)] is not None
+                f"{METRIC_TITLES[name]} {results.value(eval_key(name)):.4f}"
+                for name in TASK_METRICS[results.problem_type]
+                if results.value(eval_key(name)) is not None
             ),
-            results["train_samples_per_s"],
-            results["peak_memory_gib"],
+            results.train_samples_per_s,
+            results.peak_memory_gib,
             RESULTS_FILE,
             output_dir,
         )
-        if results["neglected_classes"]:  # issue #42: a class the model ignores, said with what helps
-            logger.warning(results_neglect_note(results))
-        if results["train_loss_high"]:
-            logger.warning(high_loss_note(results))
+        if results.neglected_classes:  # issue #42: a class the model ignores, said with what helps
+            logger.warning(results_neglect_note(results.to_dict()))
+        if results.train_loss_high:
+            logger.warning(high_loss_note(results.to_dict()))
     if trainer.args.push_to_hub:
         trainer.model_card = build_card(results, hub_repo_id(trainer))
         trainer.push_to_hub(commit_message="End of training: results and model card")

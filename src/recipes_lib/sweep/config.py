@@ -35,6 +35,7 @@ import yaml
 
 from recipes_lib.config.registry import RECIPES
 from recipes_lib.errors import ConfigError
+from recipes_lib.results import RESULT_KEYS
 
 DEFAULT_ACCELERATE_CONFIG = "accelerate_configs/single_gpu.yaml"
 CPU_ACCELERATE_CONFIG = "accelerate_configs/cpu.yaml"
@@ -317,6 +318,12 @@ def _direction(value: Any, metric: str) -> str:
     return value
 
 
+# The validation figures of results.json a sweep can choose on (its eval_* fields, less the split's name and size).
+VALIDATION_METRICS = tuple(
+    key for key in RESULT_KEYS if key.startswith("eval_") and key not in ("eval_split", "eval_samples")
+)
+
+
 def _metric(value: Any) -> str:
     metric = str(value)
     if metric.startswith("test_"):
@@ -325,10 +332,11 @@ def _metric(value: Any) -> str:
             f"validation key (eval_{metric.removeprefix('test_')}) and the report takes its test_ twin from "
             "the chosen trials when the runs have a test split."
         )
-    if not metric.startswith("eval_"):
+    if metric not in VALIDATION_METRICS:
+        keys = ", ".join(VALIDATION_METRICS)
         raise ConfigError(
-            f"'metric' is {metric}; give a results.json validation key, eval_<name> (eval_accuracy, eval_f1, "
-            "eval_loss, eval_pearson, ...; docs/results-format.md lists them)."
+            f"'metric' is {metric}; give a results.json validation key: {keys} (docs/results-format.md says "
+            "what each is)."
         )
     return metric
 

@@ -20,16 +20,16 @@ from typing import Any
 
 import psutil
 
-from recipes_lib.results import RESULTS_FILE
+from recipes_lib.results import RESULT_KEYS, RESULTS_FILE, read_results
 from recipes_lib.sweep.config import SweepConfig, format_lr
 from recipes_lib.tracking import names
-from recipes_lib.workbench import CROSSVAL_RESULTS_FILE, read_results
+from recipes_lib.workbench import CROSSVAL_RESULTS_FILE
 
 SEARCH, SEEDS = "search", "seeds"
 # A trial's status: running while its process runs, then one of the other three.
 RUNNING, COMPLETE, FAILED, INTERRUPTED = "running", "complete", "failed", "interrupted"
 # The results.json figures a trial keeps in the study (the report reads them from there).
-RESULT_KEYS = (
+KEPT_KEYS = (
     "recipe", "model_name_or_path", "eval_split", "test_split", "peak_memory_gib", "peak_memory_source",
     "tensor_peak_gib", "optimizer_state_bytes", "params_trainable", "train_runtime_s", "epochs",
     "train_samples_per_s", "device", "precision",
@@ -123,9 +123,12 @@ def read_outcome(trial: Trial, config: SweepConfig, launcher_code: int, wall_s: 
             FAILED, f"it exited 0 without writing {trial.output_dir / RESULTS_FILE}", 0, wall_s=wall_s
         )
     results = read_results(trial.output_dir)
-    kept = {key: results.get(key) for key in RESULT_KEYS}
-    kept.update({key: results.get(key) for key in (config.metric, config.test_metric)})
-    value = results.get(config.metric)
+    kept = {key: results.value(key) for key in KEPT_KEYS}
+    kept[config.metric] = value = results.value(config.metric)
+    # The metric's test twin, where the record has one (eval_tuned_f1 has none: its thresholds are validation's).
+    kept[config.test_metric] = (
+        results.value(config.test_metric) if config.test_metric in RESULT_KEYS else None
+    )
     if value is None:
         reason = f"results.json has no value for {config.metric} (null or missing); choose a metric the runs report"
         return Outcome(FAILED, reason, exit_code=0, wall_s=wall_s, results=kept)
@@ -141,7 +144,7 @@ def read_crossval_outcome(trial: Trial, config: SweepConfig, wall_s: float) -> O
     crossval = json.loads(path.read_text())
     first_fold = read_results(Path(crossval["per_fold"][0]["output_dir"]))
     test = crossval.get("test") or {}
-    kept = {key: first_fold.get(key) for key in RESULT_KEYS}
+    kept = {key: first_fold.value(key) for key in KEPT_KEYS}
     kept.update({
         config.metric: crossval["mean"],
         f"{config.metric}_std_over_folds": crossval["std"],

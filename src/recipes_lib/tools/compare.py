@@ -26,10 +26,10 @@ from pathlib import Path
 from typing import Any
 
 from recipes_lib.config.tasks import MULTI_LABEL, REGRESSION
-from recipes_lib.results import RESULTS_FILE
+from recipes_lib.results import RESULTS_FILE, RunResults, read_results
 from recipes_lib.tracking.names import METRIC_TITLES, eval_key
 from recipes_lib.units import BREAKDOWN_KEYS, GIB, short_model_name
-from recipes_lib.workbench import OTHER_TASK_METRICS, format_table, read_results
+from recipes_lib.workbench import OTHER_TASK_METRICS, format_table
 
 CHART_FILE = "memory_comparison.png"
 # The columns of multi-label and regression metrics (micro-F1, MSE, ...) that `compare` and `show` add
@@ -63,7 +63,7 @@ class CompareError(Exception):
     """A run directory without results.json: one line for the user, exit code 2."""
 
 
-def load_runs(run_dirs: list[str]) -> list[dict[str, Any]]:
+def load_runs(run_dirs: list[str]) -> list[RunResults]:
     runs = []
     for run_dir in run_dirs:
         path = Path(run_dir)
@@ -73,11 +73,11 @@ def load_runs(run_dirs: list[str]) -> list[dict[str, Any]]:
     return runs
 
 
-def _unit(runs: list[dict[str, Any]]) -> tuple[str, float]:
+def _unit(runs: list[RunResults]) -> tuple[str, float]:
     """GiB, or MiB when every tensor figure is under 1 GiB (a small model would read 0.0x GiB)."""
     largest = max(
-        [run.get("tensor_peak_gib") or 0 for run in runs]
-        + [value or 0 for run in runs for value in (run.get("memory_breakdown_gib") or {}).values()]
+        [run.tensor_peak_gib or 0 for run in runs]
+        + [value or 0 for run in runs for value in (run.memory_breakdown_gib or {}).values()]
     )
     return ("GiB", 1.0) if largest >= 1 else ("MiB", 1024.0)
 
@@ -86,50 +86,50 @@ def _number(value: Any, fmt: str) -> str:
     return "-" if value is None else fmt.format(value)
 
 
-def table_columns(unit: str, scale: float) -> list[tuple[str, Callable[[dict[str, Any]], str]]]:
-    def memory(key: str) -> Callable[[dict[str, Any]], str]:
-        return lambda run: _number(None if run.get(key) is None else run[key] * scale, "{:.2f}")
+def table_columns(unit: str, scale: float) -> list[tuple[str, Callable[[RunResults], str]]]:
+    def memory(key: str) -> Callable[[RunResults], str]:
+        return lambda run: _number(None if run.value(key) is None else run.value(key) * scale, "{:.2f}")
 
-    def part(key: str) -> Callable[[dict[str, Any]], str]:
-        def cell(run: dict[str, Any]) -> str:
-            value = (run.get("memory_breakdown_gib") or {}).get(key)
+    def part(key: str) -> Callable[[RunResults], str]:
+        def cell(run: RunResults) -> str:
+            value = (run.memory_breakdown_gib or {}).get(key)
             return _number(None if value is None else value * scale, "{:.2f}")
 
         return cell
 
-    def optimizer_state_bytes(run: dict[str, Any]) -> str:
-        measured = run.get("optimizer_state_bytes")
+    def optimizer_state_bytes(run: RunResults) -> str:
+        measured = run.optimizer_state_bytes
         if measured is None:  # a results.json without the key: the breakdown's figure, in bytes
-            gib = (run.get("memory_breakdown_gib") or {}).get("optimizer_state")
+            gib = (run.memory_breakdown_gib or {}).get("optimizer_state")
             measured = None if gib is None else round(gib * GIB)
         return _number(measured, "{:,}")
 
     return [
-        ("recipe", lambda run: str(run.get("recipe", "-"))),
-        ("model", lambda run: short_model_name(run.get("model_name_or_path"))),
-        ("peak GiB", lambda run: _number(run.get("peak_memory_gib"), "{:.2f}")),
+        ("recipe", lambda run: str(run.recipe or "-")),
+        ("model", lambda run: short_model_name(run.model_name_or_path)),
+        ("peak GiB", lambda run: _number(run.peak_memory_gib, "{:.2f}")),
         (f"tensor peak {unit}", memory("tensor_peak_gib")),
         *[(f"{COLUMN_NAMES[key]} {unit}", part(key)) for key in BREAKDOWN_KEYS],
-        ("trainable params", lambda run: _number(run.get("params_trainable"), "{:,}")),
+        ("trainable params", lambda run: _number(run.params_trainable, "{:,}")),
         ("optimizer state bytes", optimizer_state_bytes),
-        ("samples/s", lambda run: _number(run.get("train_samples_per_s"), "{:.1f}")),
-        ("tokens/s", lambda run: _number(run.get("train_tokens_per_s"), "{:,.0f}")),
-        ("accuracy", lambda run: _number(run.get("eval_accuracy"), "{:.4f}")),
-        ("macro-F1", lambda run: _number(run.get("eval_f1"), "{:.4f}")),
-        ("train s", lambda run: _number(run.get("train_runtime_s"), "{:.1f}")),
+        ("samples/s", lambda run: _number(run.train_samples_per_s, "{:.1f}")),
+        ("tokens/s", lambda run: _number(run.train_tokens_per_s, "{:,.0f}")),
+        ("accuracy", lambda run: _number(run.eval_accuracy, "{:.4f}")),
+        ("macro-F1", lambda run: _number(run.eval_f1, "{:.4f}")),
+        ("train s", lambda run: _number(run.train_runtime_s, "{:.1f}")),
     ]
 
 
-def task_metric_columns(runs: list[dict[str, Any]]) -> list[tuple[str, Callable[[dict[str, Any]], str]]]:
+def task_metric_columns(runs: list[RunResults]) -> list[tuple[str, Callable[[RunResults], str]]]:
     """Multi-label's micro-F1, regression's MSE, Pearson and Spearman: a column where a run has the metric."""
     return [
-        (title, lambda run, key=key: _number(run.get(key), "{:.4f}"))
+        (title, lambda run, key=key: _number(run.value(key), "{:.4f}"))
         for key, title in TASK_METRIC_COLUMNS
-        if any(run.get(key) is not None for run in runs)
+        if any(run.value(key) is not None for run in runs)
     ]
 
 
-def comparison_table(runs: list[dict[str, Any]], markdown: bool = False) -> str:
+def comparison_table(runs: list[RunResults], markdown: bool = False) -> str:
     unit, scale = _unit(runs)
     columns = table_columns(unit, scale) + task_metric_columns(runs)
     sets = evaluation_sets(runs)
@@ -148,20 +148,20 @@ def comparison_table(runs: list[dict[str, Any]], markdown: bool = False) -> str:
 EVALUATION_PARTS = ("data", "validation", "rows", "task", "labels", "held-out seed")
 
 
-def evaluation_set(run: dict[str, Any]) -> dict[str, Any]:
+def evaluation_set(run: RunResults) -> dict[str, Any]:
     """What a run's validation metrics were computed on, part by part (EVALUATION_PARTS)."""
-    config = run.get("config") or {}
-    confusion = run.get("confusion_matrix") or {}
-    labels = confusion.get("labels") or list(run.get("per_class") or {}) or None
-    held_out = "held out" in str(run.get("eval_split") or "")
+    config = run.config or {}
+    confusion = run.confusion_matrix or {}
+    labels = confusion.get("labels") or list(run.per_class or {}) or None
+    held_out = "held out" in str(run.eval_split or "")
     return {
         # The Hub dataset, or the training file rows were held out of; a validation file of its own makes
         # the training file no part of the set (a cleaned train.csv scored on the same dev.csv compares).
-        "data": None if config.get("validation_file") else run.get("dataset"),
+        "data": None if config.get("validation_file") else run.dataset,
         # The file's path as given (eval_split keeps only its name), else the Hub split or "10% of train".
-        "validation": config.get("validation_file") or run.get("eval_split"),
-        "rows": run.get("eval_samples"),
-        "task": run.get("problem_type"),
+        "validation": config.get("validation_file") or run.eval_split,
+        "rows": run.eval_samples,
+        "task": run.problem_type,
         "labels": ", ".join(map(str, labels)) if labels else None,
         # Held-out rows are drawn from train with the run's seed: another seed, other rows.
         "held-out seed": config.get("seed") if held_out else None,
@@ -172,12 +172,12 @@ def _set_name(index: int) -> str:
     return chr(ord("A") + index) if index < 26 else f"S{index + 1}"
 
 
-def evaluation_sets(runs: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
+def evaluation_sets(runs: list[RunResults]) -> dict[str, list[RunResults]]:
     """The runs grouped by the set they were evaluated on, A, B, ... in order of first appearance.
 
     Two runs share a set when no part both record differs.
     """
-    sets: list[tuple[dict[str, Any], list[dict[str, Any]]]] = []
+    sets: list[tuple[dict[str, Any], list[RunResults]]] = []
     for run in runs:
         parts = evaluation_set(run)
         for known, members in sets:
@@ -191,7 +191,7 @@ def evaluation_sets(runs: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]
     return {_set_name(index): members for index, (_, members) in enumerate(sets)}
 
 
-def evaluation_note(runs: list[dict[str, Any]], names: list[str]) -> str | None:
+def evaluation_note(runs: list[RunResults], names: list[str]) -> str | None:
     """One line naming the runs of each evaluation set and what differs between the sets; None when all
     were evaluated on the same set."""
     sets = evaluation_sets(runs)
@@ -230,8 +230,8 @@ def run_names(run_dirs: list[str]) -> list[str]:
     return names
 
 
-def table_notes(runs: list[dict[str, Any]]) -> list[str]:
-    sources = sorted({run.get("peak_memory_source") for run in runs if run.get("peak_memory_source")})
+def table_notes(runs: list[RunResults]) -> list[str]:
+    sources = sorted({run.peak_memory_source for run in runs if run.peak_memory_source})
     notes = [f"peak: {source}" for source in sources]
     notes.append(
         "tensor peak: all tensors at once during training; weights ... other: the peak of each kind over the "
@@ -240,22 +240,22 @@ def table_notes(runs: list[dict[str, Any]]) -> list[str]:
     return notes
 
 
-def _chart_metric(runs: list[dict[str, Any]]) -> tuple[str, str]:
+def _chart_metric(runs: list[RunResults]) -> tuple[str, str]:
     """The score the chart marks: accuracy (multi-label: exact match), or Pearson when every run is regression."""
-    if runs and all(run.get("problem_type") == REGRESSION for run in runs):
+    if runs and all(run.problem_type == REGRESSION for run in runs):
         return eval_key("pearson"), "Pearson"
-    if runs and all(run.get("problem_type") == MULTI_LABEL for run in runs):
+    if runs and all(run.problem_type == MULTI_LABEL for run in runs):
         return eval_key("accuracy"), "exact match"
     return eval_key("accuracy"), "accuracy"
 
 
-def _run_label(run: dict[str, Any], runs: list[dict[str, Any]]) -> str:
-    recipe = str(run.get("recipe", "?"))
-    models = {run.get("model_name_or_path") for run in runs}
-    return recipe if len(models) == 1 else f"{recipe}\n{short_model_name(run.get('model_name_or_path'))}"
+def _run_label(run: RunResults, runs: list[RunResults]) -> str:
+    recipe = str(run.recipe or "?")
+    models = {run.model_name_or_path for run in runs}
+    return recipe if len(models) == 1 else f"{recipe}\n{short_model_name(run.model_name_or_path)}"
 
 
-def write_chart(runs: list[dict[str, Any]], path: str | os.PathLike) -> Path:
+def write_chart(runs: list[RunResults], path: str | os.PathLike) -> Path:
     """Top: one stacked bar per run (where the training memory went). Below it, in the same
     column: the run's accuracy. Reading down a column gives the trade-off."""
     # matplotlib is imported only when a chart is drawn (a heavy import).
@@ -287,12 +287,12 @@ def write_chart(runs: list[dict[str, Any]], path: str | os.PathLike) -> Path:
 
 
 def _draw_memory_bars(
-    memory_axis, runs: list[dict[str, Any]], positions: list[int], unit: str, scale: float
+    memory_axis, runs: list[RunResults], positions: list[int], unit: str, scale: float
 ) -> list[float]:
     """One bar per run, its breakdown parts stacked, its total written on top; returns the totals."""
     bottoms = [0.0] * len(runs)
     for key in BREAKDOWN_KEYS:
-        heights = [((run.get("memory_breakdown_gib") or {}).get(key) or 0) * scale for run in runs]
+        heights = [((run.memory_breakdown_gib or {}).get(key) or 0) * scale for run in runs]
         memory_axis.bar(
             positions, heights, 0.55, bottom=bottoms, color=PART_COLOURS[key], label=PART_LABELS[key]
         )
@@ -311,10 +311,10 @@ def _draw_memory_bars(
 
 
 def _mark_tensor_peaks(
-    memory_axis, runs: list[dict[str, Any]], positions: list[int], scale: float
+    memory_axis, runs: list[RunResults], positions: list[int], scale: float
 ) -> list[tuple[int, float]]:
     """A black tick at each run's measured all-tensors peak, where it has one; returns (position, value)s."""
-    peaks = [(position, run.get("tensor_peak_gib")) for position, run in zip(positions, runs, strict=True)]
+    peaks = [(position, run.tensor_peak_gib) for position, run in zip(positions, runs, strict=True)]
     peaks = [(position, peak * scale) for position, peak in peaks if peak is not None]
     if peaks:
         memory_axis.scatter(
@@ -353,10 +353,10 @@ def _label_memory_axis(memory_axis, unit: str, totals: list[float], peaks: list[
     )
 
 
-def _draw_accuracy(accuracy_axis, runs: list[dict[str, Any]], positions: list[int]) -> None:
+def _draw_accuracy(accuracy_axis, runs: list[RunResults], positions: list[int]) -> None:
     """Each run's validation score (accuracy, exact match or Pearson) under its bar, and the run labels."""
     metric_key, metric_label = _chart_metric(runs)
-    accuracies = [run.get(metric_key) for run in runs]
+    accuracies = [run.value(metric_key) for run in runs]
     known = [
         (position, value) for position, value in zip(positions, accuracies, strict=True) if value is not None
     ]
@@ -379,10 +379,10 @@ def _draw_accuracy(accuracy_axis, runs: list[dict[str, Any]], positions: list[in
     accuracy_axis.set_xlim(-0.6, len(runs) - 0.4)
 
 
-def _set_title(memory_axis, runs: list[dict[str, Any]]) -> None:
+def _set_title(memory_axis, runs: list[RunResults]) -> None:
     """The chart's title: the models compared, and the devices they ran on."""
-    models = sorted({short_model_name(run.get("model_name_or_path")) for run in runs})
-    devices = sorted({str(run.get("device", "")).split(" (")[0] for run in runs if run.get("device")})
+    models = sorted({short_model_name(run.model_name_or_path) for run in runs})
+    devices = sorted({str(run.device or "").split(" (")[0] for run in runs if run.device})
     memory_axis.set_title(
         f"Training memory and accuracy by recipe: {', '.join(models)}"
         + (f" ({', '.join(devices)})" if devices else ""),
@@ -415,15 +415,15 @@ NOT_THE_SETTING = frozenset({
 REPEAT_METRICS = (("eval_accuracy", "accuracy"), ("eval_f1", "macro-F1"))
 
 
-def setting_key(run: dict[str, Any]) -> str:
+def setting_key(run: RunResults) -> str:
     """What a run computed, but its seed and where it wrote: the recipe and every other resolved option."""
-    config = {key: value for key, value in (run.get("config") or {}).items() if key not in NOT_THE_SETTING}
-    return json.dumps({"recipe": run.get("recipe"), **config}, sort_keys=True, default=str)
+    config = {key: value for key, value in (run.config or {}).items() if key not in NOT_THE_SETTING}
+    return json.dumps({"recipe": run.recipe, **config}, sort_keys=True, default=str)
 
 
-def group_repeats(runs: list[dict[str, Any]]) -> list[list[dict[str, Any]]]:
+def group_repeats(runs: list[RunResults]) -> list[list[RunResults]]:
     """The runs grouped by setting (setting_key), groups in the order of their first run."""
-    groups: dict[str, list[dict[str, Any]]] = {}
+    groups: dict[str, list[RunResults]] = {}
     for run in runs:
         groups.setdefault(setting_key(run), []).append(run)
     return list(groups.values())
@@ -437,10 +437,10 @@ def _mean_std(values: list[float], fmt: str = "{:.4f}") -> str:
     return f"{fmt.format(statistics.fmean(values))} ± {fmt.format(statistics.stdev(values))}"
 
 
-def repeats_table(groups: list[list[dict[str, Any]]], markdown: bool = False) -> str:
+def repeats_table(groups: list[list[RunResults]], markdown: bool = False) -> str:
     """One row per setting: its runs and seeds, then mean ± sample std (n - 1) of each figure over them."""
     metrics = [(key, title) for key, title in (*REPEAT_METRICS, *TASK_METRIC_COLUMNS)
-               if any(run.get(key) is not None for group in groups for run in group)]  # fmt: skip
+               if any(run.value(key) is not None for group in groups for run in group)]  # fmt: skip
     header = [
         "recipe",
         "model",
@@ -453,14 +453,14 @@ def repeats_table(groups: list[list[dict[str, Any]]], markdown: bool = False) ->
     ]
     rows = []
     for group in groups:
-        config = group[0].get("config") or {}
+        config = group[0].config or {}
         rows.append([
-            str(group[0].get("recipe", "-")), short_model_name(group[0].get("model_name_or_path")),
+            str(group[0].recipe or "-"), short_model_name(group[0].model_name_or_path),
             _number(config.get("learning_rate"), "{:g}"), str(len(group)),
-            ", ".join(str((run.get("config") or {}).get("seed", "-")) for run in group),
-            *(_mean_std([run[key] for run in group if run.get(key) is not None]) for key, _ in metrics),
-            _mean_std([run["peak_memory_gib"] for run in group if run.get("peak_memory_gib") is not None], "{:.2f}"),
-            _mean_std([run["train_runtime_s"] for run in group if run.get("train_runtime_s") is not None], "{:.1f}"),
+            ", ".join(str((run.config or {}).get("seed", "-")) for run in group),
+            *(_mean_std([run.value(key) for run in group if run.value(key) is not None]) for key, _ in metrics),
+            _mean_std([run.peak_memory_gib for run in group if run.peak_memory_gib is not None], "{:.2f}"),
+            _mean_std([run.train_runtime_s for run in group if run.train_runtime_s is not None], "{:.1f}"),
         ])  # fmt: skip
     return format_table(header, rows, markdown)
 

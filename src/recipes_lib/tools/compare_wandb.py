@@ -25,7 +25,6 @@ from recipes_lib.tools.compare import (
     run_names,
     runs_home,
 )
-from recipes_lib.tracking import names
 from recipes_lib.tracking.dashboard import COMPARE_JOB_TYPE, COMPARISON_CHART, COMPARISON_TABLE
 from recipes_lib.tracking.wandb_run import (
     DEFAULT_PROJECT,
@@ -72,13 +71,13 @@ def log_comparison(
     """Log the compare table (and the chart compare drew) into the runs' group as one W&B run."""
     try:
         runs = load_runs(run_dirs)
-        configs: list[Mapping[str, Any]] = [run.get("config") or {} for run in runs]
+        configs: list[Mapping[str, Any]] = [run.config or {} for run in runs]
         project = project or _one({project_of(config) for config in configs}, "project", "--wandb_project")
         group = group or _one({experiment_of(config) for config in configs}, "group", "--experiment")
     except CompareError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
-    recipes = [str(run.get(names.RECIPE, "?")) for run in runs]
+    recipes = [str(run.recipe or "?") for run in runs]
     identity = RunIdentity(
         project=project,
         group=group,

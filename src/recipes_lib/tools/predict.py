@@ -57,8 +57,7 @@ from recipes_lib.modeling.adapters import (
     load_trained_model,
     read_base_quantization,
 )
-from recipes_lib.results import RESULTS_FILE
-from recipes_lib.workbench import read_results
+from recipes_lib.results import RESULTS_FILE, RunResults, read_results
 
 logger = logging.getLogger(__name__)
 
@@ -74,16 +73,16 @@ class TrainedRun:
 
     results_dir: Path  # holds results.json
     model_dir: Path  # holds the model: results_dir, or results_dir/merged
-    results: dict[str, Any]
+    results: RunResults
 
     @property
     def config(self) -> dict[str, Any]:
-        return self.results["config"]
+        return self.results.config
 
     def describe(self) -> str:
         if not (self.model_dir / ADAPTER_CONFIG_FILE).is_file():
             merged = self.model_dir.name == MERGED_SUBDIR and self.model_dir != self.results_dir
-            return f"{'merged' if merged else 'full'} model of a {self.results.get('recipe', '?')} run"
+            return f"{'merged' if merged else 'full'} model of a {self.results.recipe or '?'} run"
         quantization = read_base_quantization(self.model_dir)
         if quantization is None:
             return "LoRA adapter on its full-precision base"
@@ -127,7 +126,7 @@ def find_run(path: str | Path) -> TrainedRun:
             )
         )
     results = read_results(results_path)
-    if not isinstance(results, dict) or not isinstance(results.get("config"), dict):
+    if not isinstance(results.config, dict):
         raise ConfigError(
             f'{results_path} has no "config" (the run\'s settings), which predict needs for the text columns '
             "and max_seq_length. It was written by an older version or edited; run the recipe again."
@@ -202,8 +201,8 @@ def text_columns(
         return input_text_columns(run, found, input_path, named_here, note)
     if named:
         columns, source = tuple(c.strip() for c in str(named).split(",") if c.strip()), "--text_column_names"
-    elif run.results.get("text_columns"):
-        columns, source = tuple(run.results["text_columns"]), "the training data's text columns"
+    elif run.results.text_columns:
+        columns, source = tuple(run.results.text_columns), "the training data's text columns"
     else:
         columns = tuple(
             name
@@ -240,7 +239,7 @@ def input_text_columns(
 ) -> tuple[str, ...]:
     """--text_column_names: the input's columns, as many as the run trained on, each in the input."""
     columns = tuple(c.strip() for c in named_here.split(",") if c.strip())
-    trained = run.config.get("text_column_names") or ",".join(run.results.get("text_columns") or [])
+    trained = run.config.get("text_column_names") or ",".join(run.results.text_columns or [])
     expected = len([c for c in str(trained).split(",") if c.strip()]) if trained else len(columns)
     if not 1 <= len(columns) <= 2 or len(columns) != expected:
         raise DataError(
@@ -284,8 +283,8 @@ def _autocast(run: TrainedRun, device: torch.device):
     The Trainer evaluates under autocast in bf16/fp16; elsewhere (a GPU run predicted on a CPU,
     where bf16 can be tens of times slower) predictions run in fp32.
     """
-    run_device = str(run.results.get("device") or "cpu").split(":")[0].split(" ")[0]
-    precision = (run.results.get("precision") or "fp32") if run_device == device.type else "fp32"
+    run_device = str(run.results.device or "cpu").split(":")[0].split(" ")[0]
+    precision = (run.results.precision or "fp32") if run_device == device.type else "fp32"
     return autocast_for(precision, device.type)
 
 
@@ -329,7 +328,7 @@ def predict(
             f"({str(error).strip().splitlines()[0]}). A finished run saves both next to the model; run it again."
         ) from None
     label_names = [model_config.id2label[i] for i in range(model_config.num_labels)]
-    problem_type = model_config.problem_type or run.results.get("problem_type") or SINGLE_LABEL
+    problem_type = model_config.problem_type or run.results.problem_type or SINGLE_LABEL
     thresholds = run_thresholds(run, label_names) if problem_type == MULTI_LABEL else None
     binary = problem_type == SINGLE_LABEL and len(label_names) == 2
     decision_threshold = run_decision_threshold(run) if binary else None
@@ -376,7 +375,7 @@ def run_thresholds(run: TrainedRun, label_names: list[str]) -> list[float]:
         thresholds = read_thresholds(directory, label_names)
         if thresholds is not None:
             return thresholds
-    saved = run.results.get("label_thresholds")
+    saved = run.results.label_thresholds
     if isinstance(saved, dict) and set(saved) == set(label_names):
         return [float(saved[name]) for name in label_names]
     logger.warning(
@@ -394,7 +393,7 @@ def run_decision_threshold(run: TrainedRun) -> float | None:
         if threshold is not None:
             break
     else:
-        saved = run.results.get("decision_threshold")
+        saved = run.results.decision_threshold
         threshold = float(saved) if isinstance(saved, (int, float)) and 0 < saved < 1 else None
     if threshold is not None:
         logger.info(

@@ -14,10 +14,9 @@ import sys
 from pathlib import Path
 
 from recipes_lib.errors import ConfigError, HubError, RecipeError
-from recipes_lib.results import RESULTS_FILE
+from recipes_lib.results import RESULTS_FILE, read_results
 from recipes_lib.tracking.hub import hub_problem
 from recipes_lib.tracking.model_card import write_card
-from recipes_lib.workbench import read_results
 
 # What `Trainer.push_to_hub` ignores (its scratch files, the checkpoints), and the local W&B files.
 PUSH_IGNORE_PATTERNS = ["_*", "checkpoint-*", "wandb/*", "*.lock"]

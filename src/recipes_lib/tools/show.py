@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import sys
-from pathlib import Path
 
-from recipes_lib.results import RESULTS_FILE
-from recipes_lib.tools.compare import TASK_METRIC_COLUMNS
-from recipes_lib.workbench import format_table, read_results
+from recipes_lib.results import RunResults
+from recipes_lib.tools.compare import TASK_METRIC_COLUMNS, CompareError, load_runs
+from recipes_lib.workbench import format_table
 
 # (results.json key, column title, format)
 SHOW_COLUMNS = (
@@ -25,28 +24,23 @@ SHOW_COLUMNS = (
 )
 
 
-def _cell(results: dict, key: str, fmt: str) -> str:
-    value = results.get(key)
+def _cell(results: RunResults, key: str, fmt: str) -> str:
+    value = results.value(key)
     return "-" if value is None else fmt.format(value)
 
 
 def show(run_dirs: list[str]) -> int:
-    rows, runs = [], []
-    for run_dir in run_dirs:
-        path = Path(run_dir)
-        if not (path / RESULTS_FILE).is_file() and not path.is_file():
-            print(
-                f"error: no {RESULTS_FILE} in '{run_dir}'; pass the output_dir of a finished run.",
-                file=sys.stderr,
-            )
-            return 2
-        runs.append(read_results(path))
-        memory_note = runs[-1].get("peak_memory_source")
+    try:
+        runs = load_runs(run_dirs)
+    except CompareError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    memory_note = runs[-1].peak_memory_source
     # Multi-label and regression runs add their metrics (micro-F1; MSE, Pearson, Spearman) after macro-F1.
     extra = [
         (key, title, "{:.4f}")
         for key, title in TASK_METRIC_COLUMNS
-        if any(run.get(key) is not None for run in runs)
+        if any(run.value(key) is not None for run in runs)
     ]
     columns = [*SHOW_COLUMNS[:4], *extra, *SHOW_COLUMNS[4:]]
     rows = [[_cell(results, key, fmt) for key, _, fmt in columns] for results in runs]

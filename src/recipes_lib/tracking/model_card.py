@@ -31,6 +31,7 @@ from huggingface_hub import EvalResult, ModelCard, ModelCardData
 from recipes_lib.config.recipe_options import MERGED_SUBDIR
 from recipes_lib.config.registry import RECIPES
 from recipes_lib.config.tasks import MULTI_LABEL, REGRESSION, SINGLE_LABEL, TASK_METRICS
+from recipes_lib.results import RunResults
 from recipes_lib.tracking.names import METRIC_TITLES
 from recipes_lib.whole_files import read_json, write_text_whole
 
@@ -75,9 +76,9 @@ class BaseModel:
         return self.hub_id or self.local_name or "BASE_MODEL"
 
 
-def _is_adapter(results: dict[str, Any]) -> bool:
+def _is_adapter(results: RunResults) -> bool:
     """Whether the run saved a LoRA adapter (with the head) rather than a whole model."""
-    return results.get("lora_target_modules") is not None
+    return results.lora_target_modules is not None
 
 
 def _hub_id(name: str | None) -> str | None:
@@ -89,10 +90,10 @@ def _hub_id(name: str | None) -> str | None:
     return name
 
 
-def base_model(results: dict[str, Any]) -> BaseModel:
+def base_model(results: RunResults) -> BaseModel:
     """The base model by its Hub id: as given, or, for a local directory, its config's `_name_or_path`
     when that is one (a local copy of a Hub model, such as the demo's); else only the directory's name."""
-    given = results.get("model_name_or_path")
+    given = results.model_name_or_path
     if _hub_id(given):
         return BaseModel(given, None)
     if not given:
@@ -113,30 +114,30 @@ def _file_name(value: str | None) -> str | None:
     return re.split(r"[\\/]", str(value).rstrip("\\/"))[-1]
 
 
-def _is_local_data(results: dict[str, Any]) -> bool:
-    return bool(results.get("config", {}).get("train_file"))
+def _is_local_data(results: RunResults) -> bool:
+    return bool((results.config or {}).get("train_file"))
 
 
-def _split(results: dict[str, Any], role: str) -> str:
+def _split(results: RunResults, role: str) -> str:
     """The split a score comes from, as the model-index names it: 'validation' or 'test' for local files
     and held-out parts of train; a Hub dataset's own split name (validation_matched) where it has one."""
-    source = results.get("eval_split" if role == "validation" else "test_split")
+    source = results.eval_split if role == "validation" else results.test_split
     if _is_local_data(results) or not source or not _SPLIT_NAME.match(str(source)):
         return role
     return str(source)
 
 
-def _scores(results: dict[str, Any]):
+def _scores(results: RunResults):
     """(results key, split, metric, note, decision args) of every score that may be there, in order.
 
     Multi-label: validation at 0.5 and at the tuned thresholds, test at the tuned ones (as record.py
     scores them). Binary with --decision_threshold: both splits at 0.5 and at the threshold, with the
     positive class's own F1.
     """
-    problem_type, names = results["problem_type"], TASK_METRICS[results["problem_type"]]
+    problem_type, names = results.problem_type, TASK_METRICS[results.problem_type]
     splits = {"eval": _split(results, "validation"), "test": _split(results, "test")}
     if problem_type == MULTI_LABEL:
-        tuned, tuned_note = {"thresholds": results.get("label_thresholds")}, " (tuned thresholds)"
+        tuned, tuned_note = {"thresholds": results.label_thresholds}, " (tuned thresholds)"
         for prefix, split, note, args in (
             ("eval", splits["eval"], "", {"threshold": 0.5}),
             ("eval_tuned", splits["eval"], tuned_note, tuned),
@@ -145,7 +146,7 @@ def _scores(results: dict[str, Any]):
             for name in names:
                 yield f"{prefix}_{name}", split, name, note, args
         return
-    threshold = results.get("decision_threshold")
+    threshold = results.decision_threshold
     at_half = {"threshold": 0.5} if threshold is not None else None
     for prefix, split in splits.items():
         for name in names:
@@ -162,40 +163,40 @@ def _is_score(value) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and not math.isnan(value)
 
 
-def card_metrics(results: dict[str, Any]) -> list[CardMetric]:
+def card_metrics(results: RunResults) -> list[CardMetric]:
     """The scores of the run that describe the saved model, each with its split; those the run has (NaN left out)."""
-    titles = {**METRIC_TITLES, "f1_positive": f"F1 of '{results.get('positive_label')}'"}
+    titles = {**METRIC_TITLES, "f1_positive": f"F1 of '{results.positive_label}'"}
     return [
         CardMetric(key, split, metric, titles[metric] + note, args)
         for key, split, metric, note, args in _scores(results)
-        if _is_score(results.get(key))
+        if _is_score(results.value(key))
     ]
 
 
-def _dataset(results: dict[str, Any]) -> tuple[str, str, str | None]:
+def _dataset(results: RunResults) -> tuple[str, str, str | None]:
     """(dataset type, dataset name, Hub config) for the model-index: a Hub dataset, or the local files.
     The name is also how the card's text calls the training data ('glue/sst2', or the file's name)."""
-    config = results.get("config", {})
+    config = results.config or {}
     if config.get("train_file"):
         return "local", _file_name(config["train_file"]), None
-    name = config.get("dataset_name") or str(results.get("dataset", "unknown")).split("/")[0]
-    return name, str(results.get("dataset", name)), config.get("dataset_config_name")
+    name = config.get("dataset_name") or str(results.dataset or "unknown").split("/")[0]
+    return name, str(results.dataset or name), config.get("dataset_config_name")
 
 
-def card_data(results: dict[str, Any], model_name: str) -> ModelCardData:
+def card_data(results: RunResults, model_name: str) -> ModelCardData:
     """The card's metadata: base model, library, task, tags, data and the scores as a model-index."""
     dataset_type, dataset_name, dataset_config = _dataset(results)
     eval_results = [
         EvalResult(
             task_type="text-classification",
-            task_name=TASK_WORDS[results["problem_type"]],
+            task_name=TASK_WORDS[results.problem_type],
             dataset_type=dataset_type,
             dataset_name=dataset_name,
             dataset_config=dataset_config,
             dataset_split=metric.split,
             metric_type=HUB_METRIC_TYPES[metric.metric],
             metric_name=metric.title,
-            metric_value=results[metric.key],
+            metric_value=results.value(metric.key),
             metric_args=metric.args,
         )
         for metric in card_metrics(results)
@@ -205,19 +206,19 @@ def card_data(results: dict[str, Any], model_name: str) -> ModelCardData:
         base_model=base_model(results).hub_id,
         library_name="peft" if _is_adapter(results) else "transformers",
         pipeline_tag="text-classification",
-        tags=[CARD_TAG, results["recipe"], results["problem_type"].replace("_", "-")],
+        tags=[CARD_TAG, results.recipe, results.problem_type.replace("_", "-")],
         datasets=[dataset_type] if dataset_type != "local" else None,
-        metrics=sorted({HUB_METRIC_TYPES[name] for name in TASK_METRICS[results["problem_type"]]}),
+        metrics=sorted({HUB_METRIC_TYPES[name] for name in TASK_METRICS[results.problem_type]}),
         eval_results=eval_results or None,
     )
 
 
 def build_card(
-    results: dict[str, Any], repo_id: str | None = None, export_report: dict[str, Any] | None = None
+    results: RunResults, repo_id: str | None = None, export_report: dict[str, Any] | None = None
 ) -> ModelCard:
     """The run's card: `repo_id` names the model in the loading code (default: the output_dir's name);
     `export_report`: a passed `recipes-lib export`'s export_report.json, shown as its own section."""
-    model_name = (repo_id or _file_name(str(results.get("output_dir", "."))) or "model").split("/")[-1]
+    model_name = (repo_id or _file_name(str(results.output_dir or ".")) or "model").split("/")[-1]
     model_name = model_name if model_name != "." else "model"
     with resources.as_file(resources.files("recipes_lib.tracking").joinpath(*TEMPLATE)) as template:
         return ModelCard.from_template(
@@ -228,7 +229,7 @@ def build_card(
         )
 
 
-def write_card(output_dir: str | Path, results: dict[str, Any], repo_id: str | None = None) -> Path:
+def write_card(output_dir: str | Path, results: RunResults, repo_id: str | None = None) -> Path:
     """README.md in output_dir (replacing the one peft writes beside an adapter), checked as it is read back;
     with the export's gate figures when output_dir holds a passed export (EXPORT_REPORT)."""
     path = Path(output_dir) / CARD_FILE
@@ -239,11 +240,11 @@ def write_card(output_dir: str | Path, results: dict[str, Any], repo_id: str | N
     return path
 
 
-def check_card(path: str | Path, results: dict[str, Any]) -> ModelCard:
+def check_card(path: str | Path, results: RunResults) -> ModelCard:
     """The card read back with `ModelCard.load`: its metadata parses, and its scores are results.json's."""
     card = ModelCard.load(path)
     data = card.data
-    expected = [(m.split, m.title, results[m.key]) for m in card_metrics(results)]
+    expected = [(m.split, m.title, results.value(m.key)) for m in card_metrics(results)]
     found = [(r.dataset_split, r.metric_name, r.metric_value) for r in data.eval_results or []]
     problems = []
     if CARD_TAG not in (data.tags or []):
@@ -305,12 +306,12 @@ def _export_values(report: dict[str, Any] | None) -> dict[str, Any] | None:
 # --- what the template shows -------------------------------------------------------------------------
 
 
-def _template_values(results: dict[str, Any], model_name: str, repo_id: str | None) -> dict[str, Any]:
+def _template_values(results: RunResults, model_name: str, repo_id: str | None) -> dict[str, Any]:
     """The values templates/model_card.md fills in, each already worded (the template only lays them out)."""
-    problem_type = results["problem_type"]
-    spec = RECIPES.get(results["recipe"])
-    threshold = results.get("decision_threshold")
-    positive = results.get("positive_label")
+    problem_type = results.problem_type
+    spec = RECIPES.get(results.recipe)
+    threshold = results.decision_threshold
+    positive = results.positive_label
     on_hub = repo_id is not None
     # The saved model in the loading code: the Hub repository, or this folder by its name (the card
     # sits in it; a local path would publish the machine's layout once the card is pushed).
@@ -319,55 +320,53 @@ def _template_values(results: dict[str, Any], model_name: str, repo_id: str | No
     return {
         "title": model_name,
         "base": base_model(results),
-        "recipe": results["recipe"],
+        "recipe": results.recipe,
         "recipe_summary": spec.summary if spec is not None and spec.summary else None,
         "task_words": TASK_WORDS[problem_type],
         "problem_type": problem_type,
         "is_regression": problem_type == REGRESSION,
         "dataset": _dataset(results)[1],
-        "label_names": list(results.get("per_class") or {}),
-        "label_thresholds": results.get("label_thresholds") or None,
+        "label_names": list(results.per_class or {}),
+        "label_thresholds": results.label_thresholds or None,
         "decision_threshold": threshold,
         "threshold_source": (
-            f"tuned on `{_file_name(results['decision_threshold_tuned_on'])}` for the best F1 of that class"
-            if results.get("decision_threshold_tuned_on")
+            f"tuned on `{_file_name(results.decision_threshold_tuned_on)}` for the best F1 of that class"
+            if results.decision_threshold_tuned_on
             else "given"
         ),
         "positive_label": positive,
-        "negative_label": next(
-            (name for name in results.get("per_class") or {} if name != positive), "the other"
-        ),
+        "negative_label": next((name for name in results.per_class or {} if name != positive), "the other"),
         "data_rows": _data_rows(results),
         "training_rows": _training_rows(results),
         "score_rows": _score_rows(results),
-        "optimistic": bool(results.get("label_thresholds") or results.get("decision_threshold_tuned_on")),
-        "peak_memory_gib": results.get("peak_memory_gib"),
-        "peak_memory_source": results.get("peak_memory_source"),
-        "peak_memory_reserved_gib": results.get("peak_memory_reserved_gib"),
-        "device": results.get("device"),
+        "optimistic": bool(results.label_thresholds or results.decision_threshold_tuned_on),
+        "peak_memory_gib": results.peak_memory_gib,
+        "peak_memory_source": results.peak_memory_source,
+        "peak_memory_reserved_gib": results.peak_memory_reserved_gib,
+        "device": results.device,
         "processes": _processes(results),
-        "precision": results.get("precision"),
-        "precision_reason": results.get("precision_reason"),
-        "quantized_compute_dtype": results.get("quantized_compute_dtype"),
+        "precision": results.precision,
+        "precision_reason": results.precision_reason,
+        "quantized_compute_dtype": results.quantized_compute_dtype,
         "is_adapter": _is_adapter(results),
         "where": where,
         "on_hub": on_hub,
         "function": {SINGLE_LABEL: "softmax", MULTI_LABEL: "sigmoid", REGRESSION: "none"}[problem_type],
         "quantization": quantization,
         "quantized_base": quantized_base,
-        "merged_model": results.get("merged_model"),
+        "merged_model": results.merged_model,
         "merged_dir": MERGED_SUBDIR,
         "merged_where": where if on_hub else f"{where}/{MERGED_SUBDIR}",
         "versions": ", ".join(
-            f"{name} {version}" for name, version in (results.get("versions") or {}).items() if version
+            f"{name} {version}" for name, version in (results.versions or {}).items() if version
         ),
-        "created_at": results.get("created_at"),
+        "created_at": results.created_at,
     }
 
 
-def _split_shown(results: dict[str, Any], role: str) -> str | None:
+def _split_shown(results: RunResults, role: str) -> str | None:
     """'validation (`dev.tsv`)': the split and where its rows came from, by file name only."""
-    source = results.get("eval_split" if role == "validation" else "test_split")
+    source = results.eval_split if role == "validation" else results.test_split
     if not source:
         return None
     source = _file_name(source) if _is_local_data(results) else source
@@ -375,20 +374,20 @@ def _split_shown(results: dict[str, Any], role: str) -> str | None:
     return split if source == split else f"{split} (`{source}`)"
 
 
-def _processes(results: dict[str, Any]) -> str:
-    processes = results.get("num_processes") or 1
+def _processes(results: RunResults) -> str:
+    processes = results.num_processes or 1
     return f"{processes} {'process' if processes == 1 else 'processes'}"
 
 
-def _data_rows(results: dict[str, Any]) -> list[str]:
+def _data_rows(results: RunResults) -> list[str]:
     rows = [
-        f"Training: `{_dataset(results)[1]}`, {results.get('train_samples')} examples",
-        f"Validation: {_split_shown(results, 'validation')}, {results.get('eval_samples')} examples",
+        f"Training: `{_dataset(results)[1]}`, {results.train_samples} examples",
+        f"Validation: {_split_shown(results, 'validation')}, {results.eval_samples} examples",
     ]
-    if results.get("test_split"):
+    if results.test_split:
         rows.append(f"Test: {_split_shown(results, 'test')}")
-    if results.get("text_columns"):
-        rows.append(f"Text: {' + '.join(f'`{c}`' for c in results['text_columns'])}")
+    if results.text_columns:
+        rows.append(f"Text: {' + '.join(f'`{c}`' for c in results.text_columns)}")
     return rows
 
 
@@ -405,10 +404,10 @@ def _long_text(config: dict[str, Any]) -> str | None:
     )
 
 
-def _training_rows(results: dict[str, Any]) -> list[tuple[str, str]]:
+def _training_rows(results: RunResults) -> list[tuple[str, str]]:
     """The training table's (setting, value) rows, those the run has."""
-    config = results.get("config", {})
-    processes = results.get("num_processes") or 1
+    config = results.config or {}
+    processes = results.num_processes or 1
     per_device = config.get("per_device_train_batch_size")
     accumulation = config.get("gradient_accumulation_steps") or 1
     batch = lora = parameters = None
@@ -417,12 +416,12 @@ def _training_rows(results: dict[str, Any]) -> list[tuple[str, str]]:
         batch = f"{per_device} per device x {accumulation} accumulation x {_processes(results)} = {effective}"
     if "lora_r" in config:
         lora = f"{config['lora_r']} / {config.get('lora_alpha')} / {config.get('lora_dropout')}"
-    if results.get("params_total"):
-        parameters = f"{results['params_trainable']:,} trained of {results['params_total']:,}"
+    if results.params_total:
+        parameters = f"{results.params_trainable:,} trained of {results.params_total:,}"
     rows = [
         ("learning rate", config.get("learning_rate")),
-        ("epochs", results.get("epochs")),
-        ("optimizer steps", results.get("train_steps")),
+        ("epochs", results.epochs),
+        ("optimizer steps", results.train_steps),
         ("batch", batch),
         ("max_seq_length", config.get("max_seq_length")),
         ("long texts", _long_text(config)),
@@ -430,12 +429,12 @@ def _training_rows(results: dict[str, Any]) -> list[tuple[str, str]]:
         ("weight decay", config.get("weight_decay")),
         ("scheduler", config.get("lr_scheduler_type")),
         ("seed", config.get("seed")),
-        ("class weights", results.get("class_weights")),
+        ("class weights", results.class_weights),
         ("LoRA r / alpha / dropout", lora),
-        ("LoRA on", results.get("lora_target_modules")),
-        ("trained in full", results.get("modules_trained_in_full")),
+        ("LoRA on", results.lora_target_modules),
+        ("trained in full", results.modules_trained_in_full),
         ("parameters", parameters),
-        ("final training loss", results.get("train_loss")),
+        ("final training loss", results.train_loss),
     ]
     return [(name, _shown(value)) for name, value in rows if value is not None]
 
@@ -451,34 +450,34 @@ def _shown(value) -> str:
     return str(value)
 
 
-def _score_rows(results: dict[str, Any]) -> list[tuple[str, str, float]]:
+def _score_rows(results: RunResults) -> list[tuple[str, str, float]]:
     """The results table: the model-index's scores, then the merged model's (LoRA) on validation."""
-    rows = [(m.split, m.title, results[m.key]) for m in card_metrics(results)]
+    rows = [(m.split, m.title, results.value(m.key)) for m in card_metrics(results)]
     rows += [
         (
             _split(results, "validation"),
             f"{METRIC_TITLES[name]}, merged model",
-            results[f"merged_eval_{name}"],
+            results.value(f"merged_eval_{name}"),
         )
-        for name in TASK_METRICS[results["problem_type"]]
-        if _is_score(results.get(f"merged_eval_{name}"))
+        for name in TASK_METRICS[results.problem_type]
+        if _is_score(results.value(f"merged_eval_{name}"))
     ]
     return rows
 
 
-def _quantized_base(results: dict[str, Any]) -> tuple[str, str] | tuple[None, None]:
+def _quantized_base(results: RunResults) -> tuple[str, str] | tuple[None, None]:
     """The adapter's quantized base (QLoRA) in words, and the BitsAndBytesConfig line that loads it as the
     run quantized it: an 8-bit base (--base_bits 8), or 4-bit when its matmuls' compute dtype was recorded;
     (None, None) when the base ran unquantized."""
-    if results.get("quantized_base_bits") == 8:
+    if results.quantized_base_bits == 8:
         return (
             "8-bit LLM.int8",
             "quantization = BitsAndBytesConfig(load_in_8bit=True)  # the 8-bit LLM.int8 base",
         )
-    if results.get("quantized_compute_dtype") is None:
+    if results.quantized_compute_dtype is None:
         return None, None
     # results.json names precisions as the run does (fp32, bf16, fp16); the code needs torch's dtype names.
-    named = results["quantized_compute_dtype"] or "float32"
+    named = results.quantized_compute_dtype or "float32"
     dtype = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}.get(named, named)
     return "4-bit NF4", (
         "quantization = BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type='nf4', "

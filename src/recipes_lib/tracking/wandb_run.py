@@ -58,7 +58,7 @@ from recipes_lib.config.bitsandbytes_import import kernels_line_dropped
 from recipes_lib.config.recipe_spec import RecipeSpec
 from recipes_lib.errors import ConfigError
 from recipes_lib.memory.peaks import peak_rss_gib
-from recipes_lib.results import describe_device, library_versions
+from recipes_lib.results import RunResults, describe_device, library_versions
 from recipes_lib.tracking import names
 from recipes_lib.tracking.auth import NO_KEY_REASON, has_credentials
 from recipes_lib.units import BREAKDOWN_KEYS, GIB, short_model_name
@@ -318,15 +318,15 @@ class ThroughputCallback(TrainerCallback):
         self.interval_start = None
 
 
-def results_table(runs: list[Mapping[str, Any]]):
+def results_table(runs: list[RunResults]):
     """A W&B table of finished runs, one row each (a run logs itself; compare --wandb logs them all):
     RESULTS_COLUMNS, then each memory part in GiB."""
     import wandb
 
     columns = [*names.RESULTS_COLUMNS, *(names.breakdown_column(part) for part in BREAKDOWN_KEYS)]
     rows = [
-        [results.get(key) for key in names.RESULTS_COLUMNS]
-        + [(results.get(names.MEMORY_BREAKDOWN) or {}).get(part) for part in BREAKDOWN_KEYS]
+        [results.value(key) for key in names.RESULTS_COLUMNS]
+        + [(results.memory_breakdown_gib or {}).get(part) for part in BREAKDOWN_KEYS]
         for results in runs
     ]
     return wandb.Table(columns=columns, data=rows)
@@ -355,7 +355,7 @@ def _confusion_matrix_rows(confusion: Mapping[str, Any]) -> list[list[Any]] | No
     ]
 
 
-def results_pictures(results: Mapping[str, Any]) -> dict[str, Any]:
+def results_pictures(results: RunResults) -> dict[str, Any]:
     """What a person would rather look at than read, as W&B objects by key (names.py):
 
     - the results as one table row (a table panel over several runs compares them);
@@ -366,18 +366,18 @@ def results_pictures(results: Mapping[str, Any]) -> dict[str, Any]:
     import wandb
 
     pictures: dict[str, Any] = {names.RESULTS_TABLE: results_table([results])}
-    breakdown = results.get(names.MEMORY_BREAKDOWN)
+    breakdown = results.memory_breakdown_gib
     if breakdown:
         chart = names.MEMORY_BREAKDOWN_CHART
         label, value = chart.fields["label"], chart.fields["value"]
         parts = [[part.replace("_", " "), breakdown.get(part)] for part in BREAKDOWN_KEYS]
         pictures[chart.key] = _chart(chart, wandb.Table(columns=[label, value], data=parts))
-    confusion = results.get(names.CONFUSION_MATRIX)
+    confusion = results.confusion_matrix
     cells = _confusion_matrix_rows(confusion) if confusion else None
     if cells is not None:
         chart = names.CONFUSION_MATRIX_CHART
         pictures[chart.key] = _chart(chart, wandb.Table(columns=list(chart.fields.values()), data=cells))
-    per_class = results.get(names.PER_CLASS)
+    per_class = results.per_class
     if per_class:
         rows = [
             [str(label), *(scores.get(name) for name in names.PER_CLASS_FIELDS)]
@@ -403,13 +403,13 @@ class Tracker:
         `tokens` is the run's TokenCounter callback, which counts the tokens of training batches."""
         return [ThroughputCallback(self.run, tokens)] if self.active else []
 
-    def finish(self, results: Mapping[str, Any]) -> None:
+    def finish(self, results: RunResults) -> None:
         """Log the results as pictures (results_pictures), put every results.json key into the summary
         (same names), then close the run."""
         if not self.active:
             return
         self.run.log(results_pictures(results))
-        self.run.summary.update({key: value for key, value in results.items() if key != "config"})
+        self.run.summary.update({key: value for key, value in results.to_dict().items() if key != "config"})
         self.run.finish()
         self.run = None
 

@@ -26,7 +26,6 @@ import contextlib
 import dataclasses
 import gc
 import hashlib
-import json
 import logging
 import os
 import shutil
@@ -51,7 +50,7 @@ from recipes_lib.errors import ConfigError, DataError
 from recipes_lib.evaluation.inference import batch_logits
 from recipes_lib.evaluation.windows import combine_windows
 from recipes_lib.modeling.adapters import ADAPTER_CONFIG_FILE, load_trained_model
-from recipes_lib.results import RESULTS_FILE
+from recipes_lib.results import RESULTS_FILE, read_results
 
 logger = logging.getLogger(__name__)
 
@@ -276,7 +275,7 @@ def _teacher_data_arguments(teacher_dir: Path, run_data_args: DataArguments) -> 
     results_path = teacher_dir / RESULTS_FILE
     if not results_path.is_file() and (teacher_dir.parent / RESULTS_FILE).is_file():
         results_path = teacher_dir.parent / RESULTS_FILE  # a merged model: OUTPUT_DIR/merged
-    config = json.loads(results_path.read_text()).get("config", {}) if results_path.is_file() else {}
+    config = (read_results(results_path).config or {}) if results_path.is_file() else {}
     names = {field.name for field in dataclasses.fields(DataArguments)}
     kept = ("max_seq_length", "long_text", "stride", "window_pooling", "pad_to_max_length")
     changes = {key: config[key] for key in kept if key in config and key in names}

@@ -25,9 +25,9 @@ from recipes_lib.memory.planner.configs import load_config_and_source
 from recipes_lib.memory.planner.encoder import Encoder
 from recipes_lib.memory.planner.parameters import count_parameters_on_meta
 from recipes_lib.memory.planner.setup import Setup
+from recipes_lib.results import RESULTS_FILE, read_results
 from recipes_lib.units import GIB
 
-RESULTS_FILE = "results.json"
 ADAPTER_CONFIG_FILE = "adapter_config.json"
 
 
@@ -86,8 +86,8 @@ def load_teacher(teacher: str, num_labels: int, shapes: dict[str, TrainingShape]
     `shapes`; its max_seq_length) or any model `plan --model` takes (loaded in fp32, as a full model is)."""
     path = Path(teacher)
     if (path / RESULTS_FILE).is_file():
-        results = json.loads((path / RESULTS_FILE).read_text())
-        recipe = results.get("recipe")
+        results = read_results(path)
+        recipe = results.recipe
         # The teacher runs as it was evaluated: a QLoRA adapter on its 4-bit base, which stays 4-bit.
         # An adapter's own weights (well under 1% of a layer's) are left out.
         shape = replace(shapes.get(recipe, TrainingShape()), adapters=None)
@@ -101,7 +101,7 @@ def load_teacher(teacher: str, num_labels: int, shapes: dict[str, TrainingShape]
                 f"--teacher '{teacher}' holds {RESULTS_FILE} but neither config.json nor {ADAPTER_CONFIG_FILE}; "
                 "pass the output_dir of a finished run, or a model name."
             )
-        seq_length = (results.get("config") or {}).get("max_seq_length")
+        seq_length = (results.config or {}).get("max_seq_length")
         return Teacher(config, shape, f"the {recipe or 'unknown'} run in {teacher}", seq_length)
     config, source = load_config_and_source(teacher, num_labels)
     return Teacher(config, TrainingShape(), source)
