@@ -39,7 +39,7 @@ from recipes_lib.export.bundle import (
     find_export,
     settle_export,
 )
-from recipes_lib.results import RESULTS_FILE, write_results
+from recipes_lib.results import RESULTS_FILE, RunResults, read_results, write_results
 from recipes_lib.tracking.model_card import write_card
 from recipes_lib.training.checkpoints import (
     CheckpointNotSaved,
@@ -49,27 +49,28 @@ from recipes_lib.training.checkpoints import (
     resolve_resume_checkpoint,
 )
 from recipes_lib.whole_files import DamagedFileError, read_json, read_jsonl, written_whole
-from recipes_lib.workbench import read_results
 from tests.helpers.repo import REPO_ROOT
 from tests.helpers.runs import run_args
 
 NAMES = ["cool", "warm"]
 MULTI_LABEL = "multi_label_classification"
-RESULTS = {
-    "recipe": "full_ft",
-    "model_name_or_path": "bert-base-uncased",
-    "dataset": "glue/sst2",
-    "problem_type": MULTI_LABEL,
-    "eval_split": "validation",
-    "test_split": "test",
-    "config": {"train_file": "train.csv", "validation_file": "validation.csv", "max_seq_length": 128},
-    "output_dir": "outputs/full_ft",
-    "label_thresholds": {"cool": 0.35, "warm": 0.6},
-    "eval_accuracy": 0.5,
-    "eval_f1": 0.6,
-    "eval_f1_micro": 0.7,
-    "text_columns": ["sentence"],
-}
+RESULTS = RunResults.from_dict(
+    {
+        "recipe": "full_ft",
+        "model_name_or_path": "bert-base-uncased",
+        "dataset": "glue/sst2",
+        "problem_type": MULTI_LABEL,
+        "eval_split": "validation",
+        "test_split": "test",
+        "config": {"train_file": "train.csv", "validation_file": "validation.csv", "max_seq_length": 128},
+        "output_dir": "outputs/full_ft",
+        "label_thresholds": {"cool": 0.35, "warm": 0.6},
+        "eval_accuracy": 0.5,
+        "eval_f1": 0.6,
+        "eval_f1_micro": 0.7,
+        "text_columns": ["sentence"],
+    }
+)
 # Enough rows that the predictions take a while to write (about 1.4 MB): a kill lands inside files, not between them.
 LOGITS = np.random.default_rng(49).normal(size=(10_000, 2))
 OUTPUTS = EvaluationOutputs(
@@ -94,7 +95,7 @@ def write_finished_run(run_dir: Path) -> None:
     write_card(run_dir, RESULTS)
     staging = Path(tempfile.mkdtemp(prefix=".export-", dir=run_dir))
     (staging / FP32_MODEL).write_bytes(ONNX_BYTES)
-    (staging / SETTINGS_FILE).write_text(json.dumps({"run": RESULTS, "exporter": "dynamo"}))
+    (staging / SETTINGS_FILE).write_text(json.dumps({"run": RESULTS.to_dict(), "exporter": "dynamo"}))
     (staging / REPORT_FILE).write_text(json.dumps({"passed": True, "reason": None}))
     settle_export(staging, run_dir, passed=True)
 
@@ -172,7 +173,7 @@ def test_an_error_while_writing_keeps_the_old_file_and_leaves_no_temporary(tmp_p
 def test_a_file_written_whole_has_the_mode_a_plain_open_gives(tmp_path):
     umask = os.umask(0o022)
     try:
-        write_results(tmp_path, {"recipe": "full_ft"})
+        write_results(tmp_path, RunResults.from_dict({"recipe": "full_ft"}))
         (tmp_path / "plain").write_text("")
     finally:
         os.umask(umask)
@@ -318,4 +319,4 @@ def test_a_full_disk_while_a_run_saves_a_checkpoint_ends_in_one_paragraph_and_th
         cwd=REPO_ROOT, env=environment, capture_output=True, text=True, timeout=600,
     )  # fmt: skip
     assert resumed.returncode == 0, resumed.stderr[-3000:]
-    assert read_results(output_dir)["train_steps"] == 4
+    assert read_results(output_dir).train_steps == 4

@@ -108,7 +108,9 @@ def read_json(path: str | os.PathLike, what: str, remedy: str) -> Any:
     except json.JSONDecodeError as error:
         where = f"line {error.lineno} column {error.colno}"
         # Nothing after the error, or a string still open at the end of the file: the file stops mid-record.
-        stops_early = not text[error.pos :].strip() or error.msg.startswith("Unterminated string")
+        # A cut inside a literal (`nu` of null, `0.` of a number) leaves a short tail on the last line.
+        tail = text[error.pos :].strip()
+        stops_early = "\n" not in tail and len(tail) < 16 or error.msg.startswith("Unterminated string")
         problem = "ends too early" if stops_early else f"is not valid JSON ({error.msg})"
     except RecursionError:
         where, problem = "its start", "nests deeper than a JSON reader follows"
