@@ -189,19 +189,17 @@ def test_cards_of_local_models_and_files_name_them_without_their_paths(problem_t
         assert [r.dataset_split for r in ModelCard(text).data.eval_results] == ["validation", "test"]
 
 
-def test_a_local_copy_of_a_hub_model_is_named_by_the_hub_id_its_config_gives(tmp_path):
+def test_a_local_model_is_named_as_the_run_used_it_not_by_its_configs_origin(tmp_path):
+    """Issue #50: a local all-MiniLM-L6-v2 directory's config.json says nreimers/MiniLM-L6-H384-uncased, the
+    checkpoint its files were first made from; the card names the model the run was given, as local."""
     from recipes_lib.tracking.model_card import build_card
 
-    results = local_results(
-        tmp_path, "regression", origin="sentence-transformers/all-MiniLM-L6-v2", eval_mse=0.1
-    )
+    results = local_results(tmp_path, "regression", origin="nreimers/MiniLM-L6-H384-uncased", eval_mse=0.1)
     card = build_card(results)
-    assert card.data.base_model == "sentence-transformers/all-MiniLM-L6-v2"
-    assert (
-        "[sentence-transformers/all-MiniLM-L6-v2](https://huggingface.co/sentence-transformers/all-MiniLM-L6-v2)"
-        in (card.text)
-    )
-    assert 'from_pretrained("sentence-transformers/all-MiniLM-L6-v2", config=config)' in card.text
+    assert card.data.base_model is None  # nothing on the Hub to link
+    assert "nreimers" not in str(card)
+    assert "A local model (`my-encoder`)" in card.text
+    assert 'from_pretrained("my-encoder", config=config)' in card.text  # the adapter's base, said as local
     assert_no_absolute_path(str(card), tmp_path)
 
 

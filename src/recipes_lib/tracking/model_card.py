@@ -8,7 +8,7 @@ scores, memory and precision, how to load it, which files are which). This modul
 what goes in: the values, worked out from results.json, that the template shows.
 
 A card is public once pushed, so it names nothing of the machine it was made on: the base model
-by its Hub id (or "a local model" and its directory's name), data files by file name, splits as
+by the Hub id the run was given (or "a local model" and its directory's name), data files by file name, splits as
 train / validation / test, and the run by its output directory's name (or the Hub repository).
 
 Built from results.json (not from the live run) so that `recipes-lib push` makes the same card
@@ -89,20 +89,13 @@ def _hub_id(name: str | None) -> str | None:
 
 
 def base_model(results: dict[str, Any]) -> BaseModel:
-    """The base model by its Hub id: as given, or, for a local directory, its config's `_name_or_path`
-    when that is one (a local copy of a Hub model, such as the demo's); else only the directory's name."""
+    """The model the run used (--model_name_or_path): a Hub id as given, or a local directory by its name
+    only. Never the `_name_or_path` inside a local directory's config.json: that is where its files were
+    first made (all-MiniLM-L6-v2's says nreimers/MiniLM-L6-H384-uncased), not what this run trained."""
     given = results.get("model_name_or_path")
     if _hub_id(given):
         return BaseModel(given, None)
-    if not given:
-        return BaseModel(None, None)
-    config, origin = Path(given) / "config.json", None
-    if config.is_file():  # gone when the card is remade on another machine: then only the name
-        try:
-            origin = json.loads(config.read_text()).get("_name_or_path")
-        except (OSError, ValueError):
-            origin = None
-    return BaseModel(_hub_id(origin), _file_name(given) or None)
+    return BaseModel(None, _file_name(given) or None)
 
 
 def _file_name(value: str | None) -> str | None:
