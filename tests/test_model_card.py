@@ -653,3 +653,26 @@ def test_a_card_shows_a_passed_export_and_never_a_failed_one(tmp_path):
     report_path.write_text(json.dumps({**report, "passed": False}))  # never shown, even if one lands there
     assert read_export_report(output_dir) is None
     assert "## ONNX export" not in write_card(output_dir, results).read_text()
+
+
+def test_a_multi_label_card_has_every_labels_precision_recall_f1_and_support():
+    """Issue #50 item 6: the card holds the whole per-label table (results.json's per_class), in id order."""
+    from recipes_lib.tracking.model_card import build_card
+
+    per_class = {
+        "refund": {"precision": 0.9, "recall": 0.8, "f1": 0.8471, "support": 35},
+        "battery": {"precision": 0.0, "recall": 0.0, "f1": 0.0, "support": 2},
+        "pet": {"precision": 1.0, "recall": 0.5, "f1": 0.6667, "support": 4},
+    }
+    multi = minimal_results("multi_label_classification", eval_f1=0.5, per_class=per_class)
+    text = build_card({**multi, "label_thresholds": {"refund": 0.4, "battery": 0.5, "pet": 0.3}}).text
+    rows = [line for line in text.splitlines() if line.startswith("| `")]
+    assert rows == [
+        "| `refund` | 0.9000 | 0.8000 | 0.8471 | 35 |",
+        "| `battery` | 0.0000 | 0.0000 | 0.0000 | 2 |",
+        "| `pet` | 1.0000 | 0.5000 | 0.6667 | 4 |",
+    ]
+    assert "each label decided at its threshold (above)" in text
+    assert "each label decided at 0.5" in build_card(multi).text  # no tuned thresholds
+    single = minimal_results("single_label_classification", eval_accuracy=0.9, per_class=per_class)
+    assert "### Per label" not in build_card(single).text

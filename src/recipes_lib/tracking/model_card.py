@@ -317,6 +317,7 @@ def _template_values(results: dict[str, Any], model_name: str, repo_id: str | No
         "dataset": _dataset(results)[1],
         "label_names": list(results.get("per_class") or {}),
         "label_thresholds": results.get("label_thresholds") or None,
+        "per_label_rows": _per_label_rows(results),
         "decision_threshold": threshold,
         "threshold_source": (
             f"tuned on `{_file_name(results['decision_threshold_tuned_on'])}` for the best F1 of that class"
@@ -353,6 +354,18 @@ def _template_values(results: dict[str, Any], model_name: str, repo_id: str | No
         ),
         "created_at": results.get("created_at"),
     }
+
+
+def _per_label_rows(results: dict[str, Any]) -> list[tuple]:
+    """A multi-label run's (label, precision, recall, F1, support) on validation, every label in id order."""
+    if results["problem_type"] != MULTI_LABEL:
+        return []
+    fields = ("precision", "recall", "f1", "support")
+    return [
+        (name, *(scores[field] for field in fields))
+        for name, scores in (results.get("per_class") or {}).items()
+        if all(field in scores for field in fields)
+    ]
 
 
 def _split_shown(results: dict[str, Any], role: str) -> str | None:
