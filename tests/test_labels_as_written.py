@@ -199,3 +199,35 @@ def test_an_id_column_is_never_a_second_text(tmp_path, caplog):
     assert (
         "Training on sentence pairs: 'premise' and 'hypothesis'" in caplog.text
     )  # two texts: said, not at INFO
+
+
+def test_the_rare_labels_benchmark_data_is_many_rare_learnable_labels_the_same_each_time(tmp_path):
+    """Issue #50 item 8's data (benchmarks/rare_labels.py): at least 20 labels, most under 5% of the rows,
+    short texts, each label's own cue words in nearly all of its rows; and the figures it records beside
+    the model's: the best constant predictor's macro-F1, and how much the outputs vary."""
+    from tests.helpers.repo import load_benchmark
+
+    rare = load_benchmark("rare_labels")
+    files = rare.write_data(tmp_path / "a", 1200)
+    again = rare.write_data(tmp_path / "b", 1200)
+    assert all(files[split].read_text() == again[split].read_text() for split in files)  # seeded
+    train = rare.read_jsonl(files["train"])
+    rates = rare.prevalence(train)
+    assert len(rates) >= 20 and sum(rate < 0.05 for rate in rates.values()) >= 0.75 * len(rates)
+    assert max(len(row["text"].split()) for row in train) <= 16
+    for name, cues in rare.LABELS.items():
+        rows = [row for row in train if name in row["labels"]]
+        with_cue = [row for row in rows if any(cue in row["text"] for cue in cues)]
+        assert len(with_cue) >= 0.8 * len(rows), name
+
+    validation = rare.read_jsonl(files["validation"])
+    p = rare.prevalence(validation)
+    assert rare.constant_macro_f1(validation) == pytest.approx(
+        sum(2 * v / (1 + v) for v in p.values()) / len(p)
+    )
+    constant = [{"prediction": ["refund"], "probabilities": {"refund": 0.6, "pet": 0.1}}] * 5
+    varied = [{"prediction": [], "probabilities": {"refund": 0.1 * i, "pet": 0.1}} for i in range(5)]
+    for rows, spread, sets in ((constant, 0.0, 1), (varied, 0.0707, 1)):
+        path = write_jsonl(tmp_path / "predictions.jsonl", rows)
+        figures = rare.output_spread(path)
+        assert figures["probability_std_mean"] == spread and figures["distinct_predicted_sets"] == sets
