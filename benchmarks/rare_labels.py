@@ -175,7 +175,7 @@ def main(argv: list[str] | None = None) -> int:
                 "eval_tuned_f1": results.get("eval_tuned_f1"),
                 "test_f1": results.get("test_f1"),
                 **output_spread(run_dir / "eval_predictions.jsonl"),
-                "train_runtime_s": results.get("train_runtime"),
+                "train_runtime_s": results.get("train_runtime_s"),
                 "run_dir": str(run_dir),
             }
         )
