@@ -1,6 +1,6 @@
 """Many labels, most of them rare (issue #50): does the documented multi-label command learn them?
 
-    python benchmarks/rare_labels.py [--recipe full_ft|lora] [--seeds 0 1 2] [--train_rows 1600] [--output_dir outputs/rare_labels]
+    python benchmarks/rare_labels.py [--recipe full_ft|lora] [--seeds 0 1 2] [--train_rows 1200] [--output_dir outputs/rare_labels]
         [--name rare-labels] [--accelerate_config accelerate_configs/cpu.yaml] [-- recipe options]
 
 Writes a seeded data set to OUTPUT_DIR/data/{train,validation,test}.jsonl: short texts, 24 labels, 4 of
@@ -138,7 +138,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--recipe", choices=sorted(COMMANDS), default="full_ft")
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
-    parser.add_argument("--train_rows", type=int, default=1600)
+    parser.add_argument("--train_rows", type=int, default=1200)
     parser.add_argument("--output_dir", default="outputs/rare_labels")
     parser.add_argument(
         "--name", default="rare-labels", help="the record's name: benchmarks/results/NAME-<UTC>.json"
