@@ -196,19 +196,17 @@ def test_cards_of_local_models_and_files_name_them_without_their_paths(problem_t
         assert [r.dataset_split for r in ModelCard(text).data.eval_results] == ["validation", "test"]
 
 
-def test_a_local_copy_of_a_hub_model_is_named_by_the_hub_id_its_config_gives(tmp_path):
+def test_a_local_model_is_named_as_the_run_used_it_not_by_its_configs_origin(tmp_path):
+    """Issue #50: a local all-MiniLM-L6-v2 directory's config.json says nreimers/MiniLM-L6-H384-uncased, the
+    checkpoint its files were first made from; the card names the model the run was given, as local."""
     from recipes_lib.tracking.model_card import build_card
 
-    results = local_results(
-        tmp_path, "regression", origin="sentence-transformers/all-MiniLM-L6-v2", eval_mse=0.1
-    )
+    results = local_results(tmp_path, "regression", origin="nreimers/MiniLM-L6-H384-uncased", eval_mse=0.1)
     card = build_card(record(results))
-    assert card.data.base_model == "sentence-transformers/all-MiniLM-L6-v2"
-    assert (
-        "[sentence-transformers/all-MiniLM-L6-v2](https://huggingface.co/sentence-transformers/all-MiniLM-L6-v2)"
-        in (card.text)
-    )
-    assert 'from_pretrained("sentence-transformers/all-MiniLM-L6-v2", config=config)' in card.text
+    assert card.data.base_model is None  # nothing on the Hub to link
+    assert "nreimers" not in str(card)
+    assert "A local model (`my-encoder`)" in card.text
+    assert 'from_pretrained("my-encoder", config=config)' in card.text  # the adapter's base, said as local
     assert_no_absolute_path(str(card), tmp_path)
 
 
@@ -666,3 +664,26 @@ def test_a_card_shows_a_passed_export_and_never_a_failed_one(tmp_path):
     report_path.write_text(json.dumps({**report, "passed": False}))  # never shown, even if one lands there
     assert read_export_report(output_dir) is None
     assert "## ONNX export" not in write_card(output_dir, record(results)).read_text()
+
+
+def test_a_multi_label_card_has_every_labels_precision_recall_f1_and_support():
+    """Issue #50 item 6: the card holds the whole per-label table (results.json's per_class), in id order."""
+    from recipes_lib.tracking.model_card import build_card
+
+    per_class = {
+        "refund": {"precision": 0.9, "recall": 0.8, "f1": 0.8471, "support": 35},
+        "battery": {"precision": 0.0, "recall": 0.0, "f1": 0.0, "support": 2},
+        "pet": {"precision": 1.0, "recall": 0.5, "f1": 0.6667, "support": 4},
+    }
+    multi = minimal_results("multi_label_classification", eval_f1=0.5, per_class=per_class)
+    text = build_card(record({**multi, "label_thresholds": {"refund": 0.4, "battery": 0.5, "pet": 0.3}})).text
+    rows = [line for line in text.splitlines() if line.startswith("| `")]
+    assert rows == [
+        "| `refund` | 0.9000 | 0.8000 | 0.8471 | 35 |",
+        "| `battery` | 0.0000 | 0.0000 | 0.0000 | 2 |",
+        "| `pet` | 1.0000 | 0.5000 | 0.6667 | 4 |",
+    ]
+    assert "each label decided at its threshold (above)" in text
+    assert "each label decided at 0.5" in build_card(record(multi)).text  # no tuned thresholds
+    single = minimal_results("single_label_classification", eval_accuracy=0.9, per_class=per_class)
+    assert "### Per label" not in build_card(record(single)).text

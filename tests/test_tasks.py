@@ -399,3 +399,39 @@ def test_the_other_recipes_train_both_tasks_and_predict_what_they_evaluated(reci
             predict(output_dir, files["validation"], progress=False),
             read_jsonl(output_dir / "eval_predictions.jsonl"),
         )
+
+
+def test_the_end_of_a_multi_label_run_shows_its_weakest_labels_and_keeps_them_all(caplog):
+    """Issue #50 item 6: the five labels of lowest validation F1 on the terminal (a tie: more rows first),
+    every label's precision, recall, F1 and support in results.json's per_class."""
+    import logging
+
+    from recipes_lib.evaluation.metrics import TaskMetrics
+    from recipes_lib.evaluation.predictions import final_outputs
+
+    names = [f"label{i}" for i in range(7)]
+    rng = np.random.default_rng(0)
+    references = (rng.random((60, 7)) < 0.3).astype(np.float32)
+    references[:, 5] = 0
+    references[:10, 5] = 1  # label5: 10 rows, never predicted
+    references[:, 6] = 0
+    references[:2, 6] = 1  # label6: 2 rows, never predicted either: F1 0 too, fewer rows missed
+    # Logits that get labels 0-4 right more or less often: label i flipped on a share i/10 of the rows.
+    logits = np.where(references == 1, 3.0, -3.0)
+    for i in range(5):
+        flipped = rng.random(60) < i / 10
+        logits[flipped, i] *= -1
+    logits[:, 5:] = -3.0
+    with caplog.at_level(logging.INFO, logger="recipes_lib"):
+        outputs = final_outputs(
+            (logits, references), None, TaskMetrics(MULTI_LABEL, 7), names, None, "dev.jsonl"
+        )
+    per_class = outputs.results["per_class"]
+    assert list(per_class) == names and all(
+        set(s) == {"precision", "recall", "f1", "support"} for s in per_class.values()
+    )
+    assert per_class["label5"] == {"precision": 0.0, "recall": 0.0, "f1": 0.0, "support": 10}
+    table = caplog.text[caplog.text.index("The 5 weakest of 7 labels") :]
+    shown = [line.split()[0] for line in table.splitlines()[2:7]]
+    by_f1 = sorted(names[:5], key=lambda name: per_class[name]["f1"])
+    assert shown == ["label5", "label6", *by_f1[:3]]

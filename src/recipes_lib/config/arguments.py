@@ -138,6 +138,14 @@ class DataArguments:
             "name: tab, comma, semicolon, pipe."
         },
     )
+    # Issue #50: files as published, e.g. a TSV with no header and a labels.txt of class names.
+    column_names: str | None = field(
+        default=None,
+        metadata={
+            "help": "A .csv/.tsv with no header: its column names, comma-separated, in order (e.g. "
+            "text,labels,id); its first line is then a row. Default: the first line is the header."
+        },
+    )
     validation_split_percentage: int = field(
         default=10,
         metadata={
@@ -171,7 +179,16 @@ class DataArguments:
         default=None,
         metadata={
             "help": "Split each label on this string to read several classes per row (multi-label), e.g. ';' for "
-            "'billing;shipping'. JSON lists need no delimiter."
+            "'billing;shipping'. JSON lists need no delimiter. Default: labels joined by ',', ';' or '|' whose "
+            "parts are integer ids, or labels of their own in other rows ('2,27' beside '2' and '27'), are split "
+            "on it, and the run says so."
+        },
+    )
+    label_names_file: str | None = field(
+        default=None,
+        metadata={
+            "help": "Class names for integer class ids: a text file of one name per line, the first line naming "
+            "id 0 (e.g. a labels.txt published beside the data)."
         },
     )
     max_seq_length: int = field(

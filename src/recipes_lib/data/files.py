@@ -33,6 +33,7 @@ import csv
 import itertools
 import json
 import logging
+import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -75,6 +76,37 @@ def parse_delimiter(value: str | None) -> str | None:
     return found
 
 
+# A header field that reads as data: a number or numbers joined by , ; | ('27', '2,27'), or a sentence.
+_NUMBERS = re.compile(r"^\s*-?\d+(\.\d+)?(\s*[,;|]\s*-?\d+(\.\d+)?)*\s*$")
+
+
+def data_like_fields(header: tuple[str, ...]) -> list[str]:
+    """The header's fields that read as a data row's, each described ("'27' (a number)"); none for names.
+
+    Column names are short words; a number, or a sentence (four words or more, or over 30 characters),
+    is what a data row holds: the file likely has no header, and its first row was taken for one."""
+    found = []
+    for name in header:
+        if _NUMBERS.match(name):
+            found.append(f"'{name}' (a number)")
+        elif len(name.split()) >= 4 or (len(name) > 30 and " " in name.strip()):
+            found.append(f"'{name[:40]}{'...' * (len(name) > 40)}' (a sentence)")
+    return found
+
+
+def no_header_note(header: tuple[str, ...]) -> str:
+    """One sentence for a header that reads as a data row, naming --column_names; empty for a header of names."""
+    found = data_like_fields(header)
+    if not found:
+        return ""
+    example = ["text", "labels", "id"] + [f"column{number}" for number in range(4, len(header) + 1)]
+    return (
+        f" Its first line reads as a data row, not a header of column names: {', '.join(found[:3])}. If the "
+        f"file has no header, give its {len(header)} column names with --column_names (e.g. --column_names "
+        f"{','.join(example[: len(header)])})."
+    )
+
+
 @dataclass(frozen=True)
 class Layout:
     """How a delimited file's fields are separated, and how its header reads that way."""
@@ -107,7 +139,7 @@ class Layout:
                 f" The header holds {line.count(other)} {delimiter_name(other)}(s): "
                 f"--delimiter {delimiter_name(other)} reads it so."
             )
-        return note
+        return note + no_header_note(self.header)
 
 
 def _sample_records(path: str, delimiter: str, quoted: bool) -> list[list[str]]:
@@ -313,15 +345,22 @@ class RecordLines:
     asked, unless given).
     """
 
-    def __init__(self, path: str, delimiter: str | None, quoted: bool = False, rows: int | None = None):
-        self.path, self.delimiter, self.quoted, self.rows = path, delimiter, quoted, rows
+    def __init__(
+        self,
+        path: str,
+        delimiter: str | None,
+        quoted: bool = False,
+        rows: int | None = None,
+        header: bool = True,
+    ):
+        self.path, self.delimiter, self.quoted, self.rows, self.header = path, delimiter, quoted, rows, header
         self._found: dict[int, int] = {}
 
     def _starts(self, handle) -> Iterator[int]:
         if self.delimiter is None:
             return (number for number, line in enumerate(handle, start=1) if line.strip())
         records = _records(handle, self.delimiter, self.quoted)
-        return itertools.islice((line for _, line in records), 1, None)  # the header is record 0
+        return itertools.islice((line for _, line in records), int(self.header), None)  # a header is record 0
 
     def _read(self):
         return _open(self.path) if self.delimiter is not None else open(self.path, encoding="utf-8")
@@ -342,12 +381,17 @@ class RecordLines:
 
 
 def decide_quoting(
-    path: str, requested: str = "auto", delimiter: str | None = None, layout: Layout | None = None
+    path: str,
+    requested: str = "auto",
+    delimiter: str | None = None,
+    layout: Layout | None = None,
+    header: bool = True,
 ) -> tuple[bool, RecordLines]:
     """(whether the file is quoted, the line each data row starts on), or a DataError.
 
     `delimiter`: a character (from --delimiter), or None to decide it from the content; or the
-    `layout` already decided."""
+    `layout` already decided. `header` False (--column_names): the first record is a row too; it
+    still sets the width every other record must have."""
     layout = layout or decide_delimiter(path, delimiter)
     delimiter = layout.delimiter
     if requested != "auto":
@@ -362,7 +406,7 @@ def decide_quoting(
                 f"read with --csv_quoting {requested}. {layout.header_note()} Fix that line, or try --csv_quoting "
                 f"{'none' if requested == 'quoted' else 'quoted'}{_other_delimiters(layout)}."
             )
-        return quoted, RecordLines(path, delimiter, quoted, reading.count - 1)
+        return quoted, RecordLines(path, delimiter, quoted, reading.count - header, header)
     both = _compare_readings(path, delimiter)
     quoted, unquoted = both.quoted, both.unquoted
     if quoted.plausible and unquoted.plausible and both.differs_line is not None:
@@ -396,8 +440,8 @@ def decide_quoting(
             f"{quoted.bad_line}) or without (first at line {unquoted.bad_line}). {layout.header_note()}{_no_fit(layout)} Fix those lines: "
             f"quote fields that hold the delimiter, or give every row the header's fields{_other_delimiters(layout)}."
         )
-    rows = (quoted if is_quoted else unquoted).count - 1  # the header is no row
-    return is_quoted, RecordLines(path, delimiter, is_quoted, rows)
+    rows = (quoted if is_quoted else unquoted).count - header  # a header is no row
+    return is_quoted, RecordLines(path, delimiter, is_quoted, rows, header)
 
 
 def _no_fit(layout: Layout) -> str:
@@ -413,8 +457,8 @@ def _other_delimiters(layout: Layout) -> str:
     return "; or name the delimiter with --delimiter"
 
 
-def has_rows(path: str | Path) -> bool:
-    """Whether a data file holds at least one example. Reads a few lines, not the whole file."""
+def has_rows(path: str | Path, header: bool = True) -> bool:
+    """Whether a data file holds at least one example (below its header, if it has one). Reads a few lines."""
     path = Path(path)
     extension = path.suffix.lower()
     if extension == ".parquet":
@@ -423,7 +467,7 @@ def has_rows(path: str | Path) -> bool:
         if extension == ".json":
             start = handle.read(64).strip()
             return bool(start) and not (start.startswith("[") and start[1:].strip().startswith("]"))
-        needed = 2 if extension in DELIMITED else 1  # a header, then a row
+        needed = 1 + (header and extension in DELIMITED)  # a header, then a row
         found = 0
         for line in handle:
             found += bool(line.strip())
@@ -473,12 +517,17 @@ def check_utf8(path: str) -> None:
 
 
 def read_local_files(
-    files: dict[str, str], cache_dir: str | None, quoting: str = "auto", delimiter: str | None = None
+    files: dict[str, str],
+    cache_dir: str | None,
+    quoting: str = "auto",
+    delimiter: str | None = None,
+    column_names: list[str] | None = None,
 ) -> tuple[DatasetDict, dict]:
     """The splits of `files` ({split: path}) and, per split, a function naming a row's place in its file.
 
     Each file is read in its own format (a .csv training file beside a .tsv validation file is
-    fine); `delimiter` (a character from --delimiter, or None) applies to every delimited file.
+    fine); `delimiter` (a character from --delimiter, or None) applies to every delimited file, and
+    so do `column_names` (--column_names: the files have no header; datasets' csv `column_names`).
     """
     locators, how, loaded = {}, {}, DatasetDict()
     for split, path in files.items():
@@ -487,9 +536,16 @@ def read_local_files(
             check_utf8(path)
         if extension in DELIMITED:
             layout = decide_delimiter(path, delimiter)
-            quoted, lines = decide_quoting(path, quoting, layout=layout)
+            _check_column_names(layout, column_names)
+            quoted, lines = decide_quoting(path, quoting, layout=layout, header=column_names is None)
             locators[split] = _line_locator(path, lines)
             builder, options = "csv", {"delimiter": layout.delimiter}
+            if column_names is not None:
+                options["column_names"] = column_names
+            elif data_like_fields(layout.header):
+                logger.warning(
+                    "%s was read with its first line as the header.%s", path, no_header_note(layout.header)
+                )
             if not quoted:
                 options["quoting"] = csv.QUOTE_NONE
             quoting = ("quoted" if quoted else "unquoted") if _holds_quotes(path) else "no quotes"
@@ -521,6 +577,19 @@ def read_local_files(
     return loaded, locators
 
 
+def _check_column_names(layout: Layout, column_names: list[str] | None) -> None:
+    """--column_names names every field of a header-less file, once each."""
+    if column_names is None:
+        return
+    width = len(layout.header)  # the first record's fields: with no header, a data row's
+    if len(column_names) != width or len(set(column_names)) != width:
+        raise DataError(
+            f"--column_names gives {len(column_names)} name(s) ({', '.join(column_names)}), but the rows of "
+            f"{Path(layout.path).name} have {width} fields ({layout.describe()}). Give one distinct name per field, "
+            "in order, comma-separated."
+        )
+
+
 def column_note(path: str | None, delimiter: str | None = None) -> str:
     """For an error about a column: how a delimited file's header was read (empty for other formats)."""
     if path is None or Path(path).suffix.lower() not in DELIMITED:
@@ -530,6 +599,8 @@ def column_note(path: str | None, delimiter: str | None = None) -> str:
 
 def split_column_note(data_args: DataArguments, split: str) -> str:
     """column_note for a split's local file (empty for a Hub dataset)."""
+    if data_args.column_names is not None:
+        return ""  # the files have no header to describe: the columns are the ones given
     path = getattr(data_args, f"{split}_file", None) if data_args.train_file is not None else None
     return column_note(path, parse_delimiter(data_args.delimiter))
 

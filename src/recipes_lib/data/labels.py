@@ -18,10 +18,12 @@ from __future__ import annotations
 import json
 import logging
 import math
+import re
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import cached_property, partial
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -114,18 +116,55 @@ def label_mapping(raw: DatasetDict, data_args: DataArguments, locate: dict) -> L
                 "to the column holding the labels."
             )
     feature, values = raw["train"].features[label_column], label_values(raw["train"], label_column)
-    problem_type = _problem_type(values, feature, data_args, locate)
+    problem_type, delimiter = _problem_type(values, feature, data_args, locate)
     if problem_type == REGRESSION:
         mapping = LabelMapping(names=[label_column], to_id={}, problem_type=REGRESSION)
     elif problem_type == MULTI_LABEL:
-        mapping = _multi_label_mapping(values, feature, data_args.label_delimiter, locate)
+        mapping = _multi_label_mapping(values, feature, delimiter, locate)
     else:
         mapping = _single_label_mapping(values, feature, label_column, locate)
+    if data_args.label_names_file is not None:
+        mapping = _named(mapping, data_args.label_names_file, locate)
     return _checked(mapping, raw, label_column, locate, values)
 
 
-def _problem_type(values: LabelColumn, feature, data_args: DataArguments, locate: dict) -> str:
-    """The task the labels describe (lists or a delimiter: multi-label; fractions: regression), or the one asked for."""
+# An error lists at most this many of the training classes (a file of joined labels read whole has hundreds).
+MAX_LISTED_CLASSES = 20
+# What may join a row's classes in one string ('2,27'), looked for when no --label_delimiter is given.
+JOINERS = (",", ";", "|")
+
+
+def _joined_labels(values: LabelColumn) -> str | None:
+    """The joiner of labels that read as lists of classes: some labels hold it, and each part of those is an
+    integer id or a label of another row on its own ('2,27' beside rows of '2' and of '27'). A class name
+    that holds a comma ('Arts, Crafts') is no list: its parts are never labels alone."""
+    labels = {normalise_label(v) for v in values.distinct[0] if isinstance(v, str)}
+    for joiner in JOINERS:
+        parts = {part.strip() for label in labels if joiner in label for part in label.split(joiner)}
+        parts.discard("")
+        if parts and all(_INTEGER.match(part) or part in labels for part in parts):
+            return joiner
+    return None
+
+
+def _joined_note(values: LabelColumn) -> str:
+    """For single-label classes that hold a joiner: which one, and the option that splits on it."""
+    labels = [v for v in values.distinct[0] if isinstance(v, str)]
+    for joiner in JOINERS:
+        joined = [label for label in labels if joiner in label]
+        if joined:
+            return (
+                f" {len(joined)} distinct label(s) hold '{joiner}' (e.g. {joined[0]!r}); if such a label lists several "
+                f"classes, give --label_delimiter '{joiner}'."
+            )
+    return ""
+
+
+def _problem_type(
+    values: LabelColumn, feature, data_args: DataArguments, locate: dict
+) -> tuple[str, str | None]:
+    """(the task the labels describe (lists or a delimiter: multi-label; fractions: regression), or the one
+    asked for; the delimiter between a row's classes: --label_delimiter's, or the one the labels show)."""
     requested, delimiter = data_args.problem_type, data_args.label_delimiter
     if delimiter == "":
         raise ConfigError(
@@ -142,10 +181,20 @@ def _problem_type(values: LabelColumn, feature, data_args: DataArguments, locate
             f"{'lists already' if lists else 'not strings'}. Leave --label_delimiter out."
         )
     fraction = None if lists else values.first_fraction()
+    if requested in (AUTO, MULTI_LABEL) and delimiter is None and not lists and values.strings:
+        delimiter = _joined_labels(values)
+        if delimiter is not None:
+            several = sum(delimiter in str(v) for v in values.distinct[0])
+            logger.warning(
+                "Labels such as %r are read as lists of classes joined by '%s' (multi-label): %d distinct "
+                "label(s) hold it. Give --label_delimiter '%s' to say so, or --problem_type "
+                "single_label_classification to read each label whole, as one class.",
+                next(v for v in values.distinct[0] if delimiter in str(v)), delimiter, several, delimiter,
+            )  # fmt: skip
     if requested == AUTO:
         if lists or delimiter is not None:
-            return MULTI_LABEL
-        return REGRESSION if fraction is not None else SINGLE_LABEL
+            return MULTI_LABEL, delimiter
+        return (REGRESSION if fraction is not None else SINGLE_LABEL), None
     if requested != MULTI_LABEL and (lists or delimiter is not None):
         raise ConfigError(
             f"--problem_type {requested} takes one label per row, but the training labels are "
@@ -158,7 +207,7 @@ def _problem_type(values: LabelColumn, feature, data_args: DataArguments, locate
             "--problem_type single_label_classification needs class names, ids or booleans. For a score to "
             "predict, use --problem_type regression (or auto)."
         )
-    return requested
+    return requested, delimiter if requested == MULTI_LABEL else None
 
 
 def _is_fraction(value) -> bool:
@@ -191,8 +240,21 @@ def _single_label_mapping(values: LabelColumn, feature, label_column: str, locat
             "(class ids), all booleans or all strings (class names) for classification, or all numbers for "
             "regression (--problem_type regression)."
         )
-    classes = sorted(tally.counts)  # ids 0..K-1 keep their ids; other classes are numbered in sorted order
+    classes = _in_order(tally.counts)  # ids 0..K-1 keep their ids; other classes are numbered in sorted order
+    joined = _joined_note(values)
+    if joined:
+        logger.warning("The labels are read as %d single classes.%s", len(classes), joined)
     return _numbered(classes, [("False", "True")[c] if values.all_bools else str(c) for c in classes])
+
+
+_INTEGER = re.compile(r"^-?\d+$")
+
+
+def _in_order(classes) -> list:
+    """Classes sorted: integer ids as numbers, written as text too ('2' before '10', from a split '2,10')."""
+    if all(isinstance(c, str) and _INTEGER.match(c) for c in classes):
+        return sorted(classes, key=int)
+    return sorted(classes)
 
 
 def _multi_label_mapping(values: LabelColumn, feature, delimiter: str | None, locate: dict) -> LabelMapping:
@@ -227,8 +289,57 @@ def _multi_label_mapping(values: LabelColumn, feature, delimiter: str | None, lo
         raise DataError(
             "The multi-label rows mix class names and class ids (strings and integers). Use one or the other."
         )
-    classes = sorted(tally.counts)
+    classes = _in_order(tally.counts)
     return _numbered(classes, map(str, classes), problem_type=MULTI_LABEL, delimiter=delimiter)
+
+
+def _named(mapping: LabelMapping, path: str, locate: dict) -> LabelMapping:
+    """The mapping with --label_names_file's names: class id i is named by the file's line i (from 0), and
+    every line is a class, whether the training rows use it or not."""
+    if mapping.problem_type == REGRESSION:
+        raise ConfigError(
+            f"--label_names_file {path} names classes, but the labels are scores (regression). Leave it out, or "
+            "give --problem_type single_label_classification or multi_label_classification."
+        )
+    try:
+        names = [line.strip() for line in Path(path).read_text(encoding="utf-8").splitlines()]
+    except (OSError, UnicodeDecodeError) as error:
+        raise ConfigError(f"--label_names_file {path} cannot be read: {error}.") from None
+    while names and not names[-1]:
+        names.pop()  # a file's trailing blank lines name nothing
+    blank = next((number for number, name in enumerate(names) if not name), None)
+    repeated = next((name for name, count in Counter(names).items() if count > 1), None)
+    if not names or blank is not None or repeated is not None:
+        problem = (
+            "is empty" if not names else f"has a blank line {blank + 1}" if blank is not None
+            else f"names '{repeated}' twice"
+        )  # fmt: skip
+        raise ConfigError(
+            f"--label_names_file {path} {problem}. Give one distinct class name per line, the first line naming "
+            "class id 0."
+        )
+    ids = list(mapping.to_id)
+    text_ids = any(isinstance(c, str) for c in ids)
+    odd = next((c for c in ids if not (isinstance(c, int) or _INTEGER.match(str(c)))), None)
+    if odd is not None:
+        raise ConfigError(
+            f"--label_names_file {path} names class ids by line, but the labels are names already (e.g. {odd!r}). "
+            "Leave --label_names_file out."
+        )
+    beyond = [c for c in ids if not 0 <= int(c) < len(names)]
+    if mapping.multi_hot and len(ids) != len(names):
+        raise DataError(
+            f"The training labels are rows of {len(ids)} 0/1 flags, one per class, but --label_names_file {path} "
+            f"names {len(names)} classes. Give one line per flag."
+        )
+    if beyond:
+        raise DataError(
+            f"The training labels use class id {beyond[0]}, but --label_names_file {path} has {len(names)} "
+            f"lines, naming ids 0 to {len(names) - 1}. Give every class id a line (the first line is id 0)."
+        )
+    to_id = {(str(i) if text_ids else i): i for i in range(len(names))}
+    logger.info("Class names from %s: %s.", path, ", ".join(f"{i} {name}" for i, name in enumerate(names)))
+    return LabelMapping(names, to_id, mapping.problem_type, mapping.delimiter, mapping.multi_hot)
 
 
 def check_labels_present(raw: DatasetDict, label_column: str, locate: dict, delimiter: str | None) -> None:
@@ -310,11 +421,15 @@ def _checked(
             first, _ = tally.first(lambda c: c not in mapping.to_id)
             others = sorted({repr(v) for v in unseen})
             scores = any(_is_fraction(v) for v in unseen)
+            shown = MAX_LISTED_CLASSES
             raise DataError(
                 f"The {split} data has label(s) the training data never uses: {', '.join(others[:5])}"
                 f"{' ...' if len(others) > 5 else ''} (first at {_where(locate, split, first)}). Training labels are: "
-                f"{', '.join(mapping.names)}. Fix those labels, or add training examples of those classes"
+                f"{', '.join(mapping.names[:shown])}"
+                f"{f' ... ({mapping.num_labels} in all)' if mapping.num_labels > shown else ''}. Fix those labels, "
+                f"or add training examples of those classes"
                 f"{'; if the labels are scores, train with --problem_type regression' if scores else ''}."
+                f"{_joined_note(values) if mapping.problem_type == SINGLE_LABEL else ''}"
             )
     return mapping
 

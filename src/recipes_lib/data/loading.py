@@ -11,10 +11,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import datasets
+import pyarrow.compute as pc
 from datasets import Dataset, DatasetDict
 
 from recipes_lib.config.arguments import DataArguments, dataset_source
-from recipes_lib.data.files import has_rows, parse_delimiter, read_local_files, split_column_note
+from recipes_lib.data.files import DELIMITED, has_rows, parse_delimiter, read_local_files, split_column_note
 from recipes_lib.data.labels import (
     LabelMapping,
     check_labels_present,
@@ -22,7 +23,7 @@ from recipes_lib.data.labels import (
     label_mapping,
     labels_hidden,
 )
-from recipes_lib.errors import DataError
+from recipes_lib.errors import ConfigError, DataError
 
 logger = logging.getLogger(__name__)
 
@@ -59,15 +60,26 @@ def describe_source(data_args: DataArguments) -> str:
 def _read_local_files(data_args: DataArguments, cache_dir: str | None) -> tuple[DatasetDict, dict]:
     named = {split: getattr(data_args, f"{split}_file") for split in ("train", "validation", "test")}
     files = {split: path for split, path in named.items() if path or split == "train"}
+    column_names = None
+    if data_args.column_names is not None:
+        column_names = [name.strip() for name in data_args.column_names.split(",")]
+        if not any(Path(path).suffix.lower() in DELIMITED for path in files.values()):
+            raise ConfigError(
+                f"--column_names names the columns of a .csv or .tsv file with no header, but the data files "
+                f"({', '.join(files.values())}) are not .csv or .tsv: their records name their own fields. "
+                "Leave --column_names out."
+            )
     # datasets reports an empty file as 'Instruction "train" corresponds to no data!'; say it plainly.
     for split, path in files.items():
-        if not has_rows(path):
+        if not has_rows(path, header=column_names is None):
             raise DataError(
                 f"The {'training' if split == 'train' else split} data ({path}) is empty: it holds no examples"
-                f"{' below the header' if Path(path).suffix.lower() in ('.csv', '.tsv') else ''}. "
+                f"{' below the header' if Path(path).suffix.lower() in DELIMITED and column_names is None else ''}. "
                 f"Point --{split}_file at a file with rows."
             )
-    return read_local_files(files, cache_dir, data_args.csv_quoting, parse_delimiter(data_args.delimiter))
+    return read_local_files(
+        files, cache_dir, data_args.csv_quoting, parse_delimiter(data_args.delimiter), column_names
+    )
 
 
 def _read_hub_dataset(data_args: DataArguments, cache_dir: str | None) -> DatasetDict:
@@ -143,13 +155,41 @@ def _resolve_text_columns(data_args: DataArguments, train: Dataset) -> tuple[str
         if name != data_args.label_column_name
         and getattr(feature, "dtype", None) in ("string", "large_string")
     ]
+    ids = [name for name in candidates if _is_id_column(train, name)]
+    if len(candidates) == 2 and len(ids) == 1:
+        # A comment id beside its comment: a second text only a user names trains as a sentence pair.
+        (text,) = [name for name in candidates if name not in ids]
+        logger.warning(
+            "Column '%s' is not used as text: it is unique per row and holds no spaces (an id, e.g. %r). The "
+            "text is '%s'. To train on both as a sentence pair, give --text_column_names %s,%s.",
+            ids[0], train[0][ids[0]], text, text, ids[0],
+        )  # fmt: skip
+        return (text,)
     if not 1 <= len(candidates) <= 2:
         raise DataError(
             f"Cannot tell which columns of {describe_source(data_args)} hold the text: string columns other than the label are "
             f"{listed(candidates) or 'none'} (all columns: {listed(found)}).{split_column_note(data_args, 'train')} "
             "Name them with --text_column_names (one column, or two comma-separated for pairs)."
         )
+    if len(candidates) == 2:
+        logger.warning(
+            "Training on sentence pairs: '%s' and '%s', the string columns besides the label. To train on one "
+            "text, name it with --text_column_names.",
+            *candidates,
+        )
     return tuple(candidates)
+
+
+def _is_id_column(train: Dataset, column: str) -> bool:
+    """Whether a string column reads as a row id: a distinct value in every row (two rows at least), none
+    holding a space, as comment or document ids do ('eebbqej', 't3_8gjk2'); texts have spaces."""
+    values = train.with_format("arrow")[column]
+    if len(values) < 2 or values.null_count:
+        return False
+    return (
+        pc.count_distinct(values).as_py() == len(values)
+        and not pc.any(pc.match_substring_regex(values, r"\s")).as_py()
+    )
 
 
 def load_classification_data(

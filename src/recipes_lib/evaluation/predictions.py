@@ -183,7 +183,30 @@ def final_outputs(validation, test, scorer, names: list[str], option, tuned_on: 
         decide_binary_threshold(option, names, tuned_on, scorer, outputs)
     report = per_class(outputs.logits, outputs.references, scorer.problem_type, names, outputs.thresholds)
     outputs.results.update(report)
+    if scorer.problem_type == MULTI_LABEL:
+        logger.info("%s", weakest_labels(report["per_class"]))
     return outputs
+
+
+# How many labels the end of a multi-label run shows on the terminal; results.json and the card hold all.
+WEAKEST_SHOWN = 5
+
+
+def weakest_labels(scores: dict[str, dict[str, Any]], count: int = WEAKEST_SHOWN) -> str:
+    """The `count` labels of lowest validation F1 (of two at the same F1, the one with more rows first: more
+    missed), as a small table for the terminal."""
+    weakest = sorted(scores.items(), key=lambda item: (item[1]["f1"], -item[1]["support"]))[:count]
+    width = max(len("label"), *(len(name) for name, _ in weakest))
+    lines = [
+        f"The {len(weakest)} weakest of {len(scores)} labels on validation, by F1 (all of them: per_class in "
+        "results.json, and the model card):",
+        f"  {'label':<{width}}  precision  recall  f1      support",
+    ]
+    lines += [
+        f"  {name:<{width}}  {s['precision']:<9.4f}  {s['recall']:<6.4f}  {s['f1']:<6.4f}  {s['support']}"
+        for name, s in weakest
+    ]
+    return "\n".join(lines)
 
 
 def per_class(logits, references, problem_type: str, names: list[str], thresholds) -> dict[str, Any]:

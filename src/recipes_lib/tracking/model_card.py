@@ -8,7 +8,7 @@ scores, memory and precision, how to load it, which files are which). This modul
 what goes in: the values, worked out from results.json, that the template shows.
 
 A card is public once pushed, so it names nothing of the machine it was made on: the base model
-by its Hub id (or "a local model" and its directory's name), data files by file name, splits as
+by the Hub id the run was given (or "a local model" and its directory's name), data files by file name, splits as
 train / validation / test, and the run by its output directory's name (or the Hub repository).
 
 Built from results.json (not from the live run) so that `recipes-lib push` makes the same card
@@ -18,7 +18,6 @@ card back with `ModelCard.load` and checks it offline: the Hub's own validation 
 
 from __future__ import annotations
 
-import json
 import math
 import re
 from dataclasses import dataclass
@@ -91,20 +90,13 @@ def _hub_id(name: str | None) -> str | None:
 
 
 def base_model(results: RunResults) -> BaseModel:
-    """The base model by its Hub id: as given, or, for a local directory, its config's `_name_or_path`
-    when that is one (a local copy of a Hub model, such as the demo's); else only the directory's name."""
+    """The model the run used (--model_name_or_path): a Hub id as given, or a local directory by its name
+    only. Never the `_name_or_path` inside a local directory's config.json: that is where its files were
+    first made (all-MiniLM-L6-v2's says nreimers/MiniLM-L6-H384-uncased), not what this run trained."""
     given = results.model_name_or_path
     if _hub_id(given):
         return BaseModel(given, None)
-    if not given:
-        return BaseModel(None, None)
-    config, origin = Path(given) / "config.json", None
-    if config.is_file():  # gone when the card is remade on another machine: then only the name
-        try:
-            origin = json.loads(config.read_text()).get("_name_or_path")
-        except (OSError, ValueError):
-            origin = None
-    return BaseModel(_hub_id(origin), _file_name(given) or None)
+    return BaseModel(None, _file_name(given) or None)
 
 
 def _file_name(value: str | None) -> str | None:
@@ -328,6 +320,7 @@ def _template_values(results: RunResults, model_name: str, repo_id: str | None) 
         "dataset": _dataset(results)[1],
         "label_names": list(results.per_class or {}),
         "label_thresholds": results.label_thresholds or None,
+        "per_label_rows": _per_label_rows(results),
         "decision_threshold": threshold,
         "threshold_source": (
             f"tuned on `{_file_name(results.decision_threshold_tuned_on)}` for the best F1 of that class"
@@ -362,6 +355,18 @@ def _template_values(results: RunResults, model_name: str, repo_id: str | None) 
         ),
         "created_at": results.created_at,
     }
+
+
+def _per_label_rows(results: RunResults) -> list[tuple]:
+    """A multi-label run's (label, precision, recall, F1, support) on validation, every label in id order."""
+    if results.problem_type != MULTI_LABEL:
+        return []
+    fields = ("precision", "recall", "f1", "support")
+    return [
+        (name, *(scores[field] for field in fields))
+        for name, scores in (results.per_class or {}).items()
+        if all(field in scores for field in fields)
+    ]
 
 
 def _split_shown(results: RunResults, role: str) -> str | None:
