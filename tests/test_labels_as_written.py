@@ -68,7 +68,7 @@ def test_a_header_less_file_is_said_and_named_with_column_names(published, caplo
     with caplog.at_level(logging.WARNING, logger="recipes_lib"), pytest.raises(DataError) as error:
         load(files, label_column_name="labels")
     message = str(error.value)  # the columns are named by the first row: none is 'labels' or a clear text
-    assert "Cannot tell which columns hold the text" in message
+    assert "Cannot tell which columns of" in message and "hold the text" in message
     assert "Its first line reads as a data row, not a header of column names" in message
     assert f"'{train[0][1]}' (a number)" in message and "(a sentence)" in message
     assert "--column_names text,labels,id" in message
