@@ -13,6 +13,7 @@ from recipes_lib.modeling.padding_free import (
     enable_padding_free,
     padding_free_applies,
     position_offset,
+    resolve_padding_free,
 )
 from tests.helpers.models import FAMILY_SHAPES
 
@@ -135,3 +136,16 @@ def test_families_whose_attention_or_head_cannot_take_packed_rows_are_refused(mo
     assert padding_free_applies(model.config).startswith(why)
     with pytest.raises(ValueError, match="Leave padding_free off"):
         enable_padding_free(model)
+
+
+def test_padding_free_is_on_by_default_on_cuda_where_it_applies_and_asked_for_elsewhere():
+    from transformers import AutoConfig
+
+    bert, deberta = AutoConfig.for_model("bert"), AutoConfig.for_model("deberta-v2")
+    assert resolve_padding_free(None, bert, "cuda") is True
+    assert resolve_padding_free(None, bert, "cpu") is False
+    assert resolve_padding_free(None, deberta, "cuda") is False  # the default never refuses
+    assert resolve_padding_free(True, bert, "cpu") is True
+    assert resolve_padding_free(False, bert, "cuda") is False
+    with pytest.raises(ValueError, match="deberta-v2's attention does not take packed rows"):
+        resolve_padding_free(True, deberta, "cuda")

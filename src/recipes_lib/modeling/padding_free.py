@@ -76,6 +76,18 @@ def padding_free_applies(config) -> str | None:
     return None
 
 
+def resolve_padding_free(asked: bool | None, config, device_type: str) -> bool:
+    """The run's choice: None (the default) packs on CUDA where the family takes it and pads elsewhere
+    (on a CPU the jagged attention's math path costs back part of what packing saves); True packs or
+    says why it cannot; False pads."""
+    reason = padding_free_applies(config)
+    if asked is None:
+        return device_type == "cuda" and reason is None
+    if asked and reason is not None:
+        raise ValueError(f"padding_free: {reason}. Leave padding_free off for {config.model_type}.")
+    return asked
+
+
 def position_offset(config) -> int:
     """The first position a row's tokens take: padding_idx + 1 in RoBERTa-style embeddings, else 0."""
     return config.pad_token_id + 1 if config.model_type in _POSITIONS_AFTER_PADDING else 0
