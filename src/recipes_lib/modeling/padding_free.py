@@ -44,6 +44,7 @@ gradients equal to the padded batch's), and why the others do not:
 
 from __future__ import annotations
 
+import inspect
 from dataclasses import dataclass
 
 import torch
@@ -133,6 +134,16 @@ def _row_boundaries(batch: int, length: int, device) -> torch.Tensor:
     return torch.arange(0, (batch + 1) * length, length, device=device, dtype=torch.int32)
 
 
+def _varlen_attn_with_window():
+    """torch.nn.attention.varlen.varlen_attn where it takes a window (torch 2.13's does; older releases
+    lack the module or the argument: the per-row reference runs instead), else None."""
+    try:
+        from torch.nn.attention.varlen import varlen_attn
+    except ImportError:
+        return None
+    return varlen_attn if "window_size" in inspect.signature(varlen_attn).parameters else None
+
+
 def varlen_attention_forward(
     module,
     query: torch.Tensor,
@@ -179,9 +190,7 @@ def varlen_attention_forward(
             jagged(q), jagged(k), jagged(v), dropout_p=dropout, scale=scaling
         )
         out = out.transpose(1, 2).values()
-    elif q.is_cuda and dropout == 0.0:
-        from torch.nn.attention.varlen import varlen_attn
-
+    elif q.is_cuda and dropout == 0.0 and (varlen_attn := _varlen_attn_with_window()) is not None:
         out = varlen_attn(
             q,
             k,
