@@ -65,7 +65,9 @@ def sst2_like_texts(count: int, tokenizer) -> list[str]:
     import numpy
 
     generator = numpy.random.default_rng(0)
-    words = sorted(token for token in tokenizer.get_vocab() if token.isalpha())
+    words = sorted(
+        token for token in tokenizer.get_vocab() if token.isalnum()
+    )  # whole words, no [PAD] or ##s
     lengths = numpy.interp(generator.random(count), *SST2_WORD_QUANTILES).round().astype(int)
     return [" ".join(generator.choice(words, size=n)) for n in lengths]
 
