@@ -278,7 +278,9 @@ def test_cuda_autocast_keeps_albert_gelu_new_chain_in_fp32():
                 ACT2FN["gelu_new"](x)
         return sum(kept.values())
 
-    config = AlbertConfig(hidden_size=768, num_attention_heads=12, intermediate_size=3072, hidden_act="gelu_new")
+    config = AlbertConfig(
+        hidden_size=768, num_attention_heads=12, intermediate_size=3072, hidden_act="gelu_new"
+    )
     encoder = Encoder.from_config(config)
     T, F = 32 * 128, 3072
     terms = {
