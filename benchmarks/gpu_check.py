@@ -510,7 +510,7 @@ def run_padding_free(args, report: Report, deadline: Deadline) -> None:
             "--report_dir", str(out), "--device", "cpu" if args.cpu else "cuda",
         ] + (["--tiny"] if args.tiny else [])  # fmt: skip
         outcome = run_child(
-            with_hang(command, f"padding_free/{name}"), min(120, deadline.left()), out / "log"
+            with_hang(command, f"padding_free/{name}"), min(args.row_timeout_s, deadline.left()), out / "log"
         )
         written = sorted(out.glob("padding_free-*.json"))
         row = json.loads(written[-1].read_text()) if written else {}
