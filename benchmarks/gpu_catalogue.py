@@ -249,8 +249,11 @@ def synthetic_batch(config, rows: int, length: int, device, token_type_ids: bool
     return {key: value.to(device) for key, value in batch.items()}
 
 
-def measure_steps(model, optimizer, batch: dict, steps: int, bf16: bool, max_grad_norm: float) -> dict:
-    """Peak bytes of the training steps after the first (which creates the optimizer state)."""
+def measure_steps(
+    model, optimizer, batch: dict, steps: int, bf16: bool, max_grad_norm: float, history: Path | None = None
+) -> dict:
+    """Peak bytes of the training steps after the first (which creates the optimizer state), and their
+    mean time; on CUDA with `history`, the allocator's record of those steps dumped there."""
     import torch
 
     from recipes_lib.memory.tensors import TensorMemoryTracker
@@ -279,13 +282,21 @@ def measure_steps(model, optimizer, batch: dict, steps: int, bf16: bool, max_gra
     torch.cuda.synchronize(device)
     first = torch.cuda.max_memory_allocated(device)
     torch.cuda.reset_peak_memory_stats(device)
+    if history:
+        torch.cuda.memory._record_memory_history(max_entries=200_000)
+    started = time.perf_counter()
     for _ in range(steps - 1):
         step()
     torch.cuda.synchronize(device)
+    step_ms = 1000 * (time.perf_counter() - started) / max(steps - 1, 1)
+    if history:
+        torch.cuda.memory._dump_snapshot(str(history))
+        torch.cuda.memory._record_memory_history(enabled=None)
     return {
         "peak": torch.cuda.max_memory_allocated(device),
         "first_step_peak": first,
         "reserved": torch.cuda.max_memory_reserved(device),
+        "step_ms": round(step_ms, 2),
     }
 
 
@@ -347,8 +358,11 @@ def measure_row(way: str, model: tuple, model_dir: Path, row: dict, setup, args)
         inputs = synthetic_batch(
             config, setup.batch_size, args.seq, device, Encoder.from_config(config).family.token_type_ids
         )
+        history = None
+        if args.memory_history_dir:
+            history = Path(args.memory_history_dir) / f"{name.replace('/', '--')}-{way}.pickle"
         measured = measure_steps(
-            trained, optimizer, inputs, args.steps, on_gpu, parsed.training.max_grad_norm
+            trained, optimizer, inputs, args.steps, on_gpu, parsed.training.max_grad_norm, history
         )
     except Exception as error:  # a failed measurement, not a reason to lose the other rows
         detail = str(error).strip().splitlines()[0] if str(error).strip() else ""
@@ -365,6 +379,7 @@ def measure_row(way: str, model: tuple, model_dir: Path, row: dict, setup, args)
         "ratio": round(plan.peak_tensors / peak, 4),
         "first_step_peak_gib": _gib(measured["first_step_peak"], leftover),
         "max_reserved_gib": _gib(measured["reserved"], 0),
+        "step_ms": measured.get("step_ms"),
         "params_trainable": plan.params_trainable,
         "seconds": round(time.perf_counter() - started, 1),
     }
@@ -428,6 +443,12 @@ def parse_args(argv):
     parser.add_argument("--seq", type=int, default=128)
     parser.add_argument("--steps", type=int, default=3, help="optimizer steps per row (at least 2)")
     parser.add_argument("--budget_gib", type=float, default=None, help="default: the device's memory")
+    parser.add_argument("--memory_cap_gib", type=float, default=None,
+                        help="CUDA: cap this process's allocator there (set_per_process_memory_fraction); "
+                        "a row past it fails with OutOfMemoryError")  # fmt: skip
+    parser.add_argument("--memory_history_dir", default=None,
+                        help="CUDA: the allocator's history of each row's measured steps, one snapshot "
+                        "(torch.cuda.memory._dump_snapshot) per row, for pytorch.org/memory_viz")  # fmt: skip
     parser.add_argument("--max_minutes", type=float, default=8.0, help="start nothing that would end later")
     parser.add_argument(
         "--deadline_unix", type=float, default=None, help="instead of --max_minutes: the end, as time.time()"
@@ -557,6 +578,14 @@ def main(argv=None) -> int:
 def run_check(args) -> int:
     device, memory = device_description(args.cpu)
     budget = int(args.budget_gib * 2**30) if args.budget_gib else memory
+    if args.memory_cap_gib and not args.cpu:
+        import torch
+
+        # A 24 GB card, on a larger one: the caching allocator refuses past the cap (the CUDA context
+        # and other processes are outside it, as on the real card they share its memory).
+        torch.cuda.set_per_process_memory_fraction(min(1.0, args.memory_cap_gib * 2**30 / memory))
+    if args.memory_history_dir:
+        Path(args.memory_history_dir).mkdir(parents=True, exist_ok=True)
     Path(args.work_dir).mkdir(parents=True, exist_ok=True)
     started = time.monotonic()
     if args.deadline_unix is not None:

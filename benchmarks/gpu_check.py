@@ -65,6 +65,33 @@ RECIPES = ["full_ft", "adamw_8bit", "lora", "qlora"]
 RESERVE_S = 5.0  # kept at the end for the last report
 MIN_ROW_S = 15.0  # a row is not started with less than this left
 HANG_ENV = "GPU_CHECK_HANG"
+# Issue 47's parts that are catalogue rows with their own models, recipes and gpu_catalogue.py options:
+# name -> (models, recipes, options, what the rows decide). Each is a list of its own in the report.
+README_24GB_ROWS = [  # README's "What trains in 24 GB", the rows planned as plain full_ft
+    "google-bert/bert-base-uncased", "FacebookAI/roberta-large", "FacebookAI/xlm-roberta-large",
+    "microsoft/deberta-v3-large", "answerdotai/ModernBERT-large", "google/electra-large-discriminator",
+]  # fmt: skip
+CATALOGUE_PARTS = {
+    "history": (
+        ["google-bert/bert-base-uncased", "albert/albert-base-v2"], ["qlora", "full_ft"], ["--steps", "2"],
+        "the allocator's record of one step (memory_history/*.pickle; pytorch.org/memory_viz), and the ratio "
+        "after issue 47's ALBERT term and #41's QLoRA output cast",
+    ),
+    "deberta": (
+        ["microsoft/deberta-v3-small", "microsoft/deberta-v3-base"], ["qlora"], [],
+        "DeBERTa-v3 QLoRA on a bf16 GPU (failed before #41's autocast-dtype hook)",
+    ),
+    "fill24": (
+        ["google-bert/bert-base-uncased"], ["full_ft", "adamw_8bit", "lora", "qlora"],
+        ["--budget_gib", "24", "--memory_cap_gib", "24", "--batch", "1024", "--steps", "4"],
+        "each recipe at the largest batch its plan fits in 24 GiB (x 128 tokens): step ms, whether the "
+        "host-bound order at 32 x 128 (LoRA and 8-bit AdamW slower than full_ft) holds there",
+    ),
+    "fits24": (
+        README_24GB_ROWS, ["full_ft"], ["--budget_gib", "24", "--memory_cap_gib", "24", "--steps", "4"],
+        "README's 24 GB rows under a 24 GiB allocator cap, at the planned batch: fits or OutOfMemoryError",
+    ),
+}  # fmt: skip
 
 
 # --- models and data (the `prepare` child runs these) ------------------------------------------------
@@ -460,16 +487,54 @@ def read_json(path: Path) -> dict | None:
         return None
 
 
-def run_catalogue(args, report: Report, deadline: Deadline) -> None:
+def run_padding_free(args, report: Report, deadline: Deadline) -> None:
+    """benchmarks/padding_free.py on bert-base and ModernBERT-base (random weights from the catalogue's
+    configs, the placeholder tokenizer of the check's BERT) over SST-2-like lengths: real tokens/s of
+    packed against padded training steps, and the largest logit difference (bf16 autocast)."""
+    shape = args.models[0]
+    built = prepare_model(shape, args, report, deadline)
+    report.data["padding_free"] = []
+    models = ["google-bert/bert-base-uncased", "answerdotai/ModernBERT-base"]
+    for name in models:
+        if deadline.left() < MIN_ROW_S:
+            report.data["padding_free"].append({"model": name, "status": "not reached", "note": "time limit"})
+            continue
+        if isinstance(built, str):
+            report.data["padding_free"].append({"model": name, "status": "failed", "note": built})
+            continue
+        out = Path(args.work_dir) / "padding_free" / name.replace("/", "--")
+        shutil.rmtree(out, ignore_errors=True)
+        command = [
+            sys.executable, str(BENCHMARKS / "padding_free.py"), "--model_name_or_path", str(built[0]),
+            "--random_config", name, "--train_file", "sst2-lengths", "--steps", "4" if args.tiny else "20",
+            "--report_dir", str(out), "--device", "cpu" if args.cpu else "cuda",
+        ] + (["--tiny"] if args.tiny else [])  # fmt: skip
+        outcome = run_child(
+            with_hang(command, f"padding_free/{name}"), min(args.row_timeout_s, deadline.left()), out / "log"
+        )
+        written = sorted(out.glob("padding_free-*.json"))
+        row = json.loads(written[-1].read_text()) if written else {}
+        report.data["padding_free"].append(
+            {**row, "model": name, "status": outcome["status"], "note": outcome.get("reason", "")}
+        )
+        report.save(deadline)
+
+
+def run_catalogue(
+    args, report: Report, deadline: Deadline, key: str = "catalogue", models=None, recipes=None, extra=()
+) -> None:
     """gpu_catalogue.py in a child that writes its JSON after every row and names the row it is on;
     a row past --catalogue_row_timeout_s (or the deadline) gets the child killed, the row recorded as
-    timed out, and a new child goes on with the rows not done."""
-    work = Path(args.work_dir) / "catalogue"
+    timed out, and a new child goes on with the rows not done. `key`: the report's list the rows go
+    to (the catalogue part's, or one of CATALOGUE_PARTS', which pass their models, recipes and options)."""
+    models = models or args.catalogue_models
+    recipes = recipes or args.catalogue_recipes
+    work = Path(args.work_dir) / key
     progress = work / "progress.json"
     done: list[dict] = []  # rows of the children before this one
     while True:
         if deadline.left() < MIN_ROW_S:
-            report.data["catalogue_not_reached"] = (
+            report.data[f"{key}_not_reached"] = (
                 ["(time limit before the catalogue started)"] if not done else []
             )
             break
@@ -479,9 +544,9 @@ def run_catalogue(args, report: Report, deadline: Deadline) -> None:
         # The child stops starting rows a little before this process's deadline, to write its report.
         command += ["--work_dir", str(work), "--deadline_unix", f"{time.time() + deadline.left() - 2:.1f}"]
         command += (["--cpu"] if args.cpu else []) + (["--tiny"] if args.tiny else [])
-        command += ["--recipes", *args.catalogue_recipes]
-        if args.catalogue_models:
-            command += ["--models", *args.catalogue_models]
+        command += ["--recipes", *recipes, *extra]
+        if models:
+            command += ["--models", *models]
         if done:
             command += ["--skip_rows", *[f"{row['model']}/{row['recipe']}" for row in done]]
         log = work / f"child-{len(done)}.log"
@@ -494,7 +559,7 @@ def run_catalogue(args, report: Report, deadline: Deadline) -> None:
             state = read_json(progress) or {"rows": [], "current": None}
             if state["rows"] != seen:
                 seen = state["rows"]
-                report.data["catalogue"] = done + seen
+                report.data[key] = done + seen
                 report.save(deadline)
             current = state.get("current")
             if current and time.time() - current["started_unix"] > args.catalogue_row_timeout_s:
@@ -515,26 +580,26 @@ def run_catalogue(args, report: Report, deadline: Deadline) -> None:
         state = read_json(progress) or {"rows": [], "not_reached": [], "models": []}
         done += state["rows"]
         finished = {row["model"] for row in done}
-        report.data["catalogue_not_reached"] = state.get("not_reached") or (
+        report.data[f"{key}_not_reached"] = state.get("not_reached") or (
             [name for name in state.get("models", []) if name not in finished] if stopped else []
         )
         if hung is None:
             # 1 with a failed row: the row says why; any other exit is the process's own failure.
             row_failed = any(row["status"] == "failed" for row in state["rows"])
             if process.returncode != 0 and not stopped and not (process.returncode == 1 and row_failed):
-                done.append({"model": "(catalogue)", "recipe": "-", "status": "failed",
+                done.append({"model": f"({key})", "recipe": "-", "status": "failed",
                              "note": f"exit {process.returncode}: {output_tail(log, 600)}"})  # fmt: skip
-            report.data["catalogue"] = done
+            report.data[key] = done
             report.save(deadline)
             break
         row = {"model": hung["model"], "recipe": hung["recipe"], "status": "timed out",
                "note": f"killed: {hung['why']}; last output: {output_tail(log, 400)}"}  # fmt: skip
         done.append(row)
-        report.data["catalogue"] = done
+        report.data[key] = done
         report.save(deadline)
-        print(f"catalogue {row['model']}/{row['recipe']}: timed out ({hung['why']}); going on", flush=True)
+        print(f"{key} {row['model']}/{row['recipe']}: timed out ({hung['why']}); going on", flush=True)
         if hung["why"] == "at the deadline":
-            report.data["catalogue_not_reached"] = [
+            report.data[f"{key}_not_reached"] = [
                 name for name in state.get("models", []) if name not in {r["model"] for r in done}
             ]
             report.save(deadline)
@@ -590,14 +655,43 @@ def table(data: dict) -> str:
         "catalogue (planned / measured peak)",
         f"{'model':<40} {'recipe':<11} {'batch':>5} {'ratio':>6}  status",
     ]
-    for row in data.get("catalogue", []):
-        lines.append(
-            f"{row['model']:<40} {row['recipe']:<11} {fmt(row.get('batch'), '>5d', 5)} "
-            f"{fmt(row.get('ratio'), '>6.3f', 6)}  {row['status']}"
-            + (f": {row['note'][:120]}" if row.get("note") else "")
-        )
-    if data.get("catalogue_not_reached"):
-        lines.append(f"not reached: {', '.join(data['catalogue_not_reached'])}")
+    for key in ("catalogue", *CATALOGUE_PARTS):
+        if key != "catalogue":
+            if not data.get(key):
+                continue
+            lines += ["", f"{key}: {CATALOGUE_PARTS[key][3]}",
+                      f"{'model':<40} {'recipe':<11} {'batch':>5} {'ratio':>6} {'peak GiB':>8} {'step ms':>8}  status"]  # fmt: skip
+        for row in data.get(key, []):
+            mfu = ""
+            if (
+                key == "fill24" and row.get("step_ms") and matmul and not data.get("args", {}).get("tiny")
+            ):  # bert-base x 128
+                rate = row["batch"] * 128 * flops_per_token("bert-base", 128) / (row["step_ms"] / 1000)
+                mfu = f" MFU {rate / matmul:.1%}"
+            lines.append(
+                f"{row['model']:<40} {row['recipe']:<11} {fmt(row.get('batch'), '>5d', 5)} "
+                f"{fmt(row.get('ratio'), '>6.3f', 6)}"
+                + (
+                    f" {fmt(row.get('measured_peak_gib'), '>8.2f', 8)} {fmt(row.get('step_ms'), '>8.1f', 8)}"
+                    if key != "catalogue"
+                    else ""
+                )  # fmt: skip
+                + f"{mfu}  {row['status']}"
+                + (f": {row['note'][:120]}" if row.get("note") else "")
+            )
+        if data.get(f"{key}_not_reached"):
+            lines.append(f"not reached: {', '.join(data[f'{key}_not_reached'])}")
+    if data.get("padding_free"):
+        lines += ["", "padding_free (benchmarks/padding_free.py: packed against padded, training steps)"]
+        for row in data["padding_free"]:
+            tokens = row.get("real_tokens_per_s") or {}
+            lines.append(
+                f"{row.get('model', '?'):<40} padded {fmt(tokens.get('padded'), '>10.0f', 10)} "
+                f"packed {fmt(tokens.get('packed'), '>10.0f', 10)} real tokens/s "
+                f"({fmt(row.get('packed_over_padded'), '.2f', 4)}x), largest logit difference "
+                f"{fmt(row.get('max_logit_difference'), '.2e', 8)}  {row['status']}"
+                + (f": {row['note'][:120]}" if row.get("note") else "")
+            )
     return "\n".join(lines) + "\n"
 
 
@@ -614,7 +708,7 @@ def parse_args(argv):
         "--tiny", action="store_true", help="a 2-layer BERT, tiny catalogue configs, few steps"
     )
     parser.add_argument("--parts", nargs="+", default=["recipes", "profile", "catalogue"],
-                        choices=["recipes", "profile", "catalogue"])  # fmt: skip
+                        choices=["recipes", "profile", "catalogue", "padding_free", *CATALOGUE_PARTS])  # fmt: skip
     parser.add_argument(
         "--models", nargs="+", default=None, help="default: bert-base (bert-tiny with --tiny)"
     )
@@ -681,6 +775,15 @@ def main(argv=None) -> int:
         words=args.seq - 2,
         vocab_size=args.vocab_size,
     )
+    # Issue 47's parts first, in the order given: each is a few rows, and the deadline cuts the last.
+    for part in [part for part in args.parts if part in CATALOGUE_PARTS or part == "padding_free"]:
+        if part == "padding_free":
+            run_padding_free(args, report, deadline)
+            continue
+        models, recipes, options, _ = CATALOGUE_PARTS[part]
+        if part == "history":
+            options = [*options, "--memory_history_dir", str(Path(args.output) / "memory_history")]
+        run_catalogue(args, report, deadline, part, models, recipes, options)
     if "recipes" in args.parts:
         run_recipes(args, data, report, deadline)
     elif "profile" in args.parts:  # the profile's model, which the recipes part would have built
@@ -689,7 +792,8 @@ def main(argv=None) -> int:
         run_step_profile(args, data, report, deadline)
     if "catalogue" in args.parts:
         run_catalogue(args, report, deadline)
-    rows = report.data["recipes"] + report.data["step_profile"] + report.data["catalogue"]
+    rows = [row for key in ("recipes", "step_profile", "catalogue", "padding_free", *CATALOGUE_PARTS)
+            for row in report.data.get(key, [])]  # fmt: skip
     all_ok = all(row["status"] in ("ok", "skipped", "not planned") for row in rows)
     report.data["status"] = "done" if all_ok else "done, with rows that did not run: see their notes"
     report.save(deadline)

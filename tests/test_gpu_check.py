@@ -257,3 +257,30 @@ def test_the_gpu_check_script_runs_on_the_gpu_machines_versions_and_cuts_off_a_h
     assert all(row["status"] == "ok" for row in catalogue.values())
     assert report["catalogue_not_reached"] == []
     assert "timed out" in (out / "gpu_check-cpu-tiny.txt").read_text()
+
+
+def test_issue_47_parts_name_catalogue_models_and_their_rows_reach_the_table():
+    """The parts the next GPU run adds (history, deberta, fill24, fits24, padding_free): every model they
+    name is a catalogue entry (the GPU machine builds it from there, no Hub), and the text table shows
+    their rows, fill24's with its MFU against the measured matmul rate."""
+    from recipes_lib.memory.planner.catalogue import catalogue_entry
+
+    gpu_check = load_benchmark("gpu_check")
+    for part, (models, recipes, _, _) in gpu_check.CATALOGUE_PARTS.items():
+        assert all(catalogue_entry(model) is not None for model in models), part
+        assert recipes
+    data = {
+        "args": {"tiny": False},
+        "preflight": {"matmul": {"flops": 7.9e14}},
+        "fill24": [{"model": "google-bert/bert-base-uncased", "recipe": "lora", "batch": 512, "ratio": 0.97,
+                    "measured_peak_gib": 21.5, "step_ms": 250.0, "status": "ok"}],
+        "fits24": [{"model": "FacebookAI/roberta-large", "recipe": "full_ft", "batch": 32, "status": "failed",
+                    "note": "OutOfMemoryError: CUDA out of memory"}],
+        "padding_free": [{"model": "answerdotai/ModernBERT-base", "real_tokens_per_s": {"padded": 1e5, "packed": 2e5},
+                          "packed_over_padded": 2.0, "max_logit_difference": 0.01, "status": "ok"}],
+    }  # fmt: skip
+    text = gpu_check.table(data)
+    rate = 512 * 128 * gpu_check.flops_per_token("bert-base", 128) / 0.25 / 7.9e14
+    assert f"MFU {rate:.1%}" in text and "21.50" in text
+    assert "fits24: README's 24 GB rows" in text and "OutOfMemoryError" in text
+    assert "(2.00x), largest logit difference 1.00e-02" in text

@@ -240,3 +240,56 @@ def test_plan_command_refuses_an_unknown_recipe_and_lists_the_recipes(capsys):
     assert main(["plan", "--model", "bert-base-uncased", "--recipe", "lorra", "--no_family"]) == 2
     error = capsys.readouterr().err
     assert "--recipe lorra is not a recipe of recipes/" in error and "full_ft" in error and "qlora" in error
+
+
+def test_cuda_autocast_keeps_albert_gelu_new_chain_in_fp32():
+    """ALBERT's gelu_new, 0.5 x (1 + tanh(c (x + 0.044715 pow(x, 3)))), under bf16 autocast on CUDA, where
+    pow is on autocast's fp32 list (CPU autocast's has no pow): pow gets an fp32 copy of x and everything
+    after it is fp32. No GPU here, so CUDA's policy for pow is applied by hand (pow's input cast to fp32,
+    as autocast would) and the bytes the activation keeps for backward are counted; the planner's CUDA
+    term is what they keep beyond the 2 B per tensor its bf16 arithmetic already counts."""
+    import torch
+    from transformers import AlbertConfig
+    from transformers.activations import ACT2FN
+
+    from recipes_lib.memory.planner.arithmetic import layer_activation_terms
+    from recipes_lib.memory.planner.encoder import Encoder
+
+    class PowAsCudaAutocast(torch.overrides.TorchFunctionMode):
+        def __torch_function__(self, func, types, args=(), kwargs=None):
+            if func is torch.pow:
+                args = (args[0].float(), *args[1:])
+            return func(*args, **(kwargs or {}))
+
+    def kept_bytes_per_element(cuda_policy: bool) -> int:
+        kept = {}
+
+        def pack(tensor):
+            if tensor.numel() == 64:
+                kept[tensor.untyped_storage().data_ptr()] = tensor.element_size()
+            return tensor
+
+        x = torch.linspace(-2, 2, 64, requires_grad=True).to(torch.bfloat16)  # a bf16 linear's output
+        with torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor):
+            if cuda_policy:
+                with PowAsCudaAutocast():
+                    ACT2FN["gelu_new"](x)
+            else:
+                ACT2FN["gelu_new"](x)
+        return sum(kept.values())
+
+    config = AlbertConfig(
+        hidden_size=768, num_attention_heads=12, intermediate_size=3072, hidden_act="gelu_new"
+    )
+    encoder = Encoder.from_config(config)
+    T, F = 32 * 128, 3072
+    terms = {
+        device: layer_activation_terms(encoder, Setup(shape=FULL_FT, bf16=True, device=device, batch_size=32))
+        for device in ("cuda", "cpu")
+    }
+    extra = sum(terms["cuda"].values()) - sum(terms["cpu"].values())
+    masks = sum(v for k, v in terms["cpu"].items() if "mask" in k) - sum(
+        v for k, v in terms["cuda"].items() if "mask" in k
+    )  # CPU dropout keeps float noise, CUDA a bool mask: a difference of its own
+    assert kept_bytes_per_element(cuda_policy=False) == 4 * 2  # the planner's 4 kept tensors at 2 B
+    assert extra + masks == T * F * (kept_bytes_per_element(cuda_policy=True) - 4 * 2)  # 14 - 8 B
