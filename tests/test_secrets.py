@@ -191,6 +191,7 @@ def data_with_test(learnable_data, tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(1200)  # a recipe launch and an export on a busy machine
 @pytest.mark.parametrize("way", ["command line", "YAML"])
 def test_a_recipe_run_and_its_export_write_no_planted_secret(
     tmp_path, tiny_bert, data_with_test, planted_env, way
@@ -222,42 +223,58 @@ def test_a_recipe_run_and_its_export_write_no_planted_secret(
     assert (found, printed) == ({}, []), f"planted secrets found: {found}; printed: {printed}"
 
 
-@pytest.mark.slow
-def test_a_sweep_and_a_crossval_write_no_planted_secret(tmp_path, tiny_bert, learnable_data, planted_env):
-    """A sweep whose file gives the token as a recipe option (one trial), and a two-fold crossval given it on
-    its command line: the trial logs, the Optuna databases, every trial's and fold's files."""
-    sweep_file = tmp_path / "sweep.yaml"
-    recipe_options = {
-        "model_name_or_path": str(tiny_bert), "train_file": str(learnable_data["train"]),
-        "validation_file": str(learnable_data["validation"]), "max_seq_length": 32,
-        "per_device_train_batch_size": 8, "max_steps": 2, "max_eval_samples": 16, "save_strategy": "no",
-        "report_to": "wandb", "disable_tqdm": True,
+# Recipe options for the sweep's trial and the crossval's folds: two steps of the tiny BERT, W&B offline.
+def tiny_options(tiny_bert, train_file) -> dict:
+    return {
+        "model_name_or_path": str(tiny_bert), "train_file": str(train_file), "max_seq_length": 32,
+        "per_device_train_batch_size": 8, "max_steps": 2, "save_strategy": "no", "report_to": "wandb",
+        "disable_tqdm": "true",
     }  # fmt: skip
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(1800)  # three processes (the sweep, its preflight, its trial) on a busy machine
+def test_a_sweep_writes_no_planted_secret(tmp_path, tiny_bert, learnable_data, planted_env):
+    """A sweep whose file gives the token as a recipe option (a trial): its trial log, its Optuna database, the
+    trial's files and W&B run."""
+    sweep_file = tmp_path / "sweep.yaml"
+    options = {
+        **tiny_options(tiny_bert, learnable_data["train"]),
+        "validation_file": str(learnable_data["validation"]),
+    }
     sweep_file.write_text(yaml.safe_dump({
         "recipes": {"full_ft": {"learning_rate": [1e-3]}}, "seeds": [42], "output_dir": str(tmp_path / "sweep"),
         "accelerate_config": str(ACCELERATE_CONFIGS / "cpu.yaml"), "recipes_dir": str(RECIPES_DIR),
-        "args": {**recipe_options, "hub_token": PLANTED["YAML"]},
+        "args": {**options, "max_eval_samples": 16, "hub_token": PLANTED["YAML"]},
     }))  # fmt: skip
-    cli = [sys.executable, "-m", "recipes_lib.cli"]
-    sweep = subprocess.run([*cli, "sweep", str(sweep_file)], capture_output=True, text=True, timeout=900,
-                           env=planted_env, cwd=REPO_ROOT)  # fmt: skip
+    sweep = subprocess.run([sys.executable, "-m", "recipes_lib.cli", "sweep", str(sweep_file)],
+                           capture_output=True, text=True, timeout=1500, env=planted_env, cwd=REPO_ROOT)  # fmt: skip
     assert sweep.returncode == 0, sweep.stdout[-3000:] + sweep.stderr[-3000:]
+    assert list((tmp_path / "sweep").rglob("*.wandb")) and list((tmp_path / "sweep").rglob("*.db"))
+    found = files_holding(PLANTED, tmp_path / "sweep", tmp_path / "wandb-home")
+    printed = printed_holding(PLANTED, sweep.stdout, sweep.stderr)
+    assert (found, printed) == ({}, []), f"planted secrets found: {found}; printed: {printed}"
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(1800)  # two folds, each its own launch
+def test_a_crossval_writes_no_planted_secret(tmp_path, tiny_bert, learnable_data, planted_env):
+    """A two-fold crossval given the token on its command line: its fold logs, crossval.db, the folds' files."""
     options = [
         item
-        for key, value in recipe_options.items()
-        for item in (f"--{key}", str(value).lower() if isinstance(value, bool) else str(value))
+        for key, value in tiny_options(tiny_bert, learnable_data["train"]).items()
+        for item in (f"--{key}", str(value))
     ]
-    # crossval holds out its own validation rows and predicts every one of them.
-    for option in ("--validation_file", str(learnable_data["validation"]), "--max_eval_samples", "16"):
-        options.remove(option)
     crossval = subprocess.run(
-        [*cli, "crossval", "full_ft", "--folds", "2", "--output_dir", str(tmp_path / "crossval"),
-         "--recipes_dir", str(RECIPES_DIR), "--accelerate_config", str(ACCELERATE_CONFIGS / "cpu.yaml"),
-         *options, "--hub_token", PLANTED["command line"]],
-        capture_output=True, text=True, timeout=900, env=planted_env, cwd=REPO_ROOT,
+        [sys.executable, "-m", "recipes_lib.cli", "crossval", "full_ft", "--folds", "2",
+         "--output_dir", str(tmp_path / "crossval"), "--recipes_dir", str(RECIPES_DIR),
+         "--accelerate_config", str(ACCELERATE_CONFIGS / "cpu.yaml"), *options, "--hub_token", PLANTED["command line"]],
+        capture_output=True, text=True, timeout=1500, env=planted_env, cwd=REPO_ROOT,
     )  # fmt: skip
     assert crossval.returncode == 0, crossval.stdout[-3000:] + crossval.stderr[-3000:]
-    assert list((tmp_path / "sweep").rglob("*.wandb")) and list((tmp_path / "crossval").rglob("*.wandb"))
-    found = files_holding(PLANTED, tmp_path / "sweep", tmp_path / "crossval", tmp_path / "wandb-home")
-    printed = printed_holding(PLANTED, sweep.stdout, sweep.stderr, crossval.stdout, crossval.stderr)
+    assert (
+        list((tmp_path / "crossval").rglob("*.wandb")) and (tmp_path / "crossval" / "crossval.db").is_file()
+    )
+    found = files_holding(PLANTED, tmp_path / "crossval", tmp_path / "wandb-home")
+    printed = printed_holding(PLANTED, crossval.stdout, crossval.stderr)
     assert (found, printed) == ({}, []), f"planted secrets found: {found}; printed: {printed}"
