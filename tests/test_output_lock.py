@@ -169,8 +169,25 @@ sys.argv = [script, *sys.argv[3:]]
 runpy.run_path(script, run_name="__main__")
 """
 # What two runs of the same command write differently (one thread: the weights are bit for bit the same):
-# results.json's clock figures (runtimes, samples and tokens per second), and the model card, which shows them.
+# results.json's clock and memory figures (measured on the shared 2-core test machine: created_at,
+# train_runtime_s, train_samples_per_s, train_tokens_per_s, peak_memory_gib and each phase's peak_rss_gib),
+# and the model card, which shows them.
 CLOCK_FILES = {"results.json", "README.md"}
+MEASURED = ("created_at", "runtime", "_per_s", "memory", "rss")
+
+
+def differing_keys(first: Path, second: Path) -> set[str]:
+    """The dotted keys whose values differ between two results.json files."""
+
+    def flat(value, prefix=""):
+        if isinstance(value, dict):
+            for key, item in value.items():
+                yield from flat(item, f"{prefix}.{key}" if prefix else key)
+        else:
+            yield prefix, value
+
+    a, b = dict(flat(json.loads(first.read_text()))), dict(flat(json.loads(second.read_text())))
+    return {key for key in a.keys() | b.keys() if a.get(key) != b.get(key)}
 
 
 def launch(script: Path, seconds: float, args: list[str], env: dict[str, str]) -> subprocess.Popen:
@@ -211,6 +228,9 @@ def test_two_runs_started_at_once_into_one_directory_one_runs_one_is_refused(
     assert set(pair_files) == set(solo_files)  # the same files: none of the refused run's, no lock left
     differing = {name for name in solo_files if pair_files[name] != solo_files[name]}
     assert differing == CLOCK_FILES, differing
+    measured = differing_keys(tmp_path / "solo" / "results.json", output_dir / "results.json")
+    print("results.json keys that differ from the solo run's:", sorted(measured))
+    assert measured and all(any(word in key for word in MEASURED) for key in measured), measured
 
 
 @pytest.mark.slow
