@@ -25,8 +25,9 @@ import pytest
 import yaml
 
 from recipes_lib.cli.main import main as cli_main
-from recipes_lib.errors import ConfigError
-from recipes_lib.sweep import runner, study
+from recipes_lib.errors import ConfigError, OutputDirError
+from recipes_lib.locking import lock_directory
+from recipes_lib.sweep import study
 from recipes_lib.sweep.config import (
     SweepConfig,
     format_lr,
@@ -455,8 +456,8 @@ def test_a_trial_left_running_by_a_killed_sweep_is_rerun_and_its_processes_stopp
 def test_one_sweep_at_a_time_per_output_dir_and_a_changed_grid_needs_another(tmp_path):
     config = make_config(tmp_path)
     with (
-        runner.sweep_lock(Path(config.output_dir)),
-        pytest.raises(ConfigError, match="Another sweep is running"),
+        lock_directory(config.output_dir, "sweep"),
+        pytest.raises(OutputDirError, match="is in use by a sweep"),
     ):
         run_sweep(config, launch=SweepStandIn(), preflight=no_budget, draw=False)
     assert run_sweep(config, launch=SweepStandIn(interrupt_at=1), preflight=no_budget, draw=False) == 130

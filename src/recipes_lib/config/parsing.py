@@ -31,6 +31,7 @@ from recipes_lib.config.recipe_spec import RecipeSpec
 from recipes_lib.config.registry import recipes_accepting
 from recipes_lib.config.validation import validate_arguments
 from recipes_lib.config.versions import check_supported_versions
+from recipes_lib.credentials import hand_over_secrets
 from recipes_lib.errors import ConfigError
 
 
@@ -245,6 +246,7 @@ def parse_arguments(spec: RecipeSpec, argv: list[str] | None = None) -> ParsedAr
         )
 
     model_args, data_args, *recipe_options, training_args = parsed
+    hand_over_secrets(*parsed)  # --hub_token: into HF_TOKEN, out of the arguments and sys.argv
     # One config for every recipe: `output_dir: outputs/demo/{recipe}` gives each its own directory.
     training_args.output_dir = training_args.output_dir.replace("{recipe}", recipe_name)
     arguments = ParsedArguments(

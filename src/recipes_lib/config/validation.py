@@ -3,19 +3,21 @@
 Each field's own checks run when its dataclass is built (`__post_init__`); the checks here look
 at the arguments together and run before anything expensive: `validate_arguments` as they are
 parsed (parsing.py: the data source, files and columns named, the numbers that must be positive),
-`check_output_dir` before any download, `check_task_options` once the labels have decided the
-task, before tokenization and before the weights load. Every failure is a ConfigError or
-OutputDirError that names the value and the fix.
+`claim_output_dir` (the output_dir's lock, then `check_output_dir`) before any download,
+`check_task_options` once the labels have decided the task, before tokenization and before the
+weights load. Every failure is a ConfigError or OutputDirError that names the value and the fix.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from pathlib import Path
 
 from recipes_lib.config.arguments import SUPPORTED_DATA_EXTENSIONS, ParsedArguments
 from recipes_lib.config.tasks import SINGLE_LABEL, TASK_METRICS
 from recipes_lib.errors import ConfigError, OutputDirError
+from recipes_lib.locking import lock_directory
 from recipes_lib.results import RESULTS_FILE
 
 logger = logging.getLogger(__name__)
@@ -24,9 +26,35 @@ logger = logging.getLogger(__name__)
 RUN_MARKERS = (RESULTS_FILE, "model.safetensors", "adapter_model.safetensors", "checkpoint-*")
 
 
+STALE_RUN_ADVICE = (
+    "Continue that run with --resume_from_checkpoint last, or replace it with --overwrite_output_dir (either "
+    "takes the lock over), or pick another --output_dir. "
+)
+
+
 def resume_requested(value: str | None) -> bool:
     """Whether `--resume_from_checkpoint VALUE` asks to resume ("false" in a YAML file does not)."""
     return value is not None and str(value).strip().lower() not in ("", "none", "false")
+
+
+def claim_output_dir(training) -> contextlib.ExitStack:
+    """Lock the output_dir for this run (locking.py), then check_output_dir; close() lets it go.
+
+    The lock comes first: of two runs started at once into one directory, the second is refused here,
+    before it looks inside. Only the main process takes it; the others write nothing there (and
+    `accelerate launch` stops them when the main process exits on a refusal). A lock left by a run
+    that was killed is taken over, with a warning, by --resume_from_checkpoint or --overwrite_output_dir.
+    """
+    hold = contextlib.ExitStack()
+    if training.process_index == 0 and not Path(training.output_dir).is_file():  # a file: the check says so
+        continuing = training.overwrite_output_dir or resume_requested(training.resume_from_checkpoint)
+        hold.enter_context(lock_directory(training.output_dir, "run", continuing, STALE_RUN_ADVICE))
+    try:
+        check_output_dir(training)
+    except BaseException:
+        hold.close()
+        raise
+    return hold
 
 
 def check_output_dir(training) -> None:

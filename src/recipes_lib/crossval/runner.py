@@ -33,6 +33,7 @@ from recipes_lib.crossval.folds import (
 from recipes_lib.crossval.oof import OOF_FILE, RESULTS_FILE, format_summary, out_of_fold_rows, summary
 from recipes_lib.data.files import write_jsonl
 from recipes_lib.errors import ConfigError
+from recipes_lib.locking import lock_directory
 from recipes_lib.results import read_results
 from recipes_lib.sweep.config import (
     LearningRateSearch,
@@ -50,7 +51,6 @@ from recipes_lib.sweep.runner import (
     pending,
     prepare_retries,
     stop_on_sigterm,
-    sweep_lock,
 )
 from recipes_lib.sweep.study import (
     RequeueStaleTrials,
@@ -181,7 +181,11 @@ def run_crossval(
     metric = settings.metric or DEFAULT_METRICS.get(training.task, DEFAULT_METRIC)
     config = engine_config(settings, metric)
     slots = slot_environments(workers.count, settings.accelerate_config)
-    with contextlib.nullcontext() if workers.shared else sweep_lock(output_dir):
+    with (
+        contextlib.nullcontext()
+        if workers.shared
+        else lock_directory(output_dir, "crossval", take_over_stale=True)
+    ):
         stale = RequeueStaleTrials()
         storage = open_storage(
             config, on_stale_trial=stale, file=STUDY_FILE, url=workers.storage, parallel=workers.parallel

@@ -54,12 +54,17 @@ from recipes_lib.export.onnx_model import (
 )
 from recipes_lib.export.runtime import measure_latency, onnx_logits, onnx_session, session_logits
 from recipes_lib.export.sensitivity import MAX_KEPT, SENSITIVITY_ROWS, keep_sensitive_nodes, rank_nodes
+from recipes_lib.locking import lock_directory
 from recipes_lib.modeling.adapters import ADAPTER_CONFIG_FILE, MERGED_SUBDIR, load_trained_model
 from recipes_lib.results import RESULTS_FILE, RunResults, read_results
 
 logger = logging.getLogger(__name__)
 
 QUANTIZATIONS = ("int8",)
+STALE_EXPORT_ADVICE = (
+    "If that was an earlier export, the run itself is whole: delete the lock file and export again. If it was "
+    "the training run, continue it first (--resume_from_checkpoint last). "
+)
 GATE_BATCH_SIZE = 32
 LATENCY_ROWS = 32  # the gate's first rows, each alone, for the batch-1 latency
 
@@ -127,10 +132,18 @@ def export_run(
     min_int8_speedup: float = MIN_INT8_SPEEDUP,
 ) -> ExportOutcome:
     """Export the run in `run_dir` to ONNX (and int8), gate it, and move it to export/ or export.failed/."""
-    from transformers import AutoConfig, AutoTokenizer
-
     _check_options(quantize, max_metric_drop, batch_size, int8_weights, min_int8_agreement, min_int8_speedup)
     results_dir, model_dir, results = locate_run(run_dir)
+    # The run's directory, locked as its run locks it (locking.py): never exported while it trains.
+    with lock_directory(results_dir, "export", stale_advice=STALE_EXPORT_ADVICE):
+        return _export(results_dir, model_dir, results, quantize, eval_file, max_metric_drop, batch_size,
+                       progress, int8_weights, min_int8_agreement, min_int8_speedup)  # fmt: skip
+
+
+def _export(results_dir, model_dir, results, quantize, eval_file, max_metric_drop, batch_size, progress,
+            int8_weights, min_int8_agreement, min_int8_speedup) -> ExportOutcome:  # fmt: skip
+    from transformers import AutoConfig, AutoTokenizer
+
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     model_config = AutoConfig.from_pretrained(model_dir)
     label_names = [model_config.id2label[i] for i in range(model_config.num_labels)]

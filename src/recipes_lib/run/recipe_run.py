@@ -28,7 +28,7 @@ from transformers import EarlyStoppingCallback, set_seed
 
 from recipes_lib.config.arguments import ParsedArguments, RecipeTrainingArguments
 from recipes_lib.config.recipe_spec import RecipeSpec, TrainingShape
-from recipes_lib.config.validation import check_output_dir, check_task_options
+from recipes_lib.config.validation import check_task_options, claim_output_dir
 from recipes_lib.data.loading import load_classification_data
 from recipes_lib.data.long_text import document_ids
 from recipes_lib.data.tokenize import tokenize
@@ -137,7 +137,6 @@ class RecipeRun:
     def __enter__(self) -> RecipeRun:
         training = self.arguments.training
         setup_logging(self.arguments)
-        check_output_dir(training)
         if training.push_to_hub:  # no token or offline: stop before any download
             from recipes_lib.tracking.hub import check_push_to_hub  # loaded only under --push_to_hub
 
@@ -147,9 +146,11 @@ class RecipeRun:
             training.resume_from_checkpoint, training.output_dir, RESULTS_FILE
         )
         set_seed(training.seed)
+        self.output_lock = claim_output_dir(training)  # locked, then checked; held until __exit__
         return self
 
     def __exit__(self, error_type, error, traceback) -> bool:
+        self.output_lock.close()
         return False  # an exception goes on to run_main (or the caller)
 
     def load_data(self, train_file: str | None = None) -> datasets.DatasetDict:

@@ -34,6 +34,7 @@ from typing import Any
 import yaml
 
 from recipes_lib.config.registry import RECIPES
+from recipes_lib.credentials import without_secrets
 from recipes_lib.errors import ConfigError
 from recipes_lib.results import RESULT_KEYS
 
@@ -464,7 +465,8 @@ def recipe_arguments(config: SweepConfig, recipe: str) -> list[str]:
     """What every trial of a recipe passes its script before the per-trial settings: the base config,
     the sweep's `args`, the recipe's own `args`, the W&B group and project."""
     arguments = ["--config", config.base_config] if config.base_config else []
-    for key, tokens in (*config.args, *config.recipe(recipe).args):
+    # The secret options travel in the trial's environment (trials.trial_environment), not on its command line.
+    for key, tokens in without_secrets((*config.args, *config.recipe(recipe).args)):
         arguments += [f"--{key}", *tokens]
     arguments += ["--experiment", config.group]
     if config.wandb_project:
@@ -517,7 +519,7 @@ def crossval_command(config: SweepConfig, recipe: str, lr: float, seed: int, pyt
         command += ["--config", config.base_config]
     if config.retry_failed:
         command.append("--retry_failed")
-    for key, tokens in (*config.args, *config.recipe(recipe).args):
+    for key, tokens in without_secrets((*config.args, *config.recipe(recipe).args)):
         command += [f"--{key}", *tokens]
     if config.wandb_project:
         command += ["--wandb_project", config.wandb_project]

@@ -17,7 +17,6 @@ process (preflight.py), and each trial is its own `accelerate launch` (trials.py
 from __future__ import annotations
 
 import contextlib
-import os
 import signal
 import sys
 import threading
@@ -28,7 +27,7 @@ from typing import Any
 
 from tqdm.auto import tqdm
 
-from recipes_lib.errors import ConfigError
+from recipes_lib.locking import lock_directory
 from recipes_lib.sweep.config import SweepConfig, format_lr, trial_command, trial_dir
 from recipes_lib.sweep.parallel import (
     ONE_WORKER,
@@ -78,12 +77,6 @@ from recipes_lib.sweep.trials import (
 )
 from recipes_lib.workbench import format_table
 
-try:
-    import fcntl
-except ImportError:  # not POSIX: no lock
-    fcntl = None
-
-LOCK_FILE = ".sweep.lock"
 LOG_DIR = "logs"
 
 
@@ -93,28 +86,6 @@ class SweepStopped(Exception):
     def __init__(self, signal_number: int):
         super().__init__(signal.Signals(signal_number).name)
         self.exit_code = 128 + signal_number
-
-
-@contextlib.contextmanager
-def sweep_lock(output_dir: Path) -> Iterator[None]:
-    """One sweep at a time per output_dir (the lock goes with the process, kill -9 included)."""
-    if fcntl is None:
-        yield
-        return
-    output_dir.mkdir(parents=True, exist_ok=True)
-    with open(output_dir / LOCK_FILE, "a+") as handle:
-        try:
-            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            handle.seek(0)
-            raise ConfigError(
-                f"Another sweep is running on {output_dir} (process {handle.read().strip() or '?'}); wait for it, "
-                "or give this one another output_dir."
-            ) from None
-        handle.truncate(0)
-        handle.write(str(os.getpid()))
-        handle.flush()
-        yield
 
 
 # --- the phases ---------------------------------------------------------------------------------------
@@ -455,7 +426,12 @@ def run_sweep(
     output_dir = Path(config.output_dir)
     slots = slot_environments(workers.count, config.accelerate_config)
     output_dir.mkdir(parents=True, exist_ok=True)
-    with contextlib.nullcontext() if workers.shared else sweep_lock(output_dir):
+    # A killed sweep's lock is taken over: rerunning the command is how a sweep resumes.
+    with (
+        contextlib.nullcontext()
+        if workers.shared
+        else lock_directory(output_dir, "sweep", take_over_stale=True)
+    ):
         stale = RequeueStaleTrials()
         storage = open_storage(config, on_stale_trial=stale, url=workers.storage, parallel=workers.parallel)
         answers = preflight(config)

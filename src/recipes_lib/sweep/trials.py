@@ -20,6 +20,7 @@ from typing import Any
 
 import psutil
 
+from recipes_lib.credentials import secrets_environment
 from recipes_lib.results import RESULT_KEYS, RESULTS_FILE, read_results
 from recipes_lib.sweep.config import SweepConfig, format_lr
 from recipes_lib.tracking import names
@@ -158,8 +159,27 @@ def read_crossval_outcome(trial: Trial, config: SweepConfig, wall_s: float) -> O
 def launch_trial(trial: Trial, config: SweepConfig) -> Outcome:
     """Run the trial's `accelerate launch`, its output in its log; the outcome once it exits."""
     trial.log.parent.mkdir(parents=True, exist_ok=True)
-    env = {
+    start = time.monotonic()
+    with open(trial.log, "w") as log:
+        log.write("$ " + " ".join(trial.command) + "\n")
+        log.flush()
+        process = subprocess.Popen(
+            trial.command, stdout=log, stderr=subprocess.STDOUT, env=trial_environment(trial, config)
+        )
+        try:
+            code = process.wait()
+        except BaseException:  # Ctrl-C or SIGTERM: the trial goes with the sweep
+            stop_process_tree(process)
+            raise
+    return read_outcome(trial, config, code, time.monotonic() - start)
+
+
+def trial_environment(trial: Trial, config: SweepConfig) -> dict[str, str]:
+    """This environment, the secret options the trial's command leaves out (--hub_token: HF_TOKEN,
+    credentials.py), its worker's settings, and the sweep keys W&B's config gets."""
+    return {
         **os.environ,
+        **secrets_environment((*config.args, *config.recipe(trial.recipe).args)),
         **trial.environment,
         "PYTHONUNBUFFERED": "1",
         names.SWEEP_CONFIG_VARIABLE: json.dumps(
@@ -167,17 +187,6 @@ def launch_trial(trial: Trial, config: SweepConfig) -> Outcome:
             | ({names.SWEEP_CHOSEN: trial.chosen} if trial.chosen else {})
         ),
     }
-    start = time.monotonic()
-    with open(trial.log, "w") as log:
-        log.write("$ " + " ".join(trial.command) + "\n")
-        log.flush()
-        process = subprocess.Popen(trial.command, stdout=log, stderr=subprocess.STDOUT, env=env)
-        try:
-            code = process.wait()
-        except BaseException:  # Ctrl-C or SIGTERM: the trial goes with the sweep
-            stop_process_tree(process)
-            raise
-    return read_outcome(trial, config, code, time.monotonic() - start)
 
 
 def stop_process_tree(process: subprocess.Popen, grace_s: float = 20.0) -> None:
