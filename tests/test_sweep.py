@@ -113,7 +113,8 @@ def test_grids_ranges_and_yaml_numbers_without_a_dot(tmp_path):
         ({"seeds": [1, 1]}, ["a seed twice"]),
         ({"seeds": [1.5]}, ["whole number"]),
         ({"metric": "test_accuracy"}, ["chosen on validation", "eval_accuracy"]),
-        ({"metric": "accuracy"}, ["eval_<name>"]),
+        ({"metric": "accuracy"}, ["validation key: eval_accuracy, eval_f1,"]),
+        ({"metric": "eval_acc"}, ["'metric' is eval_acc", "eval_accuracy", "eval_pearson"]),  # no such key
         ({"direction": "up"}, ["maximize or minimize"]),
         ({"args": {"learning_rate": 1e-3}}, ["sets 'learning_rate'", "each recipe's `learning_rate`"]),
         ({"args": {"output_dir": "x"}}, ["sets 'output_dir'", "drop it"]),
