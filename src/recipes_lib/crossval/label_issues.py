@@ -52,7 +52,7 @@ from recipes_lib.evaluation.neglected import NEGLECTED_RECALL, describe_class
 from recipes_lib.evaluation.predictions import EVAL_PREDICTIONS_FILE
 from recipes_lib.results import RESULTS_FILE as RUN_RESULTS_FILE
 from recipes_lib.results import read_results
-from recipes_lib.whole_files import read_jsonl, write_text_whole, written_whole
+from recipes_lib.whole_files import read_json, read_jsonl, write_text_whole, written_whole
 from recipes_lib.workbench import format_table
 
 ISSUES_FILE = "label_issues.csv"
@@ -129,17 +129,19 @@ def read_held_out(directory: Path) -> HeldOutPredictions:
 
 
 def read_crossval(directory: Path) -> HeldOutPredictions:
-    results = read_results(directory / RESULTS_FILE)
+    summary = read_json(
+        directory / RESULTS_FILE, "a cross-validation's summary", "Run the cross-validation again."
+    )
     oof = read_jsonl(directory / OOF_FILE, "out-of-fold predictions", "Run the cross-validation again.")
-    if results["task"] == REGRESSION:
+    if summary["task"] == REGRESSION:
         return HeldOutPredictions(None, oof, REGRESSION, [], [], "", CLEANED_STEM)  # type: ignore[arg-type]
-    training = read_training_rows(results.get("data_arguments") or {"train_file": results["train_file"]})
+    training = read_training_rows(summary.get("data_arguments") or {"train_file": summary["train_file"]})
     source = (
-        f"training rows of {results['train_file']} (cleanlab, from {results['folds']}-fold out-of-fold "
+        f"training rows of {summary['train_file']} (cleanlab, from {summary['folds']}-fold out-of-fold "
         "probabilities)"
     )
-    return HeldOutPredictions(training, oof, results["task"], results["classes"],
-                              results.get("text_columns") or [], source, CLEANED_STEM)  # fmt: skip
+    return HeldOutPredictions(training, oof, summary["task"], summary["classes"],
+                              summary.get("text_columns") or [], source, CLEANED_STEM)  # fmt: skip
 
 
 def read_run(directory: Path) -> HeldOutPredictions:
