@@ -48,7 +48,7 @@ from recipes_lib.run.record import RunSettings, evaluate_merged_model, finish_ru
 from recipes_lib.tracking.wandb_run import Tracker, start_tracking
 from recipes_lib.training.callbacks import LastEpochEvaluation, PrecisionProbe, TokenCounter, final_metrics
 from recipes_lib.training.checkpoints import clear_previous_run, resolve_resume_checkpoint
-from recipes_lib.training.losses import WeightedCrossEntropy, class_weights_from
+from recipes_lib.training.losses import class_weights_from, weighted_loss
 
 logger = logging.getLogger("recipes_lib")
 
@@ -113,12 +113,14 @@ class RecipeRun:
         return replace(shape, adapters=resolve_lora_targets(shape.adapters, self.model_config.model_type))
 
     @property
-    def compute_loss(self) -> WeightedCrossEntropy | None:
+    def compute_loss(self):
         """The Trainer's compute_loss_func: --class_weights' weighted cross-entropy; else None (the model's loss)."""
         metrics = self.compute_metrics
-        if metrics is None or not metrics.class_weights:
-            return None
-        return WeightedCrossEntropy(metrics.class_weights, metrics.label_smoothing)
+        return (
+            None
+            if metrics is None
+            else weighted_loss(metrics.problem_type, metrics.class_weights, metrics.label_smoothing)
+        )
 
     @property
     def model_args(self):
