@@ -46,7 +46,13 @@ from recipes_lib.results import RESULTS_FILE, describe_device
 from recipes_lib.run.metrics import RunMetrics
 from recipes_lib.run.record import RunSettings, evaluate_merged_model, finish_run, publish_results
 from recipes_lib.tracking.wandb_run import Tracker, start_tracking
-from recipes_lib.training.callbacks import LastEpochEvaluation, PrecisionProbe, TokenCounter, final_metrics
+from recipes_lib.training.callbacks import (
+    CollapseWarning,
+    LastEpochEvaluation,
+    PrecisionProbe,
+    TokenCounter,
+    final_metrics,
+)
 from recipes_lib.training.checkpoints import clear_previous_run, resolve_resume_checkpoint
 from recipes_lib.training.losses import class_weights_from, weighted_loss
 
@@ -295,6 +301,7 @@ class RecipeRun:
             tokens,
             PrecisionProbe(training.device.type),
             LastEpochEvaluation(),
+            CollapseWarning(),  # issue #50: a model whose outputs do not depend on the input, said at once
             *self.tracker.callbacks(tokens),
         ]
         if training.early_stopping_patience is not None:
