@@ -111,7 +111,8 @@ class PrecisionProbe(TrainerCallback):
 
 
 class CollapseWarning(TrainerCallback):
-    """A warning at the first evaluation whose predictions do not depend on the input, once per run.
+    """A warning at the first evaluation during training whose predictions do not depend on the input,
+    once per run (an evaluation after training is the end of the run's, which says it: run/record.py).
 
     Reads the metrics every evaluation returns (`eval_output_std`, `eval_distinct_predictions`, from
     TaskMetrics), so it works with any Trainer whose compute_metrics is the run's. Said by the main
@@ -120,9 +121,16 @@ class CollapseWarning(TrainerCallback):
 
     def __init__(self):
         self.said_at: int | None = None
+        self.training = False
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        self.training = True
+
+    def on_train_end(self, args, state, control, **kwargs):
+        self.training = False
 
     def on_evaluate(self, args, state, control, metrics=None, **kwargs):
-        if self.said_at is not None or not metrics or not state.is_world_process_zero:
+        if not self.training or self.said_at is not None or not metrics or not state.is_world_process_zero:
             return
         prefix = next((key[: -len("output_std")] for key in metrics if key.endswith("output_std")), None)
         if prefix is None:
