@@ -37,8 +37,8 @@ class TaskMetrics:
     - regression: mean squared error, Pearson and Spearman correlation of the single output.
 
     Also `output_std` and `distinct_predictions`, how much the outputs vary across the rows
-    (evaluation/collapse.py: a model whose outputs do not depend on the input), and `samples`, the number of predictions the metrics were computed on, after the Trainer gathered
-    them from every process: the validation split's size when each example counted once (none
+    (evaluation/collapse.py: a model whose outputs do not depend on the input), and `samples`, the
+    number of predictions the metrics were computed on, after the Trainer gathered them from every process: the validation split's size when each example counted once (none
     dropped, none counted twice to even out the processes' batches).
 
     Under --long_text sliding_window the predictions are windows: `document_ids` (the split's
