@@ -14,11 +14,12 @@ import shutil
 from pathlib import Path
 from unittest import mock
 
+import numpy as np
 import pytest
 
 from recipes_lib.export import MIN_INT8_AGREEMENT
 from tests.helpers.data import learnable_rows, read_jsonl, write_csv
-from tests.helpers.models import FAMILIES, build_tiny_family
+from tests.helpers.models import FAMILIES, build_tiny_family, liven
 from tests.helpers.runs import QUICK, run_args, run_in_process
 
 pytest.importorskip("onnxruntime")
@@ -55,8 +56,10 @@ def data(tmp_path_factory) -> dict[str, Path]:
 
 
 def _train(recipe: str, model: Path, data: dict[str, Path], output_dir: Path, *extra: str) -> Path:
-    quick = {**QUICK, "max_eval_samples": None}  # the gate reads the whole validation file, as the run did
-    run_in_process(recipe, run_args(model, data, output_dir, "--text_column_names", "text", *extra, **quick))
+    # The gate reads the whole validation file, as the run did. 48 steps at 2e-3: a model that learnt the
+    # task, since the gate will not judge one no better than a constant predictor (issue #50).
+    learns = {**QUICK, "steps": 48, "learning_rate": "2e-3", "max_eval_samples": None}
+    run_in_process(recipe, run_args(model, data, output_dir, "--text_column_names", "text", *extra, **learns))
     return output_dir
 
 
@@ -565,7 +568,8 @@ def test_every_family_exports_and_passes_the_gate(family, data, tmp_path):
     from recipes_lib.export.command import export_run
 
     entry = family_for(family)
-    model_dir = build_tiny_family(family, tmp_path / "model")
+    # Livened: a tiny random family trained briefly gives every row one output, which the gate will not judge.
+    model_dir = liven(build_tiny_family(family, tmp_path / "model"))
     run_dir = _train("full_ft", model_dir, data, tmp_path / "run")
     if entry.onnx_export_failure:
         with pytest.raises(Exception):  # noqa: B017 - whichever error the exporters stop on
@@ -610,3 +614,52 @@ def test_the_serving_benchmark_measures_every_engine_on_the_same_rows(exported_r
     assert record["engines"][1]["gate"]["agreement"] == 1.0
     assert {"cpu", "avx512_bf16", "versions", "date", "git_commit"} <= set(record["machine"])
     assert "ONNX Runtime int8" in done.stdout
+
+
+def test_the_gate_cannot_judge_a_pytorch_model_no_better_than_a_constant():
+    """Agreement with a constant model is 100% whatever the export: the gate refuses to call it good."""
+    from recipes_lib.export.gate import Decider, GateRows, against_constant, verdict
+
+    references = np.array([0, 0, 0, 1, 0, 1, 0, 0])  # 'a' on 6 of 8 rows
+    rows = GateRows(
+        encoded=None, references=references, document_ids=None, window_pooling="mean", source="rows"
+    )
+    decider = Decider("single_label_classification", ["a", "b"])
+    perfect = {"fp32": {"metric_drop_points": 0.0, "agreement": 1.0, "rows": 8, "disagreeing_rows": 0,
+                        "metric": "accuracy", "pytorch": {"accuracy": 0.75}, "onnx": {"accuracy": 0.75}}}  # fmt: skip
+    constant = np.tile([2.0, -1.0], (8, 1))
+    check = against_constant(constant, rows, decider)
+    assert check["collapsed"] and check["beats_constant_on"] == []
+    assert check["best_constant"]["accuracy"] == [0.75, "always 'a'"]
+    [failure] = verdict(perfect, 1.0, reference=check)
+    assert failure.startswith("the gate cannot judge this export: the PyTorch model itself collapsed")
+    # Outputs that vary, but the same decisions as always 'a': no better than the majority on any metric.
+    leaning = np.column_stack([np.linspace(2, 3, 8), np.zeros(8)])
+    check = against_constant(leaning, rows, decider)
+    assert not check["collapsed"] and check["beats_constant_on"] == []
+    [failure] = verdict(perfect, 1.0, reference=check)
+    assert (
+        "does no better than a constant predictor on these rows (accuracy 75.00 against 75.00 for always 'a'"
+        in failure
+    )
+    assert "agreement with it proves nothing" in failure
+    # A model that finds one of the two 'b' rows: better macro-F1 than any constant, so the gate judges it.
+    finds_one = leaning.copy()
+    finds_one[3] = [0.0, 1.0]
+    check = against_constant(finds_one, rows, decider)
+    assert check["beats_constant_on"] == ["accuracy", "f1"] and verdict(perfect, 1.0, reference=check) == []
+
+
+def test_a_multi_label_pytorch_model_must_beat_the_commonest_set_and_every_label():
+    from recipes_lib.export.gate import Decider, GateRows, against_constant
+
+    references = np.array([[1, 0], [1, 0], [1, 1], [0, 0]], dtype=float)
+    rows = GateRows(
+        encoded=None, references=references, document_ids=None, window_pooling="mean", source="rows"
+    )
+    decider = Decider("multi_label_classification", ["a", "b"], thresholds=[0.5, 0.5])
+    check = against_constant(np.tile([3.0, -3.0], (4, 1)) + np.linspace(0, 1, 4)[:, None], rows, decider)
+    assert check["best_constant"]["accuracy"] == [0.5, "the commonest label set"]
+    assert check["best_constant"]["f1"][1] == "every label" and check["beats_constant_on"] == []
+    right = np.where(references > 0, 3.0, -3.0)
+    assert against_constant(right, rows, decider)["beats_constant_on"] == ["accuracy", "f1", "f1_micro"]

@@ -94,3 +94,52 @@ def test_early_stopping_without_checkpoints_is_refused_before_anything_loads(
             "full_ft",
             run_args(tiny_bert, learnable_data, tmp_path / "run", "--early_stopping_patience", "2", **QUICK),
         )
+
+
+def test_multi_label_balanced_weights_are_each_labels_negatives_over_positives_capped():
+    """--class_weights balanced on multi-label rows: negatives / positives per label, at most MAX_POSITIVE_WEIGHT."""
+    import torch
+
+    from recipes_lib.training.losses import MAX_POSITIVE_WEIGHT, class_weights_from
+
+    rows = torch.zeros(100, 3)
+    rows[:50, 0] = 1  # half the rows: 50 / 50
+    rows[:20, 1] = 1  # a fifth: 80 / 20
+    rows[:1, 2] = 1  # one row: 99 / 1, capped
+    assert class_weights_from("balanced", rows.tolist(), ["a", "b", "c"]) == [1.0, 4.0, MAX_POSITIVE_WEIGHT]
+    assert MAX_POSITIVE_WEIGHT < 99
+    with pytest.raises(RecipeError, match=r"\['c'\] is on none of them.*--class_weights 1,1,1"):
+        class_weights_from("balanced", rows[1:].tolist(), ["a", "b", "c"])
+
+
+def test_the_weighted_binary_loss_weighs_each_labels_positive_rows_and_is_the_heads_loss_unweighted():
+    import torch
+
+    from recipes_lib.training.losses import WeightedBinaryCrossEntropy, evaluation_loss
+
+    logits = torch.tensor([[2.0, -1.0, 0.3], [0.5, 0.3, -2.0]])
+    labels = torch.tensor([[1.0, 0.0, 0.0], [0.0, 1.0, 1.0]])
+    # Every weight 1: the mean BCE the multi-label head computes (the Trainer counts rows x labels).
+    plain = WeightedBinaryCrossEntropy([1.0, 1.0, 1.0])({"logits": logits}, labels, num_items_in_batch=6)
+    assert plain.item() == pytest.approx(
+        torch.nn.functional.binary_cross_entropy_with_logits(logits, labels).item()
+    )
+    weighted = WeightedBinaryCrossEntropy([1.0, 4.0, 2.0])({"logits": logits}, labels, num_items_in_batch=6)
+    each = torch.nn.functional.binary_cross_entropy_with_logits(logits, labels, reduction="none")
+    positive_weight = torch.tensor([[1.0, 1.0, 1.0], [1.0, 4.0, 2.0]])  # only the positive cells
+    assert weighted.item() == pytest.approx(float((each * positive_weight).sum() / 6))
+    assert evaluation_loss(logits, labels, "multi_label_classification", [1.0, 4.0, 2.0]) == pytest.approx(
+        float((each * positive_weight).mean())
+    )
+
+
+def test_a_multi_label_run_takes_balanced_class_weights_and_records_them(tiny_bert, tmp_path):
+    from tests.helpers.data import multi_label_files
+
+    files = multi_label_files(tmp_path / "data", 64, 16)
+    args = run_args(tiny_bert, files, tmp_path / "run", "--class_weights", "balanced", **QUICK)
+    results = run_in_process("full_ft", args)
+    assert results["problem_type"] == "multi_label_classification"
+    weights = results["class_weights"]
+    assert set(weights) == {"cool", "warm"} and all(0 < w <= 10 for w in weights.values())
+    assert results["config"]["class_weights"] == "balanced"

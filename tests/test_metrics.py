@@ -160,3 +160,66 @@ def test_thresholds_are_tuned_per_class_for_f1_and_a_class_without_positives_kee
     # Class 0: positives at 0.30 and 0.32, negatives at 0.10 and below; any cut in (0.10, 0.30] is perfect,
     # and the one nearest 0.5 is 0.30. Class 1: any cut in (0.2, 0.6] is perfect; nearest 0.5 is 0.5.
     assert thresholds == [0.3, 0.5, 0.5]
+
+
+def test_tuning_refuses_a_threshold_that_marks_nearly_every_row_with_a_rare_class():
+    """A rare class (4 of 100) whose probability barely ranks its rows: the best F1 on the grid would be
+    0.05, marking 96 of 100 rows. Refused: no allowed threshold beats marking every row, so it keeps 0.5."""
+    from recipes_lib.evaluation.thresholds import NEARLY_EVERY_ROW, choose_thresholds
+
+    rng = np.random.default_rng(0)
+    truth = np.zeros((100, 1), dtype=int)
+    truth[:4] = 1
+    probabilities = rng.uniform(0.06, 0.12, size=(100, 1))
+    probabilities[:4] = 0.07  # the positives: under every cut but the lowest
+    probabilities[4:8] = 0.01  # four negatives below the lowest cut: the 0.05 cut marks 96 rows, F1 0.08
+    [choice] = choose_thresholds(probabilities, truth)
+    assert choice == {
+        "threshold": 0.5,
+        "tuned": False,
+        "why": "each threshold marks nearly every row or scores no better than marking every row (F1 0.077)",
+    }
+    assert (probabilities >= 0.05).mean() >= NEARLY_EVERY_ROW  # what the old rule would have picked
+    # The same class with a probability that ranks its rows: tuned, to a cut that marks them only.
+    probabilities[:4] = 0.3
+    [choice] = choose_thresholds(probabilities, truth)
+    assert choice["tuned"] and 0.12 < choice["threshold"] <= 0.3
+
+
+def test_tuning_refuses_a_class_whose_probability_does_not_vary():
+    from recipes_lib.evaluation.thresholds import choose_thresholds
+
+    truth = np.array([[1, 1], [0, 1], [1, 0], [0, 0]] * 5)
+    probabilities = np.column_stack([np.full(20, 0.3), np.where(truth[:, 1] == 1, 0.4, 0.1)])
+    flat, ranked = choose_thresholds(probabilities, truth)
+    assert flat == {"threshold": 0.5, "tuned": False, "why": "its probability does not vary across rows"}
+    assert ranked["tuned"] and 0.1 < ranked["threshold"] <= 0.4
+
+
+def test_the_tuned_score_stands_beside_the_half_score_with_the_share_each_threshold_marks():
+    from recipes_lib.evaluation.predictions import final_outputs
+
+    truth = np.array([[1, 0], [0, 1], [1, 1], [0, 0]] * 4, dtype=np.float32)
+    probabilities = np.where(truth == 1, 0.3, 0.1)
+    logits = np.log(probabilities / (1 - probabilities))
+    scorer = TaskMetrics(MULTI_LABEL, 2)
+    outputs = final_outputs((logits, truth), None, scorer, ["a", "b"], None, "v.csv")
+    tuning = outputs.results["threshold_tuning"]
+    assert tuning["a"]["tuned"] and tuning["a"]["prevalence"] == 0.5
+    assert tuning["a"]["marked_at_threshold"] == 0.5 and tuning["a"]["marked_at_0.5"] == 0.0
+    assert outputs.results["eval_tuned_f1"] == 1.0 and outputs.results["model_collapsed"] is False
+    # The same rows from a model whose outputs do not vary: collapsed, nothing tuned, no tuned figure.
+    constant = np.tile(logits[0], (len(logits), 1))
+    outputs = final_outputs((constant, truth), None, TaskMetrics(MULTI_LABEL, 2), ["a", "b"], None, "v.csv")
+    assert outputs.results["model_collapsed"] is True and outputs.thresholds == [0.5, 0.5]
+    assert not any(key.startswith("eval_tuned_") for key in outputs.results)
+    assert not any(entry["tuned"] for entry in outputs.results["threshold_tuning"].values())
+
+
+def test_evaluation_metrics_carry_how_much_the_outputs_vary():
+    logits = np.array([[2.0, -1.0], [2.0, -1.0], [2.0, -1.0]])
+    metrics = TaskMetrics(SINGLE_LABEL, 2)(EvalPrediction(predictions=logits, label_ids=np.array([0, 1, 0])))
+    assert metrics["output_std"] == 0.0 and metrics["distinct_predictions"] == 1
+    logits[0] = [-1.0, 2.0]
+    metrics = TaskMetrics(SINGLE_LABEL, 2)(EvalPrediction(predictions=logits, label_ids=np.array([0, 1, 0])))
+    assert metrics["output_std"] > 0.3 and metrics["distinct_predictions"] == 2

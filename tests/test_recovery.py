@@ -311,7 +311,7 @@ def test_a_nan_loss_stops_the_run_naming_the_step_and_saves_no_nan_model(
     message = stderr.rsplit("\nerror: ", 1)[1]
     step = int(re.match(r"The training loss became nan at step (\d+) ", message).group(1))
     assert 2 <= step < 20, message
-    for hint in ("--learning_rate (this run: 1e+06)", "--bf16", "--max_grad_norm 1"):
+    for hint in ("--learning_rate 1e+05 (this run: 1e+06)", "--bf16", "--max_grad_norm 1"):
         assert hint in message, message
     last = output_dir / f"checkpoint-{step - 1}"
     assert f"The last complete checkpoint, from before the fault, is {last}." in message

@@ -167,17 +167,18 @@ def test_a_validation_row_that_is_not_a_number_or_names_an_unknown_class_is_an_e
 def test_options_for_another_task_fail_before_the_weights_load(tmp_path, tiny_bert):
     files = multi_label_files(tmp_path / "data", 40, 20)
     output_dir = tmp_path / "out"
+    scores = regression_files(tmp_path / "scores", 40, 20)
     with pytest.raises(
-        ConfigError, match="--class_weights balanced weights the classes of a single-label task"
+        ConfigError,
+        match="--class_weights balanced weights the classes of a classification task, but this data is regression",
     ):
         run_in_process(
-            "full_ft", run_args(tiny_bert, files, output_dir, "--class_weights", "balanced", **QUICK)
+            "full_ft", run_args(tiny_bert, scores, output_dir, "--class_weights", "balanced", **QUICK)
         )
     with pytest.raises(ConfigError, match="--label_smoothing_factor 0.1 smooths a softmax"):
         run_in_process(
             "full_ft", run_args(tiny_bert, files, output_dir, "--label_smoothing_factor", "0.1", **QUICK)
         )
-    scores = regression_files(tmp_path / "scores", 40, 20)
     with pytest.raises(ConfigError, match="'accuracy', which a regression run does not compute"):
         run_in_process(
             "full_ft",

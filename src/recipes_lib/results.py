@@ -57,9 +57,15 @@ class RunResults:
     eval_tuned_accuracy: float | None = None
     eval_tuned_f1: float | None = None
     eval_tuned_f1_micro: float | None = None
+    threshold_tuning: dict[str, dict[str, Any]] | None = (
+        None  # multi-label: each class's threshold, why, rows marked
+    )
     decision_threshold: float | None = None
     decision_threshold_tuned_on: str | None = None
     positive_label: str | None = None
+    # The share of validation rows given the positive class at the threshold, and at 0.5 (issue #50).
+    decision_threshold_marked: float | None = None
+    decision_threshold_marked_at_default: float | None = None
     eval_f1_positive: float | None = None
     eval_threshold_accuracy: float | None = None
     eval_threshold_f1: float | None = None
@@ -132,7 +138,9 @@ class RunResults:
     created_at: str | None
     output_dir: str | None
     config: dict[str, Any] | None
-    # What the run says at its end (issue #42).
+    # What the run says at its end (issues #42, #50): a collapsed model (outputs that do not depend on the input).
+    model_collapsed: bool | None
+    output_variation: dict[str, Any] | None
     neglected_classes: list[dict[str, Any]] | None
     train_loss_end: float | None
     train_loss_high: bool | None

@@ -15,7 +15,7 @@ import logging
 from pathlib import Path
 
 from recipes_lib.config.arguments import SUPPORTED_DATA_EXTENSIONS, ParsedArguments
-from recipes_lib.config.tasks import SINGLE_LABEL, TASK_METRICS
+from recipes_lib.config.tasks import MULTI_LABEL, SINGLE_LABEL, TASK_METRICS
 from recipes_lib.errors import ConfigError, OutputDirError
 from recipes_lib.locking import lock_directory
 from recipes_lib.results import RESULTS_FILE
@@ -94,11 +94,11 @@ def check_task_options(training, labels) -> None:
     `labels` is the data's label mapping (its names and problem_type). Changes nothing: for
     `--metric_for_best_model mse`, greater_is_better is false from parsing (config/arguments.py).
     """
-    for option, what_it_does in (
-        ("class_weights", "weights the classes of a single-label task"),
-        ("label_smoothing_factor", "smooths a softmax over classes"),
+    for option, what_it_does, tasks in (
+        ("class_weights", "weights the classes of a classification task", (SINGLE_LABEL, MULTI_LABEL)),
+        ("label_smoothing_factor", "smooths a softmax over classes", (SINGLE_LABEL,)),
     ):
-        if getattr(training, option) and labels.problem_type != SINGLE_LABEL:
+        if getattr(training, option) and labels.problem_type not in tasks:
             raise ConfigError(
                 f"--{option} {getattr(training, option)} {what_it_does}, but this data is {labels.problem_type} "
                 f"(from its labels or --problem_type). Leave --{option} out."

@@ -13,6 +13,7 @@ import evaluate
 import numpy as np
 
 from recipes_lib.config.tasks import DEFAULT_THRESHOLD, MULTI_LABEL, REGRESSION
+from recipes_lib.evaluation.collapse import output_variation
 from recipes_lib.evaluation.thresholds import binary_decisions, predicted_labels, sigmoid
 
 METRIC_MODULES = Path(__file__).parent / "metric_modules"
@@ -35,8 +36,9 @@ class TaskMetrics:
       (0.5 until `thresholds` is set to the tuned ones: the final test split is scored with those);
     - regression: mean squared error, Pearson and Spearman correlation of the single output.
 
-    Also `samples`, the number of predictions the metrics were computed on, after the Trainer gathered
-    them from every process: the validation split's size when each example counted once (none
+    Also `output_std` and `distinct_predictions`, how much the outputs vary across the rows
+    (evaluation/collapse.py: a model whose outputs do not depend on the input), and `samples`, the
+    number of predictions the metrics were computed on, after the Trainer gathered them from every process: the validation split's size when each example counted once (none
     dropped, none counted twice to even out the processes' batches).
 
     Under --long_text sliding_window the predictions are windows: `document_ids` (the split's
@@ -63,7 +65,13 @@ class TaskMetrics:
         if isinstance(logits, tuple):
             logits = logits[0]
         logits, references = self.per_document(np.asarray(logits), np.asarray(references))
-        return {**self.scores(logits, references), "samples": len(references)}
+        variation = output_variation(logits, self.problem_type, references)
+        return {
+            **self.scores(logits, references),
+            "output_std": variation["output_std"],
+            "distinct_predictions": variation["distinct_predictions"],
+            "samples": len(references),
+        }
 
     def per_document(self, logits: np.ndarray, references=None):
         """Window predictions (and labels) combined into one per document; unchanged without windows."""

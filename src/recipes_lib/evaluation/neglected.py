@@ -57,10 +57,11 @@ def neglect_note(
     epochs: float | None = None,
     train_loss: float | None = None,
     loss_note_follows: bool = False,
+    max_steps: int | None = None,
 ) -> str | None:
     """The end-of-run paragraph on the neglected classes and what usually helps; None when there are none.
     With `loss_note_follows` (the training-loss note comes next, evaluation/training_loss.py) the learning
-    rate, the epochs and the loss are left to it."""
+    rate, the epochs and the loss are left to it. Each remedy is an option the run takes, with a value."""
     if not neglected:
         return None
     never = all(entry["recall"] == 0 for entry in neglected)
@@ -72,30 +73,46 @@ def neglect_note(
         f"{'each' if plural else 'it'} near 0. What usually helps:"
     )
     remedies = []
-    if not class_weights:
+    if not class_weights:  # single- and multi-label alike (training/losses.py)
         remedies.append("--class_weights balanced (the loss weighs each class by its rarity)")
     if loss_note_follows:
-        remedies.append("a higher --learning_rate or more epochs (the training-loss note below)")
+        remedies.append("a higher learning rate or more training (the training-loss note below)")
     else:
-        remedies += more_learning(learning_rate, epochs)
+        remedies += more_learning(learning_rate, epochs, max_steps)
     note += " " + "; ".join(remedies) + "."
     if train_loss is not None and not loss_note_follows:
         note += f" Training loss at the end: {train_loss:.3f}."
     return note
 
 
-def more_learning(learning_rate: float | None, epochs: float | None) -> list[str]:
-    """The remedies for a run that learnt too little: a higher learning rate and more epochs, with this run's."""
+def more_steps(epochs: float | None, max_steps: int | None) -> str:
+    """Twice the training, as the option that sets it in this run: --max_steps when it was given, else epochs."""
+    if max_steps:
+        return f"more steps: --max_steps {2 * int(max_steps)} (this run: {int(max_steps)})"
+    if epochs:
+        return f"more epochs: --num_train_epochs {2 * epochs:.3g} (this run: {epochs:.3g})"
+    return "more epochs (--num_train_epochs)"
+
+
+def more_learning(
+    learning_rate: float | None, epochs: float | None, max_steps: int | None = None, default: bool = False
+) -> list[str]:
+    """The remedies for a run that learnt too little: a higher learning rate and more training, each as the
+    option with a value (`default`: this run's rate is the recipe's default)."""
     rate = "a higher --learning_rate"
     if learning_rate is not None:
-        rate += f" (this run: {learning_rate:g}; e.g. {2.5 * learning_rate:.2g} to {5 * learning_rate:.2g})"
-    rounds = f" (this run: {epochs:.3g})" if epochs is not None else ""
-    return [rate, f"more --num_train_epochs{rounds}"]
+        which = ", the recipe's default" if default else ""
+        rate += (
+            f", e.g. --learning_rate {2.5 * learning_rate:.2g} (this run: {learning_rate:g}{which}; "
+            f"up to {5 * learning_rate:.2g})"
+        )
+    return [rate, more_steps(epochs, max_steps)]
 
 
 def results_neglect_note(results: dict[str, Any]) -> str | None:
     """neglect_note from a run's results.json contents (its neglected_classes, class weights, settings)."""
     config = results.get("config") or {}  # the flat resolved configuration (ParsedArguments.to_dict)
+    max_steps = config.get("max_steps")
     return neglect_note(
         results.get("neglected_classes") or [],
         split=str(results.get("eval_split") or "validation"),
@@ -104,4 +121,5 @@ def results_neglect_note(results: dict[str, Any]) -> str | None:
         epochs=results.get("epochs"),
         train_loss=results.get("train_loss_end"),
         loss_note_follows=bool(results.get("train_loss_high")),
+        max_steps=max_steps if max_steps and max_steps > 0 else None,
     )

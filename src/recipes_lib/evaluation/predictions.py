@@ -30,13 +30,16 @@ from typing import Any
 import numpy as np
 
 from recipes_lib.config.tasks import DEFAULT_THRESHOLD, MULTI_LABEL, REGRESSION, SINGLE_LABEL, TUNE
+from recipes_lib.evaluation.collapse import collapse_results
 from recipes_lib.evaluation.thresholds import (
     POSITIVE_ID,
+    choose_thresholds,
+    marked_shares,
+    positive_probabilities,
     predicted_labels,
     sigmoid,
     softmax,
     tune_decision_threshold,
-    tune_thresholds,
 )
 from recipes_lib.whole_files import write_text_whole, written_whole
 
@@ -169,13 +172,11 @@ def final_outputs(validation, test, scorer, names: list[str], option, tuned_on: 
     metrics), None without a test split. `scorer`: the run's metrics (TaskMetrics)."""
     outputs = EvaluationOutputs(*validation, *(test or (None, None, {})))
     outputs.results["label_thresholds"] = None
+    # issue #50: a model whose outputs do not depend on the input is said, and gets no tuned threshold.
+    outputs.results.update(collapse_results(outputs.logits, scorer.problem_type, outputs.references))
+    collapsed = outputs.results["model_collapsed"]
     if scorer.problem_type == MULTI_LABEL:
-        outputs.thresholds = tune_thresholds(sigmoid(outputs.logits), outputs.references)
-        tuned = scorer.scores(outputs.logits, outputs.references, outputs.thresholds)
-        # Optimistic: tuned and scored on the same split. The test split, scored at them, is not.
-        outputs.results["label_thresholds"] = dict(zip(names, outputs.thresholds, strict=True))
-        outputs.results.update({f"eval_tuned_{name}": value for name, value in tuned.items()})
-        logger.info("Thresholds tuned on validation: %s", outputs.results["label_thresholds"])
+        tune_multi_label(outputs, scorer, names, collapsed)
         if outputs.test_references is not None:
             scores = scorer.scores(outputs.test_logits, outputs.test_references, outputs.thresholds)
             outputs.test_metrics.update({f"test_{name}": value for name, value in scores.items()})
@@ -186,6 +187,57 @@ def final_outputs(validation, test, scorer, names: list[str], option, tuned_on: 
     if scorer.problem_type == MULTI_LABEL:
         logger.info("%s", weakest_labels(report["per_class"]))
     return outputs
+
+
+def tune_multi_label(outputs: EvaluationOutputs, scorer, names: list[str], collapsed: bool) -> None:
+    """Multi-label thresholds tuned on validation (each class's, choose_thresholds' refusals kept at 0.5),
+    and validation scored at them beside 0.5, with the share of rows each threshold marks
+    (`threshold_tuning`). A collapsed model keeps 0.5 everywhere and gets no tuned figure."""
+    probabilities = sigmoid(outputs.logits)
+    if collapsed:
+        why = "the model collapsed: its outputs do not depend on the input"
+        choices = [{"threshold": DEFAULT_THRESHOLD, "tuned": False, "why": why} for _ in names]
+    else:
+        choices = choose_thresholds(probabilities, outputs.references)
+    outputs.thresholds = [choice["threshold"] for choice in choices]
+    at_half = [DEFAULT_THRESHOLD] * len(names)
+    prevalence = np.asarray(outputs.references).round().mean(axis=0)
+    outputs.results["label_thresholds"] = dict(zip(names, outputs.thresholds, strict=True))
+    outputs.results["threshold_tuning"] = {
+        name: {
+            **choice,
+            "prevalence": round(float(share), 4),
+            "marked_at_threshold": marked,
+            "marked_at_0.5": marked_half,
+        }
+        for name, choice, share, marked, marked_half in zip(
+            names,
+            choices,
+            prevalence,
+            marked_shares(probabilities, outputs.thresholds),
+            marked_shares(probabilities, at_half),
+            strict=True,
+        )
+    }
+    if not any(choice["tuned"] for choice in choices):
+        reasons = sorted({choice["why"] for choice in choices})
+        logger.info("Thresholds on validation: none tuned (%s); every class at 0.5", "; ".join(reasons))
+        return
+    # Optimistic: tuned and scored on the same split. The test split, scored at them, is not.
+    tuned = scorer.scores(outputs.logits, outputs.references, outputs.thresholds)
+    half = scorer.scores(outputs.logits, outputs.references, at_half)
+    outputs.results.update({f"eval_tuned_{name}": value for name, value in tuned.items()})
+    logger.info(
+        "Thresholds tuned on validation (optimistic: scored on the rows they were tuned on): macro-F1 %.4f at "
+        "0.5, %.4f at them; per class threshold (share of rows marked at it / at 0.5): %s",
+        half["f1"],
+        tuned["f1"],
+        ", ".join(
+            f"{name} {entry['threshold']:g} ({entry['marked_at_threshold']:.0%} / {entry['marked_at_0.5']:.0%})"
+            + ("" if entry["tuned"] else f" not tuned: {entry['why']}")
+            for name, entry in outputs.results["threshold_tuning"].items()
+        ),
+    )
 
 
 # How many labels the end of a multi-label run shows on the terminal; results.json and the card hold all.
@@ -227,13 +279,20 @@ def decide_binary_threshold(
     A tuned threshold scored on the validation split it was tuned on is optimistic, as the
     multi-label thresholds are; the test split's figures at it are the honest ones.
     """
-    tuned = option == TUNE
+    tuned = option == TUNE and not outputs.results.get("model_collapsed")  # a collapsed model: not tuned
     threshold = tune_decision_threshold(outputs.logits, outputs.references) if tuned else option
+    if option == TUNE and not tuned:
+        threshold = DEFAULT_THRESHOLD
+        logger.warning("--decision_threshold tune: not tuned, the model collapsed; its threshold stays 0.5.")
     outputs.decision_threshold = threshold
+    positive = positive_probabilities(outputs.logits)
     results = {
         "decision_threshold": threshold,
         "decision_threshold_tuned_on": tuned_on if tuned else None,
         "positive_label": names[POSITIVE_ID],
+        # The share of validation rows given the positive class at the threshold and at 0.5.
+        "decision_threshold_marked": round(float((positive >= threshold).mean()), 4),
+        "decision_threshold_marked_at_default": round(float((positive >= DEFAULT_THRESHOLD).mean()), 4),
     }
     splits = {"eval": (outputs.logits, outputs.references)}
     if outputs.test_references is not None:

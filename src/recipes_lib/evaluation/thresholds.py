@@ -26,25 +26,77 @@ def predicted_labels(probabilities: np.ndarray, thresholds) -> np.ndarray:
     return (probabilities >= np.asarray(thresholds, dtype=np.float64)).astype(np.int64)
 
 
-def tune_thresholds(probabilities: np.ndarray, references: np.ndarray) -> list[float]:
-    """One threshold per class: the grid value with the best F1 for that class on these examples.
+# A class whose probability varies across rows with a standard deviation under 0.5 percentage points
+# does not tell the rows apart: no threshold can (and evaluation/collapse.py calls a model whose every
+# class is so, and whose rows all get one prediction, collapsed). Measured (docs/troubleshooting.md, "A
+# collapsed model"): all-MiniLM-L6-v2 collapsed at 1e-3 on 24 rare labels, 4e-06; the tiny test BERT
+# collapsed at 0.05, 1.3e-05, and the same model learning the task at 2e-3, 0.074.
+FLAT_STD = 0.005
 
-    Ties go to the value closest to 0.5. A class with no positive example here keeps 0.5: there is
-    nothing to tune it on.
+# A threshold that marks at least this share of the rows with a class under LOW_PREVALENCE of them is
+# refused: it buys its F1 by putting the class on every row (2p / (1 + p) for prevalence p, without
+# looking at the row). So is any threshold whose F1 is no better than that.
+NEARLY_EVERY_ROW = 0.9
+LOW_PREVALENCE = 0.5
+
+
+def choose_thresholds(probabilities: np.ndarray, references: np.ndarray) -> list[dict]:
+    """Per class: {"threshold", "tuned", "why"}: the grid value with the best F1 for that class on these
+    examples, ties going to the value closest to 0.5; 0.5 (tuned False, `why` says) for a class with no
+    positive example here, a class whose probability does not vary across the rows (a threshold on it
+    would mark all rows or none: evaluation/collapse.py), or a class no allowed threshold lifts above
+    marking every row. Refused: a threshold marking NEARLY_EVERY_ROW of the rows with a class under
+    LOW_PREVALENCE of them, and one whose F1 is no better than marking every row.
     """
     probabilities, references = np.asarray(probabilities), np.asarray(references).astype(bool)
-    thresholds = []
+    choices = []
     for column in range(probabilities.shape[1]):
-        truth = references[:, column]
+        truth, chances = references[:, column], probabilities[:, column]
         if not truth.any():
-            thresholds.append(DEFAULT_THRESHOLD)
+            choices.append(
+                {"threshold": DEFAULT_THRESHOLD, "tuned": False, "why": "no positive row to tune on"}
+            )
             continue
-        predicted = probabilities[:, column][None, :] >= THRESHOLD_GRID[:, None]  # grid x examples
+        if chances.std() < FLAT_STD:
+            choices.append(
+                {
+                    "threshold": DEFAULT_THRESHOLD,
+                    "tuned": False,
+                    "why": "its probability does not vary across rows",
+                }
+            )
+            continue
+        predicted = chances[None, :] >= THRESHOLD_GRID[:, None]  # grid x examples
         true_positives = (predicted & truth).sum(axis=1)
         f1 = 2 * true_positives / (predicted.sum(axis=1) + truth.sum())
-        order = np.lexsort((np.abs(THRESHOLD_GRID - DEFAULT_THRESHOLD), -f1))  # best F1, then nearest 0.5
-        thresholds.append(float(THRESHOLD_GRID[order[0]]))
-    return thresholds
+        prevalence, marked = truth.mean(), predicted.mean(axis=1)
+        every_row_f1 = 2 * prevalence / (1 + prevalence)
+        allowed = (f1 > every_row_f1 + 1e-12) & ~(
+            (marked >= NEARLY_EVERY_ROW) & (prevalence < LOW_PREVALENCE)
+        )
+        if not allowed.any():
+            choices.append(
+                {
+                    "threshold": DEFAULT_THRESHOLD,
+                    "tuned": False,
+                    "why": f"each threshold marks nearly every row or scores no better than marking every "
+                    f"row (F1 {every_row_f1:.3f})",
+                }
+            )
+            continue
+        order = np.lexsort((np.abs(THRESHOLD_GRID - DEFAULT_THRESHOLD), -np.where(allowed, f1, -1.0)))
+        choices.append({"threshold": float(THRESHOLD_GRID[order[0]]), "tuned": True, "why": None})
+    return choices
+
+
+def tune_thresholds(probabilities: np.ndarray, references: np.ndarray) -> list[float]:
+    """One threshold per class (choose_thresholds' values)."""
+    return [choice["threshold"] for choice in choose_thresholds(probabilities, references)]
+
+
+def marked_shares(probabilities: np.ndarray, thresholds) -> list[float]:
+    """Per class: the share of the rows its threshold marks with it."""
+    return [round(float(share), 4) for share in predicted_labels(probabilities, thresholds).mean(axis=0)]
 
 
 # Binary single-label classification (--decision_threshold): the positive class is label id 1.
@@ -67,8 +119,8 @@ def binary_decisions(logits: np.ndarray, threshold: float) -> np.ndarray:
 def tune_decision_threshold(logits: np.ndarray, references: np.ndarray) -> float:
     """The positive class's threshold with the best positive-class F1 on these examples.
 
-    The multi-label rule applied to the one positive class: the same grid, ties nearest 0.5, and
-    0.5 when there is no positive example to tune on.
+    The multi-label rule applied to the one positive class (choose_thresholds): the same grid, ties
+    nearest 0.5, the same refusals, and 0.5 when there is nothing to tune on.
     """
     truth = (np.asarray(references) == POSITIVE_ID)[:, None]
     return tune_thresholds(positive_probabilities(logits)[:, None], truth)[0]

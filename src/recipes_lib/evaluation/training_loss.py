@@ -17,7 +17,7 @@ from typing import Any
 from recipes_lib.config.arguments import RecipeTrainingArguments
 from recipes_lib.config.registry import RECIPES
 from recipes_lib.config.tasks import SINGLE_LABEL
-from recipes_lib.evaluation.neglected import more_learning
+from recipes_lib.evaluation.neglected import more_learning, more_steps
 
 # Above three quarters of chance the model gives the rows' own classes less than K^-0.75 of probability
 # (exp(-loss), the geometric mean): 0.59 of 2 classes, 0.35 of 4, 0.26 of 6. Half of chance was too eager:
@@ -64,13 +64,13 @@ def high_loss_note(results: dict[str, Any]) -> str | None:
         f"the model gives the training rows' own classes {math.exp(-final):.2f} of probability (geometric mean), "
         "still far from fitting them."
     )
+    max_steps = (results.get("config") or {}).get("max_steps")
+    max_steps = max_steps if max_steps and max_steps > 0 else None
     if rate is not None and default is not None and rate > default:
-        rounds = f" (this run: {epochs:.3g})" if epochs is not None else ""
         return (
             f"{note} Its --learning_rate {rate:g} is above the recipe's default {default:g}, where a loss this "
-            f"high can be a run that diverged: try the default, or more --num_train_epochs{rounds}."
+            f"high can be a run that diverged: try the default, --learning_rate {default:g}, or "
+            f"{more_steps(epochs, max_steps)}."
         )
-    said = "; ".join(more_learning(rate, epochs))
-    if rate is not None and rate == default:
-        said = said.replace(f"(this run: {rate:g};", f"(this run: {rate:g}, the recipe's default;", 1)
+    said = "; ".join(more_learning(rate, epochs, max_steps, default=rate is not None and rate == default))
     return f"{note} What usually helps: {said}."

@@ -39,6 +39,7 @@ from recipes_lib.export.bundle import (
 )
 from recipes_lib.export.gate import (
     Decider,
+    against_constant,
     compare,
     data_arguments,
     gate_rows,
@@ -190,12 +191,16 @@ def _export(results_dir, model_dir, results, quantize, eval_file, max_metric_dro
         shutil.rmtree(staging / ".scratch", ignore_errors=True)
         latency = gate_latency(reference, files, rows.encoded, tokenizer.model_input_names)
         del model, reference
-        failures = verdict(compared, max_metric_drop, min_agreement, latency, min_int8_speedup)
+        reference_check = against_constant(reference_logits, rows, decider)  # issue #50: a constant model
+        failures = verdict(
+            compared, max_metric_drop, min_agreement, latency, min_int8_speedup, reference_check
+        )
         report = {"passed": not failures, "reason": "; ".join(failures) if failures else None,
                   "run": str(results_dir.name), "exported": what, "exporter": exporter,
                   "export_seconds": round(export_seconds, 1), "rows_from": rows.source,
                   **_gate_settings(quantize, int8_weights, max_metric_drop, min_int8_agreement, min_int8_speedup),
-                  "int8": int8_recipe, "latency": latency, "models": compared}  # fmt: skip
+                  "int8": int8_recipe, "latency": latency, "models": compared,
+                  "pytorch_against_constant": reference_check}  # fmt: skip
         (staging / REPORT_FILE).write_text(json.dumps(report, indent=2) + "\n")
         directory = settle_export(staging, results_dir, passed=not failures)
     except BaseException:

@@ -16,6 +16,12 @@ format. Each exported model's logits are compared with the PyTorch model's on ev
 The gate passes when every exported model (fp32, and int8 when asked for) loses at most
 --max_metric_drop points and the fp32 model agrees on at least 99% of the rows. Dynamic int8
 quantization is expected to move logits by a few hundredths; it is held to the metric only.
+
+First, though, the PyTorch model itself must do better than a constant predictor on the same rows
+(`against_constant`): a model whose outputs do not depend on the input (evaluation/collapse.py), or
+that scores no better on any of the task's metrics than the best constant (always the majority class;
+multi-label: always the commonest label set, or every label on every row; regression: the mean),
+leaves the gate nothing to judge. Any export of a constant model agrees with it on every row.
 """
 
 from __future__ import annotations
@@ -35,6 +41,7 @@ from recipes_lib.data.loading import ClassificationData, load_classification_dat
 from recipes_lib.data.long_text import DOCUMENT_COLUMN
 from recipes_lib.data.tokenize import LABEL_COLUMN, tokenize
 from recipes_lib.errors import ConfigError, DataError
+from recipes_lib.evaluation.collapse import is_collapsed, output_variation
 from recipes_lib.evaluation.metrics import TaskMetrics
 from recipes_lib.evaluation.predictions import prediction_rows
 from recipes_lib.evaluation.windows import combine_windows
@@ -187,21 +194,111 @@ def compare(
     }
 
 
+# A constant predictor as logits: this far from 0 its decisions are the same at any threshold.
+CONSTANT_LOGIT = 20.0
+LOWER_IS_BETTER = ("mse",)
+
+
+def constant_predictors(references: np.ndarray, decider: Decider) -> dict[str, np.ndarray]:
+    """The constant predictors a classification model must beat on these rows, as one logit row each:
+    every class alone (single-label), the commonest label set and every label (multi-label)."""
+    classes = len(decider.label_names)
+    if decider.problem_type == MULTI_LABEL:
+        sets, counts = np.unique(np.asarray(references).round().astype(np.int64), axis=0, return_counts=True)
+        candidates = {"the commonest label set": sets[counts.argmax()], "every label": np.ones(classes)}
+        return {
+            name: np.where(chosen > 0, CONSTANT_LOGIT, -CONSTANT_LOGIT) for name, chosen in candidates.items()
+        }
+    return {
+        f"always '{name}'": np.where(np.arange(classes) == k, CONSTANT_LOGIT, -CONSTANT_LOGIT)
+        for k, name in enumerate(decider.label_names)
+    }
+
+
+def against_constant(reference_logits: np.ndarray, rows: GateRows, decider: Decider) -> dict[str, Any]:
+    """The PyTorch model against the best constant predictor on the gate's rows: {"collapsed",
+    "output_variation", "pytorch", "best_constant" ({metric: [score, predictor]}), "beats_constant_on"}."""
+    logits = rows.per_document(reference_logits)
+    references = rows.references
+    variation = output_variation(logits, decider.problem_type, references)
+    pytorch = decider.metrics(logits, references)
+    if (
+        decider.problem_type == REGRESSION
+    ):  # the mean: its error is the scores' variance, its correlation none
+        truth = np.asarray(references, dtype=np.float64).reshape(-1)
+        best = {
+            "mse": [float(truth.var()), "the mean"],
+            "pearson": [0.0, "the mean"],
+            "spearman": [0.0, "the mean"],
+        }
+    else:
+        best = {}
+        for predictor, row in constant_predictors(references, decider).items():
+            scores = decider.metrics(np.tile(row, (len(references), 1)), references)
+            for name, score in scores.items():
+                if name not in best or score > best[name][0]:
+                    best[name] = [score, predictor]
+    beats = [
+        name
+        for name, score in pytorch.items()
+        if name in best
+        and (score < best[name][0] - 1e-9 if name in LOWER_IS_BETTER else score > best[name][0] + 1e-9)
+    ]
+    return {
+        "collapsed": is_collapsed(variation),
+        "output_variation": variation,
+        "pytorch": pytorch,
+        "best_constant": best,
+        "beats_constant_on": beats,
+    }
+
+
+def degenerate_reference(check: dict[str, Any] | None) -> str | None:
+    """The gate's failure when the PyTorch model is no better than a constant (against_constant); else None."""
+    if check is None:
+        return None
+    if check["collapsed"]:
+        variation = check["output_variation"]
+        return (
+            f"the gate cannot judge this export: the PyTorch model itself collapsed (every one of the "
+            f"{variation['rows']} rows gets the same prediction, and no output varies by more than "
+            f"{variation['output_std']:.4f} across them), and any copy of a constant model agrees with it on "
+            "every row. Retrain first: the run's end-of-run warning says what usually helps"
+        )
+    if check["beats_constant_on"]:
+        return None
+    scores = ", ".join(
+        f"{name} {100 * score:.2f} against {100 * check['best_constant'][name][0]:.2f} for "
+        f"{check['best_constant'][name][1]}"
+        for name, score in check["pytorch"].items()
+        if name in check["best_constant"]
+    )
+    return (
+        f"the gate cannot judge this export: the PyTorch model itself does no better than a constant "
+        f"predictor on these rows ({scores}), so agreement with it proves nothing. Train a model that "
+        "learns the task first (the run's results.json and end-of-run warnings say how it went)"
+    )
+
+
 def verdict(
     results: dict[str, dict],
     max_metric_drop: float,
     min_agreement: dict[str, float] | None = None,
     latency: dict[str, Any] | None = None,
     min_int8_speedup: float = MIN_INT8_SPEEDUP,
+    reference: dict[str, Any] | None = None,
 ) -> list[str]:
     """What fails the gate, one sentence per failed check (empty: it passes).
+
+    `reference`: against_constant's figures for the PyTorch model: a model no better than a constant
+    fails the gate first, whatever the exports do.
 
     `results`: {"fp32": compare(...), "int8": ...}; `min_agreement`: the least agreement per model
     (default: fp32 99%, int8 MIN_INT8_AGREEMENT); `latency`: measure_latency's figures, whose int8
     median must be more than `min_int8_speedup` times faster than fp32's (0: not checked).
     """
     floors = {"fp32": MIN_FP32_AGREEMENT, "int8": MIN_INT8_AGREEMENT, **(min_agreement or {})}
-    failures = []
+    failures = [failure] if (failure := degenerate_reference(reference)) else []
     for name, result in results.items():
         if result["metric_drop_points"] > max_metric_drop:
             failures.append(

@@ -46,9 +46,15 @@ from recipes_lib.results import RESULTS_FILE, describe_device
 from recipes_lib.run.metrics import RunMetrics
 from recipes_lib.run.record import RunSettings, evaluate_merged_model, finish_run, publish_results
 from recipes_lib.tracking.wandb_run import Tracker, start_tracking
-from recipes_lib.training.callbacks import LastEpochEvaluation, PrecisionProbe, TokenCounter, final_metrics
+from recipes_lib.training.callbacks import (
+    CollapseWarning,
+    LastEpochEvaluation,
+    PrecisionProbe,
+    TokenCounter,
+    final_metrics,
+)
 from recipes_lib.training.checkpoints import clear_previous_run, resolve_resume_checkpoint
-from recipes_lib.training.losses import WeightedCrossEntropy, class_weights_from
+from recipes_lib.training.losses import class_weights_from, weighted_loss
 
 logger = logging.getLogger("recipes_lib")
 
@@ -113,12 +119,14 @@ class RecipeRun:
         return replace(shape, adapters=resolve_lora_targets(shape.adapters, self.model_config.model_type))
 
     @property
-    def compute_loss(self) -> WeightedCrossEntropy | None:
+    def compute_loss(self):
         """The Trainer's compute_loss_func: --class_weights' weighted cross-entropy; else None (the model's loss)."""
         metrics = self.compute_metrics
-        if metrics is None or not metrics.class_weights:
-            return None
-        return WeightedCrossEntropy(metrics.class_weights, metrics.label_smoothing)
+        return (
+            None
+            if metrics is None
+            else weighted_loss(metrics.problem_type, metrics.class_weights, metrics.label_smoothing)
+        )
 
     @property
     def model_args(self):
@@ -294,6 +302,7 @@ class RecipeRun:
             tokens,
             PrecisionProbe(training.device.type),
             LastEpochEvaluation(),
+            CollapseWarning(),  # issue #50: a model whose outputs do not depend on the input, said at once
             *self.tracker.callbacks(tokens),
         ]
         if training.early_stopping_patience is not None:

@@ -29,9 +29,10 @@ from recipes_lib.config.tasks import DEFAULT_THRESHOLD, TASK_METRICS
 from recipes_lib.data.files import write_jsonl
 from recipes_lib.data.loading import ClassificationData
 from recipes_lib.data.tokenize import LABEL_COLUMN, padding_collator
-from recipes_lib.evaluation.neglected import neglected_classes, results_neglect_note
+from recipes_lib.evaluation.collapse import end_of_run_notes
+from recipes_lib.evaluation.neglected import neglected_classes
 from recipes_lib.evaluation.predictions import final_outputs, prediction_files, write_decision_files
-from recipes_lib.evaluation.training_loss import high_loss_note, train_loss_check
+from recipes_lib.evaluation.training_loss import train_loss_check
 from recipes_lib.modeling.loading import count_parameters
 from recipes_lib.modeling.optimizers import optimizer_state_summary
 from recipes_lib.results import (
@@ -331,10 +332,9 @@ def publish_results(trainer, results: RunResults) -> None:
             RESULTS_FILE,
             output_dir,
         )
-        if results.neglected_classes:  # issue #42: a class the model ignores, said with what helps
-            logger.warning(results_neglect_note(results.to_dict()))
-        if results.train_loss_high:
-            logger.warning(high_loss_note(results.to_dict()))
+        # issues #42, #50: a collapsed model, an ignored class, a high loss, each with what helps
+        for note in end_of_run_notes(results.to_dict()):
+            logger.warning(note)
     if trainer.args.push_to_hub:
         trainer.model_card = build_card(results, hub_repo_id(trainer))
         trainer.push_to_hub(commit_message="End of training: results and model card")

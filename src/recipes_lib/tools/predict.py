@@ -47,6 +47,7 @@ from recipes_lib.data.loading import ClassificationData
 from recipes_lib.data.long_text import DOCUMENT_COLUMN
 from recipes_lib.data.tokenize import padding_collator, tokenize
 from recipes_lib.errors import ConfigError, DataError, ModelError, RecipeError
+from recipes_lib.evaluation.collapse import is_collapsed, output_variation
 from recipes_lib.evaluation.inference import batch_logits
 from recipes_lib.evaluation.predictions import THRESHOLDS_FILE, prediction_rows
 from recipes_lib.evaluation.windows import combine_windows
@@ -365,8 +366,25 @@ def predict(
     if DOCUMENT_COLUMN in encoded.column_names:  # --long_text sliding_window: one row per document
         document_ids = encoded.data.column(DOCUMENT_COLUMN).to_numpy()
         logits, _ = combine_windows(logits, document_ids, data_args.window_pooling)
+    warn_if_constant(logits, problem_type, input_file)
     rows = prediction_rows(logits, label_names, problem_type, thresholds, decision_threshold)
     return rows if ids is None else [{"id": id_, **row} for id_, row in zip(ids, rows, strict=True)]
+
+
+def warn_if_constant(logits, problem_type: str, input_file) -> None:
+    """A warning when the model gives every row the same output (evaluation/collapse.py): its predictions
+    do not depend on the text, and nothing else in the output would say so."""
+    variation = output_variation(logits, problem_type)
+    if is_collapsed(variation):
+        logger.warning(
+            "The model gives all %d rows of %s the same prediction, and no output varies by more than %.4f "
+            "across them: its predictions do not depend on the text. The model collapsed in training (its "
+            "run's results.json says model_collapsed, and its end-of-run warning what usually helps); "
+            "retrain it before trusting these predictions.",
+            variation["rows"],
+            input_file,
+            variation["output_std"],
+        )
 
 
 def run_thresholds(run: TrainedRun, label_names: list[str]) -> list[float]:

@@ -5,6 +5,8 @@
   the pad ratio in results.json and the W&B curves.
 - `PrecisionProbe`: the precision the model's layers really computed in, read during the first
   training forward, not from the flags.
+- `CollapseWarning`: says, at the first evaluation that finds it, a model whose outputs do not
+  depend on the input (evaluation/collapse.py), with what helps.
 - `LastEpochEvaluation`: the last evaluation training made, and the weights it scored, so that
   `final_metrics` can return it instead of a second pass on unchanged weights.
 
@@ -15,10 +17,15 @@ the training process itself (dataloader workers would keep their counts to thems
 
 from __future__ import annotations
 
+import logging
+
 import torch
 from transformers import TrainerCallback
 
 from recipes_lib.config.precision import dtype_name
+from recipes_lib.evaluation.collapse import collapse_note, is_collapsed
+
+logger = logging.getLogger("recipes_lib")
 
 
 def _batch_inputs(args, kwargs) -> dict:
@@ -101,6 +108,50 @@ class PrecisionProbe(TrainerCallback):
         for handle in self._handles:
             handle.remove()
         self._handles.clear()
+
+
+class CollapseWarning(TrainerCallback):
+    """A warning at the first evaluation during training whose predictions do not depend on the input,
+    once per run (an evaluation after training is the end of the run's, which says it: run/record.py).
+
+    Reads the metrics every evaluation returns (`eval_output_std`, `eval_distinct_predictions`, from
+    TaskMetrics), so it works with any Trainer whose compute_metrics is the run's. Said by the main
+    process only; `said_at` is the step it was said at (None: not said).
+    """
+
+    def __init__(self):
+        self.said_at: int | None = None
+        self.training = False
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        self.training = True
+
+    def on_train_end(self, args, state, control, **kwargs):
+        self.training = False
+
+    def on_evaluate(self, args, state, control, metrics=None, **kwargs):
+        if not self.training or self.said_at is not None or not metrics or not state.is_world_process_zero:
+            return
+        prefix = next((key[: -len("output_std")] for key in metrics if key.endswith("output_std")), None)
+        if prefix is None:
+            return
+        variation = {
+            "output_std": metrics[f"{prefix}output_std"],
+            "distinct_predictions": metrics[f"{prefix}distinct_predictions"],
+            "rows": metrics.get(f"{prefix}samples", 2),
+        }
+        if is_collapsed(variation):
+            self.said_at = state.global_step
+            logger.warning(
+                collapse_note(
+                    variation,
+                    learning_rate=args.learning_rate,
+                    warmup_steps=args.warmup_steps,
+                    epochs=args.num_train_epochs,
+                    max_steps=args.max_steps if args.max_steps > 0 else None,
+                    when=f"at step {state.global_step} (epoch {state.epoch or 0:.2g})",
+                )
+            )
 
 
 def weights_version(model: torch.nn.Module, step: int) -> tuple:

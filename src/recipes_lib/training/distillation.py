@@ -138,15 +138,15 @@ class DistillationLoss:
         functional = torch.nn.functional
         if self.problem_type == REGRESSION:
             return (logits[:, 0] - gold.float().reshape(-1)) ** 2
-        if self.problem_type == MULTI_LABEL:
-            return functional.binary_cross_entropy_with_logits(logits, gold.float(), reduction="none").mean(
-                dim=1
-            )
         weight = (
             torch.tensor(self.class_weights, dtype=torch.float32, device=logits.device)
             if self.class_weights is not None
             else None
         )
+        if self.problem_type == MULTI_LABEL:  # --class_weights: each label's positive rows (pos_weight)
+            return functional.binary_cross_entropy_with_logits(
+                logits, gold.float(), pos_weight=weight, reduction="none"
+            ).mean(dim=1)
         return functional.cross_entropy(
             logits, gold.long(), weight=weight, reduction="none", label_smoothing=self.label_smoothing
         )

@@ -2,7 +2,9 @@
 
 Training: a sequence-classification head already computes its task's loss from
 `config.problem_type` (cross-entropy, BCE with logits, MSE). `--class_weights` replaces it with
-`WeightedCrossEntropy`, handed to the Trainer as its own `compute_loss_func` hook.
+`WeightedCrossEntropy` (single-label) or `WeightedBinaryCrossEntropy` (multi-label: each label's
+positive rows weighed, BCEWithLogitsLoss's pos_weight), handed to the Trainer as its own
+`compute_loss_func` hook (`weighted_loss`).
 
 Evaluation: `evaluation_loss` recomputes the same loss over every gathered example at once, so an
 example repeated to even out the processes' shares never counts twice (RecipeTrainer).
@@ -38,6 +40,37 @@ class WeightedCrossEntropy:
         return (losses * weights[labels]).sum() / count
 
 
+class WeightedBinaryCrossEntropy:
+    """Multi-label: each label's binary cross-entropy with its positive rows weighed by the label's weight
+    (`pos_weight`), for the Trainer's `compute_loss_func`.
+
+    The sum over the batch's rows and labels is divided by `num_items_in_batch`, which the Trainer
+    counts over the label tensor's elements (rows x labels) of the whole optimizer step: with every
+    weight 1 this is the head's own mean BCE.
+    """
+
+    def __init__(self, class_weights: list[float]):
+        self.class_weights = list(class_weights)
+
+    def __call__(self, outputs, labels, num_items_in_batch=None):
+        logits = outputs["logits"] if isinstance(outputs, dict) else outputs[0]
+        weights = torch.tensor(self.class_weights, dtype=torch.float32, device=logits.device)
+        losses = torch.nn.functional.binary_cross_entropy_with_logits(
+            logits.float(), labels.float(), pos_weight=weights, reduction="none"
+        )
+        count = num_items_in_batch if num_items_in_batch is not None else labels.numel()
+        return losses.sum() / count
+
+
+def weighted_loss(problem_type: str, class_weights: list[float] | None, label_smoothing: float = 0.0):
+    """The Trainer's compute_loss_func for --class_weights (None without: the model's own loss)."""
+    if not class_weights:
+        return None
+    if problem_type == MULTI_LABEL:
+        return WeightedBinaryCrossEntropy(class_weights)
+    return WeightedCrossEntropy(class_weights, label_smoothing)
+
+
 def evaluation_loss(
     logits: torch.Tensor,
     labels: torch.Tensor,
@@ -50,12 +83,14 @@ def evaluation_loss(
     Single-label: mean cross-entropy (with the same label smoothing, if any); under
     --class_weights the weighted loss as torch reports it, divided by the sum of the examples'
     weights (training divides by their number, as the Trainer's accumulation needs).
-    Multi-label: binary cross-entropy with logits, the mean over every example and class.
+    Multi-label: binary cross-entropy with logits, the mean over every example and class (under
+    --class_weights each label's positive rows weighed by its weight, as in training).
     Regression: mean squared error of the single output.
     """
     functional = torch.nn.functional
     if problem_type == MULTI_LABEL:
-        return functional.binary_cross_entropy_with_logits(logits, labels.float()).item()
+        weight = torch.tensor(class_weights, dtype=logits.dtype) if class_weights is not None else None
+        return functional.binary_cross_entropy_with_logits(logits, labels.float(), pos_weight=weight).item()
     if problem_type == REGRESSION:
         return functional.mse_loss(logits.reshape(len(logits), -1)[:, 0], labels.float().reshape(-1)).item()
     weight = torch.tensor(class_weights) if class_weights is not None else None
@@ -64,14 +99,45 @@ def evaluation_loss(
     ).item()
 
 
-def class_weights_from(option: str, label_ids, names: list[str]) -> list[float]:
-    """The per-class loss weights --class_weights asks for: 'balanced' from the label counts, or a list."""
+# The most a label's positive rows are weighed under --class_weights balanced (multi-label). Balanced is
+# negatives/positives: a label on 1 row in 1,000 would weigh 999, each of its rows then pulling the label's
+# bias up as hard as a thousand rows pull it down, and the label comes out on nearly every row (the
+# thresholds then cannot tell). At 10 a label under 9% prevalence still gains a tenfold voice and stays
+# a minority of the loss. The cap is reasoned, not tuned: benchmarks/multi_label_weights.py measures
+# weighted against unweighted at it, no other cap.
+MAX_POSITIVE_WEIGHT = 10.0
+
+
+def class_weights_from(option: str, labels, names: list[str]) -> list[float]:
+    """The per-class loss weights --class_weights asks for: 'balanced' from the training labels, or a list.
+
+    Single-label (`labels` the label ids): each class weighs rows / (classes x its rows), sklearn's
+    'balanced'. Multi-label (`labels` the 0/1 rows): each label's positive rows weigh
+    negatives / positives of that label, capped at MAX_POSITIVE_WEIGHT.
+    """
     if option != "balanced":
         return parse_class_weights(option, names)
-    counts = torch.bincount(torch.tensor(label_ids), minlength=len(names)).tolist()
+    labels = torch.as_tensor(labels)
+    if labels.ndim == 2:
+        return positive_weights(labels, names)
+    counts = torch.bincount(labels, minlength=len(names)).tolist()
     missing = [name for name, count in zip(names, counts, strict=True) if count == 0]
     if missing:
         raise ConfigError(
             f"class_weights balanced needs every class in the training data; {missing} has none."
         )
-    return [round(len(label_ids) / (len(names) * count), 6) for count in counts]
+    return [round(len(labels) / (len(names) * count), 6) for count in counts]
+
+
+def positive_weights(rows: torch.Tensor, names: list[str]) -> list[float]:
+    """Multi-label 'balanced': each label's negatives / positives in the training rows, at most MAX_POSITIVE_WEIGHT."""
+    positives = rows.round().sum(dim=0)
+    missing = [name for name, count in zip(names, positives.tolist(), strict=True) if count == 0]
+    if missing:
+        raise ConfigError(
+            f"class_weights balanced weighs each label by its training rows, but {missing} is on none of them. "
+            "Add rows with that label, or give the weights yourself: --class_weights "
+            f"{','.join(['1'] * len(names))} (one per label, in label-id order)."
+        )
+    balanced = (len(rows) - positives) / positives
+    return [round(float(weight), 6) for weight in balanced.clamp(max=MAX_POSITIVE_WEIGHT)]

@@ -119,4 +119,5 @@ def divergence_hint(args) -> str:
         if args.max_grad_norm
         else "gradient clipping, which this run turned off: --max_grad_norm 1.0"
     )
-    return f"Try a lower --learning_rate (this run: {args.learning_rate:g}), {precision}, or {clipping}."
+    lower = f"--learning_rate {args.learning_rate / 10:.2g} (this run: {args.learning_rate:g})"
+    return f"Try a lower rate, e.g. {lower}, {precision}, or {clipping}."

@@ -1,0 +1,179 @@
+"""A model whose outputs do not depend on its input (a collapsed model), measured and said with what helps.
+
+A fine-tuned encoder can collapse: its representations of different texts become the same, and the
+head then gives every row the same output. On many rare labels it scores deceptively well (the
+accuracy of the empty set; a tuned threshold that marks every row with a common label), and agreement
+with an exported copy of it is 100%. `output_variation` measures, from one evaluation's logits:
+
+    output_std            the largest standard deviation, across the evaluated rows, of any class's
+                          probability (softmax; multi-label: each label's sigmoid); regression: of the
+                          score, over the standard deviation of the true scores
+    distinct_predictions  how many different predictions the rows get (argmax; multi-label: the label
+                          sets at 0.5; regression: scores apart by more than FLAT_STD of their spread)
+
+A model is collapsed when every row gets the same prediction and no class's probability moves by as
+much as FLAT_STD across the rows: nothing a threshold could separate the rows by. A model still
+learning a rare class gives every row the empty set too, but its probabilities move with the row.
+
+Every evaluation returns both figures among its metrics (evaluation/metrics.py: `eval_output_std`,
+`eval_distinct_predictions`); training/callbacks.py warns at the first evaluation that finds a
+collapse; the run's record keeps `model_collapsed` and `output_variation` (`collapse_results`), which
+also keep its thresholds from being tuned (evaluation/predictions.py); `collapse_note` is the end of
+the run's paragraph.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from recipes_lib.config.tasks import DEFAULT_THRESHOLD, MULTI_LABEL, REGRESSION
+from recipes_lib.evaluation.thresholds import FLAT_STD, sigmoid, softmax
+
+
+def probabilities(logits: np.ndarray, problem_type: str) -> np.ndarray:
+    """Each class's probability per row: the softmax (single-label) or each label's sigmoid (multi-label)."""
+    return sigmoid(logits) if problem_type == MULTI_LABEL else softmax(logits)
+
+
+def output_variation(logits: np.ndarray, problem_type: str, references=None) -> dict[str, Any]:
+    """{"output_std", "distinct_predictions", "rows"} of this module's docstring, from one evaluation's logits."""
+    logits = np.asarray(logits, dtype=np.float64)
+    rows = len(logits)
+    if rows < 2:  # one row cannot vary (is_collapsed judges no fewer than two)
+        return {"output_std": 0.0, "distinct_predictions": rows, "rows": rows}
+    if problem_type == REGRESSION:
+        scores = logits.reshape(rows, -1)[:, 0]
+        spread = float(np.std(np.asarray(references, dtype=np.float64))) if references is not None else 0.0
+        spread = spread or 1.0
+        distinct = len(np.unique(np.round(scores / (FLAT_STD * spread))))
+        return {
+            "output_std": round(float(np.std(scores)) / spread, 6),
+            "distinct_predictions": distinct,
+            "rows": rows,
+        }
+    chances = probabilities(logits, problem_type)
+    if problem_type == MULTI_LABEL:
+        decisions = chances >= DEFAULT_THRESHOLD
+        distinct = len(np.unique(decisions, axis=0))
+    else:
+        distinct = len(np.unique(chances.argmax(axis=-1)))
+    return {
+        "output_std": round(float(chances.std(axis=0).max()), 6),
+        "distinct_predictions": int(distinct),
+        "rows": rows,
+    }
+
+
+def is_collapsed(variation: dict[str, Any] | None) -> bool:
+    """Every row the same prediction, and no class's output moving by FLAT_STD (False for under two rows)."""
+    if not variation or variation["rows"] < 2:
+        return False
+    return variation["distinct_predictions"] <= 1 and variation["output_std"] < FLAT_STD
+
+
+def flat_classes(logits: np.ndarray, problem_type: str) -> np.ndarray:
+    """Per class: True where its probability varies across the rows by less than FLAT_STD (a class that
+    tells no row from another, whose threshold cannot be tuned)."""
+    return probabilities(logits, problem_type).std(axis=0) < FLAT_STD
+
+
+def collapse_results(logits: np.ndarray, problem_type: str, references=None) -> dict[str, Any]:
+    """results.json's keys (and the W&B summary's): `model_collapsed` and `output_variation` of the final
+    validation predictions."""
+    variation = output_variation(logits, problem_type, references)
+    return {"model_collapsed": is_collapsed(variation), "output_variation": variation}
+
+
+def remedies(
+    learning_rate: float | None, warmup_steps: float | None, epochs: float | None, max_steps=None
+) -> list[str]:
+    """What brings a collapsed run back, each an option the recipe takes, with this run's values:
+    a lower learning rate, a longer warmup, more steps. Never a higher rate: a rate too high for the
+    model and data is what usually collapses it."""
+    said = []
+    if learning_rate:
+        said.append(
+            f"a lower --learning_rate: --learning_rate {learning_rate / 5:.2g} (this run: {learning_rate:g})"
+        )
+    if warmup_steps is not None and warmup_steps < 1:  # a share of the steps
+        if warmup_steps < 0.3:
+            said.append(
+                f"a longer warmup: --warmup_steps {min(0.3, warmup_steps + 0.1):.2g} (this run: {warmup_steps:g})"
+            )
+    elif warmup_steps is not None:
+        said.append(
+            f"a longer warmup: --warmup_steps {int(2 * warmup_steps) or 10} (this run: {warmup_steps:g})"
+        )
+    if max_steps is not None and max_steps > 0:
+        said.append(f"more steps: --max_steps {2 * int(max_steps)} (this run: {int(max_steps)})")
+    elif epochs:
+        said.append(f"more steps: --num_train_epochs {2 * epochs:g} (this run: {epochs:g})")
+    return said
+
+
+def collapse_note(
+    variation: dict[str, Any],
+    split: str = "validation",
+    learning_rate: float | None = None,
+    warmup_steps: float | None = None,
+    epochs: float | None = None,
+    max_steps: int | None = None,
+    when: str = "at the end of the run",
+    problem_type: str | None = None,
+) -> str:
+    """The paragraph that names a collapsed model, its figures, the usual cause and what helps."""
+    figure = (
+        f"its score varies by {variation['output_std']:.4f} of the true scores' standard deviation"
+        if problem_type == REGRESSION
+        else f"no class's probability varies by more than {variation['output_std']:.4f} (standard deviation)"
+    )
+    helps = remedies(learning_rate, warmup_steps, epochs, max_steps)
+    note = (
+        f"The model collapsed {when}: it gives all {variation['rows']} {split} rows the same prediction, and "
+        f"{figure} across them. Its outputs do not depend on the input: its scores are a constant predictor's. "
+        "A run that ends so gets no tuned threshold, and no export gate passes it. Two causes are usual: a "
+        "learning rate too high for the model and data, which makes the encoder's representations of "
+        "different texts the same (a higher rate makes it worse), or too little training for the outputs to "
+        "move from where the fresh head started them."
+    )
+    if helps:
+        note += " What usually helps: " + "; ".join(helps) + "."
+    return note
+
+
+def results_collapse_note(results: dict[str, Any]) -> str | None:
+    """collapse_note from a run's results.json contents; None when the model did not collapse."""
+    if not results.get("model_collapsed"):
+        return None
+    config = results.get("config") or {}
+    max_steps = config.get("max_steps")
+    return collapse_note(
+        results["output_variation"],
+        split=str(results.get("eval_split") or "validation"),
+        learning_rate=config.get("learning_rate"),
+        warmup_steps=config.get("warmup_steps"),
+        epochs=config.get("num_train_epochs"),
+        max_steps=max_steps if max_steps and max_steps > 0 else None,
+        problem_type=results.get("problem_type"),
+    )
+
+
+def end_of_run_notes(results: dict[str, Any]) -> list[str]:
+    """The warnings that close a run, from its results.json contents: a collapsed model first, and then
+    nothing that would advise a higher learning rate (the neglected-class and training-loss notes, which
+    do, are for a model that learnt too little, not one that collapsed); else those two notes."""
+    from recipes_lib.evaluation.neglected import (
+        results_neglect_note,
+    )  # training_loss imports config's registry
+    from recipes_lib.evaluation.training_loss import high_loss_note
+
+    collapsed = results_collapse_note(results)
+    if collapsed is not None:
+        return [collapsed]
+    notes = [
+        results_neglect_note(results) if results.get("neglected_classes") else None,
+        high_loss_note(results),
+    ]
+    return [note for note in notes if note]
