@@ -47,7 +47,7 @@ logger = logging.getLogger("recipes_lib")
 
 @dataclass(frozen=True)
 class RunSettings:
-    """What the record needs of a run besides the Trainer, as values (`RecipeRun.write_results` fills it)."""
+    """What the record needs of a run besides the Trainer, as values (`RecipeRun.write_results` fills it from `prepare`'s values)."""
 
     recipe: str
     arguments: ParsedArguments  # what ran: the task, attention kernel and precision resolved
@@ -55,6 +55,7 @@ class RunSettings:
     model_type: str
     shape: TrainingShape  # the adapters (resolved for the family), the quantized base's bits
     precision: str  # the precision the layers computed in, observed
+    precision_reason: str  # why the run decided its precision (config/precision.py)
     quantized_compute: str | None  # QLoRA: the dtype of the 4-bit layers' matmuls
     memory: dict[str, Any]  # the memory phases and peaks
     tokens: tuple[int, int]  # real and padded training tokens, over every process
@@ -190,7 +191,7 @@ def environment_results(settings: RunSettings, trainer) -> dict[str, Any]:
         "num_processes": training.world_size,
         # Read from the autocast state inside the model during training, not from the flags.
         "precision": settings.precision,
-        "precision_reason": settings.arguments.training.precision_choice.reason,
+        "precision_reason": settings.precision_reason,
         # QLoRA: the dtype of the 4-bit layers' matmuls (bitsandbytes' compute dtype); else None.
         "quantized_compute_dtype": settings.quantized_compute,
         "versions": library_versions(),
