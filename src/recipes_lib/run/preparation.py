@@ -23,7 +23,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from recipes_lib.config.arguments import ParsedArguments, RecipeTrainingArguments
-from recipes_lib.config.precision import PrecisionChoice, decide_precision, refuse_sharding_without_gpu
+from recipes_lib.config.precision import PrecisionChoice, decide_precision
 from recipes_lib.config.recipe_spec import RecipeSpec, TrainingShape
 from recipes_lib.config.validation import check_task_options
 from recipes_lib.data.loading import ClassificationData, load_classification_data
@@ -73,7 +73,6 @@ def prepare(args: ParsedArguments, spec: RecipeSpec, train_file: str | None = No
     `train_file`: read the training rows from this file instead of --train_file (distillation's copy
     of its labelled rows); the record still names --train_file.
     """
-    refuse_sharding_without_gpu()  # before anything loads
     tokenizer = load_tokenizer(args.model)
     base_config = load_model_config(args.model)
     profile, attention = check_model_support(args.model, base_config, args.data.max_seq_length)
