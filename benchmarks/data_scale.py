@@ -8,7 +8,7 @@ GLUE TSV), in each format asked for, under `--data_dir` (never in the repository
 validation file of the same kind, then measures, each in its own process with a fresh datasets
 cache:
 
-- `ours`: the recipe's data phase as `RecipeRun.load_data` runs it up to the model weights:
+- `ours`: the recipe's data phase as `prepare` runs it up to the model weights:
   tokenizer, model config, `load_classification_data` (the quoting decision, the reading, the label
   checks and mapping), `tokenize`.
 - `plain`: what a plain script does: `datasets.load_dataset("csv", ...)` with the file's delimiter

@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import argparse
 import copy
+import dataclasses
 import gc
 import json
 import os
@@ -206,22 +207,25 @@ def load_for_recipe(way: str, args, options, config):
     import torch
     from transformers import Trainer
 
+    from recipes_lib.config.precision import decide_precision
     from recipes_lib.modeling.adamw_8bit import create_adamw_8bit, decay_parameter_groups
     from recipes_lib.modeling.adapters import add_lora, base_quantization_config, prepare_4bit_model
     from recipes_lib.modeling.loading import check_model_support, load_model
+    from recipes_lib.run.preparation import trainer_arguments
 
     recipe = RECIPES[way][0]
     training, device = args.training, args.training.device
     config = copy.deepcopy(config)  # from_pretrained writes the quantization config into it
-    check_model_support(args.model, config, args.data.max_seq_length)
-    training = training.resolved(training.precision_for(config.model_type))  # a copy, as RecipeRun.resolve
+    _, attention = check_model_support(args.model, config, args.data.max_seq_length)
+    model_args = dataclasses.replace(args.model, attn_implementation=attention)
+    training = trainer_arguments(training, **decide_precision(training, config.model_type)[1])  # as prepare
     torch.manual_seed(0)
     if recipe == "qlora":
         quantization = base_quantization_config(config, training.precision, options.base_bits)
-        model = load_model(args.model, config, quantization_config=quantization, device_map={"": device})
+        model = load_model(model_args, config, quantization_config=quantization, device_map={"": device})
         model = add_lora(prepare_4bit_model(model), options)
     else:
-        model = load_model(args.model, config)
+        model = load_model(model_args, config)
         if recipe == "lora":
             model = add_lora(model, options)
         model = model.to(device)  # where the Trainer puts it

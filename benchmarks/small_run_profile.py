@@ -9,7 +9,7 @@ prints each phase's wall seconds and process CPU seconds with its share of the w
 are subtracted from their parents, so the rows add up to the run:
 
     setup          parsing, output-dir checks, seeding (what is left of main() outside the rows below)
-    data           tokenizer, config.json, reading, label checks, tokenizing (RecipeRun.load_data)
+    data           tokenizer, config.json, the decisions, reading, label checks, tokenizing (prepare)
     tracking       the W&B run and memory monitor starting (RecipeRun.start_tracking)
     model load     AutoModelForSequenceClassification.from_pretrained (load_model)
     trainer init   building the Trainer: optimizer, callbacks, accelerate preparation
@@ -44,7 +44,7 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 
 # (row, module, attribute path): the callables timed. Order is the order a run meets them.
 TIMED = [
-    ("data", "recipes_lib.run.recipe_run", "RecipeRun.load_data"),
+    ("data", "recipes_lib.run", "prepare"),
     ("tracking", "recipes_lib.run.recipe_run", "RecipeRun.start_tracking"),
     ("model load", "recipes_lib.modeling.loading", "load_model"),
     ("trainer init", "transformers", "Trainer.__init__"),

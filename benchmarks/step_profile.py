@@ -85,29 +85,28 @@ class _ReachedTrainer(Exception):
 
 
 def recipe_model_and_optimizer(recipe, argv: list[str]):
-    """The model and optimizer the recipe's own main() builds, and its run (arguments, data, config)."""
+    """The model and optimizer the recipe's own main() builds, and what its `prepare` returned
+    (arguments, data, tokenizer)."""
     from unittest import mock
 
-    from recipes_lib.run import RecipeRun
-
     handed = {}
-    enter = RecipeRun.__enter__
+    prepare = recipe.prepare
 
-    def remember_run(run):
-        handed["run"] = run
-        return enter(run)
+    def remember_prepared(*args, **kwargs):
+        handed["prepared"] = prepare(*args, **kwargs)
+        return handed["prepared"]
 
     def take(model, optimizers=(None, None), **kwargs):
         handed.update(model=model, optimizer=optimizers[0])
         raise _ReachedTrainer
 
     with (
-        mock.patch.object(RecipeRun, "__enter__", remember_run),
+        mock.patch.object(recipe, "prepare", remember_prepared),
         mock.patch.object(recipe, "RecipeTrainer", take),
         contextlib.suppress(_ReachedTrainer),
     ):
         recipe.main(argv)
-    return handed["run"], handed["model"], handed["optimizer"]
+    return handed["prepared"], handed["model"], handed["optimizer"]
 
 
 def recipe_argv(recipe, args: argparse.Namespace, work_dir: Path) -> list[str]:
@@ -134,7 +133,7 @@ def trainer_optimizer(model, arguments):
     return optimizer_class(groups, **kwargs)
 
 
-def training_batches(run, count: int):
+def training_batches(prepared, count: int):
     """`count` batches the way the recipe makes them: its tokenization, its collator, a seeded order.
 
     Also returns the median time the collator took per batch: the work that dataloader workers
@@ -144,9 +143,9 @@ def training_batches(run, count: int):
 
     from recipes_lib.data.tokenize import LENGTH_COLUMN, padding_collator
 
-    arguments = run.arguments
-    train = run.data.tokenized["train"].remove_columns(LENGTH_COLUMN)  # the sampler's, not the model's
-    collate = padding_collator(run.tokenizer, arguments.data, arguments.training.device)
+    arguments = prepared.arguments
+    train = prepared.data.tokenized["train"].remove_columns(LENGTH_COLUMN)  # the sampler's, not the model's
+    collate = padding_collator(prepared.tokenizer, arguments.data, arguments.training.device)
     order = torch.randperm(len(train), generator=torch.Generator().manual_seed(arguments.training.seed))
     size = arguments.training.per_device_train_batch_size
     if len(train) < count * size:
@@ -251,10 +250,10 @@ def profile_recipe(name: str, args: argparse.Namespace, work_dir: Path) -> dict:
 
     recipe = load_recipe(name)
     torch.manual_seed(args.seed)
-    run, model, optimizer = recipe_model_and_optimizer(recipe, recipe_argv(recipe, args, work_dir))
-    arguments = run.arguments
+    prepared, model, optimizer = recipe_model_and_optimizer(recipe, recipe_argv(recipe, args, work_dir))
+    arguments = prepared.arguments
     total_steps = args.warmup_steps + args.steps + args.profiled_steps
-    batches, collate_seconds = training_batches(run, total_steps)
+    batches, collate_seconds = training_batches(prepared, total_steps)
     device = arguments.training.device
     if next(model.parameters()).device != device:  # QLoRA's 4-bit model is built on the device
         model = model.to(device)

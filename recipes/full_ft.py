@@ -12,38 +12,36 @@ from recipes_lib.config.parsing import parse_arguments
 from recipes_lib.config.registry import RECIPES
 from recipes_lib.data.tokenize import padding_collator
 from recipes_lib.modeling.loading import load_model
-from recipes_lib.run import RecipeRun, run_main
+from recipes_lib.run import RecipeRun, prepare, run_main
 from recipes_lib.training.trainer import RecipeTrainer
 
 SPEC = RECIPES["full_ft"]
 
 
 def main(argv=None):
-    # Arguments: model, data and training dataclasses; the --config YAML first, the command line wins
     args = parse_arguments(SPEC, argv)
     with RecipeRun(args, SPEC) as run:  # refuses another run's output_dir; resolves resume; seeds
-        # Data: a DatasetDict (train, validation, test if given), labels as ids, tokenized and cached
-        data = run.load_data()
-        run.start_tracking()  # the W&B run starts here (offline without an API key); memory phases begin
-        # Model: AutoModelForSequenceClassification, a new head for these labels
-        model = load_model(run.model_args, run.model_config)  # args.model with the family's attention kernel
-        training_args = run.resolve(args.training)  # a copy: the family's precision, auto batch size
+        prepared = prepare(args, SPEC)  # every decision made once; the data tokenized
+        data, tokenizer, model_config = prepared.data.tokenized, prepared.tokenizer, prepared.model_config
+        training_args = prepared.training_args
+        run.start_tracking(prepared)  # the W&B run (offline without an API key); memory phases begin
+        model = load_model(prepared.model_args, model_config)
         trainer = RecipeTrainer(  # transformers.Trainer plus safeguards (signals, NaN, complete checkpoints)
             model=model,
-            args=training_args,  # what the Trainer gets; args.training stays as parsed
+            args=training_args,
             train_dataset=data["train"],
             eval_dataset=data["validation"],
-            processing_class=run.tokenizer,
-            data_collator=padding_collator(run.tokenizer, args.data, training_args.device),
-            compute_metrics=run.compute_metrics,  # the task's metrics, from evaluate modules
-            compute_loss_func=run.compute_loss,  # --class_weights: weighted cross-entropy; else the model's
+            processing_class=tokenizer,
+            data_collator=padding_collator(tokenizer, args.data, training_args.device),
+            compute_metrics=prepared.metrics,
+            compute_loss_func=prepared.loss,  # --class_weights: weighted cross-entropy; None: the model's
             callbacks=run.callbacks(model),  # memory phases, tokens/s, precision, W&B curves, early stopping
         )
         run.clear_previous_run()  # --overwrite_output_dir: the old run is deleted here, after every check
         train_result = trainer.train(resume_from_checkpoint=run.resume_from)
-        trainer.save_model()  # the model and tokenizer in output_dir
+        trainer.save_model()
         metrics = run.final_metrics(trainer)  # the last epoch's evaluation if the weights are unchanged
-        return run.write_results(trainer, train_result, metrics)  # predictions, results.json, the W&B summary
+        return run.write_results(trainer, train_result, metrics, prepared)
 
 
 if __name__ == "__main__":

@@ -14,43 +14,41 @@ from recipes_lib.config.registry import RECIPES
 from recipes_lib.data.tokenize import padding_collator
 from recipes_lib.modeling.adapters import add_lora, save_adapter_extras  # NEW
 from recipes_lib.modeling.loading import load_model
-from recipes_lib.run import RecipeRun, run_main
+from recipes_lib.run import RecipeRun, prepare, run_main
 from recipes_lib.training.trainer import RecipeTrainer
 
 SPEC = RECIPES["lora"]  # NEW: its options (--lora_r, --lora_target_modules, ...), learning rate 1e-3
 
 
 def main(argv=None):
-    # Arguments: model, data and training dataclasses; the --config YAML first, the command line wins
     args = parse_arguments(SPEC, argv)
     lora = args.options(SPEC.options)  # NEW
     with RecipeRun(args, SPEC) as run:  # refuses another run's output_dir; resolves resume; seeds
-        # Data: a DatasetDict (train, validation, test if given), labels as ids, tokenized and cached
-        data = run.load_data()
-        run.start_tracking()  # the W&B run starts here (offline without an API key); memory phases begin
-        # Model: AutoModelForSequenceClassification, a new head for these labels
-        model = load_model(run.model_args, run.model_config)  # args.model with the family's attention kernel
+        prepared = prepare(args, SPEC)  # every decision made once; the data tokenized
+        data, tokenizer, model_config = prepared.data.tokenized, prepared.tokenizer, prepared.model_config
+        training_args = prepared.training_args
+        run.start_tracking(prepared)  # the W&B run (offline without an API key); memory phases begin
+        model = load_model(prepared.model_args, model_config)
         model = add_lora(model, lora)  # NEW: a PeftModel; the encoder frozen, adapters and the head train
-        training_args = run.resolve(args.training)  # a copy: the family's precision, auto batch size
         trainer = RecipeTrainer(  # transformers.Trainer plus safeguards (signals, NaN, complete checkpoints)
             model=model,
-            args=training_args,  # what the Trainer gets; args.training stays as parsed
+            args=training_args,
             train_dataset=data["train"],
             eval_dataset=data["validation"],
-            processing_class=run.tokenizer,
-            data_collator=padding_collator(run.tokenizer, args.data, training_args.device),
-            compute_metrics=run.compute_metrics,  # the task's metrics, from evaluate modules
-            compute_loss_func=run.compute_loss,  # --class_weights: weighted cross-entropy; else the model's
+            processing_class=tokenizer,
+            data_collator=padding_collator(tokenizer, args.data, training_args.device),
+            compute_metrics=prepared.metrics,
+            compute_loss_func=prepared.loss,  # --class_weights: weighted cross-entropy; None: the model's
             callbacks=run.callbacks(model),  # memory phases, tokens/s, precision, W&B curves, early stopping
         )
         run.clear_previous_run()  # --overwrite_output_dir: the old run is deleted here, after every check
         train_result = trainer.train(resume_from_checkpoint=run.resume_from)
-        trainer.save_model()  # the model and tokenizer in output_dir
+        trainer.save_model()
         merged = None  # NEW: --merge_adapter's model, scored in memory by write_results
         if run.is_main_process:  # NEW: config.json (label names) beside the adapter; --merge_adapter's model
-            merged = save_adapter_extras(run.arguments, run.model_config, run.tokenizer, lora)
+            merged = save_adapter_extras(prepared.arguments, model_config, tokenizer, lora)  # NEW
         metrics = run.final_metrics(trainer)  # the last epoch's evaluation if the weights are unchanged
-        return run.write_results(trainer, train_result, metrics, merged)  # NEW: merged, scored
+        return run.write_results(trainer, train_result, metrics, prepared, merged)  # NEW: merged, scored
 
 
 if __name__ == "__main__":

@@ -129,7 +129,7 @@ def test_fsdp_config_gives_full_shard_fsdp2_wrapping_each_layer_of_every_family(
     from transformers import AutoConfig
 
     from recipes_lib.modeling.families import meta_model, profile_for
-    from recipes_lib.run.recipe_run import name_fsdp_layer_classes
+    from recipes_lib.run.preparation import name_fsdp_layer_classes
 
     environment = accelerate_variables(
         launch_without_starting("fsdp.yaml", "--main_process_port", "0")["env"]
@@ -157,7 +157,7 @@ def test_an_fsdp_layer_class_named_in_the_accelerate_config_wins(monkeypatch):
     from transformers import AutoConfig
 
     from recipes_lib.modeling.families import profile_for
-    from recipes_lib.run.recipe_run import name_fsdp_layer_classes
+    from recipes_lib.run.preparation import name_fsdp_layer_classes
 
     monkeypatch.setenv("ACCELERATE_USE_FSDP", "true")
     monkeypatch.setenv("FSDP_TRANSFORMER_CLS_TO_WRAP", "BertAttention")
@@ -277,12 +277,13 @@ def test_fsdp_or_deepspeed_without_a_gpu_is_refused_before_anything_loads(
     monkeypatch, tmp_path, variable, name
 ):
     """accelerate runs CPU processes as plain DDP whatever the config says: the recipe says so and stops."""
-    from recipes_lib.config import arguments as config
+    import torch
+
     from recipes_lib.config.parsing import parse_arguments
     from recipes_lib.config.recipe_spec import RecipeSpec
     from recipes_lib.errors import ConfigError
 
     monkeypatch.setenv(variable, "true")
-    monkeypatch.setattr(config, "_cuda_available", lambda: False)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     with pytest.raises(ConfigError, match=f"launched with {name}.*multi_cpu.yaml"):
         parse_arguments(RecipeSpec("full_ft"), ["--output_dir", str(tmp_path)])

@@ -186,7 +186,7 @@ def check_report(case: Case, exit_code: int, stderr: str) -> None:
 
 @pytest.mark.parametrize("case", CASES, ids=lambda case: case.name)
 def test_bad_input_in_process(case, files, tiny_bert, learnable_data, tmp_path, capsys, monkeypatch):
-    from recipes_lib.run import recipe_run, run_main
+    from recipes_lib.run import preparation, run_main
 
     argv, output_dir = prepare(case, files, tiny_bert, learnable_data, tmp_path)
     before = snapshot(output_dir)
@@ -196,7 +196,7 @@ def test_bad_input_in_process(case, files, tiny_bert, learnable_data, tmp_path, 
         raise AssertionError(f"{case.name}: the error should come before tokenization and the model weights")
 
     # Anything that can be checked on the raw data or config.json is checked before these run.
-    monkeypatch.setattr(recipe_run, "tokenize", too_late)
+    monkeypatch.setattr(preparation, "tokenize", too_late)
     monkeypatch.setattr(recipe, "load_model", too_late)
     # Log handlers hold the stream that was sys.stdout/stderr when they were made: in one pytest
     # process, an earlier test's closed capture. Point them at this test's (the recipe's
@@ -248,7 +248,7 @@ def test_qlora_where_4bit_cannot_run_fails_before_data_and_weights(
     NF4 quantization kernel raises as it does on a device bitsandbytes has no 4-bit backend for."""
     import bitsandbytes.functional
 
-    from recipes_lib.run import recipe_run, run_main
+    from recipes_lib.run import preparation, run_main
 
     def no_backend(*args, **kwargs):
         raise NotImplementedError("No 4-bit NF4 kernel is registered for device type 'cpu'")
@@ -257,7 +257,7 @@ def test_qlora_where_4bit_cannot_run_fails_before_data_and_weights(
         raise AssertionError("the 4-bit check should come before the data and the model")
 
     monkeypatch.setattr(bitsandbytes.functional, "quantize_4bit", no_backend)
-    monkeypatch.setattr(recipe_run, "load_classification_data", too_late)
+    monkeypatch.setattr(preparation, "load_classification_data", too_late)
     output_dir = tmp_path / "output"
     with pytest.raises(SystemExit) as exited:
         run_main(load_recipe("qlora").main, run_args(tiny_bert, learnable_data, output_dir))

@@ -51,7 +51,10 @@ def test_the_function_length_check_finds_a_long_function():
 
 
 RUN_MODULE = LIBRARY / "run" / "recipe_run.py"
-MOST_RUN_ATTRIBUTES = 10  # issue 38: what a run is, not a blackboard of what it passes around
+# issue 48: the arguments as parsed, the recipe, the resume checkpoint, the W&B run, the memory phases,
+# and (issue 49) the output directory's lock, held until the run ends; what the run decides comes back
+# from run/preparation.py's `prepare` as a frozen value.
+MOST_RUN_ATTRIBUTES = 6
 
 
 def assigned_attributes(tree: ast.AST, owner: str) -> set[str]:
@@ -72,7 +75,7 @@ def assigned_attributes(tree: ast.AST, owner: str) -> set[str]:
     return names
 
 
-def test_a_recipe_run_holds_at_most_ten_attributes():
+def test_a_recipe_run_holds_at_most_six_attributes():
     (run_class,) = [
         node for node in ast.parse(RUN_MODULE.read_text()).body if getattr(node, "name", "") == "RecipeRun"
     ]
@@ -93,3 +96,47 @@ def test_no_library_module_assigns_to_the_run(path):
 def test_the_attribute_count_finds_every_form_of_assignment():
     code = "self.a = 1\nself.b: int = 2\nself.c += 3\nself.d['k'] = 4\nself.e, x = 5, 6\nrun.f = 7\n"
     assert assigned_attributes(ast.parse(code), "self") == {"a", "b", "c", "d", "e"}
+
+
+def test_what_prepare_returns_is_frozen_and_the_run_holds_none_of_it():
+    import dataclasses
+
+    from recipes_lib.run.preparation import Prepared
+
+    assert Prepared.__dataclass_params__.frozen
+    assigned = assigned_attributes(ast.parse(RUN_MODULE.read_text()), "self")
+    # `run.arguments` are the parsed arguments; `prepared.arguments` what runs.
+    assert not assigned & {field.name for field in dataclasses.fields(Prepared)} - {"arguments"}, assigned
+
+
+ARGUMENTS_MODULE = LIBRARY / "config" / "arguments.py"
+LONGEST_ARGUMENTS_CLASS = 170  # issue 48: defaults, help and checks on its own values; nothing else
+
+
+def test_the_training_arguments_class_holds_defaults_help_and_checks_only():
+    tree = ast.parse(ARGUMENTS_MODULE.read_text())
+    classes = {node.name: node for node in tree.body if isinstance(node, ast.ClassDef)}
+    training = classes["RecipeTrainingArguments"]
+    assert training.end_lineno - training.lineno + 1 <= LONGEST_ARGUMENTS_CLASS
+    for node in classes.values():  # no field exists only under an `if` in a class body
+        assert not [part for part in node.body if isinstance(part, ast.If)], node.name
+    # The recipes' own training options are fields only (their checks run in RecipeTrainingArguments).
+    assert not [part for part in classes["RecipeTrainingOptions"].body if isinstance(part, ast.FunctionDef)]
+    text = ARGUMENTS_MODULE.read_text()
+    # No probing of the machine or the launcher: config/precision.py decides, in run/preparation.py.
+    for probe in ("import torch", "os.environ", "cuda", "mps", "detect_capability", "choose_precision"):
+        assert probe not in text, probe
+
+
+def test_precision_is_decided_in_one_place_and_nothing_threads_it_back():
+    callers = {
+        path.relative_to(LIBRARY).as_posix()
+        for path in MODULES
+        if re.search(r"(?<!def )\bdecide_precision\(", path.read_text())
+    }
+    # The run's decision, and the sweep's preflight predicting the same decision for a trial.
+    assert callers == {"run/preparation.py", "sweep/check_recipes.py"}, callers
+    for path in MODULES:
+        text = path.read_text()
+        assert "ContextVar" not in text, path
+        assert not re.search(r"replace\(\s*self\.arguments", text), path

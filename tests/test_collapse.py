@@ -119,7 +119,9 @@ def test_a_forced_constant_model_is_said_at_the_first_evaluation_and_the_end_and
     written = json.loads((tmp_path / "run" / "results.json").read_text())
     assert written["model_collapsed"] is True and written["output_variation"] == results["output_variation"]
     if task == "multi":
-        assert all(results[key] is None for key in results if key.startswith("eval_tuned_"))  # no tuned figure
+        assert all(
+            results[key] is None for key in results if key.startswith("eval_tuned_")
+        )  # no tuned figure
         assert set(results["label_thresholds"].values()) == {0.5}
         assert not any(entry["tuned"] for entry in results["threshold_tuning"].values())
     else:

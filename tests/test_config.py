@@ -31,8 +31,8 @@ def test_no_arguments_means_bert_base_on_sst2_with_the_recipe_defaults():
     assert training.weight_decay == 0.01
     assert training.eval_strategy == "epoch"
     assert training.train_sampling_strategy == "group_by_length"
-    assert training.bf16 is False  # no GPU here; on a bf16 GPU the default turns it on
-    assert training.tf32 is None  # no GPU here either: torch's TF32 setting is left alone
+    # Automatic: prepare decides them from the machine and the model's family (config/precision.py).
+    assert (training.bf16, training.fp16, training.tf32, training.dataloader_pin_memory) == (None,) * 4
     assert training.output_dir == "outputs/full_ft"
     assert arguments.model.trust_remote_code is False
 

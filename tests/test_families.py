@@ -96,10 +96,10 @@ def too_late(*args, **kwargs):
 def stop_before_work(monkeypatch):
     """Any call that tokenizes, loads the data or loads the model weights fails the test."""
     from recipes_lib.modeling import loading
-    from recipes_lib.run import recipe_run
+    from recipes_lib.run import preparation
 
-    monkeypatch.setattr(recipe_run, "tokenize", too_late)
-    monkeypatch.setattr(recipe_run, "load_classification_data", too_late)
+    monkeypatch.setattr(preparation, "tokenize", too_late)
+    monkeypatch.setattr(preparation, "load_classification_data", too_late)
     monkeypatch.setattr(loading.AutoModelForSequenceClassification, "from_pretrained", too_late)
 
 
@@ -360,8 +360,7 @@ def test_the_recipes_pick_flash_attention_2_where_a_gpu_with_flash_attn_runs_it(
 
     def picked(model_type: str) -> str:
         model_args = ModelArguments()
-        check_model_support(model_args, AutoConfig.for_model(model_type), 128)
-        return model_args.attn_implementation
+        return check_model_support(model_args, AutoConfig.for_model(model_type), 128)[1]
 
     assert picked("modernbert") == picked("bert") == "sdpa"  # this machine: no CUDA, no flash-attn
     monkeypatch.setattr(families, "flash_attention_available", lambda: True)
@@ -387,8 +386,8 @@ def test_a_gpu_without_flash_attn_says_what_modernbert_loses_and_an_explicit_ask
     for model_type in ("modernbert", "bert"):
         model_args = ModelArguments()
         with caplog.at_level("WARNING", logger="recipes_lib.modeling.loading"):
-            check_model_support(model_args, AutoConfig.for_model(model_type), 128)
-        assert model_args.attn_implementation == "sdpa"
+            _, attention = check_model_support(model_args, AutoConfig.for_model(model_type), 128)
+        assert attention == "sdpa" and model_args.attn_implementation is None  # decided, not written back
     (line,) = [record.getMessage() for record in caplog.records]  # ModernBERT's; BERT loses little
     assert line.startswith("ModernBERT runs sdpa here: flash-attn is not installed")
     assert (

@@ -515,7 +515,9 @@ def test_the_decision_threshold_is_parsed_with_the_other_arguments(value, parsed
         RECIPES["full_ft"], argv + (["--decision_threshold", value] if value else [])
     ).training
     assert training.decision_threshold == parsed and type(training.decision_threshold) is type(parsed)
-    assert training.resolved(per_device_train_batch_size=4).decision_threshold == parsed
+    from recipes_lib.run.preparation import trainer_arguments
+
+    assert trainer_arguments(training, per_device_train_batch_size=4).decision_threshold == parsed
 
 
 def test_the_tuned_threshold_has_the_best_positive_f1_ties_nearest_one_half():

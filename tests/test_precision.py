@@ -126,22 +126,41 @@ def _parse(argv, **kwargs):
     return parse_arguments(RecipeSpec("full_ft"), ["--output_dir", "unused", *argv], **kwargs).training
 
 
+def _decided(argv, model_type="bert"):
+    """What the run decides (config/precision.py), and the Trainer's arguments built with it."""
+    from recipes_lib.config.precision import decide_precision
+    from recipes_lib.run.preparation import trainer_arguments
+
+    parsed = _parse(argv)
+    choice, settings = decide_precision(parsed, model_type)
+    return choice, trainer_arguments(parsed, **settings)
+
+
+def _on(monkeypatch, capability):
+    import recipes_lib.config.precision as precision
+
+    monkeypatch.setattr(precision, "detect_capability", lambda use_cpu: capability)
+
+
 def test_bf16_false_under_a_bf16_launcher_config_is_an_error_naming_both(monkeypatch):
     monkeypatch.setenv("ACCELERATE_MIXED_PRECISION", "bf16")
     with pytest.raises(ConfigError, match=r"--bf16 false.*mixed_precision: bf16"):
-        _parse(["--bf16", "false"])
+        _decided(["--bf16", "false"])
     # Without the flag the launcher's bf16 is what the Trainer's accelerator gets.
-    training = _parse([])
-    assert (training.precision, training.mixed_precision, training.bf16) == ("bf16", "bf16", True)
+    choice, training = _decided([])
+    assert (choice.precision, training.precision, training.mixed_precision, training.bf16) == (
+        "bf16",
+        "bf16",
+        "bf16",
+        True,
+    )
 
 
 def test_fp32_by_default_on_an_avx2_cpu_even_under_a_launcher_that_set_no(monkeypatch):
-    import recipes_lib.config.arguments as config
-
-    monkeypatch.setattr(config, "detect_capability", lambda use_cpu: AVX2_CPU)
+    _on(monkeypatch, AVX2_CPU)
     monkeypatch.setenv("ACCELERATE_MIXED_PRECISION", "no")
-    training = _parse([])
-    assert (training.precision, training.mixed_precision, training.bf16, training.fp16) == (
+    choice, training = _decided([])
+    assert (choice.precision, training.mixed_precision, training.bf16, training.fp16) == (
         "fp32",
         "no",
         False,
@@ -150,41 +169,49 @@ def test_fp32_by_default_on_an_avx2_cpu_even_under_a_launcher_that_set_no(monkey
 
 
 def test_bf16_by_default_on_a_cpu_with_native_bf16_unless_refused_or_the_family_fails_in_it(monkeypatch):
-    import recipes_lib.config.arguments as config
-
-    monkeypatch.setattr(config, "detect_capability", lambda use_cpu: AVX512_BF16_CPU)
+    _on(monkeypatch, AVX512_BF16_CPU)
     monkeypatch.setenv("ACCELERATE_MIXED_PRECISION", "no")
-    training = _parse([])
-    assert (training.precision, training.mixed_precision, training.bf16) == ("bf16", "bf16", True)
-    assert not training.precision_choice.explicit and "--bf16 false" in training.precision_choice.reason
-    assert training.precision_for("bert") == training.precision_choice
-    settled = training.resolved(training.precision_for("deberta"))
+    choice, training = _decided([])
+    assert (training.precision, training.mixed_precision, training.bf16, training.use_cpu) == (
+        "bf16",
+        "bf16",
+        True,
+        True,
+    )
+    assert not choice.explicit and "--bf16 false" in choice.reason
+    choice, settled = _decided([], model_type="deberta")
     assert (settled.precision, settled.mixed_precision, settled.bf16) == ("fp32", "no", False)
-    assert "deberta fails under bf16 autocast" in settled.precision_choice.reason
-    refused = _parse(["--bf16", "false"])
+    assert "deberta fails under bf16 autocast" in choice.reason
+    choice, refused = _decided(["--bf16", "false"])
     assert (refused.precision, refused.mixed_precision, refused.bf16) == ("fp32", "no", False)
-    assert "bf16 ruled out" in refused.precision_choice.reason
+    assert "bf16 ruled out" in choice.reason
 
 
 def test_a_gpu_that_only_emulates_bf16_gets_fp16_and_deberta_fp32(monkeypatch):
-    import recipes_lib.config.arguments as config
-
-    monkeypatch.setattr(config, "detect_capability", lambda use_cpu: TURING)
-    training = _parse([])
-    assert (training.precision, training.mixed_precision, training.fp16) == ("fp16", "fp16", True)
-    # The family's precision comes back as a copy; the parsed arguments keep theirs.
-    settled = training.resolved(training.precision_for("deberta-v2"))
-    assert (settled.precision, settled.mixed_precision, settled.fp16, settled.bf16) == (
-        "fp32",
-        "no",
-        False,
-        False,
-    )
-    assert "overflows in fp16" in settled.precision_choice.reason
-    assert (training.precision, training.mixed_precision, training.fp16) == ("fp16", "fp16", True)
+    _on(monkeypatch, TURING)
+    monkeypatch.delenv("ACCELERATE_MIXED_PRECISION", raising=False)
+    choice, _ = _decided([])
+    assert choice.precision == "fp16" and not choice.explicit
+    choice, _ = _decided([], model_type="deberta-v2")
+    assert choice.precision == "fp32" and "overflows in fp16" in choice.reason
     # An explicit fp16 stays fp16 for DeBERTa too: the user asked for it.
-    explicit = _parse(["--fp16"])
-    assert explicit.precision_for("deberta-v2") == explicit.precision_choice
+    choice, _ = _decided(["--fp16"], model_type="deberta-v2")
+    assert choice.precision == "fp16" and choice.explicit
+
+
+def test_the_parsed_arguments_hold_the_request_and_the_trainers_copy_the_decision(monkeypatch):
+    """--bf16 alone parses on a machine without a bf16 GPU (TrainingArguments would check it against
+    one): the parsed arguments keep what was asked, None where automatic."""
+    _on(monkeypatch, AVX2_CPU)
+    parsed = _parse(["--bf16", "true"])
+    assert (parsed.bf16, parsed.fp16, parsed.tf32, parsed.dataloader_pin_memory) == (True, None, None, None)
+    choice, training = _decided(["--bf16", "true"])
+    assert choice.explicit and (training.bf16, training.fp16, training.mixed_precision) == (
+        True,
+        False,
+        "bf16",
+    )
+    assert training.use_cpu and training.dataloader_pin_memory is False
 
 
 def test_save_steps_alone_switches_to_step_saving_and_a_contradiction_is_an_error():

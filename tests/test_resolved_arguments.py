@@ -1,5 +1,6 @@
-"""The script sees what the Trainer gets: parsed arguments are never changed; what the run resolves
-(the task, the precision, --auto_batch_size's batch) comes back as copies (`dataclasses.replace`)."""
+"""The script sees what the Trainer gets: parsed arguments are never changed; what the run decides
+(the task, the precision, --auto_batch_size's batch) comes back from `prepare` as new values, and the
+Trainer's TrainingArguments are built once."""
 
 from __future__ import annotations
 
@@ -30,60 +31,40 @@ def snapshot(arguments) -> dict:
     return {name: copy.deepcopy(dataclasses.asdict(part)) for name, part in parts.items()}
 
 
-def test_a_resolved_copy_keeps_the_precision_decision_and_shares_nothing_with_the_parsed_arguments():
-    """`dataclasses.replace` on a transformers 5 TrainingArguments runs __post_init__ again: bf16/fp16,
-    mixed_precision, the device and the reason for the precision must come out as decided."""
+def test_the_trainers_copy_holds_the_decision_and_shares_nothing_with_the_parsed_arguments():
+    """`dataclasses.replace` on a transformers 5 TrainingArguments runs __post_init__ again: the copy
+    prepare builds must hold what was decided and nothing else changed, and share no mutable value."""
     from accelerate.state import PartialState
+
+    from recipes_lib.run.preparation import trainer_arguments
 
     training = _parse(["--early_stopping_patience", "2", "--report_to", "none"]).training
     before = copy.deepcopy(dataclasses.asdict(training))
-    resolved = training.resolved(per_device_train_batch_size=4, gradient_accumulation_steps=8)
-    assert resolved is not training
+    built = trainer_arguments(
+        training, bf16=False, fp16=False, per_device_train_batch_size=4, gradient_accumulation_steps=8
+    )
+    assert built is not training
     assert dataclasses.asdict(training) == before
-    changed = {key for key, value in dataclasses.asdict(resolved).items() if value != before[key]}
-    assert changed == {"per_device_train_batch_size", "gradient_accumulation_steps"}
-    for name in ("bf16", "fp16", "mixed_precision", "precision_choice", "device", "use_cpu", "capability"):
-        assert getattr(resolved, name) == getattr(training, name), name
-    assert resolved.precision_choice.explicit is False  # still the automatic choice, not "--bf16 false"
-    assert resolved.accelerator_config is not training.accelerator_config
-    assert resolved.load_best_model_at_end and resolved.metric_for_best_model == "loss"
-    assert PartialState().device == resolved.device  # the accelerator state is still this process's
+    changed = {key for key, value in dataclasses.asdict(built).items() if value != before[key]}
+    assert changed == {"per_device_train_batch_size", "gradient_accumulation_steps", "bf16", "fp16"}
+    assert (training.bf16, training.fp16, built.mixed_precision) == (None, None, "no")
+    assert built.accelerator_config is not training.accelerator_config
+    assert built.load_best_model_at_end and built.metric_for_best_model == "loss"
+    assert PartialState().device == built.device  # the accelerator state is still this process's
 
 
-def test_a_resolved_copy_takes_the_familys_precision_and_the_parsed_arguments_keep_theirs(monkeypatch):
-    import recipes_lib.config.arguments as config
-    from recipes_lib.config.precision import DeviceCapability
-
-    turing = DeviceCapability(
-        "cuda", "Tesla T4 (compute capability 7.5)", native_bf16=False, native_fp16=True
-    )
-    monkeypatch.setattr(config, "detect_capability", lambda use_cpu: turing)  # automatic fp16
-    training = _parse([]).training
-    assert (training.precision, training.fp16) == ("fp16", True)
-    resolved = training.resolved(training.precision_for("deberta-v2"))
-    assert (resolved.precision, resolved.fp16, resolved.bf16, resolved.mixed_precision) == (
-        "fp32",
-        False,
-        False,
-        "no",
-    )
-    assert (training.precision, training.fp16, training.mixed_precision) == ("fp16", True, "fp16")
-
-
-def test_an_explicit_choice_stays_explicit_in_the_copy_and_its_warning_is_not_repeated(monkeypatch, caplog):
-    import recipes_lib.config.arguments as config
-    from recipes_lib.config.precision import DeviceCapability
+def test_an_explicit_choice_the_machine_emulates_warns_once_when_decided(monkeypatch, caplog):
+    import recipes_lib.config.precision as precision
+    from recipes_lib.config.precision import DeviceCapability, decide_precision
 
     avx2 = DeviceCapability("cpu", "CPU, AVX2 kernels", native_bf16=False, native_fp16=False)
-    monkeypatch.setattr(config, "detect_capability", lambda use_cpu: avx2)  # bf16 only emulated
+    monkeypatch.setattr(precision, "detect_capability", lambda use_cpu: avx2)  # bf16 only emulated
     with caplog.at_level("WARNING", logger="recipes_lib"):
         training = _parse(["--bf16", "true"]).training
-        warned = [r.message for r in caplog.records if "emulated" in r.message]
-        resolved = training.resolved()
-    assert len(warned) == 1
-    assert [r.message for r in caplog.records if "emulated" in r.message] == warned  # none from the copy
-    assert resolved.precision_choice == training.precision_choice and resolved.precision_choice.explicit
-    assert (resolved.bf16, resolved.mixed_precision) == (True, "bf16")
+        assert not [r for r in caplog.records if "emulated" in r.message]  # parsing decides nothing
+        choice, settings = decide_precision(training, "bert")
+    assert len([r for r in caplog.records if "emulated" in r.message]) == 1
+    assert choice.explicit and (settings["bf16"], settings["fp16"]) == (True, False)
 
 
 def test_the_parsed_arguments_are_unchanged_after_the_run_has_trained(tiny_bert, learnable_data, tmp_path):
@@ -111,10 +92,19 @@ def test_the_parsed_arguments_are_unchanged_after_the_run_has_trained(tiny_bert,
 
     args = run_args(tiny_bert, learnable_data, tmp_path / "run", "--auto_batch_size", "true", **QUICK)
     args[args.index("--per_device_train_batch_size") + 1] = "16"
+    from recipes_lib.config.arguments import RecipeTrainingArguments
+
+    built, post_init = [], RecipeTrainingArguments.__post_init__
+
+    def count_builds(self):
+        built.append(self)
+        post_init(self)
+
     with (
         mock.patch.object(autofit, "device_budget_bytes", lambda device: plan_memory(config, four).total),
         mock.patch.object(recipe, "parse_arguments", parse_and_keep),
         mock.patch.object(recipe, "RecipeTrainer", trainer_and_keep),
+        mock.patch.object(RecipeTrainingArguments, "__post_init__", count_builds),
     ):
         results = recipe.main(args)
 
@@ -127,8 +117,9 @@ def test_the_parsed_arguments_are_unchanged_after_the_run_has_trained(tiny_bert,
         arguments.training.per_device_train_batch_size,
         arguments.training.gradient_accumulation_steps,
     ) == (16, 1)
-    # The Trainer got a copy with what the run resolved; results.json's config says what ran.
+    # The Trainer got a copy with what the run decided, built once; results.json's config says what ran.
     assert handed["args"] is not arguments.training
+    assert built == [arguments.training, handed["args"]]
     assert (handed["args"].per_device_train_batch_size, handed["args"].gradient_accumulation_steps) == (4, 4)
     assert results["config"]["problem_type"] == "single_label_classification"
     assert (
@@ -141,10 +132,10 @@ def test_the_parsed_arguments_are_unchanged_after_the_run_has_trained(tiny_bert,
     assert results["train_steps"] == QUICK["steps"]
 
 
-@pytest.mark.parametrize("module", ["full_ft", "lora", "adamw_8bit", "qlora"])
-def test_every_recipe_hands_the_trainer_the_resolved_copy_in_view(module):
+@pytest.mark.parametrize("module", ["full_ft", "lora", "adamw_8bit", "qlora", "distill"])
+def test_every_recipe_hands_the_trainer_what_prepare_decided_in_view(module):
     from tests.helpers.repo import recipe_script
 
     text = recipe_script(module).read_text()
-    assert "training_args = run.resolve(args.training)" in text
+    assert "prepared = prepare(args, SPEC" in text and "prepared.training_args" in text
     assert "args=training_args," in text and "args=args.training" not in text

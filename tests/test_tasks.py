@@ -201,7 +201,9 @@ def test_mse_as_the_best_model_metric_means_lower_is_better_from_parsing_on(metr
     argv = ["--output_dir", "unused", "--metric_for_best_model", metric, "--report_to", "none"]
     training = parse_arguments(RECIPES["full_ft"], argv).training
     assert training.greater_is_better is False
-    assert training.resolved(per_device_train_batch_size=4).greater_is_better is False
+    from recipes_lib.run.preparation import trainer_arguments
+
+    assert trainer_arguments(training, per_device_train_batch_size=4).greater_is_better is False
     before = copy.deepcopy(dataclasses.asdict(training))
     check_task_options(training, LabelMapping(["score"], {}, REGRESSION))
     assert dataclasses.asdict(training) == before

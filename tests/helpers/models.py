@@ -178,9 +178,9 @@ def measured_training_step(
     from recipes_lib.modeling.loading import check_model_support, load_model
 
     config = AutoConfig.from_pretrained(model_dir, num_labels=2)
-    model_args = ModelArguments(model_name_or_path=str(model_dir))
-    model_args.attn_implementation = None  # the family's best kernel, as a recipe resolves it
-    check_model_support(model_args, config, length)
+    # The family's best kernel, as a recipe's prepare decides it.
+    _, attention = check_model_support(ModelArguments(model_name_or_path=str(model_dir)), config, length)
+    model_args = ModelArguments(model_name_or_path=str(model_dir), attn_implementation=attention)
     torch.manual_seed(0)
     model = load_model(model_args, config)
     if shape.adapters is not None:

@@ -109,7 +109,9 @@ def main(argv: list[str] | None = None) -> int:
             return crossval_command(args, recipe_tokens)
         try:
             return dispatch(args)
-        except RecipeError as error:  # one a command does not word itself (a damaged results.json for show, say)
+        except (
+            RecipeError
+        ) as error:  # one a command does not word itself (a damaged results.json for show, say)
             print(f"error: {error}", file=sys.stderr)
             return error.exit_code
 

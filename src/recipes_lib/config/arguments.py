@@ -3,43 +3,23 @@
 Three dataclasses are shared by all recipes (model, data, training); a recipe may add its own
 (LoRA settings, say), which `ParsedArguments.options(LoraArguments)` returns. The `help` metadata
 of each field is the documentation: `--help` prints it. Parsing (YAML, then the command line) is
-in parsing.py.
+in parsing.py. They hold defaults, help and checks on their own values only: what the machine and
+the model decide (precision, device, attention, task, batch) is decided once, in run/preparation.py.
 """
 
 from __future__ import annotations
 
-import copy
 import dataclasses
 import logging
-import os
-from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
-
-import torch
 
 from recipes_lib.config.bitsandbytes_import import deferred_bitsandbytes
 
 with deferred_bitsandbytes():  # it imports peft, which imports bitsandbytes: run when a recipe uses it
     from transformers import TrainingArguments
 
-from recipes_lib.config.precision import (
-    BF16_UNSAFE_MODEL_TYPES,
-    FP16_UNSAFE_MODEL_TYPES,
-    PrecisionChoice,
-    choose_precision,
-    detect_capability,
-    emulation_warning,
-    launcher_mixed_precision,
-)
-from recipes_lib.config.tasks import TUNE
-from recipes_lib.errors import ConfigError
-
-# The precision `RecipeTrainingArguments.resolved` hands the copy it builds (its __post_init__ takes it
-# as decided rather than reading the resolved bf16/fp16 values as explicit flags).
-_DECIDED_PRECISION: ContextVar[PrecisionChoice | None] = ContextVar("decided_precision", default=None)
-
-SUPPORTED_DATA_EXTENSIONS = (".csv", ".tsv", ".json", ".jsonl", ".parquet")
+from recipes_lib.config.validation import check_early_stopping, parse_decision_threshold
 
 # With no dataset and no files, a recipe trains on GLUE SST-2 (binary sentiment, 67k sentences).
 DEFAULT_DATASET = ("glue", "sst2")
@@ -253,113 +233,39 @@ class DataArguments:
     )
 
 
-def _cuda_available() -> bool:  # a function: tests stand in a machine without a GPU
-    return torch.cuda.is_available()
+if "activation_checkpointing" in {argument.name for argument in dataclasses.fields(TrainingArguments)}:
+    _TrainingArgumentsOfThisRelease = TrainingArguments
+else:
 
+    @dataclass
+    class _TrainingArgumentsOfThisRelease(TrainingArguments):
+        """transformers before 5.23, plus its later name for gradient_checkpointing, which the recipes and
+        their configs use (5.23 renamed it and keeps the old name as an alias)."""
 
-def _refuse_sharding_without_gpu() -> None:
-    """FSDP and DeepSpeed need CUDA GPUs: on a CPU accelerate would quietly run plain DDP instead.
-
-    accelerate 1.15 picks FSDP or DeepSpeed only for GPU-type processes; CPU processes stay
-    MULTI_CPU (DDP over gloo) and the sharding settings of the config are ignored.
-    """
-    launched_with = [
-        name
-        for name, variable in (("FSDP", "ACCELERATE_USE_FSDP"), ("DeepSpeed", "ACCELERATE_USE_DEEPSPEED"))
-        if os.environ.get(variable, "false").lower() == "true"
-    ]
-    if launched_with and not _cuda_available():
-        raise ConfigError(
-            f"This run was launched with {launched_with[0]} (the accelerate --config_file asks for it), but "
-            "this machine has no CUDA GPU. On CPU processes accelerate ignores the sharding and runs plain "
-            "DDP, so the run would not be what the config says. On a CPU, launch with --config_file "
-            "accelerate_configs/multi_cpu.yaml (or cpu.yaml); use the FSDP and DeepSpeed configs on GPUs."
+        activation_checkpointing: bool = field(
+            default=False,
+            metadata={
+                "help": "Recompute activations in the backward pass instead of keeping them: "
+                "less memory, more compute."
+            },
         )
 
-
-# Whether the installed TrainingArguments has activation_checkpointing (transformers >= 5.23).
-_NATIVE_ACTIVATION_CHECKPOINTING = "activation_checkpointing" in {
-    argument.name for argument in dataclasses.fields(TrainingArguments)
-}
-
-
-def parse_decision_threshold(option: str | None) -> str | float | None:
-    """`--decision_threshold`: None (decide by the likelier class), 'tune', or a probability strictly between 0 and 1."""
-    if option is None:
-        return None
-    text = str(option).strip()
-    if text.lower() == TUNE:
-        return TUNE
-    try:
-        threshold = float(text)
-    except ValueError:
-        threshold = float("nan")
-    if not 0 < threshold < 1:
-        raise ConfigError(
-            f"decision_threshold is '{option}'; give 'tune' (the threshold with the best F1 of the positive class "
-            "on the validation split) or a probability between 0 and 1, exclusive (e.g. --decision_threshold 0.3)."
-        )
-    return threshold
+        def __post_init__(self):
+            self.activation_checkpointing = self.gradient_checkpointing = bool(
+                self.activation_checkpointing or self.gradient_checkpointing
+            )
+            super().__post_init__()
 
 
 @dataclass
-class RecipeTrainingArguments(TrainingArguments):
-    """`TrainingArguments` with the recipe defaults (BERT fine-tuning on GLUE, after Devlin et al.)."""
+class RecipeTrainingOptions(_TrainingArgumentsOfThisRelease):
+    """What the recipes add to TrainingArguments: batching by length, W&B, imbalanced data and stopping,
+    memory. Fields only (the parser lists them after TrainingArguments' own, in this order)."""
 
-    output_dir: str | None = field(
-        default=None,
-        metadata={
-            "help": "Where checkpoints, the final model and results.json go. Default: outputs/<recipe>; "
-            "'{recipe}' in the path becomes the recipe's name (e.g. outputs/demo/{recipe})."
-        },
-    )
     overwrite_output_dir: bool = field(
         default=False,
         metadata={
             "help": "Allow writing into an output_dir that holds another run's results (they are replaced)."
-        },
-    )
-    per_device_train_batch_size: int = field(default=32, metadata={"help": "Training batch size per device."})
-    # Evaluation keeps no activations for backward, so a larger batch fits in the same memory.
-    per_device_eval_batch_size: int = field(
-        default=64, metadata={"help": "Evaluation batch size per device."}
-    )
-    learning_rate: float = field(default=2e-5, metadata={"help": "Peak learning rate of AdamW."})
-    num_train_epochs: float = field(default=3.0, metadata={"help": "Passes over the training data."})
-    # A float below 1 is a fraction of the total steps (transformers 5 dropped `warmup_ratio`).
-    warmup_steps: float = field(
-        default=0.1, metadata={"help": "Linear warmup: steps, or a fraction of all steps if below 1."}
-    )
-    weight_decay: float = field(
-        default=0.01, metadata={"help": "AdamW weight decay (not applied to biases/LayerNorm)."}
-    )
-    eval_strategy: str = field(
-        default="epoch", metadata={"help": "When to evaluate: 'no', 'steps' or 'epoch'."}
-    )
-    save_strategy: str = field(
-        default="epoch", metadata={"help": "When to checkpoint: 'no', 'steps' or 'epoch'."}
-    )
-    # One checkpoint is what --resume_from_checkpoint last needs (the next is complete before the last is
-    # deleted; with load_best_model_at_end the best is kept as well): each holds the weights and the
-    # optimizer state, about 4x the model, so a second doubles what a run leaves on disk.
-    save_total_limit: int | None = field(
-        default=1,
-        metadata={
-            "help": "Keep at most this many checkpoints (default 1: the latest, which resuming needs, and the "
-            "best under load_best_model_at_end); raise it to keep more."
-        },
-    )
-    # A fraction of the total steps: about 50 points on every loss curve whatever the run length.
-    logging_steps: float = field(
-        default=0.02, metadata={"help": "Log every N steps, or a fraction of all steps if below 1."}
-    )
-    # transformers 5's name for group_by_length; the batches come in a seeded random order, longest
-    # first (trainer.ShuffledLengthGroupedSampler).
-    train_sampling_strategy: str = field(
-        default="group_by_length",
-        metadata={
-            "help": "'group_by_length' (batches of similar length, little padding, in random order), "
-            "'random' or 'sequential'."
         },
     )
     length_grouping: str = field(
@@ -371,43 +277,6 @@ class RecipeTrainingArguments(TrainingArguments):
             "sentences a pad ratio of 0.25 against 0.07). Default: 'wide'; LoRA and QLoRA: 'stock' (see "
             "benchmarks/RESULTS.md, 'Small data').",
             "choices": list(LENGTH_GROUPINGS),
-        },
-    )
-    # None: automatic (precision.py). An explicit true/false wins, and must agree with the accelerate config.
-    bf16: bool | None = field(
-        default=None,
-        metadata={
-            "help": "bfloat16 mixed precision. Default: on where the GPU has native bf16 (Ampere or newer), "
-            "else fp16 on GPUs and fp32 on CPUs. false: train in fp32."
-        },
-    )
-    fp16: bool | None = field(
-        default=None,
-        metadata={
-            "help": "float16 mixed precision with loss scaling. Default: on for GPUs without native bf16 "
-            "(T4, V100, RTX 20xx), except DeBERTa (overflows in fp16). false: train in fp32."
-        },
-    )
-
-    # Pinned host memory speeds up copies to a GPU and does nothing (but warn) without one.
-    dataloader_pin_memory: bool | None = field(
-        default=None, metadata={"help": "Pin host memory for faster GPU transfers. Default: on with a GPU."}
-    )
-
-    tf32: bool | None = field(
-        default=None,
-        metadata={
-            "help": "TF32 matmuls for the fp32 parts (Ampere or newer GPUs: ~8x the fp32 rate, 10-bit mantissa). "
-            "Default: on where supported."
-        },
-    )
-
-    # W&B (tracking/wandb_run.py). transformers 5 reports to nothing by default; every recipe logs a run.
-    report_to: None | str | list[str] = field(
-        default="wandb",
-        metadata={
-            "help": "Where to log: 'wandb' (offline when there is no API key), 'none', or another "
-            "Trainer integration ('tensorboard', 'all'). WANDB_MODE=disabled also turns W&B off."
         },
     )
     wandb_project: str | None = field(
@@ -468,137 +337,135 @@ class RecipeTrainingArguments(TrainingArguments):
             "as the safety net), raising gradient_accumulation_steps so the effective batch stays the same."
         },
     )
-    # transformers 5.23 renamed gradient_checkpointing to activation_checkpointing (the old name stays as
-    # an alias); the recipes and their configs use the new name, which this field adds to older releases.
-    if not _NATIVE_ACTIVATION_CHECKPOINTING:
-        activation_checkpointing: bool = field(
-            default=False,
-            metadata={
-                "help": "Recompute activations in the backward pass instead of keeping them: "
-                "less memory, more compute."
-            },
-        )
+
+
+@dataclass
+class RecipeTrainingArguments(RecipeTrainingOptions):
+    """`TrainingArguments` with the recipe defaults (BERT fine-tuning on GLUE, after Devlin et al.).
+
+    bf16, fp16, tf32, dataloader_pin_memory: None is automatic. Parsed, they are what was asked;
+    run/preparation.py decides them (config/precision.py) and builds the Trainer's copy with the decision.
+    """
+
+    output_dir: str | None = field(
+        default=None,
+        metadata={
+            "help": "Where checkpoints, the final model and results.json go. Default: outputs/<recipe>; "
+            "'{recipe}' in the path becomes the recipe's name (e.g. outputs/demo/{recipe})."
+        },
+    )
+    per_device_train_batch_size: int = field(default=32, metadata={"help": "Training batch size per device."})
+    # Evaluation keeps no activations for backward, so a larger batch fits in the same memory.
+    per_device_eval_batch_size: int = field(
+        default=64, metadata={"help": "Evaluation batch size per device."}
+    )
+    learning_rate: float = field(default=2e-5, metadata={"help": "Peak learning rate of AdamW."})
+    num_train_epochs: float = field(default=3.0, metadata={"help": "Passes over the training data."})
+    # A float below 1 is a fraction of the total steps (transformers 5 dropped `warmup_ratio`).
+    warmup_steps: float = field(
+        default=0.1, metadata={"help": "Linear warmup: steps, or a fraction of all steps if below 1."}
+    )
+    weight_decay: float = field(
+        default=0.01, metadata={"help": "AdamW weight decay (not applied to biases/LayerNorm)."}
+    )
+    eval_strategy: str = field(
+        default="epoch", metadata={"help": "When to evaluate: 'no', 'steps' or 'epoch'."}
+    )
+    save_strategy: str = field(
+        default="epoch", metadata={"help": "When to checkpoint: 'no', 'steps' or 'epoch'."}
+    )
+    # One checkpoint is what --resume_from_checkpoint last needs (the next is complete before the last is
+    # deleted; with load_best_model_at_end the best is kept as well): each holds the weights and the
+    # optimizer state, about 4x the model, so a second doubles what a run leaves on disk.
+    save_total_limit: int | None = field(
+        default=1,
+        metadata={
+            "help": "Keep at most this many checkpoints (default 1: the latest, which resuming needs, and the "
+            "best under load_best_model_at_end); raise it to keep more."
+        },
+    )
+    # A fraction of the total steps: about 50 points on every loss curve whatever the run length.
+    logging_steps: float = field(
+        default=0.02, metadata={"help": "Log every N steps, or a fraction of all steps if below 1."}
+    )
+    # transformers 5's name for group_by_length; the batches come in a seeded random order, longest
+    # first (trainer.ShuffledLengthGroupedSampler).
+    train_sampling_strategy: str = field(
+        default="group_by_length",
+        metadata={
+            "help": "'group_by_length' (batches of similar length, little padding, in random order), "
+            "'random' or 'sequential'."
+        },
+    )
+    # None: automatic (precision.py). An explicit true/false wins, and must agree with the accelerate config.
+    bf16: bool | None = field(
+        default=None,
+        metadata={
+            "help": "bfloat16 mixed precision. Default: on where the GPU has native bf16 (Ampere or newer), "
+            "else fp16 on GPUs and fp32 on CPUs. false: train in fp32."
+        },
+    )
+    fp16: bool | None = field(
+        default=None,
+        metadata={
+            "help": "float16 mixed precision with loss scaling. Default: on for GPUs without native bf16 "
+            "(T4, V100, RTX 20xx), except DeBERTa (overflows in fp16). false: train in fp32."
+        },
+    )
+
+    # Pinned host memory speeds up copies to a GPU and does nothing (but warn) without one.
+    dataloader_pin_memory: bool | None = field(
+        default=None, metadata={"help": "Pin host memory for faster GPU transfers. Default: on with a GPU."}
+    )
+
+    tf32: bool | None = field(
+        default=None,
+        metadata={
+            "help": "TF32 matmuls for the fp32 parts (Ampere or newer GPUs: ~8x the fp32 rate, 10-bit mantissa). "
+            "Default: on where supported."
+        },
+    )
+
+    # W&B (tracking/wandb_run.py). transformers 5 reports to nothing by default; every recipe logs a run.
+    report_to: None | str | list[str] = field(
+        default="wandb",
+        metadata={
+            "help": "Where to log: 'wandb' (offline when there is no API key), 'none', or another "
+            "Trainer integration ('tensorboard', 'all'). WANDB_MODE=disabled also turns W&B off."
+        },
+    )
 
     def __post_init__(self):
-        if not _NATIVE_ACTIVATION_CHECKPOINTING:  # either name turns it on, as in transformers 5.23
-            self.activation_checkpointing = self.gradient_checkpointing = bool(
-                self.activation_checkpointing or self.gradient_checkpointing
-            )
-        _refuse_sharding_without_gpu()
-        if not _cuda_available() and not torch.backends.mps.is_available():
-            # No accelerator: train on the CPU, and say so to the Trainer, whose bf16 check would
-            # otherwise look for a GPU (and, under several processes, run DDP over gloo).
-            self.use_cpu = True
-        gpu = torch.cuda.is_available() and not self.use_cpu
-        if self.tf32 is None:  # TF32 from Ampere (compute capability 8) on; None leaves torch's setting
-            self.tf32 = torch.cuda.get_device_capability()[0] >= 8 if gpu else None
-        if self.dataloader_pin_memory is None:
-            self.dataloader_pin_memory = gpu
         if self.early_stopping_patience is not None:
-            self._imply_best_model_at_end()
+            check_early_stopping(self)  # a checkpoint at every evaluation, to end with the best one
+            self.load_best_model_at_end = True
+            self.restore_callback_states_from_checkpoint = True  # a resumed run continues the count
         # The Trainer takes every metric but a "*loss" as greater-is-better; a squared error is not.
         metric = self.metric_for_best_model
         if self.greater_is_better is None and metric is not None and metric.removeprefix("eval_") == "mse":
             self.greater_is_better = False
         self.decision_threshold = parse_decision_threshold(self.decision_threshold)  # 'tune', a float or None
-        on_cpu = self.use_cpu or os.environ.get("ACCELERATE_USE_CPU", "false").lower() == "true"
-        self.capability = detect_capability(use_cpu=on_cpu)
-        self._flags = (self.bf16, self.fp16)  # as given: precision_for decides again with them
-        # Set while `resolved` builds a copy: decided, and any warning given, when the arguments were parsed.
-        decided = _DECIDED_PRECISION.get()
-        self._apply_precision(
-            decided
-            or choose_precision(
-                self.capability, bf16=self.bf16, fp16=self.fp16, launcher=launcher_mixed_precision()
-            ),
-            warn=decided is None,
-        )
+        asked = self.bf16, self.fp16
+        if None in asked:  # a request, not a decision: TrainingArguments would check it against a GPU
+            self.bf16 = self.fp16 = False
         super().__post_init__()
-        # TrainingArguments takes the launcher's mixed_precision whenever bf16 and fp16 are both
-        # false, so `--bf16 false` under a bf16 accelerate config would still train in bf16.
-        self.mixed_precision = self.precision_choice.mixed_precision
+        self.bf16, self.fp16 = asked
+        if None not in asked:  # TrainingArguments takes the launcher's when both are false
+            self.mixed_precision = "bf16" if self.bf16 else "fp16" if self.fp16 else "no"
         # After the Trainer's own checks: --torch_compile_mode or _backend alone also turn compiling on.
         if self.torch_compile and self.track_memory:
             # The tensor tracker's dispatch mode keeps dynamo from compiling the model at all, so the
             # run would train eagerly while asking to compile (benchmarks/RESULTS.md, section 3).
-            # Measure memory with CUDA's figures and the RSS only.
             logging.getLogger("recipes_lib").warning(
                 "--torch_compile true turns off --track_memory (per-tensor memory tracking stops "
                 "the model from being compiled); CUDA memory figures and the process RSS remain."
             )
             self.track_memory = False
 
-    def _imply_best_model_at_end(self) -> None:
-        """Early stopping keeps the best evaluation's weights: checkpoints at every evaluation, the best reloaded."""
-        patience = self.early_stopping_patience
-        if patience < 1:
-            raise ConfigError(
-                f"early_stopping_patience is {patience}; give a number of evaluations, 1 or more."
-            )
-        evaluation, saving = (
-            str(getattr(self.eval_strategy, "value", self.eval_strategy)),
-            str(getattr(self.save_strategy, "value", self.save_strategy)),
-        )
-        if evaluation == "no" or saving != evaluation:
-            raise ConfigError(
-                f"early_stopping_patience {patience} needs a checkpoint at every evaluation, to end with the best one, "
-                f"but eval_strategy is '{evaluation}' and save_strategy '{saving}'. Set both to 'epoch' (the defaults) "
-                "or both to 'steps' with the same interval."
-            )
-        self.load_best_model_at_end = True
-        # A resumed run continues the patience count where it stopped.
-        self.restore_callback_states_from_checkpoint = True
-
-    def _apply_precision(self, choice: PrecisionChoice, warn: bool = True) -> None:
-        self.precision_choice = choice
-        self.bf16 = choice.precision == "bf16"
-        self.fp16 = choice.precision == "fp16"
-        warning = emulation_warning(choice, self.capability) if choice.explicit and warn else None
-        if warning:
-            logging.getLogger("recipes_lib").warning(warning)
-
     @property
     def precision(self) -> str:
-        """'bf16', 'fp16' or 'fp32': what the run computes in (precision.py decides)."""
-        return self.precision_choice.precision
-
-    def precision_for(self, model_type: str) -> PrecisionChoice:
-        """The automatic choice, revisited once the model family is known; this object is left as it is.
-
-        Two cases change: automatic fp16 (a GPU without native bf16) for a family that overflows in
-        fp16, and automatic bf16 on a CPU for a family that fails under bf16 autocast, become fp32.
-        Explicit choices are never changed.
-        """
-        if (
-            self.precision_choice.explicit
-            or model_type not in FP16_UNSAFE_MODEL_TYPES | BF16_UNSAFE_MODEL_TYPES
-        ):
-            return self.precision_choice
-        return choose_precision(
-            self.capability, bf16=self._flags[0], fp16=self._flags[1], launcher=None, model_type=model_type
-        )
-
-    def resolved(self, precision: PrecisionChoice | None = None, **changes) -> RecipeTrainingArguments:
-        """A copy with `changes` and `precision` (default: this object's); this object is left as it is.
-
-        `dataclasses.replace` builds the copy through `__init__`, so `__post_init__` runs again, on
-        values already resolved: TrainingArguments' own steps give the same result (its device is
-        set up again; the accelerator state is shared per process), but bf16/fp16 now hold the
-        decision and would read as explicit flags. The copy therefore takes the decision itself
-        (its reason, whether it was explicit; no second warning) and the flags as given. Every
-        value is copied deep: nothing mutable (the accelerator config, fsdp_config) is shared, so
-        what the Trainer does to its copy stays there.
-        """
-        choice = precision or self.precision_choice
-        values = {f.name: copy.deepcopy(getattr(self, f.name)) for f in dataclasses.fields(self) if f.init}
-        values.update(changes, bf16=choice.precision == "bf16", fp16=choice.precision == "fp16")
-        token = _DECIDED_PRECISION.set(choice)
-        try:
-            resolved = dataclasses.replace(self, **values)
-        finally:
-            _DECIDED_PRECISION.reset(token)
-        resolved._flags = self._flags
-        return resolved
+        """'bf16', 'fp16' or 'fp32', as bf16/fp16 say: on the Trainer's copy (run/preparation.py), the decision."""
+        return "bf16" if self.bf16 else "fp16" if self.fp16 else "fp32"
 
 
 SHARED_ARGUMENT_CLASSES = (ModelArguments, DataArguments)

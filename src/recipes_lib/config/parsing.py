@@ -27,6 +27,7 @@ from recipes_lib.config.arguments import (
     ParsedArguments,
     RecipeTrainingArguments,
 )
+from recipes_lib.config.precision import refuse_sharding_without_gpu
 from recipes_lib.config.recipe_spec import RecipeSpec
 from recipes_lib.config.registry import recipes_accepting
 from recipes_lib.config.validation import validate_arguments
@@ -230,6 +231,9 @@ def parse_arguments(spec: RecipeSpec, argv: list[str] | None = None) -> ParsedAr
     defaults.update(_implied_strategies(given))
     parser.set_defaults(**defaults)
 
+    # TrainingArguments reads the launch's variables as it is built: a launch this machine cannot run
+    # (FSDP or DeepSpeed without a GPU) is refused first, in words.
+    refuse_sharding_without_gpu()
     try:
         *parsed, remaining = parser.parse_args_into_dataclasses(
             args=argv, return_remaining_strings=True, look_for_args_file=False

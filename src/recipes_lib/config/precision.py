@@ -238,6 +238,72 @@ def launcher_mixed_precision() -> str | None:
     return os.environ.get(LAUNCHER_VARIABLE)
 
 
+def accelerator_available() -> bool:  # a function: tests stand in a machine with or without a GPU
+    return torch.cuda.is_available() or torch.backends.mps.is_available()
+
+
+def refuse_sharding_without_gpu() -> None:
+    """FSDP and DeepSpeed need CUDA GPUs: on a CPU accelerate would quietly run plain DDP instead.
+
+    accelerate 1.15 picks FSDP or DeepSpeed only for GPU-type processes; CPU processes stay
+    MULTI_CPU (DDP over gloo) and the sharding settings of the config are ignored.
+    """
+    launched_with = [
+        name
+        for name, variable in (("FSDP", "ACCELERATE_USE_FSDP"), ("DeepSpeed", "ACCELERATE_USE_DEEPSPEED"))
+        if os.environ.get(variable, "false").lower() == "true"
+    ]
+    if launched_with and not torch.cuda.is_available():
+        raise ConfigError(
+            f"This run was launched with {launched_with[0]} (the accelerate --config_file asks for it), but "
+            "this machine has no CUDA GPU. On CPU processes accelerate ignores the sharding and runs plain "
+            "DDP, so the run would not be what the config says. On a CPU, launch with --config_file "
+            "accelerate_configs/multi_cpu.yaml (or cpu.yaml); use the FSDP and DeepSpeed configs on GPUs."
+        )
+
+
+def decide_precision(training, model_type: str | None) -> tuple[PrecisionChoice, dict]:
+    """The run's precision and the device settings that go with it, decided once (the one place).
+
+    From the parsed arguments (`--bf16`/`--fp16`/`--use_cpu` as asked: None is automatic), the
+    launcher's mixed_precision, the machine, and the model family (`model_type`, from config.json).
+    Returns the choice (its reason goes to the log and results.json) and the TrainingArguments
+    values it decides: bf16, fp16, use_cpu, and tf32 and dataloader_pin_memory where left automatic.
+    """
+    # No accelerator: the CPU, said to the Trainer, whose bf16 check would otherwise look for a GPU
+    # (and, under several processes, would run DDP over gloo anyway).
+    on_cpu = (
+        training.use_cpu
+        or not accelerator_available()
+        or os.environ.get("ACCELERATE_USE_CPU", "false").lower() == "true"
+    )
+    capability = detect_capability(use_cpu=on_cpu)
+    choice = choose_precision(
+        capability,
+        bf16=training.bf16,
+        fp16=training.fp16,
+        launcher=launcher_mixed_precision(),
+        model_type=model_type,
+    )
+    warning = emulation_warning(choice, capability) if choice.explicit else None
+    if warning:
+        logger.warning(warning)
+    gpu = torch.cuda.is_available() and not on_cpu
+    settings = {
+        "bf16": choice.precision == "bf16",
+        "fp16": choice.precision == "fp16",
+        "use_cpu": training.use_cpu or not accelerator_available(),
+        # TF32 from Ampere (compute capability 8) on; None leaves torch's setting.
+        "tf32": training.tf32
+        if training.tf32 is not None
+        else (torch.cuda.get_device_capability()[0] >= 8 if gpu else None),
+        "dataloader_pin_memory": training.dataloader_pin_memory
+        if training.dataloader_pin_memory is not None
+        else gpu,
+    }
+    return choice, settings
+
+
 def autocast_for(precision: str, device_type: str):
     """The autocast a run's bf16/fp16 evaluation ran under, for inference outside the Trainer; fp32: none."""
     import contextlib

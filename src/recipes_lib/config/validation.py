@@ -14,13 +14,14 @@ import contextlib
 import logging
 from pathlib import Path
 
-from recipes_lib.config.arguments import SUPPORTED_DATA_EXTENSIONS, ParsedArguments
-from recipes_lib.config.tasks import MULTI_LABEL, SINGLE_LABEL, TASK_METRICS
+from recipes_lib.config.tasks import MULTI_LABEL, SINGLE_LABEL, TASK_METRICS, TUNE
 from recipes_lib.errors import ConfigError, OutputDirError
 from recipes_lib.locking import lock_directory
 from recipes_lib.results import RESULTS_FILE
 
 logger = logging.getLogger(__name__)
+
+SUPPORTED_DATA_EXTENSIONS = (".csv", ".tsv", ".json", ".jsonl", ".parquet")
 
 # Files that mean "another run lives here".
 RUN_MARKERS = (RESULTS_FILE, "model.safetensors", "adapter_model.safetensors", "checkpoint-*")
@@ -74,6 +75,42 @@ def check_output_dir(training) -> None:
         )
 
 
+def parse_decision_threshold(option: str | None) -> str | float | None:
+    """`--decision_threshold`: None (decide by the likelier class), 'tune', or a probability strictly between 0 and 1."""
+    if option is None:
+        return None
+    text = str(option).strip()
+    if text.lower() == TUNE:
+        return TUNE
+    try:
+        threshold = float(text)
+    except ValueError:
+        threshold = float("nan")
+    if not 0 < threshold < 1:
+        raise ConfigError(
+            f"decision_threshold is '{option}'; give 'tune' (the threshold with the best F1 of the positive class "
+            "on the validation split) or a probability between 0 and 1, exclusive (e.g. --decision_threshold 0.3)."
+        )
+    return threshold
+
+
+def check_early_stopping(training) -> None:
+    """Early stopping keeps the best evaluation's weights: it needs a checkpoint at every evaluation."""
+    patience = training.early_stopping_patience
+    if patience < 1:
+        raise ConfigError(f"early_stopping_patience is {patience}; give a number of evaluations, 1 or more.")
+    evaluation, saving = (
+        str(getattr(training.eval_strategy, "value", training.eval_strategy)),
+        str(getattr(training.save_strategy, "value", training.save_strategy)),
+    )
+    if evaluation == "no" or saving != evaluation:
+        raise ConfigError(
+            f"early_stopping_patience {patience} needs a checkpoint at every evaluation, to end with the best one, "
+            f"but eval_strategy is '{evaluation}' and save_strategy '{saving}'. Set both to 'epoch' (the defaults) "
+            "or both to 'steps' with the same interval."
+        )
+
+
 def parse_class_weights(option: str, names: list[str]) -> list[float]:
     """`--class_weights 1,3.5`: one positive weight per class, in label-id order."""
     try:
@@ -124,8 +161,8 @@ def check_task_options(training, labels) -> None:
         )
 
 
-def validate_arguments(arguments: ParsedArguments) -> None:
-    """Checks that need no download: fail here, not after an hour of tokenization."""
+def validate_arguments(arguments) -> None:
+    """The parsed arguments' checks that need no download: fail here, not after an hour of tokenization."""
     data, training = arguments.data, arguments.training
     _check_data_source(data)
     _check_data_files(data)

@@ -120,10 +120,13 @@ def _check_the_model_type_is_known(model_args: ModelArguments) -> None:
         check_transformers_knows(values["model_type"])
 
 
-def check_model_support(model_args: ModelArguments, model_config, max_seq_length: int) -> ArchitectureProfile:
+def check_model_support(
+    model_args: ModelArguments, model_config, max_seq_length: int
+) -> tuple[ArchitectureProfile, str]:
     """What the model's family supports, checked on config.json alone, before data or weights load.
 
-    Resolves `attn_implementation` (None: the best kernel the family has that this machine runs:
+    Returns the family's profile and the attention kernel the run uses: `attn_implementation` as
+    asked, checked, or (None) the best kernel the family has that this machine runs:
     flash_attention_2 on a CUDA GPU with flash-attn installed, else sdpa, else eager) and refuses a
     max_seq_length longer than the positions a sequence can use. A model type no family entry lists
     (config/family_registry.py: GPT-2, say) is let through, since transformers and peft give its
@@ -148,7 +151,6 @@ def check_model_support(model_args: ModelArguments, model_config, max_seq_length
         )
     supported = profile.attention_implementations
     if model_args.attn_implementation is None:
-        model_args.attn_implementation = profile.default_attention
         _say_what_flash_attention_would_change(profile, model_config)
     elif model_args.attn_implementation not in supported:
         raise ModelError(
@@ -164,7 +166,7 @@ def check_model_support(model_args: ModelArguments, model_config, max_seq_length
             f"out to use {profile.default_attention}."
         )
     check_sequence_length(model_config, max_seq_length)
-    return profile
+    return profile, model_args.attn_implementation or profile.default_attention
 
 
 def _say_what_flash_attention_would_change(profile: ArchitectureProfile, model_config) -> None:

@@ -55,7 +55,7 @@ logger = logging.getLogger("recipes_lib")
 
 @dataclass(frozen=True)
 class RunSettings:
-    """What the record needs of a run besides the Trainer, as values (`RecipeRun.write_results` fills it)."""
+    """What the record needs of a run besides the Trainer, as values (`RecipeRun.write_results` fills it from `prepare`'s values)."""
 
     recipe: str
     arguments: ParsedArguments  # what ran: the task, attention kernel and precision resolved
@@ -63,6 +63,7 @@ class RunSettings:
     model_type: str
     shape: TrainingShape  # the adapters (resolved for the family), the quantized base's bits
     precision: str  # the precision the layers computed in, observed
+    precision_reason: str  # why the run decided its precision (config/precision.py)
     quantized_compute: str | None  # QLoRA: the dtype of the 4-bit layers' matmuls
     memory: dict[str, Any]  # the memory phases and peaks
     tokens: tuple[int, int]  # real and padded training tokens, over every process
@@ -97,7 +98,7 @@ def final_predictions(settings: RunSettings, trainer, eval_metrics: dict[str, An
     if seen is None or len(seen.logits) != len(data.tokenized["validation"]):
         raise RuntimeError(
             "The run's compute_metrics has not seen the final validation pass. Hand the Trainer "
-            "compute_metrics=run.compute_metrics and call run.final_metrics(trainer) before run.write_results()."
+            "compute_metrics=prepared.metrics and call run.final_metrics(trainer) before run.write_results()."
         )
     regrouped = trainer.args.train_sampling_strategy == "group_by_length"
     regrouped = regrouped and not getattr(trainer, "evaluates_in_input_order", False)
@@ -199,7 +200,7 @@ def environment_results(settings: RunSettings, trainer, config: dict[str, Any]) 
         num_processes=training.world_size,
         # Read from the autocast state inside the model during training, not from the flags.
         precision=settings.precision,
-        precision_reason=settings.arguments.training.precision_choice.reason,
+        precision_reason=settings.precision_reason,
         # QLoRA: the dtype of the 4-bit layers' matmuls (bitsandbytes' compute dtype); else None.
         quantized_compute_dtype=settings.quantized_compute,
         versions=library_versions(),

@@ -28,6 +28,7 @@ from typing import Any
 import torch
 
 from recipes_lib.config.parsing import parse_arguments
+from recipes_lib.config.precision import decide_precision
 from recipes_lib.config.registry import RECIPES
 from recipes_lib.errors import ConfigError, RecipeError
 from recipes_lib.memory.planner import (
@@ -82,7 +83,7 @@ def check_recipe(name: str, argv: list[str], request: dict[str, Any]) -> dict[st
         config, _ = load_config_and_source(arguments.model.model_name_or_path)
         # The precision the trial will train in: the parsed one (device, flags, the accelerate config's
         # mixed_precision), revisited for the model's family as the run does (DeBERTa stays out of fp16).
-        choice = training.precision_for(config.model_type)
+        choice, _ = decide_precision(training, config.model_type)
         setup = setup.with_precision(choice.precision, choice.reason)
         answer["precision"] = choice.precision
         plan = plan_memory(config, setup, model_name=arguments.model.model_name_or_path)

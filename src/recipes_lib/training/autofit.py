@@ -78,8 +78,9 @@ def batch_for(effective: int, largest_that_fits: int) -> int:
 def device_budget_bytes(device: torch.device) -> int:
     """Memory this process can fill: free device memory plus what PyTorch already holds here.
 
-    CUDA: the context already exists, so it is not counted again. CPU: available RAM plus this
-    process's resident memory (the loaded model is in it, and the planner counts the weights).
+    Read before the model loads (run/preparation.py): the planner counts the weights. CUDA: reading it
+    creates the context, so it is not counted again. CPU: available RAM plus this process's
+    resident memory.
     """
     if device.type == "cuda":
         free, _total = torch.cuda.mem_get_info(device)
@@ -112,13 +113,18 @@ def planner_setup(arguments, shape: TrainingShape, device: torch.device) -> Setu
 
 
 def choose_batch_size(
-    arguments, shape: TrainingShape, model_config, budget_bytes: int | None = None
+    arguments,
+    shape: TrainingShape,
+    model_config,
+    budget_bytes: int | None = None,
+    precision: str | None = None,
 ) -> BatchChoice:
     """The per-device batch and gradient accumulation the planner fits; `arguments` are left as they are.
 
-    `shape` is what the recipe trains (its `RecipeSpec.shape(options)`); `budget_bytes` defaults to
-    what this device has free (`device_budget_bytes`). The run hands the Trainer a copy of its
-    TrainingArguments with these two values (`RecipeRun.resolve`).
+    `shape` is what the recipe trains (its `RecipeSpec.shape(options)`); `precision` the run's
+    decided one (None: as the arguments' bf16/fp16 say); `budget_bytes` defaults to what this device
+    has free (`device_budget_bytes`), read before the model loads, which the planner counts. The
+    run builds the Trainer's TrainingArguments with these two values (run/preparation.py).
     """
     from recipes_lib.memory.planner import largest_batch
 
@@ -128,6 +134,8 @@ def choose_batch_size(
     effective = requested * accumulation
     budget = device_budget_bytes(device) if budget_bytes is None else budget_bytes
     setup = planner_setup(arguments, shape, device)
+    if precision is not None:
+        setup = setup.with_precision(precision)
     try:
         largest = largest_batch(
             model_config, replace(setup, gradient_accumulation_steps=1), budget, limit=effective

@@ -170,7 +170,7 @@ class UnlabelledRows:
 
     The run's own loading refuses a training row without a label, so `set_aside` copies
     --train_file's labelled rows (the records copied as written) to `labelled_file`, which the
-    script hands `run.load_data(train_file=...)`; results.json still names the user's file.
+    script hands `prepare(args, spec, train_file=...)`; results.json still names the user's file.
     `remove_copy` deletes the copy once the data is loaded.
     """
 
@@ -180,7 +180,7 @@ class UnlabelledRows:
 
     @classmethod
     def set_aside(cls, data_args: DataArguments, options: DistillArguments) -> UnlabelledRows:
-        """Before `run.load_data()`: the rows without a label read, and the labelled ones copied."""
+        """Before `prepare`: the rows without a label read, and the labelled ones copied."""
         parts, labelled, copy_dir = [], None, None
         if data_args.train_file is not None and not data_args.label_delimiter:
             train = read_local_files({"train": data_args.train_file}, None, data_args.csv_quoting)[0]["train"]
@@ -221,7 +221,7 @@ class UnlabelledRows:
         return cls(rows=parts, labelled_file=labelled, copy_dir=copy_dir)
 
     def remove_copy(self) -> None:
-        """After `run.load_data()`: the copy of the labelled rows goes."""
+        """After `prepare`: the copy of the labelled rows goes."""
         if self.copy_dir is not None:
             shutil.rmtree(self.copy_dir, ignore_errors=True)
             self.copy_dir = None
@@ -429,21 +429,22 @@ def _documents(dataset: Dataset) -> np.ndarray:
 
 
 def add_teacher_targets(
-    run, options: DistillArguments, unlabelled: UnlabelledRows
+    prepared, options: DistillArguments, unlabelled: UnlabelledRows
 ) -> tuple[DatasetDict, DistillationLoss]:
     """The run's tokenized splits with the teacher in the training rows' labels, and the loss to train on.
 
-    `run` is the RecipeRun after `load_data` (read, not changed): its raw training rows and the
+    `prepared` is what run/preparation.py returned (read, not changed): its raw training rows and the
     unlabelled ones go through the teacher (cached), the unlabelled ones are tokenized for the
     student and added to train, and each training row's labels become [gold..., teacher
     logits...]. Returns the new splits and the `DistillationLoss` for the Trainer's
     `compute_loss_func` (keeping --class_weights' weights).
     """
     unlabelled.remove_copy()
-    data_args, training = run.arguments.data, run.arguments.training  # the run's resolved copy
+    data_args, training = prepared.arguments.data, prepared.training_args  # what runs
     teacher_dir = check_teacher(options.teacher)
-    labels, text_columns = run.data.labels, run.data.text_columns
-    raw_train = _text_only(run.data.raw["train"], text_columns)
+    data = prepared.data
+    labels, text_columns = data.labels, data.text_columns
+    raw_train = _text_only(data.raw["train"], text_columns)
     extra = unlabelled.text_rows(text_columns)
     teacher_rows = raw_train if extra is None else concatenate_datasets([raw_train, extra])
     logits = teacher_logits(
@@ -454,18 +455,18 @@ def add_teacher_targets(
         data_args,
         Path(training.output_dir) / TEACHER_LOGITS_DIR,
         training.device,
-        training.precision,  # the family's (load_data decided it)
+        prepared.precision.precision,
         training.main_process_first,
     )
     width = gold_width(labels.problem_type, labels.num_labels)
-    train = run.data.tokenized["train"]
+    train = data.tokenized["train"]
     packed = pack_targets(
         _gold_matrix(train, labels.problem_type, labels.num_labels), logits[_documents(train)]
     )
     parts = [train.remove_columns(LABEL_COLUMN).add_column(LABEL_COLUMN, packed.tolist())]
     if extra is not None:
         encoded = _tokenized_rows(
-            extra, text_columns, labels, run.tokenizer, data_args, training.main_process_first
+            extra, text_columns, labels, prepared.tokenizer, data_args, training.main_process_first
         )
         documents = _documents(encoded)
         if DOCUMENT_COLUMN in encoded.column_names:  # documents numbered after the labelled ones
@@ -478,14 +479,14 @@ def add_teacher_targets(
     features = parts[0].features.copy()
     features[LABEL_COLUMN] = Sequence(Value("float32"))
     columns = parts[0].column_names  # the unlabelled rows' columns in the training split's order
-    splits = DatasetDict(run.data.tokenized)
+    splits = DatasetDict(data.tokenized)
     splits["train"] = concatenate_datasets([part.select_columns(columns).cast(features) for part in parts])
     loss = DistillationLoss(
         labels.problem_type,
         labels.num_labels,
         options.distill_temperature,
         options.distill_alpha,
-        class_weights=run.compute_metrics.class_weights,  # --class_weights' (None without)
+        class_weights=prepared.metrics.class_weights,  # --class_weights' (None without)
         label_smoothing=training.label_smoothing_factor,
     )
     logger.info(

@@ -1,0 +1,195 @@
+"""Everything a run decides before its model loads, decided once and returned as frozen values.
+
+`prepare(args, spec)` reads config.json, the arguments and the machine, and decides, each in one
+place: the model's family and attention kernel (modeling/loading.py), the precision
+(config/precision.py), the task (`problem_type`, from the labels), and --auto_batch_size's batch
+(training/autofit.py). It returns them with what they imply: the tokenizer, the model config with
+the labels, the tokenized data, the metrics and loss the Trainer takes, and the one
+TrainingArguments the Trainer gets. The parsed arguments are left as they are; `Prepared.arguments`
+is a new record of what runs, which results.json's and W&B's config show.
+
+Cheapest checks first: the tokenizer and config.json are small, so a wrong model name or a
+max_seq_length the model cannot take fails before a dataset download; every check on columns and
+labels runs before tokenization and before the model weights are fetched.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import logging
+import os
+from dataclasses import dataclass, replace
+from typing import Any
+
+from recipes_lib.config.arguments import ParsedArguments, RecipeTrainingArguments
+from recipes_lib.config.precision import PrecisionChoice, decide_precision
+from recipes_lib.config.recipe_spec import RecipeSpec, TrainingShape
+from recipes_lib.config.validation import check_task_options
+from recipes_lib.data.loading import ClassificationData, load_classification_data
+from recipes_lib.data.long_text import document_ids
+from recipes_lib.data.tokenize import tokenize
+from recipes_lib.modeling.families import ArchitectureProfile
+from recipes_lib.modeling.loading import (
+    check_model_support,
+    load_model_config,
+    load_tokenizer,
+    pad_with_eos_if_missing,
+)
+from recipes_lib.run.metrics import RunMetrics
+from recipes_lib.training.losses import class_weights_from, weighted_loss
+
+logger = logging.getLogger("recipes_lib")
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """What `prepare` decided and loaded: the values the script hands the model loader and the Trainer."""
+
+    arguments: ParsedArguments  # what runs: the kernel, task, precision and batch decided (a new record)
+    precision: PrecisionChoice  # its reason goes to the log and results.json
+    tokenizer: Any
+    model_config: Any  # config.json with the data's labels and problem_type
+    data: ClassificationData  # labels, split sources, raw and tokenized splits
+    shape: TrainingShape  # what the recipe trains, LoRA targets resolved for the family
+    metrics: RunMetrics  # the Trainer's compute_metrics
+    loss: Any  # the Trainer's compute_loss_func: --class_weights' weighted loss (BCE for multi-label); None: the model's
+    batch_choice: Any = None  # --auto_batch_size: what the planner chose (training/autofit.py)
+
+    @property
+    def model_args(self):
+        """The model arguments with the attention kernel the family takes."""
+        return self.arguments.model
+
+    @property
+    def training_args(self) -> RecipeTrainingArguments:
+        """The Trainer's arguments: the parsed ones with the precision, device settings and batch decided."""
+        return self.arguments.training
+
+
+def prepare(args: ParsedArguments, spec: RecipeSpec, train_file: str | None = None) -> Prepared:
+    """Decide family, attention kernel, precision, task and batch once; load and tokenize the data.
+
+    `train_file`: read the training rows from this file instead of --train_file (distillation's copy
+    of its labelled rows); the record still names --train_file.
+    """
+    tokenizer = load_tokenizer(args.model)
+    base_config = load_model_config(args.model)
+    profile, attention = check_model_support(args.model, base_config, args.data.max_seq_length)
+    name_fsdp_layer_classes(profile)
+    shape = training_shape(args, spec, base_config)
+    precision, device_settings = decide_precision(args.training, base_config.model_type)
+    logger.info(
+        "%s (%s): attention %s, precision %s (%s)%s",
+        profile.family,
+        base_config.model_type,
+        attention,
+        precision.precision,
+        precision.reason,
+        f", LoRA on {listed_text(shape.adapters.target_modules)}" if shape.adapters is not None else "",
+    )
+    model_args = replace(args.model, attn_implementation=attention)
+
+    read = args.data if train_file is None else replace(args.data, train_file=train_file)
+    data = load_classification_data(read, cache_dir=args.model.cache_dir, seed=args.training.seed)
+    labels = data.labels
+    model_config = load_model_config(model_args, labels)
+    pad_with_eos_if_missing(tokenizer, model_config)  # a decoder's (GPT-2's): before tokenizing
+    logger.info(
+        "Data: %s, %d train / %d validation examples, %d classes (%s), text: %s",
+        data.description,
+        len(data.raw["train"]),
+        len(data.raw["validation"]),
+        labels.num_labels,
+        ", ".join(labels.names[:10]),
+        " + ".join(data.text_columns),
+    )
+    check_task_options(args.training, labels)  # before tokenizing and loading weights
+    tokenized = tokenize(
+        data, tokenizer, read, args.training.main_process_first, model_limit=profile.max_length
+    )
+    metrics = run_metrics(args.training, args.data, labels, tokenized)
+
+    batch_choice, batch = None, {}
+    if args.training.auto_batch_size:
+        from recipes_lib.training.autofit import choose_batch_size  # loads the planner only when asked
+
+        batch_choice = choose_batch_size(
+            replace(args, model=model_args), shape, model_config, precision=precision.precision
+        )
+        batch = {
+            "per_device_train_batch_size": batch_choice.batch_size,
+            "gradient_accumulation_steps": batch_choice.accumulation,
+        }
+    arguments = replace(
+        args,
+        model=model_args,
+        # 'auto' resolved: the config in results.json then says what ran, as W&B's does.
+        data=replace(args.data, problem_type=labels.problem_type),
+        training=trainer_arguments(args.training, **device_settings, **batch),
+    )
+    return Prepared(
+        arguments=arguments,
+        precision=precision,
+        tokenizer=tokenizer,
+        model_config=model_config,
+        data=data,  # tokenize put the tokenized splits in it
+        shape=shape,
+        metrics=metrics,
+        loss=weighted_loss(metrics.problem_type, metrics.class_weights, metrics.label_smoothing),
+        batch_choice=batch_choice,
+    )
+
+
+def trainer_arguments(parsed: RecipeTrainingArguments, **decided) -> RecipeTrainingArguments:
+    """The Trainer's TrainingArguments: a copy of the parsed ones with what the run decided.
+
+    Every value is copied deep, so nothing mutable (the accelerator config, fsdp_config) is shared
+    with the parsed arguments: what the Trainer does to its copy stays there. `dataclasses.replace`
+    builds the copy through `__init__`, so TrainingArguments' own checks run on the decided values.
+    """
+    values = {f.name: copy.deepcopy(getattr(parsed, f.name)) for f in dataclasses.fields(parsed) if f.init}
+    return replace(parsed, **{**values, **decided})
+
+
+def training_shape(args: ParsedArguments, spec: RecipeSpec, base_config) -> TrainingShape:
+    """What the recipe trains (config/recipe_spec.py), a LoRA recipe's targets resolved and checked
+    for the model's family from config.json."""
+    shape = spec.shape(args.recipe_options.get(spec.options))
+    if shape.adapters is None:
+        return shape
+    from recipes_lib.modeling.adapters import check_lora_targets  # a LoRA recipe has loaded it
+
+    return replace(shape, adapters=check_lora_targets(shape.adapters, base_config))
+
+
+def run_metrics(training, data_args, labels, tokenized) -> RunMetrics:
+    """The Trainer's compute_metrics for this task, with --class_weights' weights for the loss."""
+    weights = None
+    if training.class_weights:
+        weights = class_weights_from(training.class_weights, tokenized["train"]["labels"], labels.names)
+    metrics = RunMetrics(labels.problem_type, labels.num_labels, weights, training.label_smoothing_factor)
+    # sliding_window: metrics combine the validation split's windows into documents (the test
+    # split's while it is predicted: record.py).
+    metrics.document_ids = document_ids(tokenized["validation"])
+    metrics.test_document_ids = document_ids(tokenized["test"]) if "test" in tokenized else None
+    metrics.window_pooling = data_args.window_pooling
+    return metrics
+
+
+def name_fsdp_layer_classes(profile: ArchitectureProfile) -> None:
+    """Under an FSDP launch, make the family's repeated layer the unit FSDP wraps.
+
+    accelerate wraps the layer classes a model declares (_no_split_modules), and most encoders
+    declare none. An fsdp_transformer_layer_cls_to_wrap in the accelerate config still wins.
+    `accelerate launch` hands its FSDP settings to the process as FSDP_* variables, which
+    accelerate reads when the Trainer builds its Accelerator; the layer class goes beside them.
+    (Through TrainingArguments' fsdp_config instead, the Trainer would build the FSDP plugin from
+    those arguments and their defaults, overriding the accelerate config's other settings.)
+    """
+    if os.environ.get("ACCELERATE_USE_FSDP", "false").lower() == "true":
+        os.environ.setdefault("FSDP_TRANSFORMER_CLS_TO_WRAP", ",".join(profile.layer_classes))
+
+
+def listed_text(value) -> str:
+    return ", ".join(value) if isinstance(value, tuple) else str(value)
