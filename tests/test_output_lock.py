@@ -120,11 +120,11 @@ def test_resuming_takes_over_a_killed_runs_lock_and_a_new_run_is_told_how_to_pro
     with pytest.raises(
         OutputDirError, match="--resume_from_checkpoint last, or replace it with --overwrite_output_dir"
     ):
-        claim_output_dir(plain.training)
+        claim_output_dir(plain.training, main_process=True)
     overwriting = parse_arguments(
         RECIPES["full_ft"], run_args(tiny_bert, learnable_data, output_dir, **QUICK)
     )
-    claim_output_dir(overwriting.training).close()
+    claim_output_dir(overwriting.training, main_process=True).close()
     assert not (output_dir / LOCK_FILE).exists()
 
 

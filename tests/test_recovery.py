@@ -371,7 +371,7 @@ def test_the_same_seed_gives_the_same_metrics_and_another_seed_different_ones(
             seed,
         )
         results = run_main(load_recipe("full_ft").main, args)
-        return {key: results[key] for key in ("eval_accuracy", "eval_f1", "eval_loss", "train_loss")}
+        return {key: results.value(key) for key in ("eval_accuracy", "eval_f1", "eval_loss", "train_loss")}
 
     first, again, other = metrics("first", "42"), metrics("again", "42"), metrics("other", "7")
     assert first == again

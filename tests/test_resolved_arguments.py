@@ -121,15 +121,15 @@ def test_the_parsed_arguments_are_unchanged_after_the_run_has_trained(tiny_bert,
     assert handed["args"] is not arguments.training
     assert built == [arguments.training, handed["args"]]
     assert (handed["args"].per_device_train_batch_size, handed["args"].gradient_accumulation_steps) == (4, 4)
-    assert results["config"]["problem_type"] == "single_label_classification"
+    assert results.config["problem_type"] == "single_label_classification"
     assert (
-        results["config"]["per_device_train_batch_size"],
-        results["config"]["gradient_accumulation_steps"],
+        results.config["per_device_train_batch_size"],
+        results.config["gradient_accumulation_steps"],
     ) == (
         4,
         4,
     )
-    assert results["train_steps"] == QUICK["steps"]
+    assert results.train_steps == QUICK["steps"]
 
 
 @pytest.mark.parametrize("module", ["full_ft", "lora", "adamw_8bit", "qlora", "distill"])

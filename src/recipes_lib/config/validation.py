@@ -38,7 +38,7 @@ def resume_requested(value: str | None) -> bool:
     return value is not None and str(value).strip().lower() not in ("", "none", "false")
 
 
-def claim_output_dir(training) -> contextlib.ExitStack:
+def claim_output_dir(training, main_process: bool) -> contextlib.ExitStack:
     """Lock the output_dir for this run (locking.py), then check_output_dir; close() lets it go.
 
     The lock comes first: of two runs started at once into one directory, the second is refused here,
@@ -47,7 +47,7 @@ def claim_output_dir(training) -> contextlib.ExitStack:
     that was killed is taken over, with a warning, by --resume_from_checkpoint or --overwrite_output_dir.
     """
     hold = contextlib.ExitStack()
-    if training.process_index == 0 and not Path(training.output_dir).is_file():  # a file: the check says so
+    if main_process and not Path(training.output_dir).is_file():  # a file: the check says so
         continuing = training.overwrite_output_dir or resume_requested(training.resume_from_checkpoint)
         hold.enter_context(lock_directory(training.output_dir, "run", continuing, STALE_RUN_ADVICE))
     try:

@@ -17,6 +17,7 @@ from typing import Any
 
 import datasets
 import transformers
+from accelerate.utils import get_int_from_env
 from transformers import EarlyStoppingCallback, set_seed
 
 from recipes_lib.config.arguments import ParsedArguments
@@ -39,14 +40,15 @@ from recipes_lib.training.callbacks import (
 from recipes_lib.training.checkpoints import clear_previous_run, resolve_resume_checkpoint
 
 logger = logging.getLogger("recipes_lib")
+LAUNCH_RANK_VARIABLES = ["RANK", "OMPI_COMM_WORLD_RANK", "MV2_COMM_WORLD_RANK", "PMI_RANK"]
 
 
-def setup_logging(arguments: ParsedArguments) -> None:
+def setup_logging(arguments: ParsedArguments, main_process: bool) -> None:
     logging.basicConfig(
         format="%(asctime)s %(levelname)s %(name)s: %(message)s", datefmt="%H:%M:%S", stream=sys.stdout
     )
     # Only the main process talks at INFO; the others would print every line N times.
-    logger.setLevel(logging.INFO if arguments.training.should_log else logging.WARNING)
+    logger.setLevel(logging.INFO if main_process else logging.WARNING)
     log_level = arguments.training.get_process_log_level()
     datasets.utils.logging.set_verbosity(log_level)
     transformers.utils.logging.set_verbosity(log_level)
@@ -64,11 +66,13 @@ class RecipeRun:
 
     @property
     def is_main_process(self) -> bool:
-        return self.arguments.training.process_index == 0
+        # The launch's global rank, as accelerate reads it (torchrun's RANK, MPI's): the parsed arguments'
+        # process_index says 0 in every process until the Trainer's copy sets up the distributed state.
+        return get_int_from_env(LAUNCH_RANK_VARIABLES, 0) == 0
 
     def __enter__(self) -> RecipeRun:
         training = self.arguments.training
-        setup_logging(self.arguments)
+        setup_logging(self.arguments, self.is_main_process)
         if training.push_to_hub:  # no token or offline: stop before any download
             from recipes_lib.tracking.hub import check_push_to_hub  # loaded only under --push_to_hub
 
@@ -78,7 +82,9 @@ class RecipeRun:
             training.resume_from_checkpoint, training.output_dir, RESULTS_FILE
         )
         set_seed(training.seed)
-        self.output_lock = claim_output_dir(training)  # locked, then checked; held until __exit__
+        self.output_lock = claim_output_dir(
+            training, self.is_main_process
+        )  # locked, then checked; held until __exit__
         return self
 
     def __exit__(self, error_type, error, traceback) -> bool:
