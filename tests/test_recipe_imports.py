@@ -25,8 +25,12 @@ WORKBENCH = ("memory.planner", "sweep", "crossval", "export", "tools", "cli", "d
 # ambiguous CSV's quoting evidence) and each module was read again for what said more than it does.
 # 53 modules, 8,880 lines once issue 48 moved the planner's per-family forward terms to the planner
 # (memory/planner/forwards.py) and the bitsandbytes handling into blocks undone when they end.
+# 58 modules, 10,284 lines after session 46 (issues 48-50 merged): the run's preparation as values
+# (run/preparation.py), the typed results record, whole-file writes (whole_files.py), the output_dir lock
+# and secrets' hand-over (locking.py, credentials.py), collapse detection (evaluation/collapse.py), and
+# the label formats and per-label report. Issue 48's aim, 8,000, is not reached: the bound holds the line.
 # A bound, so that what a recipe does not use creeping back fails.
-FULL_FT_MAX_LINES = 8_900
+FULL_FT_MAX_LINES = 10_300
 
 LOADED = """
 import importlib.util, json, pathlib, sys

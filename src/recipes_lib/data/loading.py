@@ -155,8 +155,9 @@ def _resolve_text_columns(data_args: DataArguments, train: Dataset) -> tuple[str
         if name != data_args.label_column_name
         and getattr(feature, "dtype", None) in ("string", "large_string")
     ]
-    ids = [name for name in candidates if _is_id_column(train, name)]
-    if len(candidates) == 2 and len(ids) == 1:
+    # Only a pair can hide an id beside its text (and a wide file's every column is not scanned).
+    ids = [name for name in candidates if _is_id_column(train, name)] if len(candidates) == 2 else []
+    if len(ids) == 1:
         # A comment id beside its comment: a second text only a user names trains as a sentence pair.
         (text,) = [name for name in candidates if name not in ids]
         logger.warning(
