@@ -303,14 +303,26 @@ def bitsandbytes_runs(device: str) -> str | None:
         return f"{type(error).__name__}: {' '.join(str(error).split())[:300]}"
 
 
+def cpu_has_native_bf16() -> bool:
+    """AVX-512 BF16 or AMX: the CPUs on which the recipes train in bf16 (config/precision.py); elsewhere
+    fp32, and a bf16 matmul runs about 60x slower than the run's own."""
+    try:
+        flags = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return False
+    return "avx512_bf16" in flags or "amx_bf16" in flags
+
+
 def matmul_rate(device: str, size: int, warmup: int = 3, timed: int = 10) -> dict:
-    """bf16 FLOP/s of an N x N x N matrix product on `device`, the mean over `timed` products after
-    `warmup` (random data: zeros run faster on a GPU)."""
+    """FLOP/s of an N x N x N matrix product on `device` in the precision a run trains in there (bf16 on a
+    GPU and on a CPU with native bf16, else fp32: the MFU's denominator must be the run's own kind of
+    matmul), the mean over `timed` products after `warmup` (random data: zeros run faster on a GPU)."""
     import torch
 
+    dtype = torch.bfloat16 if device != "cpu" or cpu_has_native_bf16() else torch.float32
     generator = torch.Generator(device=device).manual_seed(0)
-    a = torch.randn(size, size, device=device, dtype=torch.bfloat16, generator=generator)
-    b = torch.randn(size, size, device=device, dtype=torch.bfloat16, generator=generator)
+    a = torch.randn(size, size, device=device, dtype=dtype, generator=generator)
+    b = torch.randn(size, size, device=device, dtype=dtype, generator=generator)
     synchronize = torch.cuda.synchronize if device == "cuda" else (lambda: None)
     for _ in range(warmup):
         torch.mm(a, b)
@@ -322,7 +334,7 @@ def matmul_rate(device: str, size: int, warmup: int = 3, timed: int = 10) -> dic
     seconds = (time.perf_counter() - started) / timed
     return {
         "size": size,
-        "dtype": "bfloat16",
+        "dtype": str(dtype).removeprefix("torch."),
         "warmup": warmup,
         "timed": timed,
         "flops": 2 * size**3 / seconds,
@@ -379,7 +391,7 @@ def check(cpu: bool, matmul_size: int, json_path: Path | None) -> int:
         return 3
     rate = matmul_rate(device, matmul_size)
     print(
-        f"device: {name}; bf16 {matmul_size}-cube matmul {rate['flops'] / 1e12:.2f} TFLOP/s measured"
+        f"device: {name}; {rate['dtype']} {matmul_size}-cube matmul {rate['flops'] / 1e12:.2f} TFLOP/s measured"
         + (f", {datasheet / 1e12:.0f} on the datasheet" if datasheet else ""),
         flush=True,
     )
