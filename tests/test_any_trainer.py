@@ -85,7 +85,7 @@ def test_a_stock_trainer_in_full_ft_writes_the_same_results_card_and_predictions
     reference = run_in_process("full_ft", run_args(tiny_bert, learnable_data, recipe_dir, *extra, **QUICK))
 
     written = json.loads((stock_dir / "results.json").read_text())
-    assert written == json.loads(json.dumps(stock))  # what main() returned is what it wrote
+    assert written == json.loads(json.dumps(stock.to_dict()))  # what main() returned is what it wrote
     assert written.keys() == reference.keys()
     assert written["config"]["train_sampling_strategy"] == "group_by_length"
     assert written["eval_samples"] == QUICK["max_eval_samples"]
