@@ -180,7 +180,7 @@ def test_predict_from_the_int8_export_stays_close(exported_run, data):
     # Quantized: not the same numbers, but the same answers. The export tests' model learnt (issue #50's gate
     # refuses a collapsed one), so its probabilities are sharp and int8 moves some of them far: measured on a
     # 2-core AVX2 EPYC (no VNNI), max differences 0.098 to 0.227 over 4 runs, medians 0.018 to 0.056, and
-    # 23 or 24 of the 24 rows given PyTorch's label. A broken export agrees on about half.
+    # 23 or 24 of the 24 rows given PyTorch's label. (How far a broken export falls was not measured.)
     assert max(differences) > 0
     assert statistics.median(differences) < 0.1
     agreeing = sum(got["prediction"] == want["prediction"] for got, want in zip(rows, expected, strict=True))
