@@ -19,7 +19,7 @@ from tests.helpers.repo import ACCELERATE_CONFIGS, REPO_ROOT, recipe_script
 from tests.helpers.runs import run_args
 
 ACCELERATE = Path(sys.executable).with_name("accelerate")
-HINT = "(run again with --debug for the traceback)"  # run/entry.py's, under the paragraph
+HINT = "(run again with --debug for the traceback)"  # run_main's (run/recipe_run.py), under the paragraph
 
 
 def launch(launcher_options: list[str], argv: list[str]) -> subprocess.CompletedProcess:

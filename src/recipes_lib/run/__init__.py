@@ -17,8 +17,7 @@ RecipeTrainer (recipes/README.md says what goes). `run_main(main)` turns a user 
 paragraph on stderr and an exit code.
 """
 
-from recipes_lib.run.entry import run_main
 from recipes_lib.run.preparation import Prepared, prepare
-from recipes_lib.run.recipe_run import RecipeRun
+from recipes_lib.run.recipe_run import RecipeRun, run_main
 
 __all__ = ["Prepared", "RecipeRun", "prepare", "run_main"]

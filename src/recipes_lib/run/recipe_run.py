@@ -6,13 +6,16 @@ The run does, at the steps the script names, what a run must do around them: on 
 output dir check, the resume checkpoint and the seed; the W&B run and the memory phases; the
 callbacks the Trainer takes; the record of a finished run. Leaving the block through an exception
 writes no results.json (a results file always belongs to a finished run), closes the W&B run as
-failed and stops any per-tensor memory tracking.
+failed and stops any per-tensor memory tracking. `run_main(main)`, the script's entry point, turns a
+user error into one paragraph on stderr and an exit code.
 """
 
 from __future__ import annotations
 
 import logging
+import os
 import sys
+from collections.abc import Callable
 from typing import Any
 
 import datasets
@@ -21,15 +24,15 @@ from accelerate.utils import get_int_from_env
 from transformers import EarlyStoppingCallback, set_seed
 
 from recipes_lib.config.arguments import ParsedArguments
+from recipes_lib.config.parsing import wants_traceback
 from recipes_lib.config.recipe_spec import RecipeSpec
 from recipes_lib.config.validation import claim_output_dir
+from recipes_lib.errors import RecipeError
 from recipes_lib.memory.monitor import MemoryCallback, MemoryMonitor
 from recipes_lib.memory.peaks import peak_memory
 from recipes_lib.modeling.loading import count_parameters
 from recipes_lib.results import RESULTS_FILE, RunResults, describe_device
 from recipes_lib.run.preparation import Prepared
-from recipes_lib.run.record import RunSettings, evaluate_merged_model, finish_run, publish_results
-from recipes_lib.tracking.wandb_run import Tracker, start_tracking
 from recipes_lib.training.callbacks import (
     CollapseWarning,
     LastEpochEvaluation,
@@ -61,7 +64,7 @@ class RecipeRun:
         self.arguments = arguments  # as parsed
         self.spec = spec
         self.resume_from: str | None = None  # --resume_from_checkpoint's checkpoint (resolved on entering)
-        self.tracker = Tracker()  # the W&B run (start_tracking)
+        self.tracker = None  # the W&B run's Tracker (start_tracking), when W&B reports
         self.memory: MemoryMonitor | None = None  # the memory phases (start_tracking)
 
     @property
@@ -92,9 +95,9 @@ class RecipeRun:
         if error is not None:
             if self.memory is not None:  # an exception inside a tracked step left its tracker open
                 self.memory.stop_tracking(keep_breakdown=False)
-            if self.tracker.active:
+            if self.tracker is not None and self.tracker.active:
                 self.tracker.run.finish(exit_code=1)
-                self.tracker = Tracker()
+                self.tracker = None
         return False  # an exception goes on to run_main (or the caller)
 
     def start_tracking(self, prepared: Prepared) -> None:
@@ -104,7 +107,11 @@ class RecipeRun:
         before the memory phases: starting it is not counted as loading the model. Its config is
         what runs (`prepared.arguments`).
         """
-        self.tracker = start_tracking(prepared.arguments, self.spec)
+        if "wandb" in (self.arguments.training.report_to or []):
+            # tracking/wandb_run.py (and wandb) load only for a run that reports to W&B
+            from recipes_lib.tracking.wandb_run import start_tracking
+
+            self.tracker = start_tracking(prepared.arguments, self.spec)
         self._start_memory_phases()
 
     def _start_memory_phases(self) -> None:
@@ -136,7 +143,7 @@ class RecipeRun:
             PrecisionProbe(training.device.type),
             LastEpochEvaluation(),
             CollapseWarning(),  # issue #50: a model whose outputs do not depend on the input, said at once
-            *self.tracker.callbacks(tokens),
+            *(self.tracker.callbacks(tokens) if self.tracker is not None else []),
         ]
         if training.early_stopping_patience is not None:
             callbacks.append(EarlyStoppingCallback(early_stopping_patience=training.early_stopping_patience))
@@ -159,6 +166,9 @@ class RecipeRun:
         """Everything a finished run writes (run/record.py): predictions, results.json, the W&B summary, the
         model card, and --push_to_hub's second push. `merged`: --merge_adapter's model (save_adapter_extras), scored in memory.
         Returns the run's record (results.RunResults)."""
+        # The end-of-run writers (the record, predictions, the card, the checks) load when a run finishes.
+        from recipes_lib.run.record import RunSettings, evaluate_merged_model, finish_run, publish_results
+
         probe = run_callback(trainer, PrecisionProbe)
         memory = self.memory.finish()
         for line in self.memory.summary_lines(memory):
@@ -185,7 +195,8 @@ class RecipeRun:
             merged=evaluate_merged_model(trainer, merged, prepared.data, prepared.arguments.data),
         )
         results = finish_run(trainer, train_result, eval_metrics, settings)
-        self.tracker.finish(results)  # every results.json key into the W&B summary, same names
+        if self.tracker is not None:
+            self.tracker.finish(results)  # every results.json key into the W&B summary, same names
         publish_results(trainer, results)  # the model card, the closing lines, --push_to_hub
         return results
 
@@ -201,3 +212,21 @@ def run_callback(trainer, kind: type):
             "beside them, if any); the run's record is fed by them."
         )
     return found
+
+
+def run_main(main: Callable[[list[str] | None], Any], argv: list[str] | None = None) -> Any:
+    """Call a recipe's `main(argv)`; a user error becomes one paragraph on stderr and its exit code."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    try:
+        return main(argv)
+    except RecipeError as error:
+        if wants_traceback(argv):
+            raise
+        hint = "\n(run again with --debug for the traceback)" if error.offer_traceback else ""
+        print(f"\n{error.heading}: {error}{hint}", file=sys.stderr)
+        sys.exit(error.exit_code)
+    except KeyboardInterrupt:
+        # Ctrl-C before training started (nothing to save yet), or a second Ctrl-C during it.
+        print("\ninterrupted: stopped at once; no new checkpoint was written.", file=sys.stderr)
+        sys.exit(130)
