@@ -28,9 +28,15 @@ WORKBENCH = ("memory.planner", "sweep", "crossval", "export", "tools", "cli", "d
 # 58 modules, 10,284 lines after session 46 (issues 48-50 merged): the run's preparation as values
 # (run/preparation.py), the typed results record, whole-file writes (whole_files.py), the output_dir lock
 # and secrets' hand-over (locking.py, credentials.py), collapse detection (evaluation/collapse.py), and
-# the label formats and per-label report. Issue 48's aim, 8,000, is not reached: the bound holds the line.
+# the label formats and per-label report.
+# 48 modules, 7,985 lines after session 47 (issue 48's aim: 48 modules, 8,000 lines), measured with
+# `python /work/shared/hooks/import_closure.py . recipes/full_ft.py` (module-level imports followed):
+# the end-of-run writers (run/record.py and the card, predictions and end-of-run checks it imports) load
+# when the run writes its results, tracking/wandb_run.py when report_to names wandb, run_main joined
+# recipe_run.py, and module docstrings that restated docs/ or the code were cut to what they add.
 # A bound, so that what a recipe does not use creeping back fails.
-FULL_FT_MAX_LINES = 10_300
+FULL_FT_MAX_MODULES = 48
+FULL_FT_MAX_LINES = 7_990
 
 LOADED = """
 import importlib.util, json, pathlib, sys
@@ -70,3 +76,4 @@ def test_a_recipe_imports_the_library_and_not_the_workbench():
     assert "recipes_lib.modeling.adapters" in loaded["lora"]["modules"]
     assert "recipes_lib.modeling.adamw_8bit" in loaded["adamw_8bit"]["modules"]
     assert loaded["full_ft"]["lines"] <= FULL_FT_MAX_LINES, loaded["full_ft"]["lines"]
+    assert len(loaded["full_ft"]["modules"]) <= FULL_FT_MAX_MODULES, loaded["full_ft"]["modules"]

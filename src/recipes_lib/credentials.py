@@ -1,19 +1,10 @@
-"""Secrets (Hub tokens, API keys): used where they are needed, written nowhere.
+"""Secrets (Hub tokens, API keys): used where they are needed, written nowhere (docs/sharing.md).
 
 A secret option (`--hub_token`, or `hub_token:` in the --config YAML) leaves the parsed arguments as
-soon as they are parsed, for the environment variable that the library using it reads (HF_TOKEN:
-huggingface_hub falls back on it for every push, Trainer.push_to_hub and `recipes-lib push`). Why
-the environment and not a redacted copy at each writer: the arguments object is pickled whole into
-training_args.bin and every checkpoint (and uploaded with them), and results.json, the model card
-and W&B's config are made from it; an object that never holds the token cannot leak it through a
-writer someone adds later. The child processes (accelerate's workers, a sweep's trials, a
-crossval's folds) inherit the variable, so the token is on no command line they print or log.
-
-The command line itself: W&B records the process's sys.argv in its run metadata and offers no switch
-for that field alone (its x_disable_meta setting drops all of the metadata: host, GPU, Python, git).
-So the value of every secret option in sys.argv is replaced once it is handed over; the kernel's copy
-(/proc/PID/cmdline, what `ps` shows) keeps it until the process ends, which is why docs/sharing.md
-recommends HF_TOKEN or `hf auth login` over --hub_token.
+soon as they are parsed, for the environment variable the library using it reads (HF_TOKEN). The
+arguments object is pickled into training_args.bin and every checkpoint, and results.json, the card and
+W&B's config are made from it: an object that never holds the token cannot leak it through a writer
+added later. Its value in sys.argv (which W&B records) is replaced too; /proc/PID/cmdline keeps it.
 """
 
 from __future__ import annotations

@@ -1,9 +1,5 @@
-"""User-facing errors.
-
-Anything the user can fix (a typo in a config, a missing column, a wrong path) is raised as a
-`RecipeError` subclass. The recipe entry point turns it into one paragraph on stderr and a non-zero
-exit, with no traceback unless `--debug` is given: a traceback through argparse or pandas hides the
-one line that matters.
+"""User-facing errors: anything the user can fix is a `RecipeError`, which `run_main` turns into one
+paragraph on stderr and an exit code, with no traceback unless --debug asks for it.
 """
 
 from __future__ import annotations

@@ -1,17 +1,10 @@
 """One command at a time per output directory: an exclusive lock, held for the command's whole life.
 
-A recipe run, a sweep, a crossval and `recipes-lib export` each take DIR/.recipes-lib.lock before they
-look at what DIR holds, and keep it until they end. Two commands started at once both pass an "is this
-directory free?" check; only one of them gets the lock. The lock is flock(2) on that file, through
-filelock (installed with huggingface_hub): the kernel drops it with its process, kill -9 included, so
-a lock that is held is a command that is running, on this machine or on another sharing the directory.
-
-The file says who holds it (what, process id, host, since when) for a refusal to name. A command that
-ends, through an exception too, deletes it; so a file whose lock nobody holds was left by a command
-that died without ending (kill -9, the out-of-memory killer, a machine that went down), and its work
-may be half done. That is said, never passed over in silence: the lock is taken over, with a warning,
-only by a command that continues or replaces that work (`take_over_stale`), and refused elsewhere
-with the ways to proceed.
+A recipe run, a sweep, a crossval and `recipes-lib export` take DIR/.recipes-lib.lock (flock(2) through
+filelock, which the kernel drops with its process) before they look at DIR, and keep it until they
+end. The file says who holds it, for a refusal to name, and an ending command deletes it; so a file
+whose lock nobody holds was left by a command that died, its work perhaps half done: it is taken over,
+with a warning, only by a command that continues or replaces that work (`take_over_stale`).
 """
 
 from __future__ import annotations

@@ -1,14 +1,9 @@
 """Files another command reads back are written whole or not at all, and read back as whole or refused.
 
-A file written in place and cut short (kill -9, a full disk, a lost machine) keeps its name, and a
-later command (compare, predict, push, label-issues) would take half a results.json or predictions
-file for the run's. So every such file is written under a temporary name in its own directory
-(`.NAME.XXXX.tmp`: hidden, and on the same filesystem, where a rename is atomic), flushed to disk,
-then renamed over NAME. A reader then finds the old file, the new one, or none; a crash leaves only
-the hidden temporary behind, and an error in the writing removes it.
-
-`read_json` is the other half: a file that does not parse (damaged after it was written, or edited
-by hand) is one paragraph naming it, its line, and what to do, not a JSONDecodeError traceback.
+A file cut short in place (kill -9, a full disk) keeps its name, and compare, predict or push would
+take half a results.json for the run's. So each is written under a hidden temporary name in its own
+directory, flushed, then renamed over NAME (atomic on one filesystem): a reader finds the old file,
+the new one, or none. `read_json` refuses a file that does not parse in one paragraph naming it.
 """
 
 from __future__ import annotations

@@ -1,24 +1,15 @@
 """bitsandbytes, loaded where a recipe uses it, without its one alarming line on CPU.
 
-transformers' TrainingArguments imports peft (transformers/trainer_utils.py, whenever peft is
-installed), and peft 0.21 imports bitsandbytes whenever that is installed (peft/helpers.py), so
-every recipe loaded it, full_ft included: seconds of import, and on a CPU with AVX-512 BF16 its CPU
-backend asks the `kernels` package for an optional kernel and, failing, logs "Failed to load CPU
-gemm_4bit_forward from kernels-community" (and, since `kernels` 0.19, which transformers installs,
-"Skipping publisher trust check for 'kernels-community/quantization-bitsandbytes'" whenever the
-Hub is offline), read by a newcomer as an error. That kernel only serves 4-bit weights repacked for
-CPU inference, and every 4-bit model here keeps its training layout (adapters.prepare_4bit_model):
-no recipe, `predict` or `export` calls it.
+transformers' TrainingArguments imports peft, and peft 0.21 imports bitsandbytes whenever it is
+installed, so every recipe loaded it: seconds of import, and on a CPU with AVX-512 BF16 a logged
+"Failed to load CPU gemm_4bit_forward from kernels-community" (and `kernels` 0.19's offline "Skipping
+publisher trust check for 'kernels-community/quantization-bitsandbytes'"), read as an error. That
+kernel serves only 4-bit weights repacked for CPU inference, which nothing here uses.
 
 Two blocks, each undone when it ends, so importing the package changes nothing outside it:
-
-- `deferred_bitsandbytes()` around the import that reaches peft (config/arguments.py's
-  TrainingArguments; each `recipes-lib` command): a plain `import bitsandbytes` in the block gives
-  the module with its code deferred to its first use (the standard library's
-  `importlib.util.LazyLoader`), which is what later imports find.
-- `kernels_line_dropped()` around each first use (`import_bitsandbytes`: adamw_8bit's optimizer,
-  QLoRA's preflight; adapters.peft_wrapping: peft's LoRA, whose layer dispatch asks bitsandbytes
-  for its 4-bit layers): the two lines above are dropped, every other message kept.
+`deferred_bitsandbytes()` around the import that reaches peft (a plain `import bitsandbytes` in it
+gives the module with its code deferred to first use: `importlib.util.LazyLoader`), and
+`kernels_line_dropped()` around each first use (`import_bitsandbytes`; adapters.peft_wrapping).
 """
 
 from __future__ import annotations

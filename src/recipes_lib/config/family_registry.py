@@ -1,17 +1,10 @@
 """The encoder families, listed once: what transformers and peft cannot tell us about each.
 
-What the libraries know is read from them (modeling/families.py): peft's LoRA target mapping, the
-model class's attention kernels (`_supports_sdpa`), the layer class FSDP wraps (`_no_split_modules`,
-else the repeated layer of the model built on the meta device) and every size in config.json.
-What is left is one `Family` entry per family, here (its fields say what each holds and who reads it).
-
-A new family is one entry in FAMILIES plus its tiny test config (tests/helpers/models.py);
-`recipes-lib families`, the recipes' checks, the planner and the test matrices read FAMILIES. What
-its forward keeps for backward is the planner's, in the planner's table (memory/planner/forwards.py,
-a row per entry: tests/test_planner_families.py fails for a family without one), so a recipe does
-not load it.
-Listed at the bottom layer that needs it (config/: precision.py reads `fp16_overflows`), and
-importing nothing heavy, so `recipes-lib plan` reads it without loading torch.
+What the libraries know is read from them (modeling/families.py); what is left is one `Family` entry per
+family here (its fields say what each holds and who reads it). A new family is one entry in FAMILIES
+plus its tiny test config (tests/helpers/models.py); its forward's planner terms are the planner's
+(memory/planner/forwards.py, a row per entry: tests/test_planner_families.py). Imports nothing heavy,
+so `recipes-lib plan` reads it without loading torch.
 """
 
 from __future__ import annotations

@@ -1,29 +1,10 @@
-"""Which floating-point precision a run computes in: decided once, from what the device does natively.
+"""Which floating-point precision a run computes in: decided once (`PrecisionChoice`), from what the device
+does natively. Every recipe and QLoRA's 4-bit compute dtype follow it; docs/precision.md has the rule.
 
-Every recipe and QLoRA's 4-bit compute dtype follow the one `PrecisionChoice` this module makes.
-
-The rule, in order:
-
-1. An explicit choice wins. `--bf16 true` means bf16, `--fp16 true` means fp16, and both false
-   means fp32. One `false` alone (`fp16: false`, common in Hugging Face configs) only rules that
-   precision out: the accelerate config or the automatic choice picks among the rest. The accelerate config's `mixed_precision:
-   bf16` or `fp16` is an explicit choice too; its `no` (accelerate's default) expresses none.
-   When the command line (or YAML) and the accelerate config both choose and disagree, the run
-   stops with an error naming both: neither silently overrides the other.
-   An explicit choice the hardware only emulates still runs, with a warning saying how slow it is.
-2. Otherwise, automatic:
-   - CUDA: bf16 where the GPU has it natively (Ampere and newer; T4, V100 and RTX 20xx only
-     emulate it), else fp16 with loss scaling, except for model families known to overflow in
-     fp16 (DeBERTa), which stay fp32.
-   - CPU: bf16 autocast where the CPU computes bf16 matmuls natively (AVX-512 BF16 or AMX-BF16
-     in its flags, and oneDNN using them), fp32 elsewhere. A full_ft step of all-MiniLM-L6-v2
-     takes 0.61x fp32's time under bf16 autocast on an AVX-512 BF16 CPU, and accuracy over seeds is
-     not shown to differ (benchmarks/RESULTS.md, "bf16 on the CPU"); without native bf16 its matmuls
-     are emulated, tens of times slower. Families that fail under bf16 autocast (the registry's
-     `bf16_autocast_fails`: DeBERTa v1) stay fp32. `--bf16 false` keeps fp32 on any CPU.
-
-Why it matters: a bf16 matmul on a CPU without native bf16 (AVX2 only: most laptops, AMD before
-Zen 4) is tens of times slower than fp32, and a GPU that emulates bf16 is slower than in fp16.
+An explicit choice (--bf16/--fp16, or the accelerate config's mixed_precision) wins, and the two
+disagreeing is an error; else CUDA takes bf16 where native, else fp16 (fp32 for families that
+overflow in it), and a CPU takes bf16 autocast only with AVX-512 BF16 or AMX (fp32 elsewhere: a bf16
+matmul emulated on AVX2 is tens of times slower than fp32).
 """
 
 from __future__ import annotations

@@ -1,10 +1,6 @@
-"""What a recipe script tells the library about itself, as data.
-
-Library code never names a recipe. Each recipe has a `RecipeSpec`: its name, its own
-options (a dataclass parsed like the shared ones), the training defaults it changes, and its
-`TrainingShape`: what it trains and how it stores it, which is all the memory planner and
-`--auto_batch_size` need to know. `registry.py` lists the specs of every recipe, so one list
-feeds the recipe scripts, the command-line tools, the tests and the Makefile.
+"""What a recipe script tells the library about itself, as data: its `RecipeSpec` (name, own options,
+the training defaults it changes, and the `TrainingShape` the memory planner and --auto_batch_size
+read). Library code never names a recipe; registry.py lists the specs.
 """
 
 from __future__ import annotations

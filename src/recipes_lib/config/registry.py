@@ -1,13 +1,7 @@
-"""The recipes, listed once: what each recipe script is, for the tools that never import the script.
-
-`RECIPES` maps a recipe's name to its `RecipeSpec`: the script in `recipes/`, its own options,
-the training defaults it changes and the `TrainingShape` the memory planner plans. Each script
-takes its spec from here (`SPEC = RECIPES["lora"]`), and the command-line tools (`plan --recipe
-all`, the W&B dashboard's colours), the tests and the Makefile read the same dict, so it works
-from a non-editable install, where no `recipes/` folder is installed beside the package.
-
-This is the one module of the library that names recipes. A new recipe is a script in
-`recipes/` plus an entry here; `tests/test_registry.py` checks that the two agree.
+"""The recipes, listed once: `RECIPES` maps a recipe's name to its `RecipeSpec` (script, options,
+training defaults, `TrainingShape`). Each script takes its spec from here, and the tools, the tests and
+the Makefile read the same dict, so it works from a non-editable install. The one module that names
+recipes; tests/test_registry.py checks it against recipes/.
 
     python -m recipes_lib.config.registry     prints the names, in order (the Makefile's list)
 """

@@ -1,14 +1,7 @@
-"""The three kinds of task a recipe trains, named as transformers names them (`config.problem_type`).
-
-- single-label classification: one class per example; softmax over the classes, cross-entropy.
-- multi-label classification: any number of classes per example (a list, or a delimited string);
-  one sigmoid per class, binary cross-entropy; a class is predicted when its probability reaches
-  its threshold, one threshold per class, tuned on the validation split
-  (evaluation/thresholds.py).
-- regression: one number per example; one output, mean squared error.
-
-The data decides the kind (data/labels.py), `--problem_type` overrides it. Everything downstream (loss,
-metrics, prediction rows, predict) branches on these three names.
+"""The three kinds of task a recipe trains, named as transformers names them (`config.problem_type`):
+single-label (softmax, cross-entropy), multi-label (a sigmoid and a tuned threshold per class, binary
+cross-entropy: evaluation/thresholds.py) and regression (one output, mean squared error). The data
+decides the kind (data/labels.py), `--problem_type` overrides it; everything downstream branches on these.
 """
 
 from __future__ import annotations

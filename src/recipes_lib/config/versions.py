@@ -1,12 +1,7 @@
 """The library versions this package supports, checked where a run (config/parsing.py) or a
-`recipes-lib` command (cli/main.py) starts.
-
-training/trainer.py overrides two private Trainer methods (`_save_checkpoint`,
-`_get_train_sampler`) that transformers may change in any release, and the recipes use
-TrainingArguments fields that older 5.x releases lack. Outside the range setup.cfg declares,
-a recipe would fail deep inside transformers, or worse, train differently. The range is
-read from this package's installed metadata, so setup.cfg stays its one source. The private
-methods themselves are checked too (PrivateHook, below), whatever the version number says.
+`recipes-lib` command (cli/main.py) starts: outside the range setup.cfg declares (read from the
+installed metadata), a recipe would fail deep inside transformers, or train differently. The private
+Trainer methods training/trainer.py overrides are checked too (PrivateHook), whatever the version says.
 """
 
 from __future__ import annotations

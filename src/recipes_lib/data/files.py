@@ -1,29 +1,12 @@
 """Local data files: CSV and TSV (quoted or not), JSON, JSON Lines and Parquet, read as their writer meant.
 
-A TSV is written two ways. GLUE's files are unquoted: a `"` in a sentence is text. Python's `csv`
-module and `pandas.to_csv(sep="\\t")` quote fields that hold a tab, a newline or a quote, and a
-reader that ignores the quotes splits such a text into several rows. Reading a file the wrong way
-can still yield rows of the right width, and then the run trains on fragments without a word.
-
-So a delimited file is read both ways (Python's `csv` module, with and without quoting) before
-`datasets` loads it. A reading is plausible when every record has the header's number of fields.
-One plausible reading decides; two that agree are the same file. When both are plausible and
-disagree, the way each '"' is written decides (data/quoting.py), and where it cannot, the run
-stops and asks for `--csv_quoting`, never a guess. The reading taken, and why, is logged.
-
-All of it streams, in constant memory whatever the file's size: the two readings advance side by
-side, one record each at a time, and are compared as they go (a file without a '"' is read once:
-both readings are the same); the look at the quotes, when it is needed, is a second pass that
-holds one record's text at a time. No record is kept.
-The line each record starts on, which an error about a row names (the line an editor shows), is
-found by reading the file again up to that row, only when an error asks for it.
-
-The delimiter comes from the content, not the extension (`decide_delimiter`): several public
-datasets ship tab-separated files named `.csv`, and spreadsheets in many locales write `;`. The
-first lines are read with each of tab, comma and semicolon, with and without quoting; a delimiter
-that splits the header in two or more fields and gives every sampled row the header's width wins
-(the extension's own delimiter first on a tie). `--delimiter` overrides it. Only those first lines
-are held, whatever the file's size.
+A TSV is written two ways: GLUE's unquoted (a `"` is text), Python's `csv` and pandas quoted (a field
+may hold a tab or a newline). Read the wrong way it can still give rows of the right width, of text
+cut into fragments. So a delimited file is read both ways, streaming in constant memory; one
+plausible reading (every record the header's width) decides, and two that disagree are settled by how
+each '"' is written (data/quoting.py), or the run asks for `--csv_quoting`, never a guess. The
+delimiter comes from the first lines' content, not the extension (`decide_delimiter`); `--delimiter`
+overrides it. docs/data-and-tasks.md says it for users.
 """
 
 from __future__ import annotations

@@ -2,15 +2,10 @@
 
 The task is read from the training labels (lists or a delimiter: multi-label; fractions:
 regression; otherwise single-label classes), or taken from --problem_type and checked against
-them. Every labelled split is then checked against the mapping, on the raw values, before
-tokenization: an error names the first bad row, and where it is.
-
-A split's label column is read once, as Arrow holds it (`LabelColumn`): its items (a list column's,
-flattened; a scalar column's values) and each item's row. Each distinct item is looked at once in
-Python (pyarrow's dictionary_encode), the rows only through pyarrow.compute and numpy arrays of
-codes, so a million rows cost about what a few classes do; numbers, whose distinct values can be as
-many as the rows (scores), are checked as arrays. A column of another Arrow type (structs, nested
-lists) is refused in one paragraph.
+them. Every labelled split is checked on the raw values before tokenization; an error names the
+first bad row. A split's label column is read once, as Arrow holds it (`LabelColumn`): each distinct
+value is looked at once in Python, the rows only as arrays, so a million rows cost about what a few
+classes do.
 """
 
 from __future__ import annotations

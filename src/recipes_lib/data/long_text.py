@@ -1,25 +1,11 @@
-"""Inputs longer than --max_seq_length: what truncation costs, and the two ways around it (issue #22).
+"""Inputs longer than --max_seq_length (issue #22), for one text column: `truncate` keeps the first
+tokens, `head_tail` the first quarter of the room and the last three quarters (Sun et al. 2019),
+`sliding_window` the whole document as overlapping windows, each a row with the document's label and
+`document_id` (evaluation/windows.py combines them). docs/data-and-tasks.md, "Long texts", says more.
 
---long_text decides what becomes of the tokens past max_seq_length, for one text column:
-
-    truncate        the first max_seq_length tokens (what every recipe did before: the rest is lost)
-    head_tail       the first quarter of the room and the last three quarters: the opening and the
-                    end of a document, where long documents tend to state what they are about
-                    (Sun et al. 2019, "How to Fine-Tune BERT for Text Classification": 128 head + 382
-                    tail of BERT's 510, the same split scaled to any max_seq_length)
-    sliding_window  the whole document, as overlapping windows of max_seq_length tokens, `--stride`
-                    tokens shared with the window before; every window is a row with the document's
-                    label and `document_id`, and evaluation and predict combine a document's windows
-                    into one prediction (evaluation/windows.py)
-
-The room is max_seq_length less the tokenizer's special tokens ([CLS] and [SEP] for BERT: 126 of
-128). Sentence pairs are truncated as the tokenizer does it (longest first); head_tail and
-sliding_window on a pair are an error, since which of the two texts to cut or window depends on the
-task (a question and its passage, two sentences of a paraphrase pair).
-
-Every mode also records each document's whole length in tokens, which `truncation_report` turns into
-the figures logged per split and kept in results.json: how many examples are longer than
-max_seq_length and which length would keep 95% and 99% of them whole.
+The room is max_seq_length less the tokenizer's special tokens. A sentence pair is truncated as the
+tokenizer does it; head_tail and sliding_window on a pair are an error. Every mode records each
+document's whole length, which `truncation_report` turns into the figures logged and kept in results.json.
 """
 
 from __future__ import annotations

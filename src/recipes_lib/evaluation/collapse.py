@@ -1,25 +1,13 @@
 """A model whose outputs do not depend on its input (a collapsed model), measured and said with what helps.
 
-A fine-tuned encoder can collapse: its representations of different texts become the same, and the
-head then gives every row the same output. On many rare labels it scores deceptively well (the
-accuracy of the empty set; a tuned threshold that marks every row with a common label), and agreement
-with an exported copy of it is 100%. `output_variation` measures, from one evaluation's logits:
-
-    output_std            the largest standard deviation, across the evaluated rows, of any class's
-                          probability (softmax; multi-label: each label's sigmoid); regression: of the
-                          score, over the standard deviation of the true scores
-    distinct_predictions  how many different predictions the rows get (argmax; multi-label: the label
-                          sets at 0.5; regression: scores apart by more than FLAT_STD of their spread)
-
+A fine-tuned encoder can collapse: every text gets the same representation, so every row the same
+output, which on rare labels scores deceptively well. `output_variation` measures, from one
+evaluation's logits, `output_std` (the largest standard deviation across the rows of any class's
+probability; regression: of the score, over that of the true scores) and `distinct_predictions`.
 A model is collapsed when every row gets the same prediction and no class's probability moves by as
-much as FLAT_STD across the rows: nothing a threshold could separate the rows by. A model still
-learning a rare class gives every row the empty set too, but its probabilities move with the row.
-
-Every evaluation returns both figures among its metrics (evaluation/metrics.py: `eval_output_std`,
-`eval_distinct_predictions`); training/callbacks.py warns at the first evaluation that finds a
-collapse; the run's record keeps `model_collapsed` and `output_variation` (`collapse_results`), which
-also keep its thresholds from being tuned (evaluation/predictions.py); `collapse_note` is the end of
-the run's paragraph.
+much as FLAT_STD: nothing a threshold could separate the rows by. Every evaluation returns both
+figures (evaluation/metrics.py); training/callbacks.py warns at the first collapse; the record keeps
+them (`collapse_results`), and `collapse_note` ends the run's paragraph.
 """
 
 from __future__ import annotations
@@ -71,12 +59,6 @@ def is_collapsed(variation: dict[str, Any] | None) -> bool:
     if not variation or variation["rows"] < 2:
         return False
     return variation["distinct_predictions"] <= 1 and variation["output_std"] < FLAT_STD
-
-
-def flat_classes(logits: np.ndarray, problem_type: str) -> np.ndarray:
-    """Per class: True where its probability varies across the rows by less than FLAT_STD (a class that
-    tells no row from another, whose threshold cannot be tuned)."""
-    return probabilities(logits, problem_type).std(axis=0) < FLAT_STD
 
 
 def collapse_results(logits: np.ndarray, problem_type: str, references=None) -> dict[str, Any]:

@@ -1,41 +1,11 @@
-"""Memory: what a run holds, phase by phase, and what holds it.
+"""Memory: what a run holds, phase by phase (model load, training, evaluation), and what holds it.
 
-Three phases: model load (building the model and placing it on the device), training (forward,
-backward, optimizer step; evaluations during training are their own phase) and evaluation.
-
-Per phase, in results.json under `memory_phases`:
-
-- CUDA: `torch.cuda.max_memory_allocated` (bytes in live tensors), `max_memory_reserved` (what the
-  caching allocator took from the driver: allocated + its cache; `nvidia-smi` shows this plus the
-  CUDA context) and the peak of `active_bytes` (allocator blocks in use), with the peaks reset at
-  the start of every phase.
-- CPU: there is no caching allocator to ask, so the tensors are counted one by one:
-  `TensorMemoryTracker` sees every tensor PyTorch creates (a TorchDispatchMode) and keeps the live
-  bytes of every storage until it is freed. Its peak is the CPU `max_allocated`; reserved and
-  active have no CPU counterpart and stay null.
-- Both: the process's peak resident set size (RSS, from the kernel; it also counts the Python
-  interpreter, the libraries and the dataset). Linux resets the peak per phase (/proc/self/clear_refs).
-
-`memory_breakdown_gib` says what held the training memory, each figure measured on the tensors
-themselves, each the peak of its own kind over the training steps:
-
-- weights: the model's parameters and buffers (4-bit weights: packed data + quantization constants)
-- gradients: the parameters' `.grad` tensors
-- optimizer_state: the tensors in `optimizer.state` (Adam moments, 8-bit quantization maps, step counters)
-- activations: everything the forward and backward passes create besides parameter gradients:
-  tensors saved for backward, their gradients, recomputation under gradient checkpointing
-- other: the input batch and the optimizer step's temporaries
-
-The kinds do not all peak at the same moment (the Trainer frees gradients before the next forward),
-so their sum is an upper bound of the real peak; `tensor_peak_gib` is the real peak of all tensors
-together. The planner (memory/planner/) predicts the same five figures from the model config alone.
-
-Cost: the tracker runs Python code for every tensor operation, so it watches only the steps that
-can set a new peak: the first optimizer step (it creates the optimizer state), then every batch
-that is larger (more rows or a longer padded length) than all the batches watched since the
-optimizer state exists. With length-grouped batches that is a handful of steps per run
-(benchmarks/memory_overhead.py measures the cost). `--track_memory false` turns it off (CUDA
-figures and RSS stay; the breakdown keeps what costs nothing to measure).
+Per phase (`memory_phases`): on CUDA the allocator's peaks, reset as each phase begins; on a CPU,
+which has no caching allocator to ask, the peak of live tensor bytes counted by `TensorMemoryTracker`;
+on both the process's peak RSS. `memory_breakdown_gib`: weights, gradients, optimizer state,
+activations and other, each the peak of its kind over the watched training steps. The tracker runs
+Python code for every tensor operation, so it watches only the steps that can set a new peak (the
+first optimizer step, then each larger batch). docs/memory.md says what each figure means.
 """
 
 from __future__ import annotations

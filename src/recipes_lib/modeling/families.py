@@ -1,22 +1,11 @@
-"""What differs between encoder families, as one profile per model config.
+"""What differs between encoder families, as one profile per model config (`profile_for(config)`).
 
-The encoder families (one entry each in config/family_registry.py: BERT, RoBERTa, DeBERTa-v3,
-ModernBERT, ...) name their modules differently, support different attention kernels, count
-positions differently and shard at different layer classes. A recipe reads all of that from
-`profile_for(config)`, which asks the libraries that already know before the family's entry says
-the rest:
-
-    LoRA targets        peft's TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING; the entry's where
-                        peft has none (DistilBERT, ALBERT, ModernBERT, MPNet, XLM-R XL, ...)
-    attention kernels   the model class's _supports_flash_attn and _supports_sdpa; which one runs
-                        (`usable_attention`): flash_attention_2 where the class has it and this
-                        machine can run it (a CUDA GPU with the flash-attn package, as transformers'
-                        is_flash_attn_2_available says), else sdpa, else eager
-    layer class         the class's _no_split_modules, else the class repeated in the model's layer
-                        list (built on the meta device: shapes only, no weights, no download)
-    position offset     the entry's: RoBERTa-style embeddings number positions from padding_idx + 1
-
-Everything here needs only config.json, so every check runs before data or weights load.
+The libraries that know are asked first, the family's entry (config/family_registry.py) says the
+rest: LoRA targets from peft's mapping, else the entry's; attention kernels from the model class's
+`_supports_flash_attn`/`_supports_sdpa` (`usable_attention`: flash_attention_2 where this machine can
+run it, else sdpa, else eager); the layer class from `_no_split_modules`, else the class repeated in
+the layer list of the model built on the meta device; the position offset from the entry. All from
+config.json alone, so every check runs before data or weights load.
 """
 
 from __future__ import annotations

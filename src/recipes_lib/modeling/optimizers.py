@@ -1,14 +1,8 @@
 """What an optimizer's state really occupies, measured after training for every recipe.
 
-`optimizer_state_summary` measures the optimizer's state tensors, so results.json compares recipes
-on what was actually allocated, not on a formula; memory/ walks the same tensors during training.
-The 8-bit optimizer the adamw_8bit recipe builds is modeling/adamw_8bit.py.
-
-Bytes of AdamW state per trained parameter (two moments, exp_avg and exp_avg_sq):
-    torch AdamW:       2 x 4 B (fp32)                                  = 8 B
-    bitsandbytes 8-bit: 2 x 1 B (uint8) + 2 x 4 B absmax per 256-element block
-                        = 2 + 8 / 256 = 2.03 B, about 0.25 of torch's
-Parameters under `MIN_8BIT_SIZE` elements (biases, LayerNorm) keep fp32 state in bitsandbytes too.
+`optimizer_state_summary` measures the state tensors, so results.json compares recipes on what was
+allocated, not on a formula (torch AdamW: 8 B per trained parameter; bitsandbytes 8-bit: about 2.03 B,
+parameters under `MIN_8BIT_SIZE` elements keeping fp32 state); memory/ walks the same tensors.
 """
 
 from __future__ import annotations

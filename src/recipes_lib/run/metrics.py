@@ -1,18 +1,10 @@
-"""The run's `compute_metrics`: the hook every Trainer calls with each evaluation's gathered predictions.
+"""The run's `compute_metrics`, the hook every Trainer calls with each evaluation's gathered predictions:
+the task's metrics (`TaskMetrics`), the task's `loss` over the gathered predictions, and the latest
+predictions (`last_predictions`, in the Trainer's order: run/record.py reads the final pass from it).
 
-Through it the run gets, from any `transformers.Trainer` (RecipeTrainer or the stock one), what
-its record needs of an evaluation:
-
-- the task's metrics (`TaskMetrics`: accuracy and F1, or MSE and correlations; `samples`);
-- `loss`, the task's loss over the gathered predictions, each example once. The Trainer's own
-  `eval_loss` averages each batch's mean loss, taken before accelerate drops the examples repeated
-  to give every process an equal share: with 63 validation examples on 2 processes, the second
-  process's last batch holds 31 examples and a repeat of the first, which then weighs 1/32 of that
-  batch's loss. The Trainer files a `loss` returned here under `eval_loss` (`test_loss`) in place
-  of its own (it adds the prefix to compute_metrics' keys after setting its loss;
-  tests/test_trainer_surface.py pins that);
-- `last_predictions`: the logits and labels of the latest evaluation, in the order the Trainer
-  evaluated the rows. The record reads the final validation pass from it (run/record.py).
+Why its own loss: the Trainer's `eval_loss` averages each batch's mean loss, taken before accelerate
+drops the examples repeated to give every process an equal share, so a repeat counts. The Trainer
+files a `loss` returned here under `eval_loss` in place of its own (tests/test_trainer_surface.py).
 """
 
 from __future__ import annotations

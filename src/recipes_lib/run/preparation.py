@@ -1,16 +1,11 @@
 """Everything a run decides before its model loads, decided once and returned as frozen values.
 
-`prepare(args, spec)` reads config.json, the arguments and the machine, and decides, each in one
-place: the model's family and attention kernel (modeling/loading.py), the precision
-(config/precision.py), the task (`problem_type`, from the labels), and --auto_batch_size's batch
-(training/autofit.py). It returns them with what they imply: the tokenizer, the model config with
-the labels, the tokenized data, the metrics and loss the Trainer takes, and the one
-TrainingArguments the Trainer gets. The parsed arguments are left as they are; `Prepared.arguments`
-is a new record of what runs, which results.json's and W&B's config show.
-
-Cheapest checks first: the tokenizer and config.json are small, so a wrong model name or a
-max_seq_length the model cannot take fails before a dataset download; every check on columns and
-labels runs before tokenization and before the model weights are fetched.
+`prepare(args, spec)` decides, each in one place, from config.json, the arguments and the machine:
+the family and attention kernel (modeling/loading.py), the precision (config/precision.py), the task
+(from the labels) and --auto_batch_size's batch (training/autofit.py), and returns them with what they
+imply: the tokenizer, the model config, the tokenized data, the metrics and loss, and the one
+TrainingArguments. `Prepared.arguments` is a new record of what runs (results.json's and W&B's
+config); the parsed arguments are left as they are. The cheapest checks come first.
 """
 
 from __future__ import annotations

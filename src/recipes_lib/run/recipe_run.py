@@ -1,13 +1,10 @@
 """`RecipeRun`: the bookkeeping of one recipe run, around the Hugging Face objects the script builds.
 
-The recipe script builds the model and the Trainer itself from the values `prepare` returns
-(run/preparation.py: every decision made once), and calls `train`, `save_model` and `evaluate` on it.
-The run does, at the steps the script names, what a run must do around them: on entering, the
-output dir check, the resume checkpoint and the seed; the W&B run and the memory phases; the
-callbacks the Trainer takes; the record of a finished run. Leaving the block through an exception
-writes no results.json (a results file always belongs to a finished run), closes the W&B run as
-failed and stops any per-tensor memory tracking. `run_main(main)`, the script's entry point, turns a
-user error into one paragraph on stderr and an exit code.
+At the steps the script names: on entering, the output_dir lock and check, the resume checkpoint and
+the seed; the W&B run and the memory phases; the Trainer's callbacks; the record of a finished run.
+Leaving through an exception writes no results.json, closes the W&B run as failed and stops any
+tensor tracking. `run_main(main)`, the script's entry point, turns a user error into one paragraph
+on stderr and an exit code.
 """
 
 from __future__ import annotations

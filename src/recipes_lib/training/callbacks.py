@@ -1,18 +1,9 @@
-"""Callbacks a recipe's Trainer runs with, besides the memory phases (memory/monitor.py) and W&B
-(tracking/): what a run counts and records about itself while the Trainer trains.
-
-- `TokenCounter`: real (non-padding) and padded tokens of every training batch, for tokens/s and
-  the pad ratio in results.json and the W&B curves.
-- `PrecisionProbe`: the precision the model's layers really computed in, read during the first
-  training forward, not from the flags.
-- `CollapseWarning`: says, at the first evaluation that finds it, a model whose outputs do not
-  depend on the input (evaluation/collapse.py), with what helps.
-- `LastEpochEvaluation`: the last evaluation training made, and the weights it scored, so that
-  `final_metrics` can return it instead of a second pass on unchanged weights.
-
-The first two watch the model through forward pre-hooks added when the Trainer is built
-(`on_init_end`) and removed when training ends, so they see what the Trainer feeds the model, in
-the training process itself (dataloader workers would keep their counts to themselves).
+"""Callbacks through which a run counts and records itself while the Trainer trains (memory phases:
+memory/monitor.py; W&B: tracking/): `TokenCounter` (real and padded tokens of every training batch),
+`PrecisionProbe` (the precision the layers really computed in), `CollapseWarning` (a model whose
+outputs do not depend on the input) and `LastEpochEvaluation` (the last evaluation and the weights it
+scored, so `final_metrics` can reuse it). The first two watch the model through forward pre-hooks
+added when the Trainer is built, so they see what the Trainer feeds the model in the training process.
 """
 
 from __future__ import annotations

@@ -1,12 +1,9 @@
 """Checkpoints that are either complete or ignored, and the choice of the one to resume from.
 
-The Trainer writes a checkpoint file by file into output_dir/checkpoint-N (weights, optimizer and
-scheduler state, RNG states, trainer_state.json). A run killed while saving leaves a directory with
-that name that misses files or holds a truncated one, and the Trainer's own "last checkpoint" is
-simply the highest N. So RecipeTrainer finishes every save by writing COMPLETE_MARKER, after the
-files are flushed to disk, listing each file with its size; resuming considers only checkpoints
-whose marker is there and whose files still have those sizes. A kill during a save therefore
-costs that checkpoint, never the run: `--resume_from_checkpoint last` takes the one before it.
+A run killed while saving leaves a checkpoint-N missing files, and the Trainer's "last checkpoint" is
+simply the highest N. So RecipeTrainer ends every save with COMPLETE_MARKER, written after the files
+are flushed to disk and listing each with its size; resuming considers only checkpoints whose marker
+is there and whose files still have those sizes. A kill during a save costs that checkpoint, never the run.
 """
 
 from __future__ import annotations

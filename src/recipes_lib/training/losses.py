@@ -1,13 +1,9 @@
 """The losses a run trains and evaluates with, beside what the model's own head computes.
 
-Training: a sequence-classification head already computes its task's loss from
-`config.problem_type` (cross-entropy, BCE with logits, MSE). `--class_weights` replaces it with
-`WeightedCrossEntropy` (single-label) or `WeightedBinaryCrossEntropy` (multi-label: each label's
-positive rows weighed, BCEWithLogitsLoss's pos_weight), handed to the Trainer as its own
-`compute_loss_func` hook (`weighted_loss`).
-
-Evaluation: `evaluation_loss` recomputes the same loss over every gathered example at once, so an
-example repeated to even out the processes' shares never counts twice (RecipeTrainer).
+`--class_weights` replaces the head's loss with `WeightedCrossEntropy` (single-label) or
+`WeightedBinaryCrossEntropy` (multi-label: BCEWithLogitsLoss's pos_weight), as the Trainer's
+`compute_loss_func` (`weighted_loss`). `evaluation_loss` recomputes the loss over every gathered
+example at once, so an example repeated to even out the processes' shares never counts twice.
 """
 
 from __future__ import annotations

@@ -1,14 +1,9 @@
 """What keeps a long run from being lost: stop cleanly on SIGINT/SIGTERM, stop on a NaN loss.
 
-Interruption: a scheduler (SLURM, Kubernetes, a spot-instance notice) sends SIGTERM and waits a
-grace period; a user presses Ctrl-C (SIGINT). Either way the Trainer finishes the optimizer step
-it is in, saves a checkpoint, and stops; the recipe then exits with 128 + the signal number and
-says how to resume. A second Ctrl-C stops at once, without that checkpoint.
-
-Non-finite values: the Trainer's default `logging_nan_inf_filter` hides a NaN loss from the logs
-(it logs the running mean instead), and training then carries on with NaN weights, saves them and
-reports a "best" model. RecipeTrainer instead stops at the first non-finite loss, and refuses to
-save weights that hold NaN or inf, as a checkpoint or as the final model.
+On SIGTERM (a scheduler's notice) or Ctrl-C the Trainer finishes its optimizer step, saves a
+checkpoint and stops; the recipe exits with 128 + the signal number and says how to resume (a second
+Ctrl-C stops at once). The Trainer's `logging_nan_inf_filter` hides a NaN loss and trains on with NaN
+weights; RecipeTrainer stops at the first non-finite loss and refuses to save non-finite weights.
 """
 
 from __future__ import annotations

@@ -30,21 +30,15 @@ from recipes_lib.training.checkpoints import (
 )
 from recipes_lib.training.safeguards import StopOnSignal, divergence_hint, first_non_finite_parameter
 
-# The private Trainer methods RecipeTrainer still overrides or calls, each for want of a public
-# extension point that could do the same (the rest use callbacks and the public dataloader getters).
-# Checked on import, so a transformers release that renames one stops here with the fix rather than
-# training without the feature; tests/test_trainer_surface.py checks them against the installed release.
+# The private Trainer methods RecipeTrainer overrides or calls, for want of a public extension point
+# (each override says why). Checked on import, so a transformers release that renames one stops here
+# rather than training without the feature (tests/test_trainer_surface.py).
 PRIVATE_TRAINER_HOOKS = (
-    # The Trainer builds the training DataLoader in private code (`_get_dataloader`: unused columns
-    # dropped, worker seeding, accelerate's sharding); this is the one place a sampler can be swapped
-    # in without rebuilding all of that here.
     PrivateHook(
         "_get_train_sampler",
         ("train_dataset",),
         "its training order (length-grouped batches in a seeded order that a resumed run replays exactly)",
     ),
-    # The Trainer deletes checkpoints beyond save_total_limit inside `_save_checkpoint`, before any
-    # callback (on_save) runs; only here can the completion marker come first.
     PrivateHook(
         "_save_checkpoint",
         ("model", "trial"),
@@ -70,14 +64,10 @@ class RecipeTrainer(Trainer):
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
-        # Why here: the Trainer sets this in its constructor; no callback or argument reaches it.
-        # Sequence-classification models take **kwargs in forward, so the Trainer assumes their loss is
-        # a sum divided by `num_items_in_batch` counted over all processes, and multiplies it by the
-        # number of processes (and skips the division by gradient_accumulation_steps). Their loss is
-        # a plain mean over the local batch, so under 2 processes the logged loss and the gradients
-        # would come out twice too large. Treat the loss as the mean it is: DDP then averages
-        # gradients across processes as it should. (A recipe's model says so itself, for any
-        # Trainer: `accepts_loss_kwargs = False` from modeling/loading.py; this covers other models.)
+        # Set in the Trainer's constructor, which nothing else reaches. Sequence-classification models
+        # take **kwargs, so the Trainer takes their loss for a sum over all processes and multiplies it by
+        # their number: under 2 processes loss and gradients twice too large. Their loss is a local mean.
+        # (A recipe's model says so itself, `accepts_loss_kwargs = False`; this covers other models.)
         self.model_accepts_loss_kwargs = False
         # --auto_batch_size changes the batch the Trainer builds its DataLoader with (autofit.py).
         check_private_attribute(self, "_train_batch_size", "--auto_batch_size (the batch after a back-off)")
@@ -261,38 +251,21 @@ WIDE_MEGA_BATCH_STEPS = 50  # the stock sampler's cap: 50 x 32 = 1,600 examples 
 
 
 class ShuffledLengthGroupedSampler(torch.utils.data.Sampler):
-    """Length-grouped batches in a random order, drawn from (seed, epoch) alone.
+    """Length-grouped batches in a random order, drawn from (seed, epoch) alone (docs/speed.md, "Batching").
 
-    Three changes to the Trainer's LengthGroupedSampler, which cuts the shuffled data into
-    mega-batches, sorts each by length and emits it longest first:
+    Three changes to the Trainer's LengthGroupedSampler (shuffle, cut into mega-batches, sort each
+    longest first):
 
-    - Mega-batch size (`grouping`). The stock sampler makes at least 4 mega-batches
-      (`len // (batch * 4)` batches each, at most 50), so that no long-to-short sweep spans the whole
-      epoch. Small data then sorts in small mega-batches drawn from the whole length range: 1,000
-      examples in batches of 32 sort 7 batches (224 examples) at a time and waste about a quarter
-      of the compute on padding, where 4,000 waste 8% (benchmarks/RESULTS.md, "Small data"). The
-      batch order is shuffled here (next point), so there is no sweep to avoid: under "wide" (the
-      default) every mega-batch is 50 steps of examples, or the whole epoch when it is shorter,
-      and padding stays as low at 1,000 examples as at 16,000. Batch members are still drawn
-      afresh each epoch: the data is shuffled before it is sorted, so examples of equal length fall
-      into other batches every epoch. "stock" keeps transformers' size; LoRA and QLoRA default to
-      it (config/registry.py: on the demo the wide grouping gave LoRA 3.5 points less over 3 seeds,
-      inside the seed spread but not shown safe).
-    - Batch order. Emitted as is, every mega-batch is a sweep from the longest sentences to the
-      shortest, so the learning rate meets the data in a sawtooth of lengths, which costs accuracy
-      against the same batches shuffled (benchmarks/RESULTS.md, section 1, has the figures). Here
-      the batches keep their members (so padding stays as low) but come in a random order; the
-      one holding the longest example stays first, so a batch that does not fit in memory fails
-      at the first step, and an incomplete last batch stays last.
-    - Seeding. The stock sampler draws from the global torch RNG at the start of each epoch; a
-      run resumed in the middle of epoch 2 draws that order in a fresh process (checkpointed RNG
-      states are restored only after the order is drawn) and would train on other batches than
-      the uninterrupted run. Seeding each epoch with seed + epoch makes the order the same in
-      both, on every process. RecipeTrainer sets the epoch before each one (`SamplerEpoch`).
+    - Mega-batch size (`grouping`): under "wide" (the default) 50 steps of examples, or the whole
+      epoch, so small data pads as little as large data (benchmarks/RESULTS.md, "Small data"); "stock"
+      keeps transformers' size (LoRA and QLoRA's default, config/registry.py).
+    - Batch order: shuffled, so the learning rate does not meet a long-to-short sawtooth of lengths;
+      the batch with the longest example stays first (an out-of-memory batch fails at step 1) and an
+      incomplete last batch stays last.
+    - Seeding: seed + epoch, so a run resumed mid-epoch (in a fresh process) replays the same order on
+      every process. RecipeTrainer sets the epoch before each one (`SamplerEpoch`).
 
-    The unit grouped and moved is `step_size` examples: one optimizer step's worth (per-device
-    batch x gradient accumulation steps x processes), so the micro-batches of a step, on every
-    process, come from neighbouring, similar lengths.
+    The unit grouped and moved is `step_size` examples, one optimizer step's worth on every process.
     """
 
     def __init__(
