@@ -20,6 +20,7 @@ from recipes_lib.evaluation.collapse import (
     output_variation,
     results_collapse_note,
 )
+from recipes_lib.results import RunResults
 from tests.helpers.data import multi_label_files, regression_files
 from tests.helpers.runs import QUICK, run_args, run_in_process
 
@@ -85,8 +86,9 @@ def test_the_collapse_note_never_advises_a_higher_rate_and_names_this_runs_value
         "problem_type": SINGLE_LABEL,
         "config": {"learning_rate": 1e-4, "warmup_steps": 0.1, "num_train_epochs": 2.0, "max_steps": -1},
     }
-    assert end_of_run_notes(results) == [results_collapse_note(results)]
-    assert len(end_of_run_notes({**results, "model_collapsed": False})) == 2
+    record = RunResults.from_dict(results)
+    assert end_of_run_notes(record) == [results_collapse_note(record)]
+    assert len(end_of_run_notes(RunResults.from_dict({**results, "model_collapsed": False}))) == 2
 
 
 def remedy_options(note: str) -> list[list[str]]:
@@ -148,16 +150,21 @@ def test_regression_and_single_label_remedies_of_every_note_are_accepted(tiny_be
         "train_loss_high": True,
         "config": {"learning_rate": 2e-5, "max_steps": -1, "warmup_steps": 0.1, "num_train_epochs": 1.0},
     }
+    record = RunResults.from_dict
     notes = [
-        results_neglect_note({**base, "train_loss_high": False}),
-        high_loss_note(base),
-        high_loss_note({**base, "config": {**base["config"], "learning_rate": 1e-3}}),  # above the default
+        results_neglect_note(record({**base, "train_loss_high": False})),
+        high_loss_note(record(base)),
+        high_loss_note(
+            record({**base, "config": {**base["config"], "learning_rate": 1e-3}})
+        ),  # above the default
         results_collapse_note(
-            {
-                **base,
-                "model_collapsed": True,
-                "output_variation": {"output_std": 0.0, "distinct_predictions": 1, "rows": 9},
-            }
+            record(
+                {
+                    **base,
+                    "model_collapsed": True,
+                    "output_variation": {"output_std": 0.0, "distinct_predictions": 1, "rows": 9},
+                }
+            )
         ),
     ]
     options = {tuple(option) for note in notes for option in remedy_options(note)}
@@ -166,8 +173,8 @@ def test_regression_and_single_label_remedies_of_every_note_are_accepted(tiny_be
         run_in_process("full_ft", run_args(tiny_bert, skewed_data, tmp_path / "remedy", *option, **QUICK))
     scores = regression_files(tmp_path / "scores", 40, 16)
     collapsed = results_collapse_note(
-        {**base, "problem_type": REGRESSION, "model_collapsed": True,
-         "output_variation": {"output_std": 0.001, "distinct_predictions": 1, "rows": 16}}
+        record({**base, "problem_type": REGRESSION, "model_collapsed": True,
+                "output_variation": {"output_std": 0.001, "distinct_predictions": 1, "rows": 16}})
     )  # fmt: skip
     assert "its score varies by 0.0010 of the true scores' standard deviation" in collapsed
     for option in remedy_options(collapsed):

@@ -8,10 +8,12 @@ import math
 import numpy as np
 import pytest
 
+from recipes_lib.config.tasks import MULTI_LABEL, REGRESSION, SINGLE_LABEL
 from recipes_lib.crossval.label_issues import neglected_from_predictions
 from recipes_lib.evaluation.neglected import neglect_note, neglected_classes, results_neglect_note
 from recipes_lib.evaluation.predictions import per_class_report
 from recipes_lib.evaluation.training_loss import high_loss_note, train_loss_check
+from recipes_lib.results import RunResults
 from tests.helpers.runs import QUICK, run_args, run_in_process
 
 NAMES = ["DESC", "ENTY", "ABBR"]
@@ -67,14 +69,17 @@ def test_the_note_names_the_class_and_the_remedies_the_run_did_not_use():
     weighted = neglect_note([entry], class_weights={"ABBR": 20.0, "DESC": 0.5})
     assert "--class_weights" not in weighted  # already weighted: not offered again
     assert neglect_note([]) is None
-    results = {
-        "neglected_classes": [entry],
-        "config": {"learning_rate": 1e-4},
-        "epochs": 3.0,
-        "eval_split": "dev.tsv",
-    }
-    assert "on dev.tsv" in results_neglect_note(results) and "this run: 0.0001" in results_neglect_note(
-        results
+    results = RunResults.from_dict(
+        {
+            "neglected_classes": [entry],
+            "config": {"learning_rate": 1e-4},
+            "epochs": 3.0,
+            "eval_split": "dev.tsv",
+        }
+    )
+    note = results_neglect_note(results)
+    assert (
+        "on dev.tsv" in note and "this run: 0.0001" in note and "--num_train_epochs 6 (this run: 3)" in note
     )
 
 
@@ -120,15 +125,17 @@ def test_a_training_loss_still_above_three_quarters_of_chance_at_the_end_is_high
             "config": {"learning_rate": 2e-5}}  # fmt: skip
     # 50 logged losses from 1.40 down to 1.106; the last tenth (steps 450-500) averages 1.121 > 1.040 (3/4 log 4).
     slow = [1.40 - 0.006 * i for i in range(50)]
-    check = train_loss_check(losses(slow), four)
+    check = train_loss_check(losses(slow), SINGLE_LABEL, 4)
     assert check == {"train_loss_end": pytest.approx(1.121, abs=1e-4), "train_loss_high": True}
-    note = high_loss_note({**four, **check, "epochs": 1.0})
+    note = high_loss_note(RunResults.from_dict({**four, **check, "epochs": 1.0}))
     assert note.startswith("Training loss at the end: 1.121, above three quarters of chance (1.386, log 4)")
     assert "own classes 0.33 of probability" in note
     assert "--learning_rate 5e-05 (this run: 2e-05, the recipe's default; up to 0.0001)" in note
     assert "more epochs: --num_train_epochs 2 (this run: 1)" in note
     # Above the recipe's default (1e-3 for full_ft, whose default is 2e-5) a loss this high may be a divergence: no higher rate offered.
-    diverged = high_loss_note({**four, **check, "config": {"learning_rate": 1e-3}, "epochs": 1.0})
+    diverged = high_loss_note(
+        RunResults.from_dict({**four, **check, "config": {"learning_rate": 1e-3}, "epochs": 1.0})
+    )
     assert (
         "--learning_rate 0.001 is above the recipe's default 2e-05" in diverged and "higher" not in diverged
     )
@@ -136,19 +143,20 @@ def test_a_training_loss_still_above_three_quarters_of_chance_at_the_end_is_high
         "try the default, --learning_rate 2e-05, or more epochs: --num_train_epochs 2 (this run: 1)"
         in diverged
     )
-    lora = high_loss_note({**four, **check, "recipe": "lora", "config": {"learning_rate": 1e-3}})
+    lora = high_loss_note(
+        RunResults.from_dict({**four, **check, "recipe": "lora", "config": {"learning_rate": 1e-3}})
+    )
     assert (
         "--learning_rate 0.0025 (this run: 0.001, the recipe's default; up to 0.005)" in lora
     )  # LoRA's default is 1e-3
     # Down to 0.91: the end (0.935, 0.67 of chance, where `make demo`'s full_ft ends) is under the bar: not said.
     demo_like = [1.40 - 0.01 * i for i in range(50)]
-    check = train_loss_check(losses(demo_like), four)
+    check = train_loss_check(losses(demo_like), SINGLE_LABEL, 4)
     assert check == {"train_loss_end": pytest.approx(0.935, abs=1e-4), "train_loss_high": False}
-    assert high_loss_note({**four, **check}) is None
+    assert high_loss_note(RunResults.from_dict({**four, **check})) is None
     # The end is the last tenth: a run that was high early and low at the end is not high.
-    assert train_loss_check(losses([1.4] * 45 + [0.3] * 5), four)["train_loss_high"] is False
-    # Judged on a single-label task's own loss only.
-    for other in ({"problem_type": "multi_label_classification"}, {"problem_type": "regression", "num_labels": 1},
-                  {"config": {"teacher": "outputs/teacher"}}):  # fmt: skip
-        assert train_loss_check(losses(slow), {**four, **other})["train_loss_high"] is None
-    assert train_loss_check([], four) == {"train_loss_end": None, "train_loss_high": None}
+    assert train_loss_check(losses([1.4] * 45 + [0.3] * 5), SINGLE_LABEL, 4)["train_loss_high"] is False
+    # Judged on a single-label task's own loss only (a distilled student's is the teacher's).
+    for other in ((MULTI_LABEL, 4, None), (REGRESSION, 1, None), (SINGLE_LABEL, 4, "outputs/teacher")):
+        assert train_loss_check(losses(slow), *other)["train_loss_high"] is None
+    assert train_loss_check([], SINGLE_LABEL, 4) == {"train_loss_end": None, "train_loss_high": None}

@@ -12,12 +12,15 @@ them (`collapse_results`), and `collapse_note` ends the run's paragraph.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from recipes_lib.config.tasks import DEFAULT_THRESHOLD, MULTI_LABEL, REGRESSION
 from recipes_lib.evaluation.thresholds import FLAT_STD, sigmoid, softmax
+
+if TYPE_CHECKING:
+    from recipes_lib.results import RunResults
 
 
 def probabilities(logits: np.ndarray, problem_type: str) -> np.ndarray:
@@ -125,25 +128,25 @@ def collapse_note(
     return note
 
 
-def results_collapse_note(results: dict[str, Any]) -> str | None:
-    """collapse_note from a run's results.json contents; None when the model did not collapse."""
-    if not results.get("model_collapsed"):
+def results_collapse_note(results: RunResults) -> str | None:
+    """collapse_note from a run's record; None when the model did not collapse."""
+    if not results.model_collapsed:
         return None
-    config = results.get("config") or {}
+    config = results.config or {}
     max_steps = config.get("max_steps")
     return collapse_note(
-        results["output_variation"],
-        split=str(results.get("eval_split") or "validation"),
+        results.output_variation,
+        split=str(results.eval_split or "validation"),
         learning_rate=config.get("learning_rate"),
         warmup_steps=config.get("warmup_steps"),
         epochs=config.get("num_train_epochs"),
         max_steps=max_steps if max_steps and max_steps > 0 else None,
-        problem_type=results.get("problem_type"),
+        problem_type=results.problem_type,
     )
 
 
-def end_of_run_notes(results: dict[str, Any]) -> list[str]:
-    """The warnings that close a run, from its results.json contents: a collapsed model first, and then
+def end_of_run_notes(results: RunResults) -> list[str]:
+    """The warnings that close a run, from its record: a collapsed model first, and then
     nothing that would advise a higher learning rate (the neglected-class and training-loss notes, which
     do, are for a model that learnt too little, not one that collapsed); else those two notes."""
     from recipes_lib.evaluation.neglected import (
@@ -155,7 +158,7 @@ def end_of_run_notes(results: dict[str, Any]) -> list[str]:
     if collapsed is not None:
         return [collapsed]
     notes = [
-        results_neglect_note(results) if results.get("neglected_classes") else None,
+        results_neglect_note(results) if results.neglected_classes else None,
         high_loss_note(results),
     ]
     return [note for note in notes if note]

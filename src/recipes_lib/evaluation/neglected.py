@@ -9,7 +9,10 @@ Crossval's label issues make the same test on held-out predictions (crossval/lab
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from recipes_lib.results import RunResults
 
 # A class whose rows the model finds fewer than 1 time in 10: never, or almost never, predicted.
 NEGLECTED_RECALL = 0.1
@@ -109,17 +112,17 @@ def more_learning(
     return [rate, more_steps(epochs, max_steps)]
 
 
-def results_neglect_note(results: dict[str, Any]) -> str | None:
-    """neglect_note from a run's results.json contents (its neglected_classes, class weights, settings)."""
-    config = results.get("config") or {}  # the flat resolved configuration (ParsedArguments.to_dict)
+def results_neglect_note(results: RunResults) -> str | None:
+    """neglect_note from a run's record (its neglected_classes, class weights, settings)."""
+    config = results.config or {}  # the flat resolved configuration (ParsedArguments.to_dict)
     max_steps = config.get("max_steps")
     return neglect_note(
-        results.get("neglected_classes") or [],
-        split=str(results.get("eval_split") or "validation"),
-        class_weights=results.get("class_weights"),
+        results.neglected_classes or [],
+        split=str(results.eval_split or "validation"),
+        class_weights=results.class_weights,
         learning_rate=config.get("learning_rate"),
-        epochs=results.get("epochs"),
-        train_loss=results.get("train_loss_end"),
-        loss_note_follows=bool(results.get("train_loss_high")),
+        epochs=results.epochs,
+        train_loss=results.train_loss_end,
+        loss_note_follows=bool(results.train_loss_high),
         max_steps=max_steps if max_steps and max_steps > 0 else None,
     )

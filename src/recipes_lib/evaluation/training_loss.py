@@ -12,12 +12,15 @@ diverged, and it says so instead.
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from recipes_lib.config.arguments import RecipeTrainingArguments
 from recipes_lib.config.registry import RECIPES
 from recipes_lib.config.tasks import SINGLE_LABEL
 from recipes_lib.evaluation.neglected import more_learning, more_steps
+
+if TYPE_CHECKING:
+    from recipes_lib.results import RunResults
 
 # Above three quarters of chance the model gives the rows' own classes less than K^-0.75 of probability
 # (exp(-loss), the geometric mean): 0.59 of 2 classes, 0.35 of 4, 0.26 of 6. Half of chance was too eager:
@@ -28,19 +31,23 @@ HIGH_LOSS_SHARE = 0.75
 END_OF_RUN = 0.1
 
 
-def train_loss_check(log_history: list[dict[str, Any]], results: dict[str, Any]) -> dict[str, Any]:
+def train_loss_check(
+    log_history: list[dict[str, Any]],
+    problem_type: str | None,
+    num_labels: int | None,
+    teacher: str | None = None,
+) -> dict[str, Any]:
     """{"train_loss_end", "train_loss_high"}: the mean of the training losses logged in the run's last tenth
     of steps, and whether it is above HIGH_LOSS_SHARE of chance (log num_labels). High is judged for a
-    single-label run on its task's own loss only (None otherwise: multi-label, regression, a teacher's)."""
+    single-label run on its task's own loss only (None otherwise: multi-label, regression, a `teacher`'s)."""
     logged = [(entry["step"], entry["loss"]) for entry in log_history if "loss" in entry and "step" in entry]
     if not logged:
         return {"train_loss_end": None, "train_loss_high": None}
     last = logged[-1][0]
     end = [loss for step, loss in logged if step >= last * (1 - END_OF_RUN)]
     final = sum(end) / len(end)
-    judged = results.get("problem_type") == SINGLE_LABEL and not (results.get("config") or {}).get("teacher")
-    num_labels = results.get("num_labels") or 0
-    high = final > HIGH_LOSS_SHARE * math.log(num_labels) if judged and num_labels > 1 else None
+    judged = problem_type == SINGLE_LABEL and not teacher and (num_labels or 0) > 1
+    high = final > HIGH_LOSS_SHARE * math.log(num_labels) if judged else None
     return {"train_loss_end": round(final, 4), "train_loss_high": high}
 
 
@@ -51,20 +58,20 @@ def default_learning_rate(recipe: str | None) -> float | None:
     return RECIPES[recipe].training_defaults.get("learning_rate", RecipeTrainingArguments.learning_rate)
 
 
-def high_loss_note(results: dict[str, Any]) -> str | None:
-    """The end-of-run paragraph on a training loss still high, from results.json's contents; None when it is not."""
-    if not results.get("train_loss_high"):
+def high_loss_note(results: RunResults) -> str | None:
+    """The end-of-run paragraph on a training loss still high, from a run's record; None when it is not."""
+    if not results.train_loss_high:
         return None
-    final, classes = results["train_loss_end"], results["num_labels"]
-    rate, epochs = (results.get("config") or {}).get("learning_rate"), results.get("epochs")
-    default = default_learning_rate(results.get("recipe"))
+    final, classes, config = results.train_loss_end, results.num_labels, results.config or {}
+    rate, epochs = config.get("learning_rate"), results.epochs
+    default = default_learning_rate(results.recipe)
     note = (
         f"Training loss at the end: {final:.3f}, above three quarters of chance "
         f"({math.log(classes):.3f}, log {classes}): "
         f"the model gives the training rows' own classes {math.exp(-final):.2f} of probability (geometric mean), "
         "still far from fitting them."
     )
-    max_steps = (results.get("config") or {}).get("max_steps")
+    max_steps = config.get("max_steps")
     max_steps = max_steps if max_steps and max_steps > 0 else None
     if rate is not None and default is not None and rate > default:
         return (

@@ -237,7 +237,6 @@ def finish_run(trainer, train_result, eval_metrics: dict[str, Any], settings: Ru
     outputs = final_outputs(validation, test, trainer.compute_metrics, labels.names, option, source)
     if outputs.test_metrics:
         trainer.log_metrics("test", outputs.test_metrics)
-    judged = {"problem_type": labels.problem_type, "num_labels": labels.num_labels, "config": config}
     results = RunResults(
         **task,
         **outputs.results,
@@ -254,7 +253,10 @@ def finish_run(trainer, train_result, eval_metrics: dict[str, Any], settings: Ru
         neglected_classes=neglected_classes(
             outputs.results["per_class"], outputs.results["confusion_matrix"]
         ),
-        **train_loss_check(trainer.state.log_history, judged),  # issue #42: the end loss
+        # issue #42: the end loss
+        **train_loss_check(
+            trainer.state.log_history, labels.problem_type, labels.num_labels, config.get("teacher")
+        ),
     )
     if trainer.is_world_process_zero():
         output_dir = Path(trainer.args.output_dir)
@@ -334,7 +336,7 @@ def publish_results(trainer, results: RunResults) -> None:
             output_dir,
         )
         # issues #42, #50: a collapsed model, an ignored class, a high loss, each with what helps
-        for note in end_of_run_notes(results.to_dict()):
+        for note in end_of_run_notes(results):
             logger.warning(note)
     if trainer.args.push_to_hub:
         trainer.model_card = build_card(results, hub_repo_id(trainer))
