@@ -15,8 +15,9 @@ tuned one if the run reports it, the test split's, and how much the model's outp
 Beside them: the macro-F1 of the best constant predictor on the same validation rows (every label
 predicted for every row: F1 2p/(1+p) for a label of prevalence p; predicting none scores 0).
 
-Recipe options after `--` reach every run, e.g. `-- --class_weights balanced --name rare-labels-weighted`
-(put --name before `--`). A finished seed's run (its results.json) is not run again.
+Recipe options after `--` reach every run: `--name rare-labels-weighted -- --class_weights balanced` is
+the weighted arm beside the unweighted one (put --name before `--`). A finished seed's run (its
+results.json) is not run again, and the record marks it `reused` (wall_s then leaves it out).
 """
 
 from __future__ import annotations
@@ -158,7 +159,8 @@ def main(argv: list[str] | None = None) -> int:
     runs = []
     for seed in args.seeds:
         run_dir = output_dir / f"{args.name}-seed{seed}"
-        if not (run_dir / "results.json").is_file():  # a finished run is kept: rerunning resumes
+        reused = (run_dir / "results.json").is_file()  # a finished run is kept: rerunning resumes
+        if not reused:
             command = [sys.executable, "-m", "accelerate.commands.launch", "--config_file", args.accelerate_config,
                        *COMMANDS[args.recipe], "--train_file", str(files["train"]), "--validation_file", str(files["validation"]),
                        "--test_file", str(files["test"]), *recipe_options, "--seed", str(seed),
@@ -176,6 +178,7 @@ def main(argv: list[str] | None = None) -> int:
                 "test_f1": results.get("test_f1"),
                 **output_spread(run_dir / "eval_predictions.jsonl"),
                 "train_runtime_s": results.get("train_runtime_s"),
+                "reused": reused,  # finished by an earlier call: wall_s does not include it
                 "run_dir": str(run_dir),
             }
         )

@@ -130,7 +130,15 @@ def test_a_forced_constant_model_is_said_at_the_first_evaluation_and_the_end_and
         assert results["decision_threshold"] == 0.5 and results["decision_threshold_tuned_on"] is None
     # Each remedy printed, run: accepted (two quick steps each).
     remedies = remedy_options(said[1])
-    assert {option[0] for option in remedies} == {"--learning_rate", "--warmup_steps", "--max_steps"}
+    # Multi-label without class weights is told of per-label positive weights, during training and at the end.
+    weights = {"--class_weights"} if task == "multi" else set()
+    assert {option[0] for option in remedies} == {
+        "--learning_rate",
+        "--warmup_steps",
+        "--max_steps",
+        *weights,
+    }
+    assert {option[0] for option in remedy_options(said[0])} == {option[0] for option in remedies}
     for option in remedies:
         run_in_process("full_ft", run_args(model, data, tmp_path / "remedy", *option, **QUICK))
 

@@ -584,6 +584,21 @@ def test_multi_label_cards_give_the_scores_at_0_5_and_at_the_tuned_thresholds_an
     ]
 
 
+def test_a_collapsed_multi_label_runs_test_scores_are_titled_at_0_5_not_tuned(tmp_path):
+    """A collapsed model's thresholds all stay at 0.5 (none tuned, no eval_tuned_* figure): the card must
+    not call its test scores tuned."""
+    collapsed = minimal_results(
+        "multi_label_classification",
+        label_thresholds={"cool": 0.5, "warm": 0.5},
+        model_collapsed=True,
+        eval_f1=0.1,
+        test_f1=0.12,
+    )
+    found = [(m.split, m.title, m.args) for m in card_metrics(record(collapsed))]
+    assert ("test", "macro-F1", {"threshold": 0.5}) in found, found
+    assert not any("tuned" in title for _, title, _ in found)
+
+
 @pytest.mark.parametrize(
     ("quantized", "base", "loading"),
     [

@@ -301,7 +301,9 @@ class RecipeTrainingOptions(_TrainingArgumentsOfThisRelease):
         default=None,
         metadata={
             "help": "Weight each class's loss: 'balanced' (n / (classes x count of the class), from the training "
-            "labels) or one weight per class in label-id order, comma-separated (e.g. 1,4). Default: unweighted."
+            "labels) or one weight per class in label-id order, comma-separated (e.g. 1,4). Multi-label: each "
+            "label's positive weight in the loss ('balanced': its negatives over its positives, at most 10), which "
+            "rare labels need to be learnt at all. Default: unweighted."
         },
     )
     decision_threshold: str | None = field(  # after parsing: 'tune', a float or None

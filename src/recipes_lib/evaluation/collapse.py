@@ -72,12 +72,20 @@ def collapse_results(logits: np.ndarray, problem_type: str, references=None) -> 
 
 
 def remedies(
-    learning_rate: float | None, warmup_steps: float | None, epochs: float | None, max_steps=None
+    learning_rate: float | None,
+    warmup_steps: float | None,
+    epochs: float | None,
+    max_steps=None,
+    unweighted_multi_label: bool = False,
 ) -> list[str]:
     """What brings a collapsed run back, each an option the recipe takes, with this run's values:
-    a lower learning rate, a longer warmup, more steps. Never a higher rate: a rate too high for the
-    model and data is what usually collapses it."""
+    per-label positive weights (multi-label without them), a lower learning rate, a longer warmup, more
+    steps. Never a higher rate: a rate too high for the model and data is what usually collapses it."""
     said = []
+    if unweighted_multi_label:
+        # Measured (benchmarks/rare_labels.py, 24 labels, 20 under 5%): the unweighted documented command
+        # collapses to the labels' base rates; with balanced positive weights it learns them.
+        said.append("per-label positive weights for rare labels: --class_weights balanced")
     if learning_rate:
         said.append(
             f"a lower --learning_rate: --learning_rate {learning_rate / 5:.2g} (this run: {learning_rate:g})"
@@ -107,6 +115,7 @@ def collapse_note(
     max_steps: int | None = None,
     when: str = "at the end of the run",
     problem_type: str | None = None,
+    class_weights: str | None = None,
 ) -> str:
     """The paragraph that names a collapsed model, its figures, the usual cause and what helps."""
     figure = (
@@ -114,7 +123,9 @@ def collapse_note(
         if problem_type == REGRESSION
         else f"no class's probability varies by more than {variation['output_std']:.4f} (standard deviation)"
     )
-    helps = remedies(learning_rate, warmup_steps, epochs, max_steps)
+    helps = remedies(
+        learning_rate, warmup_steps, epochs, max_steps, problem_type == MULTI_LABEL and not class_weights
+    )
     note = (
         f"The model collapsed {when}: it gives all {variation['rows']} {split} rows the same prediction, and "
         f"{figure} across them. Its outputs do not depend on the input: its scores are a constant predictor's. "
@@ -142,6 +153,7 @@ def results_collapse_note(results: RunResults) -> str | None:
         epochs=config.get("num_train_epochs"),
         max_steps=max_steps if max_steps and max_steps > 0 else None,
         problem_type=results.problem_type,
+        class_weights=config.get("class_weights"),
     )
 
 

@@ -29,7 +29,7 @@ from huggingface_hub import EvalResult, ModelCard, ModelCardData
 
 from recipes_lib.config.recipe_options import MERGED_SUBDIR
 from recipes_lib.config.registry import RECIPES
-from recipes_lib.config.tasks import MULTI_LABEL, REGRESSION, SINGLE_LABEL, TASK_METRICS
+from recipes_lib.config.tasks import DEFAULT_THRESHOLD, MULTI_LABEL, REGRESSION, SINGLE_LABEL, TASK_METRICS
 from recipes_lib.results import RunResults
 from recipes_lib.tracking.names import METRIC_TITLES
 from recipes_lib.whole_files import read_json, write_text_whole
@@ -130,8 +130,11 @@ def _scores(results: RunResults):
     splits = {"eval": _split(results, "validation"), "test": _split(results, "test")}
     if problem_type == MULTI_LABEL:
         tuned, tuned_note = {"thresholds": results.label_thresholds}, " (tuned thresholds)"
+        # A collapsed model keeps every threshold at 0.5 (none is tuned): its test split is scored there.
+        if all(value == DEFAULT_THRESHOLD for value in (results.label_thresholds or {}).values()):
+            tuned, tuned_note = {"threshold": DEFAULT_THRESHOLD}, ""
         for prefix, split, note, args in (
-            ("eval", splits["eval"], "", {"threshold": 0.5}),
+            ("eval", splits["eval"], "", {"threshold": DEFAULT_THRESHOLD}),
             ("eval_tuned", splits["eval"], tuned_note, tuned),
             ("test", splits["test"], tuned_note, tuned),
         ):

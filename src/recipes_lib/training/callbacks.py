@@ -141,6 +141,8 @@ class CollapseWarning(TrainerCallback):
                     epochs=args.num_train_epochs,
                     max_steps=args.max_steps if args.max_steps > 0 else None,
                     when=f"at step {state.global_step} (epoch {state.epoch or 0:.2g})",
+                    problem_type=getattr(getattr(kwargs.get("model"), "config", None), "problem_type", None),
+                    class_weights=getattr(args, "class_weights", None),
                 )
             )
 

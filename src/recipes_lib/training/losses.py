@@ -99,8 +99,8 @@ def evaluation_loss(
 # negatives/positives: a label on 1 row in 1,000 would weigh 999, each of its rows then pulling the label's
 # bias up as hard as a thousand rows pull it down, and the label comes out on nearly every row (the
 # thresholds then cannot tell). At 10 a label under 9% prevalence still gains a tenfold voice and stays
-# a minority of the loss. The cap is reasoned, not tuned: benchmarks/multi_label_weights.py measures
-# weighted against unweighted at it, no other cap.
+# a minority of the loss. The cap is reasoned, not tuned: benchmarks/rare_labels.py measures weighted
+# against unweighted at it, no other cap.
 MAX_POSITIVE_WEIGHT = 10.0
 
 
