@@ -46,13 +46,12 @@ def output_variation(logits: np.ndarray, problem_type: str, references=None) -> 
         }
     chances = probabilities(logits, problem_type)
     if problem_type == MULTI_LABEL:
-        decisions = chances >= DEFAULT_THRESHOLD
-        distinct = len(np.unique(decisions, axis=0))
+        distinct = len(np.unique(chances >= DEFAULT_THRESHOLD, axis=0))  # the label sets at 0.5
     else:
         distinct = len(np.unique(chances.argmax(axis=-1)))
     return {
         "output_std": round(float(chances.std(axis=0).max()), 6),
-        "distinct_predictions": int(distinct),
+        "distinct_predictions": distinct,
         "rows": rows,
     }
 
@@ -72,20 +71,12 @@ def collapse_results(logits: np.ndarray, problem_type: str, references=None) -> 
 
 
 def remedies(
-    learning_rate: float | None,
-    warmup_steps: float | None,
-    epochs: float | None,
-    max_steps=None,
-    unweighted_multi_label: bool = False,
+    learning_rate: float | None, warmup_steps: float | None, epochs: float | None, max_steps=None
 ) -> list[str]:
     """What brings a collapsed run back, each an option the recipe takes, with this run's values:
-    per-label positive weights (multi-label without them), a lower learning rate, a longer warmup, more
-    steps. Never a higher rate: a rate too high for the model and data is what usually collapses it."""
+    a lower learning rate, a longer warmup, more steps. Never a higher rate: a rate too high for the
+    model and data is what usually collapses it."""
     said = []
-    if unweighted_multi_label:
-        # Measured (benchmarks/rare_labels.py, 24 labels, 20 under 5%): the unweighted documented command
-        # collapses to the labels' base rates; with balanced positive weights it learns them.
-        said.append("per-label positive weights for rare labels: --class_weights balanced")
     if learning_rate:
         said.append(
             f"a lower --learning_rate: --learning_rate {learning_rate / 5:.2g} (this run: {learning_rate:g})"
@@ -123,9 +114,9 @@ def collapse_note(
         if problem_type == REGRESSION
         else f"no class's probability varies by more than {variation['output_std']:.4f} (standard deviation)"
     )
-    helps = remedies(
-        learning_rate, warmup_steps, epochs, max_steps, problem_type == MULTI_LABEL and not class_weights
-    )
+    helps = remedies(learning_rate, warmup_steps, epochs, max_steps)
+    if problem_type == MULTI_LABEL and not class_weights:  # what rare labels need (benchmarks/rare_labels.py)
+        helps.insert(0, "per-label positive weights for rare labels: --class_weights balanced")
     note = (
         f"The model collapsed {when}: it gives all {variation['rows']} {split} rows the same prediction, and "
         f"{figure} across them. Its outputs do not depend on the input: its scores are a constant predictor's. "
@@ -158,19 +149,14 @@ def results_collapse_note(results: RunResults) -> str | None:
 
 
 def end_of_run_notes(results: RunResults) -> list[str]:
-    """The warnings that close a run, from its record: a collapsed model first, and then
-    nothing that would advise a higher learning rate (the neglected-class and training-loss notes, which
-    do, are for a model that learnt too little, not one that collapsed); else those two notes."""
-    from recipes_lib.evaluation.neglected import (
-        results_neglect_note,
-    )  # training_loss imports config's registry
+    """The warnings that close a run: a collapsed model's alone (the neglected-class and training-loss notes
+    advise a higher rate, which makes a collapse worse); else those two notes."""
+    # Loaded when a run ends: training_loss imports config's registry.
+    from recipes_lib.evaluation.neglected import results_neglect_note
     from recipes_lib.evaluation.training_loss import high_loss_note
 
     collapsed = results_collapse_note(results)
     if collapsed is not None:
         return [collapsed]
-    notes = [
-        results_neglect_note(results) if results.neglected_classes else None,
-        high_loss_note(results),
-    ]
+    notes = [results_neglect_note(results) if results.neglected_classes else None, high_loss_note(results)]
     return [note for note in notes if note]
