@@ -129,14 +129,13 @@ def test_fsdp_config_gives_full_shard_fsdp2_wrapping_each_layer_of_every_family(
     from transformers import AutoConfig
 
     from recipes_lib.modeling.families import meta_model, profile_for
-    from recipes_lib.run.preparation import name_fsdp_layer_classes
+    from recipes_lib.modeling.loading import declare_layer_classes
 
     environment = accelerate_variables(
         launch_without_starting("fsdp.yaml", "--main_process_port", "0")["env"]
     )
     config = AutoConfig.for_model(model_type, num_hidden_layers=2)
     with mock.patch.dict(os.environ, environment):
-        name_fsdp_layer_classes(profile_for(config))  # what the recipe does before the Trainer
         plugin = FullyShardedDataParallelPlugin()
     assert plugin.fsdp_version == 2
     assert plugin.reshard_after_forward is True  # full shard: parameters freed after each forward
@@ -144,6 +143,7 @@ def test_fsdp_config_gives_full_shard_fsdp2_wrapping_each_layer_of_every_family(
     assert environment["ACCELERATE_MIXED_PRECISION"] == "no"  # the recipe picks from the hardware
 
     model = meta_model(config)
+    declare_layer_classes(model)  # what load_model does
     plugin.set_auto_wrap_policy(model)
     wrapped = [name for name, module in model.named_modules() if plugin.auto_wrap_policy(module, False, 0)]
     layers = profile_for(config).layer_modules[0]
@@ -153,16 +153,24 @@ def test_fsdp_config_gives_full_shard_fsdp2_wrapping_each_layer_of_every_family(
     ]
 
 
-def test_an_fsdp_layer_class_named_in_the_accelerate_config_wins(monkeypatch):
+def test_an_fsdp_layer_class_named_in_the_accelerate_config_wins():
+    from accelerate.utils import FullyShardedDataParallelPlugin
     from transformers import AutoConfig
 
-    from recipes_lib.modeling.families import profile_for
-    from recipes_lib.run.preparation import name_fsdp_layer_classes
+    from recipes_lib.modeling.families import meta_model
+    from recipes_lib.modeling.loading import declare_layer_classes
 
-    monkeypatch.setenv("ACCELERATE_USE_FSDP", "true")
-    monkeypatch.setenv("FSDP_TRANSFORMER_CLS_TO_WRAP", "BertAttention")
-    name_fsdp_layer_classes(profile_for(AutoConfig.for_model("bert")))
-    assert os.environ["FSDP_TRANSFORMER_CLS_TO_WRAP"] == "BertAttention"
+    environment = accelerate_variables(
+        launch_without_starting("fsdp.yaml", "--main_process_port", "0")["env"]
+    )
+    model = meta_model(AutoConfig.for_model("bert", num_hidden_layers=2))
+    declare_layer_classes(model)
+    assert "BertLayer" in model._no_split_modules
+    with mock.patch.dict(os.environ, {**environment, "FSDP_TRANSFORMER_CLS_TO_WRAP": "BertAttention"}):
+        plugin = FullyShardedDataParallelPlugin()
+    plugin.set_auto_wrap_policy(model)
+    wrapped = [name for name, module in model.named_modules() if plugin.auto_wrap_policy(module, False, 0)]
+    assert wrapped and all(name.endswith(".attention") for name in wrapped), wrapped
 
 
 @pytest.mark.parametrize("config, stage", [("deepspeed_zero2.yaml", 2), ("deepspeed_zero3.yaml", 3)])
@@ -287,3 +295,16 @@ def test_fsdp_or_deepspeed_without_a_gpu_is_refused_before_anything_loads(
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     with pytest.raises(ConfigError, match=f"launched with {name}.*multi_cpu.yaml"):
         parse_arguments(RecipeSpec("full_ft"), ["--output_dir", str(tmp_path)])
+
+
+def test_a_loaded_model_that_declares_no_layer_class_gets_its_familys(tmp_path):
+    """DistilBERT declares no _no_split_modules: load_model names its TransformerBlock, which FSDP then wraps."""
+    from transformers import AutoConfig, DistilBertForSequenceClassification
+
+    from recipes_lib.config.arguments import ModelArguments
+    from recipes_lib.modeling.loading import load_model
+
+    config = AutoConfig.for_model("distilbert", n_layers=2, dim=32, hidden_dim=64, n_heads=2, vocab_size=100)
+    DistilBertForSequenceClassification(config).save_pretrained(tmp_path)
+    model = load_model(ModelArguments(str(tmp_path)), config)
+    assert model._no_split_modules == {"TransformerBlock"}

@@ -291,6 +291,14 @@ def _summary(keys) -> str:
     return ", ".join(sorted({key.rsplit(".", 1)[0] for key in keys}))
 
 
+def declare_layer_classes(model) -> None:
+    """Name the family's repeated layer as the model's `_no_split_modules` where it declares none (most
+    encoders): FSDP's auto-wrap shards those classes, unless the accelerate config names its own."""
+    model._no_split_modules = set(
+        getattr(model, "_no_split_modules", None) or profile_for(model.config).layer_classes
+    )
+
+
 def load_model(model_args: ModelArguments, model_config, **from_pretrained_kwargs):
     """AutoModelForSequenceClassification with a freshly initialised head for this task's labels.
 
@@ -335,6 +343,7 @@ def load_model(model_args: ModelArguments, model_config, **from_pretrained_kwarg
             ),
         )
     model.newly_initialized_modules = _modules_of(model, [*loading["missing_keys"], *mismatched])
+    declare_layer_classes(model)
     if not load_report.release_if_the_body_is_affected(loading):
         # What the report said that matters here, in one line (mismatched keys have their own above).
         if loading["missing_keys"]:

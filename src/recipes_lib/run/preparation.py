@@ -13,7 +13,6 @@ from __future__ import annotations
 import copy
 import dataclasses
 import logging
-import os
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -24,7 +23,6 @@ from recipes_lib.config.validation import check_task_options
 from recipes_lib.data.loading import ClassificationData, load_classification_data
 from recipes_lib.data.long_text import document_ids
 from recipes_lib.data.tokenize import tokenize
-from recipes_lib.modeling.families import ArchitectureProfile
 from recipes_lib.modeling.loading import (
     check_model_support,
     load_model_config,
@@ -71,7 +69,6 @@ def prepare(args: ParsedArguments, spec: RecipeSpec, train_file: str | None = No
     tokenizer = load_tokenizer(args.model)
     base_config = load_model_config(args.model)
     profile, attention = check_model_support(args.model, base_config, args.data.max_seq_length)
-    name_fsdp_layer_classes(profile)
     shape = training_shape(args, spec, base_config)
     precision, device_settings = decide_precision(args.training, base_config.model_type)
     logger.info(
@@ -170,20 +167,6 @@ def run_metrics(training, data_args, labels, tokenized) -> RunMetrics:
     metrics.test_document_ids = document_ids(tokenized["test"]) if "test" in tokenized else None
     metrics.window_pooling = data_args.window_pooling
     return metrics
-
-
-def name_fsdp_layer_classes(profile: ArchitectureProfile) -> None:
-    """Under an FSDP launch, make the family's repeated layer the unit FSDP wraps.
-
-    accelerate wraps the layer classes a model declares (_no_split_modules), and most encoders
-    declare none. An fsdp_transformer_layer_cls_to_wrap in the accelerate config still wins.
-    `accelerate launch` hands its FSDP settings to the process as FSDP_* variables, which
-    accelerate reads when the Trainer builds its Accelerator; the layer class goes beside them.
-    (Through TrainingArguments' fsdp_config instead, the Trainer would build the FSDP plugin from
-    those arguments and their defaults, overriding the accelerate config's other settings.)
-    """
-    if os.environ.get("ACCELERATE_USE_FSDP", "false").lower() == "true":
-        os.environ.setdefault("FSDP_TRANSFORMER_CLS_TO_WRAP", ",".join(profile.layer_classes))
 
 
 def listed_text(value) -> str:
