@@ -43,36 +43,9 @@ the FFN (or, for long sequences, of the attention probabilities) joins the saved
 transient is added. Gradient checkpointing keeps only each layer's input (T x H x 4) and
 recomputes one layer at a time, so the peak is all layer inputs + one layer + the transient.
 
-Encoder families. The sizes come from each family's config and its model on the meta device
-(encoder.py); what each forward keeps beyond BERT's layer is its FamilyForward:
-
-    RoBERTa, XLM-R, ELECTRA, MPNet   BERT's layer; a head that drops out before its dense layer (no
-                                     pooler); RoBERTa numbers positions from the tokens (int64 ids)
-    MPNet                            one relative position bias (B x A x S x S) per forward
-    DistilBERT                       one dropout per layer (after the FFN); pre_classifier, no pooler
-    ALBERT                           parameters of one shared layer group, activations of every layer
-    DeBERTa, DeBERTa-v2/v3           c2p and p2c scores (B x A x S x 2k each, kept by gather) against
-                                     the relative position table projected and expanded to the batch
-                                     (B x 2k x H each); the table's dropout per layer; an int64 mask
-    XLM-R XL/XXL                     pre-norm: BERT's layer with one dropout (after attention); no
-                                     LayerNorm on the embeddings, one after the last layer; its own
-                                     highest moment, without the final LayerNorm and the head
-    DeBERTa-v2 xlarge/xxlarge        a ConvLayer beside the first layer (conv_kernel_size): its input,
-                                     masks, activation input and LayerNorm, once per forward
-    ModernBERT                       pre-norm; Wqkv's output (3 T x H) and rotated Q and K kept by SDPA;
-                                     the gated FFN's 2F-wide input; its bool global and sliding-window
-                                     masks and each layer's float copy; building the sliding-window
-                                     mask (int64 S x S distances), which can be the step's highest
-                                     moment; no token types, no biases; the head's dense layer and norm
-    FlashAttention 2 (CUDA)          the fused kernel's terms without any B x S x S mask (not measured)
-    GTE, NomicBERT                   BERT's layer with rotary Q and K (cos and sin once per forward)
-                                     and a gated FFN: gate_proj's output (the activation's input), the
-                                     activation's and up_proj's outputs (3 T x F), GTE's dropout on
-                                     their product; a base checkpoint without the pooler
-    EuroBERT                         Llama's layer: RMSNorm written as ops (input, 1 / rms, the
-                                     normalized stream, its weighted output: 3 T x H + T each), the
-                                     gated SiLU FFN, no dropout; a final RMSNorm and a "late" head
-                                     that runs dense, GELU and the classifier on every token
+Encoder families: the sizes come from each family's config and its model on the meta device
+(encoder.py); what each forward keeps beyond BERT's layer is its FamilyForward (forwards.py), and each
+layer kind has its function below (_deberta_layer_terms, _modernbert_layer_terms, ...).
 
 tests/test_planner.py checks the prediction against the measured breakdown on CPU, and
 tests/test_planner_families.py does for every family.
