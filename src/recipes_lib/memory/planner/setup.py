@@ -105,19 +105,3 @@ class Setup:
     @property
     def adapters(self) -> LoraShape | None:
         return self.shape.adapters
-
-    @property
-    def adapted_attention(self) -> set[str]:
-        """BERT's attention projections (query, key, value) the target names name ('all-linear': all
-        three). The arithmetic reads the adapted linears off the model itself (Encoder.adapters)."""
-        if self.shape.adapters is None:
-            return set()
-        targets = self.shape.adapters.target_modules
-        names = {"query", "key", "value"} if _is_all_linear(targets) else set(targets)
-        return names & {"query", "key", "value"}
-
-
-def _is_all_linear(targets: tuple[str, ...] | str) -> bool:
-    if isinstance(targets, str):
-        return targets.lower() == "all-linear"
-    return [name.lower() for name in targets] == ["all-linear"]
