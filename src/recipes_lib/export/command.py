@@ -135,7 +135,9 @@ def _export(results_dir, model_dir, results, quantize, eval_file, max_metric_dro
             quantizer, int8_recipe = _make_int8(model, tokenizer, staging, int8_weights, model_config)
         write_bundle(staging, model_dir, results_dir, results, tokenizer, model_config, exporter)
 
-        reference = _reference(model, model_dir)
+        # The model the run evaluated (an adapter on its base, as predict loads it), for the gate to compare with.
+        adapter = (model_dir / ADAPTER_CONFIG_FILE).is_file()
+        reference = load_trained_model(model_dir, "cpu").eval() if adapter else model
         cpu = torch.device("cpu")
         collator = padding_collator(tokenizer, data_arguments(results.config), cpu)
         reference_logits = batch_logits(reference, rows.encoded, collator, cpu, batch_size, progress)
@@ -144,7 +146,10 @@ def _export(results_dir, model_dir, results, quantize, eval_file, max_metric_dro
         )
 
         def gate_of(path: Path) -> dict:
-            return _compare_model(path, reference_logits, rows, collator, decider, batch_size, progress)
+            """One exported model's gate figures (gate.compare), with its file and size on disk."""
+            logits = onnx_logits(onnx_session(path), rows.encoded, collator, batch_size, progress)
+            compared = compare(reference_logits, logits, rows, decider)
+            return {**compared, "file": path.name, "size_bytes": size_on_disk(path)}
 
         files = {
             name: staging / f
@@ -222,27 +227,6 @@ def _check_options(
             f"--min_int8_speedup is {min_int8_speedup}; give how many times faster than fp32 int8 must be at "
             "batch 1 (0 turns the check off)."
         )
-
-
-def _compare_model(
-    path: Path, reference_logits, rows, collator, decider, batch_size: int, progress: bool
-) -> dict:
-    """One exported model's gate figures (gate.compare), with its file and size on disk."""
-    logits = onnx_logits(onnx_session(path), rows.encoded, collator, batch_size, progress)
-    return {
-        **compare(reference_logits, logits, rows, decider),
-        "file": path.name,
-        "size_bytes": size_on_disk(path),
-    }
-
-
-def _reference(model, model_dir: Path):
-    """The model the run evaluated (an adapter on its base, as predict loads it), for the gate to compare with."""
-    return (
-        model
-        if not (model_dir / ADAPTER_CONFIG_FILE).is_file()
-        else load_trained_model(model_dir, "cpu").eval()
-    )
 
 
 def _gate_settings(quantize, int8_weights, max_metric_drop, min_int8_agreement, min_int8_speedup) -> dict:
