@@ -1,15 +1,9 @@
 """The export directory: the ONNX models and everything that turns their logits into the run's predictions.
 
-    OUTPUT_DIR/export/
-        model.onnx              fp32, dynamic batch and sequence axes (model.onnx.data beside it above 1.8 GiB)
-        model.int8.onnx         with --quantize int8: ONNX Runtime's dynamic int8 quantization
-        config.json             the model's config: label names (id2label) and problem_type
-        tokenizer files         the tokenizer the run saved with its model
-        label_thresholds.json   a multi-label run's per-class thresholds, where it tuned them
-        decision_threshold.json a binary run's positive-class threshold, where it had one
-        export_config.json      the run's settings predict needs (text columns, max_seq_length, padding,
-                                --long_text, stride, window pooling, problem type), the exporter used
-        export_report.json      the quality gate's figures (gate.py)
+OUTPUT_DIR/export/ holds model.onnx (and model.int8.onnx), the tokenizer, config.json (label names,
+problem_type), the run's label_thresholds.json or decision_threshold.json, export_config.json (the
+run's settings predict needs, the exporter used) and export_report.json (the gate's figures, gate.py);
+docs/export.md ("What lands in OUTPUT_DIR/export/") says more.
 
 There is deliberately no results.json: the directory is not a run, and tools that list runs skip it.
 A directory whose gate failed is named export.failed/; predict refuses it.
