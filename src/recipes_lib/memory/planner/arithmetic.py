@@ -172,10 +172,10 @@ def optimizer_bytes(parameters: Parameters, setup: Setup) -> int:
     return total
 
 
-def input_bytes(setup: Setup, encoder: Encoder | None = None) -> int:
+def input_bytes(setup: Setup, encoder: Encoder) -> int:
     """The input batch: input_ids, attention_mask and, where the family's tokenizer gives them,
     token_type_ids (int64, batch x length), and the labels."""
-    tensors = 3 if encoder is None or encoder.family.token_type_ids else 2
+    tensors = 3 if encoder.family.token_type_ids else 2
     return tensors * 8 * setup.batch_size * setup.seq_length + 8 * setup.batch_size
 
 
