@@ -151,9 +151,9 @@ def measure(args) -> dict:
     if args.engine == "pytorch":
         import tempfile
 
-        from recipes_lib.export.command import locate_run
+        from recipes_lib.export.bundle import find_run
 
-        _, model_dir, _ = locate_run(args.run_dir)
+        model_dir = find_run(args.run_dir).model_dir
         with tempfile.TemporaryDirectory() as scratch:
             model, _ = model_to_export(model_dir, scratch)
         weights = [

@@ -12,6 +12,7 @@ from recipes_lib.config.registry import RECIPES as RECIPE_SPECS
 from recipes_lib.memory.planner import (
     KNOWN_CONFIGS,
     MIN_8BIT_SIZE,
+    Encoder,
     Setup,
     count_parameters_on_meta,
     largest_batch,
@@ -181,7 +182,13 @@ def test_all_linear_adapters_count_every_linear_layer():
     8 x 3072)) + the pooler's adapter 768 x 8 + 8 x 768 + the head 768 x 2 + 2 = 1,340,930."""
     all_linear = TrainingShape(adapters=LoraShape(target_modules="all-linear"))
     assert count_parameters_on_meta(_bert_config("bert-base-uncased"), all_linear).trainable == 1_340_930
-    assert Setup(shape=all_linear).adapted_attention == {"query", "key", "value"}
+    # The attention projections the adapters wrap, read off the model: all three, or those named.
+    for targets, adapted in (
+        ("all-linear", {"query", "key", "value"}),
+        (("query", "value"), {"query", "value"}),
+    ):
+        encoder = Encoder.from_config(_bert_config("bert-base-uncased"), LoraShape(target_modules=targets))
+        assert encoder.adapted_projections == adapted
 
 
 def test_the_label_names_a_plan_and_changes_none_of_its_numbers():

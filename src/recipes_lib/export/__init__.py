@@ -2,15 +2,7 @@
 
     recipes-lib export outputs/demo/full_ft --quantize int8
 
-- onnx_model.py: the model a run saved, merged if it is an adapter, exported with torch.onnx (dynamo);
-  the int8 copy by ONNX Runtime's dynamic quantization.
-- bundle.py: the export directory: what travels with the model (tokenizer, config with the label
-  names, decision threshold or per-class thresholds, the run's text and long-text settings), and
-  how predict finds it.
-- runtime.py: logits of an exported model through ONNX Runtime, batched like predict's PyTorch path.
-- gate.py: the quality gate: the exported models against the PyTorch model on the same held-out rows.
-- command.py: the whole export, written to a temporary directory and renamed at the end: export/ when
-  the gate passes, export.failed/ when it does not (a previous good export/ is left as it was).
+Each module's docstring says its part; docs/development.md lists them, docs/export.md the command.
 """
 
 # The gate's defaults (gate.py), here so that building the command line (cli/export.py) imports nothing heavy.

@@ -1,15 +1,9 @@
 """The export directory: the ONNX models and everything that turns their logits into the run's predictions.
 
-    OUTPUT_DIR/export/
-        model.onnx              fp32, dynamic batch and sequence axes (model.onnx.data beside it above 1.8 GiB)
-        model.int8.onnx         with --quantize int8: ONNX Runtime's dynamic int8 quantization
-        config.json             the model's config: label names (id2label) and problem_type
-        tokenizer files         the tokenizer the run saved with its model
-        label_thresholds.json   a multi-label run's per-class thresholds, where it tuned them
-        decision_threshold.json a binary run's positive-class threshold, where it had one
-        export_config.json      the run's settings predict needs (text columns, max_seq_length, padding,
-                                --long_text, stride, window pooling, problem type), the exporter used
-        export_report.json      the quality gate's figures (gate.py)
+OUTPUT_DIR/export/ holds model.onnx (and model.int8.onnx), the tokenizer, config.json (label names,
+problem_type), the run's label_thresholds.json or decision_threshold.json, export_config.json (the
+run's settings predict needs, the exporter used) and export_report.json (the gate's figures, gate.py);
+docs/export.md ("What lands in OUTPUT_DIR/export/") says more.
 
 There is deliberately no results.json: the directory is not a run, and tools that list runs skip it.
 A directory whose gate failed is named export.failed/; predict refuses it.
@@ -24,9 +18,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from recipes_lib.errors import ConfigError
+from recipes_lib.errors import ConfigError, ModelError
 from recipes_lib.evaluation.predictions import DECISION_THRESHOLD_FILE, THRESHOLDS_FILE
-from recipes_lib.results import RunResults
+from recipes_lib.modeling.adapters import ADAPTER_CONFIG_FILE, MERGED_SUBDIR, read_base_quantization
+from recipes_lib.results import RESULTS_FILE, RunResults, read_results
 from recipes_lib.whole_files import DamagedFileError, fsync_tree, read_json
 
 EXPORT_SUBDIR = "export"
@@ -35,9 +30,75 @@ FP32_MODEL = "model.onnx"
 INT8_MODEL = "model.int8.onnx"
 SETTINGS_FILE = "export_config.json"
 REPORT_FILE = "export_report.json"
+_MODEL_FILES = ("model.safetensors", "model.safetensors.index.json", ADAPTER_CONFIG_FILE)
 # What predict reads from results.json, carried into export_config.json's "run".
 RUN_KEYS = ("config", "text_columns", "problem_type", "decision_threshold", "label_thresholds", "recipe",
             "model_name_or_path")  # fmt: skip
+
+
+@dataclass
+class TrainedRun:
+    """A finished run: where its results.json and its model are, and what the run recorded."""
+
+    results_dir: Path  # holds results.json
+    model_dir: Path  # holds the model: results_dir, or results_dir/merged
+    results: RunResults
+
+    @property
+    def config(self) -> dict[str, Any]:
+        return self.results.config
+
+    def describe(self) -> str:
+        if not (self.model_dir / ADAPTER_CONFIG_FILE).is_file():
+            merged = self.model_dir.name == MERGED_SUBDIR and self.model_dir != self.results_dir
+            return f"{'merged' if merged else 'full'} model of a {self.results.recipe or '?'} run"
+        quantization = read_base_quantization(self.model_dir)
+        if quantization is None:
+            return "LoRA adapter on its full-precision base"
+        if quantization.load_in_8bit:
+            return "QLoRA adapter on its 8-bit LLM.int8 base"
+        dtype = str(quantization.bnb_4bit_compute_dtype).removeprefix("torch.")
+        return f"QLoRA adapter on its 4-bit {quantization.bnb_4bit_quant_type.upper()} base (compute {dtype})"
+
+
+def find_run(path: str | Path) -> TrainedRun:
+    """The run in `path`, as predict serves it and export exports it: an output_dir holding
+    results.json, or its merged/ subdirectory."""
+    path = Path(path)
+    if not path.exists():
+        raise ConfigError(
+            f"The run directory '{path}' does not exist. Pass the output_dir of a finished run (the directory "
+            f"holding {RESULTS_FILE} and the model), or its {MERGED_SUBDIR}/ subdirectory for a merged LoRA model."
+        )
+    if not path.is_dir():
+        raise ConfigError(
+            f"'{path}' is a file, not a run directory. Pass the output_dir of a finished run (the directory "
+            f"holding {RESULTS_FILE} and the model), not a file inside it."
+        )
+    # A merged model: the run's settings are one level up.
+    merged = path.name == MERGED_SUBDIR and not (path / RESULTS_FILE).is_file()
+    results_dir = path.parent if merged and (path.parent / RESULTS_FILE).is_file() else path
+    results_path = results_dir / RESULTS_FILE
+    if not results_path.is_file():
+        unfinished = any(results_dir.glob("checkpoint-*"))
+        finish = ", or finish this one: run its recipe again with --resume_from_checkpoint last."
+        raise ConfigError(
+            f"'{path}' holds no {RESULTS_FILE}, so it is not the output_dir of a finished run (a run writes "
+            f"{RESULTS_FILE} last, and predict and export read the run's settings from it). Pass the "
+            f"output_dir of a run that finished{finish if unfinished else '.'}"
+        )
+    results = read_results(results_path)
+    if not isinstance(results.config, dict):
+        raise ConfigError(
+            f'{results_path} has no "config" (the run\'s settings), which predict and export read the text '
+            "columns and max_seq_length from. It was written by an older version or edited; run the recipe again."
+        )
+    if not any((path / name).is_file() for name in _MODEL_FILES):
+        raise ModelError(
+            f"'{path}' holds {RESULTS_FILE} but no model ({' or '.join(_MODEL_FILES)}). Pass the directory the "
+            "run saved its model in (its output_dir, or output_dir/merged)."
+        )
+    return TrainedRun(results_dir=results_dir, model_dir=path, results=results)
 
 
 def write_bundle(
@@ -169,6 +230,30 @@ def read_thresholds(directory: str | Path, label_names: list[str]) -> list[float
             f"{type(error).__name__} {error}. It is written with the model at the end of a run; restore it, or "
             "delete it to decide every class at probability 0.5."
         ) from None
+
+
+def saved_thresholds(directories, results: RunResults, label_names: list[str]) -> list[float] | None:
+    """A multi-label run's tuned thresholds: the file saved with its model (the first of `directories`
+    holding one), else results.json's; None where neither has them."""
+    for directory in directories:
+        thresholds = read_thresholds(directory, label_names)
+        if thresholds is not None:
+            return thresholds
+    saved = results.label_thresholds
+    if isinstance(saved, dict) and set(saved) == set(label_names):
+        return [float(saved[name]) for name in label_names]
+    return None
+
+
+def saved_decision_threshold(directories, results: RunResults) -> float | None:
+    """A binary run's --decision_threshold: the file saved with its model (the first of `directories`
+    holding one), else results.json's; None (argmax) where neither has one."""
+    for directory in directories:
+        threshold = read_decision_threshold(directory)
+        if threshold is not None:
+            return threshold
+    saved = results.decision_threshold
+    return float(saved) if isinstance(saved, (int, float)) and 0 < saved < 1 else None
 
 
 def read_decision_threshold(directory: str | Path) -> float | None:

@@ -20,7 +20,7 @@ import torch
 
 from recipes_lib.config.tasks import MULTI_LABEL, SINGLE_LABEL
 from recipes_lib.data.tokenize import padding_collator
-from recipes_lib.errors import ConfigError, ModelError
+from recipes_lib.errors import ConfigError
 from recipes_lib.evaluation.inference import batch_logits
 from recipes_lib.export import (
     DEFAULT_MAX_METRIC_DROP,
@@ -32,8 +32,9 @@ from recipes_lib.export.bundle import (
     FP32_MODEL,
     INT8_MODEL,
     REPORT_FILE,
-    read_decision_threshold,
-    read_thresholds,
+    find_run,
+    saved_decision_threshold,
+    saved_thresholds,
     settle_export,
     write_bundle,
 )
@@ -56,8 +57,8 @@ from recipes_lib.export.onnx_model import (
 from recipes_lib.export.runtime import measure_latency, onnx_logits, onnx_session, session_logits
 from recipes_lib.export.sensitivity import MAX_KEPT, SENSITIVITY_ROWS, keep_sensitive_nodes, rank_nodes
 from recipes_lib.locking import lock_directory
-from recipes_lib.modeling.adapters import ADAPTER_CONFIG_FILE, MERGED_SUBDIR, load_trained_model
-from recipes_lib.results import RESULTS_FILE, RunResults, read_results
+from recipes_lib.modeling.adapters import ADAPTER_CONFIG_FILE, load_trained_model
+from recipes_lib.results import RunResults
 
 logger = logging.getLogger(__name__)
 
@@ -81,43 +82,12 @@ class ExportOutcome:
         return not self.failures
 
 
-def locate_run(path: str | Path) -> tuple[Path, Path, RunResults]:
-    """(results_dir, model_dir, results.json) of a finished run's output_dir, or of its merged/ subdirectory."""
-    path = Path(path)
-    results_dir = path.parent if path.name == MERGED_SUBDIR and not (path / RESULTS_FILE).is_file() else path
-    results_path = results_dir / RESULTS_FILE
-    if not results_path.is_file():
-        raise ConfigError(
-            f"'{path}' holds no {RESULTS_FILE}, so it is not the output_dir of a finished run. Pass the output_dir "
-            f"of a run that finished (the directory holding {RESULTS_FILE} and the model)."
-        )
-    results = read_results(results_path)
-    if not isinstance(results.config, dict):
-        raise ConfigError(f'{results_path} has no "config" (the run\'s settings); run the recipe again.')
-    if not any(
-        (path / name).is_file()
-        for name in ("model.safetensors", "model.safetensors.index.json", ADAPTER_CONFIG_FILE)
-    ):
-        raise ModelError(
-            f"'{path}' holds {RESULTS_FILE} but no model; pass the directory the run saved its model in."
-        )
-    return results_dir, path, results
-
-
 def _thresholds(directory: Path, results: RunResults, label_names: list[str], problem_type: str):
     """(multi-label thresholds, binary decision threshold) as predict uses them (the bundle holds the files)."""
     if problem_type == MULTI_LABEL:
-        saved = results.label_thresholds
-        fallback = (
-            [float(saved[n]) for n in label_names]
-            if isinstance(saved, dict) and set(saved) == set(label_names)
-            else None
-        )
-        return read_thresholds(directory, label_names) or fallback, None
+        return saved_thresholds((directory,), results, label_names), None
     if problem_type == SINGLE_LABEL and len(label_names) == 2:
-        saved = results.decision_threshold
-        fallback = float(saved) if isinstance(saved, (int, float)) and 0 < saved < 1 else None
-        return None, read_decision_threshold(directory) or fallback
+        return None, saved_decision_threshold((directory,), results)
     return None, None
 
 
@@ -134,10 +104,10 @@ def export_run(
 ) -> ExportOutcome:
     """Export the run in `run_dir` to ONNX (and int8), gate it, and move it to export/ or export.failed/."""
     _check_options(quantize, max_metric_drop, batch_size, int8_weights, min_int8_agreement, min_int8_speedup)
-    results_dir, model_dir, results = locate_run(run_dir)
+    run = find_run(run_dir)
     # The run's directory, locked as its run locks it (locking.py): never exported while it trains.
-    with lock_directory(results_dir, "export", stale_advice=STALE_EXPORT_ADVICE):
-        return _export(results_dir, model_dir, results, quantize, eval_file, max_metric_drop, batch_size,
+    with lock_directory(run.results_dir, "export", stale_advice=STALE_EXPORT_ADVICE):
+        return _export(run.results_dir, run.model_dir, run.results, quantize, eval_file, max_metric_drop, batch_size,
                        progress, int8_weights, min_int8_agreement, min_int8_speedup)  # fmt: skip
 
 
@@ -165,7 +135,9 @@ def _export(results_dir, model_dir, results, quantize, eval_file, max_metric_dro
             quantizer, int8_recipe = _make_int8(model, tokenizer, staging, int8_weights, model_config)
         write_bundle(staging, model_dir, results_dir, results, tokenizer, model_config, exporter)
 
-        reference = _reference(model, model_dir)
+        # The model the run evaluated (an adapter on its base, as predict loads it), for the gate to compare with.
+        adapter = (model_dir / ADAPTER_CONFIG_FILE).is_file()
+        reference = load_trained_model(model_dir, "cpu").eval() if adapter else model
         cpu = torch.device("cpu")
         collator = padding_collator(tokenizer, data_arguments(results.config), cpu)
         reference_logits = batch_logits(reference, rows.encoded, collator, cpu, batch_size, progress)
@@ -174,7 +146,10 @@ def _export(results_dir, model_dir, results, quantize, eval_file, max_metric_dro
         )
 
         def gate_of(path: Path) -> dict:
-            return _compare_model(path, reference_logits, rows, collator, decider, batch_size, progress)
+            """One exported model's gate figures (gate.compare), with its file and size on disk."""
+            logits = onnx_logits(onnx_session(path), rows.encoded, collator, batch_size, progress)
+            compared = compare(reference_logits, logits, rows, decider)
+            return {**compared, "file": path.name, "size_bytes": size_on_disk(path)}
 
         files = {
             name: staging / f
@@ -252,27 +227,6 @@ def _check_options(
             f"--min_int8_speedup is {min_int8_speedup}; give how many times faster than fp32 int8 must be at "
             "batch 1 (0 turns the check off)."
         )
-
-
-def _compare_model(
-    path: Path, reference_logits, rows, collator, decider, batch_size: int, progress: bool
-) -> dict:
-    """One exported model's gate figures (gate.compare), with its file and size on disk."""
-    logits = onnx_logits(onnx_session(path), rows.encoded, collator, batch_size, progress)
-    return {
-        **compare(reference_logits, logits, rows, decider),
-        "file": path.name,
-        "size_bytes": size_on_disk(path),
-    }
-
-
-def _reference(model, model_dir: Path):
-    """The model the run evaluated (an adapter on its base, as predict loads it), for the gate to compare with."""
-    return (
-        model
-        if not (model_dir / ADAPTER_CONFIG_FILE).is_file()
-        else load_trained_model(model_dir, "cpu").eval()
-    )
 
 
 def _gate_settings(quantize, int8_weights, max_metric_drop, min_int8_agreement, min_int8_speedup) -> dict:

@@ -30,6 +30,8 @@ DYNAMO, TORCHSCRIPT = "dynamo", "torchscript"
 # ONNX's protobuf cannot hold more than 2 GiB: larger models keep their weights in a .data file beside.
 SINGLE_FILE_LIMIT_BYTES = 1.8 * 2**30
 LOGITS_OUTPUT = "logits"
+# LogitsOnly.forward's arguments, in its order: the exported graph's inputs are named so.
+FORWARD_INPUTS = ("input_ids", "attention_mask", "token_type_ids")
 
 
 # torch.onnx's operator registry warns once per torchvision operator (nms, roi_align, ...) that it skips
@@ -38,15 +40,14 @@ REGISTRY_LOGGER = "torch.onnx._internal.exporter._registration"
 TORCHVISION_NOTE = "torchvision is not installed"
 
 
-class _DropTorchvisionNotes(logging.Filter):
-    def filter(self, record: logging.LogRecord) -> bool:
-        return not str(record.msg).startswith(TORCHVISION_NOTE)
-
-
 @contextlib.contextmanager
 def torchvision_notes_dropped():
     """The notes dropped while the block exports; the registry logger as it was afterwards."""
-    registry_logger, dropping = logging.getLogger(REGISTRY_LOGGER), _DropTorchvisionNotes()
+    registry_logger = logging.getLogger(REGISTRY_LOGGER)
+
+    def dropping(record: logging.LogRecord) -> bool:
+        return not str(record.msg).startswith(TORCHVISION_NOTE)
+
     registry_logger.addFilter(dropping)
     try:
         yield
@@ -128,20 +129,14 @@ def export_onnx(
     for exporter in exporters:
         try:
             with warnings.catch_warnings(), torch.no_grad(), torchvision_notes_dropped():
-                warnings.simplefilter(
-                    "ignore"
-                )  # the exporters' notes on deprecated arguments and traced branches
+                # the exporters' notes on deprecated arguments and traced branches
+                warnings.simplefilter("ignore")
                 torch.onnx.export(
                     wrapper,
                     (),
                     f=str(path),
                     kwargs=example,
-                    # The names of the forward signature, in its order: the graph's inputs are called so.
-                    input_names=[
-                        name
-                        for name in ("input_ids", "attention_mask", "token_type_ids")
-                        if name in input_names
-                    ],  # fmt: skip
+                    input_names=[name for name in FORWARD_INPUTS if name in input_names],
                     output_names=[LOGITS_OUTPUT],
                     dynamic_axes=dynamic_axes,
                     dynamo=exporter == DYNAMO,
@@ -203,18 +198,10 @@ FUSIONS = ("Attention", "MultiHeadAttention", "SkipLayerNormalization", "EmbedLa
 
 
 class Int8Quantizer:
-    """ONNX Runtime's dynamic int8 quantization, prepared once as ONNX Runtime advises, then quantized as
-    often as asked (the sensitivity pass quantizes with different nodes left in fp32).
-
-    Prepared: 1. the graph fused by ONNX Runtime's transformer optimizer (attention, skip-layer-
-    normalization, bias-GELU, embedding layer normalization), which quantizes into fewer, larger int8
-    operators; a graph it cannot fuse goes on as it is. 2. ONNX Runtime's quantization pre-processing
-    (symbolic shape inference, so that every matmul's shapes are known to the quantizer).
-    Quantized: quantize_dynamic with per-channel weights (one scale per output column, not one per
-    matrix), activations quantized (uint8) per batch at run time, `nodes_to_exclude` left in fp32.
-
+    """ONNX Runtime's dynamic int8 quantization, prepared once as ONNX Runtime advises (the graph fused by
+    its transformer optimizer, then its quantization pre-processing), then quantized as often as asked:
+    the sensitivity pass quantizes with different nodes left in fp32. docs/export.md gives the steps.
     `weights`: "signed" (int8, ONNX Runtime's default, U8S8 matmuls) or "unsigned" (uint8, U8U8).
-    No calibration data is needed; what it costs in accuracy is measured by the gate, not assumed.
     """
 
     def __init__(self, source: str | Path, scratch: str | Path, weights: str = "signed", model_config=None):
@@ -223,9 +210,14 @@ class Int8Quantizer:
         self.weights = weights
         self.external = _has_external_data(source)
         self.prepared = scratch / "prepared.onnx"
+        from onnxruntime.quantization.shape_inference import quant_pre_process
+
         with _quiet_root_logger():
             fused, self.fused_operators = _fuse(source, scratch / "fused.onnx", model_config, self.external)
-            _preprocess(fused, self.prepared, self.external)
+            # Symbolic shape inference (auto_merge: the exported graphs name one dimension in several
+            # ways), ONNX shape inference and its graph optimizations.
+            quant_pre_process(str(fused), str(self.prepared), auto_merge=True,
+                              save_as_external_data=self.external, all_tensors_to_one_file=True)  # fmt: skip
 
     def candidates(self) -> list[str]:
         """The nodes quantize_dynamic quantizes: matmuls by a weight, attention, embedding lookups."""
@@ -242,8 +234,17 @@ class Int8Quantizer:
 
     def quantize(self, int8_path: str | Path, nodes_to_exclude=()) -> dict:
         """Write the int8 model; returns what was done (the report's "int8")."""
+        from onnxruntime.quantization import QuantType, quantize_dynamic
+
         with _quiet_root_logger():
-            _quantize(self.prepared, Path(int8_path), self.weights, nodes_to_exclude, self.external)
+            quantize_dynamic(
+                self.prepared,
+                Path(int8_path),
+                weight_type=QuantType.QInt8 if self.weights == "signed" else QuantType.QUInt8,
+                per_channel=True,
+                nodes_to_exclude=list(nodes_to_exclude),
+                use_external_data_format=self.external,
+            )
         return {
             "weights": f"per-channel {self.weights} int8",
             "fused_operators": self.fused_operators,
@@ -290,28 +291,6 @@ def _fuse(fp32_path: Path, fused_path: Path, model_config, external: bool) -> tu
                        f"{type(error).__name__}: {error}"[:300])  # fmt: skip
         return fp32_path, {}
     return fused_path, {op: int(statistics[op]) for op in FUSIONS if statistics.get(op)}
-
-
-def _preprocess(source: Path, prepared: Path, external: bool) -> None:
-    """ONNX Runtime's quantization pre-processing: symbolic shape inference (auto_merge: the exported graphs
-    name one dimension in several ways), ONNX shape inference and its graph optimizations."""
-    from onnxruntime.quantization.shape_inference import quant_pre_process
-
-    quant_pre_process(str(source), str(prepared), auto_merge=True, save_as_external_data=external,
-                      all_tensors_to_one_file=True)  # fmt: skip
-
-
-def _quantize(source: Path, int8_path: Path, weights: str, nodes_to_exclude, external: bool) -> None:
-    from onnxruntime.quantization import QuantType, quantize_dynamic
-
-    quantize_dynamic(
-        source,
-        int8_path,
-        weight_type=QuantType.QInt8 if weights == "signed" else QuantType.QUInt8,
-        per_channel=True,
-        nodes_to_exclude=list(nodes_to_exclude),
-        use_external_data_format=external,
-    )
 
 
 def files_of(onnx_path: str | Path) -> list[Path]:

@@ -1,18 +1,9 @@
 """Several runs side by side: `recipes-lib compare outputs/demo/full_ft outputs/demo/lora ...`.
 
-Reads each run's results.json and prints one table (memory and what holds it, trainable
-parameters, optimizer state, speed, accuracy), then draws one chart: a stacked bar per run of
-weights / gradients / optimizer state / activations / other, with the run's accuracy marked, so
-the memory-for-accuracy trade-off reads at a glance. `--markdown` prints the table as Markdown
-(for a README or a W&B report). `--wandb` also logs the table and the chart into the runs' W&B
-group as one comparison run (compare_wandb.py). Runs that repeat one setting (every option
-equal but the seed and where the run wrote: `setting_key`) are also shown grouped, one row per
-setting with the mean ± std of its runs, as `recipes-lib sweep` leaves them.
-
-Runs evaluated on different rows (another validation file or Hub split, --max_eval_samples, another
-task or label set, another seed's held-out rows) are still shown, since comparing across sets can be
-the point, but an "eval set" column marks each run's set and one line under the table says how the
-sets differ (`evaluation_sets`): their scores are not like for like.
+Each run's results.json as one row of a table, a stacked memory bar per run with its accuracy under
+it (the chart), the repeats of one setting grouped (`setting_key`), and a line saying how the runs'
+evaluation sets differ where they do (`evaluation_sets`); docs/memory.md ("Compare runs") shows it.
+`--wandb` also logs the table and the chart into the runs' W&B group (compare_wandb.py).
 """
 
 from __future__ import annotations
@@ -35,27 +26,13 @@ CHART_FILE = "memory_comparison.png"
 # The columns of multi-label and regression metrics (micro-F1, MSE, ...) that `compare` and `show` add
 # when a run has them: (results.json key, title).
 TASK_METRIC_COLUMNS = tuple((eval_key(metric), METRIC_TITLES[metric]) for metric in OTHER_TASK_METRICS)
-PART_LABELS = {
-    "weights": "weights",
-    "gradients": "gradients",
-    "optimizer_state": "optimizer state",
-    "activations": "activations",
-    "other": "other (inputs, optimizer temporaries)",
-}
-COLUMN_NAMES = {
-    "weights": "weights",
-    "gradients": "gradients",
-    "optimizer_state": "optimizer",
-    "activations": "activations",
-    "other": "other",
-}
-# Colour-blind-safe (Okabe-Ito), one per breakdown part.
-PART_COLOURS = {
-    "weights": "#0072B2",
-    "gradients": "#E69F00",
-    "optimizer_state": "#009E73",
-    "activations": "#CC79A7",
-    "other": "#999999",
+# Each breakdown part's (chart legend, table column, colour): colour-blind-safe Okabe-Ito colours.
+PARTS = {
+    "weights": ("weights", "weights", "#0072B2"),
+    "gradients": ("gradients", "gradients", "#E69F00"),
+    "optimizer_state": ("optimizer state", "optimizer", "#009E73"),
+    "activations": ("activations", "activations", "#CC79A7"),
+    "other": ("other (inputs, optimizer temporaries)", "other", "#999999"),
 }
 
 
@@ -87,15 +64,11 @@ def _number(value: Any, fmt: str) -> str:
 
 
 def table_columns(unit: str, scale: float) -> list[tuple[str, Callable[[RunResults], str]]]:
-    def memory(key: str) -> Callable[[RunResults], str]:
-        return lambda run: _number(None if run.value(key) is None else run.value(key) * scale, "{:.2f}")
+    def scaled(read: Callable[[RunResults], float | None]) -> Callable[[RunResults], str]:
+        return lambda run: _number(None if read(run) is None else read(run) * scale, "{:.2f}")
 
     def part(key: str) -> Callable[[RunResults], str]:
-        def cell(run: RunResults) -> str:
-            value = (run.memory_breakdown_gib or {}).get(key)
-            return _number(None if value is None else value * scale, "{:.2f}")
-
-        return cell
+        return scaled(lambda run: (run.memory_breakdown_gib or {}).get(key))
 
     def optimizer_state_bytes(run: RunResults) -> str:
         measured = run.optimizer_state_bytes
@@ -108,8 +81,8 @@ def table_columns(unit: str, scale: float) -> list[tuple[str, Callable[[RunResul
         ("recipe", lambda run: str(run.recipe or "-")),
         ("model", lambda run: short_model_name(run.model_name_or_path)),
         ("peak GiB", lambda run: _number(run.peak_memory_gib, "{:.2f}")),
-        (f"tensor peak {unit}", memory("tensor_peak_gib")),
-        *[(f"{COLUMN_NAMES[key]} {unit}", part(key)) for key in BREAKDOWN_KEYS],
+        (f"tensor peak {unit}", scaled(lambda run: run.tensor_peak_gib)),
+        *[(f"{PARTS[key][1]} {unit}", part(key)) for key in BREAKDOWN_KEYS],
         ("trainable params", lambda run: _number(run.params_trainable, "{:,}")),
         ("optimizer state bytes", optimizer_state_bytes),
         ("samples/s", lambda run: _number(run.train_samples_per_s, "{:.1f}")),
@@ -220,11 +193,14 @@ def _shorten(text: str, width: int = 60) -> str:
     return text if len(text) <= width else text[: width - 3] + "..."
 
 
+def _run_dir(run_dir: str) -> Path:
+    """The run's directory, whether it was given as the directory or as its results.json."""
+    return Path(run_dir) if Path(run_dir).is_dir() else Path(run_dir).parent
+
+
 def run_names(run_dirs: list[str]) -> list[str]:
     """How the note names each run: its directory's name (its path when two share a name)."""
-    names = [
-        Path(run_dir).name if Path(run_dir).is_dir() else Path(run_dir).parent.name for run_dir in run_dirs
-    ]
+    names = [_run_dir(run_dir).name for run_dir in run_dirs]
     if len(set(names)) < len(names):
         names = [str(run_dir) for run_dir in run_dirs]
     return names
@@ -293,9 +269,8 @@ def _draw_memory_bars(
     bottoms = [0.0] * len(runs)
     for key in BREAKDOWN_KEYS:
         heights = [((run.memory_breakdown_gib or {}).get(key) or 0) * scale for run in runs]
-        memory_axis.bar(
-            positions, heights, 0.55, bottom=bottoms, color=PART_COLOURS[key], label=PART_LABELS[key]
-        )
+        legend, _, colour = PARTS[key]
+        memory_axis.bar(positions, heights, 0.55, bottom=bottoms, color=colour, label=legend)
         bottoms = [bottom + height for bottom, height in zip(bottoms, heights, strict=True)]
     number = "{:.2f}" if unit == "GiB" else "{:.0f}"
     for position, total in zip(positions, bottoms, strict=True):
@@ -337,8 +312,9 @@ def _label_memory_axis(memory_axis, unit: str, totals: list[float], peaks: list[
     memory_axis.spines[["top", "right"]].set_visible(False)
     handles, names = memory_axis.get_legend_handles_labels()
     # Legend top to bottom in the order the parts stack (top part first), the peak marker last.
-    order = [names.index(PART_LABELS[key]) for key in reversed(BREAKDOWN_KEYS)] + [
-        index for index, name in enumerate(names) if name not in PART_LABELS.values()
+    legends = [PARTS[key][0] for key in reversed(BREAKDOWN_KEYS)]
+    order = [names.index(legend) for legend in legends] + [
+        index for index, name in enumerate(names) if name not in legends
     ]
     memory_axis.legend(
         [handles[i] for i in order],
@@ -393,9 +369,7 @@ def _set_title(memory_axis, runs: list[RunResults]) -> None:
 def runs_home(run_dirs: list[str]) -> Path:
     """The directory that holds all the runs (outputs/demo/ for the demo's runs): what compare writes
     goes there, beside the runs, not into the directory the command runs from."""
-    parents = [str(Path(run_dir).resolve().parent if Path(run_dir).is_dir() else Path(run_dir).resolve().parent.parent)
-               for run_dir in run_dirs]  # fmt: skip
-    return Path(os.path.commonpath(parents))
+    return Path(os.path.commonpath([str(_run_dir(run_dir).resolve().parent) for run_dir in run_dirs]))
 
 
 def default_chart_path(run_dirs: list[str]) -> Path:

@@ -6,9 +6,8 @@ planner (memory/planner/) predicts and formats. Torch is imported to count param
 device and to read the GPU the precision is chosen for, never to allocate anything.
 
 The precision planned is, unless asked for (--precision, --bf16), the one the recipe itself would
-pick (config/precision.py's choose_precision, per model family): on this machine's GPU when it has
-one, on the CPU with --device cpu, else on the project's target GPU (TARGET_GPU: bf16), so that a
-plan made on a laptop shows what the run on a 24 GB GPU will use.
+pick (config/precision.py's choose_precision, per model family), on TARGET_GPU when this machine has
+no GPU and --device cpu is not given (docs/memory.md says why).
 """
 
 from __future__ import annotations
@@ -174,17 +173,20 @@ def plan(args) -> int:
     """`recipes-lib plan`: the table (or one model's breakdown) for the parsed arguments; returns the exit code."""
     logging.basicConfig(level=logging.WARNING, format="%(message)s")
     warnings.filterwarnings("ignore", category=FutureWarning)  # peft/transformers deprecation notes
-    for name, value in (("per_device_train_batch_size", args.per_device_train_batch_size),
-                        ("max_seq_length", args.max_seq_length), ("num_processes", args.num_processes)):  # fmt: skip
-        if value <= 0:
-            print(f"error: --{name} is {value}; it must be a positive integer.", file=sys.stderr)
-            return 2
     try:
-        precision = planned_precision(args)
-        attention = planned_attention(args)
+        return _plan(args)
     except RecipeError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
+
+
+def _plan(args) -> int:
+    for name, value in (("per_device_train_batch_size", args.per_device_train_batch_size),
+                        ("max_seq_length", args.max_seq_length), ("num_processes", args.num_processes)):  # fmt: skip
+        if value <= 0:
+            raise ConfigError(f"--{name} is {value}; it must be a positive integer.")
+    precision = planned_precision(args)
+    attention = planned_attention(args)
     setup = Setup(
         batch_size=args.per_device_train_batch_size,
         seq_length=args.max_seq_length,
@@ -196,24 +198,17 @@ def plan(args) -> int:
         sharding=args.sharding,
         optimizer_offload=args.optimizer_offload,
     ).with_precision(*precision.choose(None))
-    try:
-        shapes = recipe_shapes(args.recipe, args)
-    except RecipeError as error:
-        print(f"error: {error}", file=sys.stderr)
-        return 2
+    shapes = recipe_shapes(args.recipe, args)
     if args.fits:
         return plan_fits(args, shapes, setup, precision)
     if not args.model:
-        print("error: plan needs --model (or --fits, for every catalogue model).", file=sys.stderr)
-        return 2
+        raise ConfigError("plan needs --model (or --fits, for every catalogue model).")
     teacher = getattr(args, "teacher", None)
     if args.recipe == "distill" and teacher is None:
-        print(
-            "error: plan --recipe distill needs --teacher: the output_dir of the teacher's run, or a model name "
-            "(its pass is planned apart from the student's training, which --model names).",
-            file=sys.stderr,
+        raise ConfigError(
+            "plan --recipe distill needs --teacher: the output_dir of the teacher's run, or a model name "
+            "(its pass is planned apart from the student's training, which --model names)."
         )
-        return 2
     rows = plan_models(
         args.model, shapes, setup, args.budget_gib, num_labels=args.num_labels, precision_for=precision.choose
     )
@@ -235,9 +230,7 @@ def plan(args) -> int:
         for line in not_planned:
             print(f"{'- ' if args.markdown else ''}{line}")
     if teacher is not None and "distill" in shapes:
-        code = print_distillation(teacher, rows, shapes, setup, args)
-        if code:
-            return code
+        print_distillation(teacher, rows, shapes, setup, args)
     print_flash_attention_note(args, attention, [row.plan.encoder.model_type for row in rows if row.plan])
     if not args.no_family:
         print()
@@ -245,7 +238,7 @@ def plan(args) -> int:
     return 2 if not_planned else 0
 
 
-def print_distillation(teacher: str, rows, shapes: dict, setup: Setup, args) -> int:
+def print_distillation(teacher: str, rows, shapes: dict, setup: Setup, args) -> None:
     """distill's teacher pass beside each student's training (the rows planned for distill)."""
     try:
         found = load_teacher(teacher, args.num_labels, shapes)
@@ -262,12 +255,10 @@ def print_distillation(teacher: str, rows, shapes: dict, setup: Setup, args) -> 
             for row in students
         ]
     except PLANNING_ERRORS as error:
-        print(f"error: --teacher {teacher}: {error}", file=sys.stderr)
-        return 2
+        raise ConfigError(f"--teacher {teacher}: {error}") from None
     print(f"\nteacher {teacher}: {found.source}")
     for row, teacher_plan in zip(students, teacher_plans, strict=True):
         print(format_distillation(teacher_plan, row.plan, args.budget_gib))
-    return 0
 
 
 def plan_fits(args, shapes: dict, setup, precision: PlannedPrecision) -> int:
@@ -276,9 +267,7 @@ def plan_fits(args, shapes: dict, setup, precision: PlannedPrecision) -> int:
     for name in args.model or ():
         entry = catalogue_entry(name)
         if entry is None:
-            print(f"error: --fits lists catalogue models; '{name}' is not one (plan --fits shows them).",
-                  file=sys.stderr)  # fmt: skip
-            return 2
+            raise ConfigError(f"--fits lists catalogue models; '{name}' is not one (plan --fits shows them).")
         models.append(entry.hub_id)
     # distill is left out: its peak depends on a teacher, one model per plan (plan --recipe distill --teacher
     # T), and its student trains as full_ft does, whose column answers for the student.

@@ -19,11 +19,9 @@ from __future__ import annotations
 
 import contextlib
 import csv
-import dataclasses
 import json
 import logging
 import sys
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -31,7 +29,6 @@ import torch
 from datasets import DatasetDict
 from transformers import AutoConfig, AutoTokenizer
 
-from recipes_lib.config.arguments import DataArguments
 from recipes_lib.config.precision import autocast_for
 from recipes_lib.config.tasks import DEFAULT_THRESHOLD, MULTI_LABEL, SINGLE_LABEL
 from recipes_lib.data.files import (
@@ -51,99 +48,21 @@ from recipes_lib.evaluation.collapse import is_collapsed, output_variation
 from recipes_lib.evaluation.inference import batch_logits
 from recipes_lib.evaluation.predictions import THRESHOLDS_FILE, prediction_rows
 from recipes_lib.evaluation.windows import combine_windows
-from recipes_lib.export.bundle import find_export, read_decision_threshold, read_thresholds
-from recipes_lib.modeling.adapters import (
-    ADAPTER_CONFIG_FILE,
-    MERGED_SUBDIR,
-    load_trained_model,
-    read_base_quantization,
+from recipes_lib.export.bundle import (
+    TrainedRun,
+    find_export,
+    find_run,
+    saved_decision_threshold,
+    saved_thresholds,
 )
-from recipes_lib.results import RESULTS_FILE, RunResults, read_results
+from recipes_lib.export.gate import data_arguments
+from recipes_lib.modeling.adapters import load_trained_model
 
 logger = logging.getLogger(__name__)
 
 INPUT_FORMATS = (".csv", ".tsv", ".json", ".jsonl", ".parquet")
 QUOTING_CHOICES = ("auto", "quoted", "none")  # --csv_quoting, as data/files.py decide_quoting reads it
 DEFAULT_BATCH_SIZE = 32
-_MODEL_FILES = ("model.safetensors", "model.safetensors.index.json", ADAPTER_CONFIG_FILE)
-
-
-@dataclass
-class TrainedRun:
-    """A finished run: where its results.json and its model are, and what the run recorded."""
-
-    results_dir: Path  # holds results.json
-    model_dir: Path  # holds the model: results_dir, or results_dir/merged
-    results: RunResults
-
-    @property
-    def config(self) -> dict[str, Any]:
-        return self.results.config
-
-    def describe(self) -> str:
-        if not (self.model_dir / ADAPTER_CONFIG_FILE).is_file():
-            merged = self.model_dir.name == MERGED_SUBDIR and self.model_dir != self.results_dir
-            return f"{'merged' if merged else 'full'} model of a {self.results.recipe or '?'} run"
-        quantization = read_base_quantization(self.model_dir)
-        if quantization is None:
-            return "LoRA adapter on its full-precision base"
-        if quantization.load_in_8bit:
-            return "QLoRA adapter on its 8-bit LLM.int8 base"
-        dtype = str(quantization.bnb_4bit_compute_dtype).removeprefix("torch.")
-        return f"QLoRA adapter on its 4-bit {quantization.bnb_4bit_quant_type.upper()} base (compute {dtype})"
-
-
-def find_run(path: str | Path) -> TrainedRun:
-    """The run in `path`: an output_dir holding results.json, or its merged/ subdirectory."""
-    path = Path(path)
-    if not path.exists():
-        raise ConfigError(
-            f"The run directory '{path}' does not exist. Pass the output_dir of a finished run (the directory "
-            f"holding {RESULTS_FILE} and the model), or its {MERGED_SUBDIR}/ subdirectory for a merged LoRA model."
-        )
-    if not path.is_dir():
-        raise ConfigError(
-            f"'{path}' is a file, not a run directory. Pass the output_dir of a finished run (the directory "
-            f"holding {RESULTS_FILE} and the model), not a file inside it."
-        )
-    results_dir = path
-    if (
-        not (path / RESULTS_FILE).is_file()
-        and path.name == MERGED_SUBDIR
-        and (path.parent / RESULTS_FILE).is_file()
-    ):
-        results_dir = path.parent  # a merged model: the run's settings are one level up
-    results_path = results_dir / RESULTS_FILE
-    if not results_path.is_file():
-        unfinished = any(results_dir.glob("checkpoint-*"))
-        raise ConfigError(
-            f"'{path}' holds no {RESULTS_FILE}, so it is not the output_dir of a finished run (a run writes "
-            f"{RESULTS_FILE} last, and predict reads the text columns and max_seq_length from it). Pass the "
-            "output_dir of a run that finished"
-            + (
-                ", or finish this one: run its recipe again with --resume_from_checkpoint last."
-                if unfinished
-                else "."
-            )
-        )
-    results = read_results(results_path)
-    if not isinstance(results.config, dict):
-        raise ConfigError(
-            f'{results_path} has no "config" (the run\'s settings), which predict needs for the text columns '
-            "and max_seq_length. It was written by an older version or edited; run the recipe again."
-        )
-    if not any((path / name).is_file() for name in _MODEL_FILES):
-        raise ModelError(
-            f"'{path}' holds {RESULTS_FILE} but no model ({' or '.join(_MODEL_FILES)}). Pass the directory the "
-            "run saved its model in (its output_dir, or output_dir/merged)."
-        )
-    return TrainedRun(results_dir=results_dir, model_dir=path, results=results)
-
-
-def data_arguments(config: dict[str, Any]) -> DataArguments:
-    """The run's data settings (max_seq_length, padding, label column, ...) from results.json's config."""
-    names = {field.name for field in dataclasses.fields(DataArguments)}
-    return DataArguments(**{key: value for key, value in config.items() if key in names})
 
 
 def read_input(
@@ -389,13 +308,9 @@ def warn_if_constant(logits, problem_type: str, input_file) -> None:
 
 def run_thresholds(run: TrainedRun, label_names: list[str]) -> list[float]:
     """A multi-label run's tuned thresholds: saved next to its model (and in results.json); else 0.5 each."""
-    for directory in (run.model_dir, run.results_dir):
-        thresholds = read_thresholds(directory, label_names)
-        if thresholds is not None:
-            return thresholds
-    saved = run.results.label_thresholds
-    if isinstance(saved, dict) and set(saved) == set(label_names):
-        return [float(saved[name]) for name in label_names]
+    thresholds = saved_thresholds((run.model_dir, run.results_dir), run.results, label_names)
+    if thresholds is not None:
+        return thresholds
     logger.warning(
         "No %s in %s: deciding every class at probability 0.5, not at the thresholds the run tuned.",
         THRESHOLDS_FILE,
@@ -406,13 +321,7 @@ def run_thresholds(run: TrainedRun, label_names: list[str]) -> list[float]:
 
 def run_decision_threshold(run: TrainedRun) -> float | None:
     """A binary run's --decision_threshold: saved next to its model (and in results.json); else None (argmax)."""
-    for directory in (run.model_dir, run.results_dir):
-        threshold = read_decision_threshold(directory)
-        if threshold is not None:
-            break
-    else:
-        saved = run.results.decision_threshold
-        threshold = float(saved) if isinstance(saved, (int, float)) and 0 < saved < 1 else None
+    threshold = saved_decision_threshold((run.model_dir, run.results_dir), run.results)
     if threshold is not None:
         logger.info(
             "The positive class is predicted at probability %.2f or above (the run's threshold).", threshold

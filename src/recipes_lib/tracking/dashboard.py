@@ -3,25 +3,9 @@
 
 `recipes-lib wandb-dashboard --project P [--entity E] [--group G] [--report]` saves a W&B workspace
 view (a saved view of the project's workspace) built with W&B's own wandb-workspaces library, the
-optional extra `dashboard` (`pip install -e '.[dashboard]'`):
-
-    runs          the fine-tune runs of group G (all groups without --group), grouped by the
-                  `recipe` config key, one colour per recipe (in the order of recipes/)
-    runs table    accuracy, macro-F1, peak memory allocated and reserved, trainable parameters,
-                  optimizer-state bytes, samples/s, real tokens/s
-    Memory against accuracy   bars per recipe of accuracy, peak memory and optimizer state; peak
-                  memory against accuracy as a scatter; every run's results table row
-    Training curves, Memory during training, Throughput during training   loss, learning rate,
-                  grad norm, eval metrics; memory/*; throughput/* (x-axis: train/global_step)
-    Each run      the memory breakdown chart, the confusion matrix chart, the per-class table
-    Multi-label and regression runs   bars per recipe and curves of micro-F1, MSE, Pearson and
-                  Spearman (config/tasks.py), which single-label runs do not log
-    Sweep         a `recipes-lib sweep` group: the metric against the learning rate (every trial),
-                  mean ± std of each recipe's chosen setting over its seeds (config `sweep_chosen`),
-                  peak memory against the metric (`--sweep_metric`, default eval_accuracy)
-
-`--report` also saves a W&B Report of the same comparison, with the compare table and chart that
-`recipes-lib compare RUN... --wandb` logged into the group, for sharing.
+optional extra `dashboard`; `--report` also saves a W&B Report of the same comparison, with the
+table and chart `recipes-lib compare RUN... --wandb` logged into the group. docs/wandb.md lists
+what each section shows.
 
 Every name a panel or column shows comes from tracking/names.py, the names tracking/wandb_run.py logs with,
 except the Trainer's own log keys and the names of compare --wandb's run, defined below.
@@ -303,10 +287,6 @@ def report_blocks_spec(report) -> list[dict[str, Any]]:
     return specs
 
 
-def count_panels(view) -> int:
-    return sum(len(section.panels) for section in view.sections)
-
-
 def _first_line(error: BaseException) -> str:
     return (str(error).strip().splitlines() or [type(error).__name__])[0][:300]
 
@@ -379,7 +359,8 @@ def _wandb_dashboard(project, entity, group, report, spec_file, sweep_metric=nam
     # 1. Build and check everything offline (the entity is only known from the server without --entity).
     view = build_view(project, entity or "", group, sweep_metric)
     spec = view_spec(view)
-    contents = f"{count_panels(view)} panels in {len(view.sections)} sections"
+    panels = sum(len(section.panels) for section in view.sections)
+    contents = f"{panels} panels in {len(view.sections)} sections"
     if report:
         report_parts = report_blocks_spec(build_report(project, entity or "", group, sweep_metric))
         contents += f"; a report of {len(report_parts)} panels and blocks"

@@ -43,36 +43,9 @@ the FFN (or, for long sequences, of the attention probabilities) joins the saved
 transient is added. Gradient checkpointing keeps only each layer's input (T x H x 4) and
 recomputes one layer at a time, so the peak is all layer inputs + one layer + the transient.
 
-Encoder families. The sizes come from each family's config and its model on the meta device
-(encoder.py); what each forward keeps beyond BERT's layer is its FamilyForward:
-
-    RoBERTa, XLM-R, ELECTRA, MPNet   BERT's layer; a head that drops out before its dense layer (no
-                                     pooler); RoBERTa numbers positions from the tokens (int64 ids)
-    MPNet                            one relative position bias (B x A x S x S) per forward
-    DistilBERT                       one dropout per layer (after the FFN); pre_classifier, no pooler
-    ALBERT                           parameters of one shared layer group, activations of every layer
-    DeBERTa, DeBERTa-v2/v3           c2p and p2c scores (B x A x S x 2k each, kept by gather) against
-                                     the relative position table projected and expanded to the batch
-                                     (B x 2k x H each); the table's dropout per layer; an int64 mask
-    XLM-R XL/XXL                     pre-norm: BERT's layer with one dropout (after attention); no
-                                     LayerNorm on the embeddings, one after the last layer; its own
-                                     highest moment, without the final LayerNorm and the head
-    DeBERTa-v2 xlarge/xxlarge        a ConvLayer beside the first layer (conv_kernel_size): its input,
-                                     masks, activation input and LayerNorm, once per forward
-    ModernBERT                       pre-norm; Wqkv's output (3 T x H) and rotated Q and K kept by SDPA;
-                                     the gated FFN's 2F-wide input; its bool global and sliding-window
-                                     masks and each layer's float copy; building the sliding-window
-                                     mask (int64 S x S distances), which can be the step's highest
-                                     moment; no token types, no biases; the head's dense layer and norm
-    FlashAttention 2 (CUDA)          the fused kernel's terms without any B x S x S mask (not measured)
-    GTE, NomicBERT                   BERT's layer with rotary Q and K (cos and sin once per forward)
-                                     and a gated FFN: gate_proj's output (the activation's input), the
-                                     activation's and up_proj's outputs (3 T x F), GTE's dropout on
-                                     their product; a base checkpoint without the pooler
-    EuroBERT                         Llama's layer: RMSNorm written as ops (input, 1 / rms, the
-                                     normalized stream, its weighted output: 3 T x H + T each), the
-                                     gated SiLU FFN, no dropout; a final RMSNorm and a "late" head
-                                     that runs dense, GELU and the classifier on every token
+Encoder families: the sizes come from each family's config and its model on the meta device
+(encoder.py); what each forward keeps beyond BERT's layer is its FamilyForward (forwards.py), and each
+layer kind has its function below (_deberta_layer_terms, _modernbert_layer_terms, ...).
 
 tests/test_planner.py checks the prediction against the measured breakdown on CPU, and
 tests/test_planner_families.py does for every family.
@@ -199,10 +172,10 @@ def optimizer_bytes(parameters: Parameters, setup: Setup) -> int:
     return total
 
 
-def input_bytes(setup: Setup, encoder: Encoder | None = None) -> int:
+def input_bytes(setup: Setup, encoder: Encoder) -> int:
     """The input batch: input_ids, attention_mask and, where the family's tokenizer gives them,
     token_type_ids (int64, batch x length), and the labels."""
-    tensors = 3 if encoder is None or encoder.family.token_type_ids else 2
+    tensors = 3 if encoder.family.token_type_ids else 2
     return tensors * 8 * setup.batch_size * setup.seq_length + 8 * setup.batch_size
 
 
@@ -264,13 +237,8 @@ class _Sizes:
     of a matmul output (4 in fp32, 2 under bf16 autocast)."""
 
     def __init__(self, encoder: Encoder, setup: Setup):
-        self.B, self.S, self.H, self.F, self.A = (
-            setup.batch_size,
-            setup.seq_length,
-            encoder.hidden,
-            encoder.intermediate,
-            encoder.heads,
-        )
+        self.B, self.S = setup.batch_size, setup.seq_length
+        self.H, self.F, self.A = encoder.hidden, encoder.intermediate, encoder.heads
         self.T = self.B * self.S
         self.E = encoder.embedding_width
         self.P = self.B * self.A * self.S * self.S  # attention probabilities
@@ -284,16 +252,8 @@ class _Sizes:
 
 def layer_activation_terms(encoder: Encoder, setup: Setup) -> dict[str, int]:
     """Bytes that one encoder layer's forward keeps for backward, by what they are."""
-    kind = encoder.family.layer
-    if kind == DISENTANGLED:
-        terms = _deberta_layer_terms(encoder, setup)
-    elif kind == GATED_ROTARY:
-        terms = _modernbert_layer_terms(encoder, setup)
-    elif kind == RMS_GATED:
-        terms = _rms_gated_layer_terms(encoder, setup)
-    else:
-        terms = _post_norm_layer_terms(encoder, setup)
-    return {**terms, **_int8_base_terms(encoder, setup)}
+    layer_terms = _LAYER_TERMS.get(encoder.family.layer, _post_norm_layer_terms)
+    return {**layer_terms(encoder, setup), **_int8_base_terms(encoder, setup)}
 
 
 def _int8_base_terms(encoder: Encoder, setup: Setup) -> dict[str, int]:
@@ -306,9 +266,8 @@ def _int8_base_terms(encoder: Encoder, setup: Setup) -> dict[str, int]:
     there, not measured)."""
     if not (setup.shape.quantized_base and setup.shape.base_bits == 8):
         return {}
-    T = setup.batch_size * setup.seq_length
     inputs = (2 if _fused_attention(encoder, setup) else 3) * encoder.hidden + encoder.intermediate
-    return {"int8 linears' inputs (kept by bitsandbytes)": T * inputs * 4}
+    return {"int8 linears' inputs (kept by bitsandbytes)": _Sizes(encoder, setup).T * inputs * 4}
 
 
 def _dequantized_bytes_per_weight(setup: Setup) -> int:
@@ -423,7 +382,8 @@ def _ffn_and_linear_terms(encoder: Encoder, setup: Setup) -> dict[str, int]:
 def _linear_input_terms(encoder: Encoder, setup: Setup) -> dict[str, int]:
     """Full fine-tuning: the inputs of the linears that read the fp32 stream (attention, FFN), kept
     for their weight gradients. The LayerNorm outputs, or under autocast one bf16 copy per linear."""
-    T, H = setup.batch_size * setup.seq_length, encoder.hidden
+    z = _Sizes(encoder, setup)
+    T, H = z.T, z.H
     if setup.half_precision:
         # Each linear keeps its own bf16 copy of its input: Q, K, V share one fp32 input, the
         # FFN's first linear takes the attention block's LayerNorm output.
@@ -580,9 +540,18 @@ def _rms_gated_layer_terms(encoder: Encoder, setup: Setup) -> dict[str, int]:
     return layer
 
 
+# The layer kinds with arithmetic of their own; every other kind is BERT's post-norm layer.
+_LAYER_TERMS = {
+    DISENTANGLED: _deberta_layer_terms,
+    GATED_ROTARY: _modernbert_layer_terms,
+    RMS_GATED: _rms_gated_layer_terms,
+}
+
+
 def activation_terms(encoder: Encoder, setup: Setup) -> dict[str, int]:
     """Bytes of what forward keeps for backward, and the backward transient, by name."""
-    L, T, H = encoder.layers, setup.batch_size * setup.seq_length, encoder.hidden
+    z = _Sizes(encoder, setup)
+    L, T, H = encoder.layers, z.T, z.H
     fused = _fused_attention(encoder, setup)
     frozen_base = setup.adapters is not None
     terms: dict[str, int] = {}
@@ -760,11 +729,10 @@ def _conv_terms(encoder: Encoder, setup: Setup) -> dict[str, int]:
 
 def _head_terms(encoder: Encoder, setup: Setup) -> dict[str, int]:
     # The pooler's and classifier's tensors: batch x hidden each (FamilyForward.head).
-    B, H = setup.batch_size, encoder.hidden
-    e = 2 if setup.half_precision else 4
+    z = _Sizes(encoder, setup)
     always, with_dropout = encoder.family.head
     pieces = always + (with_dropout if encoder.classifier_dropout > 0 else 0)
-    return {"pooler and classifier": pieces * B * H * e}
+    return {"pooler and classifier": pieces * z.B * z.H * z.e}
 
 
 def _first_layer_difference(encoder: Encoder, setup: Setup, fused: bool) -> int:
@@ -773,8 +741,8 @@ def _first_layer_difference(encoder: Encoder, setup: Setup, fused: bool) -> int:
     Adapters: the first layer's input needs no gradient (nor, pre-norm, does its first LayerNorm
     keep it). ModernBERT: its first layer has no LayerNorm before the attention.
     """
-    T, H = setup.batch_size * setup.seq_length, encoder.hidden
-    e = 2 if setup.half_precision else 4
+    z = _Sizes(encoder, setup)
+    T, H, e = z.T, z.H, z.e
     savings = 0
     if encoder.family.layer == GATED_ROTARY:
         savings += T * H * 4 + 2 * T * 4
@@ -792,9 +760,7 @@ def _first_layer_difference(encoder: Encoder, setup: Setup, fused: bool) -> int:
             # Nor does p2c keep the projected positions for K's gradient.
             savings += setup.batch_size * 2 * relative.span(setup.seq_length) * H * e
     if setup.adapters.dropout > 0:  # dropout masks of the adapters that read the layer's input
-        savings += sum(
-            T * a.inputs * (1 if setup.device == "cuda" else 4) for a in encoder.adapters if a.role == "qkv"
-        )
+        savings += sum(z.mask(T * a.inputs, 4) for a in encoder.adapters if a.role == "qkv")
     return savings
 
 
@@ -810,8 +776,8 @@ def _backward_transient(encoder: Encoder, setup: Setup, fused: bool) -> int:
     Fitted to the measured CPU order of frees (tests/test_planner.py checks it). Other families
     hold more or less at those moments (`_family_transient`).
     """
-    T, H, F = setup.batch_size * setup.seq_length, encoder.hidden, encoder.intermediate
-    e = 2 if setup.half_precision else 4
+    z = _Sizes(encoder, setup)
+    T, H, F, e = z.T, z.H, z.F, z.e
     if encoder.family.layer == GATED_ROTARY:
         # The gated FFN's backward: the gradients of Wi's 2F-wide output (LoRA: and of the gate's
         # product) while the layer's saved tensors are there (fitted to the CPU order of frees).
@@ -840,9 +806,8 @@ def _pre_norm_transient(encoder: Encoder, setup: Setup, fused: bool) -> int:
     checkpointing keeps the bool attention mask for the recomputation, and the recomputed top
     layer's LayerNorm outputs meet those gradients. The attention moment of long sequences is BERT's.
     """
-    B, S, H, F = setup.batch_size, setup.seq_length, encoder.hidden, encoder.intermediate
-    T = B * S
-    e = 2 if setup.half_precision else 4
+    z = _Sizes(encoder, setup)
+    B, S, T, H, F, e = z.B, z.S, z.T, z.H, z.F, z.e
     recomputed = setup.gradient_checkpointing
     final_norm = T * H * 4 + 2 * T * 4
     head = sum(_head_terms(encoder, setup).values())
@@ -861,9 +826,8 @@ def _pre_norm_transient(encoder: Encoder, setup: Setup, fused: bool) -> int:
 
 
 def _bert_transient(encoder: Encoder, setup: Setup, fused: bool) -> int:
-    B, S, H, F = setup.batch_size, setup.seq_length, encoder.hidden, encoder.intermediate
-    T = B * S
-    e = 2 if setup.half_precision else 4
+    z = _Sizes(encoder, setup)
+    T, H, F, e = z.T, z.H, z.F, z.e
     if setup.adapters is not None:
         ffn = 2 * T * F * e + T * H * 4 + 4 * T * setup.adapters.r * e
         if setup.shape.quantized_base:
@@ -878,14 +842,12 @@ def _bert_transient(encoder: Encoder, setup: Setup, fused: bool) -> int:
 def _attention_moment(encoder: Encoder, setup: Setup) -> int:
     """The top layer's attention moment (eager or math kernel): the gradients of the probabilities
     (one, or two without attention dropout) once the FFN's saved tensors are gone."""
-    B, S, H, F, A = setup.batch_size, setup.seq_length, encoder.hidden, encoder.intermediate, encoder.heads
-    T = B * S
-    e = 2 if setup.half_precision else 4
-    probabilities = B * A * S * S * 4
-    copies_of_probabilities = 1 if encoder.attention_dropout > 0 else 2
+    z = _Sizes(encoder, setup)
+    T, H, F, e = z.T, z.H, z.F, z.e
+    probabilities = (1 if encoder.attention_dropout > 0 else 2) * z.P * 4
     if setup.adapters is not None:
-        return copies_of_probabilities * probabilities - T * F * e - T * H * 4
-    return copies_of_probabilities * probabilities - 2 * T * F * e - 4 * T * H * 4
+        return probabilities - T * F * e - T * H * 4
+    return probabilities - 2 * T * F * e - 4 * T * H * 4
 
 
 def _family_transient(encoder: Encoder, setup: Setup) -> int:
@@ -895,14 +857,8 @@ def _family_transient(encoder: Encoder, setup: Setup) -> int:
     made once (masks, position tables) is still there and the last layer's own outputs are being
     made; under LoRA the frozen layer's outputs, kept by no one, are still referenced there.
     """
-    B, S, T, H, F = (
-        setup.batch_size,
-        setup.seq_length,
-        setup.batch_size * setup.seq_length,
-        encoder.hidden,
-        encoder.intermediate,
-    )
-    e = 2 if setup.half_precision else 4
+    z = _Sizes(encoder, setup)
+    B, S, T, H, F, e = z.B, z.S, z.T, z.H, z.F, z.e
     family = encoder.family
     lora = setup.adapters is not None
     extra = 0
@@ -915,7 +871,7 @@ def _family_transient(encoder: Encoder, setup: Setup) -> int:
         if encoder.activation_keeps_output:
             extra -= T * F * e
     if family.relative_bias:  # MPNet: the position bias of the whole forward, and a float padding mask
-        extra += B * encoder.heads * S * S * 4 + (3 * B * S * S if setup.padded else 0)
+        extra += z.P * 4 + (3 * B * S * S if setup.padded else 0)
     if family.layer == DISENTANGLED:
         # DeBERTa: an int64 attention mask (B x S x S) and the relative positions (S x S), made once
         # per forward; v1's LayerNorm, written as ops, has two more T x H temporaries.

@@ -26,7 +26,6 @@ class Adapter:
 
     name: str  # its path inside the layer, e.g. attention.self.query
     inputs: int
-    outputs: int
     role: str  # "qkv" (reads the attention's input, as Q, K and V do) or "other"
     projections: frozenset[str] = frozenset()  # which of query, key, value it computes
 
@@ -53,15 +52,8 @@ class RelativePositions:
 
 @dataclass(frozen=True)
 class Encoder:
-    """What decides an encoder's activation memory: sizes from its config, structure from its modules.
-
-    `from_config` builds the model on the meta device (shapes only, no memory) and reads off what the
-    config does not say under BERT's names: the FFN width (DistilBERT's hidden_dim; ModernBERT's gated
-    FFN, whose first linear is twice as wide), the token embedding width (ALBERT and ELECTRA project
-    a narrower embedding up), one layer's weights, what the FFN activation keeps for backward (run
-    once on a small tensor), whether the class has a fused attention kernel, and, for a LoRA shape,
-    which linears of a layer carry adapters. What the forward keeps beyond that is its FamilyForward.
-    """
+    """What decides an encoder's activation memory: sizes from its config, structure from its modules
+    (the module docstring says what `from_config` reads off the meta model)."""
 
     model_type: str
     hidden: int
@@ -332,10 +324,6 @@ def _layer_adapters(wrapped, layer_path: str, family: FamilyForward) -> tuple[Ad
             for role, projection in zip(("query", "key", "value"), family.qkv, strict=True)
             if projection == last
         )
-        base = module.base_layer
-        found.append(
-            Adapter(
-                inside, base.in_features, base.out_features, "qkv" if projections else "other", projections
-            )
-        )
+        role = "qkv" if projections else "other"
+        found.append(Adapter(inside, module.base_layer.in_features, role, projections))
     return tuple(found)

@@ -6,10 +6,8 @@ For each model and recipe: the largest per-device batch that fits, without and w
 checkpointing, and the cheapest way to train it at the asked batch (32 by default). Every figure is
 the planner's prediction from the config alone; nothing here has run on a GPU.
 
-Beside the recipes, the memory techniques the largest encoders need on one GPU, each a recipe with
-one option or accelerate config changed (TECHNIQUES), each a column of its own next to its recipe:
-full_ft under DeepSpeed ZeRO-Offload (accelerate_configs/deepspeed_zero2_offload.yaml), adamw_8bit
-with --paged_optimizer, and qlora with --base_bits 8. Activation checkpointing is in every cell.
+Beside the recipes, the memory techniques the largest encoders need on one GPU (TECHNIQUES: a recipe
+with one option or accelerate config changed), each a column next to its recipe.
 """
 
 from __future__ import annotations
@@ -126,16 +124,14 @@ class ModelFits:
 def model_fits(
     model: str,
     config,
-    shapes: Mapping[str, TrainingShape | Exception],
+    columns: Mapping[str, tuple[TrainingShape | Exception, Mapping[str, Any]]],
     setup: Setup,
     budget_gib: float,
-    setup_changes: Mapping[str, Mapping[str, Any]] | None = None,
 ) -> ModelFits:
-    """`config` (named `model`) trained every way in `shapes`, without and with activation checkpointing;
-    `setup_changes`: per way, what it changes in `setup` (a technique's accelerate config)."""
+    """`config` (named `model`) trained every way in `columns` (with_techniques': each a shape and what
+    it changes in `setup`), without and with activation checkpointing."""
     row = ModelFits(model)
-    for recipe, shape in shapes.items():
-        changes = (setup_changes or {}).get(recipe, {})
+    for recipe, (shape, changes) in columns.items():
         try:
             if isinstance(shape, Exception):
                 raise shape
@@ -171,15 +167,13 @@ def catalogue_fits(
     recipe of `shapes` is planned with its techniques (`with_techniques`). `precision_for(model_type)`
     gives (precision, why) per model, as plan_models takes it; without it, the setup's precision."""
     columns = with_techniques(shapes)
-    column_shapes = {name: shape for name, (shape, _) in columns.items()}
-    changes = {name: setup_changes for name, (_, setup_changes) in columns.items()}
     rows = []
     for name in models or CATALOGUE:
         config = CATALOGUE[name].config(num_labels)
         model_setup = (
             setup if precision_for is None else setup.with_precision(*precision_for(config.model_type))
         )
-        row = model_fits(name, config, column_shapes, model_setup, budget_gib, setup_changes=changes)
+        row = model_fits(name, config, columns, model_setup, budget_gib)
         if model_setup.precision != setup.precision:
             row.other_precision = f"{model_setup.precision} ({model_setup.precision_reason})"
         rows.append(row)

@@ -1,15 +1,9 @@
 """The plan of a no-grad forward: distillation's teacher pass, before the student loads.
 
-recipes/distill.py runs its teacher once, in batches of TEACHER_BATCH_SIZE rows under
-torch.inference_mode (autocast as the run's precision), then frees it; only then does the student
-load and train. The two never share the device, so the run's peak is the larger of two plans:
-
-    teacher pass       weights (as the teacher is loaded: fp32, or a QLoRA teacher's 4-bit base)
-                       + one layer's moment of a no-grad forward (inference_activation_terms)
-                       + the input batch (ids, mask, token types) + the CUDA context
-    student training   the student's full fine-tuning, planned as any recipe's (plan.py)
-
-There are no gradients and no optimizer state in the teacher pass.
+recipes/distill.py runs its teacher once under torch.inference_mode, then frees it; only then does the
+student load and train, so the run's peak is the larger of two plans: the teacher pass's (weights, one
+layer's moment of a no-grad forward, the batch: no gradients, no optimizer state) and the student's
+training (plan.py). docs/memory.md ("Distillation: the teacher pass and the student") shows both.
 """
 
 from __future__ import annotations

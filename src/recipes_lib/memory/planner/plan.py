@@ -6,32 +6,13 @@ they build up in backward while the activations go. The predicted peak is weight
 state + the larger of activations and gradients (both, with gradient accumulation) + the batch,
 plus the CUDA context; the plain sum of the parts is shown as an upper bound.
 
-The batch is the longest one (batch x max length), padded, with the optimizer state in place: the
-same under either --length_grouping, which decides when it comes, not what it holds. Both put the
-longest example's step first in every epoch, before the optimizer state exists in epoch 1; under
-`wide` a small epoch has no other batch as long, so a run that ends in its first epoch can peak
-below the plan, and from the second epoch's first step it meets it (docs/planner.md, "How good it
-is"). A peak batch with no padding leaves out the float attention mask planned for fused SDPA:
-the plan errs high by it, never low.
-
-Paged 8-bit AdamW (`TrainingShape.paged_optimizer`, adamw_8bit's --paged_optimizer): bitsandbytes
-allocates the two moments of every tensor of 100,000 elements or more with cudaMallocManaged (CUDA
-unified memory), outside PyTorch's allocator, and the driver evicts those pages to CPU memory when
-the GPU runs short, paging them back when the optimizer step touches them (bitsandbytes prefetches
-each tensor's state before its update). The planner assumes exactly that and no more: during forward
-and backward the paged state may be all on the CPU, giving its room to the activations; at the
-optimizer step it is all back on the GPU, with the weights and gradients (the activations are gone
-by then). So the peak is the larger of the two moments. It never plans oversubscription (a state
-that does not fit even at the step, paged in and out within every step: it runs, slowly, but is not
-counted as fitting), and it counts the paged bytes as device memory in use (what nvidia-smi and
-cudaMemGetInfo show); torch.cuda.max_memory_allocated never sees them. On CPU bitsandbytes 0.50
-falls back to ordinary buffers, so the plan is 8-bit AdamW's. Only a GPU can check the paging.
-
-DeepSpeed ZeRO-Offload on one GPU (`Setup.optimizer_offload`, deepspeed_zero2_offload.yaml): the
-optimizer state, the fp32 master weights and the fp32 gradients are on the CPU (`host`, 16 B per
-trainable parameter); the GPU holds the weights in the run's precision, DeepSpeed's gradient
-buffers and the activations. accelerate replaces a recipe's own optimizer with DeepSpeedCPUAdam
-there, so an 8-bit or paged optimizer cannot be offloaded (refused). GPU-only, not yet measured.
+The batch planned is the longest one (batch x max length), padded, with the optimizer state in
+place, whichever --length_grouping the run uses (a peak batch with no padding leaves out the float
+attention mask planned for fused SDPA: the plan errs high by it, never low). A paged 8-bit AdamW's
+state may leave the GPU during forward and backward and is all back at the optimizer step, so the
+peak is the larger of the two moments (`MemoryPlan.peak_tensors`); DeepSpeed ZeRO-Offload keeps the
+optimizer state, the fp32 master weights and gradients in CPU memory (`host`). docs/planner.md ("How
+good it is", "Memory techniques for the largest encoders") gives what each assumes and what was measured.
 """
 
 from __future__ import annotations

@@ -17,7 +17,7 @@ from recipes_lib.memory.planner.configs import BERT_FAMILY, load_config_and_sour
 from recipes_lib.memory.planner.encoder import Encoder
 from recipes_lib.memory.planner.inference import InferencePlan
 from recipes_lib.memory.planner.plan import MemoryPlan, Setup, largest_batch, plan_memory
-from recipes_lib.units import GIB, MIB
+from recipes_lib.units import BREAKDOWN_KEYS, GIB, MIB
 from recipes_lib.workbench import format_table
 
 # What plan_models and the CLI report as a reason a row has no plan rather than stop on: errors the
@@ -292,13 +292,7 @@ def format_plan_table(rows: list[PlanRow], budget_gib: float, markdown: bool = F
                 row.label,
                 f"{plan.params_total / 1e6:.1f}M",
                 f"{plan.params_trainable / 1e6:.2f}M",
-                size(plan.weights),
-                size(plan.gradients),
-                size(plan.optimizer_state),
-                size(plan.activations),
-                size(plan.other),
-                size(plan.cuda_overhead),
-                size(plan.total),
+                *(size(getattr(plan, part)) for part in (*BREAKDOWN_KEYS, "cuda_overhead", "total")),
                 "yes" if plan.total <= budget_gib * GIB else "NO",
                 str(row.max_batch),
             ]

@@ -20,26 +20,20 @@ DEFAULT_CUDA_OVERHEAD_GIB = 0.5
 
 # Several processes (accelerate_configs/): the parts of the training state each process keeps only
 # 1/N of, for N processes; the other parts every process holds in full. Activations belong to each
-# process's own batch, so they never divide.
-#   none                DDP (multi_gpu.yaml): every process holds everything
-#   zero1               DeepSpeed ZeRO-1: optimizer state
-#   zero2               DeepSpeed ZeRO-2 (deepspeed_zero2.yaml): optimizer state, gradients
-#   fsdp_shard_grad_op  FSDP SHARD_GRAD_OP: the same; weights are gathered in full from forward to
-#                       the end of backward, so at the peak every process holds all of them
-#   zero3               DeepSpeed ZeRO-3 (deepspeed_zero3.yaml): optimizer state, gradients, weights
-#   fsdp_full_shard     FSDP FULL_SHARD (fsdp.yaml): optimizer state, gradients, weights
-# With the weights sharded, each process still gathers the full weights of the layer it computes
-# (FSDP wraps one unit per BertLayer; ZeRO-3 gathers submodules as they run): one encoder layer,
-# in bf16 under mixed precision, is added to the weights. The split follows this planner's layout
-# (fp32 weights and gradients, as the Trainer keeps them); DeepSpeed's bf16 mode keeps bf16 weights
-# and gradients and an fp32 master copy in the optimizer state: the same bytes, split differently.
+# process's own batch, so they never divide. With the weights sharded, each process still gathers the
+# full weights of the layer it computes (FSDP wraps one unit per BertLayer; ZeRO-3 gathers submodules
+# as they run): one encoder layer, in bf16 under mixed precision, is added to the weights. The split
+# follows this planner's layout (fp32 weights and gradients, as the Trainer keeps them); DeepSpeed's
+# bf16 mode keeps bf16 weights and gradients and an fp32 master copy in the optimizer state: the same
+# bytes, split differently.
 SHARDED_PARTS: dict[str, tuple[str, ...]] = {
-    "none": (),
+    "none": (),  # DDP (multi_gpu.yaml): every process holds everything
     "zero1": ("optimizer_state",),
-    "zero2": ("optimizer_state", "gradients"),
+    "zero2": ("optimizer_state", "gradients"),  # deepspeed_zero2.yaml
+    # FSDP SHARD_GRAD_OP gathers the weights in full from forward to the end of backward: all at the peak.
     "fsdp_shard_grad_op": ("optimizer_state", "gradients"),
-    "zero3": ("optimizer_state", "gradients", "weights"),
-    "fsdp_full_shard": ("optimizer_state", "gradients", "weights"),
+    "zero3": ("optimizer_state", "gradients", "weights"),  # deepspeed_zero3.yaml
+    "fsdp_full_shard": ("optimizer_state", "gradients", "weights"),  # fsdp.yaml
 }
 
 
@@ -105,19 +99,3 @@ class Setup:
     @property
     def adapters(self) -> LoraShape | None:
         return self.shape.adapters
-
-    @property
-    def adapted_attention(self) -> set[str]:
-        """BERT's attention projections (query, key, value) the target names name ('all-linear': all
-        three). The arithmetic reads the adapted linears off the model itself (Encoder.adapters)."""
-        if self.shape.adapters is None:
-            return set()
-        targets = self.shape.adapters.target_modules
-        names = {"query", "key", "value"} if _is_all_linear(targets) else set(targets)
-        return names & {"query", "key", "value"}
-
-
-def _is_all_linear(targets: tuple[str, ...] | str) -> bool:
-    if isinstance(targets, str):
-        return targets.lower() == "all-linear"
-    return [name.lower() for name in targets] == ["all-linear"]
