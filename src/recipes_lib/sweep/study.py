@@ -175,9 +175,8 @@ def open_storage(
     for attempt in range(3):
         try:
             with warnings.catch_warnings():
-                warnings.simplefilter(
-                    "ignore"
-                )  # heartbeat_interval is experimental in every Optuna version used
+                # heartbeat_interval is experimental in every Optuna version used
+                warnings.simplefilter("ignore")
                 return ClaimingRDBStorage(
                     location,
                     engine_kwargs=engine,
@@ -233,11 +232,6 @@ def claim_report(storage, name: str) -> bool:
     except optuna.exceptions.DuplicatedStudyError:
         return False
     return True
-
-
-def skip_trial(reason: str):
-    """End the running trial unlaunched, as PRUNED (a value another worker runs: parallel.claim)."""
-    raise optuna.TrialPruned(reason)
 
 
 def search_sampler(config: SweepConfig, recipe: str, finished: int, slot: int | None = None):
