@@ -31,6 +31,7 @@ from recipes_lib.errors import DataError
 from recipes_lib.evaluation.predictions import TEST_PREDICTIONS_FILE, prediction_rows
 from recipes_lib.export.bundle import read_thresholds
 from recipes_lib.results import RESULT_KEYS, read_results
+from recipes_lib.sweep.config import test_metric_of
 
 ENSEMBLE_FILE = "test_ensemble_predictions.jsonl"
 ENSEMBLE_HOW = {
@@ -39,11 +40,6 @@ ENSEMBLE_HOW = {
     REGRESSION: "the mean of the folds' scores",
 }
 SINGLE_LABEL_HOW = "the mean of the folds' softmax probabilities, the likeliest class predicted"
-
-
-def test_metric_of(metric: str) -> str:
-    """eval_accuracy -> test_accuracy: the same figure on the test split (results.json's test_* key)."""
-    return "test_" + metric.removeprefix("eval_")
 
 
 def read_test_predictions(fold_dir: Path) -> list[dict[str, Any]]:

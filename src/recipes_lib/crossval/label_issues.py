@@ -101,12 +101,10 @@ def neglected_from_label_sets(predicted, given, names: list[str], max_recall: fl
 class HeldOutPredictions:
     """Rows of one file, each with a probability from a model that never trained on it, and where from."""
 
-    rows: (
-        TrainingRows  # the file `row` indexes: a cross-validation's training file, or a run's validation file
-    )
-    predictions: list[
-        dict[str, Any]
-    ]  # {"row", "label", "prediction", "probabilities"} per row, in file order
+    # The file `row` indexes: a cross-validation's training file, or a run's validation file.
+    rows: TrainingRows
+    # {"row", "label", "prediction", "probabilities"} per row, in file order.
+    predictions: list[dict[str, Any]]
     task: str
     classes: list[str]
     text_columns: list[str]
@@ -195,16 +193,14 @@ def find_issues(task: str, classes: list[str], oof: list[dict[str, Any]]) -> tup
         from cleanlab.multilabel_classification import get_label_quality_scores
 
         given = [sorted(ids[name] for name in row["label_classes"]) for row in oof]
-        flags = find_label_issues(labels=given, pred_probs=probabilities, multi_label=True)
-        scores = get_label_quality_scores(labels=given, pred_probs=probabilities)
-        return np.asarray(flags), np.asarray(scores)
-    from cleanlab.rank import get_label_quality_scores
+    else:
+        from cleanlab.rank import get_label_quality_scores
 
-    # Single-label rows sum to 1 up to the 6-decimal rounding of the file; cleanlab checks that they do.
-    probabilities = probabilities / probabilities.sum(axis=1, keepdims=True)
-    given_ids = np.array([ids[str(row["label"])] for row in oof])
-    flags = find_label_issues(labels=given_ids, pred_probs=probabilities)
-    scores = get_label_quality_scores(labels=given_ids, pred_probs=probabilities)
+        # Single-label rows sum to 1 up to the 6-decimal rounding of the file; cleanlab checks that they do.
+        probabilities = probabilities / probabilities.sum(axis=1, keepdims=True)
+        given = np.array([ids[str(row["label"])] for row in oof])
+    flags = find_label_issues(labels=given, pred_probs=probabilities, multi_label=task == MULTI_LABEL)
+    scores = get_label_quality_scores(labels=given, pred_probs=probabilities)
     return np.asarray(flags), np.asarray(scores)
 
 
@@ -315,9 +311,8 @@ def label_issues(
         print("label-issues: regression is not supported (cleanlab's label issues need class probabilities).")
         return 2
     rows, predictions = held_out.rows, held_out.predictions
-    for (
-        row
-    ) in predictions:  # the given classes, read by the recipe's own label logic (names, ids, flags, text)
+    # The given classes, read by the recipe's own label logic (names, ids, flags, text).
+    for row in predictions:
         value = row["label"]
         row["label_classes"] = (
             [str(c) for c in rows.labels.classes_of(value)] if held_out.task == MULTI_LABEL else [str(value)]
