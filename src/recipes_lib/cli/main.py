@@ -103,15 +103,9 @@ def main(argv: list[str] | None = None) -> int:
     # transformers' Trainer imports peft, which imports bitsandbytes: run only by a command that uses it
     # (or reads every loaded module: wandb's import, for compare --wandb), without its kernels line.
     with deferred_bitsandbytes(), kernels_line_dropped():
-        if args.command == "crossval":
-            from recipes_lib.cli.crossval import crossval_command
-
-            return crossval_command(args, recipe_tokens)
         try:
-            return dispatch(args)
-        except (
-            RecipeError
-        ) as error:  # one a command does not word itself (a damaged results.json for show, say)
+            return dispatch(args, recipe_tokens)
+        except RecipeError as error:  # every command's bad input: one paragraph, the error's exit code
             print(f"error: {error}", file=sys.stderr)
             return error.exit_code
 
@@ -161,9 +155,13 @@ def describe_families(families=None) -> tuple[list[str], list[list[str]]]:
     return header, rows
 
 
-def dispatch(args: argparse.Namespace) -> int:
+def dispatch(args: argparse.Namespace, recipe_tokens: list[str]) -> int:
     """Run the parsed command. Each command's module is imported only when that command runs, so that
     `--help` and a light command (plan, show) do not import torch, transformers, wandb or Optuna."""
+    if args.command == "crossval":
+        from recipes_lib.cli.crossval import crossval_command
+
+        return crossval_command(args, recipe_tokens)
     if args.command == "families":
         print(format_table(*describe_families(), markdown=args.markdown))
         return 0
