@@ -12,6 +12,7 @@ import difflib
 import sys
 from typing import Any
 
+from recipes_lib.cli import options_of
 from recipes_lib.cli.sweep import add_parallel_arguments, require_extra, workers_from_arguments
 from recipes_lib.config.registry import RECIPES
 from recipes_lib.errors import ConfigError
@@ -20,6 +21,11 @@ from recipes_lib.sweep.config import CROSSVAL_OWNED_OPTIONS
 # The recipe's data arguments the folds are made from (and the test file the folds' ensemble scores).
 DATA_KEYS = (
     "train_file", "label_column_name", "problem_type", "label_delimiter", "csv_quoting", "delimiter", "test_file"
+)  # fmt: skip
+# The crossval flags CrossvalSettings takes under their own names.
+SETTINGS_FLAGS = (
+    "recipe", "output_dir", "folds", "seed", "group_column", "metric", "experiment", "recipes_dir", "retry_failed",
+    "keep_fold_models",
 )  # fmt: skip
 
 
@@ -156,20 +162,11 @@ def crossval_command(args, recipe_tokens: list[str]) -> int:
 
         pairs = recipe_option_pairs(recipe_tokens)
         settings = CrossvalSettings(
-            recipe=args.recipe,
-            output_dir=args.output_dir,
-            folds=args.folds,
-            seed=args.seed,
-            group_column=args.group_column,
             config_file=args.config,
             recipe_args=pairs,
             data=tuple(data_values(args.config, pairs).items()),
             accelerate_config=args.accelerate_config or machine_accelerate_config(),
-            metric=args.metric,
-            experiment=args.experiment,
-            recipes_dir=args.recipes_dir,
-            retry_failed=args.retry_failed,
-            keep_fold_models=args.keep_fold_models,
+            **options_of(args, *SETTINGS_FLAGS),
         )
         return run_crossval(settings, workers=workers_from_arguments(args))
     except KeyboardInterrupt:

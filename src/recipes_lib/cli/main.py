@@ -39,6 +39,7 @@ import io
 import logging
 import sys
 
+from recipes_lib.cli import options_of
 from recipes_lib.cli.crossval import add_crossval_parser, add_label_issues_parser
 from recipes_lib.cli.export import add_export_parser, export_command
 from recipes_lib.cli.plan import add_plan_parser
@@ -193,14 +194,8 @@ def dispatch(args: argparse.Namespace, recipe_tokens: list[str]) -> int:
 
                 from recipes_lib.tracking.dashboard import wandb_dashboard
 
-            return wandb_dashboard(
-                args.project,
-                entity=args.entity,
-                group=args.group,
-                report=args.report,
-                spec_file=args.spec_file,
-                sweep_metric=args.sweep_metric,
-            )
+            dashboard_options = options_of(args, "entity", "group", "report", "spec_file", "sweep_metric")
+            return wandb_dashboard(args.project, **dashboard_options)
     if args.command == "export":
         return export_command(args)
     if args.command == "plan":
@@ -210,16 +205,8 @@ def dispatch(args: argparse.Namespace, recipe_tokens: list[str]) -> int:
     if args.command == "predict":
         from recipes_lib.tools.predict import write_predictions
 
-        return write_predictions(
-            args.run_dir,
-            args.input,
-            args.output,
-            batch_size=args.batch_size,
-            csv_quoting=args.csv_quoting,
-            text_column_names=args.text_column_names,
-            id_column=args.id_column,
-            delimiter=args.delimiter,
-        )
+        reading = options_of(args, "batch_size", "csv_quoting", "text_column_names", "id_column", "delimiter")
+        return write_predictions(args.run_dir, args.input, args.output, **reading)
     if args.command == "push":
         from recipes_lib.tools.push import push
 
