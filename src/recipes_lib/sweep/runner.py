@@ -113,7 +113,7 @@ class Run:
         return Phase(
             name, param, values, count, open_study,
             make_objective=lambda phase, slot: trial_objective(
-                self, make_trial, self.slots[slot], lambda trial: claim(trial, phase), on_outcome
+                self, phase, make_trial, self.slots[slot], on_outcome
             ),
             is_done=lambda trial: self.done(trial, name),
         )  # fmt: skip
@@ -158,21 +158,20 @@ def prepare_retries(study, run: Run, param: str) -> None:
 
 def trial_objective(
     run: Run,
+    phase: Phase,
     make_trial: Callable[[Any], Trial],
-    environment: dict[str, str] | None = None,
-    claim_trial: Callable[[Any], bool] | None = None,
+    environment: dict[str, str],
     on_outcome: Callable[[Trial, Outcome], None] | None = None,
 ) -> Callable[[Any], float]:
-    """The Optuna objective of one trial: launch it (with its worker's `environment`), record its
-    outcome; a failed one raises TrialFailed. A trial `claim_trial` refuses (a value another worker
+    """The Optuna objective of one trial of `phase`: launch it (with its worker's `environment`), record
+    its outcome; a failed one raises TrialFailed. A trial parallel.claim refuses (a value another worker
     runs) ends PRUNED unlaunched; `on_outcome` may stop the run after a trial (crossval's bad input)."""
 
     def objective(trial) -> float:
-        if claim_trial is not None and not claim_trial(trial):
-            # Ended unlaunched, as PRUNED: another worker runs this value (parallel.claim).
+        if not claim(trial, phase):
             raise optuna.TrialPruned("another trial runs this value")
         spec = make_trial(trial)
-        spec.environment = dict(environment or {})
+        spec.environment = dict(environment)
         set_attributes(trial, phase=spec.phase, recipe=spec.recipe, learning_rate=spec.learning_rate,
                        seed=spec.seed, output_dir=str(spec.output_dir), log=str(spec.log), chosen=spec.chosen,
                        status=RUNNING)  # fmt: skip
