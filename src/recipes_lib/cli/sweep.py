@@ -126,14 +126,18 @@ def add_parallel_arguments(parser, what: str) -> None:
 
 def workers_from_arguments(args):
     """The parsed --workers and --storage, checked (the sweep's parallel.Workers)."""
-    from recipes_lib.sweep.parallel import Workers, check_workers
+    from recipes_lib.sweep.parallel import Workers
 
+    if args.workers < 1:
+        raise ConfigError(
+            f"--workers is {args.workers}; give how many trials run at once on this machine, 1 or more."
+        )
     storage = args.storage.strip() if args.storage else None
     if args.storage is not None and not storage:
         raise ConfigError(
             "--storage is empty; give a database URL (postgresql://USER:PASSWORD@HOST/DB) or leave it out."
         )
-    return Workers(check_workers(args.workers), storage)
+    return Workers(args.workers, storage)
 
 
 def sweep_config_from_arguments(args) -> SweepConfig:

@@ -64,12 +64,6 @@ class Workers:
 ONE_WORKER = Workers()  # the default: one trial at a time, the SQLite file beside the outputs
 
 
-def check_workers(count: int, flag: str = "--workers") -> int:
-    if count < 1:
-        raise ConfigError(f"{flag} is {count}; give how many trials run at once on this machine, 1 or more.")
-    return count
-
-
 # --- each worker's slot: one GPU, or its share of the cores ------------------------------------------------
 
 
