@@ -125,7 +125,7 @@ def ensemble_score(
     from recipes_lib.evaluation.metrics import TaskMetrics
 
     name = metric.removeprefix("eval_")
-    test = read_labelled_file(test_file_arguments(data), training.labels)
+    test = read_labelled_file({**data, "train_file": data["test_file"]}, training.labels)
     if test is None:
         return None
     if len(test) != len(logits):
@@ -138,10 +138,6 @@ def ensemble_score(
     )
     value = scores.get(name)
     return None if value is None else float(value)
-
-
-def test_file_arguments(data: dict[str, Any]) -> dict[str, Any]:
-    return {**data, "train_file": data["test_file"]}
 
 
 def ensemble_note(metric: str, per_fold: list) -> str:
