@@ -34,7 +34,6 @@ remove more than MOST_OF_A_CLASS of any class's rows unless --drop_most_of_a_cla
 
 from __future__ import annotations
 
-import csv
 import json
 from collections import Counter
 from dataclasses import dataclass
@@ -52,7 +51,7 @@ from recipes_lib.evaluation.neglected import NEGLECTED_RECALL, describe_class
 from recipes_lib.evaluation.predictions import EVAL_PREDICTIONS_FILE
 from recipes_lib.results import RESULTS_FILE as RUN_RESULTS_FILE
 from recipes_lib.results import read_results
-from recipes_lib.whole_files import read_json, read_jsonl, write_text_whole, written_whole
+from recipes_lib.whole_files import read_json, read_jsonl, write_text_whole
 from recipes_lib.workbench import format_table
 
 ISSUES_FILE = "label_issues.csv"
@@ -337,12 +336,7 @@ def label_issues(
         for i in flagged
     ]
     path = directory_path / ISSUES_FILE
-    with written_whole(path, newline="") as handle:
-        writer = csv.DictWriter(
-            handle, fieldnames=["row", "text", "given_label", "suggested_label", "label_quality"]
-        )
-        writer.writeheader()
-        writer.writerows(lines)
+    write_rows(path, lines, ["row", "text", "given_label", "suggested_label", "label_quality"])
     check = learning_check(held_out.task, predictions)
     summary = {"rows": len(predictions), "flagged": len(lines), "source": held_out.source,
                "issues_file": str(path), **check.to_dict(), **by_class.to_dict()}  # fmt: skip
