@@ -25,7 +25,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import optuna
 from tqdm.auto import tqdm
 
 from recipes_lib.locking import lock_directory
@@ -61,6 +60,7 @@ from recipes_lib.sweep.study import (
     search_study_name,
     seeds_sampler,
     seeds_study_name,
+    skip_trial,
     status_of,
     study_trials,
     sweep_trials,
@@ -169,7 +169,7 @@ def trial_objective(
 
     def objective(trial) -> float:
         if not claim(trial, phase):
-            raise optuna.TrialPruned("another trial runs this value")
+            skip_trial("another trial runs this value")
         spec = make_trial(trial)
         spec.environment = dict(environment)
         set_attributes(trial, phase=spec.phase, recipe=spec.recipe, learning_rate=spec.learning_rate,

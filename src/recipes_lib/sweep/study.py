@@ -234,6 +234,11 @@ def claim_report(storage, name: str) -> bool:
     return True
 
 
+def skip_trial(reason: str):
+    """End the running trial unlaunched, as PRUNED (a value another worker runs: parallel.claim)."""
+    raise optuna.TrialPruned(reason)
+
+
 def search_sampler(config: SweepConfig, recipe: str, finished: int, slot: int | None = None):
     """GridSampler for a grid; for a range, TPE seeded from search_seed and the trials already done, so
     a resumed sweep samples what the uninterrupted one would have. With workers in parallel (`slot`: the
