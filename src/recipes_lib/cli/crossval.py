@@ -9,39 +9,24 @@ command line winning, as in the recipe.
 from __future__ import annotations
 
 import difflib
-import importlib
 import sys
-from pathlib import Path
 from typing import Any
 
-import yaml
-
-from recipes_lib.cli.sweep import add_parallel_arguments, workers_from_arguments
+from recipes_lib.cli import options_of
+from recipes_lib.cli.sweep import add_parallel_arguments, require_extra, workers_from_arguments
 from recipes_lib.config.registry import RECIPES
-from recipes_lib.errors import ConfigError, RecipeError
+from recipes_lib.errors import ConfigError
+from recipes_lib.sweep.config import CROSSVAL_OWNED_OPTIONS
 
-MISSING_OPTUNA = (
-    "recipes-lib crossval runs its folds as the sweep's trials, with Optuna, which is not installed; install the "
-    "'sweep' extra: pip install 'recipes-lib[sweep]' (in a checkout: pip install -e '.[sweep]')."
-)
-MISSING_CLEANLAB = (
-    "recipes-lib label-issues uses cleanlab, which is not installed; install the 'data-quality' extra: "
-    "pip install 'recipes-lib[data-quality]' (in a checkout: pip install -e '.[data-quality]')."
-)
 # The recipe's data arguments the folds are made from (and the test file the folds' ensemble scores).
 DATA_KEYS = (
     "train_file", "label_column_name", "problem_type", "label_delimiter", "csv_quoting", "delimiter", "test_file"
 )  # fmt: skip
-# Recipe options crossval sets for every fold itself.
-CROSSVAL_OWNED_OPTIONS = {
-    "validation_file": "crossval (each fold's held-out rows)",
-    "output_dir": "crossval's --output_dir (each fold in OUTPUT_DIR/fold-K)",
-    "overwrite_output_dir": "crossval (a rerun fold replaces its own directory)",
-    "run_name": "crossval (<recipe> fold K/N)",
-    "experiment": "crossval's --experiment (one W&B group per cross-validation)",
-    "resume_from_checkpoint": "crossval (an interrupted fold is rerun from the start)",
-    "max_eval_samples": "nobody: every held-out row must be predicted",
-}
+# The crossval flags CrossvalSettings takes under their own names.
+SETTINGS_FLAGS = (
+    "recipe", "output_dir", "folds", "seed", "group_column", "metric", "experiment", "recipes_dir", "retry_failed",
+    "keep_fold_models",
+)  # fmt: skip
 
 
 def add_crossval_parser(commands) -> None:
@@ -145,19 +130,12 @@ def recipe_option_pairs(tokens: list[str]) -> tuple[tuple[str, tuple[str, ...]],
 
 
 def data_values(config_file: str | None, pairs) -> dict[str, Any]:
-    """The recipe's data arguments: the --config file's, then the command line's."""
-    values: dict[str, Any] = {}
-    if config_file is not None:
-        if not Path(config_file).is_file():
-            raise ConfigError(
-                f"--config {config_file} is not a file; give a recipe config such as recipes/configs/demo.yaml."
-            )
-        loaded = yaml.safe_load(Path(config_file).read_text()) or {}
-        if not isinstance(loaded, dict):
-            raise ConfigError(
-                f"--config {config_file} must be a mapping of recipe options, not a {type(loaded).__name__}."
-            )
-        values.update({key: loaded[key] for key in DATA_KEYS if loaded.get(key) is not None})
+    """The recipe's data arguments: the --config file's (read, and refused, as the recipe reads it), then
+    the command line's."""
+    from recipes_lib.config.parsing import load_config_file  # transformers' argument parser: not for --help
+
+    loaded = {} if config_file is None else load_config_file(config_file)
+    values = {key: loaded[key] for key in DATA_KEYS if loaded.get(key) is not None}
     for key, tokens in pairs:
         if key in DATA_KEYS and tokens:
             values[key] = " ".join(tokens)
@@ -178,53 +156,31 @@ def check_recipe_name(name: str) -> None:
 def crossval_command(args, recipe_tokens: list[str]) -> int:
     try:
         check_recipe_name(args.recipe)
-        try:
-            importlib.import_module("optuna")
-        except ImportError:
-            raise ConfigError(MISSING_OPTUNA) from None
+        require_extra("optuna", "crossval runs its folds as the sweep's trials, with Optuna", "sweep")
         from recipes_lib.crossval.runner import CrossvalSettings, run_crossval
         from recipes_lib.sweep.config import machine_accelerate_config
 
         pairs = recipe_option_pairs(recipe_tokens)
         settings = CrossvalSettings(
-            recipe=args.recipe,
-            output_dir=args.output_dir,
-            folds=args.folds,
-            seed=args.seed,
-            group_column=args.group_column,
             config_file=args.config,
             recipe_args=pairs,
             data=tuple(data_values(args.config, pairs).items()),
             accelerate_config=args.accelerate_config or machine_accelerate_config(),
-            metric=args.metric,
-            experiment=args.experiment,
-            recipes_dir=args.recipes_dir,
-            retry_failed=args.retry_failed,
-            keep_fold_models=args.keep_fold_models,
+            **options_of(args, *SETTINGS_FLAGS),
         )
         return run_crossval(settings, workers=workers_from_arguments(args))
-    except RecipeError as error:
-        print(f"error: {error}", file=sys.stderr)
-        return error.exit_code
     except KeyboardInterrupt:
         print("\ninterrupted: no fold was running; run the same command to start again.", file=sys.stderr)
         return 130
 
 
 def label_issues_command(args) -> int:
-    try:
-        try:
-            importlib.import_module("cleanlab")
-        except ImportError:
-            raise ConfigError(MISSING_CLEANLAB) from None
-        from recipes_lib.crossval.label_issues import label_issues
+    require_extra("cleanlab", "label-issues uses cleanlab", "data-quality")
+    from recipes_lib.crossval.label_issues import label_issues
 
-        return label_issues(
-            args.directory,
-            top=args.top,
-            drop_to=args.drop_label_issues,
-            drop_most_of_a_class=args.drop_most_of_a_class,
-        )
-    except RecipeError as error:
-        print(f"error: {error}", file=sys.stderr)
-        return error.exit_code
+    return label_issues(
+        args.directory,
+        top=args.top,
+        drop_to=args.drop_label_issues,
+        drop_most_of_a_class=args.drop_most_of_a_class,
+    )

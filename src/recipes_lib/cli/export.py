@@ -69,8 +69,6 @@ def log_notes_to_stderr() -> None:
 
 
 def export_command(args) -> int:
-    from recipes_lib.errors import RecipeError
-
     log_notes_to_stderr()
     try:
         from recipes_lib.export.command import export_run, summary
@@ -83,9 +81,6 @@ def export_command(args) -> int:
         print(f"error: export needs onnx, onnxscript and onnxruntime ({error}); pip install 'recipes-lib[export]'.",
               file=sys.stderr)  # fmt: skip
         return 2
-    except RecipeError as error:
-        print(f"error: {error}", file=sys.stderr)
-        return error.exit_code
     print(summary(outcome))
     if not outcome.passed:
         print(

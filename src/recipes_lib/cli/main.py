@@ -39,6 +39,7 @@ import io
 import logging
 import sys
 
+from recipes_lib.cli import options_of
 from recipes_lib.cli.crossval import add_crossval_parser, add_label_issues_parser
 from recipes_lib.cli.export import add_export_parser, export_command
 from recipes_lib.cli.plan import add_plan_parser
@@ -103,15 +104,9 @@ def main(argv: list[str] | None = None) -> int:
     # transformers' Trainer imports peft, which imports bitsandbytes: run only by a command that uses it
     # (or reads every loaded module: wandb's import, for compare --wandb), without its kernels line.
     with deferred_bitsandbytes(), kernels_line_dropped():
-        if args.command == "crossval":
-            from recipes_lib.cli.crossval import crossval_command
-
-            return crossval_command(args, recipe_tokens)
         try:
-            return dispatch(args)
-        except (
-            RecipeError
-        ) as error:  # one a command does not word itself (a damaged results.json for show, say)
+            return dispatch(args, recipe_tokens)
+        except RecipeError as error:  # every command's bad input: one paragraph, the error's exit code
             print(f"error: {error}", file=sys.stderr)
             return error.exit_code
 
@@ -161,9 +156,13 @@ def describe_families(families=None) -> tuple[list[str], list[list[str]]]:
     return header, rows
 
 
-def dispatch(args: argparse.Namespace) -> int:
+def dispatch(args: argparse.Namespace, recipe_tokens: list[str]) -> int:
     """Run the parsed command. Each command's module is imported only when that command runs, so that
     `--help` and a light command (plan, show) do not import torch, transformers, wandb or Optuna."""
+    if args.command == "crossval":
+        from recipes_lib.cli.crossval import crossval_command
+
+        return crossval_command(args, recipe_tokens)
     if args.command == "families":
         print(format_table(*describe_families(), markdown=args.markdown))
         return 0
@@ -195,14 +194,8 @@ def dispatch(args: argparse.Namespace) -> int:
 
                 from recipes_lib.tracking.dashboard import wandb_dashboard
 
-            return wandb_dashboard(
-                args.project,
-                entity=args.entity,
-                group=args.group,
-                report=args.report,
-                spec_file=args.spec_file,
-                sweep_metric=args.sweep_metric,
-            )
+            dashboard_options = options_of(args, "entity", "group", "report", "spec_file", "sweep_metric")
+            return wandb_dashboard(args.project, **dashboard_options)
     if args.command == "export":
         return export_command(args)
     if args.command == "plan":
@@ -212,16 +205,8 @@ def dispatch(args: argparse.Namespace) -> int:
     if args.command == "predict":
         from recipes_lib.tools.predict import write_predictions
 
-        return write_predictions(
-            args.run_dir,
-            args.input,
-            args.output,
-            batch_size=args.batch_size,
-            csv_quoting=args.csv_quoting,
-            text_column_names=args.text_column_names,
-            id_column=args.id_column,
-            delimiter=args.delimiter,
-        )
+        reading = options_of(args, "batch_size", "csv_quoting", "text_column_names", "id_column", "delimiter")
+        return write_predictions(args.run_dir, args.input, args.output, **reading)
     if args.command == "push":
         from recipes_lib.tools.push import push
 

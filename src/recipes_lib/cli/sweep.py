@@ -10,7 +10,7 @@ from __future__ import annotations
 import importlib
 import sys
 
-from recipes_lib.errors import ConfigError, RecipeError
+from recipes_lib.errors import ConfigError
 from recipes_lib.sweep.config import (
     DEFAULT_ACCELERATE_CONFIG,
     DEFAULT_METRIC,
@@ -20,11 +20,6 @@ from recipes_lib.sweep.config import (
     parse_args_mapping,
     sweep_config_from_values,
     write_wandb_sweeps,
-)
-
-MISSING_OPTUNA = (
-    "recipes-lib sweep runs its study with Optuna, which is not installed; install the 'sweep' extra: "
-    "pip install 'recipes-lib[sweep]' (in a checkout: pip install -e '.[sweep]')."
 )
 
 # Flag -> sweep file key, for the flags that override one key.
@@ -131,14 +126,18 @@ def add_parallel_arguments(parser, what: str) -> None:
 
 def workers_from_arguments(args):
     """The parsed --workers and --storage, checked (the sweep's parallel.Workers)."""
-    from recipes_lib.sweep.parallel import Workers, check_workers
+    from recipes_lib.sweep.parallel import Workers
 
+    if args.workers < 1:
+        raise ConfigError(
+            f"--workers is {args.workers}; give how many trials run at once on this machine, 1 or more."
+        )
     storage = args.storage.strip() if args.storage else None
     if args.storage is not None and not storage:
         raise ConfigError(
             "--storage is empty; give a database URL (postgresql://USER:PASSWORD@HOST/DB) or leave it out."
         )
-    return Workers(check_workers(args.workers), storage)
+    return Workers(args.workers, storage)
 
 
 def sweep_config_from_arguments(args) -> SweepConfig:
@@ -165,12 +164,15 @@ def sweep_config_from_arguments(args) -> SweepConfig:
     return sweep_config_from_values(values, source, config_file=args.config)
 
 
-def require_optuna() -> None:
-    """A ConfigError naming the extra to install when Optuna is missing (it is optional: the 'sweep' extra)."""
+def require_extra(module: str, command_needs: str, extra: str) -> None:
+    """A ConfigError naming the optional extra to install when `module` is missing."""
     try:
-        importlib.import_module("optuna")
+        importlib.import_module(module)
     except ImportError:
-        raise ConfigError(MISSING_OPTUNA) from None
+        raise ConfigError(
+            f"recipes-lib {command_needs}, which is not installed; install the '{extra}' extra: "
+            f"pip install 'recipes-lib[{extra}]' (in a checkout: pip install -e '.[{extra}]')."
+        ) from None
 
 
 def sweep_command(args) -> int:
@@ -186,14 +188,11 @@ def sweep_command(args) -> int:
             for path in write_wandb_sweeps(config, args.wandb_sweep):
                 print(f"W&B Sweeps config: {path} (wandb sweep {path}; then wandb agent <sweep id>)")
             return 0
-        require_optuna()
+        require_extra("optuna", "sweep runs its study with Optuna", "sweep")
         # Imported here, after the check: the runner imports Optuna (the optional extra 'sweep').
         from recipes_lib.sweep.runner import run_sweep
 
         return run_sweep(config, dry_run=args.dry_run, workers=workers_from_arguments(args))
-    except RecipeError as error:
-        print(f"error: {error}", file=sys.stderr)
-        return error.exit_code
     except KeyboardInterrupt:  # before the first trial (the check of the arguments): nothing to record
         print("\ninterrupted: no trial was running; run the same command to start again.", file=sys.stderr)
         return 130

@@ -31,6 +31,7 @@ from recipes_lib.errors import DataError
 from recipes_lib.evaluation.predictions import TEST_PREDICTIONS_FILE, prediction_rows
 from recipes_lib.export.bundle import read_thresholds
 from recipes_lib.results import RESULT_KEYS, read_results
+from recipes_lib.sweep.config import test_metric_of
 
 ENSEMBLE_FILE = "test_ensemble_predictions.jsonl"
 ENSEMBLE_HOW = {
@@ -39,11 +40,6 @@ ENSEMBLE_HOW = {
     REGRESSION: "the mean of the folds' scores",
 }
 SINGLE_LABEL_HOW = "the mean of the folds' softmax probabilities, the likeliest class predicted"
-
-
-def test_metric_of(metric: str) -> str:
-    """eval_accuracy -> test_accuracy: the same figure on the test split (results.json's test_* key)."""
-    return "test_" + metric.removeprefix("eval_")
 
 
 def read_test_predictions(fold_dir: Path) -> list[dict[str, Any]]:
@@ -129,7 +125,7 @@ def ensemble_score(
     from recipes_lib.evaluation.metrics import TaskMetrics
 
     name = metric.removeprefix("eval_")
-    test = read_labelled_file(test_file_arguments(data), training.labels)
+    test = read_labelled_file({**data, "train_file": data["test_file"]}, training.labels)
     if test is None:
         return None
     if len(test) != len(logits):
@@ -142,10 +138,6 @@ def ensemble_score(
     )
     value = scores.get(name)
     return None if value is None else float(value)
-
-
-def test_file_arguments(data: dict[str, Any]) -> dict[str, Any]:
-    return {**data, "train_file": data["test_file"]}
 
 
 def ensemble_note(metric: str, per_fold: list) -> str:

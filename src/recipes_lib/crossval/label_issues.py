@@ -34,7 +34,6 @@ remove more than MOST_OF_A_CLASS of any class's rows unless --drop_most_of_a_cla
 
 from __future__ import annotations
 
-import csv
 import json
 from collections import Counter
 from dataclasses import dataclass
@@ -52,7 +51,7 @@ from recipes_lib.evaluation.neglected import NEGLECTED_RECALL, describe_class
 from recipes_lib.evaluation.predictions import EVAL_PREDICTIONS_FILE
 from recipes_lib.results import RESULTS_FILE as RUN_RESULTS_FILE
 from recipes_lib.results import read_results
-from recipes_lib.whole_files import read_json, read_jsonl, write_text_whole, written_whole
+from recipes_lib.whole_files import read_json, read_jsonl, write_text_whole
 from recipes_lib.workbench import format_table
 
 ISSUES_FILE = "label_issues.csv"
@@ -101,12 +100,10 @@ def neglected_from_label_sets(predicted, given, names: list[str], max_recall: fl
 class HeldOutPredictions:
     """Rows of one file, each with a probability from a model that never trained on it, and where from."""
 
-    rows: (
-        TrainingRows  # the file `row` indexes: a cross-validation's training file, or a run's validation file
-    )
-    predictions: list[
-        dict[str, Any]
-    ]  # {"row", "label", "prediction", "probabilities"} per row, in file order
+    # The file `row` indexes: a cross-validation's training file, or a run's validation file.
+    rows: TrainingRows
+    # {"row", "label", "prediction", "probabilities"} per row, in file order.
+    predictions: list[dict[str, Any]]
     task: str
     classes: list[str]
     text_columns: list[str]
@@ -195,16 +192,14 @@ def find_issues(task: str, classes: list[str], oof: list[dict[str, Any]]) -> tup
         from cleanlab.multilabel_classification import get_label_quality_scores
 
         given = [sorted(ids[name] for name in row["label_classes"]) for row in oof]
-        flags = find_label_issues(labels=given, pred_probs=probabilities, multi_label=True)
-        scores = get_label_quality_scores(labels=given, pred_probs=probabilities)
-        return np.asarray(flags), np.asarray(scores)
-    from cleanlab.rank import get_label_quality_scores
+    else:
+        from cleanlab.rank import get_label_quality_scores
 
-    # Single-label rows sum to 1 up to the 6-decimal rounding of the file; cleanlab checks that they do.
-    probabilities = probabilities / probabilities.sum(axis=1, keepdims=True)
-    given_ids = np.array([ids[str(row["label"])] for row in oof])
-    flags = find_label_issues(labels=given_ids, pred_probs=probabilities)
-    scores = get_label_quality_scores(labels=given_ids, pred_probs=probabilities)
+        # Single-label rows sum to 1 up to the 6-decimal rounding of the file; cleanlab checks that they do.
+        probabilities = probabilities / probabilities.sum(axis=1, keepdims=True)
+        given = np.array([ids[str(row["label"])] for row in oof])
+    flags = find_label_issues(labels=given, pred_probs=probabilities, multi_label=task == MULTI_LABEL)
+    scores = get_label_quality_scores(labels=given, pred_probs=probabilities)
     return np.asarray(flags), np.asarray(scores)
 
 
@@ -315,9 +310,8 @@ def label_issues(
         print("label-issues: regression is not supported (cleanlab's label issues need class probabilities).")
         return 2
     rows, predictions = held_out.rows, held_out.predictions
-    for (
-        row
-    ) in predictions:  # the given classes, read by the recipe's own label logic (names, ids, flags, text)
+    # The given classes, read by the recipe's own label logic (names, ids, flags, text).
+    for row in predictions:
         value = row["label"]
         row["label_classes"] = (
             [str(c) for c in rows.labels.classes_of(value)] if held_out.task == MULTI_LABEL else [str(value)]
@@ -342,12 +336,7 @@ def label_issues(
         for i in flagged
     ]
     path = directory_path / ISSUES_FILE
-    with written_whole(path, newline="") as handle:
-        writer = csv.DictWriter(
-            handle, fieldnames=["row", "text", "given_label", "suggested_label", "label_quality"]
-        )
-        writer.writeheader()
-        writer.writerows(lines)
+    write_rows(path, lines, ["row", "text", "given_label", "suggested_label", "label_quality"])
     check = learning_check(held_out.task, predictions)
     summary = {"rows": len(predictions), "flagged": len(lines), "source": held_out.source,
                "issues_file": str(path), **check.to_dict(), **by_class.to_dict()}  # fmt: skip

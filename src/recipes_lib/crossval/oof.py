@@ -22,7 +22,6 @@ from typing import Any
 import numpy as np
 
 from recipes_lib.crossval.folds import TrainingRows, held_out_rows
-from recipes_lib.data.files import write_jsonl
 from recipes_lib.errors import DataError
 from recipes_lib.evaluation.predictions import EVAL_PREDICTIONS_FILE
 from recipes_lib.workbench import CROSSVAL_RESULTS_FILE
@@ -60,10 +59,6 @@ def out_of_fold_rows(
     if missing:
         raise DataError(f"Rows {missing[:10]} have no out-of-fold prediction: a fold did not finish.")
     return rows  # type: ignore[return-value]
-
-
-def write_out_of_fold(path: Path, rows: list[dict[str, Any]]) -> Path:
-    return write_jsonl(path, rows)
 
 
 def summary(values: list[float]) -> dict[str, float | None]:

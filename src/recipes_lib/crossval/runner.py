@@ -9,7 +9,6 @@ by the heartbeat and queued again, finished folds are not rerun (study.py, runne
 
 from __future__ import annotations
 
-import contextlib
 import json
 import shutil
 import sys
@@ -17,8 +16,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-
-from tqdm.auto import tqdm
 
 from recipes_lib.config.tasks import MULTI_LABEL, REGRESSION
 from recipes_lib.crossval.ensemble import format_test_summary, test_figures
@@ -33,7 +30,6 @@ from recipes_lib.crossval.folds import (
 from recipes_lib.crossval.oof import OOF_FILE, RESULTS_FILE, format_summary, out_of_fold_rows, summary
 from recipes_lib.data.files import write_jsonl
 from recipes_lib.errors import ConfigError
-from recipes_lib.locking import lock_directory
 from recipes_lib.results import read_results
 from recipes_lib.sweep.config import (
     LearningRateSearch,
@@ -41,24 +37,22 @@ from recipes_lib.sweep.config import (
     SweepConfig,
     check_paths,
     launch_prefix,
+    metric_direction,
     recipe_arguments,
 )
 from recipes_lib.sweep.parallel import ONE_WORKER, Workers, slot_environments
 from recipes_lib.sweep.runner import (
     LOG_DIR,
     Run,
-    SweepStopped,
     pending,
     prepare_retries,
-    stop_on_sigterm,
+    resumed_storage,
+    with_progress,
 )
 from recipes_lib.sweep.study import (
-    RequeueStaleTrials,
     check_search_space,
     claim_report,
-    fail_stale_trials,
     latest_by_key,
-    open_storage,
     open_study,
     safe_url,
     status_of,
@@ -66,6 +60,7 @@ from recipes_lib.sweep.study import (
 )
 from recipes_lib.sweep.trials import COMPLETE, Outcome, Trial, launch_trial
 from recipes_lib.training.checkpoints import RUN_WEIGHTS, checkpoints_in
+from recipes_lib.whole_files import write_text_whole
 
 STUDY_FILE = "crossval.db"
 FOLD_PHASE = "fold"
@@ -110,14 +105,13 @@ class FoldTrial(Trial):
 
 def engine_config(settings: CrossvalSettings, metric: str) -> SweepConfig:
     """The sweep's config for the folds: one recipe at its own learning rate, the folds' seed."""
-    direction = "minimize" if metric.endswith(("loss", "mse", "mae", "error")) else "maximize"
     config = SweepConfig(
         recipes=(RecipeSweep(settings.recipe, LearningRateSearch()),),
         output_dir=settings.output_dir,
         base_config=settings.config_file,
         accelerate_config=settings.accelerate_config,
         metric=metric,
-        direction=direction,
+        direction=metric_direction(metric),
         search_seed=settings.seed,
         seeds=(settings.seed,),
         args=settings.recipe_args,
@@ -181,20 +175,7 @@ def run_crossval(
     metric = settings.metric or DEFAULT_METRICS.get(training.task, DEFAULT_METRIC)
     config = engine_config(settings, metric)
     slots = slot_environments(workers.count, settings.accelerate_config)
-    with (
-        contextlib.nullcontext()
-        if workers.shared
-        else lock_directory(output_dir, "crossval", take_over_stale=True)
-    ):
-        stale = RequeueStaleTrials()
-        storage = open_storage(
-            config, on_stale_trial=stale, file=STUDY_FILE, url=workers.storage, parallel=workers.parallel
-        )
-        fail_stale_trials(storage, wait=not workers.parallel)
-        if stale.trials:
-            print(f"Resuming: {len(stale.trials)} fold(s) interrupted by the last run will be rerun: "
-                  + ", ".join(str(t.user_attrs.get("output_dir")) for t in stale.trials))  # fmt: skip
-        stale.announce = True
+    with resumed_storage(config, workers, "crossval", "fold", STUDY_FILE) as storage:
         folds = list(range(settings.folds))
         # Every fold is enqueued with its number (enqueue_next), so the sampler never draws: Optuna's default.
         study = open_study(storage, settings.study_name, config, sampler=None)
@@ -212,7 +193,6 @@ def run_crossval(
             slots=slots,
             shared=workers.shared,
         )
-        run.retry_before.setdefault(settings.study_name, len(study.trials))
         prepare_retries(study, run, "fold")
         todo = pending(study.get_trials(deepcopy=False), run, settings.study_name, "fold", folds)
         print(
@@ -226,25 +206,17 @@ def run_crossval(
         def make_trial(trial) -> Trial:
             return fold_trial(settings, config, training, trial.suggest_categorical("fold", folds))
 
-        try:
-            with (
-                stop_on_sigterm(),
-                tqdm(total=len(todo), unit="fold", desc=f"crossval {output_dir.name}") as bar,
-            ):
-                run.bar = bar
-                # The folds in ascending order (a retry first), each enqueued with its number: Optuna's
-                # default sampler never draws one. With --workers or --storage several run at once.
-                fold_study = lambda slot: open_study(storage, settings.study_name, config, sampler=None)  # noqa: E731
-                run.drain(
-                    run.phase(
-                        settings.study_name, "fold", folds, 0, fold_study, make_trial, stop_on_bad_input
-                    )
-                )
-        except (KeyboardInterrupt, SweepStopped) as error:
-            print(
-                "\ninterrupted: the running fold is recorded as interrupted; run the same command to resume."
-            )
-            return getattr(error, "exit_code", 130)
+        # The folds in ascending order (a retry first), each enqueued with its number: Optuna's
+        # default sampler never draws one. With --workers or --storage several run at once.
+        def fold_study(slot: int):
+            return open_study(storage, settings.study_name, config, sampler=None)
+
+        phase = run.phase(settings.study_name, "fold", folds, 0, fold_study, make_trial, stop_on_bad_input)
+        stopped = with_progress(
+            run, "fold", len(todo), f"crossval {output_dir.name}", lambda: run.drain(phase)
+        )
+        if stopped is not None:
+            return stopped
         return finish(settings, config, training, assignment, stratified, storage, workers.shared)
 
 
@@ -351,9 +323,7 @@ def finish(
         # With --test_file: each fold's model on the test split, mean ± std, and the folds' ensemble.
         "test": test,
     }
-    temporary = output_dir / f".{RESULTS_FILE}.tmp"
-    temporary.write_text(json.dumps(results, indent=2) + "\n")
-    temporary.replace(output_dir / RESULTS_FILE)
+    write_text_whole(output_dir / RESULTS_FILE, json.dumps(results, indent=2) + "\n")
     print(f"Out-of-fold predictions: {output_dir / OOF_FILE}; figures: {output_dir / RESULTS_FILE}.")
     if training.task != REGRESSION:
         print(f"Rows most likely mislabelled: recipes-lib label-issues {output_dir}")

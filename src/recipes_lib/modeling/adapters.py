@@ -258,32 +258,32 @@ def base_quantization_config(model_config, precision: str, bits: int = 4):
 
 
 def check_base_support(device: torch.device, bits: int = 4) -> None:
-    """The qlora recipe's preflight for a `bits`-bit base: `check_4bit_support`, or for 8 bits
-    `check_8bit_support`."""
+    """The qlora recipe's preflight for a `bits`-bit base: `check_4bit_support`, or `check_8bit_support`."""
     check_8bit_support(device) if bits == 8 else check_4bit_support(device)
 
 
-def _first_line(error: Exception) -> str:
-    """What a failed bitsandbytes probe said, in one line (its class name when it said nothing)."""
-    text = str(error).strip()
-    return text.splitlines()[0] if text else type(error).__name__
+@contextmanager
+def _probing_bitsandbytes(needs: str, remedy: str):
+    """A failed probe as one ModelError: `needs`, what the probe said (in one line), `remedy`."""
+    try:
+        yield
+    except Exception as error:  # ImportError, RuntimeError, NotImplementedError: all mean "not here"
+        said = str(error).strip()
+        detail = said.splitlines()[0] if said else type(error).__name__
+        raise ModelError(f"{needs}: {detail}. {remedy}") from None
 
 
 def check_8bit_support(device: torch.device) -> None:
     """`--base_bits 8`'s preflight: one LLM.int8 layer's forward and backward on the training device,
     through the kernels the model's linears will use (bitsandbytes 0.50 has them on CUDA and CPU)."""
-    try:
+    with _probing_bitsandbytes(
+        f"--base_bits 8 needs bitsandbytes' 8-bit LLM.int8 layers on {device}, and they fail here",
+        "Install a bitsandbytes built for this machine (pip install -U bitsandbytes; 0.50 runs LLM.int8 "
+        "on CUDA and CPU), or leave --base_bits at 4 (the NF4 base, less memory).",
+    ):
         bnb = import_bitsandbytes("nn")
         layer = bnb.nn.Linear8bitLt(64, 64, bias=False, has_fp16_weights=False, threshold=6.0).to(device)
-        probe = torch.randn(2, 64, device=device, requires_grad=True)
-        layer(probe).sum().backward()
-    except Exception as error:  # ImportError, RuntimeError, NotImplementedError: all mean "not here"
-        detail = _first_line(error)
-        raise ModelError(
-            f"--base_bits 8 needs bitsandbytes' 8-bit LLM.int8 layers on {device}, and they fail here: {detail}. "
-            "Install a bitsandbytes built for this machine (pip install -U bitsandbytes; 0.50 runs LLM.int8 "
-            "on CUDA and CPU), or leave --base_bits at 4 (the NF4 base, less memory)."
-        ) from None
+        layer(torch.randn(2, 64, device=device, requires_grad=True)).sum().backward()
 
 
 def check_4bit_support(device: torch.device) -> None:
@@ -293,18 +293,15 @@ def check_4bit_support(device: torch.device) -> None:
     kernels the model's weights will go through (a missing or mismatched native library, or a
     device bitsandbytes has no 4-bit backend for, fails here).
     """
-    try:
+    with _probing_bitsandbytes(
+        f"QLoRA needs bitsandbytes' 4-bit NF4 on {device}, and it fails here",
+        "Install a bitsandbytes built for this machine (pip install -U bitsandbytes; 0.45+ runs 4-bit on CUDA "
+        "and CPU), or run recipes/lora.py: the same adapters on a full-precision base, with more memory.",
+    ):
         bnb_functional = import_bitsandbytes("functional").functional
         probe = torch.linspace(-1, 1, 64, device=device)
         packed, state = bnb_functional.quantize_4bit(probe, quant_type="nf4")
         bnb_functional.dequantize_4bit(packed, state)
-    except Exception as error:  # ImportError, RuntimeError, NotImplementedError: all mean "not here"
-        detail = _first_line(error)
-        raise ModelError(
-            f"QLoRA needs bitsandbytes' 4-bit NF4 on {device}, and it fails here: {detail}. Install a "
-            "bitsandbytes built for this machine (pip install -U bitsandbytes; 0.45+ runs 4-bit on CUDA and "
-            "CPU), or run recipes/lora.py: the same adapters on a full-precision base, with more memory."
-        ) from None
 
 
 def _in_autocast_dtype(module, inputs, output):
@@ -386,21 +383,6 @@ def read_base_quantization(adapter_dir: str | Path):
     return BitsAndBytesConfig.from_dict(json.loads(path.read_text()))
 
 
-def _compute_dtype_name(quantization) -> str:
-    return str(quantization.bnb_4bit_compute_dtype).removeprefix("torch.")
-
-
-def _matmuls(quantization) -> str:
-    if quantization.load_in_8bit:
-        return "int8 matmuls (fp16 for outlier columns; dequantized on CPU)"
-    return f"4-bit matmuls in {_compute_dtype_name(quantization)}"
-
-
-def describe_quantized_base(quantization) -> str:
-    """'4-bit NF4' or '8-bit LLM.int8': the base a QLoRA adapter was trained on."""
-    return "8-bit LLM.int8" if quantization.load_in_8bit else "4-bit NF4"
-
-
 @dataclass(frozen=True)
 class MergedModel:
     """--merge_adapter's plain model, and what it is in words (`describe_merged_model`)."""
@@ -447,10 +429,15 @@ def describe_merged_model(quantization) -> str:
         return (
             "a plain fp32 model, the adapter folded into the base's weights (same outputs to float rounding)"
         )
+    if quantization.load_in_8bit:
+        base, matmuls = "8-bit LLM.int8", "int8 matmuls (fp16 for outlier columns; dequantized on CPU)"
+    else:
+        compute_dtype = str(quantization.bnb_4bit_compute_dtype).removeprefix("torch.")
+        base, matmuls = "4-bit NF4", f"4-bit matmuls in {compute_dtype}"
     return (
-        f"a plain fp32 model, the adapter folded into the base's {describe_quantized_base(quantization)} "
+        f"a plain fp32 model, the adapter folded into the base's {base} "
         "weights dequantized to fp32 (the weights QLoRA trained on, not the original full-precision ones). "
-        f"It is not the evaluated model, which ran its {_matmuls(quantization)} through bitsandbytes: "
+        f"It is not the evaluated model, which ran its {matmuls} through bitsandbytes: "
         "its outputs differ from eval_predictions.jsonl by rounding (more under bf16/fp16). "
         "recipes-lib predict OUTPUT_DIR runs the evaluated model itself"
     )
@@ -475,14 +462,11 @@ def load_trained_model(output_dir: str | Path, device: str | torch.device | None
     base_path = json.loads(adapter_config_path.read_text())["base_model_name_or_path"]
     config = AutoConfig.from_pretrained(output_dir)
     quantization = read_base_quantization(output_dir)
-    # A 4-bit base is quantized as its weights land on the device: it cannot be moved afterwards.
+    placement = {}
     if quantization is not None:
         import_bitsandbytes()  # transformers' quantizer runs it as the base loads
-    placement = (
-        {"quantization_config": quantization, "device_map": {"": device or "cpu"}}
-        if quantization is not None
-        else {}
-    )
+        # A 4-bit base is quantized as its weights land on the device: it cannot be moved afterwards.
+        placement = {"quantization_config": quantization, "device_map": {"": device or "cpu"}}
     try:
         # The head comes from the adapter (modules_to_save); a base that is a classifier of other labels
         # has one of another shape, replaced as in training (modeling.load_model).

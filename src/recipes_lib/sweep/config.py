@@ -83,8 +83,17 @@ TOP_LEVEL_KEYS = {
     "folds": "K: each trial is a K-fold cross-validation of the base config's training file (recipes-lib "
     "crossval), its figure the mean over the folds' held-out rows; default: none (one validation split)",
 }
-# Recipe options a cross-validation sets for every fold itself (`folds`): `args` may not set them.
-CROSSVAL_OWNED_OPTIONS = ("validation_file", "max_eval_samples")
+# Recipe options a cross-validation sets for every fold itself (`folds`, recipes-lib crossval): `args`
+# may not set them.
+CROSSVAL_OWNED_OPTIONS = {
+    "validation_file": "crossval (each fold's held-out rows)",
+    "output_dir": "crossval's --output_dir (each fold in OUTPUT_DIR/fold-K)",
+    "overwrite_output_dir": "crossval (a rerun fold replaces its own directory)",
+    "run_name": "crossval (<recipe> fold K/N)",
+    "experiment": "crossval's --experiment (one W&B group per cross-validation)",
+    "resume_from_checkpoint": "crossval (an interrupted fold is rerun from the start)",
+    "max_eval_samples": "nobody: every held-out row must be predicted",
+}
 RECIPE_KEYS = {
     "learning_rate": "a list of learning rates (a grid), or {low: L, high: H, trials: N} (TPE, log scale)",
     "args": "recipe options for this recipe's trials only, e.g. {lora_r: 16}",
@@ -104,10 +113,6 @@ class LearningRateSearch:
     @property
     def is_grid(self) -> bool:
         return bool(self.grid)
-
-    @property
-    def size(self) -> int:
-        return len(self.grid) if self.is_grid else self.trials
 
     def describe(self) -> str:
         if self.is_grid:
@@ -152,8 +157,8 @@ class SweepConfig:
 
     @property
     def test_metric(self) -> str:
-        """The same metric on the test split (results.json's test_* key), when the trials have one."""
-        return "test_" + self.metric.removeprefix("eval_")
+        """The same metric on the test split, when the trials have one."""
+        return test_metric_of(self.metric)
 
     @property
     def seeds_to_run(self) -> tuple[int, ...]:
@@ -164,6 +169,11 @@ class SweepConfig:
         return next(recipe for recipe in self.recipes if recipe.name == name)
 
 
+def test_metric_of(metric: str) -> str:
+    """eval_accuracy -> test_accuracy: the same figure on the test split (results.json's test_* key)."""
+    return "test_" + metric.removeprefix("eval_")
+
+
 def format_lr(lr: float | None) -> str:
     """2e-05 -> 2e-5, 0.001 -> 0.001: as the run names write it (6 significant digits)."""
     if lr is None:
@@ -172,10 +182,6 @@ def format_lr(lr: float | None) -> str:
 
 
 # --- reading values ---------------------------------------------------------------------------------
-
-
-def _where(source: str, key: str) -> str:
-    return f"'{key}' in {source}"
 
 
 def _number(value: Any, what: str, positive: bool = True) -> float:
@@ -311,7 +317,7 @@ def parse_recipes(value: Any, where: str) -> tuple[RecipeSweep, ...]:
     return tuple(recipes)
 
 
-def _direction(value: Any, metric: str) -> str:
+def metric_direction(metric: str, value: Any = None) -> str:
     if value is None:
         return "minimize" if LOWER_IS_BETTER.search(metric) else "maximize"
     if value not in ("maximize", "minimize"):
@@ -380,7 +386,7 @@ def sweep_config_from_values(
         base_config=None if values.get("base_config") is None else str(values["base_config"]),
         accelerate_config=str(values.get("accelerate_config") or DEFAULT_ACCELERATE_CONFIG),
         metric=metric,
-        direction=_direction(values.get("direction"), metric),
+        direction=metric_direction(metric, values.get("direction")),
         search_seed=_integer(values.get("search_seed", DEFAULT_SEARCH_SEED), "'search_seed'", 0),
         seeds=_seeds(values.get("seeds", list(DEFAULT_SEEDS))),
         args=parse_args_mapping(values.get("args"), "'args'"),
@@ -512,17 +518,11 @@ def crossval_command(config: SweepConfig, recipe: str, lr: float, seed: int, pyt
         "--output_dir", str(trial_dir(config, recipe, lr, seed)),
         "--accelerate_config", config.accelerate_config,
         "--metric", config.metric,
-        "--experiment", config.group,
         "--recipes_dir", config.recipes_dir,
+        *(["--retry_failed"] if config.retry_failed else []),
+        # --config and --experiment are crossval's own options; it passes the rest on to the recipe.
+        *recipe_arguments(config, recipe),
     ]  # fmt: skip
-    if config.base_config:
-        command += ["--config", config.base_config]
-    if config.retry_failed:
-        command.append("--retry_failed")
-    for key, tokens in without_secrets((*config.args, *config.recipe(recipe).args)):
-        command += [f"--{key}", *tokens]
-    if config.wandb_project:
-        command += ["--wandb_project", config.wandb_project]
     return [*command, "--learning_rate", repr(lr)]
 
 

@@ -37,6 +37,7 @@ import yaml
 
 from recipes_lib.errors import ConfigError
 from recipes_lib.sweep.study import fail_stale_trials_of
+from recipes_lib.sweep.trials import stop_processes
 
 LIVE = ("WAITING", "RUNNING")
 POLL_S = 0.5  # how often a worker with nothing to take looks again while others' trials run
@@ -47,9 +48,8 @@ class Workers:
     """How many trials at once on this machine, and the study's storage when shared with others."""
 
     count: int = 1
-    storage: str | None = (
-        None  # an RDB URL (postgresql://, mysql://); None: the SQLite file beside the outputs
-    )
+    # An RDB URL (postgresql://, mysql://); None: the SQLite file beside the outputs.
+    storage: str | None = None
 
     @property
     def shared(self) -> bool:
@@ -62,12 +62,6 @@ class Workers:
 
 
 ONE_WORKER = Workers()  # the default: one trial at a time, the SQLite file beside the outputs
-
-
-def check_workers(count: int, flag: str = "--workers") -> int:
-    if count < 1:
-        raise ConfigError(f"{flag} is {count}; give how many trials run at once on this machine, 1 or more.")
-    return count
 
 
 # --- each worker's slot: one GPU, or its share of the cores ------------------------------------------------
@@ -217,19 +211,6 @@ def work(phase: Phase, slot: int, slots: int, halt: threading.Event) -> None:
             return
 
 
-def stop_trial_processes() -> None:
-    """SIGTERM to every process this one started (the trials' launchers and recipes), then SIGKILL to
-    what is left after a grace period; the worker threads' waits then return."""
-    children = psutil.Process().children(recursive=True)
-    for child in children:
-        with contextlib.suppress(psutil.Error):
-            child.terminate()
-    _, alive = psutil.wait_procs(children, timeout=20)
-    for child in alive:
-        with contextlib.suppress(psutil.Error):
-            child.kill()
-
-
 def drain(phase: Phase, slots: int, halt: threading.Event, interrupted: threading.Event) -> None:
     """Run the phase with `slots` workers. One worker runs in this thread, as the sweep always has (Ctrl-C
     reaches its trial's wait); several are threads, and Ctrl-C or SIGTERM in this one stops their trials
@@ -258,7 +239,8 @@ def drain(phase: Phase, slots: int, halt: threading.Event, interrupted: threadin
     except BaseException:
         interrupted.set()
         halt.set()
-        stop_trial_processes()
+        # Every process this one started (the trials' launchers and recipes): the workers' waits then return.
+        stop_processes(psutil.Process().children(recursive=True))
         for thread in threads:
             thread.join()
         raise

@@ -38,6 +38,7 @@ from recipes_lib.sweep.study import (
     sweep_trials,
 )
 from recipes_lib.units import GIB, MIB
+from recipes_lib.whole_files import write_text_whole
 from recipes_lib.workbench import format_table, recipe_colours
 
 RESULTS_JSON = "sweep_results.json"
@@ -348,11 +349,9 @@ def format_report(summary: dict[str, Any], markdown: bool = False) -> str:
 
 
 def write_json(summary: dict[str, Any], output_dir: str | Path) -> Path:
-    path = Path(output_dir) / RESULTS_JSON
-    temporary = path.with_suffix(".tmp")
-    temporary.write_text(json.dumps(summary, indent=2, default=str) + "\n")
-    temporary.replace(path)
-    return path
+    return write_text_whole(
+        Path(output_dir) / RESULTS_JSON, json.dumps(summary, indent=2, default=str) + "\n"
+    )
 
 
 def write_chart(summary: dict[str, Any], output_dir: str | Path) -> Path:

@@ -104,9 +104,8 @@ class Run:
     shared: bool = False  # the study is in a database other machines' workers use too (--storage)
     slots: list[dict[str, str]] = field(default_factory=lambda: [{}])
     halt: threading.Event = field(default_factory=threading.Event)  # no worker takes another trial
-    interrupted: threading.Event = field(
-        default_factory=threading.Event
-    )  # Ctrl-C or SIGTERM stopped the trials
+    # Ctrl-C or SIGTERM stopped the trials.
+    interrupted: threading.Event = field(default_factory=threading.Event)
 
     def phase(self, name: str, param: str, values: list | None, count: int, open_study, make_trial,
               on_outcome=None) -> Phase:  # fmt: skip
@@ -114,7 +113,7 @@ class Run:
         return Phase(
             name, param, values, count, open_study,
             make_objective=lambda phase, slot: trial_objective(
-                self, make_trial, self.slots[slot], lambda trial: claim(trial, phase), on_outcome
+                self, phase, make_trial, self.slots[slot], on_outcome
             ),
             is_done=lambda trial: self.done(trial, name),
         )  # fmt: skip
@@ -150,6 +149,7 @@ def prepare_retries(study, run: Run, param: str) -> None:
     with retry_failed): a WAITING copy with the same parameters (study.requeue), which the next trial
     runs. A killed sweep's trials were queued again already, by the heartbeat's callback (study.py)."""
     trials = study.get_trials(deepcopy=False)
+    run.retry_before.setdefault(study.study_name, len(trials))  # the failures retry_failed reruns
     waiting = {trial.params.get(param) for trial in trials if trial.state.name == "WAITING"}
     for value, trial in latest_by_key(trials, lambda t: t.params.get(param)).items():
         if value is not None and value not in waiting and not run.done(trial, study.study_name):
@@ -158,38 +158,33 @@ def prepare_retries(study, run: Run, param: str) -> None:
 
 def trial_objective(
     run: Run,
+    phase: Phase,
     make_trial: Callable[[Any], Trial],
-    environment: dict[str, str] | None = None,
-    claim_trial: Callable[[Any], bool] | None = None,
+    environment: dict[str, str],
     on_outcome: Callable[[Trial, Outcome], None] | None = None,
 ) -> Callable[[Any], float]:
-    """The Optuna objective of one trial: launch it (with its worker's `environment`), record its
-    outcome; a failed one raises TrialFailed. A trial `claim_trial` refuses (a value another worker
+    """The Optuna objective of one trial of `phase`: launch it (with its worker's `environment`), record
+    its outcome; a failed one raises TrialFailed. A trial parallel.claim refuses (a value another worker
     runs) ends PRUNED unlaunched; `on_outcome` may stop the run after a trial (crossval's bad input)."""
 
     def objective(trial) -> float:
-        if claim_trial is not None and not claim_trial(trial):
+        if not claim(trial, phase):
             skip_trial("another trial runs this value")
         spec = make_trial(trial)
-        spec.environment = dict(environment or {})
-        attributes = {"phase": spec.phase, "recipe": spec.recipe, "learning_rate": spec.learning_rate,
-                      "seed": spec.seed, "output_dir": str(spec.output_dir), "log": str(spec.log),
-                      "chosen": spec.chosen, "status": RUNNING}  # fmt: skip
-        for key, value in attributes.items():
-            trial.set_user_attr(key, value)
+        spec.environment = dict(environment)
+        set_attributes(trial, phase=spec.phase, recipe=spec.recipe, learning_rate=spec.learning_rate,
+                       seed=spec.seed, output_dir=str(spec.output_dir), log=str(spec.log), chosen=spec.chosen,
+                       status=RUNNING)  # fmt: skip
         try:
             outcome = run.launch(spec, run.config)
         except BaseException:  # Ctrl-C, SIGTERM: Optuna records FAIL; this says it was cut short
-            trial.set_user_attr("status", INTERRUPTED)
-            trial.set_user_attr("reason", INTERRUPTED_REASON)
+            set_attributes(trial, status=INTERRUPTED, reason=INTERRUPTED_REASON)
             raise
         if run.interrupted.is_set():  # another thread stopped this trial's processes: not a failure
-            trial.set_user_attr("status", INTERRUPTED)
-            trial.set_user_attr("reason", INTERRUPTED_REASON)
+            set_attributes(trial, status=INTERRUPTED, reason=INTERRUPTED_REASON)
             raise TrialInterrupted(spec.label)
-        for key, value in (("status", outcome.status), ("reason", outcome.reason), ("exit_code", outcome.exit_code),
-                           ("wall_s", round(outcome.wall_s, 1)), ("results", outcome.results)):  # fmt: skip
-            trial.set_user_attr(key, value)
+        set_attributes(trial, status=outcome.status, reason=outcome.reason, exit_code=outcome.exit_code,
+                       wall_s=round(outcome.wall_s, 1), results=outcome.results)  # fmt: skip
         report_progress(run, spec, outcome)
         if on_outcome is not None:
             on_outcome(spec, outcome)
@@ -198,6 +193,11 @@ def trial_objective(
         return outcome.value
 
     return objective
+
+
+def set_attributes(trial, **attributes) -> None:
+    for key, value in attributes.items():
+        trial.set_user_attr(key, value)
 
 
 def report_progress(run: Run, spec: Trial, outcome: Outcome) -> None:
@@ -225,7 +225,6 @@ def run_search(run: Run, recipe: str) -> None:
         else {"low": search.low, "high": search.high, "trials": search.trials}
     )
     check_search_space(study, {**space, "seed": config.search_seed})
-    run.retry_before.setdefault(name, len(study.trials))
     prepare_retries(study, run, "learning_rate")
     grid = list(search.grid) if search.is_grid else None
 
@@ -255,7 +254,6 @@ def run_seeds(run: Run, recipe: str, chosen_lr: float) -> None:
         return
     study = open_study(run.storage, name, config, seeds_sampler(seeds))
     check_search_space(study, {"learning_rate": chosen_lr, "seeds": seeds})
-    run.retry_before.setdefault(name, len(study.trials))
     prepare_retries(study, run, "seed")
     chosen = f"{recipe} lr={format_lr(chosen_lr)}"
 
@@ -398,6 +396,44 @@ def stop_on_sigterm() -> Iterator[None]:
         signal.signal(signal.SIGTERM, previous)
 
 
+@contextlib.contextmanager
+def resumed_storage(config: SweepConfig, workers: Workers, command: str, unit: str, file: str = STUDY_FILE):
+    """The study's storage, OUTPUT_DIR held meanwhile (with a shared study the database, not the lock,
+    keeps trials apart), and what a killed run left running failed and queued again (study.py). A killed
+    run's lock is taken over: rerunning the command is how it resumes. `unit`: "trial" or "fold"."""
+    output_dir = Path(config.output_dir)
+    with (
+        contextlib.nullcontext()
+        if workers.shared
+        else lock_directory(output_dir, command, take_over_stale=True)
+    ):
+        stale = RequeueStaleTrials()
+        storage = open_storage(
+            config, on_stale_trial=stale, file=file, url=workers.storage, parallel=workers.parallel
+        )
+        fail_stale_trials(storage, wait=not workers.parallel)
+        if stale.trials:
+            print(f"Resuming: {len(stale.trials)} {unit}(s) interrupted by the last run will be rerun: "
+                  + ", ".join(str(t.user_attrs.get("output_dir")) for t in stale.trials))  # fmt: skip
+        stale.announce = True
+        yield storage
+
+
+def with_progress(run: Run, unit: str, total: int, description: str, work: Callable[[], None]) -> int | None:
+    """`work()` under a progress bar of `total` trials; Ctrl-C or SIGTERM: the running one is recorded as
+    interrupted and the exit code returned (None when the work ended)."""
+    try:
+        with stop_on_sigterm(), tqdm(total=total, unit=unit, desc=description) as bar:
+            run.bar = bar
+            work()
+    except (KeyboardInterrupt, SweepStopped) as error:
+        print(
+            f"\ninterrupted: the running {unit} is recorded as interrupted; run the same command to resume."
+        )
+        return getattr(error, "exit_code", 130)
+    return None
+
+
 def run_recipes(run: Run, preflight: dict[str, dict[str, Any]]) -> None:
     """Each recipe in turn: its search, then its chosen learning rate at every seed."""
     for recipe in run.config.recipes:
@@ -426,37 +462,17 @@ def run_sweep(
     output_dir = Path(config.output_dir)
     slots = slot_environments(workers.count, config.accelerate_config)
     output_dir.mkdir(parents=True, exist_ok=True)
-    # A killed sweep's lock is taken over: rerunning the command is how a sweep resumes.
-    with (
-        contextlib.nullcontext()
-        if workers.shared
-        else lock_directory(output_dir, "sweep", take_over_stale=True)
-    ):
-        stale = RequeueStaleTrials()
-        storage = open_storage(config, on_stale_trial=stale, url=workers.storage, parallel=workers.parallel)
+    with resumed_storage(config, workers, "sweep", "trial") as storage:
         answers = preflight(config)
-        # What a killed sweep left running: failed and queued again (study.py).
-        fail_stale_trials(storage, wait=not workers.parallel)
         run = Run(config, storage, launch, slots=slots, shared=workers.shared)
-        if stale.trials:
-            print(f"Resuming: {len(stale.trials)} trial(s) interrupted by the last run will be rerun: "
-                  + ", ".join(str(t.user_attrs.get("output_dir")) for t in stale.trials))  # fmt: skip
-        stale.announce = True
         rows = planned_trials(run, answers)
         print(format_plan(config, answers, rows, workers))
         if dry_run:
             return 0
         todo = sum(row["status"] == "to run" for row in rows)
-        try:
-            with stop_on_sigterm(), tqdm(total=todo, unit="trial", desc=f"sweep {config.name}") as bar:
-                run.bar = bar
-                run_recipes(run, answers)
-        except (KeyboardInterrupt, SweepStopped) as error:
-            code = getattr(error, "exit_code", 130)
-            print(
-                "\ninterrupted: the running trial is recorded as interrupted; run the same command to resume."
-            )
-            return code
+        stopped = with_progress(run, "trial", todo, f"sweep {config.name}", lambda: run_recipes(run, answers))
+        if stopped is not None:
+            return stopped
         settled = sum(1 for trial in sweep_trials(storage) if trial.user_attrs.get("phase"))
         if workers.shared and not claim_report(storage, f"{config.name}:report:{settled}"):
             print(format_report(summarize(config, storage, answers)))

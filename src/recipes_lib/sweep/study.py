@@ -175,9 +175,8 @@ def open_storage(
     for attempt in range(3):
         try:
             with warnings.catch_warnings():
-                warnings.simplefilter(
-                    "ignore"
-                )  # heartbeat_interval is experimental in every Optuna version used
+                # heartbeat_interval is experimental in every Optuna version used
+                warnings.simplefilter("ignore")
                 return ClaimingRDBStorage(
                     location,
                     engine_kwargs=engine,

@@ -189,18 +189,19 @@ def trial_environment(trial: Trial, config: SweepConfig) -> dict[str, str]:
     }
 
 
-def stop_process_tree(process: subprocess.Popen, grace_s: float = 20.0) -> None:
-    """SIGTERM to the launcher and the recipe under it (the single-process launcher does not pass it
-    on), then SIGKILL to whatever is left after the grace period."""
-    try:
+def stop_process_tree(process: subprocess.Popen) -> None:
+    """The launcher and the recipe under it stopped (the single-process launcher does not pass SIGTERM on)."""
+    with contextlib.suppress(psutil.Error):
         parent = psutil.Process(process.pid)
-        tree = [parent, *parent.children(recursive=True)]
-    except psutil.Error:
-        return
-    for member in tree:
+        stop_processes([parent, *parent.children(recursive=True)])
+
+
+def stop_processes(processes: list[psutil.Process], grace_s: float = 20.0) -> None:
+    """SIGTERM to each process, then SIGKILL to whatever is left after the grace period."""
+    for member in processes:
         with contextlib.suppress(psutil.Error):
             member.terminate()
-    _, alive = psutil.wait_procs(tree, timeout=grace_s)
+    _, alive = psutil.wait_procs(processes, timeout=grace_s)
     for member in alive:
         with contextlib.suppress(psutil.Error):
             member.kill()

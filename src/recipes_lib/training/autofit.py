@@ -50,10 +50,6 @@ class BatchChoice:
             out_of_memory_retries=list(out_of_memory_at),
         )
 
-    @property
-    def effective(self) -> int:
-        return self.requested_batch_size * self.requested_accumulation
-
     def to_dict(self) -> dict[str, Any]:
         return {
             "requested_per_device_train_batch_size": self.requested_batch_size,
@@ -164,12 +160,6 @@ def choose_batch_size(
     return choice
 
 
-def apply_batch_size(training, batch_size: int, accumulation: int) -> None:
-    """Set the batch in the Trainer's own arguments (a back-off during training; never the parsed ones)."""
-    training.per_device_train_batch_size = batch_size
-    training.gradient_accumulation_steps = accumulation
-
-
 def train_with_out_of_memory_backoff(trainer, train_once: Callable[[], Any]):
     """`train_once()` (the stock Trainer.train), retried with the next smaller divisor of the effective
     batch on out-of-memory. The batch sizes that ran out are appended to `trainer.out_of_memory_at`.
@@ -200,7 +190,8 @@ def train_with_out_of_memory_backoff(trainer, train_once: Callable[[], Any]):
         starting_batch_size=args.per_device_train_batch_size, reduce_batch_size_fn=next_batch_size
     )
     def train(batch_size: int):
-        apply_batch_size(args, batch_size, effective // batch_size)
+        args.per_device_train_batch_size = batch_size
+        args.gradient_accumulation_steps = effective // batch_size
         # The Trainer copies the batch size at construction; its own auto_find_batch_size path
         # updates this attribute the same way (Trainer._update_auto_batch_size).
         trainer._train_batch_size = batch_size

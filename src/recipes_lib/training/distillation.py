@@ -73,6 +73,7 @@ def pack_targets(gold: np.ndarray, teacher_logits: np.ndarray) -> np.ndarray:
     return np.concatenate([gold.reshape(len(gold), -1), teacher_logits], axis=1).astype(np.float32)
 
 
+@dataclass(eq=False)
 class DistillationLoss:
     """The Trainer's `compute_loss_func` for distillation (see the module's docstring for the terms).
 
@@ -81,22 +82,15 @@ class DistillationLoss:
     Trainer's `num_items_in_batch` counts label entries, so it is divided by the packed width.
     """
 
-    def __init__(
-        self,
-        problem_type: str,
-        num_labels: int,
-        temperature: float,
-        alpha: float,
-        class_weights: list[float] | None = None,
-        label_smoothing: float = 0.0,
-    ):
-        self.problem_type = problem_type
-        self.num_labels = num_labels
-        self.temperature = temperature
-        self.alpha = alpha
-        self.class_weights = class_weights  # read by the evaluation loss (RecipeTrainer, record.py)
-        self.label_smoothing = label_smoothing
-        self.gold_width = gold_width(problem_type, num_labels)
+    problem_type: str
+    num_labels: int
+    temperature: float
+    alpha: float
+    class_weights: list[float] | None = None  # read by the evaluation loss (RecipeTrainer, record.py)
+    label_smoothing: float = 0.0
+
+    def __post_init__(self):
+        self.gold_width = gold_width(self.problem_type, self.num_labels)
 
     def __call__(self, outputs, labels, num_items_in_batch=None):
         logits = (outputs["logits"] if isinstance(outputs, dict) else outputs[0]).float()
@@ -211,9 +205,8 @@ class UnlabelledRows:
                     f"--transfer_file '{options.transfer_file}' is not a file. Pass a file of unlabelled rows "
                     "with the training data's text columns, in the training data's format."
                 )
-            transfer = read_local_files({"transfer": options.transfer_file}, None, data_args.csv_quoting)[0][
-                "transfer"
-            ]
+            files = {"transfer": options.transfer_file}
+            transfer = read_local_files(files, None, data_args.csv_quoting)[0]["transfer"]
             parts.append(transfer)
             logger.info(
                 "%s: %d unlabelled rows; the teacher labels them.", options.transfer_file, len(transfer)
@@ -253,16 +246,13 @@ def _copy_rows_except(path: str, skipped: set[int], directory: str, data_args: D
     if extension in DELIMITED:
         quoted, _ = decide_quoting(path, data_args.csv_quoting)
         copy_delimited_rows(path, str(target), skipped, quoted)
-    elif extension in (".jsonl", ".json"):
-        loaded, _ = read_local_files({"train": path}, None)
-        loaded["train"].select([i for i in range(len(loaded["train"])) if i not in skipped]).to_json(
-            str(target), lines=True, force_ascii=False
-        )
-    else:  # .parquet
-        loaded, _ = read_local_files({"train": path}, None)
-        loaded["train"].select([i for i in range(len(loaded["train"])) if i not in skipped]).to_parquet(
-            str(target)
-        )
+        return str(target)
+    rows = read_local_files({"train": path}, None)[0]["train"]
+    kept = rows.select([i for i in range(len(rows)) if i not in skipped])
+    if extension == ".parquet":
+        kept.to_parquet(str(target))
+    else:  # .jsonl, .json
+        kept.to_json(str(target), lines=True, force_ascii=False)
     return str(target)
 
 
