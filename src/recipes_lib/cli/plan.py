@@ -56,7 +56,16 @@ def add_plan_parser(commands) -> None:
         choices=[8, 32],
         help="AdamW state bits of nn.Embedding weights, for the recipes with 8-bit optimizer state",
     )
-    # Where and how the run trains: precision, device, memory, processes and their sharding.
+    add_plan_machine_options(plan_parser)
+    add_plan_technique_options(plan_parser)
+    plan_parser.add_argument(
+        "--no_family", action="store_true", help="skip the largest-BERT-family-configuration answer"
+    )
+    plan_parser.add_argument("--markdown", action="store_true", help="print the table as Markdown")
+
+
+def add_plan_machine_options(plan_parser) -> None:
+    """Where and how the run trains: precision, device, memory, processes and their sharding."""
     plan_parser.add_argument(
         "--precision",
         choices=["auto", "fp32", "bf16", "fp16"],
@@ -94,7 +103,10 @@ def add_plan_parser(commands) -> None:
         help="what the processes shard: none (DDP), zero1, zero2, zero3 (DeepSpeed), fsdp_shard_grad_op, "
         "fsdp_full_shard; each process then holds 1/num_processes of those parts (memory/planner/plan.py lists them)",
     )
-    # The memory techniques of the largest encoders, as plan options (memory/planner/plan.py).
+
+
+def add_plan_technique_options(plan_parser) -> None:
+    """The memory techniques of the largest encoders, as plan options (memory/planner/plan.py)."""
     plan_parser.add_argument(
         "--paged_optimizer",
         action="store_true",
@@ -113,7 +125,3 @@ def add_plan_parser(commands) -> None:
         help="DeepSpeed ZeRO-Offload (accelerate_configs/deepspeed_zero2_offload.yaml): optimizer state, fp32 "
         "master weights and gradients in CPU memory (GPU only)",
     )
-    plan_parser.add_argument(
-        "--no_family", action="store_true", help="skip the largest-BERT-family-configuration answer"
-    )
-    plan_parser.add_argument("--markdown", action="store_true", help="print the table as Markdown")
