@@ -23,7 +23,6 @@ from recipes_lib.errors import ConfigError
 
 logger = logging.getLogger("recipes_lib")
 
-PRECISIONS = ("fp32", "bf16", "fp16")
 TORCH_DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 # The families whose scores overflow fp16's range (DeBERTa: a NaN loss in the first epochs is a known
 # failure under fp16), by their entries' fp16_overflows. Automatic precision keeps them in fp32.
@@ -106,14 +105,9 @@ def cpu_capability(
 
 @dataclass(frozen=True)
 class PrecisionChoice:
-    precision: str  # one of PRECISIONS
+    precision: str  # "fp32", "bf16" or "fp16"
     reason: str  # why, in a few words, for the log line and results.json
     explicit: bool
-
-    @property
-    def mixed_precision(self) -> str:
-        """accelerate's name for it."""
-        return "no" if self.precision == "fp32" else self.precision
 
 
 def _flag_choice(bf16: bool | None, fp16: bool | None) -> tuple[str | None, set[str]]:
@@ -215,10 +209,6 @@ def emulation_warning(choice: PrecisionChoice, capability: DeviceCapability) -> 
     )
 
 
-def launcher_mixed_precision() -> str | None:
-    return os.environ.get(LAUNCHER_VARIABLE)
-
-
 def accelerator_available() -> bool:  # a function: tests stand in a machine with or without a GPU
     return torch.cuda.is_available() or torch.backends.mps.is_available()
 
@@ -263,7 +253,7 @@ def decide_precision(training, model_type: str | None) -> tuple[PrecisionChoice,
         capability,
         bf16=training.bf16,
         fp16=training.fp16,
-        launcher=launcher_mixed_precision(),
+        launcher=os.environ.get(LAUNCHER_VARIABLE),
         model_type=model_type,
     )
     warning = emulation_warning(choice, capability) if choice.explicit else None
