@@ -59,7 +59,6 @@ TRAINABLE_PARAMS = "params_trainable"
 OPTIMIZER_STATE_BYTES = "optimizer_state_bytes"
 SAMPLES_PER_SECOND = "train_samples_per_s"
 TOKENS_PER_SECOND = "train_tokens_per_s"
-MEMORY_BREAKDOWN = "memory_breakdown_gib"  # {part: GiB}, parts as units.BREAKDOWN_KEYS
 # Added by the data/task work; logged as pictures once a run's results have them.
 PER_CLASS = "per_class"  # {label: {"precision", "recall", "f1", "support"}}
 CONFUSION_MATRIX = "confusion_matrix"  # {"labels": [...], "matrix": [[count, ...], ...]}, rows true
