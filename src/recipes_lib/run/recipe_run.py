@@ -82,9 +82,8 @@ class RecipeRun:
             training.resume_from_checkpoint, training.output_dir, RESULTS_FILE
         )
         set_seed(training.seed)
-        self.output_lock = claim_output_dir(
-            training, self.is_main_process
-        )  # locked, then checked; held until __exit__
+        # Locked, then checked; held until __exit__.
+        self.output_lock = claim_output_dir(training, self.is_main_process)
         return self
 
     def __exit__(self, error_type, error, traceback) -> bool:
