@@ -169,6 +169,8 @@ def model_results(settings: RunSettings, trainer) -> dict[str, Any]:
     """What trained and how: the model type, adapters, the batch (the memory comes as settings.memory;
     parameters and optimizer state are counted in modeling/, by finish_run)."""
     adapters, choice = settings.shape.adapters, settings.batch_choice
+    # The batch the Trainer's arguments hold at the end: after any out-of-memory back-off (RecipeTrainer).
+    batch = choice.after_training(trainer.args, getattr(trainer, "out_of_memory_at", [])) if choice else None
     return dict(
         model_type=settings.model_type,
         attn_implementation=settings.arguments.model.attn_implementation,
@@ -177,12 +179,7 @@ def model_results(settings: RunSettings, trainer) -> dict[str, Any]:
         modules_trained_in_full=list(getattr(trainer.model, "modules_to_save", None) or []) or None,
         # QLoRA: the bits of the frozen base's linear weights (4: NF4, 8: LLM.int8); else None.
         quantized_base_bits=settings.shape.base_bits if settings.shape.quantized_base else None,
-        # The batch the Trainer's arguments hold at the end: after any out-of-memory back-off (RecipeTrainer).
-        auto_batch_size=choice.after_training(
-            trainer.args, getattr(trainer, "out_of_memory_at", [])
-        ).to_dict()
-        if choice is not None
-        else None,
+        auto_batch_size=batch.to_dict() if batch is not None else None,
     )
 
 
