@@ -12,8 +12,7 @@ Three kinds of name, from three sources:
 
 The dashboard (tracking/dashboard.py) builds every panel and column from these names, the Trainer's
 own log keys and the names of `recipes-lib compare --wandb`'s run, which it keeps itself (no run of a
-recipe logs those); tests/test_dashboard.py checks each one against what real offline runs of every
-recipe logged, so a renamed metric fails a test instead of leaving an empty panel.
+recipe logs those); docs/wandb.md says how tests/test_dashboard.py checks them.
 """
 
 from __future__ import annotations
