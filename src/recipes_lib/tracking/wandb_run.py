@@ -233,12 +233,8 @@ def start_run(identity: RunIdentity, config: dict[str, Any], directory: str | No
 
 
 def memory_figures(device: torch.device) -> dict[str, float]:
-    """Memory at a training log, for the curves (results.json has the whole run's peaks).
-
-    CUDA: what tensors hold now, the allocator's peak counter and what the caching allocator holds
-    now. CPU: the kernel's peak resident-set counter for the process (getrusage ru_maxrss). Both
-    peak counters run from their last reset: memory/monitor.py resets them when a measured phase begins.
-    """
+    """Memory at a training log, for the curves (results.json has the whole run's peaks); docs/wandb.md
+    says what each memory/* figure is. CPU: getrusage's ru_maxrss."""
     if device.type == "cuda":
         allocated, max_allocated, reserved = names.CUDA_MEMORY_CURVES
         return {
@@ -253,12 +249,11 @@ def memory_figures(device: torch.device) -> dict[str, float]:
 class ThroughputCallback(TrainerCallback):
     """Logs throughput and memory next to the Trainer's curves, at every training log.
 
-    Each figure covers the interval since the previous training log and counts only training steps:
-    the clock starts at the first step after a log, so evaluation and checkpointing in between are
-    left out. Tokens are counted by the run's TokenCounter on this (the main) process and multiplied by the
-    number of processes; samples are optimizer steps x the global batch (per-device batch x
-    accumulation x processes), so a short last batch of an epoch counts as full. results.json has
-    the exact whole-run figures.
+    Each figure covers the training steps since the previous training log: the clock starts at the
+    first step after a log, so evaluation and checkpointing in between are left out. Tokens are counted
+    by the run's TokenCounter on this (the main) process and multiplied by the number of processes;
+    samples are optimizer steps x the global batch, so a short last batch of an epoch counts as full.
+    results.json has the exact whole-run figures.
     """
 
     def __init__(self, run, tokens):
