@@ -1,10 +1,6 @@
 """Which floating-point precision a run computes in: decided once (`PrecisionChoice`), from what the device
-does natively. Every recipe and QLoRA's 4-bit compute dtype follow it; docs/precision.md has the rule.
-
-An explicit choice (--bf16/--fp16, or the accelerate config's mixed_precision) wins, and the two
-disagreeing is an error; else CUDA takes bf16 where native, else fp16 (fp32 for families that
-overflow in it), and a CPU takes bf16 autocast only with AVX-512 BF16 or AMX (fp32 elsewhere: a bf16
-matmul emulated on AVX2 is tens of times slower than fp32).
+does natively. Every recipe and QLoRA's 4-bit compute dtype follow it; docs/precision.md has the rule
+(an explicit choice wins; else what the device runs natively, fp32 for a family that fails in it).
 """
 
 from __future__ import annotations
@@ -147,7 +143,7 @@ def choose_precision(
     launcher: str | None,
     model_type: str | None = None,
 ) -> PrecisionChoice:
-    """The precision a run computes in (see the module docstring for the rule)."""
+    """The precision a run computes in (the rule: docs/precision.md)."""
     (from_flags, excluded), from_launcher = _flag_choice(bf16, fp16), _launcher_choice(launcher)
     flag = {"bf16": "--bf16 true", "fp16": "--fp16 true", "fp32": "--bf16 false --fp16 false"}.get(from_flags)
     if from_launcher in excluded:
