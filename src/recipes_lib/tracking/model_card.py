@@ -111,12 +111,8 @@ def _split(results: RunResults, role: str) -> str:
 
 
 def _scores(results: RunResults):
-    """(results key, split, metric, note, decision args) of every score that may be there, in order.
-
-    Multi-label: validation at 0.5 and at the tuned thresholds, test at the tuned ones (as record.py
-    scores them). Binary with --decision_threshold: both splits at 0.5 and at the threshold, with the
-    positive class's own F1.
-    """
+    """(results key, split, metric, note, decision args) of every score that may be there, in order: as
+    record.py scores them (multi-label at 0.5 and the tuned thresholds; --decision_threshold at 0.5 and it)."""
     problem_type, names = results.problem_type, TASK_METRICS[results.problem_type]
     splits = {"eval": _split(results, "validation"), "test": _split(results, "test")}
     if problem_type == MULTI_LABEL:
