@@ -34,9 +34,12 @@ WORKBENCH = ("memory.planner", "sweep", "crossval", "export", "tools", "cli", "d
 # the end-of-run writers (run/record.py and the card, predictions and end-of-run checks it imports) load
 # when the run writes its results, tracking/wandb_run.py when report_to names wandb, run_main joined
 # recipe_run.py, and module docstrings that restated docs/ or the code were cut to what they add.
+# 7,921 lines after s47-trim-core (issue 48's "src net negative": folds and docstrings that repeated
+# docs/ or the code, in data/, config/, training/, evaluation/, memory/, tracking/ and run/), measured
+# with the same command.
 # A bound, so that what a recipe does not use creeping back fails.
 FULL_FT_MAX_MODULES = 48
-FULL_FT_MAX_LINES = 7_990
+FULL_FT_MAX_LINES = 7_921
 
 LOADED = """
 import importlib.util, json, pathlib, sys

@@ -1,10 +1,6 @@
 """Which floating-point precision a run computes in: decided once (`PrecisionChoice`), from what the device
-does natively. Every recipe and QLoRA's 4-bit compute dtype follow it; docs/precision.md has the rule.
-
-An explicit choice (--bf16/--fp16, or the accelerate config's mixed_precision) wins, and the two
-disagreeing is an error; else CUDA takes bf16 where native, else fp16 (fp32 for families that
-overflow in it), and a CPU takes bf16 autocast only with AVX-512 BF16 or AMX (fp32 elsewhere: a bf16
-matmul emulated on AVX2 is tens of times slower than fp32).
+does natively. Every recipe and QLoRA's 4-bit compute dtype follow it; docs/precision.md has the rule
+(an explicit choice wins; else what the device runs natively, fp32 for a family that fails in it).
 """
 
 from __future__ import annotations
@@ -23,7 +19,6 @@ from recipes_lib.errors import ConfigError
 
 logger = logging.getLogger("recipes_lib")
 
-PRECISIONS = ("fp32", "bf16", "fp16")
 TORCH_DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 # The families whose scores overflow fp16's range (DeBERTa: a NaN loss in the first epochs is a known
 # failure under fp16), by their entries' fp16_overflows. Automatic precision keeps them in fp32.
@@ -106,14 +101,9 @@ def cpu_capability(
 
 @dataclass(frozen=True)
 class PrecisionChoice:
-    precision: str  # one of PRECISIONS
+    precision: str  # "fp32", "bf16" or "fp16"
     reason: str  # why, in a few words, for the log line and results.json
     explicit: bool
-
-    @property
-    def mixed_precision(self) -> str:
-        """accelerate's name for it."""
-        return "no" if self.precision == "fp32" else self.precision
 
 
 def _flag_choice(bf16: bool | None, fp16: bool | None) -> tuple[str | None, set[str]]:
@@ -153,7 +143,7 @@ def choose_precision(
     launcher: str | None,
     model_type: str | None = None,
 ) -> PrecisionChoice:
-    """The precision a run computes in (see the module docstring for the rule)."""
+    """The precision a run computes in (the rule: docs/precision.md)."""
     (from_flags, excluded), from_launcher = _flag_choice(bf16, fp16), _launcher_choice(launcher)
     flag = {"bf16": "--bf16 true", "fp16": "--fp16 true", "fp32": "--bf16 false --fp16 false"}.get(from_flags)
     if from_launcher in excluded:
@@ -215,10 +205,6 @@ def emulation_warning(choice: PrecisionChoice, capability: DeviceCapability) -> 
     )
 
 
-def launcher_mixed_precision() -> str | None:
-    return os.environ.get(LAUNCHER_VARIABLE)
-
-
 def accelerator_available() -> bool:  # a function: tests stand in a machine with or without a GPU
     return torch.cuda.is_available() or torch.backends.mps.is_available()
 
@@ -263,7 +249,7 @@ def decide_precision(training, model_type: str | None) -> tuple[PrecisionChoice,
         capability,
         bf16=training.bf16,
         fp16=training.fp16,
-        launcher=launcher_mixed_precision(),
+        launcher=os.environ.get(LAUNCHER_VARIABLE),
         model_type=model_type,
     )
     warning = emulation_warning(choice, capability) if choice.explicit else None

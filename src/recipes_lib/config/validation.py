@@ -1,11 +1,8 @@
 """Checks on a run's arguments that need more than one field, or the data's task, to decide.
 
 Each field's own checks run when its dataclass is built (`__post_init__`); the checks here look
-at the arguments together and run before anything expensive: `validate_arguments` as they are
-parsed (parsing.py: the data source, files and columns named, the numbers that must be positive),
-`claim_output_dir` (the output_dir's lock, then `check_output_dir`) before any download,
-`check_task_options` once the labels have decided the task, before tokenization and before the
-weights load. Every failure is a ConfigError or OutputDirError that names the value and the fix.
+at the arguments together and run before anything expensive (each function's docstring says when).
+Every failure is a ConfigError or OutputDirError that names the value and the fix.
 """
 
 from __future__ import annotations

@@ -96,12 +96,7 @@ def _numbered(classes, names: list[str], **task) -> LabelMapping:
 
 
 def label_mapping(raw: DatasetDict, data_args: DataArguments, locate: dict) -> LabelMapping:
-    """The task and its labels, checked on every split that has labels.
-
-    Labels are normalised first (`normalise_label`): booleans are classes 0 and 1 (False, True),
-    integers written as floats (1.0, from a CSV column with a blank) are integers, and strings lose
-    stray whitespace, so 'billing ' and 'billing' are one class.
-    """
+    """The task and its labels, checked on every split that has labels (normalised: `normalise_label`)."""
     label_column = data_args.label_column_name
     for split in ("train", "validation"):
         if label_column not in raw[split].column_names:
@@ -465,7 +460,8 @@ def unlabelled_value(value, feature) -> bool:
 
 
 def normalise_label(value):
-    """The class a raw label value means: bools and integral floats as ints, strings stripped, NaN as none."""
+    """The class a raw label value means: booleans as 0 and 1, integral floats (1.0, from a CSV column with a
+    blank) as ints, strings stripped ('billing ' is 'billing'), NaN as none."""
     if isinstance(value, bool):
         return int(value)
     if isinstance(value, float) and math.isnan(value):

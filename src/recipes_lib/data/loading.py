@@ -127,16 +127,6 @@ def choose_hub_splits(loaded: DatasetDict, data_args: DataArguments) -> DatasetD
     return DatasetDict(splits)
 
 
-def _hold_out_validation(raw: DatasetDict, data_args: DataArguments, seed: int) -> DatasetDict:
-    held_out = raw["train"].train_test_split(test_size=data_args.validation_split_percentage / 100, seed=seed)
-    logger.warning(
-        "No validation split or file: holding out %d%% of train (%d examples) for evaluation.",
-        data_args.validation_split_percentage,
-        len(held_out["test"]),
-    )
-    return DatasetDict({**raw, "train": held_out["train"], "validation": held_out["test"]})
-
-
 def _resolve_text_columns(data_args: DataArguments, train: Dataset) -> tuple[str, ...]:
     found = train.column_names
     if data_args.text_column_names is not None:
@@ -207,11 +197,18 @@ def load_classification_data(
         raise DataError(
             f"The training data ({describe_source(data_args)}) is empty. Point --train_file at a file with rows."
         )
-    check_labels_present(
-        raw, data_args.label_column_name, locate, data_args.label_delimiter
-    )  # before a hold-out shuffles the rows
+    # Before a hold-out shuffles the rows.
+    check_labels_present(raw, data_args.label_column_name, locate, data_args.label_delimiter)
     if "validation" not in raw:
-        raw = _hold_out_validation(raw, data_args, seed)
+        held_out = raw["train"].train_test_split(
+            test_size=data_args.validation_split_percentage / 100, seed=seed
+        )
+        logger.warning(
+            "No validation split or file: holding out %d%% of train (%d examples) for evaluation.",
+            data_args.validation_split_percentage,
+            len(held_out["test"]),
+        )
+        raw = DatasetDict({**raw, "train": held_out["train"], "validation": held_out["test"]})
         locate.pop("train", None)  # rows were shuffled into two splits: their lines are no longer known
         sources["validation"] = f"{data_args.validation_split_percentage}% of train held out"
     if len(raw["validation"]) == 0:

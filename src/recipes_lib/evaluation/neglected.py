@@ -1,10 +1,8 @@
 """Classes a model never (or almost never) predicts, found in the per-class scores and said in plain words.
 
 A model that ignores a small class can still reach a fine accuracy: the class is a few percent of
-the rows. Macro-F1 drops, but nothing names the class. `neglected_classes` reads the per-class
-report (evaluation/predictions.py per_class_report) and returns each class that has rows and a
-recall under NEGLECTED_RECALL; `neglect_note` is the paragraph the end-of-run summary prints.
-Crossval's label issues make the same test on held-out predictions (crossval/label_issues.py).
+the rows. Macro-F1 drops, but nothing names the class. Crossval's label issues make the same test on
+held-out predictions (crossval/label_issues.py).
 """
 
 from __future__ import annotations

@@ -1,19 +1,8 @@
 """Predictions as rows, and the per-class scores and confusion matrix of a labelled split.
 
 One format for every place that writes predictions (a run's validation and test splits,
-`recipes-lib predict`), so they can be compared line by line; one JSON object per input row, in
-input order, probabilities rounded to 6 decimals:
-
-    single-label  {"prediction": "billing", "probabilities": {"billing": 0.91, "shipping": 0.05, ...}}
-    multi-label   {"prediction": ["billing", "shipping"], "probabilities": {"billing": 0.88, ...}}
-    regression    {"prediction": 0.734}
-
-Single-label probabilities are the softmax of the logits. Multi-label ones are each class's own
-sigmoid (they need not sum to 1), and the prediction lists the classes whose probability reaches
-their threshold (tuned on the validation split, saved as label_thresholds.json). A regression
-prediction is the model's single output, the score itself. A binary run with --decision_threshold
-predicts the positive class (label id 1) when its probability reaches that threshold, saved as
-decision_threshold.json.
+`recipes-lib predict`), so they can be compared line by line: one JSON object per input row, in
+input order, as docs/results-format.md ("Predict") shows for each kind of task.
 
 `final_outputs` derives, from a run's final per-document predictions, what its record keeps:
 multi-label thresholds, the --decision_threshold figures, the per-class scores and the confusion matrix.
@@ -59,7 +48,7 @@ def prediction_rows(
     thresholds: list[float] | None = None,
     decision_threshold: float | None = None,
 ) -> list[dict[str, Any]]:
-    """The rows of the module docstring; `decision_threshold`: a two-class model's positive-class threshold."""
+    """One row per logit row (module docstring); `decision_threshold`: a two-class model's positive-class threshold."""
     logits = np.asarray(logits, dtype=np.float64)
     if problem_type == REGRESSION:
         return [{"prediction": round(float(score), 6)} for score in logits.reshape(len(logits), -1)[:, 0]]

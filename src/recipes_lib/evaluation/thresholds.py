@@ -51,44 +51,34 @@ def choose_thresholds(probabilities: np.ndarray, references: np.ndarray) -> list
     LOW_PREVALENCE of them, and one whose F1 is no better than marking every row.
     """
     probabilities, references = np.asarray(probabilities), np.asarray(references).astype(bool)
-    choices = []
-    for column in range(probabilities.shape[1]):
-        truth, chances = references[:, column], probabilities[:, column]
-        if not truth.any():
-            choices.append(
-                {"threshold": DEFAULT_THRESHOLD, "tuned": False, "why": "no positive row to tune on"}
-            )
-            continue
-        if chances.std() < FLAT_STD:
-            choices.append(
-                {
-                    "threshold": DEFAULT_THRESHOLD,
-                    "tuned": False,
-                    "why": "its probability does not vary across rows",
-                }
-            )
-            continue
-        predicted = chances[None, :] >= THRESHOLD_GRID[:, None]  # grid x examples
-        true_positives = (predicted & truth).sum(axis=1)
-        f1 = 2 * true_positives / (predicted.sum(axis=1) + truth.sum())
-        prevalence, marked = truth.mean(), predicted.mean(axis=1)
-        every_row_f1 = 2 * prevalence / (1 + prevalence)
-        allowed = (f1 > every_row_f1 + 1e-12) & ~(
-            (marked >= NEARLY_EVERY_ROW) & (prevalence < LOW_PREVALENCE)
+    return [
+        _choose(probabilities[:, column], references[:, column]) for column in range(probabilities.shape[1])
+    ]
+
+
+def _untuned(why: str) -> dict:
+    return {"threshold": DEFAULT_THRESHOLD, "tuned": False, "why": why}
+
+
+def _choose(chances: np.ndarray, truth: np.ndarray) -> dict:
+    """One class's choice (choose_thresholds): its probabilities and its 0/1 truth over the rows."""
+    if not truth.any():
+        return _untuned("no positive row to tune on")
+    if chances.std() < FLAT_STD:
+        return _untuned("its probability does not vary across rows")
+    predicted = chances[None, :] >= THRESHOLD_GRID[:, None]  # grid x examples
+    true_positives = (predicted & truth).sum(axis=1)
+    f1 = 2 * true_positives / (predicted.sum(axis=1) + truth.sum())
+    prevalence, marked = truth.mean(), predicted.mean(axis=1)
+    every_row_f1 = 2 * prevalence / (1 + prevalence)
+    allowed = (f1 > every_row_f1 + 1e-12) & ~((marked >= NEARLY_EVERY_ROW) & (prevalence < LOW_PREVALENCE))
+    if not allowed.any():
+        return _untuned(
+            "each threshold marks nearly every row or scores no better than marking every row "
+            f"(F1 {every_row_f1:.3f})"
         )
-        if not allowed.any():
-            choices.append(
-                {
-                    "threshold": DEFAULT_THRESHOLD,
-                    "tuned": False,
-                    "why": f"each threshold marks nearly every row or scores no better than marking every "
-                    f"row (F1 {every_row_f1:.3f})",
-                }
-            )
-            continue
-        order = np.lexsort((np.abs(THRESHOLD_GRID - DEFAULT_THRESHOLD), -np.where(allowed, f1, -1.0)))
-        choices.append({"threshold": float(THRESHOLD_GRID[order[0]]), "tuned": True, "why": None})
-    return choices
+    order = np.lexsort((np.abs(THRESHOLD_GRID - DEFAULT_THRESHOLD), -np.where(allowed, f1, -1.0)))
+    return {"threshold": float(THRESHOLD_GRID[order[0]]), "tuned": True, "why": None}
 
 
 def tune_thresholds(probabilities: np.ndarray, references: np.ndarray) -> list[float]:

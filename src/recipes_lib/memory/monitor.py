@@ -10,7 +10,7 @@ first optimizer step, then each larger batch). docs/memory.md says what each fig
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 import torch
@@ -42,18 +42,14 @@ class PhaseMemory:
     tracked_batches: int = 0
 
     def to_dict(self, device_type: str) -> dict[str, Any]:
+        """Each byte figure in GiB, as "<field>_gib", in field order; max_allocated is the tensor peak on a CPU."""
         allocated = self.max_allocated if device_type == "cuda" else self.tensor_peak
-        return {
-            "max_allocated_gib": _gib(allocated, 4),
-            "max_reserved_gib": _gib(self.max_reserved, 4),
-            "max_active_gib": _gib(self.max_active, 4),
-            "allocated_at_end_gib": _gib(self.allocated_at_end, 4),
-            "reserved_at_end_gib": _gib(self.reserved_at_end, 4),
-            "peak_rss_gib": _gib(self.peak_rss, 4),
-            "device_used_gib": _gib(self.device_used, 4),
-            "tensor_peak_gib": _gib(self.tensor_peak, 4),
-            "tracked_batches": self.tracked_batches,
-        }
+        figures = {f"{name}_gib": _gib(getattr(self, name), 4) for name in GIB_FIELDS}
+        return {**figures, "max_allocated_gib": _gib(allocated, 4), "tracked_batches": self.tracked_batches}
+
+
+# The byte figures of a phase: every field but its name and count.
+GIB_FIELDS = tuple(item.name for item in fields(PhaseMemory) if item.name not in ("name", "tracked_batches"))
 
 
 def _dominated(shape: tuple[int, int], shapes: list[tuple[int, int]]) -> bool:

@@ -82,9 +82,8 @@ class RecipeRun:
             training.resume_from_checkpoint, training.output_dir, RESULTS_FILE
         )
         set_seed(training.seed)
-        self.output_lock = claim_output_dir(
-            training, self.is_main_process
-        )  # locked, then checked; held until __exit__
+        # Locked, then checked; held until __exit__.
+        self.output_lock = claim_output_dir(training, self.is_main_process)
         return self
 
     def __exit__(self, error_type, error, traceback) -> bool:
@@ -117,12 +116,8 @@ class RecipeRun:
         self.memory.start_phase("model_load")  # lasts until the first training step
 
     def callbacks(self, model) -> list:
-        """The run's Trainer callbacks: memory phases, token counts, the precision probe, the last
-        evaluation (for final_metrics), W&B's throughput and memory curves, and early stopping under
-        --early_stopping_patience.
-
-        Without `start_tracking()` first (no W&B run of the run's own), the memory phases start here.
-        """
+        """The run's Trainer callbacks, listed below. Without `start_tracking()` first (no W&B run of the
+        run's own), the memory phases start here."""
         training = self.arguments.training
         if self.memory is None:
             self._start_memory_phases()

@@ -3,14 +3,8 @@
 `finish_run(trainer, train_result, eval_metrics, settings)` reads the Trainer only through what
 every `transformers.Trainer` has (`state`, `args`, `predict`, `log_metrics`, `compute_metrics`:
 the run's, which saw the final validation pass); the rest comes as values in `RunSettings`, which
-`RecipeRun.write_results` fills at the end of the run (--merge_adapter's model is scored in memory
-there, by `evaluate_merged_model`, and comes as its figures). In one pass down the layers: what the
-Trainer holds (how training went, the batch, the arguments, in this module); the final predictions
-in input order (the final validation pass, the test split: training/trainer.py); the parameters and
-optimizer state counted (modeling/); what the evaluation derives (multi-label thresholds,
---decision_threshold, per-class scores, neglected classes, the end loss: evaluation/); then, on the
-main process, the prediction files and results.json (written atomically). `publish_results` then writes the model card from the results
-(tracking/model_card.py), says how the run went, and makes --push_to_hub's second push.
+`RecipeRun.write_results` fills at the end of the run. `publish_results` then writes the model card
+from the results (tracking/model_card.py), says how the run went, and makes --push_to_hub's second push.
 """
 
 from __future__ import annotations
@@ -72,6 +66,12 @@ class RunSettings:
     merged: dict[str, Any] = field(default_factory=dict)  # --merge_adapter: evaluate_merged_model's figures
 
 
+# The validation figures results.json keeps (RunResults' eval_* fields up to eval_loss).
+EVAL_KEYS = tuple(
+    f"eval_{name}" for name in ("accuracy", "f1", "f1_micro", "mse", "pearson", "spearman", "loss")
+)
+
+
 def _listed(value):
     """A tuple as the list JSON writes (results.json and the returned results agree); a string as is."""
     return list(value) if isinstance(value, tuple) else value
@@ -130,13 +130,7 @@ def task_results(settings: RunSettings, eval_metrics) -> dict[str, Any]:
         problem_type=labels.problem_type,
         num_labels=labels.num_labels,
         # The task's metrics (tasks.TASK_METRICS); the others, null. Multi-label accuracy: exact match.
-        eval_accuracy=eval_metrics.get("eval_accuracy"),
-        eval_f1=eval_metrics.get("eval_f1"),
-        eval_f1_micro=eval_metrics.get("eval_f1_micro"),
-        eval_mse=eval_metrics.get("eval_mse"),
-        eval_pearson=eval_metrics.get("eval_pearson"),
-        eval_spearman=eval_metrics.get("eval_spearman"),
-        eval_loss=eval_metrics.get("eval_loss"),
+        **{key: eval_metrics.get(key) for key in EVAL_KEYS},
         # Counted from the predictions gathered over all processes (evaluation/metrics.py), not len(dataset): a
         # duplicated or dropped validation example under several processes would show here.
         eval_samples=eval_metrics["eval_samples"],
@@ -175,6 +169,8 @@ def model_results(settings: RunSettings, trainer) -> dict[str, Any]:
     """What trained and how: the model type, adapters, the batch (the memory comes as settings.memory;
     parameters and optimizer state are counted in modeling/, by finish_run)."""
     adapters, choice = settings.shape.adapters, settings.batch_choice
+    # The batch the Trainer's arguments hold at the end: after any out-of-memory back-off (RecipeTrainer).
+    batch = choice.after_training(trainer.args, getattr(trainer, "out_of_memory_at", [])) if choice else None
     return dict(
         model_type=settings.model_type,
         attn_implementation=settings.arguments.model.attn_implementation,
@@ -183,12 +179,7 @@ def model_results(settings: RunSettings, trainer) -> dict[str, Any]:
         modules_trained_in_full=list(getattr(trainer.model, "modules_to_save", None) or []) or None,
         # QLoRA: the bits of the frozen base's linear weights (4: NF4, 8: LLM.int8); else None.
         quantized_base_bits=settings.shape.base_bits if settings.shape.quantized_base else None,
-        # The batch the Trainer's arguments hold at the end: after any out-of-memory back-off (RecipeTrainer).
-        auto_batch_size=choice.after_training(
-            trainer.args, getattr(trainer, "out_of_memory_at", [])
-        ).to_dict()
-        if choice is not None
-        else None,
+        auto_batch_size=batch.to_dict() if batch is not None else None,
     )
 
 

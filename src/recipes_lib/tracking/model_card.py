@@ -1,19 +1,10 @@
 """The model card of a finished run: README.md in its output_dir, from results.json alone.
 
-The card is huggingface_hub's `ModelCard.from_template` over the Jinja template shipped beside this
-module (templates/model_card.md, package data). The metadata is a `ModelCardData`, with the scores
-as `EvalResult`s, which the Hub reads as the card's model-index; the template lays out the text a
-reader needs to use the model (base model, recipe, task and labels, data, training settings,
-scores, memory and precision, how to load it, which files are which). This module only decides
-what goes in: the values, worked out from results.json, that the template shows.
-
-A card is public once pushed, so it names nothing of the machine it was made on: the base model
-by the Hub id the run was given (or "a local model" and its directory's name), data files by file name, splits as
-train / validation / test, and the run by its output directory's name (or the Hub repository).
-
-Built from results.json (not from the live run) so that `recipes-lib push` makes the same card
-from a finished output_dir, with the repository's name in the loading code. `check_card` reads a
-card back with `ModelCard.load` and checks it offline: the Hub's own validation needs the network.
+docs/sharing.md ("The model card") says how it is made (`ModelCard.from_template` over
+templates/model_card.md, scores as `EvalResult`s), what it leaves out of the machine it was made on,
+and how `check_card` reads it back offline. This module only decides what goes in: the values,
+worked out from results.json (not the live run, so `recipes-lib push` makes the same card), that
+the template shows.
 """
 
 from __future__ import annotations
@@ -120,12 +111,8 @@ def _split(results: RunResults, role: str) -> str:
 
 
 def _scores(results: RunResults):
-    """(results key, split, metric, note, decision args) of every score that may be there, in order.
-
-    Multi-label: validation at 0.5 and at the tuned thresholds, test at the tuned ones (as record.py
-    scores them). Binary with --decision_threshold: both splits at 0.5 and at the threshold, with the
-    positive class's own F1.
-    """
+    """(results key, split, metric, note, decision args) of every score that may be there, in order: as
+    record.py scores them (multi-label at 0.5 and the tuned thresholds; --decision_threshold at 0.5 and it)."""
     problem_type, names = results.problem_type, TASK_METRICS[results.problem_type]
     splits = {"eval": _split(results, "validation"), "test": _split(results, "test")}
     if problem_type == MULTI_LABEL:

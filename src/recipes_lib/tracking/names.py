@@ -12,8 +12,7 @@ Three kinds of name, from three sources:
 
 The dashboard (tracking/dashboard.py) builds every panel and column from these names, the Trainer's
 own log keys and the names of `recipes-lib compare --wandb`'s run, which it keeps itself (no run of a
-recipe logs those); tests/test_dashboard.py checks each one against what real offline runs of every
-recipe logged, so a renamed metric fails a test instead of leaving an empty panel.
+recipe logs those); docs/wandb.md says how tests/test_dashboard.py checks them.
 """
 
 from __future__ import annotations
@@ -59,7 +58,6 @@ TRAINABLE_PARAMS = "params_trainable"
 OPTIMIZER_STATE_BYTES = "optimizer_state_bytes"
 SAMPLES_PER_SECOND = "train_samples_per_s"
 TOKENS_PER_SECOND = "train_tokens_per_s"
-MEMORY_BREAKDOWN = "memory_breakdown_gib"  # {part: GiB}, parts as units.BREAKDOWN_KEYS
 # Added by the data/task work; logged as pictures once a run's results have them.
 PER_CLASS = "per_class"  # {label: {"precision", "recall", "f1", "support"}}
 CONFUSION_MATRIX = "confusion_matrix"  # {"labels": [...], "matrix": [[count, ...], ...]}, rows true

@@ -1,34 +1,9 @@
 """W&B tracking: every recipe logs one comparable run, and no run dies for want of an API key.
 
-Identity. Runs of different recipes on the same model and data share a group, so the dashboard
-shows them side by side:
-
-    project   --wandb_project, else $WANDB_PROJECT, else "bert-recipes"
-    group     --experiment, else "<model>_<dataset>", e.g. "bert-base-uncased_glue-sst2"
-    name      --run_name, else recipe + model + the settings that differ from the recipe's
-              defaults, e.g. "lora bert-base-uncased lr=0.001 lora_r=16"
-    tags      recipe, model, precision (fp32/bf16/fp16), device kind (cuda/cpu), --wandb_tags
-    job_type  "fine-tune"
-    config    the full resolved configuration (as in results.json), "recipe", and "environment"
-              (device, CUDA and driver versions, library versions); a `recipes-lib sweep` trial adds
-              "sweep", "sweep_phase" and "sweep_chosen" (sweep_config)
-
-Logged. The Trainer's WandbCallback logs its curves (train/loss, train/learning_rate,
-train/grad_norm, eval/accuracy, eval/f1, ...); `ThroughputCallback` adds throughput/* and memory/*
-at every training log; at the end every results.json key goes into the run summary under the same
-name, except `config`, which is the run's config already (the same keys and values).
-At the end the run also logs what reads better as a picture than as numbers: its results as one
-W&B table row (so a table panel lists several runs side by side), the memory breakdown as a bar
-chart, and, once results.json has them, the confusion matrix and the per-class metrics. Every name
-logged comes from names.py, which the dashboard (tracking/dashboard.py) reads too.
-`WANDB_LOG_MODEL=end` (or `checkpoint`) uploads the final model, or the adapter for LoRA recipes,
-as an artifact: WandbCallback implements it and we leave it to it.
-
-Offline. With no API key (WANDB_API_KEY, `wandb login`'s ~/.netrc entry or settings file), the run
-is logged offline from the start instead of letting `wandb.init` raise; with a key but no network,
-`wandb.init` gives up after its init_timeout (90 s, WANDB_INIT_TIMEOUT) and the run goes offline
-then. Either way one line says where the run was written and how to upload it (`wandb sync DIR`).
-`--report_to none` or WANDB_MODE=disabled turn tracking off. Only the main process talks to W&B.
+docs/wandb.md says what a run is called (project, group, name, tags, config), what it logs (the
+Trainer's curves, throughput/* and memory/* from `ThroughputCallback`, results.json as the summary,
+the pictures at the end) and how it falls back to offline. Every name logged comes from names.py,
+which the dashboard (tracking/dashboard.py) reads too.
 """
 
 from __future__ import annotations
@@ -258,12 +233,8 @@ def start_run(identity: RunIdentity, config: dict[str, Any], directory: str | No
 
 
 def memory_figures(device: torch.device) -> dict[str, float]:
-    """Memory at a training log, for the curves (results.json has the whole run's peaks).
-
-    CUDA: what tensors hold now, the allocator's peak counter and what the caching allocator holds
-    now. CPU: the kernel's peak resident-set counter for the process (getrusage ru_maxrss). Both
-    peak counters run from their last reset: memory/monitor.py resets them when a measured phase begins.
-    """
+    """Memory at a training log, for the curves (results.json has the whole run's peaks); docs/wandb.md
+    says what each memory/* figure is. CPU: getrusage's ru_maxrss."""
     if device.type == "cuda":
         allocated, max_allocated, reserved = names.CUDA_MEMORY_CURVES
         return {
@@ -278,12 +249,11 @@ def memory_figures(device: torch.device) -> dict[str, float]:
 class ThroughputCallback(TrainerCallback):
     """Logs throughput and memory next to the Trainer's curves, at every training log.
 
-    Each figure covers the interval since the previous training log and counts only training steps:
-    the clock starts at the first step after a log, so evaluation and checkpointing in between are
-    left out. Tokens are counted by the run's TokenCounter on this (the main) process and multiplied by the
-    number of processes; samples are optimizer steps x the global batch (per-device batch x
-    accumulation x processes), so a short last batch of an epoch counts as full. results.json has
-    the exact whole-run figures.
+    Each figure covers the training steps since the previous training log: the clock starts at the
+    first step after a log, so evaluation and checkpointing in between are left out. Tokens are counted
+    by the run's TokenCounter on this (the main) process and multiplied by the number of processes;
+    samples are optimizer steps x the global batch, so a short last batch of an epoch counts as full.
+    results.json has the exact whole-run figures.
     """
 
     def __init__(self, run, tokens):
@@ -356,13 +326,8 @@ def _confusion_matrix_rows(confusion: Mapping[str, Any]) -> list[list[Any]] | No
 
 
 def results_pictures(results: RunResults) -> dict[str, Any]:
-    """What a person would rather look at than read, as W&B objects by key (names.py):
-
-    - the results as one table row (a table panel over several runs compares them);
-    - the memory breakdown (weights, gradients, optimizer state, activations, other) as a bar chart;
-    - once results.json has them: the confusion matrix as W&B's confusion-matrix chart, and the
-      per-class precision, recall, F1 and support as a table.
-    """
+    """What a person would rather look at than read, as W&B objects by key (names.py; the list: docs/wandb.md,
+    "Pictures")."""
     import wandb
 
     pictures: dict[str, Any] = {names.RESULTS_TABLE: results_table([results])}

@@ -1,9 +1,6 @@
 """Callbacks through which a run counts and records itself while the Trainer trains (memory phases:
-memory/monitor.py; W&B: tracking/): `TokenCounter` (real and padded tokens of every training batch),
-`PrecisionProbe` (the precision the layers really computed in), `CollapseWarning` (a model whose
-outputs do not depend on the input) and `LastEpochEvaluation` (the last evaluation and the weights it
-scored, so `final_metrics` can reuse it). The first two watch the model through forward pre-hooks
-added when the Trainer is built, so they see what the Trainer feeds the model in the training process.
+memory/monitor.py; W&B: tracking/). TokenCounter and PrecisionProbe watch the model through forward
+pre-hooks added when the Trainer is built, so they see what the Trainer feeds the model in training.
 """
 
 from __future__ import annotations

@@ -29,14 +29,18 @@ class WeightedCrossEntropy:
     def __call__(self, outputs, labels, num_items_in_batch=None):
         logits = outputs["logits"] if isinstance(outputs, dict) else outputs[0]
         weights = torch.tensor(self.class_weights, dtype=torch.float32, device=logits.device)
-        losses = torch.nn.functional.cross_entropy(
-            logits.float(), labels, reduction="none", label_smoothing=self.label_smoothing
-        )
         count = num_items_in_batch if num_items_in_batch is not None else labels.numel()
-        return (losses * weights[labels]).sum() / count
+        return self.losses(logits.float(), labels, weights).sum() / count
+
+    def losses(self, logits, labels, weights):
+        """Each item's weighted loss."""
+        losses = torch.nn.functional.cross_entropy(
+            logits, labels, reduction="none", label_smoothing=self.label_smoothing
+        )
+        return losses * weights[labels]
 
 
-class WeightedBinaryCrossEntropy:
+class WeightedBinaryCrossEntropy(WeightedCrossEntropy):
     """Multi-label: each label's binary cross-entropy with its positive rows weighed by the label's weight
     (`pos_weight`), for the Trainer's `compute_loss_func`.
 
@@ -45,17 +49,10 @@ class WeightedBinaryCrossEntropy:
     weight 1 this is the head's own mean BCE.
     """
 
-    def __init__(self, class_weights: list[float]):
-        self.class_weights = list(class_weights)
-
-    def __call__(self, outputs, labels, num_items_in_batch=None):
-        logits = outputs["logits"] if isinstance(outputs, dict) else outputs[0]
-        weights = torch.tensor(self.class_weights, dtype=torch.float32, device=logits.device)
-        losses = torch.nn.functional.binary_cross_entropy_with_logits(
-            logits.float(), labels.float(), pos_weight=weights, reduction="none"
+    def losses(self, logits, labels, weights):
+        return torch.nn.functional.binary_cross_entropy_with_logits(
+            logits, labels.float(), pos_weight=weights, reduction="none"
         )
-        count = num_items_in_batch if num_items_in_batch is not None else labels.numel()
-        return losses.sum() / count
 
 
 def weighted_loss(problem_type: str, class_weights: list[float] | None, label_smoothing: float = 0.0):

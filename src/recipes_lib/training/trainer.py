@@ -51,13 +51,8 @@ check_private_hooks(Trainer, PRIVATE_TRAINER_HOOKS)
 
 
 class RecipeTrainer(Trainer):
-    """transformers.Trainer with the same constructor; what it adds keeps runs from being lost.
-
-    SIGINT/SIGTERM save a checkpoint and stop, a non-finite loss stops the run, weights holding NaN
-    are never saved, and every checkpoint ends with a completion marker that resuming relies on
-    (safeguards.py, checkpoints.py). Under group_by_length, training batches come in a seeded order
-    a resumed run replays, and evaluation keeps the rows' order.
-    """
+    """transformers.Trainer with the same constructor, and what the module docstring lists (safeguards.py,
+    checkpoints.py); each override says why it is one."""
 
     # The run's record reads this: predictions follow the validation rows (run/record.py).
     evaluates_in_input_order = True
@@ -251,21 +246,14 @@ WIDE_MEGA_BATCH_STEPS = 50  # the stock sampler's cap: 50 x 32 = 1,600 examples 
 
 
 class ShuffledLengthGroupedSampler(torch.utils.data.Sampler):
-    """Length-grouped batches in a random order, drawn from (seed, epoch) alone (docs/speed.md, "Batching").
+    """Length-grouped batches in a random order, drawn from (seed, epoch) alone.
 
-    Three changes to the Trainer's LengthGroupedSampler (shuffle, cut into mega-batches, sort each
-    longest first):
-
-    - Mega-batch size (`grouping`): under "wide" (the default) 50 steps of examples, or the whole
-      epoch, so small data pads as little as large data (benchmarks/RESULTS.md, "Small data"); "stock"
-      keeps transformers' size (LoRA and QLoRA's default, config/registry.py).
-    - Batch order: shuffled, so the learning rate does not meet a long-to-short sawtooth of lengths;
-      the batch with the longest example stays first (an out-of-memory batch fails at step 1) and an
-      incomplete last batch stays last.
-    - Seeding: seed + epoch, so a run resumed mid-epoch (in a fresh process) replays the same order on
-      every process. RecipeTrainer sets the epoch before each one (`SamplerEpoch`).
-
-    The unit grouped and moved is `step_size` examples, one optimizer step's worth on every process.
+    The Trainer's LengthGroupedSampler with the mega-batch size `grouping` says ("wide": 50 steps of
+    examples or the whole epoch; "stock": transformers' own) and the batches shuffled, the one with the
+    longest example first and an incomplete last batch last: docs/speed.md ("Batching") gives why and the
+    measurements. Seeded by seed + epoch, so a run resumed mid-epoch (in a fresh process) replays the same
+    order on every process; RecipeTrainer sets the epoch before each one (`SamplerEpoch`). The unit
+    grouped and moved is `step_size` examples, one optimizer step's worth on every process.
     """
 
     def __init__(
