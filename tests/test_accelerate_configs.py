@@ -151,6 +151,9 @@ def test_fsdp_config_gives_full_shard_fsdp2_wrapping_each_layer_of_every_family(
     assert [name for name in wrapped if name.startswith(layers + ".")] == [
         f"{layers}.{i}" for i in range(expected_layers)
     ]
+    # and nothing but the profile's classes (ModernBERT's class declares its embeddings too; BERT's does not)
+    classes = profile_for(config).layer_classes
+    assert wrapped == [name for name, module in model.named_modules() if type(module).__name__ in classes]
 
 
 def test_an_fsdp_layer_class_named_in_the_accelerate_config_wins():
@@ -165,7 +168,7 @@ def test_an_fsdp_layer_class_named_in_the_accelerate_config_wins():
     )
     model = meta_model(AutoConfig.for_model("bert", num_hidden_layers=2))
     declare_layer_classes(model)
-    assert "BertLayer" in model._no_split_modules
+    assert model._no_split_modules == {"BertLayer"}
     with mock.patch.dict(os.environ, {**environment, "FSDP_TRANSFORMER_CLS_TO_WRAP": "BertAttention"}):
         plugin = FullyShardedDataParallelPlugin()
     plugin.set_auto_wrap_policy(model)

@@ -292,11 +292,10 @@ def _summary(keys) -> str:
 
 
 def declare_layer_classes(model) -> None:
-    """Name the family's repeated layer as the model's `_no_split_modules` where it declares none (most
-    encoders): FSDP's auto-wrap shards those classes, unless the accelerate config names its own."""
-    model._no_split_modules = set(
-        getattr(model, "_no_split_modules", None) or profile_for(model.config).layer_classes
-    )
+    """Name the family's layer class (families.py) as the model's `_no_split_modules`: FSDP's auto-wrap
+    shards those classes, one unit per encoder layer, unless the accelerate config names its own. What
+    transformers gathers there from the submodules would add the embeddings (BERT, RoBERTa, XLM-R, GTE, NomicBERT)."""
+    model._no_split_modules = set(profile_for(model.config).layer_classes)
 
 
 def load_model(model_args: ModelArguments, model_config, **from_pretrained_kwargs):
