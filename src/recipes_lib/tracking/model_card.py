@@ -118,7 +118,7 @@ def _scores(results: RunResults):
     if problem_type == MULTI_LABEL:
         tuned, tuned_note = {"thresholds": results.label_thresholds}, " (tuned thresholds)"
         # A collapsed model keeps every threshold at 0.5 (none is tuned): its test split is scored there.
-        if all(value == DEFAULT_THRESHOLD for value in (results.label_thresholds or {}).values()):
+        if results.model_collapsed:
             tuned, tuned_note = {"threshold": DEFAULT_THRESHOLD}, ""
         for prefix, split, note, args in (
             ("eval", splits["eval"], "", {"threshold": DEFAULT_THRESHOLD}),
