@@ -146,14 +146,18 @@ def test_metrics_count_documents_not_windows():
 # --- the truncation report -------------------------------------------------------------------------
 
 
-def test_the_report_says_how_many_are_cut_and_what_keeps_95_and_99_percent():
+def test_the_report_says_how_many_are_cut_the_percentiles_and_what_each_limit_keeps():
     lengths = np.arange(1, 201)  # 1 to 200 tokens
     report = truncation_report(lengths, rows=200, max_seq_length=150, model_limit=512)
     assert report["longer_than_max_seq_length"] == 50 and report["longer_share"] == 0.25
     assert report["length_keeping_95pct"] == 190 and report["length_keeping_99pct"] == 198
     assert report["longest"] == 200 and report["median_length"] == 100
-    capped = truncation_report(lengths, rows=200, max_seq_length=150, model_limit=180)
-    assert capped["length_keeping_95pct"] == 180 and capped["model_max_length"] == 180
+    assert report["max_seq_length_keeps_share"] == 0.75 and report["model_max_length_keeps_share"] == 1.0
+    # A model that takes fewer tokens than the data needs: the percentiles stay the data's (issue 58),
+    # and what the model's limit keeps whole is its own figure.
+    short_model = truncation_report(lengths, rows=200, max_seq_length=150, model_limit=180)
+    assert short_model["length_keeping_95pct"] == 190 and short_model["model_max_length"] == 180
+    assert short_model["model_max_length_keeps_share"] == 0.9
 
 
 def test_a_run_warns_when_many_training_examples_are_cut(tokenizer, caplog):

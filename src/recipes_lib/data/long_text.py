@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import logging
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -79,8 +79,14 @@ def encode_long_texts(tokenizer, texts: list[str], data_args, indices: list[int]
     each output row (`rows`), and each output row's document id and whole length."""
     special = SpecialTokens.of(tokenizer)
     room = special.room(data_args.max_seq_length)
+    # Whole on purpose (cut below): verbose=False keeps the tokenizer's "longer than the specified maximum
+    # sequence length ... indexing errors" warning, for this call only, from a run that never indexes past it.
     whole = tokenizer(
-        texts, add_special_tokens=True, return_attention_mask=False, return_token_type_ids=False
+        texts,
+        add_special_tokens=True,
+        return_attention_mask=False,
+        return_token_type_ids=False,
+        verbose=False,
     )
     encoded: dict[str, list] = {"input_ids": [], "rows": [], DOCUMENT_COLUMN: [], DOCUMENT_LENGTH_COLUMN: []}
     for row, ids in enumerate(whole["input_ids"]):
@@ -131,23 +137,22 @@ def document_lengths(dataset) -> np.ndarray:
 def truncation_report(
     lengths: np.ndarray, rows: int, max_seq_length: int, model_limit: int | None
 ) -> dict[str, Any]:
-    """What max_seq_length cuts of one split: examples longer, tokens lost, the lengths that keep 95% and 99%.
+    """What max_seq_length cuts of one split: examples longer, tokens lost, the 95th and 99th percentiles
+    of the lengths, and the share that max_seq_length and the model's limit keep whole.
 
-    Lengths count the special tokens, as max_seq_length does. The suggested lengths are capped at
-    what the model takes (its position embeddings); `rows` is the split's rows after tokenizing
-    (windows, under sliding_window).
+    Lengths count the special tokens, as max_seq_length does. The percentiles are the data's, never
+    capped at what the model takes (its position embeddings, `model_limit`): the share that limit keeps
+    is its own figure. `rows` is the split's rows after tokenizing (windows, under sliding_window).
     """
     lengths = np.asarray(lengths, dtype=np.int64)
     if len(lengths) == 0:
         return {"examples": 0}
     over = lengths > max_seq_length
-    cap = model_limit if model_limit is not None else int(lengths.max())
-
     ordered = np.sort(lengths)
 
-    def keeping(share: float) -> int:
-        # The shortest length that at least `share` of the examples fit in whole.
-        return int(min(ordered[math.ceil(share * len(ordered)) - 1], cap))
+    def percentile(share: float) -> int:
+        # The shortest length that at least `share` of the examples fit in whole (nearest rank).
+        return int(ordered[math.ceil(share * len(ordered)) - 1])
 
     return {
         "examples": len(lengths),
@@ -159,53 +164,115 @@ def truncation_report(
         ),
         "median_length": int(np.median(lengths)),
         "longest": int(lengths.max()),
-        "length_keeping_95pct": keeping(0.95),
-        "length_keeping_99pct": keeping(0.99),
+        "length_keeping_95pct": percentile(0.95),
+        "length_keeping_99pct": percentile(0.99),
+        "max_seq_length_keeps_share": round(float((~over).mean()), 4),
         "model_max_length": model_limit,
+        "model_max_length_keeps_share": (
+            None if model_limit is None else round(float((lengths <= model_limit).mean()), 4)
+        ),
     }
 
 
-def log_truncation(reports: dict[str, dict[str, Any]], data_args) -> None:
+@dataclass(frozen=True)
+class LengthsRead:
+    """Who reads the lengths, which decides what the log may advise.
+
+    A recipe about to train (`finished_run` None) may change --max_seq_length (up to the model's limit)
+    and, for one text, --long_text. Predict and export read rows as a finished run was trained: they can
+    change neither, so they say what happens and name the run's settings. `pair`: the rows are sentence
+    pairs, which the tokenizer cuts longest text first and which head_tail and sliding_window refuse.
+    `names`: what to call a split in the log (predict's rows are its input file, not a test split).
+    """
+
+    pair: bool = False
+    finished_run: str | None = None
+    names: dict[str, str] = field(default_factory=dict)
+
+
+RECIPE_READ = LengthsRead()  # a recipe about to train, on one text per row
+
+
+def _length_line(split: str, report: dict[str, Any], data_args) -> str:
+    """One split's figures: examples cut, the percentiles, and what each limit keeps whole."""
+    limit = report["model_max_length"]
+    model = (
+        f", the model's limit of {limit} keeps {100 * report['model_max_length_keeps_share']:.1f}%"
+        if limit
+        else ""
+    )
+    windows = f"; {report['rows']} windows" if data_args.long_text == SLIDING_WINDOW else ""
+    return (
+        f"Lengths of {split} (max_seq_length {data_args.max_seq_length}, --long_text {data_args.long_text}): "
+        f"{report['longer_than_max_seq_length']} of {report['examples']} examples longer "
+        f"({100 * report['longer_share']:.1f}%, {100 * report['tokens_past_max_seq_length_share']:.1f}% of "
+        f"tokens), median {report['median_length']}, longest {report['longest']}; 95% are at most "
+        f"{report['length_keeping_95pct']} tokens, 99% at most {report['length_keeping_99pct']}; max_seq_length "
+        f"keeps {100 * report['max_seq_length_keeps_share']:.1f}% whole{model}{windows}"
+    )
+
+
+def log_truncation(reports: dict[str, dict[str, Any]], data_args, read: LengthsRead = RECIPE_READ) -> None:
     """One line per split; a warning when more than CUT_WARNING_SHARE of a split's examples lose tokens."""
     for split, report in reports.items():
-        if not report.get("examples"):
-            continue
-        logger.info(
-            "Lengths of %s (max_seq_length %d, --long_text %s): %d of %d examples longer (%.1f%%, %.1f%% of "
-            "tokens), median %d, longest %d; %d tokens keep 95%% whole, %d keep 99%%%s%s",
-            split,
-            data_args.max_seq_length,
-            data_args.long_text,
-            report["longer_than_max_seq_length"],
-            report["examples"],
-            100 * report["longer_share"],
-            100 * report["tokens_past_max_seq_length_share"],
-            report["median_length"],
-            report["longest"],
-            report["length_keeping_95pct"],
-            report["length_keeping_99pct"],
-            f" (the model takes {report['model_max_length']})" if report["model_max_length"] else "",
-            f"; {report['rows']} windows" if data_args.long_text == SLIDING_WINDOW else "",
-        )
+        if report.get("examples"):
+            logger.info("%s", _length_line(read.names.get(split, split), report, data_args))
     # Training is what the threshold is about; an evaluated split cut much more (SST-2's validation
     # sentences are longer than its training phrases) deserves the same warning.
-    cut = {split: r for split, r in reports.items() if r.get("longer_share", 0) > CUT_WARNING_SHARE}
+    cut = {
+        read.names.get(split, split): r
+        for split, r in reports.items()
+        if r.get("longer_share", 0) > CUT_WARNING_SHARE
+    }
     if data_args.long_text == SLIDING_WINDOW or not cut:
         return
-    what = "cut at the end" if data_args.long_text == TRUNCATE else "cut in the middle (head_tail)"
-    keeping = max(report["length_keeping_95pct"] for report in cut.values())
-    longer = f"--max_seq_length {keeping} keeps 95% of them whole"
-    if keeping <= data_args.max_seq_length:  # capped: the model takes no more
-        longer = f"The model takes no more than {data_args.max_seq_length} tokens"
+    if read.pair:
+        what = "cut: the tokenizer shortens the longer text of each pair first (truncation longest_first)"
+    else:
+        what = "cut at the end" if data_args.long_text == TRUNCATE else "cut in the middle (head_tail)"
+    shares = ", ".join(f"{100 * report['longer_share']:.0f}% of the {split}" for split, report in cut.items())
+    logger.warning(
+        "%s %s are longer than max_seq_length %d and are %s: the model never sees those tokens. %s.",
+        shares,
+        "pairs" if read.pair else "examples",
+        data_args.max_seq_length,
+        what,
+        _advice(cut, data_args, read),
+    )
+
+
+def _advice(cut: dict[str, dict[str, Any]], data_args, read: LengthsRead) -> str:
+    """What keeps more whole, naming only what the reading command accepts."""
+    split, report = max(cut.items(), key=lambda item: item[1]["length_keeping_95pct"])
+    p95, p99, limit = (
+        report["length_keeping_95pct"],
+        report["length_keeping_99pct"],
+        report["model_max_length"],
+    )
+    fits = f"95% of the {split} fit in {p95} tokens, 99% in {p99}"
+    if read.finished_run is not None:  # predict, export: the run's settings are fixed
+        taken = f"; the model takes at most {limit}" if limit else ""
+        return (
+            f"They are read as {read.finished_run} was trained (max_seq_length {data_args.max_seq_length}, "
+            f"--long_text {data_args.long_text}); {fits}{taken}"
+        )
+    if limit is None or p95 <= limit:
+        longer = f"--max_seq_length {p95} keeps 95% of the {split} whole" + (
+            f", {p99} keeps 99%"
+            if limit is None or p99 <= limit
+            else f" (99% need {p99}, more than the model's {limit})"
+        )
+    elif data_args.max_seq_length < limit:
+        longer = (
+            f"{fits}, more than the model takes: --max_seq_length {limit}, its limit, keeps "
+            f"{100 * report['model_max_length_keeps_share']:.0f}% whole"
+        )
+    else:
+        longer = f"{fits}; the model takes no more than {limit} tokens"
+    if read.pair:  # head_tail and sliding_window cut one text: a pair refuses them
+        return longer
     others = {
         HEAD_TAIL: "--long_text head_tail keeps their opening and end",
         SLIDING_WINDOW: "--long_text sliding_window (with --stride) reads all of them",
     }
-    logger.warning(
-        "%s examples are longer than max_seq_length %d and are %s: the model never sees those tokens. %s; %s.",
-        ", ".join(f"{100 * report['longer_share']:.0f}% of the {split}" for split, report in cut.items()),
-        data_args.max_seq_length,
-        what,
-        longer,
-        "; ".join(text for mode, text in others.items() if mode != data_args.long_text),
-    )
+    return "; ".join([longer, *(text for mode, text in others.items() if mode != data_args.long_text)])

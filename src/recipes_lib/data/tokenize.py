@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 from typing import TYPE_CHECKING
@@ -12,7 +13,9 @@ from recipes_lib.config.arguments import DataArguments
 from recipes_lib.data.long_text import (
     DOCUMENT_COLUMN,
     DOCUMENT_LENGTH_COLUMN,
+    RECIPE_READ,
     SLIDING_WINDOW,
+    LengthsRead,
     check_long_text_columns,
     document_lengths,
     encode_long_texts,
@@ -59,12 +62,14 @@ def tokenize(
     data_args: DataArguments,
     main_process_first,
     model_limit: int | None = None,
+    read: LengthsRead = RECIPE_READ,
 ) -> DatasetDict:
     """Tokenize every split with `datasets.map` (cached on disk, so a rerun skips it).
 
     No padding here (unless pad_to_max_length): the collator pads each batch to its longest example.
     Inputs longer than max_seq_length become what --long_text says (data/long_text.py); each split's
-    truncation report (`model_limit`: the most tokens the model takes) goes to `data.truncation`.
+    truncation report (`model_limit`: the most tokens the model takes) goes to `data.truncation`, and
+    its log line and advice to whoever `read` says reads the rows (a recipe by default).
     Under sliding_window a row is a window, and `document_id` names the input row it came from.
     """
     text_columns, label_column, labels = data.text_columns, data.label_column, data.labels
@@ -108,7 +113,7 @@ def tokenize(
                 remove_columns=dataset.column_names,
                 num_proc=processes,
                 load_from_cache_file=not data_args.overwrite_cache,
-                desc=f"Tokenizing {split}",
+                desc=f"Tokenizing {read.names.get(split, split)}",
             )
     data.truncation = {
         split: truncation_report(
@@ -116,7 +121,7 @@ def tokenize(
         )
         for split, dataset in tokenized.items()
     }
-    log_truncation(data.truncation, data_args)
+    log_truncation(data.truncation, data_args, dataclasses.replace(read, pair=len(text_columns) > 1))
     data.tokenized = DatasetDict(
         {split: dataset.remove_columns(DOCUMENT_LENGTH_COLUMN) for split, dataset in tokenized.items()}
     )

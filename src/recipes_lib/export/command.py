@@ -58,6 +58,7 @@ from recipes_lib.export.runtime import measure_latency, onnx_logits, onnx_sessio
 from recipes_lib.export.sensitivity import MAX_KEPT, SENSITIVITY_ROWS, keep_sensitive_nodes, rank_nodes
 from recipes_lib.locking import lock_directory
 from recipes_lib.modeling.adapters import ADAPTER_CONFIG_FILE, load_trained_model
+from recipes_lib.modeling.families import profile_for
 from recipes_lib.results import RunResults
 
 logger = logging.getLogger(__name__)
@@ -120,7 +121,7 @@ def _export(results_dir, model_dir, results, quantize, eval_file, max_metric_dro
     label_names = [model_config.id2label[i] for i in range(model_config.num_labels)]
     problem_type = model_config.problem_type or results.problem_type or SINGLE_LABEL
     # The held-out rows before the weights: a bad path costs seconds, not an export.
-    rows = gate_rows(results.config, tokenizer, label_names, eval_file)
+    rows = gate_rows(results.config, tokenizer, label_names, eval_file, profile_for(model_config).max_length)
 
     staging = Path(tempfile.mkdtemp(prefix=".export-", dir=results_dir))
     staging.chmod(0o755)  # mkdtemp's 0700 would follow the directory to export/

@@ -22,7 +22,7 @@ from datasets import DatasetDict
 from recipes_lib.config.arguments import DataArguments
 from recipes_lib.config.tasks import MULTI_LABEL, REGRESSION, SINGLE_LABEL, TASK_METRICS
 from recipes_lib.data.loading import ClassificationData, load_classification_data
-from recipes_lib.data.long_text import DOCUMENT_COLUMN
+from recipes_lib.data.long_text import DOCUMENT_COLUMN, LengthsRead
 from recipes_lib.data.tokenize import LABEL_COLUMN, tokenize
 from recipes_lib.errors import ConfigError, DataError
 from recipes_lib.evaluation.collapse import is_collapsed, output_variation
@@ -58,8 +58,15 @@ class GateRows:
         return combine_windows(logits, self.document_ids, self.window_pooling)[0]
 
 
-def gate_rows(config: dict[str, Any], tokenizer, label_names: list[str], eval_file: str | None) -> GateRows:
-    """The run's validation split (or `eval_file`), tokenized as the run tokenized it."""
+def gate_rows(
+    config: dict[str, Any],
+    tokenizer,
+    label_names: list[str],
+    eval_file: str | None,
+    model_limit: int | None = None,
+) -> GateRows:
+    """The run's validation split (or `eval_file`), tokenized as the run tokenized it (`model_limit`: the most
+    tokens the model takes, for the length report)."""
     data_args = data_arguments(config)
     if eval_file is not None:
         if not Path(eval_file).is_file():
@@ -86,7 +93,12 @@ def gate_rows(config: dict[str, Any], tokenizer, label_names: list[str], eval_fi
         labels=data.labels,
         description=data.description,
     )
-    encoded = tokenize(validation, tokenizer, data_args, lambda desc: contextlib.nullcontext())["validation"]
+    # Logged under the rows' own name, with the model's limit, and no option the export lacks.
+    read = LengthsRead(
+        finished_run="the run", names={"validation": Path(eval_file).name if eval_file else "validation"}
+    )
+    first = lambda desc: contextlib.nullcontext()  # noqa: E731
+    encoded = tokenize(validation, tokenizer, data_args, first, model_limit, read)["validation"]
     references = np.asarray(encoded[LABEL_COLUMN])
     document_ids = None
     if DOCUMENT_COLUMN in encoded.column_names:

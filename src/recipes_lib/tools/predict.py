@@ -41,7 +41,7 @@ from recipes_lib.data.files import (
 )
 from recipes_lib.data.labels import LabelMapping
 from recipes_lib.data.loading import ClassificationData
-from recipes_lib.data.long_text import DOCUMENT_COLUMN
+from recipes_lib.data.long_text import DOCUMENT_COLUMN, LengthsRead
 from recipes_lib.data.tokenize import padding_collator, tokenize
 from recipes_lib.errors import ConfigError, DataError, ModelError, RecipeError
 from recipes_lib.evaluation.collapse import is_collapsed, output_variation
@@ -57,6 +57,7 @@ from recipes_lib.export.bundle import (
 )
 from recipes_lib.export.gate import data_arguments
 from recipes_lib.modeling.adapters import load_trained_model
+from recipes_lib.modeling.families import profile_for
 
 logger = logging.getLogger(__name__)
 
@@ -263,15 +264,7 @@ def predict(
         data_args.max_seq_length,
     )
 
-    # Tokenize exactly as the run did (data.tokenize: truncation, max_seq_length, pairs), as an unlabelled split.
-    data = ClassificationData(
-        raw=DatasetDict({"test": dataset}),
-        text_columns=columns,
-        label_column=data_args.label_column_name,
-        labels=LabelMapping(names=label_names, to_id={}),
-        description=str(input_file),
-    )
-    encoded = tokenize(data, tokenizer, data_args, lambda desc: contextlib.nullcontext())["test"]
+    encoded = encode_input(dataset, columns, input_file, tokenizer, model_config, data_args)
     if exported is not None:
         from recipes_lib.export.runtime import onnx_logits, onnx_session
 
@@ -288,6 +281,23 @@ def predict(
     warn_if_constant(logits, problem_type, input_file)
     rows = prediction_rows(logits, label_names, problem_type, thresholds, decision_threshold)
     return rows if ids is None else [{"id": id_, **row} for id_, row in zip(ids, rows, strict=True)]
+
+
+def encode_input(dataset, columns, input_file, tokenizer, model_config, data_args):
+    """The input tokenized exactly as the run did (data.tokenize: truncation, max_seq_length, pairs), as an
+    unlabelled split. Its lengths are logged as the input file's, with the model's limit, and with no
+    option predict lacks."""
+    label_names = [model_config.id2label[i] for i in range(model_config.num_labels)]
+    data = ClassificationData(
+        raw=DatasetDict({"test": dataset}),
+        text_columns=columns,
+        label_column=data_args.label_column_name,
+        labels=LabelMapping(names=label_names, to_id={}),
+        description=str(input_file),
+    )
+    read = LengthsRead(finished_run="the run", names={"test": Path(input_file).name})
+    limit = profile_for(model_config).max_length
+    return tokenize(data, tokenizer, data_args, lambda desc: contextlib.nullcontext(), limit, read)["test"]
 
 
 def warn_if_constant(logits, problem_type: str, input_file) -> None:

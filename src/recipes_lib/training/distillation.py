@@ -44,7 +44,7 @@ from recipes_lib.config.tasks import MULTI_LABEL, REGRESSION
 from recipes_lib.data.files import DELIMITED, copy_delimited_rows, decide_quoting, read_local_files
 from recipes_lib.data.labels import LabelMapping
 from recipes_lib.data.loading import ClassificationData
-from recipes_lib.data.long_text import DOCUMENT_COLUMN, document_ids
+from recipes_lib.data.long_text import DOCUMENT_COLUMN, LengthsRead, document_ids
 from recipes_lib.data.tokenize import LABEL_COLUMN, padding_collator, tokenize
 from recipes_lib.errors import ConfigError, DataError
 from recipes_lib.evaluation.inference import batch_logits
@@ -336,7 +336,8 @@ def _tokenized_rows(rows: Dataset, text_columns, labels, tokenizer, data_args, m
         labels=labels,
         description="distillation rows",
     )
-    return tokenize(data, tokenizer, data_args, main_process_first)["test"]
+    read = LengthsRead(names={"test": "distillation rows"})  # a split of their own, not a test split
+    return tokenize(data, tokenizer, data_args, main_process_first, read=read)["test"]
 
 
 def teacher_logits(
