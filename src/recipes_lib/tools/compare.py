@@ -18,6 +18,14 @@ from typing import Any
 
 from recipes_lib.config.tasks import MULTI_LABEL, REGRESSION
 from recipes_lib.results import RESULTS_FILE, RunResults, read_results
+from recipes_lib.tools.run_labels import (
+    alike,
+    documents_per_second,
+    naming_columns,
+    run_names,
+    windowed,
+    windows_note,
+)
 from recipes_lib.tracking.names import METRIC_TITLES, eval_key
 from recipes_lib.units import BREAKDOWN_KEYS, GIB, short_model_name
 from recipes_lib.workbench import OTHER_TASK_METRICS, format_table
@@ -102,9 +110,15 @@ def task_metric_columns(runs: list[RunResults]) -> list[tuple[str, Callable[[Run
     ]
 
 
-def comparison_table(runs: list[RunResults], markdown: bool = False) -> str:
+def comparison_table(
+    runs: list[RunResults], markdown: bool = False, run_dirs: list[str] | None = None
+) -> str:
     unit, scale = _unit(runs)
     columns = table_columns(unit, scale) + task_metric_columns(runs)
+    if any(windowed(run) for run in runs):  # samples/s counts windows there: documents beside it
+        speed = [title for title, _ in columns].index("samples/s") + 1
+        columns.insert(speed, ("docs/s", lambda run: _number(documents_per_second(run), "{:.1f}")))
+    columns = naming_columns(runs, run_dirs or []) + columns
     sets = evaluation_sets(runs)
     if len(sets) > 1:  # mark which set each run was scored on; the note under the table says how they differ
         set_of = {id(run): name for name, members in sets.items() for run in members}
@@ -198,14 +212,6 @@ def _run_dir(run_dir: str) -> Path:
     return Path(run_dir) if Path(run_dir).is_dir() else Path(run_dir).parent
 
 
-def run_names(run_dirs: list[str]) -> list[str]:
-    """How the note names each run: its directory's name (its path when two share a name)."""
-    names = [_run_dir(run_dir).name for run_dir in run_dirs]
-    if len(set(names)) < len(names):
-        names = [str(run_dir) for run_dir in run_dirs]
-    return names
-
-
 def table_notes(runs: list[RunResults]) -> list[str]:
     sources = sorted({run.peak_memory_source for run in runs if run.peak_memory_source})
     notes = [f"peak: {source}" for source in sources]
@@ -225,15 +231,18 @@ def _chart_metric(runs: list[RunResults]) -> tuple[str, str]:
     return eval_key("accuracy"), "accuracy"
 
 
-def _run_label(run: RunResults, runs: list[RunResults]) -> str:
+def _run_label(run: RunResults, runs: list[RunResults], name: str | None = None) -> str:
+    if name is not None:  # runs the recipe and model do not tell apart: their directories do
+        return name
     recipe = str(run.recipe or "?")
     models = {run.model_name_or_path for run in runs}
     return recipe if len(models) == 1 else f"{recipe}\n{short_model_name(run.model_name_or_path)}"
 
 
-def write_chart(runs: list[RunResults], path: str | os.PathLike) -> Path:
+def write_chart(runs: list[RunResults], path: str | os.PathLike, names: list[str] | None = None) -> Path:
     """Top: one stacked bar per run (where the training memory went). Below it, in the same
-    column: the run's accuracy. Reading down a column gives the trade-off."""
+    column: the run's accuracy. Reading down a column gives the trade-off. `names`: each run's label
+    (else its recipe, and its model where the models differ)."""
     # matplotlib is imported only when a chart is drawn (a heavy import).
     import matplotlib
 
@@ -253,7 +262,7 @@ def write_chart(runs: list[RunResults], path: str | os.PathLike) -> Path:
     totals = _draw_memory_bars(memory_axis, runs, positions, unit, scale)
     peaks = _mark_tensor_peaks(memory_axis, runs, positions, scale)
     _label_memory_axis(memory_axis, unit, totals, peaks)
-    _draw_accuracy(accuracy_axis, runs, positions)
+    _draw_accuracy(accuracy_axis, runs, positions, names)
     _set_title(memory_axis, runs)
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -329,7 +338,7 @@ def _label_memory_axis(memory_axis, unit: str, totals: list[float], peaks: list[
     )
 
 
-def _draw_accuracy(accuracy_axis, runs: list[RunResults], positions: list[int]) -> None:
+def _draw_accuracy(accuracy_axis, runs: list[RunResults], positions: list[int], names=None) -> None:
     """Each run's validation score (accuracy, exact match or Pearson) under its bar, and the run labels."""
     metric_key, metric_label = _chart_metric(runs)
     accuracies = [run.value(metric_key) for run in runs]
@@ -351,7 +360,8 @@ def _draw_accuracy(accuracy_axis, runs: list[RunResults], positions: list[int]) 
     accuracy_axis.tick_params(axis="y", colors="#D55E00")
     accuracy_axis.grid(axis="y", alpha=0.3)
     accuracy_axis.spines[["top", "right"]].set_visible(False)
-    accuracy_axis.set_xticks(positions, [_run_label(run, runs) for run in runs])
+    labels = [_run_label(run, runs, names[i] if names else None) for i, run in enumerate(runs)]
+    accuracy_axis.set_xticks(positions, labels)
     accuracy_axis.set_xlim(-0.6, len(runs) - 0.4)
 
 
@@ -445,10 +455,11 @@ def compare(run_dirs: list[str], chart: str | None = None, markdown: bool = Fals
     except CompareError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
-    print(comparison_table(runs, markdown))
+    print(comparison_table(runs, markdown, run_dirs))
     notes = table_notes(runs)
     different_sets = evaluation_note(runs, run_names(run_dirs))
-    for note in ([different_sets] if different_sets else []) + notes:
+    windows = windows_note(runs, run_names(run_dirs))
+    for note in ([different_sets] if different_sets else []) + ([windows] if windows else []) + notes:
         print(f"{'- ' if markdown else ''}{note}")
     groups = group_repeats(runs)
     if len(groups) < len(runs):
@@ -457,6 +468,7 @@ def compare(run_dirs: list[str], chart: str | None = None, markdown: bool = Fals
               "mean ± std (sample standard deviation) over their runs")  # fmt: skip
         print(repeats_table(groups, markdown))
     if draw:
-        path = write_chart(runs, chart or default_chart_path(run_dirs))
+        names = run_names(run_dirs) if alike(runs) else None
+        path = write_chart(runs, chart or default_chart_path(run_dirs), names)
         print(f"chart: {path}")
     return 0

@@ -6,6 +6,14 @@ import sys
 
 from recipes_lib.results import RunResults
 from recipes_lib.tools.compare import TASK_METRIC_COLUMNS, CompareError, load_runs
+from recipes_lib.tools.run_labels import (
+    documents_per_second,
+    naming_columns,
+    run_names,
+    windowed,
+    windows_note,
+)
+from recipes_lib.units import short_model_name
 from recipes_lib.workbench import format_table
 
 # (results.json key, column title, format)
@@ -43,8 +51,21 @@ def show(run_dirs: list[str]) -> int:
         if any(run.value(key) is not None for run in runs)
     ]
     columns = [*SHOW_COLUMNS[:4], *extra, *SHOW_COLUMNS[4:]]
-    rows = [[_cell(results, key, fmt) for key, _, fmt in columns] for results in runs]
-    print(format_table([title for _, title, _ in columns], rows))
+    cells = [(title, lambda run, key=key, fmt=fmt: _cell(run, key, fmt)) for key, title, fmt in columns]
+    # The model by name (a local path's directory, or the one above a `model/` folder): the path is in results.json.
+    cells[1] = ("model", lambda run: short_model_name(run.model_name_or_path))
+    if any(windowed(run) for run in runs):  # samples/s counts windows there: documents beside it
+        speed = [title for title, _ in cells].index("samples/s") + 1
+        cells.insert(speed, ("docs/s", lambda run: _number(documents_per_second(run))))
+    cells = naming_columns(runs, run_dirs) + cells
+    print(format_table([title for title, _ in cells], [[cell(run) for _, cell in cells] for run in runs]))
+    windows = windows_note(runs, run_names(run_dirs))
+    if windows:
+        print(windows)
     if memory_note:
         print(f"peak GiB: {memory_note}")
     return 0
+
+
+def _number(value: float | None) -> str:
+    return "-" if value is None else f"{value:.1f}"
