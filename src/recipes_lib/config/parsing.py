@@ -32,7 +32,7 @@ from recipes_lib.config.recipe_spec import RecipeSpec
 from recipes_lib.config.registry import recipes_accepting
 from recipes_lib.config.validation import validate_arguments
 from recipes_lib.config.versions import check_supported_versions
-from recipes_lib.credentials import hand_over_secrets
+from recipes_lib.credentials import hand_over_secrets, is_secret_option, refuse_secret_options, shown
 from recipes_lib.errors import ConfigError
 
 
@@ -116,12 +116,14 @@ def load_config_file(path: str) -> dict[str, Any]:
 
 def _convert_file_value(action: argparse.Action, key: str, value: Any, path: str, accepts_list: bool) -> Any:
     """Check a YAML value as argparse would check the same value typed on the command line."""
+    if is_secret_option(key) and isinstance(value, dict | list):  # str() would make a token of it
+        raise ConfigError(f"Config file '{path}': key '{key}' is a {type(value).__name__}; a secret is one string.")
     if value is None or isinstance(value, dict):
         return value
     if isinstance(value, list):
         if not accepts_list:
             raise ConfigError(
-                f"Config file '{path}': key '{key}' takes a single value, but the file gives a list {value}."
+                f"Config file '{path}': key '{key}' takes a single value, but the file gives a list {shown(key, value)}."
             )
         element = argparse.Action([], key, type=action.type, choices=action.choices)
         return [_convert_file_value(element, key, item, path, accepts_list=False) for item in value]
@@ -133,12 +135,12 @@ def _convert_file_value(action: argparse.Action, key: str, value: Any, path: str
         except (TypeError, ValueError, argparse.ArgumentTypeError):
             type_name = getattr(action.type, "__name__", str(action.type))
             raise ConfigError(
-                f"Config file '{path}': key '{key}' has value {value!r}, which is not a valid {type_name}. "
+                f"Config file '{path}': key '{key}' has value {shown(key, value)}, which is not a valid {type_name}. "
                 f"Write a {type_name} there, e.g. the default: {action.default!r}."
             ) from None
     if action.choices is not None and converted not in action.choices:
         choices = ", ".join(str(getattr(c, "value", c)) for c in action.choices)
-        raise ConfigError(f"Config file '{path}': key '{key}' is {value!r}; choose one of: {choices}.")
+        raise ConfigError(f"Config file '{path}': key '{key}' is {shown(key, value)}; choose one of: {choices}.")
     return converted
 
 
@@ -208,6 +210,7 @@ def parse_arguments(spec: RecipeSpec, argv: list[str] | None = None) -> ParsedAr
     """
     check_supported_versions()
     argv = list(sys.argv[1:] if argv is None else argv)
+    refuse_secret_options(argv)  # before anything reads them: the YAML or the environment instead
     show_traceback = wants_traceback(argv)
     argv = _pop_bare_debug(argv)[1]
     config_file, argv = _pop_option(argv, "--config")
@@ -250,7 +253,7 @@ def parse_arguments(spec: RecipeSpec, argv: list[str] | None = None) -> ParsedAr
         )
 
     model_args, data_args, *recipe_options, training_args = parsed
-    hand_over_secrets(*parsed)  # --hub_token: into HF_TOKEN, out of the arguments and sys.argv
+    hand_over_secrets(*parsed)  # the YAML's hub_token: into HF_TOKEN, out of the arguments
     # One config for every recipe: `output_dir: outputs/demo/{recipe}` gives each its own directory.
     training_args.output_dir = training_args.output_dir.replace("{recipe}", recipe_name)
     arguments = ParsedArguments(

@@ -34,7 +34,7 @@ from typing import Any
 import yaml
 
 from recipes_lib.config.registry import RECIPES
-from recipes_lib.credentials import without_secrets
+from recipes_lib.credentials import ENVIRONMENT_OF, canonical, is_secret_option, without_secrets
 from recipes_lib.errors import ConfigError
 from recipes_lib.results import RESULT_KEYS
 
@@ -277,6 +277,14 @@ def parse_args_mapping(value: Any, where: str) -> tuple[tuple[str, tuple[str, ..
             raise ConfigError(
                 f"{where} sets '{key}', which the sweep sets for every trial from {SWEEP_OWNED_OPTIONS[key]}; drop it."
             )
+        if is_secret_option(key) and canonical(key) not in ENVIRONMENT_OF:
+            raise ConfigError(
+                f"{where} sets '{key}', a secret no recipe takes as an option (a trial's command line would show "
+                f"it); drop it, and give it to the trials through its environment variable. Recipe secrets: "
+                f"{', '.join(ENVIRONMENT_OF)}."
+            )
+        if isinstance(item, dict | list) and is_secret_option(key):
+            raise ConfigError(f"{where}: '{key}' is a {type(item).__name__}; give the secret as one string.")
         if isinstance(item, dict):
             raise ConfigError(f"{where}: '{key}' is a mapping; give a value as on the recipe's command line.")
         items = item if isinstance(item, list | tuple) else [item]  # a list option: one token per item

@@ -13,6 +13,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+from recipes_lib.credentials import redact
 from recipes_lib.errors import ConfigError, HubError, RecipeError
 from recipes_lib.results import RESULTS_FILE, read_results
 from recipes_lib.tracking.hub import hub_problem
@@ -27,7 +28,7 @@ def push(run_dir: str, repo_id: str, token: str | None = None, private: bool = F
     try:
         url, files = push_run(run_dir, repo_id, token=token, private=private or None)
     except RecipeError as error:
-        print(f"error: {error}", file=sys.stderr)
+        print(redact(f"error: {error}"), file=sys.stderr)
         return error.exit_code
     print(f"Pushed {len(files)} files to {url}:")
     for name in files:
