@@ -116,7 +116,9 @@ def test_a_token_in_the_yaml_leaves_the_arguments_for_the_environment(tmp_path, 
     secret = PLANTED["YAML"]
     config = tmp_path / "config.yaml"
     config.write_text(yaml.safe_dump({"hub_token": secret}))
-    arguments = parse_arguments(RECIPES["full_ft"], ["--output_dir", str(tmp_path / "out"), "--config", str(config)])
+    arguments = parse_arguments(
+        RECIPES["full_ft"], ["--output_dir", str(tmp_path / "out"), "--config", str(config)]
+    )
     assert arguments.training.hub_token is None
     assert os.environ["HF_TOKEN"] == secret
     assert secret.encode() not in pickle.dumps(arguments.training)
@@ -162,7 +164,9 @@ def test_the_secret_options_found_are_the_hub_token_and_its_alias_and_no_command
     workbench that starts taking a token on its command line (push's old --token) fails here."""
     found = accepted_secret_options()
     assert RECIPE_SECRET_OPTIONS == ["--hub-token", "--hub_token"]
-    assert {name: options for name, options in found.items() if name.startswith("recipes-lib") and options} == {}
+    assert {
+        name: options for name, options in found.items() if name.startswith("recipes-lib") and options
+    } == {}
 
 
 def _forms(option: str) -> list[list[str]]:
@@ -331,7 +335,9 @@ def data_with_test(learnable_data, tmp_path):
 
 @pytest.mark.slow
 @pytest.mark.timeout(1200)  # a recipe launch and an export on a busy machine
-def test_a_recipe_run_and_its_export_write_no_planted_secret(tmp_path, tiny_bert, data_with_test, planted_env):
+def test_a_recipe_run_and_its_export_write_no_planted_secret(
+    tmp_path, tiny_bert, data_with_test, planted_env
+):
     """The YAML's token and the environment's (the command line's is refused: the fast tests above, and
     test_docs' README launch)."""
     way = "YAML"

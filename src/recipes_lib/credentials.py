@@ -47,7 +47,11 @@ def is_secret_option(name: str) -> bool:
 
 def secret_options_in(argv: Iterable[str]) -> list[str]:
     """The secret options (`--hub-token X`, `--hub_token=X`, `--token X`) among these arguments, as written."""
-    return [item.partition("=")[0] for item in argv if item.startswith("-") and is_secret_option(item.partition("=")[0])]
+    return [
+        item.partition("=")[0]
+        for item in argv
+        if item.startswith("-") and is_secret_option(item.partition("=")[0])
+    ]
 
 
 def refuse_secret_options(argv: Iterable[str], where: str = "the command line") -> None:
@@ -96,7 +100,9 @@ def redact(text: str, *secrets: str) -> str:
 def url_secrets(url: str) -> list[str]:
     """The password and secret query values of `url`, and the pieces of a password holding an unescaped
     `@` (a driver that splits there names the rest as the host in its error)."""
-    found = [m.group(0)[len(m.group("head")) :] for m in (*URL_PASSWORD.finditer(url), *QUERY_SECRET.finditer(url))]
+    found = [
+        m.group(0)[len(m.group("head")) :] for m in (*URL_PASSWORD.finditer(url), *QUERY_SECRET.finditer(url))
+    ]
     return [*found, *(piece for value in found for piece in value.split("@"))]
 
 

@@ -117,7 +117,9 @@ def load_config_file(path: str) -> dict[str, Any]:
 def _convert_file_value(action: argparse.Action, key: str, value: Any, path: str, accepts_list: bool) -> Any:
     """Check a YAML value as argparse would check the same value typed on the command line."""
     if is_secret_option(key) and isinstance(value, dict | list):  # str() would make a token of it
-        raise ConfigError(f"Config file '{path}': key '{key}' is a {type(value).__name__}; a secret is one string.")
+        raise ConfigError(
+            f"Config file '{path}': key '{key}' is a {type(value).__name__}; a secret is one string."
+        )
     if value is None or isinstance(value, dict):
         return value
     if isinstance(value, list):
@@ -140,7 +142,9 @@ def _convert_file_value(action: argparse.Action, key: str, value: Any, path: str
             ) from None
     if action.choices is not None and converted not in action.choices:
         choices = ", ".join(str(getattr(c, "value", c)) for c in action.choices)
-        raise ConfigError(f"Config file '{path}': key '{key}' is {shown(key, value)}; choose one of: {choices}.")
+        raise ConfigError(
+            f"Config file '{path}': key '{key}' is {shown(key, value)}; choose one of: {choices}."
+        )
     return converted
 
 
