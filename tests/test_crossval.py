@@ -577,7 +577,9 @@ def test_a_real_two_fold_crossval_of_the_tiny_bert(tmp_path, tiny_bert, one_thre
 
 
 @pytest.mark.parametrize("value", [["train.csv"], {"a": 1}])
-def test_a_data_key_of_the_wrong_type_in_crossval_s_config_is_one_paragraph(tmp_path, monkeypatch, capsys, value):
+def test_a_data_key_of_the_wrong_type_in_crossval_s_config_is_one_paragraph(
+    tmp_path, monkeypatch, capsys, value
+):
     """crossval reads the --config file's data keys itself, to make the folds, before any recipe checks
     them: `train_file: [train.csv]` is refused in words, not a TypeError traceback."""
     import yaml

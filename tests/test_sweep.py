@@ -29,9 +29,9 @@ from recipes_lib.errors import ConfigError, OutputDirError
 from recipes_lib.locking import lock_directory
 from recipes_lib.sweep import study
 from recipes_lib.sweep.config import (
+    TOP_LEVEL_KEYS,
     SweepConfig,
     format_lr,
-    TOP_LEVEL_KEYS,
     load_sweep_file,
     sweep_config_from_values,
     trial_command,
@@ -826,7 +826,9 @@ WRONG_TYPES = (["a"], {"a": 1}, True)
 
 
 @pytest.mark.parametrize("key", sorted(set(TOP_LEVEL_KEYS) - {"recipes", "args", "retry_failed"}))
-def test_every_sweep_file_key_refuses_a_value_of_the_wrong_type_before_anything_is_made(tmp_path, monkeypatch, capsys, key):
+def test_every_sweep_file_key_refuses_a_value_of_the_wrong_type_before_anything_is_made(
+    tmp_path, monkeypatch, capsys, key
+):
     monkeypatch.chdir(tmp_path)
     for value in WRONG_TYPES:
         if key == "seeds" and value is True:

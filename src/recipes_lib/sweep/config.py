@@ -402,7 +402,9 @@ def sweep_config_from_values(
         recipes=parse_recipes(values["recipes"], "'recipes'"),
         output_dir=_text(values.get("output_dir"), "'output_dir'", "outputs/sweep"),
         base_config=_text(values.get("base_config"), "'base_config'"),
-        accelerate_config=_text(values.get("accelerate_config"), "'accelerate_config'", DEFAULT_ACCELERATE_CONFIG),
+        accelerate_config=_text(
+            values.get("accelerate_config"), "'accelerate_config'", DEFAULT_ACCELERATE_CONFIG
+        ),
         metric=metric,
         direction=metric_direction(metric, values.get("direction")),
         search_seed=_integer(values.get("search_seed", DEFAULT_SEARCH_SEED), "'search_seed'", 0),
