@@ -81,11 +81,6 @@ def hand_over_secrets(*arguments) -> None:
                 setattr(parsed, field.name, None)
 
 
-def shown(key: str, value: object) -> str:
-    """`value` as an error message may show it: REDACTED for a secret option's."""
-    return REDACTED if is_secret_option(key) else repr(value)
-
-
 def redact(text: str, *secrets: str) -> str:
     """`text` without URL passwords, secret query parameters, `secrets`, or the value of any secret-named
     environment variable (HF_TOKEN, WANDB_API_KEY, ...): for every message a command prints."""

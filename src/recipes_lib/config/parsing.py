@@ -32,7 +32,7 @@ from recipes_lib.config.recipe_spec import RecipeSpec
 from recipes_lib.config.registry import recipes_accepting
 from recipes_lib.config.validation import validate_arguments
 from recipes_lib.config.versions import check_supported_versions
-from recipes_lib.credentials import hand_over_secrets, is_secret_option, refuse_secret_options, shown
+from recipes_lib.credentials import hand_over_secrets, is_secret_option, refuse_secret_options
 from recipes_lib.errors import ConfigError
 
 
@@ -125,7 +125,7 @@ def _convert_file_value(action: argparse.Action, key: str, value: Any, path: str
     if isinstance(value, list):
         if not accepts_list:
             raise ConfigError(
-                f"Config file '{path}': key '{key}' takes a single value, but the file gives a list {shown(key, value)}."
+                f"Config file '{path}': key '{key}' takes a single value, but the file gives a list {value}."
             )
         element = argparse.Action([], key, type=action.type, choices=action.choices)
         return [_convert_file_value(element, key, item, path, accepts_list=False) for item in value]
@@ -137,14 +137,12 @@ def _convert_file_value(action: argparse.Action, key: str, value: Any, path: str
         except (TypeError, ValueError, argparse.ArgumentTypeError):
             type_name = getattr(action.type, "__name__", str(action.type))
             raise ConfigError(
-                f"Config file '{path}': key '{key}' has value {shown(key, value)}, which is not a valid {type_name}. "
+                f"Config file '{path}': key '{key}' has value {value!r}, which is not a valid {type_name}. "
                 f"Write a {type_name} there, e.g. the default: {action.default!r}."
             ) from None
     if action.choices is not None and converted not in action.choices:
         choices = ", ".join(str(getattr(c, "value", c)) for c in action.choices)
-        raise ConfigError(
-            f"Config file '{path}': key '{key}' is {shown(key, value)}; choose one of: {choices}."
-        )
+        raise ConfigError(f"Config file '{path}': key '{key}' is {value!r}; choose one of: {choices}.")
     return converted
 
 
