@@ -1,7 +1,8 @@
 """The docs agree with the code and with each other: the lists docs/development.md keeps (the
 `recipes-lib` commands, also listed in the docstring of recipes_lib/cli/main.py, and the library's
-packages), docs/families.md's table, every relative link and its anchor, and the README's length.
-Offline, no model, no run."""
+packages), docs/families.md's table, every relative link and its anchor, the README's length, and
+every command shown (options, targets, files; `accelerate launch` with -q). Offline, no model; one
+launch: the README's command with a bad input (about 25 s on 2 cores)."""
 
 from __future__ import annotations
 
