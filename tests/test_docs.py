@@ -171,9 +171,14 @@ REPO_PATH = re.compile(
 MAKE_TARGET = re.compile(r"^([a-z][\w-]*):", re.MULTILINE)
 
 
+# A table benchmarks/publish.py generates from a record, with the command that record ran, as it ran
+# (publish.py's check keeps it equal to the record): a record, not a command to copy.
+RECORD_BLOCK = re.compile(r"<!-- record [\w-]+ \S+: start -->.*?<!-- record: end -->", re.DOTALL)
+
+
 def command_lines(path) -> list[str]:
     """Every command line a reader may copy from `path`, continuation lines joined."""
-    text = path.read_text()
+    text = RECORD_BLOCK.sub("", path.read_text())
     if path.suffix == ".md":
         snippets = [*FENCE_BODY.findall(text), *INLINE_CODE.findall(FENCE.sub("", text))]
     else:

@@ -85,11 +85,17 @@ def redact(text: str, *secrets: str) -> str:
     """`text` without URL passwords, secret query parameters, `secrets`, or the value of any secret-named
     environment variable (HF_TOKEN, WANDB_API_KEY, ...): for every message a command prints."""
     known = [*secrets, *(value for name, value in os.environ.items() if is_secret_option(name))]
-    text = QUERY_SECRET.sub(rf"\g<head>{REDACTED}", URL_PASSWORD.sub(rf"\g<head>{REDACTED}", text))
+    text = QUERY_SECRET.sub(rf"\g<head>{REDACTED}", URL_PASSWORD.sub(_hide_password, text))
     for value in sorted(known, key=len, reverse=True):
         if len(value) >= SHORTEST_SEARCHED:
             text = text.replace(value, REDACTED)
     return text
+
+
+def _hide_password(match: re.Match) -> str:
+    """USER:<redacted>@, except the placeholder the help and the errors show (USER:PASSWORD@HOST)."""
+    password = match.group(0)[len(match.group("head")) :]
+    return match.group(0) if password == "PASSWORD" else match.group("head") + REDACTED
 
 
 def url_secrets(url: str) -> list[str]:
