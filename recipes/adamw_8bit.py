@@ -1,7 +1,7 @@
 """Full fine-tuning with bitsandbytes' 8-bit AdamW: every weight trains, the optimizer state shrinks 4x.
 
-    accelerate launch --config_file accelerate_configs/single_gpu.yaml recipes/adamw_8bit.py
-    accelerate launch --config_file accelerate_configs/single_gpu.yaml recipes/adamw_8bit.py --config recipes/configs/adamw_8bit.yaml
+    accelerate launch -q --config_file accelerate_configs/single_gpu.yaml recipes/adamw_8bit.py
+    accelerate launch -q --config_file accelerate_configs/single_gpu.yaml recipes/adamw_8bit.py --config recipes/configs/adamw_8bit.yaml
 
 Same defaults as full_ft.py. AdamW's moments are stored block-wise in uint8: 2 x 1 B + 2 x 4 B of
 absmax per 256 elements = 2.03 B per parameter instead of 8 B, for tensors of 4,096 elements or

@@ -1,6 +1,6 @@
 """Distillation: a student trains in full on a teacher's logits and the gold labels.
 
-    accelerate launch --config_file accelerate_configs/single_gpu.yaml recipes/distill.py \
+    accelerate launch -q --config_file accelerate_configs/single_gpu.yaml recipes/distill.py \
         --model_name_or_path sentence-transformers/all-MiniLM-L6-v2 --teacher outputs/full_ft \
         --train_file train.csv --validation_file validation.csv --transfer_file unlabelled.csv
 

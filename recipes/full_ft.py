@@ -1,7 +1,7 @@
 """Full fine-tuning: every weight of the encoder and the new classification head trains with AdamW.
 
-    accelerate launch --config_file accelerate_configs/single_gpu.yaml recipes/full_ft.py
-    accelerate launch --config_file accelerate_configs/single_gpu.yaml recipes/full_ft.py --config recipes/configs/full_ft.yaml
+    accelerate launch -q --config_file accelerate_configs/single_gpu.yaml recipes/full_ft.py
+    accelerate launch -q --config_file accelerate_configs/single_gpu.yaml recipes/full_ft.py --config recipes/configs/full_ft.yaml
 
 With no arguments: bert-base-uncased on GLUE SST-2, batch 32, lr 2e-5, 3 epochs (`--help` lists
 every option). Memory per parameter: 4 B weights + 4 B gradients + 8 B AdamW state = 16 B.

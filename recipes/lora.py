@@ -1,7 +1,7 @@
 """LoRA: the encoder is frozen; low-rank adapters on the attention projections and the head train.
 
-    accelerate launch --config_file accelerate_configs/single_gpu.yaml recipes/lora.py
-    accelerate launch --config_file accelerate_configs/single_gpu.yaml recipes/lora.py --config recipes/configs/lora.yaml
+    accelerate launch -q --config_file accelerate_configs/single_gpu.yaml recipes/lora.py
+    accelerate launch -q --config_file accelerate_configs/single_gpu.yaml recipes/lora.py --config recipes/configs/lora.yaml
 
 Same defaults as full_ft.py except the learning rate, 1e-3 instead of 2e-5. r=8, alpha=16,
 dropout 0.1 on `query` and `value`; `--lora_target_modules all-linear` adapts every linear layer.

@@ -1,8 +1,8 @@
 """QLoRA: LoRA on a frozen base whose linear layers are stored in 4-bit NF4 (bitsandbytes), or in 8 bits.
 
-    accelerate launch --config_file accelerate_configs/single_gpu.yaml recipes/qlora.py
-    accelerate launch --config_file accelerate_configs/single_gpu.yaml recipes/qlora.py --config recipes/configs/qlora.yaml
-    accelerate launch --config_file accelerate_configs/single_gpu.yaml recipes/qlora.py --base_bits 8
+    accelerate launch -q --config_file accelerate_configs/single_gpu.yaml recipes/qlora.py
+    accelerate launch -q --config_file accelerate_configs/single_gpu.yaml recipes/qlora.py --config recipes/configs/qlora.yaml
+    accelerate launch -q --config_file accelerate_configs/single_gpu.yaml recipes/qlora.py --base_bits 8
 
 Everything as in lora.py (same options, learning rate and saved adapter), but the encoder's linear
 weights are NF4 with double quantization (4.13 bits per weight), their matmuls in the run's precision

@@ -71,7 +71,7 @@ def test_every_config_starts_with_when_to_use_it_and_how_to_launch_it(config):
     text = (CONFIG_DIR / config).read_text()
     header = text[: text.index("\n" + next(line for line in text.splitlines() if not line.startswith("#")))]
     assert header.startswith("# ") and len(header.splitlines()) >= 2
-    assert f"accelerate launch --config_file accelerate_configs/{config}" in header
+    assert f"accelerate launch -q --config_file accelerate_configs/{config}" in header
     yaml.safe_load(text)
 
 

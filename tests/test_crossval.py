@@ -574,3 +574,24 @@ def test_a_real_two_fold_crossval_of_the_tiny_bert(tmp_path, tiny_bert, one_thre
     assert cli_main(["label-issues", str(output_dir / "fold-0")]) == 0  # a run: its validation rows
     fold_rows = (output_dir / "fold-0" / "eval_predictions.jsonl").read_text().splitlines()
     assert json.loads((output_dir / "fold-0" / "label_issues.json").read_text())["rows"] == len(fold_rows)
+
+
+@pytest.mark.parametrize("value", [["train.csv"], {"a": 1}])
+def test_a_data_key_of_the_wrong_type_in_crossval_s_config_is_one_paragraph(
+    tmp_path, monkeypatch, capsys, value
+):
+    """crossval reads the --config file's data keys itself, to make the folds, before any recipe checks
+    them: `train_file: [train.csv]` is refused in words, not a TypeError traceback."""
+    import yaml
+
+    from recipes_lib.cli.crossval import DATA_KEYS
+
+    monkeypatch.chdir(tmp_path)
+    for key in DATA_KEYS:
+        config = tmp_path / "config.yaml"
+        config.write_text(yaml.safe_dump({key: value}))
+        code = cli_main(["crossval", "full_ft", "--output_dir", str(tmp_path / "cv"), "--config", str(config),
+                         "--accelerate_config", str(ACCELERATE_CONFIGS / "cpu.yaml")])  # fmt: skip
+        err = capsys.readouterr().err
+        assert code == 2 and f"key '{key}'" in err and "Traceback" not in err, err
+        assert not (tmp_path / "cv").exists()

@@ -1,7 +1,8 @@
 """The docs agree with the code and with each other: the lists docs/development.md keeps (the
 `recipes-lib` commands, also listed in the docstring of recipes_lib/cli/main.py, and the library's
-packages), docs/families.md's table, every relative link and its anchor, and the README's length.
-Offline, no model, no run."""
+packages), docs/families.md's table, every relative link and its anchor, the README's length, and
+every command shown (options, targets, files; `accelerate launch` with -q). Offline, no model; one
+launch: the README's command with a bad input (about 25 s on 2 cores)."""
 
 from __future__ import annotations
 
@@ -170,9 +171,14 @@ REPO_PATH = re.compile(
 MAKE_TARGET = re.compile(r"^([a-z][\w-]*):", re.MULTILINE)
 
 
+# A table benchmarks/publish.py generates from a record, with the command that record ran, as it ran
+# (publish.py's check keeps it equal to the record): a record, not a command to copy.
+RECORD_BLOCK = re.compile(r"<!-- record [\w-]+ \S+: start -->.*?<!-- record: end -->", re.DOTALL)
+
+
 def command_lines(path) -> list[str]:
     """Every command line a reader may copy from `path`, continuation lines joined."""
-    text = path.read_text()
+    text = RECORD_BLOCK.sub("", path.read_text())
     if path.suffix == ".md":
         snippets = [*FENCE_BODY.findall(text), *INLINE_CODE.findall(FENCE.sub("", text))]
     else:
@@ -254,6 +260,8 @@ class CommandChecker:
         if tokens[:2] == ["accelerate", "launch"]:
             found += [f"accelerate launch {option}: no such option" for option in _options(tokens[2:at])
                       if option not in self.launch_options]  # fmt: skip
+            if not {"-q", "--quiet"} & set(tokens[2:at]):  # test_the_readme_launch_... shows why
+                found.append(f"accelerate launch without -q: {name}.py's error paragraph twice, a traceback")
         return found
 
 
@@ -291,5 +299,31 @@ def test_the_command_check_finds_a_stale_option_a_missing_target_and_a_missing_f
         "recipes/configs/nope.yaml: no such file",
         "lora.py --lora_rank: no such option",
         "accelerate launch --num_procs: no such option",
+        "accelerate launch without -q: lora.py's error paragraph twice, a traceback",
         "recipes-lib crossval --lora_r: no such option",
     ])  # fmt: skip
+
+
+# What accelerate 1.16's launcher adds to a failed run without -q: the run's stderr again inside a
+# RuntimeError, its own traceback, and a CalledProcessError quoting the whole command line.
+LAUNCHER_NOISE = ("Traceback", "CalledProcessError", "RuntimeError", "returned non-zero exit status")
+
+
+def test_the_readme_launch_command_with_a_bad_input_prints_one_paragraph_and_no_secret():
+    """The README's first launch command, as written, given a token and a bad value: the recipe's one
+    paragraph, once, nothing of the launcher's, and not the token (which accelerate without -q prints
+    in its CalledProcessError's command line)."""
+    import subprocess
+    import sys
+
+    readme_launches = [line for line in command_lines(REPO_ROOT / "README.md")
+                       if line.startswith("accelerate launch") and "recipes/full_ft.py" in line]  # fmt: skip
+    tokens = shlex.split(readme_launches[0])
+    secret = "hf_plantedInTheReadmeLaunch00000000000006"
+    command = [sys.executable, "-m", "accelerate.commands.launch", *tokens[2:],
+               "--hub-token", secret, "--num_train_epochs", "abc"]  # fmt: skip
+    launched = subprocess.run(command, capture_output=True, text=True, timeout=300, cwd=REPO_ROOT)
+    printed = launched.stdout + launched.stderr
+    assert launched.returncode == 1, printed
+    assert printed.count("error: --hub-token is a secret") == 1 and printed.count("error:") == 1, printed
+    assert secret not in printed and not [noise for noise in LAUNCHER_NOISE if noise in printed], printed

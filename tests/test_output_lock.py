@@ -8,7 +8,9 @@ a sweep, a crossval, an export. Slow: two real launches started at once into one
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
+import io
 import json
 import os
 import signal
@@ -38,15 +40,22 @@ def snapshot(directory: Path) -> dict[str, str]:
     }
 
 
-def killed_holder(directory: Path) -> int:
-    """A process that takes the directory's lock and is killed with SIGKILL while holding it; its pid."""
+def killed_holder(directory: Path, command: str = "run", writing: str = "") -> int:
+    """A process that takes the directory's lock as `command` and is killed with SIGKILL while holding it
+    (in the middle of writing the file `writing` whole, when given); its pid."""
     code = (
         "import os, signal, sys\n"
         "from recipes_lib.locking import lock_directory\n"
-        "held = lock_directory(sys.argv[1], 'run')\n"
+        "from recipes_lib.whole_files import written_whole\n"
+        "held = lock_directory(sys.argv[1], sys.argv[2])\n"
+        "if sys.argv[3]:\n"
+        "    with written_whole(os.path.join(sys.argv[1], sys.argv[3]), 'wb') as half:\n"
+        "        half.write(b'half a file'); half.flush(); os.kill(os.getpid(), signal.SIGKILL)\n"
         "os.kill(os.getpid(), signal.SIGKILL)\n"
     )
-    completed = subprocess.run([sys.executable, "-c", code, str(directory)], capture_output=True, text=True)
+    completed = subprocess.run(
+        [sys.executable, "-c", code, str(directory), command, writing], capture_output=True, text=True
+    )
     assert completed.returncode == -signal.SIGKILL, completed.stderr
     return json.loads((directory / LOCK_FILE).read_text())["pid"]
 
@@ -76,7 +85,7 @@ def test_a_lock_left_by_a_killed_command_is_said_and_refused_until_taken_over_on
     assert f"was locked by a run (process {pid} on host" in message and "stopped without ending" in message
     assert "Continue that run first." in message and str(tmp_path / LOCK_FILE) in message
     assert (tmp_path / LOCK_FILE).read_text() == left  # refused: the record stays for the next to see
-    with lock_directory(tmp_path, "sweep", take_over_stale=True):
+    with lock_directory(tmp_path, "export", take_over_stale=True):
         assert json.loads((tmp_path / LOCK_FILE).read_text())["pid"] == os.getpid()
     assert f"process {pid}" in caplog.text and "takes its lock over" in caplog.text
 
@@ -258,3 +267,154 @@ def test_under_two_processes_the_main_one_locks_for_both(tmp_path, tiny_bert, le
         errors = {line for line in refused.stderr.splitlines() if line.startswith("error: ")}
         assert len(errors) == 1 and "is in use by an export (process" in errors.pop(), refused.stderr[-3000:]
         assert snapshot(output_dir) == before
+
+
+# --- issue #54: every command, another's stale lock, a killed writer's leftovers, a disk it cannot write ---
+
+
+def test_a_sweep_and_a_crossval_take_over_only_their_own_killed_lock(tmp_path, capsys):
+    """Rerunning a killed sweep (crossval) is how it resumes, so its own stale lock is taken over; another
+    command's (a recipe run killed there, an export) is refused as the recipes refuse it without a flag."""
+    config = make_config(tmp_path)
+    Path(config.output_dir).mkdir(parents=True)
+    killed_holder(Path(config.output_dir), "run")
+    with pytest.raises(OutputDirError, match="was locked by a run .* stopped without ending"):
+        run_sweep(config, launch=SweepStandIn(), preflight=no_budget, draw=False)
+    (Path(config.output_dir) / LOCK_FILE).unlink()
+    killed_holder(Path(config.output_dir), "sweep")
+    run_sweep(config, launch=SweepStandIn(), preflight=no_budget, draw=False)  # its own: resumed
+
+    train = single_label_file(tmp_path)
+    crossval_dir = tmp_path / "cv"
+    crossval_dir.mkdir()
+    argv = ["crossval", "full_ft", "--output_dir", str(crossval_dir), "--train_file", str(train),
+            "--accelerate_config", str(ACCELERATE_CONFIGS / "cpu.yaml")]  # fmt: skip
+    for other in ("run", "export", "sweep"):
+        killed_holder(crossval_dir, other)
+        before = snapshot(crossval_dir)
+        assert cli_main(argv) == 2
+        err = capsys.readouterr().err
+        assert (
+            f"was locked by a{'n' if other == 'export' else ''} {other}" in err and "stopped without" in err
+        ), err
+        assert snapshot(crossval_dir) == before
+        (crossval_dir / LOCK_FILE).unlink()
+
+
+def test_label_issues_is_refused_while_the_directory_is_held(tmp_path, capsys):
+    run_dir = tmp_path / "run"
+    with lock_directory(run_dir, "crossval"):
+        before = snapshot(run_dir)
+        assert cli_main(["label-issues", str(run_dir)]) == 2
+        assert "is in use by a crossval" in capsys.readouterr().err
+        assert snapshot(run_dir) == before
+    killed_holder(run_dir, "crossval")
+    assert cli_main(["label-issues", str(run_dir)]) == 2
+    assert "stopped without ending" in capsys.readouterr().err
+
+
+LEFTOVERS = [
+    ".results.json.1a2b3c4d.tmp",
+    ".confusion_matrix.png.deadbeef.tmp",
+    ".export-k2j_x9q1",
+    ".export-old-abcd1234",
+]
+NOT_LEFTOVERS = [".gitignore", "notes.tmp", ".results.json.tmp", "export.failed", "export"]
+
+
+def test_a_killed_writer_s_temporaries_are_removed_when_the_directory_is_next_held_and_nothing_else(
+    tmp_path, caplog
+):
+    """Only the lock's holder writes there, so what a dead holder left half-written belongs to nobody:
+    the next command to hold the lock (a resume, an export, a push) deletes it, and keeps the rest."""
+    killed_holder(tmp_path, "run", writing="confusion_matrix.png")
+    [half] = [path.name for path in tmp_path.iterdir() if path.name.startswith(".confusion_matrix.png.")]
+    for name in LEFTOVERS + NOT_LEFTOVERS:
+        (tmp_path / name).mkdir() if "export" in name else (tmp_path / name).write_text("x")
+    with lock_directory(tmp_path, "run", take_over_stale=True):
+        left = sorted(path.name for path in tmp_path.iterdir())
+    assert left == sorted([*NOT_LEFTOVERS, LOCK_FILE]), left
+    assert half in caplog.text and "half-written" in caplog.text
+
+
+def _unwritable_under(monkeypatch, directory: Path, call: str) -> None:
+    """Make `call` ("mkdir", "open": filelock's, "write": the holder's record) fail under `directory` as a
+    read-only mount does (root ignores permissions, so chmod cannot stand in for one)."""
+    import errno
+
+    def failing(original, index=0):
+        def wrapper(*args, **kwargs):
+            if str(args[index]).startswith(str(directory)):
+                raise OSError(errno.EROFS, "Read-only file system")
+            return original(*args, **kwargs)
+
+        return wrapper
+
+    if call == "mkdir":
+        monkeypatch.setattr(os, "mkdir", failing(os.mkdir))
+    elif call == "open":
+        monkeypatch.setattr(os, "open", failing(os.open))
+    else:  # the record: Path.write_text, through io.open in a writing mode
+        original = io.open
+        writing = failing(original)
+        monkeypatch.setattr(
+            io,
+            "open",
+            lambda file, mode="r", *a, **k: (writing if "w" in mode else original)(file, mode, *a, **k),
+        )
+
+
+@pytest.mark.parametrize("call", ["mkdir", "open", "write"])
+def test_a_directory_that_cannot_be_written_is_one_paragraph_and_leaves_nothing(tmp_path, monkeypatch, call):
+    target = tmp_path / "readonly" / "run"
+    if call != "mkdir":
+        target.mkdir(parents=True)
+    before = snapshot(tmp_path)
+    _unwritable_under(monkeypatch, target if call != "mkdir" else tmp_path / "readonly", call)
+    with pytest.raises(OutputDirError) as refused:
+        lock_directory(target, "export")
+    message = str(refused.value)
+    assert (
+        f"Cannot write in '{target}' (Read-only file system)" in message and "Nothing was changed" in message
+    )
+    monkeypatch.undo()
+    assert snapshot(tmp_path) == before
+    lock_directory(target, "run").release()  # the lock was not left held
+
+
+def test_every_command_that_writes_into_a_run_says_a_read_only_directory_in_one_paragraph(
+    tmp_path, monkeypatch, capsys, tiny_bert, learnable_data
+):
+    """A recipe run, export, crossval, sweep and label-issues on a directory whose writes fail: the lock's
+    paragraph, once, no traceback (a 30-line OSError from locking.py before)."""
+    from recipes_lib.run import run_main
+
+    train = single_label_file(tmp_path)
+    readonly = tmp_path / "readonly"
+    run_dir = readonly / "finished"
+    run_dir.mkdir(parents=True)
+    (run_dir / "results.json").write_text(json.dumps({"config": {}}))
+    (run_dir / "model.safetensors").write_bytes(b"")
+    sweep = make_config(tmp_path)
+    sweep_dir = readonly / "sweep"
+    sweep_dir.mkdir()
+    _unwritable_under(monkeypatch, readonly, "open")
+    commands = {
+        "export": lambda: cli_main(["export", str(run_dir)]),
+        "label-issues": lambda: cli_main(["label-issues", str(run_dir)]),
+        "crossval": lambda: cli_main(["crossval", "full_ft", "--output_dir", str(readonly / "cv"), "--train_file",
+                                      str(train), "--accelerate_config", str(ACCELERATE_CONFIGS / "cpu.yaml")]),
+    }  # fmt: skip
+    for name, command in commands.items():
+        assert command() == 2, name
+        err = capsys.readouterr().err
+        assert err.count("error: ") == 1 and "(Read-only file system)" in err and "Traceback" not in err, err
+    with pytest.raises(OutputDirError, match="Read-only file system"):
+        run_sweep(
+            dataclasses.replace(sweep, output_dir=str(sweep_dir)),
+            launch=SweepStandIn(), preflight=no_budget, draw=False,
+        )  # fmt: skip
+    with pytest.raises(SystemExit) as exited:
+        run_main(load_recipe("full_ft").main, run_args(tiny_bert, learnable_data, readonly / "run", **QUICK))
+    err = capsys.readouterr().err
+    assert exited.value.code == 2 and err.count("error: ") == 1 and "(Read-only file system)" in err, err

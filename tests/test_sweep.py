@@ -29,6 +29,7 @@ from recipes_lib.errors import ConfigError, OutputDirError
 from recipes_lib.locking import lock_directory
 from recipes_lib.sweep import study
 from recipes_lib.sweep.config import (
+    TOP_LEVEL_KEYS,
     SweepConfig,
     format_lr,
     load_sweep_file,
@@ -817,3 +818,26 @@ def test_kill_9_during_a_trial_then_the_same_command_resumes_and_reports_as_if_n
 
 def sweep_study_config(sweep_file: Path) -> SweepConfig:
     return sweep_config_from_values(load_sweep_file(str(sweep_file)), "test")
+
+
+# A value of the wrong type for each key of the sweep file: a list, a mapping, true (issue #54: `output_dir: [a]`
+# made a directory named "['a']").
+WRONG_TYPES = (["a"], {"a": 1}, True)
+
+
+@pytest.mark.parametrize("key", sorted(set(TOP_LEVEL_KEYS) - {"recipes", "args", "retry_failed"}))
+def test_every_sweep_file_key_refuses_a_value_of_the_wrong_type_before_anything_is_made(
+    tmp_path, monkeypatch, capsys, key
+):
+    monkeypatch.chdir(tmp_path)
+    for value in WRONG_TYPES:
+        if key == "seeds" and value is True:
+            value = [True]  # a list is right for seeds; a list of non-integers is not
+        sweep_file = tmp_path / "sweep.yaml"
+        sweep_file.write_text(yaml.safe_dump({"recipes": {"full_ft": {"learning_rate": [1e-3]}}, key: value}))
+        with pytest.raises(ConfigError, match=f"'{key}'"):
+            sweep_config_from_values(load_sweep_file(str(sweep_file)), "test")
+        assert cli_main(["sweep", str(sweep_file), "--dry_run"]) == 2
+        err = capsys.readouterr().err
+        assert err.startswith("error: ") and err.count("\n") == 1 and "Traceback" not in err
+        assert sorted(path.name for path in tmp_path.iterdir()) == ["sweep.yaml"]

@@ -1,10 +1,15 @@
-"""Secrets (Hub tokens, API keys): used where they are needed, written nowhere (docs/sharing.md).
+"""Secrets (Hub tokens, API keys, passwords): used where they are needed, written and printed nowhere
+(docs/sharing.md).
 
-A secret option (`--hub_token`, or `hub_token:` in the --config YAML) leaves the parsed arguments as
-soon as they are parsed, for the environment variable the library using it reads (HF_TOKEN). The
-arguments object is pickled into training_args.bin and every checkpoint, and results.json, the card and
-W&B's config are made from it: an object that never holds the token cannot leak it through a writer
-added later. Its value in sys.argv (which W&B records) is replaced too; /proc/PID/cmdline keeps it.
+A secret is refused on any command line (a recipe's, a sweep's `--arg`, crossval's recipe options,
+`recipes-lib push`'s): shell history, `ps` and a launcher's error output (accelerate's prints the child's
+whole command line) show what is there, and no code of ours runs early enough to hide it. It comes in
+through the environment (HF_TOKEN, or `hf auth login`) or a YAML file (`hub_token:` in --config, a
+sweep's `args`). A secret option read from a file leaves the parsed arguments as soon as they are
+parsed, for the environment variable the library using it reads: the arguments object is pickled into
+training_args.bin and every checkpoint, and results.json, the card and W&B's config are made from it,
+so an object that never holds the token cannot leak it through a writer added later. Every message a
+command prints passes `redact`: passwords in URLs and the values of secret environment variables go.
 """
 
 from __future__ import annotations
@@ -12,54 +17,105 @@ from __future__ import annotations
 import dataclasses
 import os
 import re
-import sys
 from collections.abc import Iterable
 
-# An option named like a credential: hub_token, token, wandb_api_key, ... (not tokenizer_name or
-# include_num_input_tokens_seen: the word must end the name).
-SECRET_OPTION = re.compile(r"(?:^|_)(?:token|key|secret|password)$")
+from recipes_lib.errors import ConfigError
+
+# An option named like a credential: hub_token, token, wandb_api_key, db_password, ... (not
+# tokenizer_name or include_num_input_tokens_seen: the word must end the name).
+SECRET_OPTION = re.compile(r"(?:^|_)(?:token|key|secret|password|passwd|credentials?)$")
 # The environment variable each secret option is handed over through (the one its library reads).
 ENVIRONMENT_OF = {"hub_token": "HF_TOKEN"}
 REDACTED = "<redacted>"
+# USER:PASSWORD@ in a URL's authority, and a secret-named query parameter (?password=, &api_key=).
+URL_PASSWORD = re.compile(r"(?P<head>[a-zA-Z][\w+.-]*://[^/\s:@'\"]*:)[^\s/'\"]*(?=@)")
+QUERY_SECRET = re.compile(
+    r"(?P<head>[?&;](?:[\w.-]*_)?(?:token|key|secret|password|passwd|credentials?)=)[^&\s'\"#]*", re.I
+)
+# Values shorter than this are not searched for in messages (an HF_TOKEN of "1" would blank every 1).
+SHORTEST_SEARCHED = 6
+
+
+def canonical(name: str) -> str:
+    """'--hub-token' -> 'hub_token': the spelling HfArgumentParser's dashed aliases map to."""
+    return name.lstrip("-").lower().replace("-", "_")
 
 
 def is_secret_option(name: str) -> bool:
-    return bool(SECRET_OPTION.search(name.removeprefix("--").lower()))
+    return bool(SECRET_OPTION.search(canonical(name)))
+
+
+def secret_options_in(argv: Iterable[str]) -> list[str]:
+    """The secret options (`--hub-token X`, `--hub_token=X`, `--token X`) among these arguments, as written."""
+    return [
+        item.partition("=")[0]
+        for item in argv
+        if item.startswith("-") and is_secret_option(item.partition("=")[0])
+    ]
+
+
+def refuse_secret_options(argv: Iterable[str], where: str = "the command line") -> None:
+    """A ConfigError naming each secret option in argv (never its value) and the ways in that show it to nobody."""
+    found = secret_options_in(argv)
+    if found:
+        raise ConfigError(secret_refusal(", ".join(dict.fromkeys(found)), where))
+
+
+def secret_refusal(options: str, where: str) -> str:
+    return (
+        f"{options} is a secret, and {where} is no place for one: shell history, `ps` and the launcher's error "
+        "output show it. Nothing was run. Give a Hub token through the environment (export HF_TOKEN=..., or "
+        "`hf auth login` once, which every command then finds), or as `hub_token:` in the --config YAML file "
+        "(a sweep: in its `args`); a W&B key as WANDB_API_KEY or `wandb login`."
+    )
 
 
 def hand_over_secrets(*arguments) -> None:
     """Move every secret field of these freshly parsed dataclasses into its environment variable and
-    set the field to None; then take the values out of sys.argv (see the module's docstring)."""
+    set the field to None (see the module's docstring)."""
     for parsed in arguments:
         for field in dataclasses.fields(parsed):
             value = getattr(parsed, field.name)
             if value is not None and field.name in ENVIRONMENT_OF:
                 os.environ[ENVIRONMENT_OF[field.name]] = str(value)
                 setattr(parsed, field.name, None)
-    sys.argv[:] = redacted_argv(sys.argv)
 
 
-def redacted_argv(argv: list[str]) -> list[str]:
-    """`argv` with the value of each secret option (`--hub_token X`, `--hub_token=X`) replaced by REDACTED."""
-    redacted, hide_next = [], False
-    for item in argv:
-        name, equals, _ = item.partition("=")
-        secret = item.startswith("--") and is_secret_option(name)
-        if hide_next:
-            redacted.append(REDACTED)
-        elif secret and equals:
-            redacted.append(f"{name}={REDACTED}")
-        else:
-            redacted.append(item)
-        hide_next = secret and not equals and not hide_next
-    return redacted
+def redact(text: str, *secrets: str) -> str:
+    """`text` without URL passwords, secret query parameters, `secrets`, or the value of any secret-named
+    environment variable (HF_TOKEN, WANDB_API_KEY, ...): for every message a command prints."""
+    known = [*secrets, *(value for name, value in os.environ.items() if is_secret_option(name))]
+    text = QUERY_SECRET.sub(rf"\g<head>{REDACTED}", URL_PASSWORD.sub(_hide_password, text))
+    for value in sorted(known, key=len, reverse=True):
+        if len(value) >= SHORTEST_SEARCHED:
+            text = text.replace(value, REDACTED)
+    return text
+
+
+def _hide_password(match: re.Match) -> str:
+    """USER:<redacted>@, except the placeholder the help and the errors show (USER:PASSWORD@HOST)."""
+    password = match.group(0)[len(match.group("head")) :]
+    return match.group(0) if password == "PASSWORD" else match.group("head") + REDACTED
+
+
+def url_secrets(url: str) -> list[str]:
+    """The password and secret query values of `url`, and the pieces of a password holding an unescaped
+    `@` (a driver that splits there names the rest as the host in its error)."""
+    found = [
+        m.group(0)[len(m.group("head")) :] for m in (*URL_PASSWORD.finditer(url), *QUERY_SECRET.finditer(url))
+    ]
+    return [*found, *(piece for value in found for piece in value.split("@"))]
 
 
 def without_secrets(options: Iterable[tuple[str, tuple[str, ...]]]) -> list[tuple[str, tuple[str, ...]]]:
-    """(option, values) pairs for a child's command line, the handed-over secrets left out."""
-    return [(key, values) for key, values in options if key not in ENVIRONMENT_OF]
+    """(option, values) pairs for a child's command line, the handed-over secrets left out (either spelling)."""
+    return [(key, values) for key, values in options if canonical(key) not in ENVIRONMENT_OF]
 
 
 def secrets_environment(options: Iterable[tuple[str, tuple[str, ...]]]) -> dict[str, str]:
     """The environment that carries the secret options left out by `without_secrets` to a child process."""
-    return {ENVIRONMENT_OF[key]: " ".join(values) for key, values in options if key in ENVIRONMENT_OF}
+    return {
+        ENVIRONMENT_OF[canonical(key)]: " ".join(values)
+        for key, values in options
+        if canonical(key) in ENVIRONMENT_OF
+    }

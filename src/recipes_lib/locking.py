@@ -1,10 +1,12 @@
 """One command at a time per output directory: an exclusive lock, held for the command's whole life.
 
-A recipe run, a sweep, a crossval and `recipes-lib export` take DIR/.recipes-lib.lock (flock(2) through
-filelock, which the kernel drops with its process) before they look at DIR, and keep it until they
-end. The file says who holds it, for a refusal to name, and an ending command deletes it; so a file
-whose lock nobody holds was left by a command that died, its work perhaps half done: it is taken over,
-with a warning, only by a command that continues or replaces that work (`take_over_stale`).
+Every command that writes into a run's directory (a recipe run, a sweep, a crossval, `recipes-lib
+export`, `label-issues` and `push`) takes DIR/.recipes-lib.lock (flock(2) through filelock, which the
+kernel drops with its process) before it looks at DIR, and keeps it until it ends. The file says who
+holds it, for a refusal to name, and an ending command deletes it; so a file whose lock nobody holds
+was left by a command that died, its work perhaps half done: it is taken over, with a warning, only by
+a command that explicitly continues or replaces that work (`take_over_stale`), or by a rerun of the same
+sweep or crossval (`resumes_itself`), never by another command.
 """
 
 from __future__ import annotations
@@ -13,6 +15,8 @@ import contextlib
 import json
 import logging
 import os
+import re
+import shutil
 import socket
 import time
 import weakref
@@ -58,49 +62,107 @@ def _let_go(path: Path, lock: FileLock, created: bool) -> None:
 
 
 def lock_directory(
-    directory: str | Path, command: str, take_over_stale: bool = False, stale_advice: str = ""
+    directory: str | Path,
+    command: str,
+    take_over_stale: bool = False,
+    stale_advice: str = "",
+    resumes_itself: bool = False,
 ) -> DirectoryLock:
     """Hold `directory` (created if missing; removed again if still empty) for `command` ("run", "sweep", ...) until release().
 
     Another command holding it: OutputDirError naming it; nothing in the directory changes. A lock left
-    by a command that died: taken over with a warning when `take_over_stale`, else OutputDirError
-    with `stale_advice` (how this command can continue or replace that work) and how to clear it.
+    by a command that died: taken over with a warning when `take_over_stale` (the recipes' explicit
+    --resume_from_checkpoint or --overwrite_output_dir), or when `resumes_itself` and the dead command was
+    this same one (a sweep rerun is how a killed sweep resumes), else OutputDirError with `stale_advice`
+    (how this command can continue or replace that work) and how to clear it. Once held, the temporaries
+    a dead writer left in the directory are deleted. A directory it cannot write in: OutputDirError.
     """
     directory = Path(directory)
-    created = not directory.exists()
-    directory.mkdir(parents=True, exist_ok=True)
-    path = directory / LOCK_FILE
-    lock = FileLock(path, blocking=False)
     try:
+        created = not directory.exists()
+        directory.mkdir(parents=True, exist_ok=True)
+        path = directory / LOCK_FILE
+        lock = FileLock(path, blocking=False)
         lock.acquire()
     except Timeout:
         raise OutputDirError(
             f"'{directory}' is in use by {_holder(path)}. Nothing was changed. Wait for it to end, or give "
             f"this {command} another output directory."
         ) from None
-    left = path.read_text(errors="replace").strip()
-    if left:  # a record nobody holds: its command died without ending
-        ended = (
-            f"'{directory}' was locked by {_holder(path)}, which stopped without ending (killed, out of memory, "
-            "or its machine went down), so what it was writing there may be incomplete."
-        )
-        if not take_over_stale:
-            lock.release()
-            raise OutputDirError(
-                f"{ended} Nothing was changed. {stale_advice}If you know that command is no longer running, "
-                f"you can also delete {path} and run this again."
-            )
-        logger.warning("%s This %s takes its lock over.", ended, command)
-    record = {"command": command, "pid": os.getpid(), "host": socket.gethostname(),
-              "since": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())}  # fmt: skip
-    path.write_text(json.dumps(record) + "\n")
+    except OSError as error:  # read-only file system, no permission, disk full, a file in the way
+        raise _unwritable(directory, command, error) from None
+    try:
+        own = resumes_itself and _record(path).get("command") == command
+        _check_stale(path, command, take_over_stale or own, stale_advice)
+        remove_leftovers(directory)
+        record = {"command": command, "pid": os.getpid(), "host": socket.gethostname(),
+                  "since": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())}  # fmt: skip
+        path.write_text(json.dumps(record) + "\n")
+    except OSError as error:  # a full disk or read-only mount: the empty lock file (and a new directory) go
+        _let_go(path, lock, created)
+        raise _unwritable(directory, command, error) from None
+    except BaseException:  # a stale lock refused: its record stays for the next command to see
+        lock.release()
+        raise
     return DirectoryLock(path, lock, created)
+
+
+def _check_stale(path: Path, command: str, take_over: bool, stale_advice: str) -> None:
+    """A record nobody holds means its command died without ending: refused unless `take_over`."""
+    if not path.read_text(errors="replace").strip():
+        return
+    ended = (
+        f"'{path.parent}' was locked by {_holder(path)}, which stopped without ending (killed, out of memory, "
+        "or its machine went down), so what it was writing there may be incomplete."
+    )
+    if not take_over:
+        raise OutputDirError(
+            f"{ended} Nothing was changed. {stale_advice}If you know that command is no longer running, "
+            f"you can also delete {path} and run this again."
+        )
+    logger.warning("%s This %s takes its lock over.", ended, command)
+
+
+def _unwritable(directory: Path, command: str, error: OSError) -> OutputDirError:
+    reason = error.strerror or str(error) or type(error).__name__
+    return OutputDirError(
+        f"Cannot write in '{directory}' ({reason}), so this {command} cannot use it. Nothing was changed. Give "
+        "a directory on a writable disk with free space (a read-only mount, another user's directory, or a "
+        "full disk refuse it)."
+    )
+
+
+# What a writer killed mid-write leaves: whole_files.py's `.NAME.XXXXXXXX.tmp` beside the file it was
+# writing, and tempfile's `.export-XXXXXXXX` (`.export-old-...`) staging directories. Only the lock's
+# holder writes in the directory, so once it is held these belong to nobody.
+LEFTOVER = re.compile(r"^\.(?:.+\.[0-9a-f]{8}\.tmp|export-(?:old-)?[a-z0-9_]{8})$")
+
+
+def remove_leftovers(directory: Path) -> list[str]:
+    """Delete the temporaries a dead writer left at the top of `directory`; their names."""
+    removed = sorted(entry.name for entry in directory.iterdir() if LEFTOVER.match(entry.name))
+    for name in removed:
+        entry = directory / name
+        shutil.rmtree(entry) if entry.is_dir() and not entry.is_symlink() else entry.unlink()
+    if removed:
+        logger.warning(
+            "Removed what a killed command left half-written in '%s': %s.", directory, ", ".join(removed)
+        )
+    return removed
+
+
+def _record(path: Path) -> dict:
+    try:
+        record = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+    return record if isinstance(record, dict) else {}
 
 
 def _holder(path: Path) -> str:
     """'a run (process 123 on host gpu-1, since 2026-12-06 05:10:03 UTC)', from the lock file's record."""
     try:
-        record = json.loads(path.read_text())
+        record = _record(path)
         article = "an" if record["command"][:1] in "aeiou" else "a"
         return f"{article} {record['command']} (process {record['pid']} on host {record['host']}, since {record['since']})"
     except (OSError, ValueError, KeyError, TypeError):

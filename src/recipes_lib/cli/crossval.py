@@ -136,6 +136,11 @@ def data_values(config_file: str | None, pairs) -> dict[str, Any]:
 
     loaded = {} if config_file is None else load_config_file(config_file)
     values = {key: loaded[key] for key in DATA_KEYS if loaded.get(key) is not None}
+    for key, value in values.items():  # the folds are made from these before any recipe checks them
+        if isinstance(value, list | dict):
+            raise ConfigError(
+                f"Config file '{config_file}': key '{key}' is {value!r}, a {type(value).__name__}; it takes one value."
+            )
     for key, tokens in pairs:
         if key in DATA_KEYS and tokens:
             values[key] = " ".join(tokens)

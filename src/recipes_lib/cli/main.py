@@ -19,7 +19,7 @@ recipes-lib predict outputs/demo/lora --input texts.csv [--output predictions.js
     predictions of a finished run for a file of texts, as JSON Lines
 recipes-lib export outputs/demo/full_ft [--quantize int8] [--eval_file F] [--max_metric_drop 0.5]
     a finished run as ONNX (and int8) in OUTPUT_DIR/export/, gated against the PyTorch model on held-out rows
-recipes-lib push outputs/demo/lora --repo_id NAME/MODEL [--private] [--token T]
+recipes-lib push outputs/demo/lora --repo_id NAME/MODEL [--private]
     a finished run (model or adapter, merged model, model card, results) uploaded to the Hugging Face Hub
 recipes-lib wandb-dashboard --project bert-recipes [--entity E] [--group G] [--report]
     a saved W&B view comparing the recipes of a group (the dashboard extra)
@@ -52,6 +52,7 @@ from recipes_lib.config.bitsandbytes_import import (
     kernels_line_dropped,
 )
 from recipes_lib.config.versions import check_supported_versions
+from recipes_lib.credentials import redact, refuse_secret_options
 from recipes_lib.errors import RecipeError
 from recipes_lib.workbench import format_table
 
@@ -96,6 +97,12 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     check_supported_versions()
+    argv = sys.argv[1:] if argv is None else argv
+    try:  # before argparse, whose errors would echo the value ("unrecognized arguments: --token hf_...")
+        refuse_secret_options(argv)
+    except RecipeError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return error.exit_code
     parser = build_parser()
     # crossval passes the options it does not know to the recipe; every other command knows all of its own.
     args, recipe_tokens = parser.parse_known_args(argv)
@@ -107,7 +114,7 @@ def main(argv: list[str] | None = None) -> int:
         try:
             return dispatch(args, recipe_tokens)
         except RecipeError as error:  # every command's bad input: one paragraph, the error's exit code
-            print(f"error: {error}", file=sys.stderr)
+            print(redact(f"error: {error}"), file=sys.stderr)
             return error.exit_code
 
 
@@ -210,7 +217,7 @@ def dispatch(args: argparse.Namespace, recipe_tokens: list[str]) -> int:
     if args.command == "push":
         from recipes_lib.tools.push import push
 
-        return push(args.run_dir, args.repo_id, token=args.token, private=args.private)
+        return push(args.run_dir, args.repo_id, private=args.private)
     if args.command == "sweep":
         from recipes_lib.cli.sweep import sweep_command
 
@@ -277,13 +284,11 @@ def add_push_parser(commands) -> None:
         "push",
         help="Upload a finished run (model or adapter, merged model, model card, results.json) to the Hub.",
         description="Push the output_dir of a finished run to a Hub model repository, made if missing. "
-        "The model card is written again, naming the repository; checkpoints stay local.",
+        "The model card is written again, naming the repository; checkpoints stay local. The token: HF_TOKEN "
+        "or the one `hf auth login` saved (never on the command line).",
     )
     push_parser.add_argument("run_dir", help="the output_dir of a finished run (holding results.json)")
     push_parser.add_argument("--repo_id", required=True, help="the model repository, e.g. my-name/my-model")
-    push_parser.add_argument(
-        "--token", help="a Hub token with write access (default: HF_TOKEN or the one `hf auth login` saved)"
-    )
     push_parser.add_argument(
         "--private", action="store_true", help="make the repository private if it is created"
     )

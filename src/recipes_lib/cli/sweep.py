@@ -10,6 +10,7 @@ from __future__ import annotations
 import importlib
 import sys
 
+from recipes_lib.credentials import refuse_secret_options
 from recipes_lib.errors import ConfigError
 from recipes_lib.sweep.config import (
     DEFAULT_ACCELERATE_CONFIG,
@@ -155,6 +156,7 @@ def sweep_config_from_arguments(args) -> SweepConfig:
             )
         values["recipes"] = dict(pairs)
     if args.arg:
+        refuse_secret_options([f"--{item}" for item in args.arg], "--arg")  # --arg hub_token=...
         values["args"] = {
             **dict(parse_args_mapping(values.get("args"), "'args'")),
             **dict(parse_args_mapping(args.arg, "--arg")),

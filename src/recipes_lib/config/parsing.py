@@ -32,7 +32,7 @@ from recipes_lib.config.recipe_spec import RecipeSpec
 from recipes_lib.config.registry import recipes_accepting
 from recipes_lib.config.validation import validate_arguments
 from recipes_lib.config.versions import check_supported_versions
-from recipes_lib.credentials import hand_over_secrets
+from recipes_lib.credentials import hand_over_secrets, is_secret_option, refuse_secret_options
 from recipes_lib.errors import ConfigError
 
 
@@ -116,6 +116,10 @@ def load_config_file(path: str) -> dict[str, Any]:
 
 def _convert_file_value(action: argparse.Action, key: str, value: Any, path: str, accepts_list: bool) -> Any:
     """Check a YAML value as argparse would check the same value typed on the command line."""
+    if is_secret_option(key) and isinstance(value, dict | list):  # str() would make a token of it
+        raise ConfigError(
+            f"Config file '{path}': key '{key}' is a {type(value).__name__}; a secret is one string."
+        )
     if value is None or isinstance(value, dict):
         return value
     if isinstance(value, list):
@@ -208,6 +212,7 @@ def parse_arguments(spec: RecipeSpec, argv: list[str] | None = None) -> ParsedAr
     """
     check_supported_versions()
     argv = list(sys.argv[1:] if argv is None else argv)
+    refuse_secret_options(argv)  # before anything reads them: the YAML or the environment instead
     show_traceback = wants_traceback(argv)
     argv = _pop_bare_debug(argv)[1]
     config_file, argv = _pop_option(argv, "--config")
@@ -250,7 +255,7 @@ def parse_arguments(spec: RecipeSpec, argv: list[str] | None = None) -> ParsedAr
         )
 
     model_args, data_args, *recipe_options, training_args = parsed
-    hand_over_secrets(*parsed)  # --hub_token: into HF_TOKEN, out of the arguments and sys.argv
+    hand_over_secrets(*parsed)  # the YAML's hub_token: into HF_TOKEN, out of the arguments
     # One config for every recipe: `output_dir: outputs/demo/{recipe}` gives each its own directory.
     training_args.output_dir = training_args.output_dir.replace("{recipe}", recipe_name)
     arguments = ParsedArguments(

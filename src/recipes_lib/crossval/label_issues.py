@@ -49,6 +49,7 @@ from recipes_lib.data.files import DELIMITED
 from recipes_lib.errors import ConfigError, DataError
 from recipes_lib.evaluation.neglected import NEGLECTED_RECALL, describe_class
 from recipes_lib.evaluation.predictions import EVAL_PREDICTIONS_FILE
+from recipes_lib.locking import lock_directory
 from recipes_lib.results import RESULTS_FILE as RUN_RESULTS_FILE
 from recipes_lib.results import read_results
 from recipes_lib.whole_files import read_json, read_jsonl, write_text_whole
@@ -303,8 +304,16 @@ def label_issues(
     directory: str, top: int = 10, drop_to: str | None = None, drop_most_of_a_class: bool = False
 ) -> int:
     """label_issues.csv in `directory` (a cross-validation's or a run's), the top rows and per-class counts
-    printed; with `drop_to` ("" for the default name), the file without the flagged rows."""
-    directory_path = Path(directory)
+    printed; with `drop_to` ("" for the default name), the file without the flagged rows. The directory's
+    lock is held meanwhile (locking.py): a crossval or run still writing there refuses it."""
+    with lock_directory(directory, "label-issues", stale_advice=STALE_ADVICE):
+        return _label_issues(Path(directory), top, drop_to, drop_most_of_a_class)
+
+
+STALE_ADVICE = "Rerun the crossval (or resume the run) that wrote there first, so its predictions are whole. "
+
+
+def _label_issues(directory_path: Path, top: int, drop_to: str | None, drop_most_of_a_class: bool) -> int:
     held_out = read_held_out(directory_path)
     if held_out.task == REGRESSION:
         print("label-issues: regression is not supported (cleanlab's label issues need class probabilities).")

@@ -24,6 +24,7 @@ from recipes_lib.config.arguments import ParsedArguments
 from recipes_lib.config.parsing import wants_traceback
 from recipes_lib.config.recipe_spec import RecipeSpec
 from recipes_lib.config.validation import claim_output_dir
+from recipes_lib.credentials import redact
 from recipes_lib.errors import RecipeError
 from recipes_lib.memory.monitor import MemoryCallback, MemoryMonitor
 from recipes_lib.memory.peaks import peak_memory
@@ -216,7 +217,7 @@ def run_main(main: Callable[[list[str] | None], Any], argv: list[str] | None = N
         if wants_traceback(argv):
             raise
         hint = "\n(run again with --debug for the traceback)" if error.offer_traceback else ""
-        print(f"\n{error.heading}: {error}{hint}", file=sys.stderr)
+        print(redact(f"\n{error.heading}: {error}{hint}"), file=sys.stderr)
         sys.exit(error.exit_code)
     except KeyboardInterrupt:
         # Ctrl-C before training started (nothing to save yet), or a second Ctrl-C during it.

@@ -34,7 +34,7 @@ from typing import Any
 import yaml
 
 from recipes_lib.config.registry import RECIPES
-from recipes_lib.credentials import without_secrets
+from recipes_lib.credentials import ENVIRONMENT_OF, canonical, is_secret_option, without_secrets
 from recipes_lib.errors import ConfigError
 from recipes_lib.results import RESULT_KEYS
 
@@ -209,6 +209,16 @@ def _integer(value: Any, what: str, minimum: int | None = None) -> int:
     return number
 
 
+def _text(value: Any, what: str, default: str | None = None) -> str | None:
+    """A path or a name: a string (a bare number in YAML read as one); a list, a mapping or true/false
+    refused (str() would make a directory named "['a']")."""
+    if value is None or value == "":
+        return default
+    if isinstance(value, bool) or not isinstance(value, str | int | float):
+        raise ConfigError(f"{what} is {value!r}, a {type(value).__name__}; give one path or name, as text.")
+    return str(value)
+
+
 def _refuse_unknown(keys, valid: dict[str, str], where: str) -> None:
     for key in keys:
         if key not in valid:
@@ -277,6 +287,14 @@ def parse_args_mapping(value: Any, where: str) -> tuple[tuple[str, tuple[str, ..
             raise ConfigError(
                 f"{where} sets '{key}', which the sweep sets for every trial from {SWEEP_OWNED_OPTIONS[key]}; drop it."
             )
+        if is_secret_option(key) and canonical(key) not in ENVIRONMENT_OF:
+            raise ConfigError(
+                f"{where} sets '{key}', a secret no recipe takes as an option (a trial's command line would show "
+                f"it); drop it, and give it to the trials through its environment variable. Recipe secrets: "
+                f"{', '.join(ENVIRONMENT_OF)}."
+            )
+        if isinstance(item, dict | list) and is_secret_option(key):
+            raise ConfigError(f"{where}: '{key}' is a {type(item).__name__}; give the secret as one string.")
         if isinstance(item, dict):
             raise ConfigError(f"{where}: '{key}' is a mapping; give a value as on the recipe's command line.")
         items = item if isinstance(item, list | tuple) else [item]  # a list option: one token per item
@@ -332,7 +350,7 @@ VALIDATION_METRICS = tuple(
 
 
 def _metric(value: Any) -> str:
-    metric = str(value)
+    metric = _text(value, "'metric'", DEFAULT_METRIC)
     if metric.startswith("test_"):
         raise ConfigError(
             f"'metric' is {metric}: a test-split metric. The learning rate is chosen on validation; give the "
@@ -382,18 +400,20 @@ def sweep_config_from_values(
     budget = values.get("memory_budget")
     config = SweepConfig(
         recipes=parse_recipes(values["recipes"], "'recipes'"),
-        output_dir=str(values.get("output_dir") or "outputs/sweep"),
-        base_config=None if values.get("base_config") is None else str(values["base_config"]),
-        accelerate_config=str(values.get("accelerate_config") or DEFAULT_ACCELERATE_CONFIG),
+        output_dir=_text(values.get("output_dir"), "'output_dir'", "outputs/sweep"),
+        base_config=_text(values.get("base_config"), "'base_config'"),
+        accelerate_config=_text(
+            values.get("accelerate_config"), "'accelerate_config'", DEFAULT_ACCELERATE_CONFIG
+        ),
         metric=metric,
         direction=metric_direction(metric, values.get("direction")),
         search_seed=_integer(values.get("search_seed", DEFAULT_SEARCH_SEED), "'search_seed'", 0),
         seeds=_seeds(values.get("seeds", list(DEFAULT_SEEDS))),
         args=parse_args_mapping(values.get("args"), "'args'"),
         memory_budget_gib=None if budget is None else _number(budget, "'memory_budget' (GiB)"),
-        experiment=None if values.get("experiment") is None else str(values["experiment"]),
-        wandb_project=None if values.get("wandb_project") is None else str(values["wandb_project"]),
-        recipes_dir=str(values.get("recipes_dir") or "recipes"),
+        experiment=_text(values.get("experiment"), "'experiment'"),
+        wandb_project=_text(values.get("wandb_project"), "'wandb_project'"),
+        recipes_dir=_text(values.get("recipes_dir"), "'recipes_dir'", "recipes"),
         retry_failed=_boolean(values.get("retry_failed", False), "'retry_failed'"),
         folds=None if values.get("folds") is None else _integer(values["folds"], "'folds'", 2),
         config_file=config_file,

@@ -399,13 +399,19 @@ def stop_on_sigterm() -> Iterator[None]:
 @contextlib.contextmanager
 def resumed_storage(config: SweepConfig, workers: Workers, command: str, unit: str, file: str = STUDY_FILE):
     """The study's storage, OUTPUT_DIR held meanwhile (with a shared study the database, not the lock,
-    keeps trials apart), and what a killed run left running failed and queued again (study.py). A killed
-    run's lock is taken over: rerunning the command is how it resumes. `unit`: "trial" or "fold"."""
+    keeps trials apart), and what a killed run left running failed and queued again (study.py). The lock
+    of a killed run of this same command is taken over: rerunning it is how it resumes; another
+    command's (a recipe run, an export) is refused. `unit`: "trial" or "fold"."""
     output_dir = Path(config.output_dir)
     with (
         contextlib.nullcontext()
         if workers.shared
-        else lock_directory(output_dir, command, take_over_stale=True)
+        else lock_directory(
+            output_dir,
+            command,
+            stale_advice=f"Or give this {command} another output_dir. ",
+            resumes_itself=True,
+        )
     ):
         stale = RequeueStaleTrials()
         storage = open_storage(

@@ -31,6 +31,7 @@ from typing import Any
 import optuna
 from optuna.trial import TrialState
 
+from recipes_lib.credentials import redact, url_secrets
 from recipes_lib.errors import ConfigError
 from recipes_lib.sweep.config import SweepConfig, format_lr
 from recipes_lib.sweep.trials import COMPLETE, FAILED, INTERRUPTED, RUNNING, stop_orphans
@@ -120,12 +121,9 @@ DRIVERS = {
 
 
 def safe_url(url: str) -> str:
-    """The URL with its password hidden, for messages and the plan."""
-    with contextlib.suppress(Exception):
-        from sqlalchemy.engine import make_url
-
-        return make_url(url).render_as_string(hide_password=True)
-    return url
+    """The URL with its password hidden, for messages and the plan (also one SQLAlchemy cannot parse,
+    and a `?password=` query)."""
+    return redact(url)
 
 
 def storage_error(url: str, error: BaseException) -> ConfigError:
@@ -141,7 +139,8 @@ def storage_error(url: str, error: BaseException) -> ConfigError:
             f"--storage {shown} needs the database driver {module}, which is not installed: pip install {package} "
             "(for PostgreSQL, pip install 'recipes-lib[postgres]' installs both of its drivers)."
         )
-    first_line = (str(error).strip().splitlines() or [type(error).__name__])[0]
+    # The driver's own words may quote the URL, or parse it otherwise (libpq splits user:p@ss@host at the first @).
+    first_line = redact((str(error).strip().splitlines() or [type(error).__name__])[0], *url_secrets(url))
     name = type(error).__name__
     if name in ("ArgumentError", "NoSuchModuleError"):
         return ConfigError(

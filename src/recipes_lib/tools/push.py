@@ -13,13 +13,18 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+from recipes_lib.credentials import redact
 from recipes_lib.errors import ConfigError, HubError, RecipeError
+from recipes_lib.locking import lock_directory
 from recipes_lib.results import RESULTS_FILE, read_results
 from recipes_lib.tracking.hub import hub_problem
-from recipes_lib.tracking.model_card import write_card
+from recipes_lib.tracking.model_card import CARD_FILE, write_card
+from recipes_lib.whole_files import written_whole
 
-# What `Trainer.push_to_hub` ignores (its scratch files, the checkpoints), and the local W&B files.
-PUSH_IGNORE_PATTERNS = ["_*", "checkpoint-*", "wandb/*", "*.lock"]
+# What `Trainer.push_to_hub` ignores (its scratch files, the checkpoints), the local W&B files, an export
+# whose gate failed, and every hidden name at any depth: the lock, a killed writer's `.NAME.XXXXXXXX.tmp`,
+# export's `.export-*` staging (fnmatch's * crosses /, so ".*" covers a hidden top-level directory's files).
+PUSH_IGNORE_PATTERNS = ["_*", "checkpoint-*", "wandb/*", "*.lock", ".*", "*/.*", "export.failed/*"]
 
 
 def push(run_dir: str, repo_id: str, token: str | None = None, private: bool = False) -> int:
@@ -27,7 +32,7 @@ def push(run_dir: str, repo_id: str, token: str | None = None, private: bool = F
     try:
         url, files = push_run(run_dir, repo_id, token=token, private=private or None)
     except RecipeError as error:
-        print(f"error: {error}", file=sys.stderr)
+        print(redact(f"error: {error}"), file=sys.stderr)
         return error.exit_code
     print(f"Pushed {len(files)} files to {url}:")
     for name in files:
@@ -63,9 +68,33 @@ def push_run(
     problem = hub_problem(token)
     if problem is not None:
         raise HubError(f"Cannot push '{output_dir}' to the Hub: {problem}. Nothing was uploaded.")
-    write_card(output_dir, read_results(output_dir), repo_id)
+    # Held for the whole push: a run or export still writing there is refused; nothing half-written goes.
+    with lock_directory(output_dir, "push", stale_advice=STALE_ADVICE):
+        card = output_dir / CARD_FILE
+        previous_card = card.read_bytes() if card.is_file() else None
+        write_card(output_dir, read_results(output_dir), repo_id)
+        try:
+            return upload(HfApi(token=token), output_dir, repo_id, private)
+        except BaseException:  # the card names a repository that did not get the run: the old one back
+            restore(card, previous_card)
+            raise
+
+
+def restore(path: Path, content: bytes | None) -> None:
+    """`path` as it was: `content`, whole, or no file when there was none."""
+    if content is None:
+        path.unlink(missing_ok=True)
+        return
+    with written_whole(path, "wb") as file:
+        file.write(content)
+
+
+STALE_ADVICE = "Resume or rerun the command that was writing there first, so the run is whole. "
+
+
+def upload(api, output_dir: Path, repo_id: str, private: bool | None) -> tuple[str, list[str]]:
+    """The repository made if missing and the run's files uploaded; the URL and those files."""
     files = files_to_push(output_dir)
-    api = HfApi(token=token)
     try:
         repo = api.create_repo(repo_id, private=private, exist_ok=True)
         api.upload_folder(
@@ -78,6 +107,6 @@ def push_run(
         detail = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
         raise HubError(
             f"Could not push '{output_dir}' to the Hub repository '{repo_id}': {detail}. Check the network, the "
-            "token's write access and the repository name."
+            "token's write access and the repository name. The run's files are as they were."
         ) from None
     return repo.url, files

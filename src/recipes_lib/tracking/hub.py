@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from recipes_lib.errors import HubError
 
-NO_TOKEN = "no Hugging Face token found (set HF_TOKEN, run `hf auth login`, or pass --token)"
+NO_TOKEN = "no Hugging Face token found (set HF_TOKEN or run `hf auth login`)"
 
 
 def hub_problem(token: str | None = None) -> str | None:
