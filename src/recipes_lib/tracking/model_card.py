@@ -22,6 +22,7 @@ from recipes_lib.config.recipe_options import MERGED_SUBDIR
 from recipes_lib.config.registry import RECIPES
 from recipes_lib.config.tasks import DEFAULT_THRESHOLD, MULTI_LABEL, REGRESSION, SINGLE_LABEL, TASK_METRICS
 from recipes_lib.results import RunResults
+from recipes_lib.tracking.card_usage import usage_values
 from recipes_lib.tracking.names import METRIC_TITLES
 from recipes_lib.whole_files import read_json, write_text_whole
 
@@ -334,7 +335,7 @@ def _template_values(results: RunResults, model_name: str, repo_id: str | None) 
         "is_adapter": _is_adapter(results),
         "where": where,
         "on_hub": on_hub,
-        "function": {SINGLE_LABEL: "softmax", MULTI_LABEL: "sigmoid", REGRESSION: "none"}[problem_type],
+        "usage": usage_values(results, where),
         "quantization": quantization,
         "quantized_base": quantized_base,
         "merged_model": results.merged_model,
