@@ -70,7 +70,7 @@ def gate_rows(config: dict[str, Any], tokenizer, label_names: list[str], eval_fi
         # define the mapping, remapped to the model's below.
         data_args = dataclasses.replace(
             data_args, dataset_name=None, train_file=str(eval_file), validation_file=str(eval_file),
-            test_file=None, max_train_samples=None, max_eval_samples=None,
+            test_file=None, max_train_samples=None, max_eval_samples=None, split_column=None,
         )  # fmt: skip
     try:
         data = load_classification_data(data_args, config.get("cache_dir"), seed=config.get("seed", 42))
