@@ -134,8 +134,8 @@ def _scores(results: RunResults):
     for prefix, split in splits.items():
         for name in names:
             yield f"{prefix}_{name}", split, name, "", at_half
+        yield f"{prefix}_f1_positive", split, "f1_positive", "", at_half  # binary tasks
         if threshold is not None:
-            yield f"{prefix}_f1_positive", split, "f1_positive", "", at_half
             note, at_threshold = f" (threshold {threshold:g})", {"threshold": threshold}
             for name in (*names, "f1_positive"):
                 yield f"{prefix}_threshold_{name}", split, name, note, at_threshold
@@ -146,9 +146,15 @@ def _is_score(value) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and not math.isnan(value)
 
 
+def positive_label(results: RunResults) -> str | None:
+    """A binary task's positive class: the one --decision_threshold names, else the second in id order (id 1)."""
+    names = list(results.per_class or {})
+    return results.positive_label or (names[1] if len(names) == 2 else None)
+
+
 def card_metrics(results: RunResults) -> list[CardMetric]:
     """The scores of the run that describe the saved model, each with its split; those the run has (NaN left out)."""
-    titles = {**METRIC_TITLES, "f1_positive": f"F1 of '{results.positive_label}'"}
+    titles = {**METRIC_TITLES, "f1_positive": f"F1 of '{positive_label(results)}'"}
     return [
         CardMetric(key, split, metric, titles[metric] + note, args)
         for key, split, metric, note, args in _scores(results)
