@@ -86,7 +86,7 @@ CASES = [
     # data files
     Case("train-file-is-a-directory", lambda f, m: ["--train_file", str(f["dir"])], ("is a directory", "train.csv")),
     Case("train-file-missing", lambda f, m: ["--train_file", str(f["dir"] / "trian.csv")], ("trian.csv' does not exist", "Check the path")),
-    Case("train-file-extension", lambda f, m: ["--train_file", str(f["dir"] / "train.txt")], ("train.txt' has an unsupported extension", ".csv")),
+    Case("train-file-extension", lambda f, m: ["--train_file", str(f["dir"] / "train.docx")], ("train.docx' has an unsupported extension", ".csv")),
     Case("missing-text-column", lambda f, m: ["--text_column_names", "sentence"], ("Text column 'sentence'", "its columns are: text, label", "--text_column_names")),
     Case("missing-label-column", lambda f, m: ["--label_column_name", "category"], ("Label column 'category'", "its columns are: text, label", "--label_column_name")),
     Case("validation-label-outside-training-labels", lambda f, m: ["--train_file", str(f["int_train"]), "--validation_file", str(f["int_validation_with_2"])], ("never uses: 2", "Training labels are: 0, 1")),
@@ -123,7 +123,7 @@ PROCESS_BY_DEFAULT = {
 def files(tmp_path_factory) -> dict[str, Path]:
     directory = tmp_path_factory.mktemp("bad-input")
     (directory / "empty-model").mkdir()
-    (directory / "train.txt").write_text("text,label\na red cat,warm\n")
+    (directory / "train.docx").write_text("text,label\na red cat,warm\n")
     (directory / "malformed.jsonl").write_text('{"text": "a red cat", "label": "warm"}\n{"text": "a blue\n')
     (directory / "mixed.jsonl").write_text(
         '{"text": "a red cat", "label": "warm"}\n{"text": "a blue dog", "label": 1}\n'

@@ -465,6 +465,49 @@ def test_the_sensitivity_pass_keeps_the_most_damaging_nodes_in_fp32_until_int8_p
         Quantizer(), tmp_path / "int8.onnx", ranked, gate_of, lambda r: True
     )
     assert recipe["nodes_kept_fp32"] == ["b"]  # the fewest: it stops at the first that passes
+    # Issue #55: when even the search's best choice (every ranked node kept) fails, nothing it would try can
+    # pass: one try, not one per node, and the record says why it stopped.
+    tries = []
+
+    def counted(path):
+        tries.append(path)
+        return gate_of(path)
+
+    result, recipe = keep_sensitive_nodes(
+        Quantizer(), tmp_path / "int8.onnx", ranked, counted, lambda r: False
+    )
+    assert len(tries) == 1 and recipe["nodes_kept_fp32"] == ["b", "c", "a"]
+    assert recipe["search"] == "stopped: fails with all 3 most damaging nodes in fp32"
+
+
+def test_a_regression_gate_judges_the_score_on_the_label_scale_and_by_the_tasks_metrics():
+    """Issue #55: agreement is |score difference| within 2.5% of the training labels' range (here 1-5: ±0.1),
+    and Pearson and Spearman may each lose --max_metric_drop points, MSE 4% per point of it."""
+    from recipes_lib.export.gate import Decider, GateRows, compare, verdict
+
+    rng = np.random.default_rng(0)
+    labels = rng.uniform(1, 5, 400)
+    pytorch = (labels + rng.normal(0, 0.6, 400))[:, None]
+    rows = GateRows(None, labels, None, "mean", "rows", label_range=4.0)
+    decider = Decider("regression", ["score"])
+    # bf16-sized noise (±0.016): agrees on every row, as the run's own evaluation should.
+    rounded = compare(pytorch, pytorch + rng.uniform(-0.016, 0.016, (400, 1)), rows, decider)
+    assert rounded["agreement"] == 1.0 and rounded["agreement_within"] == pytest.approx(0.1)
+    assert verdict({"int8": rounded}, 0.5) == []
+    # int8-like noise of 0.08: most rows within ±0.1, and the metrics barely move.
+    noisy = compare(pytorch, pytorch + rng.normal(0, 0.08, (400, 1)), rows, decider)
+    assert 0.75 < noisy["agreement"] < 0.95
+    [failure] = verdict({"int8": noisy}, 0.5)
+    assert failure.startswith(
+        "the int8 model agrees with PyTorch within ±0.1 (2.5% of the training labels' range)"
+    )
+    # A shift of the whole scale keeps both correlations but not the MSE.
+    shifted = compare(pytorch, pytorch + 0.3, rows, decider)
+    assert shifted["metric_drop_points"] == pytest.approx(0.0, abs=1e-9)
+    assert any(
+        "MSE is" in failure and "more than the 2% allowed" in failure
+        for failure in verdict({"int8": shifted}, 0.5)
+    )
 
 
 @pytest.mark.slow

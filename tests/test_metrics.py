@@ -223,3 +223,17 @@ def test_evaluation_metrics_carry_how_much_the_outputs_vary():
     logits[0] = [-1.0, 2.0]
     metrics = TaskMetrics(SINGLE_LABEL, 2)(EvalPrediction(predictions=logits, label_ids=np.array([0, 1, 0])))
     assert metrics["output_std"] > 0.3 and metrics["distinct_predictions"] == 2
+
+
+def test_a_binary_task_reports_the_positive_class_f1_beside_accuracy_and_macro_f1():
+    rng = np.random.default_rng(1)
+    references = rng.integers(0, 2, size=100)
+    logits = rng.normal(size=(100, 2))
+    metrics = TaskMetrics(SINGLE_LABEL, 2)(EvalPrediction(predictions=logits, label_ids=references))
+    predictions = logits.argmax(-1)
+    assert metrics["f1_positive"] == pytest.approx(f1_score(references, predictions, pos_label=1))
+    assert metrics["f1_positive"] != pytest.approx(metrics["f1"])  # not macro-F1 under another name
+    three = TaskMetrics(SINGLE_LABEL, 3)(
+        EvalPrediction(predictions=rng.normal(size=(9, 3)), label_ids=[0, 1, 2] * 3)
+    )
+    assert "f1_positive" not in three  # no positive class among three

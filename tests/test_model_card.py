@@ -73,14 +73,18 @@ def test_every_recipe_writes_a_card_whose_model_index_holds_the_scores_of_its_re
     assert data.library_name == ("peft" if recipe in ADAPTER_RECIPES else "transformers")
     assert data.pipeline_tag == "text-classification"
     assert "model-index" in data.to_dict()  # what the Hub reads the scores from
-    scores = {(r.dataset_split, r.metric_type): r.metric_value for r in data.eval_results}
-    # The splits by role, not by the files they were read from (validation.csv, test.csv).
-    assert scores == {
-        ("validation", "accuracy"): results["eval_accuracy"],
-        ("validation", "f1"): results["eval_f1"],
-        ("test", "accuracy"): results["test_accuracy"],
-        ("test", "f1"): results["test_f1"],
-    }
+    scores = [(r.dataset_split, r.metric_name, r.metric_value) for r in data.eval_results]
+    # The splits by role, not by the files they were read from (validation.csv, test.csv); a binary task's
+    # positive class (id 1, 'warm') has its own F1 beside macro-F1 (issue #55).
+    assert scores == [
+        ("validation", "accuracy", results["eval_accuracy"]),
+        ("validation", "macro-F1", results["eval_f1"]),
+        ("validation", "F1 of 'warm'", results["eval_f1_positive"]),
+        ("test", "accuracy", results["test_accuracy"]),
+        ("test", "macro-F1", results["test_f1"]),
+        ("test", "F1 of 'warm'", results["test_f1_positive"]),
+    ]
+    assert results["eval_f1_positive"] is not None and results["test_f1_positive"] is not None
     assert {r.dataset_name for r in data.eval_results} == {"train.csv"}
     assert [r.metric_value for r in data.eval_results] == [
         results[m.key] for m in card_metrics(record(results))
@@ -761,3 +765,28 @@ def test_a_multi_label_card_has_every_labels_precision_recall_f1_and_support():
     assert "each label decided at 0.5" in build_card(record(multi)).text  # no tuned thresholds
     single = minimal_results("single_label_classification", eval_accuracy=0.9, per_class=per_class)
     assert "### Per label" not in build_card(record(single)).text
+
+
+def test_the_card_says_which_precision_each_tables_figures_come_from(tmp_path):
+    """Issue #55: the Results table is the run's evaluation (here bf16; a score from its fp32 head), the ONNX
+    table re-runs PyTorch in fp32, so the two may differ in the fourth decimal."""
+    from recipes_lib.tracking.model_card import EXPORT_REPORT, write_card
+
+    results = minimal_results(
+        "regression", eval_mse=0.3, eval_pearson=0.8076, eval_spearman=0.79, precision="bf16"
+    )
+    model = {"rows": 400, "agreement": 0.99, "metric": "pearson", "pytorch": {"pearson": 0.8073},
+             "onnx": {"pearson": 0.807}, "metric_drop_points": 0.03, "max_abs_logit_difference": 0.01,
+             "file": "model.onnx", "size_bytes": 90 * 2**20}  # fmt: skip
+    report = {"passed": True, "exported": "the full model", "exporter": "TorchScript", "rows_from": "validation",
+              "max_metric_drop_points": 0.5, "min_fp32_agreement": 0.99, "models": {"fp32": model}}  # fmt: skip
+    report_path = tmp_path.joinpath(*EXPORT_REPORT)
+    report_path.parent.mkdir(parents=True)
+    report_path.write_text(json.dumps(report))
+    card = write_card(tmp_path, record(results)).read_text()
+    assert (
+        "Measured by the run's own evaluation, in bf16 (the score itself from a head computed in fp32)."
+        in card
+    )
+    assert "the PyTorch figures here come from the model re-run in fp32 on the CPU, so they may differ from the " \
+        "Results table's, which the run measured in bf16" in card  # fmt: skip

@@ -292,7 +292,7 @@ def test_a_run_that_did_not_record_its_text_columns_takes_the_inputs_string_colu
     ("name", "content", "expected"),
     [
         ("absent.csv", None, r"'.*absent\.csv' does not exist\. Pass --input a \.csv, \.tsv"),
-        ("texts.txt", "the red cat\n", r"extension '\.txt', which predict cannot read\. Save it as one of"),
+        ("texts.xlsx", "the red cat\n", r"extension '\.xlsx', which predict cannot read\. Save it as one of"),
         ("empty.csv", "text,label\n", r"holds no rows below the header"),
         (
             "broken.jsonl",

@@ -89,6 +89,7 @@ class RunResults:
     merged_model: str | None = None
     merged_eval_accuracy: float | None = None
     merged_eval_f1: float | None = None
+    merged_eval_f1_positive: float | None = None  # binary tasks
     merged_eval_f1_micro: float | None = None
     merged_eval_mse: float | None = None
     merged_eval_pearson: float | None = None

@@ -212,7 +212,9 @@ def dispatch(args: argparse.Namespace, recipe_tokens: list[str]) -> int:
     if args.command == "predict":
         from recipes_lib.tools.predict import write_predictions
 
-        reading = options_of(args, "batch_size", "csv_quoting", "text_column_names", "id_column", "delimiter")
+        reading = options_of(
+            args, "batch_size", "csv_quoting", "text_column_names", "id_column", "delimiter", "column_names"
+        )
         return write_predictions(args.run_dir, args.input, args.output, **reading)
     if args.command == "push":
         from recipes_lib.tools.push import push
@@ -310,21 +312,26 @@ def add_predict_parser(commands) -> None:
         "file in it (e.g. export/model.int8.onnx)",
     )
     predict_parser.add_argument(
-        "--input", required=True, help="texts to predict: a .csv, .tsv, .json, .jsonl or .parquet file"
+        "--input", required=True, help="texts to predict: a .csv, .tsv, .txt, .json, .jsonl or .parquet file"
     )
     predict_parser.add_argument("--output", help="where to write the JSON Lines (default: standard output)")
     predict_parser.add_argument("--batch_size", type=int, default=32, help="examples per batch (default 32)")
     predict_parser.add_argument(
         "--csv_quoting",
         choices=["auto", "quoted", "none"],
-        default="auto",
-        help="how a .csv/.tsv input is quoted (as the recipes' --csv_quoting; default auto)",
+        help="how a .csv/.tsv/.txt input is quoted (as the recipes' --csv_quoting; default: the run's, auto "
+        "unless it was given one)",
     )
     predict_parser.add_argument(
         "--delimiter",
-        default="auto",
-        help="what separates a .csv/.tsv input's fields (as the recipes' --delimiter; default auto: from its "
-        "first lines)",
+        help="what separates a .csv/.tsv/.txt input's fields (as the recipes' --delimiter; default: the run's, "
+        "auto unless it was given one: from the input's first lines)",
+    )
+    predict_parser.add_argument(
+        "--column_names",
+        help="the names of a header-less .csv/.tsv/.txt input's fields, comma-separated (as the recipes' "
+        "--column_names; default: the run's, so a header-less file is read as training read it; an input "
+        "whose first line is exactly those names is read with that line as its header)",
     )
     predict_parser.add_argument(
         "--text_column_names",

@@ -74,7 +74,7 @@ class DataArguments:
     train_file: str | None = field(
         default=None,
         metadata={
-            "help": "Local training data: .csv, .tsv, .json, .jsonl or .parquet (format from the extension; a .csv "
+            "help": "Local training data: .csv, .tsv (or tab-separated .txt), .json, .jsonl or .parquet (format from the extension; a .csv "
             "or .tsv file's delimiter from its content, see --delimiter)."
         },
     )
@@ -124,6 +124,14 @@ class DataArguments:
         metadata={
             "help": "A .csv/.tsv with no header: its column names, comma-separated, in order (e.g. "
             "text,labels,id); its first line is then a row. Default: the first line is the header."
+        },
+    )
+    # Issue #55: one file whose split is a column (SICK's SemEval_set: TRAIN / TRIAL / TEST).
+    split_column: str | None = field(
+        default=None,
+        metadata={
+            "help": "With --train_file alone: the column that says each row's split, its values in any case "
+            "train/training, trial/dev/development/validation/valid/val, test/testing (data/split_column.py)."
         },
     )
     validation_split_percentage: int = field(

@@ -18,7 +18,7 @@ from recipes_lib.results import RESULTS_FILE
 
 logger = logging.getLogger(__name__)
 
-SUPPORTED_DATA_EXTENSIONS = (".csv", ".tsv", ".json", ".jsonl", ".parquet")
+SUPPORTED_DATA_EXTENSIONS = (".csv", ".tsv", ".txt", ".json", ".jsonl", ".parquet")
 
 # Files that mean "another run lives here".
 RUN_MARKERS = (RESULTS_FILE, "model.safetensors", "adapter_model.safetensors", "checkpoint-*")

@@ -30,7 +30,9 @@ from recipes_lib.whole_files import written_whole
 
 logger = logging.getLogger(__name__)
 
-DELIMITED = {".csv": ",", ".tsv": "\t"}  # the delimited extensions, and the delimiter each usually means
+# The delimited extensions, and the delimiter each usually means (a tie's fallback: the content decides).
+# Public sentence-pair and similarity sets ship tab-separated `.txt` (MRPC, SICK): read like a .tsv.
+DELIMITED = {".csv": ",", ".tsv": "\t", ".txt": "\t"}
 _CHUNK = 1 << 16  # bytes read at a time when looking for a '"'
 # The delimiters looked for, in the order a tie falls back to after the extension's own.
 DELIMITER_NAMES = {"tab": "\t", "comma": ",", "semicolon": ";", "pipe": "|"}
@@ -192,6 +194,7 @@ class Reading:
     width: int | None = None  # the header's field count (None: no record at all)
     count: int = 0  # records read, the header included, before the first bad one
     bad_line: int | None = None  # first record whose field count differs from the header's, or a stray quote
+    bad_width: int | None = None  # that record's field count (None: a stray quote)
 
     @property
     def plausible(self) -> bool:
@@ -200,7 +203,7 @@ class Reading:
     def add(self, record: list[str] | None, line: int) -> bool:
         """Count one record (None: the csv module stopped at a stray quote there); whether reading goes on."""
         if record is None or (self.width is not None and len(record) != self.width):
-            self.bad_line = line
+            self.bad_line, self.bad_width = line, None if record is None else len(record)
             return False
         if self.width is None:
             self.width = len(record)
@@ -384,9 +387,12 @@ def decide_quoting(
             width = (
                 f"the header's {reading.width} fields" if reading.width is not None else "a readable header"
             )
+            note = layout.header_note()
+            if not header:  # --column_names: no header to describe, and no option to suggest
+                width, note = f"the {reading.width} fields --column_names names", f"({layout.describe()})"
             raise DataError(
-                f"{path} line {reading.bad_line} does not have {width} when "
-                f"read with --csv_quoting {requested}. {layout.header_note()} Fix that line, or try --csv_quoting "
+                f"{path} line {reading.bad_line} does not have {width} ({_bad_width(reading)[2:]}) when "
+                f"read with --csv_quoting {requested}. {note} Fix that line, or try --csv_quoting "
                 f"{'none' if requested == 'quoted' else 'quoted'}{_other_delimiters(layout)}."
             )
         return quoted, RecordLines(path, delimiter, quoted, reading.count - header, header)
@@ -417,14 +423,41 @@ def decide_quoting(
             unquoted.width,
         )
         is_quoted = False
+    elif not header:
+        raise DataError(_width_error_without_header(layout, quoted, unquoted))
     else:
         raise DataError(
             f"{path} has rows whose field count differs from the header's, whether read with quoting (first at line "
-            f"{quoted.bad_line}) or without (first at line {unquoted.bad_line}). {layout.header_note()}{_no_fit(layout)} Fix those lines: "
+            f"{quoted.bad_line}{_bad_width(quoted)}) or without (first at line {unquoted.bad_line}"
+            f"{_bad_width(unquoted)}). {layout.header_note()}{_no_fit(layout)} Fix those lines: "
             f"quote fields that hold the delimiter, or give every row the header's fields{_other_delimiters(layout)}."
         )
     rows = (quoted if is_quoted else unquoted).count - header  # a header is no row
     return is_quoted, RecordLines(path, delimiter, is_quoted, rows, header)
+
+
+def _bad_width(reading: Reading) -> str:
+    """', 9 fields' for the first bad record, or ', a stray quote' where the csv module stopped."""
+    return ", a stray quote" if reading.bad_width is None else f", {reading.bad_width} fields"
+
+
+def _width_error_without_header(layout: Layout, quoted: Reading, unquoted: Reading) -> str:
+    """Rows of another width in a file read with --column_names: the first offending line leads (the names
+    were given, so the cure is the rows, not the option)."""
+    first = min((quoted, unquoted), key=lambda reading: (reading.bad_width is None, reading.bad_line))
+    found = (
+        f"line {first.bad_line} is the first row with {first.bad_width} fields"
+        if first.bad_width is not None
+        else f"line {first.bad_line} has a stray quote"
+    )
+    other = unquoted if first is quoted else quoted
+    return (
+        f"{layout.path}: {found}, where --column_names names {quoted.width or unquoted.width} fields, as many as "
+        f"its first row has ({layout.describe()}; read {'without' if first is unquoted else 'with'} quoting; "
+        f"{'with' if first is unquoted else 'without'}, the first bad line is {other.bad_line}{_bad_width(other)}). "
+        "Fix those lines: quote fields that hold the delimiter, or give every row the same fields"
+        f"{_other_delimiters(layout)}."
+    )
 
 
 def _no_fit(layout: Layout) -> str:

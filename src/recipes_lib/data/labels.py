@@ -184,6 +184,8 @@ def _problem_type(
     if requested == AUTO:
         if lists or delimiter is not None:
             return MULTI_LABEL, delimiter
+        if fraction is None:
+            _hint_integer_scores(values, feature)
         return (REGRESSION if fraction is not None else SINGLE_LABEL), None
     if requested != MULTI_LABEL and (lists or delimiter is not None):
         raise ConfigError(
@@ -198,6 +200,24 @@ def _problem_type(
             "predict, use --problem_type regression (or auto)."
         )
     return requested, delimiter if requested == MULTI_LABEL else None
+
+
+# Whole numbers taking at least this many values may be scores (a 1-5 relatedness scale) read as classes.
+INTEGER_SCORE_VALUES = 5
+
+
+def _hint_integer_scores(values: LabelColumn, feature) -> None:
+    """One line when numeric labels are all whole numbers of many values: classes, unless they are a scale."""
+    if isinstance(feature, ClassLabel) or values.lists or values.strings or values.all_bools:
+        return
+    numbers = sorted({float(v) for v in values.distinct[0] if _is_number(v)})
+    if len(numbers) < INTEGER_SCORE_VALUES:
+        return
+    logger.warning(
+        "The labels are whole numbers of %d values, %g to %g: read as %d classes, their order ignored "
+        "(single-label classification). If they are scores on a scale, give --problem_type regression.",
+        len(numbers), numbers[0], numbers[-1], len(numbers),
+    )  # fmt: skip
 
 
 def _is_fraction(value) -> bool:

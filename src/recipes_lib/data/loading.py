@@ -23,6 +23,7 @@ from recipes_lib.data.labels import (
     label_mapping,
     labels_hidden,
 )
+from recipes_lib.data.split_column import check_split_column_options, split_by_column
 from recipes_lib.errors import ConfigError, DataError
 
 logger = logging.getLogger(__name__)
@@ -188,8 +189,11 @@ def load_classification_data(
 ) -> ClassificationData:
     """Load and check the raw data: columns, labels, non-empty splits. No tokenization yet."""
     if data_args.train_file is not None:
+        check_split_column_options(data_args)
         raw, locate = _read_local_files(data_args, cache_dir)
         sources = {split: Path(getattr(data_args, f"{split}_file")).name for split in raw}
+        if data_args.split_column is not None:
+            raw, locate, sources = split_by_column(raw, locate, data_args.split_column, data_args.train_file)
     else:
         raw, locate = _read_hub_dataset(data_args, cache_dir), {}
         sources = {"validation": data_args.validation_split_name, "test": data_args.test_split_name}

@@ -109,12 +109,15 @@ class TaskMetrics:
                 "f1_micro": self._compute("f1", predictions, targets, average="micro"),
             }
         predictions = np.argmax(logits, axis=-1)
-        return {
+        scores = {
             "accuracy": self._compute("accuracy", predictions, references),
             "f1": self._compute(
                 "f1", predictions, references, average="macro", labels=list(range(self.num_labels))
             ),
         }
+        if self.num_labels == 2:  # the positive class's (id 1) own F1, as paraphrase benchmarks report
+            scores["f1_positive"] = self._compute("f1", predictions, references, average="binary")
+        return scores
 
     def binary_scores(self, logits: np.ndarray, references: np.ndarray, threshold: float) -> dict[str, float]:
         """A two-class model decided at `threshold` on the positive class (label id 1, --decision_threshold):

@@ -286,11 +286,11 @@ def decide_binary_threshold(
     splits = {"eval": (outputs.logits, outputs.references)}
     if outputs.test_references is not None:
         splits["test"] = (outputs.test_logits, outputs.test_references)
+    at_half = {}  # the positive class's F1 at 0.5 is the evaluation's own (eval_f1_positive, test_f1_positive)
     for prefix, (logits, references) in splits.items():
         references = np.asarray(references)
-        at_half = scorer.binary_scores(logits, references, DEFAULT_THRESHOLD)
+        at_half[prefix] = scorer.binary_scores(logits, references, DEFAULT_THRESHOLD)["f1_positive"]
         at_threshold = scorer.binary_scores(logits, references, threshold)
-        results[f"{prefix}_f1_positive"] = at_half["f1_positive"]
         results.update({f"{prefix}_threshold_{name}": value for name, value in at_threshold.items()})
     outputs.results.update(results)
     shown = "test" if "test" in splits else "eval"  # the honest split where there is one
@@ -300,7 +300,7 @@ def decide_binary_threshold(
         threshold,
         "tuned on validation" if tuned else "given",
         "test" if shown == "test" else "validation",
-        results[f"{shown}_f1_positive"],
+        at_half[shown],
         results[f"{shown}_threshold_f1_positive"],
     )
 

@@ -161,6 +161,7 @@ class ExportedModel:
     directory: Path
     onnx_path: Path
     settings: dict[str, Any]
+    report: dict[str, Any] | None = None  # export_report.json: how each file was made
 
     @property
     def run_results(self) -> RunResults:
@@ -168,8 +169,15 @@ class ExportedModel:
         return RunResults.from_dict(self.settings["run"])
 
     def describe(self) -> str:
-        return f"ONNX export ({self.onnx_path.name}, {self.settings.get('exporter', '?')} exporter) of a " \
-               f"{self.run_results.recipe or '?'} run"  # fmt: skip
+        return f"ONNX export ({self.onnx_path.name}, {self.made_from()}) of a {self.run_results.recipe or '?'} run"
+
+    def made_from(self) -> str:
+        """How this file was made: the int8 model from its own source (the TorchScript trace, as
+        export_report.json says), model.onnx by the exporter export_config.json names."""
+        int8 = (self.report or {}).get("int8") or {}
+        if self.onnx_path.name == INT8_MODEL and int8.get("made_from"):
+            return f"int8, made from {int8['made_from']}"
+        return f"{self.settings.get('exporter', '?')} exporter"
 
 
 def find_export(path: str | Path) -> ExportedModel | None:
@@ -196,7 +204,7 @@ def find_export(path: str | Path) -> ExportedModel | None:
             f'{directory / SETTINGS_FILE} holds no "run" settings (the text columns, labels and problem type '
             f"predict needs), so the export in '{directory}' cannot be served. {_EXPORT_AGAIN}"
         )
-    return ExportedModel(directory=directory, onnx_path=onnx_path, settings=settings)
+    return ExportedModel(directory=directory, onnx_path=onnx_path, settings=settings, report=report)
 
 
 _EXPORT_AGAIN = "Run `recipes-lib export` on the run again to write the export anew."

@@ -45,10 +45,28 @@ def keep_sensitive_nodes(
     passes: Callable[[dict], bool],
 ) -> tuple[dict, dict]:
     """Keep the most damaging nodes in fp32, one more at a time, until the int8 model passes.
-    Returns its gate figures (gate.compare's) and the quantizer's record with the nodes kept."""
+    Returns its gate figures (gate.compare's) and the quantizer's record with the nodes kept.
+
+    First the search's best choice, all MAX_KEPT nodes kept: when even that fails, no choice the search
+    would try can pass (each keeps fewer), so it stops there and says so (issue #55: a score's int8 export
+    searched for 4 minutes to be refused anyway)."""
+    most = [node for node, _ in ranked[:MAX_KEPT]]
+    if not most:
+        return None, None
+    recipe = quantizer.quantize(int8_path, most)
+    result = gate_of(int8_path)
+    if not passes(result):
+        logger.warning(
+            "int8 cannot pass its gate with any node choice searched: even with its %d most damaging nodes kept in "
+            "fp32 it agrees on %.2f%% and loses %.2f points; the search stops (the gate says what fails).",
+            len(most), 100 * result["agreement"], result["metric_drop_points"],
+        )  # fmt: skip
+        return result, {
+            **recipe,
+            "search": f"stopped: fails with all {len(most)} most damaging nodes in fp32",
+        }
     kept: list[str] = []
-    result, recipe = None, None
-    for node, damage in ranked[:MAX_KEPT]:
+    for node, damage in ranked[: len(most)]:
         kept.append(node)
         recipe = quantizer.quantize(int8_path, kept)
         result = gate_of(int8_path)

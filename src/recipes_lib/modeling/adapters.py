@@ -35,6 +35,7 @@ from recipes_lib.config.recipe_spec import LoraShape
 from recipes_lib.errors import ConfigError, ModelError
 from recipes_lib.modeling.families import default_lora_targets, meta_model, profile_for
 from recipes_lib.modeling.loading import HeldLoadReport, load_model, reset_wrong_shaped_linears
+from recipes_lib.modeling.score_head import score_head_in_fp32
 from recipes_lib.modeling.sources import resolve_model_path
 
 logger = logging.getLogger(__name__)
@@ -455,7 +456,7 @@ def load_trained_model(output_dir: str | Path, device: str | torch.device | None
     output_dir = Path(output_dir)
     adapter_config_path = output_dir / ADAPTER_CONFIG_FILE
     if not adapter_config_path.is_file():
-        model = AutoModelForSequenceClassification.from_pretrained(output_dir)
+        model = score_head_in_fp32(AutoModelForSequenceClassification.from_pretrained(output_dir))
         return model.to(device) if device is not None else model
     from peft import PeftModel
 
@@ -487,6 +488,7 @@ def load_trained_model(output_dir: str | Path, device: str | torch.device | None
             f"{output_dir / MERGED_SUBDIR} (saved with --merge_adapter)."
         ) from None
     reset_wrong_shaped_linears(base)  # transformers 5.6 keeps such a head under a quantization config
+    score_head_in_fp32(base)  # as in training: a regression score computed in fp32
     if quantization is not None:
         base = prepare_4bit_model(base)
     elif device is not None:

@@ -23,6 +23,7 @@ from recipes_lib.modeling.families import (
     flash_attention_available,
     profile_for,
 )
+from recipes_lib.modeling.score_head import score_head_in_fp32
 from recipes_lib.modeling.sources import PACKAGED_MODELS, resolve_model_path
 
 logger = logging.getLogger(__name__)
@@ -355,7 +356,7 @@ def load_model(model_args: ModelArguments, model_config, **from_pretrained_kwarg
     # this, any Trainer (seeing **kwargs in forward) multiplies it by the number of processes and
     # skips the division by gradient_accumulation_steps. transformers reads this attribute for it.
     model.accepts_loss_kwargs = False
-    return model
+    return score_head_in_fp32(model)  # a regression score is not rounded to bf16 under autocast
 
 
 def reset_wrong_shaped_linears(model) -> list[tuple[str, tuple, tuple]]:

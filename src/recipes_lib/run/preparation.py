@@ -19,6 +19,7 @@ from typing import Any
 from recipes_lib.config.arguments import ParsedArguments, RecipeTrainingArguments
 from recipes_lib.config.precision import PrecisionChoice, decide_precision
 from recipes_lib.config.recipe_spec import RecipeSpec, TrainingShape
+from recipes_lib.config.tasks import REGRESSION
 from recipes_lib.config.validation import check_task_options
 from recipes_lib.data.loading import ClassificationData, load_classification_data
 from recipes_lib.data.long_text import document_ids
@@ -88,12 +89,11 @@ def prepare(args: ParsedArguments, spec: RecipeSpec, train_file: str | None = No
     model_config = load_model_config(model_args, labels)
     pad_with_eos_if_missing(tokenizer, model_config)  # a decoder's (GPT-2's): before tokenizing
     logger.info(
-        "Data: %s, %d train / %d validation examples, %d classes (%s), text: %s",
+        "Data: %s, %d train / %d validation examples, %s, text: %s",
         data.description,
         len(data.raw["train"]),
         len(data.raw["validation"]),
-        labels.num_labels,
-        ", ".join(labels.names[:10]),
+        labels_in_words(labels),
         " + ".join(data.text_columns),
     )
     check_task_options(args.training, labels)  # before tokenizing and loading weights
@@ -167,6 +167,13 @@ def run_metrics(training, data_args, labels, tokenized) -> RunMetrics:
     metrics.test_document_ids = document_ids(tokenized["test"]) if "test" in tokenized else None
     metrics.window_pooling = data_args.window_pooling
     return metrics
+
+
+def labels_in_words(labels) -> str:
+    """'2 classes (cool, warm)'; a regression's one output is a score ('a score (label)', not '1 classes')."""
+    if labels.problem_type == REGRESSION:
+        return f"a score ({labels.names[0]})"
+    return f"{labels.num_labels} classes ({', '.join(labels.names[:10])})"
 
 
 def listed_text(value) -> str:

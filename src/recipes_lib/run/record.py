@@ -69,7 +69,7 @@ class RunSettings:
 # The validation figures results.json keeps (RunResults' eval_* fields up to eval_loss).
 EVAL_KEYS = tuple(
     f"eval_{name}" for name in ("accuracy", "f1", "f1_micro", "mse", "pearson", "spearman", "loss")
-)
+) + ("eval_f1_positive",)  # binary tasks: the positive class's F1 (evaluation/metrics.py)
 
 
 def _listed(value):

@@ -34,6 +34,8 @@ CHART_FILE = "memory_comparison.png"
 # The columns of multi-label and regression metrics (micro-F1, MSE, ...) that `compare` and `show` add
 # when a run has them: (results.json key, title).
 TASK_METRIC_COLUMNS = tuple((eval_key(metric), METRIC_TITLES[metric]) for metric in OTHER_TASK_METRICS)
+# Binary tasks: the positive class's F1 (label id 1), as paraphrase benchmarks report it beside accuracy.
+TASK_METRIC_COLUMNS += (("eval_f1_positive", "positive F1"),)
 # Each breakdown part's (chart legend, table column, colour): colour-blind-safe Okabe-Ito colours.
 PARTS = {
     "weights": ("weights", "weights", "#0072B2"),

@@ -34,6 +34,7 @@ from recipes_lib.config.tasks import DEFAULT_THRESHOLD, MULTI_LABEL, SINGLE_LABE
 from recipes_lib.data.files import (
     DELIMITED,
     column_note,
+    decide_delimiter,
     has_rows,
     parse_delimiter,
     read_local_files,
@@ -61,15 +62,22 @@ from recipes_lib.modeling.families import profile_for
 
 logger = logging.getLogger(__name__)
 
-INPUT_FORMATS = (".csv", ".tsv", ".json", ".jsonl", ".parquet")
+INPUT_FORMATS = (".csv", ".tsv", ".txt", ".json", ".jsonl", ".parquet")
 QUOTING_CHOICES = ("auto", "quoted", "none")  # --csv_quoting, as data/files.py decide_quoting reads it
 DEFAULT_BATCH_SIZE = 32
 
 
 def read_input(
-    path: str | Path, quoting: str = "auto", cache_dir: str | None = None, delimiter: str = "auto"
+    path: str | Path,
+    quoting: str = "auto",
+    cache_dir: str | None = None,
+    delimiter: str = "auto",
+    column_names: list[str] | None = None,
 ):
-    """The rows of a .csv, .tsv, .json, .jsonl or .parquet file (datafiles.read_local_files), or a DataError."""
+    """The rows of a .csv, .tsv, .txt, .json, .jsonl or .parquet file (datafiles.read_local_files), or a DataError.
+
+    `column_names` (the run's --column_names, or predict's): a delimited file has no header, as the
+    run's files had none; a file whose first line is exactly those names is read with it as its header."""
     path = Path(path)
     formats = ", ".join(INPUT_FORMATS)
     if not path.is_file():
@@ -84,12 +92,17 @@ def read_input(
     if quoting not in QUOTING_CHOICES:
         raise ConfigError(f"--csv_quoting is '{quoting}'; use one of {', '.join(QUOTING_CHOICES)}.")
     try:
-        if not has_rows(path):
+        if column_names is not None and headed_by(path, column_names, parse_delimiter(delimiter)):
+            column_names = None
+        header = column_names is None and extension in DELIMITED
+        if not has_rows(path, header=column_names is None):
             raise DataError(
-                f"The input file '{path}' holds no rows{' below the header' if extension in DELIMITED else ''}. "
+                f"The input file '{path}' holds no rows{' below the header' if header else ''}. "
                 "Pass a file with at least one text to predict."
             )
-        loaded, _ = read_local_files({"predict": str(path)}, cache_dir, quoting, parse_delimiter(delimiter))
+        loaded, _ = read_local_files(
+            {"predict": str(path)}, cache_dir, quoting, parse_delimiter(delimiter), column_names
+        )
     except (OSError, UnicodeDecodeError, ValueError, csv.Error) as error:
         detail = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
         raise DataError(
@@ -102,6 +115,35 @@ def read_input(
             f"The input file '{path}' holds no rows. Pass a file with at least one text to predict."
         )
     return dataset
+
+
+def headed_by(path: Path, column_names: list[str], delimiter: str | None) -> bool:
+    """Whether a delimited file's first line is exactly `column_names`: a header, though the run's files had none."""
+    if path.suffix.lower() not in DELIMITED:
+        return False
+    return list(decide_delimiter(str(path), delimiter).header) == list(column_names)
+
+
+def trained_run(run_dir: str | Path):
+    """(the run, and its export when `run_dir` is OUTPUT_DIR/export or a .onnx file in it: ONNX Runtime runs it)."""
+    exported = find_export(run_dir)
+    if exported is None:
+        return find_run(run_dir), None
+    run = TrainedRun(
+        results_dir=exported.directory, model_dir=exported.directory, results=exported.run_results
+    )
+    return run, exported
+
+
+def reading_options(run: TrainedRun, **given: str | None) -> dict[str, Any]:
+    """How to read the input: each option as given to predict, else as the run read its files (its config)."""
+    config = run.config
+    column_names = given.get("column_names") or config.get("column_names")
+    return {
+        "quoting": given.get("csv_quoting") or config.get("csv_quoting") or "auto",
+        "delimiter": given.get("delimiter") or config.get("delimiter") or "auto",
+        "column_names": [name.strip() for name in column_names.split(",")] if column_names else None,
+    }
 
 
 def text_columns(
@@ -214,29 +256,28 @@ def predict(
     input_file: str | Path,
     batch_size: int = DEFAULT_BATCH_SIZE,
     device: str | torch.device | None = None,
-    csv_quoting: str = "auto",
+    csv_quoting: str | None = None,
     progress: bool = True,
     text_column_names: str | None = None,
     id_column: str | None = None,
     with_ids: bool = False,
-    delimiter: str = "auto",
+    delimiter: str | None = None,
+    column_names: str | None = None,
 ) -> list[dict[str, Any]]:
     """One row per input row, in input order, in the format of evaluation/predictions.py (by the run's kind of task).
 
-    `with_ids`: each row starts with "id", the input's `id_column` value or the row's number (0 first)."""
+    `with_ids`: each row starts with "id", the input's `id_column` value or the row's number (0 first).
+    `csv_quoting`, `delimiter`, `column_names` (comma-separated) and `text_column_names`: None reads the
+    input as the run read its files (its --csv_quoting, --delimiter, --column_names, text columns)."""
     if batch_size <= 0:
         raise ConfigError(
             f"--batch_size is {batch_size}; it must be a positive integer (32 is a good start)."
         )
-    exported = find_export(run_dir)  # OUTPUT_DIR/export (or a .onnx file in it): ONNX Runtime, not PyTorch
-    if exported is not None:
-        run = TrainedRun(
-            results_dir=exported.directory, model_dir=exported.directory, results=exported.run_results
-        )
-    else:
-        run = find_run(run_dir)  # the cheap checks first: run, input, columns; then the weights
+    run, exported = trained_run(run_dir)  # the cheap checks first: run, input, columns; then the weights
     data_args = data_arguments(run.config)
-    dataset = read_input(input_file, csv_quoting, run.config.get("cache_dir"), delimiter)
+    reading = reading_options(run, csv_quoting=csv_quoting, delimiter=delimiter, column_names=column_names)
+    dataset = read_input(input_file, cache_dir=run.config.get("cache_dir"), **reading)
+    delimiter = reading["delimiter"]
     columns = text_columns(run, dataset, input_file, text_column_names, delimiter)
     ids = row_ids(dataset, id_column, input_file, delimiter) if with_ids or id_column else None
     device = torch.device("cpu") if exported is not None else choose_device(device)  # ONNX Runtime: CPU
@@ -341,8 +382,8 @@ def run_decision_threshold(run: TrainedRun) -> float | None:
 
 def write_predictions(
     run_dir: str, input_file: str, output: str | None = None, batch_size: int = DEFAULT_BATCH_SIZE,
-    csv_quoting: str = "auto", text_column_names: str | None = None, id_column: str | None = None,
-    delimiter: str = "auto",
+    csv_quoting: str | None = None, text_column_names: str | None = None, id_column: str | None = None,
+    delimiter: str | None = None, column_names: str | None = None,
 ) -> int:  # fmt: skip
     """`recipes-lib predict`: the rows as JSON Lines, to `output` or standard output; returns the exit code."""
     # Progress and notes on stderr: stdout carries only the predictions.
@@ -357,7 +398,7 @@ def write_predictions(
     try:
         rows = predict(run_dir, input_file, batch_size=batch_size, csv_quoting=csv_quoting,
                        text_column_names=text_column_names, id_column=id_column, with_ids=True,
-                       delimiter=delimiter)  # fmt: skip
+                       delimiter=delimiter, column_names=column_names)  # fmt: skip
     except RecipeError as error:
         print(f"error: {error}", file=sys.stderr)
         return error.exit_code

@@ -22,6 +22,7 @@ from recipes_lib.config.recipe_options import MERGED_SUBDIR
 from recipes_lib.config.registry import RECIPES
 from recipes_lib.config.tasks import DEFAULT_THRESHOLD, MULTI_LABEL, REGRESSION, SINGLE_LABEL, TASK_METRICS
 from recipes_lib.results import RunResults
+from recipes_lib.tracking.card_usage import usage_values
 from recipes_lib.tracking.names import METRIC_TITLES
 from recipes_lib.whole_files import read_json, write_text_whole
 
@@ -133,8 +134,8 @@ def _scores(results: RunResults):
     for prefix, split in splits.items():
         for name in names:
             yield f"{prefix}_{name}", split, name, "", at_half
+        yield f"{prefix}_f1_positive", split, "f1_positive", "", at_half  # binary tasks
         if threshold is not None:
-            yield f"{prefix}_f1_positive", split, "f1_positive", "", at_half
             note, at_threshold = f" (threshold {threshold:g})", {"threshold": threshold}
             for name in (*names, "f1_positive"):
                 yield f"{prefix}_threshold_{name}", split, name, note, at_threshold
@@ -145,9 +146,15 @@ def _is_score(value) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and not math.isnan(value)
 
 
+def positive_label(results: RunResults) -> str | None:
+    """A binary task's positive class: the one --decision_threshold names, else the second in id order (id 1)."""
+    names = list(results.per_class or {})
+    return results.positive_label or (names[1] if len(names) == 2 else None)
+
+
 def card_metrics(results: RunResults) -> list[CardMetric]:
     """The scores of the run that describe the saved model, each with its split; those the run has (NaN left out)."""
-    titles = {**METRIC_TITLES, "f1_positive": f"F1 of '{results.positive_label}'"}
+    titles = {**METRIC_TITLES, "f1_positive": f"F1 of '{positive_label(results)}'"}
     return [
         CardMetric(key, split, metric, titles[metric] + note, args)
         for key, split, metric, note, args in _scores(results)
@@ -334,7 +341,7 @@ def _template_values(results: RunResults, model_name: str, repo_id: str | None) 
         "is_adapter": _is_adapter(results),
         "where": where,
         "on_hub": on_hub,
-        "function": {SINGLE_LABEL: "softmax", MULTI_LABEL: "sigmoid", REGRESSION: "none"}[problem_type],
+        "usage": usage_values(results, where),
         "quantization": quantization,
         "quantized_base": quantized_base,
         "merged_model": results.merged_model,

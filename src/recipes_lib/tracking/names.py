@@ -68,6 +68,7 @@ METRIC_TITLES = {
     "accuracy": "accuracy",
     "f1": "macro-F1",
     "f1_micro": "micro-F1",
+    "f1_positive": "positive-class F1",  # binary tasks: the F1 of label id 1
     "mse": "MSE",
     "pearson": "Pearson",
     "spearman": "Spearman",
