@@ -111,6 +111,8 @@ class RunResults:
     train_samples_per_s: float | None
     train_tokens_per_s: float | None
     pad_ratio: float | None
+    # A resumed run: the step its checkpoint held (the speed figures cover the steps after it); else null.
+    resumed_from_step: int | None = None
     # What trained, and the memory it held.
     model_type: str | None
     attn_implementation: str | None

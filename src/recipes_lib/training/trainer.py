@@ -86,6 +86,15 @@ class RecipeTrainer(Trainer):
             )
         return loss
 
+    # Why an override: the Trainer's loop takes a step before it asks whether to stop. Resumed from a
+    # checkpoint at max_steps in mid-epoch (a run killed after its last checkpoint, before results.json),
+    # it trained one step past the end; here it takes no batch and stops, so the record is the run's.
+    def get_batch_samples(self, epoch_iterator, num_batches, device):
+        if self.state.max_steps > 0 and self.state.global_step >= self.state.max_steps:
+            self.control.should_training_stop = True
+            return [], None
+        return super().get_batch_samples(epoch_iterator, num_batches, device)
+
     def _last_checkpoint_note(self) -> str:
         checkpoint = last_complete_checkpoint(self.args.output_dir)
         return f" The last complete checkpoint, from before the fault, is {checkpoint}." if checkpoint else ""
