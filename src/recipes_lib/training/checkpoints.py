@@ -2,13 +2,20 @@
 
 A run killed while saving leaves a checkpoint-N missing files, and the Trainer's "last checkpoint" is
 simply the highest N. So RecipeTrainer ends every save with COMPLETE_MARKER, written after the files
-are flushed to disk and listing each with its size; resuming considers only checkpoints whose marker
-is there and whose files still have those sizes. A kill during a save costs that checkpoint, never the run.
+are flushed to disk and listing each with its size and SHA-256; resuming considers only checkpoints whose
+marker is there and whose files still have those sizes and contents. A kill during a save costs that
+checkpoint, never the run; a file changed since (a disk error, a copy cut short, an edit, even at the same
+size) is named before anything is loaded, never a traceback from torch.load or safetensors.
+
+The hash reads each file once more at the save (just written: mostly from the page cache) and at the
+resume: SHA-256 took 1.7 s for a 400 MB file on the 2-core AMD EPYC development machine (hashlib, SHA-NI,
+shared cores), so about 5 s each way for bert-base's 1.3 GB checkpoint.
 """
 
 from __future__ import annotations
 
 import errno
+import hashlib
 import json
 import logging
 import os
@@ -38,8 +45,14 @@ def _files_in(directory: Path) -> list[Path]:
     return sorted(path for path in directory.rglob("*") if path.is_file() and path.name != COMPLETE_MARKER)
 
 
+def file_sha256(path: Path) -> str:
+    with open(path, "rb") as handle:
+        return hashlib.file_digest(handle, "sha256").hexdigest()
+
+
 def mark_complete(checkpoint_dir: str | Path, global_step: int) -> Path:
-    """Flush every file of the checkpoint to disk, then record them in the marker (atomically).
+    """Flush every file of the checkpoint to disk, then record them, their sizes and SHA-256 in the marker
+    (atomically).
 
     The fsyncs make the marker mean "on disk", not just "in the page cache", so a machine that
     loses power (or a preempted VM) cannot keep the marker but lose the weights. They take as long
@@ -52,7 +65,10 @@ def mark_complete(checkpoint_dir: str | Path, global_step: int) -> Path:
         fsync_path(path)
     record = {
         "global_step": global_step,
-        "files": {str(path.relative_to(checkpoint_dir)): path.stat().st_size for path in files},
+        "files": {
+            str(path.relative_to(checkpoint_dir)): {"bytes": path.stat().st_size, "sha256": file_sha256(path)}
+            for path in files
+        },
     }
     # A reader sees no marker or the whole marker.
     return write_text_whole(checkpoint_dir / COMPLETE_MARKER, json.dumps(record, indent=1))
@@ -102,21 +118,28 @@ def complete_or_removed(checkpoint_dir: Path, run_dir: Path) -> Iterator[None]:
 
 
 def incomplete_reason(checkpoint_dir: str | Path) -> str | None:
-    """None when the checkpoint is complete; otherwise what is wrong with it, in a few words."""
+    """None when the checkpoint is complete and unchanged; otherwise what is wrong with it, in a few words."""
     checkpoint_dir = Path(checkpoint_dir)
     marker = checkpoint_dir / COMPLETE_MARKER
     if not marker.is_file():
         return "no completion marker: interrupted while saving"
     try:
         recorded = json.loads(marker.read_text())["files"]
-    except (ValueError, KeyError, TypeError):
+        # A marker of an earlier version holds sizes alone.
+        expected = {
+            name: (entry, None) if isinstance(entry, int) else (entry["bytes"], entry["sha256"])
+            for name, entry in recorded.items()
+        }
+    except (ValueError, KeyError, TypeError, AttributeError, UnicodeDecodeError):
         return f"unreadable {COMPLETE_MARKER}"
-    for name, size in recorded.items():
+    for name, (size, digest) in expected.items():
         path = checkpoint_dir / name
         if not path.is_file():
             return f"{name} is missing"
         if path.stat().st_size != size:
             return f"{name} has {path.stat().st_size} bytes, {size} were written"
+        if digest is not None and file_sha256(path) != digest:
+            return f"{name} has changed since it was written (its SHA-256 differs from the marker's)"
     return None
 
 

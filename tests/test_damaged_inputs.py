@@ -1,0 +1,74 @@
+"""Damaged inputs of every kind get one paragraph naming the file and what to do (issue 54): every file of a
+checkpoint x {truncated, garbage of the same size, empty} before a resume (the completion marker keeps each
+file's SHA-256, not only its size); the run's weights, adapter and ONNX files for predict and export."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+from recipes_lib.errors import OutputDirError
+from recipes_lib.results import RESULTS_FILE
+from recipes_lib.training.checkpoints import COMPLETE_MARKER, resolve_resume_checkpoint
+from tests.helpers.runs import QUICK, run_args, run_in_process
+
+DAMAGES = ("truncated", "garbage", "empty")
+
+
+def damage(path: Path, how: str) -> None:
+    size = path.stat().st_size
+    if how == "truncated":
+        path.write_bytes(path.read_bytes()[: size // 2])
+    elif how == "garbage":  # the same size: only the content tells
+        path.write_bytes(os.urandom(size))
+    else:
+        path.write_bytes(b"")
+
+
+@pytest.fixture(scope="module")
+def checkpointed_run(tiny_bert, learnable_data, tmp_path_factory) -> Path:
+    output_dir = tmp_path_factory.mktemp("checkpointed")
+    args = run_args(
+        tiny_bert, learnable_data, output_dir, "--save_steps", "2", **{**QUICK, "save_strategy": "steps"}
+    )
+    run_in_process("full_ft", args)
+    return output_dir
+
+
+def checkpoint_files(run: Path) -> list[str]:
+    checkpoint = run / "checkpoint-2"
+    return sorted(
+        str(p.relative_to(checkpoint))
+        for p in checkpoint.rglob("*")
+        if p.is_file() and p.name != COMPLETE_MARKER
+    )
+
+
+def test_a_checkpoint_holds_the_files_the_issue_names(checkpointed_run):
+    names = set(checkpoint_files(checkpointed_run))
+    assert {
+        "trainer_state.json",
+        "optimizer.pt",
+        "scheduler.pt",
+        "rng_state.pth",
+        "model.safetensors",
+    } <= names
+
+
+@pytest.mark.parametrize("how", DAMAGES)
+def test_every_damaged_checkpoint_file_is_named_before_the_resume(checkpointed_run, tmp_path, how):
+    for name in checkpoint_files(checkpointed_run):
+        output_dir = tmp_path / f"{how}-{name.replace('/', '_')}"
+        output_dir.mkdir()
+        shutil.copytree(checkpointed_run / "checkpoint-2", output_dir / "checkpoint-2")
+        damage(output_dir / "checkpoint-2" / name, how)
+        with pytest.raises(
+            OutputDirError, match=rf"no complete checkpoint .*checkpoint-2 \({name} "
+        ) as caught:
+            resolve_resume_checkpoint("last", str(output_dir), RESULTS_FILE)
+        assert "Start the run again" in str(caught.value), name
+        with pytest.raises(OutputDirError, match=rf"is incomplete \({name} "):
+            resolve_resume_checkpoint(str(output_dir / "checkpoint-2"), str(output_dir), RESULTS_FILE)
