@@ -72,3 +72,45 @@ def test_every_damaged_checkpoint_file_is_named_before_the_resume(checkpointed_r
         assert "Start the run again" in str(caught.value), name
         with pytest.raises(OutputDirError, match=rf"is incomplete \({name} "):
             resolve_resume_checkpoint(str(output_dir / "checkpoint-2"), str(output_dir), RESULTS_FILE)
+
+
+# --- a full disk during the final save ----------------------------------------------------------------
+
+
+def _refusing_write(error: Exception):
+    def save_file(tensors, filename, metadata=None):
+        Path(filename).write_bytes(b"\0" * 100)  # what the disk took before it was full
+        raise error
+
+    return save_file
+
+
+@pytest.mark.parametrize(
+    "error",
+    [OSError(28, os.strerror(28)), "SafetensorError"],
+    ids=["OSError-ENOSPC", "SafetensorError"],
+)
+def test_a_full_disk_during_the_final_save_leaves_no_partial_model_and_one_paragraph(
+    tiny_bert, learnable_data, tmp_path, monkeypatch, capsys, error
+):
+    import transformers.modeling_utils
+    from safetensors import SafetensorError
+
+    from recipes_lib.run import run_main
+    from tests.helpers.repo import load_recipe
+
+    if error == "SafetensorError":  # what safetensors raises on a full disk
+        error = SafetensorError(
+            'Error while serializing: IoError(Os { code: 28, kind: StorageFull, message: "No space left on device" })'
+        )
+    monkeypatch.setattr(transformers.modeling_utils, "safe_save_file", _refusing_write(error))
+    output_dir = tmp_path / "full-disk"
+    with pytest.raises(SystemExit) as stopped:
+        run_main(load_recipe("full_ft").main, run_args(tiny_bert, learnable_data, output_dir, **QUICK))
+    assert stopped.value.code == 2
+    err = capsys.readouterr().err
+    assert err.count("\nerror: ") == 1 and "Traceback" not in err, err
+    assert f"Saving the final model in '{output_dir}' failed: the disk is full" in err, err
+    assert "model.safetensors" in err and "Free space on that disk" in err
+    left = {path.name for path in output_dir.iterdir()} if output_dir.exists() else set()  # an empty one goes
+    assert not left & {"model.safetensors", "config.json", RESULTS_FILE}, left

@@ -78,10 +78,26 @@ class CheckpointNotSaved(RecipeError):
     """A checkpoint could not be written (a full disk, a quota, a file-size limit): the run stops there."""
 
 
+class ModelNotSaved(RecipeError):
+    """The final model could not be written (a full disk, a quota, a file-size limit): the run stops there."""
+
+
 # The errors a write that the disk refuses raises through each writer: OSError (json, the Trainer's
 # own files), torch.save's RuntimeError (its C++ stream gives no errno), safetensors' SafetensorError.
 WRITE_FAILURES = (OSError, RuntimeError, SafetensorError)
 _OUT_OF_SPACE = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
+
+
+def _write_failure(error: BaseException) -> str:
+    """What a refused write was, in words: the cause and the writer's own first line."""
+    detail = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+    out_of_space = getattr(error, "errno", None) in _OUT_OF_SPACE or any(
+        os_error in str(error) for os_error in map(os.strerror, _OUT_OF_SPACE)
+    )
+    cause = (
+        "the disk is full, or a quota or file-size limit was reached" if out_of_space else "a write failed"
+    )
+    return f"{cause} ({type(error).__name__}: {detail})"
 
 
 @contextmanager
@@ -96,23 +112,49 @@ def complete_or_removed(checkpoint_dir: Path, run_dir: Path) -> Iterator[None]:
     except WRITE_FAILURES as error:
         shutil.rmtree(checkpoint_dir, ignore_errors=True)
         last = last_complete_checkpoint(run_dir)
-        detail = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
-        out_of_space = getattr(error, "errno", None) in _OUT_OF_SPACE or any(
-            os_error in str(error) for os_error in map(os.strerror, _OUT_OF_SPACE)
-        )
-        cause = (
-            "the disk is full, or a quota or file-size limit was reached"
-            if out_of_space
-            else "a write failed"
-        )
         raise CheckpointNotSaved(
-            f"Saving the checkpoint {checkpoint_dir.name} in '{run_dir}' failed: {cause} ({type(error).__name__}: "
-            f"{detail}). The partial checkpoint was removed; "
+            f"Saving the checkpoint {checkpoint_dir.name} in '{run_dir}' failed: {_write_failure(error)}. "
+            "The partial checkpoint was removed; "
             + (
                 f"the last complete checkpoint, {last.name}, is intact. Free space on that disk, then run the same "
                 "command with --resume_from_checkpoint last to continue from it."
                 if last is not None
                 else "no earlier checkpoint is complete. Free space on that disk, then run the same command again."
+            )
+        ) from error
+
+
+def _files_as_they_are(directory: Path) -> dict[str, tuple[int, int]]:
+    return {
+        path.name: (path.stat().st_mtime_ns, path.stat().st_size)
+        for path in directory.iterdir()
+        if path.is_file()
+    }
+
+
+@contextmanager
+def final_save_or_removed(output_dir: Path) -> Iterator[None]:
+    """Around the final model's save: a write that fails (a full disk) removes every file this save wrote or
+    changed (a partial model.safetensors, a config.json without its weights), so no half-saved model is
+    ever loaded, and stops the run in one paragraph saying what to do."""
+    before = _files_as_they_are(output_dir) if output_dir.is_dir() else {}
+    try:
+        yield
+    except RecipeError:
+        raise
+    except WRITE_FAILURES as error:
+        written = [name for name, seen in _files_as_they_are(output_dir).items() if before.get(name) != seen]
+        for name in written:
+            (output_dir / name).unlink(missing_ok=True)
+        last = last_complete_checkpoint(output_dir)
+        raise ModelNotSaved(
+            f"Saving the final model in '{output_dir}' failed: {_write_failure(error)}. The files it had written "
+            f"({', '.join(sorted(written)) or 'none'}) were removed, so no partial model is left; no results.json "
+            "was written. Free space on that disk, then run the same command "
+            + (
+                f"with --resume_from_checkpoint last: it continues from {last.name}, the last complete checkpoint."
+                if last is not None
+                else "again (the run saved no checkpoint to continue from)."
             )
         ) from error
 

@@ -25,6 +25,7 @@ from recipes_lib.errors import TrainingDiverged, TrainingInterrupted
 from recipes_lib.training.checkpoints import (
     COMPLETE_MARKER,
     complete_or_removed,
+    final_save_or_removed,
     last_complete_checkpoint,
     mark_complete,
 )
@@ -141,7 +142,11 @@ class RecipeTrainer(Trainer):
                 f"{self.state.global_step}; they were not saved. {divergence_hint(self.args)}"
                 f"{self._last_checkpoint_note()}"
             )
-        super().save_model(output_dir, _internal_call)
+        if _internal_call:  # inside a checkpoint (complete_or_removed) or a push
+            return super().save_model(output_dir, _internal_call)
+        # The final model: a write the disk refuses leaves nothing partial, and one paragraph.
+        with final_save_or_removed(Path(output_dir or self.args.output_dir)):
+            super().save_model(output_dir, _internal_call)
 
     # The run's own model card (a huggingface_hub ModelCard, tracking/model_card.py), set once the
     # run's results exist; until then the Trainer's draft.
