@@ -90,3 +90,42 @@ def test_a_config_file_that_is_not_utf8_is_named(tmp_path, content):
     config.write_bytes(content)
     with pytest.raises(ConfigError, match=rf"Config file '{config}' is not UTF-8 text \(byte \d+"):
         parse_arguments(SPECS["full_ft"], [*BASE, "--config", str(config)])
+
+
+# --- saved thresholds: real numbers between 0 and 1, one check for both files -------------------------
+
+BAD_THRESHOLDS = {"seven": 7, "negative": -3, "nan": float("nan"), "string": "0.2", "true": True, "null": None,
+                  "list": [0.5], "infinite": float("inf")}  # fmt: skip
+
+
+@pytest.mark.parametrize("bad", BAD_THRESHOLDS, ids=list(BAD_THRESHOLDS))
+def test_a_saved_threshold_that_is_not_a_probability_is_refused_naming_the_file(tmp_path, bad):
+    import json
+
+    from recipes_lib.export.bundle import read_decision_threshold, read_thresholds
+
+    value = BAD_THRESHOLDS[bad]
+    (tmp_path / "label_thresholds.json").write_text(json.dumps({"thresholds": {"a": 0.3, "b": value}}))
+    with pytest.raises(
+        ConfigError, match=r"label_thresholds.json does not hold a threshold between 0 and 1 .*'b'"
+    ):
+        read_thresholds(tmp_path, ["a", "b"])
+    (tmp_path / "decision_threshold.json").write_text(json.dumps({"threshold": value}))
+    with pytest.raises(
+        ConfigError, match=r"decision_threshold.json does not hold a threshold between 0 and 1"
+    ):
+        read_decision_threshold(tmp_path)
+
+
+def test_saved_thresholds_in_range_are_read(tmp_path):
+    import json
+
+    from recipes_lib.export.bundle import read_decision_threshold, read_thresholds
+
+    (tmp_path / "label_thresholds.json").write_text(json.dumps({"thresholds": {"a": 0, "b": 0.25, "c": 1.0}}))
+    assert read_thresholds(tmp_path, ["a", "b", "c"]) == [0.0, 0.25, 1.0]
+    (tmp_path / "decision_threshold.json").write_text(json.dumps({"threshold": 0.3}))
+    assert read_decision_threshold(tmp_path) == 0.3
+    (tmp_path / "label_thresholds.json").write_text(json.dumps({"thresholds": {"a": 0.5}}))
+    with pytest.raises(ConfigError, match="'b' missing"):
+        read_thresholds(tmp_path, ["a", "b"])
