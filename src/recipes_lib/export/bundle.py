@@ -255,9 +255,9 @@ def saved_thresholds(directories, results: RunResults, label_names: list[str]) -
         if thresholds is not None:
             return thresholds
     saved = results.label_thresholds
-    if isinstance(saved, dict) and set(saved) == set(label_names):
-        if not any(threshold_problem(saved[name], exclusive=False) for name in label_names):
-            return [float(saved[name]) for name in label_names]
+    usable = isinstance(saved, dict) and set(saved) == set(label_names)
+    if usable and not any(threshold_problem(saved[name], exclusive=False) for name in label_names):
+        return [float(saved[name]) for name in label_names]
     return None
 
 
