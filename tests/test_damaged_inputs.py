@@ -114,3 +114,74 @@ def test_a_full_disk_during_the_final_save_leaves_no_partial_model_and_one_parag
     assert "model.safetensors" in err and "Free space on that disk" in err
     left = {path.name for path in output_dir.iterdir()} if output_dir.exists() else set()  # an empty one goes
     assert not left & {"model.safetensors", "config.json", RESULTS_FILE}, left
+
+
+# --- the run's model files, for predict and export ----------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def lora_run(tiny_bert, learnable_data, tmp_path_factory) -> Path:
+    output_dir = tmp_path_factory.mktemp("lora-run")
+    run_in_process("lora", run_args(tiny_bert, learnable_data, output_dir, **QUICK))
+    return output_dir
+
+
+MODEL_FILES = [("full", "model.safetensors"), ("full", "config.json"), ("lora", "adapter_model.safetensors"),
+               ("lora", "adapter_config.json")]  # fmt: skip
+MODEL_CASES = [
+    (kind, name, how, command)
+    for kind, name in MODEL_FILES
+    for how in DAMAGES
+    for command in ("predict", "export")
+]
+
+
+@pytest.mark.parametrize(
+    "kind, name, how, command", MODEL_CASES, ids=[f"{k}-{n}-{h}-{c}" for k, n, h, c in MODEL_CASES]
+)
+def test_a_damaged_model_file_is_named_by_predict_and_export(
+    checkpointed_run, lora_run, tmp_path, capsys, kind, name, how, command
+):
+    from recipes_lib.cli.main import main as cli
+
+    run = tmp_path / "run"
+    shutil.copytree(
+        checkpointed_run if kind == "full" else lora_run, run, ignore=shutil.ignore_patterns("checkpoint-*")
+    )
+    damage(run / name, how)
+    texts = tmp_path / "texts.csv"
+    texts.write_text("text\nwarm day\n")
+    argv = ["predict", str(run), "--input", str(texts)] if command == "predict" else ["export", str(run)]
+    assert cli(argv) == 2
+    err = capsys.readouterr().err
+    assert err.count("error: ") == 1 and "Traceback" not in err, err
+    assert f"{run / name} (" in err and ("Restore the run's directory" in err or "restore" in err.lower()), (
+        err
+    )
+    assert not (run / "export").exists()
+
+
+def _tiny_onnx(path: Path) -> None:
+    import onnx
+    from onnx import TensorProto, helper
+
+    graph = helper.make_graph(
+        [helper.make_node("Identity", ["x"], ["y"])],
+        "tiny",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1])],
+    )
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(path))
+
+
+@pytest.mark.parametrize("how", DAMAGES)
+def test_a_damaged_onnx_model_is_named(tmp_path, how):
+    from recipes_lib.export.runtime import onnx_session
+    from recipes_lib.whole_files import DamagedFileError
+
+    path = tmp_path / "model.onnx"
+    _tiny_onnx(path)
+    assert onnx_session(path) is not None
+    damage(path, how)
+    with pytest.raises(DamagedFileError, match=rf"{path} \(an ONNX model, .*Export the run again"):
+        onnx_session(path)
