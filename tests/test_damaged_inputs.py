@@ -185,3 +185,29 @@ def test_a_damaged_onnx_model_is_named(tmp_path, how):
     damage(path, how)
     with pytest.raises(DamagedFileError, match=rf"{path} \(an ONNX model, .*Export the run again"):
         onnx_session(path)
+
+
+# --- a cross-validation fold's predictions cut mid-line -----------------------------------------------
+
+
+@pytest.mark.parametrize("reader", ["held_out", "test"])
+@pytest.mark.parametrize("cut", ["mid-line", "garbage-line"])
+def test_a_fold_s_predictions_cut_mid_line_are_named_with_what_to_do(tmp_path, reader, cut):
+    import json
+
+    from recipes_lib.crossval.ensemble import read_test_predictions
+    from recipes_lib.crossval.oof import read_fold_predictions
+    from recipes_lib.whole_files import DamagedFileError
+
+    fold = tmp_path / "fold-1"
+    fold.mkdir()
+    name = "eval_predictions.jsonl" if reader == "held_out" else "test_predictions.jsonl"
+    text = "".join(
+        json.dumps({"label": "warm", "probabilities": {"warm": 0.7, "cool": 0.3}}) + "\n" for _ in range(3)
+    )
+    text = text[: len(text) - 20] if cut == "mid-line" else text.replace("warm", "\x00\xff", 1)
+    (fold / name).write_text(text)
+    with pytest.raises(
+        DamagedFileError, match=rf"{fold / name} .*line \d .*Delete the fold's directory \({fold}\)"
+    ):
+        read_fold_predictions(fold, 3) if reader == "held_out" else read_test_predictions(fold)
