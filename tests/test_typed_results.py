@@ -102,3 +102,15 @@ def test_every_command_that_reads_a_run_says_a_wrong_type_in_one_paragraph(
         assert cli(argv) == 2, key
         err = capsys.readouterr().err
         assert err.count("error: ") == 1 and f"its key '{key}'" in err and "Traceback" not in err, err
+
+
+@pytest.mark.parametrize("key", ["text_columns", "problem_type", "config", "label_thresholds"])
+def test_an_export_s_run_settings_of_the_wrong_type_are_a_damaged_file(tmp_path, key):
+    from recipes_lib.export.bundle import FP32_MODEL, SETTINGS_FILE, find_export
+
+    (tmp_path / FP32_MODEL).write_bytes(b"onnx")
+    (tmp_path / SETTINGS_FILE).write_text(json.dumps({"run": {key: 7}}))
+    with pytest.raises(
+        DamagedFileError, match=rf"{SETTINGS_FILE} holds no whole \"run\" settings .*its key '{key}'"
+    ):
+        find_export(tmp_path)

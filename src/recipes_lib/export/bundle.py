@@ -22,7 +22,7 @@ from typing import Any
 from recipes_lib.errors import ConfigError, ModelError
 from recipes_lib.evaluation.predictions import DECISION_THRESHOLD_FILE, THRESHOLDS_FILE
 from recipes_lib.modeling.adapters import ADAPTER_CONFIG_FILE, MERGED_SUBDIR, read_base_quantization
-from recipes_lib.results import RESULTS_FILE, RunResults, read_results
+from recipes_lib.results import RESULTS_FILE, RunResults, read_results, wrongly_typed
 from recipes_lib.whole_files import DamagedFileError, fsync_tree, read_json
 
 EXPORT_SUBDIR = "export"
@@ -192,10 +192,11 @@ def find_export(path: str | Path) -> ExportedModel | None:
             f"PyTorch model (pass the run's output_dir)."
         )
     settings = _read_bundle_file(directory / SETTINGS_FILE)
-    if not isinstance(settings.get("run"), dict):
+    wrong = wrongly_typed(settings["run"]) if isinstance(settings.get("run"), dict) else "it has none"
+    if wrong is not None:  # read as RunResults (run_results): typed as results.json is
         raise DamagedFileError(
-            f'{directory / SETTINGS_FILE} holds no "run" settings (the text columns, labels and problem type '
-            f"predict needs), so the export in '{directory}' cannot be served. {_EXPORT_AGAIN}"
+            f'{directory / SETTINGS_FILE} holds no whole "run" settings (the text columns, labels and problem type '
+            f"predict needs: {wrong}), so the export in '{directory}' cannot be served. {_EXPORT_AGAIN}"
         )
     return ExportedModel(directory=directory, onnx_path=onnx_path, settings=settings)
 
