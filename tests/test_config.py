@@ -64,7 +64,7 @@ def test_command_line_overrides_the_file_and_the_file_overrides_recipe_defaults(
     ("yaml_text", "expected"),
     [
         ("learning_rat: 1.0e-4\n", "unknown key 'learning_rat'. Did you mean 'learning_rate'?"),
-        ("learning_rate: fast\n", "key 'learning_rate' has value 'fast', which is not a valid float"),
+        ("learning_rate: fast\n", "key 'learning_rate' has value 'fast', which is not a valid finite number"),
         ("num_train_epochs: [1, 2]\n", "key 'num_train_epochs' takes a single value"),
         ("max_seq_length: 12.5\n", "key 'max_seq_length' has value 12.5, which is not a valid int"),
         ("learning_rate: [\n", "is not valid YAML at line"),

@@ -231,3 +231,49 @@ def test_the_rare_labels_benchmark_data_is_many_rare_learnable_labels_the_same_e
         path = write_jsonl(tmp_path / "predictions.jsonl", rows)
         figures = rare.output_spread(path)
         assert figures["probability_std_mean"] == spread and figures["distinct_predicted_sets"] == sets
+
+
+# issue 54: a byte-order mark is the file's, never class 0's name; any other invisible character is refused.
+INVISIBLE = {"nul": "\x00", "escape": "\x1b", "bell": "\x07", "bom-inside": "\ufeff", "zero-width-space": "\u200b",
+             "delete": "\x7f", "left-to-right-mark": "\u200e"}  # fmt: skip
+
+
+def _names_run(tmp_path, names_bytes: bytes):
+    names_file = tmp_path / "labels.txt"
+    names_file.write_bytes(names_bytes)
+    rows = [(f"text {i}", i % 2) for i in range(8)]
+    files = {
+        "train": write_csv(tmp_path / "train.csv", rows),
+        "validation": write_csv(tmp_path / "dev.csv", rows),
+    }
+    return load(files, label_names_file=str(names_file))
+
+
+@pytest.mark.parametrize("encoding", ["utf-8-sig", "utf-8"])
+def test_a_names_file_saved_with_a_byte_order_mark_names_class_0_without_it(tmp_path, encoding):
+    assert _names_run(tmp_path, "neg\npos\n".encode(encoding)).labels.names == ["neg", "pos"]
+
+
+@pytest.mark.parametrize("character", INVISIBLE.values(), ids=list(INVISIBLE))
+@pytest.mark.parametrize("line", [0, 1])
+def test_a_class_name_holding_an_invisible_character_is_refused_naming_the_line(tmp_path, character, line):
+    names = ["neg", "pos"]
+    names[line] = names[line][:1] + character + names[line][1:]
+    with pytest.raises(
+        ConfigError, match=rf"line {line + 1} .* holds the invisible character U\+{ord(character):04X}"
+    ):
+        _names_run(tmp_path, "\n".join(names).encode("utf-8"))
+
+
+# issue 54: a text field over --max_text_chars is refused before tokenizing, naming the row, the bound and the flag.
+@pytest.mark.parametrize("split", ["train", "validation"])
+def test_a_text_field_over_the_bound_is_refused_before_tokenizing(tmp_path, split):
+    rows = {name: [(f"text {i}", i % 2) for i in range(8)] for name in ("train", "validation")}
+    rows[split][3] = ("x" * 1001, 1)
+    files = {name: write_csv(tmp_path / f"{name}.csv", rows[name]) for name in rows}
+    with pytest.raises(
+        DataError,
+        match=r"Row 4 of .* has a 'text' of 1,001 characters, over the bound of 1,000 \(--max_text_chars\).*raise --max_text_chars",
+    ):
+        load(files, max_text_chars=1000)
+    assert load(files, max_text_chars=1001).raw[split][3]["text"] == "x" * 1001

@@ -8,6 +8,8 @@ import json
 import math
 import os
 import platform
+import types
+import typing
 from dataclasses import dataclass, fields
 from datetime import datetime, timezone
 from importlib import metadata
@@ -15,7 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from recipes_lib.errors import ConfigError
-from recipes_lib.whole_files import read_json, written_whole
+from recipes_lib.whole_files import DamagedFileError, read_json, written_whole
 
 if TYPE_CHECKING:
     import torch
@@ -112,6 +114,8 @@ class RunResults:
     train_samples_per_s: float | None
     train_tokens_per_s: float | None
     pad_ratio: float | None
+    # A resumed run: the step its checkpoint held (the speed figures cover the steps after it); else null.
+    resumed_from_step: int | None = None
     # What trained, and the memory it held.
     model_type: str | None
     attn_implementation: str | None
@@ -154,7 +158,11 @@ class RunResults:
     def from_dict(cls, values: dict[str, Any]) -> RunResults:
         """The record of results.json's contents. A key missing (an older file, written before it was
         kept) reads as null; a key that is no field (an older file's, such as the Trainer's test_runtime)
-        is left out."""
+        is left out. A value of another type than its field's raises TypeError naming the key: every
+        reader (show, compare, predict, push, ...) can then trust the record's types."""
+        wrong = wrongly_typed(values)
+        if wrong is not None:
+            raise TypeError(wrong)
         return cls(**{name: values.get(name) for name in RESULT_KEYS})
 
     def value(self, key: str) -> Any:
@@ -167,6 +175,42 @@ class RunResults:
 
 
 RESULT_KEYS = tuple(field.name for field in fields(RunResults))
+_FIELD_TYPES = typing.get_type_hints(RunResults)
+
+
+def _matches(value: Any, hint: Any) -> bool:
+    """Whether a JSON value fits a field's annotation (None, bool, int, float, str, list[...], dict[str, ...],
+    unions and Any); an int is a float, a bool is neither an int nor a float."""
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if hint is Any:
+        return True
+    if origin in (typing.Union, types.UnionType):
+        return any(_matches(value, arg) for arg in args)
+    if hint is type(None):
+        return value is None
+    if hint is float:  # null too: write_results writes a NaN or an infinity, at any depth, as null
+        return value is None or isinstance(value, int | float) and not isinstance(value, bool)
+    if hint is int:
+        return isinstance(value, int) and not isinstance(value, bool)
+    if origin is list:
+        return isinstance(value, list) and all(_matches(item, args[0]) for item in value)
+    if origin is dict:
+        return isinstance(value, dict) and all(
+            isinstance(key, str) and _matches(item, args[1]) for key, item in value.items()
+        )
+    return isinstance(value, hint)
+
+
+def wrongly_typed(values: dict[str, Any]) -> str | None:
+    """What is wrong with the first value whose type is not its field's (None when every one fits)."""
+    for name in RESULT_KEYS:
+        value = values.get(name)
+        if not _matches(value, _FIELD_TYPES[name]):
+            shown = json.dumps(value, default=str)
+            shown = shown if len(shown) <= 40 else shown[:37] + "..."
+            expected = str(_FIELD_TYPES[name]).replace("typing.", "")
+            return f"its key '{name}' holds {shown} ({type(value).__name__}), where a run writes {expected}"
+    return None
 
 
 def read_results(path: str | os.PathLike) -> RunResults:
@@ -184,6 +228,12 @@ def read_results(path: str | os.PathLike) -> RunResults:
     if not isinstance(values, dict):
         raise ConfigError(
             f"{path} holds a {type(values).__name__}, not a run's record; run the recipe again."
+        )
+    wrong = wrongly_typed(values)
+    if wrong is not None:
+        raise DamagedFileError(
+            f"{path} (a run's results) is damaged: {wrong}. It was changed since the run wrote it, so none of it "
+            "is read. Restore it from a copy, or run the recipe again with --overwrite_output_dir."
         )
     return RunResults.from_dict(values)
 

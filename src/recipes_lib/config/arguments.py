@@ -196,6 +196,15 @@ class DataArguments:
             "choices": ["truncate", "head_tail", "sliding_window"],
         },
     )
+    # One 100 MB text field took 8 GB in the tokenizer (about 80 bytes a character): a field over this bound is
+    # refused before tokenizing, where a 1 GB one would exhaust the machine. 1,000,000 characters is a long book.
+    max_text_chars: int = field(
+        default=1_000_000,
+        metadata={
+            "help": "Refuse a text field longer than this many characters before tokenizing (the tokenizer needs "
+            "about 80 bytes of memory a character). Raise it for longer documents, with the memory for them."
+        },
+    )
     stride: int = field(
         default=32,
         metadata={"help": "sliding_window: tokens each window shares with the one before it."},

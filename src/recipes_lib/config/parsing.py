@@ -13,8 +13,10 @@ from __future__ import annotations
 import argparse
 import difflib
 import logging
+import math
 import os
 import sys
+import typing
 from pathlib import Path
 from typing import Any
 
@@ -93,7 +95,12 @@ def load_config_file(path: str) -> dict[str, Any]:
             "Pass a YAML file, e.g. --config recipes/configs/demo.yaml, or leave --config out to use the defaults."
         )
     try:
-        values = yaml.safe_load(config_path.read_text())
+        values = yaml.safe_load(config_path.read_bytes().decode("utf-8"))
+    except UnicodeDecodeError as error:
+        raise ConfigError(
+            f"Config file '{path}' is not UTF-8 text (byte {error.start} is {error.object[error.start]:#04x}). "
+            "Save it as UTF-8 (most editors: File > Save with Encoding), or check that --config names the YAML file."
+        ) from None
     except yaml.YAMLError as error:
         mark = getattr(error, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
@@ -114,14 +121,26 @@ def load_config_file(path: str) -> dict[str, Any]:
     return values
 
 
-def _convert_file_value(action: argparse.Action, key: str, value: Any, path: str, accepts_list: bool) -> Any:
+def _convert_file_value(
+    action: argparse.Action,
+    key: str,
+    value: Any,
+    path: str,
+    accepts_list: bool,
+    accepts_mapping: bool = False,
+) -> Any:
     """Check a YAML value as argparse would check the same value typed on the command line."""
     if is_secret_option(key) and isinstance(value, dict | list):  # str() would make a token of it
         raise ConfigError(
             f"Config file '{path}': key '{key}' is a {type(value).__name__}; a secret is one string."
         )
-    if value is None or isinstance(value, dict):
+    if value is None or isinstance(value, dict) and accepts_mapping:
         return value
+    if isinstance(value, dict):
+        raise ConfigError(
+            f"Config file '{path}': key '{key}' takes a single value, but the file gives a mapping "
+            f"({', '.join(map(str, value)) or 'empty'}). Write one value there, e.g. the default: {action.default!r}."
+        )
     if isinstance(value, list):
         if not accepts_list:
             raise ConfigError(
@@ -189,6 +208,18 @@ def _implied_strategies(given: dict[str, Any]) -> dict[str, str]:
     return implied
 
 
+def finite_float(text: str) -> float:
+    """A float option's value: `inf`, `nan` and `1e400` (which float() reads as inf) are refused where they
+    are read, from the command line or the YAML file; they would train to NaN or for ever."""
+    value = float(text)
+    if not math.isfinite(value):
+        raise argparse.ArgumentTypeError(f"{text} is not a finite number")
+    return value
+
+
+finite_float.__name__ = "finite number"  # as argparse and the config file's message name the type
+
+
 def recipe_parser(spec: RecipeSpec) -> HfArgumentParser:
     """The recipe's command line: the shared argument dataclasses, the recipe's options, TrainingArguments.
     (`--config` and a bare `--debug` are taken out of argv before it parses.)"""
@@ -201,6 +232,8 @@ def recipe_parser(spec: RecipeSpec) -> HfArgumentParser:
         # value-less form, so `--fp16` alone would be an error. Alone, it means true, as for plain bools.
         if action.type is string_to_bool and action.nargs is None and not action.required:
             action.nargs, action.const = "?", True
+        if action.type is float:
+            action.type = finite_float
     return parser
 
 
@@ -221,6 +254,14 @@ def parse_arguments(spec: RecipeSpec, argv: list[str] | None = None) -> ParsedAr
     parser = recipe_parser(spec)
     actions = {action.dest: action for action in parser._actions if action.dest != "help"}
     valid_keys = sorted(actions)
+    # The options whose field takes a mapping (lr_scheduler_kwargs, fsdp_config, ...): a YAML mapping goes as is.
+    # (From the annotations: HfArgumentParser rewrites such a field's type to str.)
+    mapping_keys = {
+        name
+        for argument_class in parser.dataclass_types
+        for name, annotation in typing.get_type_hints(argument_class).items()
+        if "dict" in str(annotation)
+    }
 
     defaults: dict[str, Any] = {"output_dir": f"outputs/{recipe_name}", **spec.training_defaults}
     file_values = load_config_file(config_file) if config_file is not None else {}
@@ -231,7 +272,9 @@ def parse_arguments(spec: RecipeSpec, argv: list[str] | None = None) -> ParsedAr
                 "Every key must be an argument of the recipe; run it with --help to list them."
             )
         # A list where the command line takes several values (HfArgumentParser's nargs "+" for list fields).
-        defaults[key] = _convert_file_value(actions[key], key, value, config_file, actions[key].nargs == "+")
+        defaults[key] = _convert_file_value(
+            actions[key], key, value, config_file, actions[key].nargs == "+", key in mapping_keys
+        )
     given = {**file_values, **_command_line_values(argv)}
     defaults.update(_implied_strategies(given))
     parser.set_defaults(**defaults)

@@ -240,6 +240,7 @@ def _check_positive_counts(data, training) -> None:
         "max_seq_length": data.max_seq_length,
         "max_train_samples": data.max_train_samples,
         "max_eval_samples": data.max_eval_samples,
+        "max_text_chars": data.max_text_chars,
         "per_device_train_batch_size": training.per_device_train_batch_size,
         "per_device_eval_batch_size": training.per_device_eval_batch_size,
         "gradient_accumulation_steps": training.gradient_accumulation_steps,

@@ -17,7 +17,6 @@ every other predictions file (evaluation/predictions.py).
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +31,7 @@ from recipes_lib.evaluation.predictions import TEST_PREDICTIONS_FILE, prediction
 from recipes_lib.export.bundle import read_thresholds
 from recipes_lib.results import RESULT_KEYS, read_results
 from recipes_lib.sweep.config import test_metric_of
+from recipes_lib.whole_files import read_jsonl
 
 ENSEMBLE_FILE = "test_ensemble_predictions.jsonl"
 ENSEMBLE_HOW = {
@@ -42,6 +42,10 @@ ENSEMBLE_HOW = {
 SINGLE_LABEL_HOW = "the mean of the folds' softmax probabilities, the likeliest class predicted"
 
 
+# A finished fold is not rerun: its directory goes first.
+_RUN_FOLD_AGAIN = "Delete the fold's directory ({fold}), then rerun the same command: that fold runs again."
+
+
 def read_test_predictions(fold_dir: Path) -> list[dict[str, Any]]:
     path = Path(fold_dir) / TEST_PREDICTIONS_FILE
     if not path.is_file():
@@ -50,7 +54,7 @@ def read_test_predictions(fold_dir: Path) -> list[dict[str, Any]]:
             "command, or its recipe could not read the file: its log says). A finished fold is not rerun; give the "
             "cross-validation with --test_file a new --output_dir."
         )
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    return read_jsonl(path, "a fold's test predictions", _RUN_FOLD_AGAIN.format(fold=Path(fold_dir)))
 
 
 def fold_probabilities(lines: list[dict[str, Any]], task: str, classes: list[str]) -> np.ndarray:

@@ -13,7 +13,6 @@ probabilities, regression rows the predicted score and no probabilities.
 
 from __future__ import annotations
 
-import json
 import math
 import statistics
 from pathlib import Path
@@ -24,10 +23,15 @@ import numpy as np
 from recipes_lib.crossval.folds import TrainingRows, held_out_rows
 from recipes_lib.errors import DataError
 from recipes_lib.evaluation.predictions import EVAL_PREDICTIONS_FILE
+from recipes_lib.whole_files import read_jsonl
 from recipes_lib.workbench import CROSSVAL_RESULTS_FILE
 
 OOF_FILE = "oof_predictions.jsonl"
 RESULTS_FILE = CROSSVAL_RESULTS_FILE
+
+
+# A finished fold is not rerun: its directory goes first.
+_RUN_FOLD_AGAIN = "Delete the fold's directory ({fold}), then rerun the same command: that fold runs again."
 
 
 def read_fold_predictions(fold_output_dir: Path, expected_rows: int) -> list[dict[str, Any]]:
@@ -37,7 +41,10 @@ def read_fold_predictions(fold_output_dir: Path, expected_rows: int) -> list[dic
             f"{path} is missing: the fold's run finished without writing its held-out predictions. Its log says "
             "why; rerun the same command to run the fold again."
         )
-    lines = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    # A file cut mid-line (a disk error, an edit): one paragraph naming its line, not a JSON traceback.
+    lines = read_jsonl(
+        path, "a fold's held-out predictions", _RUN_FOLD_AGAIN.format(fold=Path(fold_output_dir))
+    )
     if len(lines) != expected_rows:
         raise DataError(
             f"{path} has {len(lines)} predictions for {expected_rows} held-out rows: the run did not predict every "

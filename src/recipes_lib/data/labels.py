@@ -14,6 +14,7 @@ import json
 import logging
 import math
 import re
+import unicodedata
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -303,6 +304,19 @@ def _multi_label_mapping(values: LabelColumn, feature, delimiter: str | None, lo
     return _numbered(classes, map(str, classes), problem_type=MULTI_LABEL, delimiter=delimiter)
 
 
+def _refuse_invisible_characters(names: list[str], path: str) -> None:
+    """A class name holding a control or format character (a stray byte-order mark, a NUL, an escape) would
+    be written as a name nobody can type or read in results.json, the card and predictions."""
+    for number, name in enumerate(names, start=1):
+        odd = next((c for c in name if unicodedata.category(c) in ("Cc", "Cf")), None)
+        if odd is not None:
+            raise ConfigError(
+                f"--label_names_file {path}: line {number} ({name!r}) holds the invisible character "
+                f"U+{ord(odd):04X} ({unicodedata.name(odd, 'a control character')}). Save the file as plain text, "
+                "one class name per line, without it."
+            )
+
+
 def _named(mapping: LabelMapping, path: str, locate: dict) -> LabelMapping:
     """The mapping with --label_names_file's names: class id i is named by the file's line i (from 0), and
     every line is a class, whether the training rows use it or not."""
@@ -312,11 +326,13 @@ def _named(mapping: LabelMapping, path: str, locate: dict) -> LabelMapping:
             "give --problem_type single_label_classification or multi_label_classification."
         )
     try:
-        names = [line.strip() for line in Path(path).read_text(encoding="utf-8").splitlines()]
+        # utf-8-sig: a byte-order mark that Windows editors put first is the file's, not class 0's name.
+        names = [line.strip() for line in Path(path).read_text(encoding="utf-8-sig").splitlines()]
     except (OSError, UnicodeDecodeError) as error:
         raise ConfigError(f"--label_names_file {path} cannot be read: {error}.") from None
     while names and not names[-1]:
         names.pop()  # a file's trailing blank lines name nothing
+    _refuse_invisible_characters(names, path)
     blank = next((number for number, name in enumerate(names) if not name), None)
     repeated = next((name for name, count in Counter(names).items() if count > 1), None)
     if not names or blank is not None or repeated is not None:

@@ -23,6 +23,7 @@ from recipes_lib.data.labels import (
     label_mapping,
     labels_hidden,
 )
+from recipes_lib.data.long_text import refuse_oversized_texts
 from recipes_lib.data.split_column import check_split_column_options, split_by_column
 from recipes_lib.errors import ConfigError, DataError
 
@@ -232,6 +233,7 @@ def load_classification_data(
                     f"Text column '{column}' is in train but not in {split}; {split} columns are: "
                     f"{listed(raw[split].column_names)}.{split_column_note(data_args, split)}"
                 )
+    refuse_oversized_texts(raw, text_columns, data_args.max_text_chars, sources)
     labels = label_mapping(raw, data_args, locate)
     test_has_labels = (
         "test" in raw

@@ -16,8 +16,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
 
-from recipes_lib.errors import ConfigError
+from recipes_lib.errors import ConfigError, DataError
 
 TRUNCATE, HEAD_TAIL, SLIDING_WINDOW = "truncate", "head_tail", "sliding_window"
 DOCUMENT_COLUMN = "document_id"  # sliding_window: the input row each window came from
@@ -276,3 +278,25 @@ def _advice(cut: dict[str, dict[str, Any]], data_args, read: LengthsRead) -> str
         SLIDING_WINDOW: "--long_text sliding_window (with --stride) reads all of them",
     }
     return "; ".join([longer, *(text for mode, text in others.items() if mode != data_args.long_text)])
+
+
+def refuse_oversized_texts(
+    raw, text_columns: tuple[str, ...], max_chars: int, sources: dict[str, str]
+) -> None:
+    """A text field longer than --max_text_chars, refused before tokenizing (columnar: Arrow's lengths)."""
+    for split, dataset in raw.items():
+        for column in text_columns:
+            values = dataset.data.column(column)
+            if not (pa.types.is_string(values.type) or pa.types.is_large_string(values.type)):
+                continue
+            lengths = pc.utf8_length(values)
+            longest = pc.max(lengths).as_py()
+            if longest is not None and longest > max_chars:
+                row = pc.index(lengths, longest).as_py()
+                raise DataError(
+                    f"Row {row + 1} of {sources.get(split) or split} has a '{column}' of {longest:,} characters, over "
+                    f"the bound of {max_chars:,} (--max_text_chars): the tokenizer would need about "
+                    f"{longest * 80 / 2**30:.1f} GiB for it. Check that row (a file read with the wrong delimiter "
+                    "or quoting can make one field of the whole file); for documents that long, raise "
+                    f"--max_text_chars (with about 80 bytes of memory a character), e.g. --max_text_chars {longest}."
+                )

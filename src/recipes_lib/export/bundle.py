@@ -12,6 +12,7 @@ A directory whose gate failed is named export.failed/; predict refuses it.
 from __future__ import annotations
 
 import json
+import math
 import shutil
 import tempfile
 from dataclasses import dataclass
@@ -21,7 +22,7 @@ from typing import Any
 from recipes_lib.errors import ConfigError, ModelError
 from recipes_lib.evaluation.predictions import DECISION_THRESHOLD_FILE, THRESHOLDS_FILE
 from recipes_lib.modeling.adapters import ADAPTER_CONFIG_FILE, MERGED_SUBDIR, read_base_quantization
-from recipes_lib.results import RESULTS_FILE, RunResults, read_results
+from recipes_lib.results import RESULTS_FILE, RunResults, read_results, wrongly_typed
 from recipes_lib.whole_files import DamagedFileError, fsync_tree, read_json
 
 EXPORT_SUBDIR = "export"
@@ -199,10 +200,11 @@ def find_export(path: str | Path) -> ExportedModel | None:
             f"PyTorch model (pass the run's output_dir)."
         )
     settings = _read_bundle_file(directory / SETTINGS_FILE)
-    if not isinstance(settings.get("run"), dict):
+    wrong = wrongly_typed(settings["run"]) if isinstance(settings.get("run"), dict) else "it has none"
+    if wrong is not None:  # read as RunResults (run_results): typed as results.json is
         raise DamagedFileError(
-            f'{directory / SETTINGS_FILE} holds no "run" settings (the text columns, labels and problem type '
-            f"predict needs), so the export in '{directory}' cannot be served. {_EXPORT_AGAIN}"
+            f'{directory / SETTINGS_FILE} holds no whole "run" settings (the text columns, labels and problem type '
+            f"predict needs: {wrong}), so the export in '{directory}' cannot be served. {_EXPORT_AGAIN}"
         )
     return ExportedModel(directory=directory, onnx_path=onnx_path, settings=settings, report=report)
 
@@ -224,20 +226,34 @@ def _read_bundle_file(path: Path) -> dict[str, Any]:
 # serves a trained directory: predict, the export (which copies them here) and crossval's ensemble.
 
 
+def threshold_problem(value: Any, exclusive: bool) -> str | None:
+    """What is wrong with a saved threshold, or None: a real number (not a string, not true/false), finite,
+    between 0 and 1 (both ends excluded for a binary decision threshold, included for a class's)."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return f"{json.dumps(value)} is not a number"
+    inside = 0 < value < 1 if exclusive else 0 <= value <= 1
+    return None if math.isfinite(value) and inside else f"{value} is not between 0 and 1"
+
+
 def read_thresholds(directory: str | Path, label_names: list[str]) -> list[float] | None:
     """The thresholds saved with a multi-label model, in label-id order; None where none were saved."""
     path = Path(directory) / THRESHOLDS_FILE
     if not path.is_file():
         return None
-    try:
-        saved = json.loads(path.read_text())["thresholds"]
-        return [float(saved[name]) for name in label_names]
-    except (KeyError, TypeError, ValueError) as error:
+    saved = read_json(
+        path, "a multi-label model's thresholds", "Restore it, or delete it to decide every class at 0.5."
+    )
+    saved = saved.get("thresholds") if isinstance(saved, dict) else None
+    missing = [name for name in label_names if not isinstance(saved, dict) or name not in saved]
+    problems = [f"'{name}': {threshold_problem(saved[name], exclusive=False)}" for name in label_names
+                if name not in missing and threshold_problem(saved[name], exclusive=False)]  # fmt: skip
+    if missing or problems:
         raise ConfigError(
-            f"{path} does not hold a number for every class of the model ({', '.join(label_names)}): "
-            f"{type(error).__name__} {error}. It is written with the model at the end of a run; restore it, or "
-            "delete it to decide every class at probability 0.5."
-        ) from None
+            f"{path} does not hold a threshold between 0 and 1 for every class of the model "
+            f"({'; '.join(problems + [f'{name!r} missing' for name in missing])}). It is written with the model "
+            "at the end of a run; restore it, or delete it to decide every class at probability 0.5."
+        )
+    return [float(saved[name]) for name in label_names]
 
 
 def saved_thresholds(directories, results: RunResults, label_names: list[str]) -> list[float] | None:
@@ -248,7 +264,8 @@ def saved_thresholds(directories, results: RunResults, label_names: list[str]) -
         if thresholds is not None:
             return thresholds
     saved = results.label_thresholds
-    if isinstance(saved, dict) and set(saved) == set(label_names):
+    usable = isinstance(saved, dict) and set(saved) == set(label_names)
+    if usable and not any(threshold_problem(saved[name], exclusive=False) for name in label_names):
         return [float(saved[name]) for name in label_names]
     return None
 
@@ -269,12 +286,13 @@ def read_decision_threshold(directory: str | Path) -> float | None:
     path = Path(directory) / DECISION_THRESHOLD_FILE
     if not path.is_file():
         return None
-    try:
-        threshold = float(json.loads(path.read_text())["threshold"])
-    except (KeyError, TypeError, ValueError) as error:
-        threshold, problem = None, f"{type(error).__name__} {error}"
-    else:
-        problem = None if 0 < threshold < 1 else f"threshold {threshold} is not between 0 and 1"
+    saved = read_json(
+        path,
+        "a binary model's decision threshold",
+        "Restore it, or delete it to decide by the likelier class.",
+    )
+    threshold = saved.get("threshold", "missing") if isinstance(saved, dict) else "missing"
+    problem = threshold_problem(threshold, exclusive=True)
     if problem is not None:
         raise ConfigError(
             f"{path} does not hold a threshold between 0 and 1 ({problem}). It is written with the model at the "

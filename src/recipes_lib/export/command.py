@@ -59,6 +59,7 @@ from recipes_lib.export.sensitivity import MAX_KEPT, SENSITIVITY_ROWS, keep_sens
 from recipes_lib.locking import lock_directory
 from recipes_lib.modeling.adapters import ADAPTER_CONFIG_FILE, load_trained_model
 from recipes_lib.modeling.families import profile_for
+from recipes_lib.modeling.weight_files import check_model_files
 from recipes_lib.results import RunResults
 
 logger = logging.getLogger(__name__)
@@ -116,6 +117,7 @@ def _export(results_dir, model_dir, results, quantize, eval_file, max_metric_dro
             int8_weights, min_int8_agreement, min_int8_speedup) -> ExportOutcome:  # fmt: skip
     from transformers import AutoConfig, AutoTokenizer
 
+    check_model_files(model_dir)  # a damaged config or weights file: one paragraph naming it
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     model_config = AutoConfig.from_pretrained(model_dir)
     label_names = [model_config.id2label[i] for i in range(model_config.num_labels)]

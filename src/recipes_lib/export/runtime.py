@@ -11,16 +11,29 @@ from pathlib import Path
 
 import numpy as np
 
+from recipes_lib.modeling.weight_files import damaged_onnx
+
+
+def _onnx_load_failures() -> tuple[type[Exception], ...]:
+    from onnxruntime.capi import onnxruntime_pybind11_state as state
+
+    names = ("Fail", "InvalidProtobuf", "InvalidGraph", "InvalidArgument", "NoSuchFile", "RuntimeException")
+    return tuple(getattr(state, name) for name in names if hasattr(state, name))
+
 
 def onnx_session(onnx_path: str | Path, threads: int | None = None):
     """An ONNX Runtime CPU session; `threads`: intra-op threads (default: ONNX Runtime's, one per core)."""
     import onnxruntime
 
+    load_failures = _onnx_load_failures()
     options = onnxruntime.SessionOptions()
     if threads is not None:
         options.intra_op_num_threads = threads
     options.log_severity_level = 3  # errors only: not the notes on unused initializers
-    return onnxruntime.InferenceSession(str(onnx_path), options, providers=["CPUExecutionProvider"])
+    try:
+        return onnxruntime.InferenceSession(str(onnx_path), options, providers=["CPUExecutionProvider"])
+    except load_failures as error:  # a damaged file: one paragraph naming it
+        raise damaged_onnx(onnx_path, error) from None
 
 
 def session_logits(session, batch: dict) -> np.ndarray:

@@ -37,6 +37,7 @@ from recipes_lib.modeling.families import default_lora_targets, meta_model, prof
 from recipes_lib.modeling.loading import HeldLoadReport, load_model, reset_wrong_shaped_linears
 from recipes_lib.modeling.score_head import score_head_in_fp32
 from recipes_lib.modeling.sources import resolve_model_path
+from recipes_lib.modeling.weight_files import check_model_files
 
 logger = logging.getLogger(__name__)
 
@@ -454,6 +455,7 @@ def load_trained_model(output_dir: str | Path, device: str | torch.device | None
     from transformers import AutoConfig, AutoModelForSequenceClassification
 
     output_dir = Path(output_dir)
+    check_model_files(output_dir)  # a damaged file: one paragraph naming it (weight_files.py)
     adapter_config_path = output_dir / ADAPTER_CONFIG_FILE
     if not adapter_config_path.is_file():
         model = score_head_in_fp32(AutoModelForSequenceClassification.from_pretrained(output_dir))

@@ -39,6 +39,11 @@ from recipes_lib.training.callbacks import (
     final_metrics,
 )
 from recipes_lib.training.checkpoints import clear_previous_run, resolve_resume_checkpoint
+from recipes_lib.training.run_totals import (
+    RESUME_WARNING_LOGGER,
+    FractionStepsWarningFilter,
+    LogAtCheckpoints,
+)
 
 logger = logging.getLogger("recipes_lib")
 LAUNCH_RANK_VARIABLES = ["RANK", "OMPI_COMM_WORLD_RANK", "MV2_COMM_WORLD_RANK", "PMI_RANK"]
@@ -82,6 +87,8 @@ class RecipeRun:
         self.resume_from = resolve_resume_checkpoint(
             training.resume_from_checkpoint, training.output_dir, RESULTS_FILE
         )
+        if self.resume_from is not None:  # transformers' false "arguments do not match" (run_totals.py)
+            logging.getLogger(RESUME_WARNING_LOGGER).addFilter(FractionStepsWarningFilter(self.resume_from))
         set_seed(training.seed)
         # Locked, then checked; held until __exit__.
         self.output_lock = claim_output_dir(training, self.is_main_process)
@@ -89,6 +96,9 @@ class RecipeRun:
 
     def __exit__(self, error_type, error, traceback) -> bool:
         self.output_lock.close()
+        resume_logger = logging.getLogger(RESUME_WARNING_LOGGER)
+        for added in [kept for kept in resume_logger.filters if isinstance(kept, FractionStepsWarningFilter)]:
+            resume_logger.removeFilter(added)
         if error is not None:
             if self.memory is not None:  # an exception inside a tracked step left its tracker open
                 self.memory.stop_tracking(keep_breakdown=False)
@@ -133,6 +143,7 @@ class RecipeRun:
         callbacks = [
             MemoryCallback(self.memory),
             tokens,
+            LogAtCheckpoints(),  # the loss at each checkpoint: a resumed run's record covers every step
             PrecisionProbe(training.device.type),
             LastEpochEvaluation(),
             CollapseWarning(),  # issue #50: a model whose outputs do not depend on the input, said at once
@@ -184,6 +195,7 @@ class RecipeRun:
             # The run's last collective step.
             tokens=run_callback(trainer, TokenCounter).totals(trainer.accelerator),
             device=describe_device(trainer.args.device),
+            resumed_from=self.resume_from,
             batch_choice=prepared.batch_choice,
             merged=evaluate_merged_model(trainer, merged, prepared.data, prepared.arguments.data),
         )

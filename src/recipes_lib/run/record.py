@@ -39,6 +39,7 @@ from recipes_lib.results import (
 )
 from recipes_lib.tracking.model_card import build_card, write_card
 from recipes_lib.tracking.names import METRIC_TITLES, eval_key
+from recipes_lib.training.run_totals import whole_run_loss
 from recipes_lib.training.trainer import evaluation_in_input_order
 
 if TYPE_CHECKING:
@@ -60,8 +61,11 @@ class RunSettings:
     precision_reason: str  # why the run decided its precision (config/precision.py)
     quantized_compute: str | None  # QLoRA: the dtype of the 4-bit layers' matmuls
     memory: dict[str, Any]  # the memory phases and peaks
-    tokens: tuple[int, int]  # real and padded training tokens, over every process
+    tokens: tuple[
+        int, int, int
+    ]  # the whole run's real and padded training tokens, and this process's real ones
     device: str  # where it ran (results.describe_device)
+    resumed_from: str | None = None  # --resume_from_checkpoint's checkpoint directory, resolved
     batch_choice: Any = None  # --auto_batch_size: what the planner chose
     merged: dict[str, Any] = field(default_factory=dict)  # --merge_adapter: evaluate_merged_model's figures
 
@@ -143,15 +147,21 @@ def task_results(settings: RunSettings, eval_metrics) -> dict[str, Any]:
 
 
 def training_results(settings: RunSettings, trainer, train_result) -> dict[str, Any]:
-    """How training went: steps, loss, the kept checkpoint, speed and padding."""
+    """How training went: steps, loss, the kept checkpoint, speed and padding.
+
+    The loss and the pad ratio cover the whole run, a resumed one included (training/run_totals.py); the
+    speed, the steps this process ran (after `resumed_from_step`): none when it resumed at the end.
+    """
     training, state = trainer.args, trainer.state
     metrics = train_result.metrics
     runtime = metrics["train_runtime"]
-    real_tokens, all_tokens = settings.tokens
+    real_tokens, all_tokens, session_tokens = settings.tokens
+    resumed_at = _step_of(settings.resumed_from)
+    ran = state.global_step > (resumed_at or 0)
     weights = getattr(trainer.compute_loss_func, "class_weights", None)
     return dict(
         train_samples=len(trainer.train_dataset),
-        train_loss=metrics.get("train_loss"),
+        train_loss=whole_run_loss(state.log_history),
         train_steps=state.global_step,
         # --early_stopping_patience: the checkpoint whose weights were kept, and its metric.
         best_step=_step_of(state.best_model_checkpoint) if training.load_best_model_at_end else None,
@@ -159,9 +169,10 @@ def training_results(settings: RunSettings, trainer, train_result) -> dict[str, 
         class_weights=dict(zip(settings.data.labels.names, weights, strict=True)) if weights else None,
         epochs=state.epoch,
         train_runtime_s=round(runtime, 3),
-        train_samples_per_s=metrics.get("train_samples_per_second"),
-        train_tokens_per_s=round(real_tokens / runtime, 2) if runtime > 0 else None,
+        train_samples_per_s=metrics.get("train_samples_per_second") if ran else None,
+        train_tokens_per_s=round(session_tokens / runtime, 2) if ran and runtime > 0 else None,
         pad_ratio=round(1 - real_tokens / all_tokens, 4) if all_tokens else None,
+        resumed_from_step=resumed_at,
     )
 
 
@@ -315,13 +326,14 @@ def publish_results(trainer, results: RunResults) -> None:
     if main:
         write_card(output_dir, results, hub_repo_id(trainer))
         logger.info(
-            "Done: %s, %.1f samples/s, peak memory %.2f GiB. Model and %s in %s",
+            "Done: %s, %s samples/s, peak memory %.2f GiB. Model and %s in %s",
             ", ".join(
                 f"{METRIC_TITLES[name]} {results.value(eval_key(name)):.4f}"
                 for name in TASK_METRICS[results.problem_type]
                 if results.value(eval_key(name)) is not None
             ),
-            results.train_samples_per_s,
+            # None: resumed at its end, no step ran here.
+            "n/a" if results.train_samples_per_s is None else f"{results.train_samples_per_s:.1f}",
             results.peak_memory_gib,
             RESULTS_FILE,
             output_dir,

@@ -59,6 +59,7 @@ from recipes_lib.export.bundle import (
 from recipes_lib.export.gate import data_arguments
 from recipes_lib.modeling.adapters import load_trained_model
 from recipes_lib.modeling.families import profile_for
+from recipes_lib.modeling.weight_files import check_model_files
 
 logger = logging.getLogger(__name__)
 
@@ -281,6 +282,7 @@ def predict(
     columns = text_columns(run, dataset, input_file, text_column_names, delimiter)
     ids = row_ids(dataset, id_column, input_file, delimiter) if with_ids or id_column else None
     device = torch.device("cpu") if exported is not None else choose_device(device)  # ONNX Runtime: CPU
+    check_model_files(run.model_dir)  # a damaged config or weights file: one paragraph naming it
     try:
         tokenizer = AutoTokenizer.from_pretrained(run.model_dir)
         model_config = AutoConfig.from_pretrained(run.model_dir)

@@ -9,6 +9,7 @@ import logging
 
 import torch
 from transformers import TrainerCallback
+from transformers.trainer_callback import ExportableState
 
 from recipes_lib.config.precision import dtype_name
 from recipes_lib.evaluation.collapse import collapse_note, is_collapsed
@@ -20,17 +21,37 @@ def _batch_inputs(args, kwargs) -> dict:
     return kwargs if kwargs else (args[0] if args and isinstance(args[0], dict) else {})
 
 
-class TokenCounter(TrainerCallback):
-    """Counts the real and padded tokens of training forwards (two reductions of the attention mask)."""
+class TokenCounter(TrainerCallback, ExportableState):
+    """Counts the real and padded tokens of training forwards (two reductions of the attention mask).
 
-    def __init__(self):
+    `real` and `padded` count this process's forwards; `earlier` holds the whole run's counts before a
+    resume, which the checkpoint's trainer_state.json keeps (an ExportableState's state) and the main
+    process reads back when training begins. Under several processes the checkpoint keeps the main
+    process's counts only, so a resumed run's pad ratio then covers its other processes' steps after the
+    resume alone.
+    """
+
+    def __init__(self, earlier_real: int = 0, earlier_padded: int = 0):
         self.real = 0
         self.padded = 0
+        self.earlier = (earlier_real, earlier_padded)
         self._hook = None
+
+    def state(self) -> dict:
+        run_real, run_padded = self.earlier[0] + self.real, self.earlier[1] + self.padded
+        return {"args": {"earlier_real": run_real, "earlier_padded": run_padded}, "attributes": {}}
 
     def on_init_end(self, args, state, control, model=None, **kwargs):
         if model is not None and self._hook is None:
             self._hook = model.register_forward_pre_hook(self._count, with_kwargs=True)
+
+    def on_train_begin(self, args, state, control, model=None, **kwargs):
+        saved = (state.stateful_callbacks or {}).get(type(self).__name__)
+        saved = saved[0] if isinstance(saved, list) and saved else saved
+        if state.global_step > 0 and args.process_index == 0 and isinstance(saved, dict):
+            counts = saved.get("args") or {}
+            self.earlier = (int(counts.get("earlier_real", 0)), int(counts.get("earlier_padded", 0)))
+        self.on_init_end(args, state, control, model=model)  # a callback the Trainer restored has no hook yet
 
     # Under --torch_compile the hook would otherwise be traced into the graph (it is plain bookkeeping).
     @torch.compiler.disable
@@ -40,11 +61,14 @@ class TokenCounter(TrainerCallback):
             self.real += int(attention_mask.sum())
             self.padded += attention_mask.numel()
 
-    def totals(self, accelerator) -> tuple[int, int]:
-        """(real tokens, all tokens) over every process's training batches: a collective step."""
-        counts = torch.tensor([self.real, self.padded], device=accelerator.device)
+    def totals(self, accelerator) -> tuple[int, int, int]:
+        """(real tokens, all tokens) of the whole run's training batches, resumes included, and the real
+        tokens of this process's steps, over every process: a collective step."""
+        counts = torch.tensor(
+            [self.earlier[0] + self.real, self.earlier[1] + self.padded, self.real], device=accelerator.device
+        )
         counts = accelerator.reduce(counts, reduction="sum")
-        return int(counts[0]), int(counts[1])
+        return int(counts[0]), int(counts[1]), int(counts[2])
 
     def on_train_end(self, args, state, control, **kwargs):
         if self._hook is not None:

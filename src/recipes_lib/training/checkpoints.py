@@ -2,13 +2,20 @@
 
 A run killed while saving leaves a checkpoint-N missing files, and the Trainer's "last checkpoint" is
 simply the highest N. So RecipeTrainer ends every save with COMPLETE_MARKER, written after the files
-are flushed to disk and listing each with its size; resuming considers only checkpoints whose marker
-is there and whose files still have those sizes. A kill during a save costs that checkpoint, never the run.
+are flushed to disk and listing each with its size and SHA-256; resuming considers only checkpoints whose
+marker is there and whose files still have those sizes and contents. A kill during a save costs that
+checkpoint, never the run; a file changed since (a disk error, a copy cut short, an edit, even at the same
+size) is named before anything is loaded, never a traceback from torch.load or safetensors.
+
+The hash reads each file once more at the save (just written: mostly from the page cache) and at the
+resume: SHA-256 took 1.7 s for a 400 MB file on the 2-core AMD EPYC development machine (hashlib, SHA-NI,
+shared cores), so about 5 s each way for bert-base's 1.3 GB checkpoint.
 """
 
 from __future__ import annotations
 
 import errno
+import hashlib
 import json
 import logging
 import os
@@ -38,8 +45,14 @@ def _files_in(directory: Path) -> list[Path]:
     return sorted(path for path in directory.rglob("*") if path.is_file() and path.name != COMPLETE_MARKER)
 
 
+def file_sha256(path: Path) -> str:
+    with open(path, "rb") as handle:
+        return hashlib.file_digest(handle, "sha256").hexdigest()
+
+
 def mark_complete(checkpoint_dir: str | Path, global_step: int) -> Path:
-    """Flush every file of the checkpoint to disk, then record them in the marker (atomically).
+    """Flush every file of the checkpoint to disk, then record them, their sizes and SHA-256 in the marker
+    (atomically).
 
     The fsyncs make the marker mean "on disk", not just "in the page cache", so a machine that
     loses power (or a preempted VM) cannot keep the marker but lose the weights. They take as long
@@ -52,7 +65,10 @@ def mark_complete(checkpoint_dir: str | Path, global_step: int) -> Path:
         fsync_path(path)
     record = {
         "global_step": global_step,
-        "files": {str(path.relative_to(checkpoint_dir)): path.stat().st_size for path in files},
+        "files": {
+            str(path.relative_to(checkpoint_dir)): {"bytes": path.stat().st_size, "sha256": file_sha256(path)}
+            for path in files
+        },
     }
     # A reader sees no marker or the whole marker.
     return write_text_whole(checkpoint_dir / COMPLETE_MARKER, json.dumps(record, indent=1))
@@ -62,10 +78,26 @@ class CheckpointNotSaved(RecipeError):
     """A checkpoint could not be written (a full disk, a quota, a file-size limit): the run stops there."""
 
 
+class ModelNotSaved(RecipeError):
+    """The final model could not be written (a full disk, a quota, a file-size limit): the run stops there."""
+
+
 # The errors a write that the disk refuses raises through each writer: OSError (json, the Trainer's
 # own files), torch.save's RuntimeError (its C++ stream gives no errno), safetensors' SafetensorError.
 WRITE_FAILURES = (OSError, RuntimeError, SafetensorError)
 _OUT_OF_SPACE = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
+
+
+def _write_failure(error: BaseException) -> str:
+    """What a refused write was, in words: the cause and the writer's own first line."""
+    detail = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+    out_of_space = getattr(error, "errno", None) in _OUT_OF_SPACE or any(
+        os_error in str(error) for os_error in map(os.strerror, _OUT_OF_SPACE)
+    )
+    cause = (
+        "the disk is full, or a quota or file-size limit was reached" if out_of_space else "a write failed"
+    )
+    return f"{cause} ({type(error).__name__}: {detail})"
 
 
 @contextmanager
@@ -80,18 +112,9 @@ def complete_or_removed(checkpoint_dir: Path, run_dir: Path) -> Iterator[None]:
     except WRITE_FAILURES as error:
         shutil.rmtree(checkpoint_dir, ignore_errors=True)
         last = last_complete_checkpoint(run_dir)
-        detail = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
-        out_of_space = getattr(error, "errno", None) in _OUT_OF_SPACE or any(
-            os_error in str(error) for os_error in map(os.strerror, _OUT_OF_SPACE)
-        )
-        cause = (
-            "the disk is full, or a quota or file-size limit was reached"
-            if out_of_space
-            else "a write failed"
-        )
         raise CheckpointNotSaved(
-            f"Saving the checkpoint {checkpoint_dir.name} in '{run_dir}' failed: {cause} ({type(error).__name__}: "
-            f"{detail}). The partial checkpoint was removed; "
+            f"Saving the checkpoint {checkpoint_dir.name} in '{run_dir}' failed: {_write_failure(error)}. "
+            "The partial checkpoint was removed; "
             + (
                 f"the last complete checkpoint, {last.name}, is intact. Free space on that disk, then run the same "
                 "command with --resume_from_checkpoint last to continue from it."
@@ -101,22 +124,64 @@ def complete_or_removed(checkpoint_dir: Path, run_dir: Path) -> Iterator[None]:
         ) from error
 
 
+def _files_as_they_are(directory: Path) -> dict[str, tuple[int, int]]:
+    return {
+        path.name: (path.stat().st_mtime_ns, path.stat().st_size)
+        for path in directory.iterdir()
+        if path.is_file()
+    }
+
+
+@contextmanager
+def final_save_or_removed(output_dir: Path) -> Iterator[None]:
+    """Around the final model's save: a write that fails (a full disk) removes every file this save wrote or
+    changed (a partial model.safetensors, a config.json without its weights), so no half-saved model is
+    ever loaded, and stops the run in one paragraph saying what to do."""
+    before = _files_as_they_are(output_dir) if output_dir.is_dir() else {}
+    try:
+        yield
+    except RecipeError:
+        raise
+    except WRITE_FAILURES as error:
+        written = [name for name, seen in _files_as_they_are(output_dir).items() if before.get(name) != seen]
+        for name in written:
+            (output_dir / name).unlink(missing_ok=True)
+        last = last_complete_checkpoint(output_dir)
+        raise ModelNotSaved(
+            f"Saving the final model in '{output_dir}' failed: {_write_failure(error)}. The files it had written "
+            f"({', '.join(sorted(written)) or 'none'}) were removed, so no partial model is left; no results.json "
+            "was written. Free space on that disk, then run the same command "
+            + (
+                f"with --resume_from_checkpoint last: it continues from {last.name}, the last complete checkpoint."
+                if last is not None
+                else "again (the run saved no checkpoint to continue from)."
+            )
+        ) from error
+
+
 def incomplete_reason(checkpoint_dir: str | Path) -> str | None:
-    """None when the checkpoint is complete; otherwise what is wrong with it, in a few words."""
+    """None when the checkpoint is complete and unchanged; otherwise what is wrong with it, in a few words."""
     checkpoint_dir = Path(checkpoint_dir)
     marker = checkpoint_dir / COMPLETE_MARKER
     if not marker.is_file():
         return "no completion marker: interrupted while saving"
     try:
         recorded = json.loads(marker.read_text())["files"]
-    except (ValueError, KeyError, TypeError):
+        # A marker of an earlier version holds sizes alone.
+        expected = {
+            name: (entry, None) if isinstance(entry, int) else (entry["bytes"], entry["sha256"])
+            for name, entry in recorded.items()
+        }
+    except (ValueError, KeyError, TypeError, AttributeError, UnicodeDecodeError):
         return f"unreadable {COMPLETE_MARKER}"
-    for name, size in recorded.items():
+    for name, (size, digest) in expected.items():
         path = checkpoint_dir / name
         if not path.is_file():
             return f"{name} is missing"
         if path.stat().st_size != size:
             return f"{name} has {path.stat().st_size} bytes, {size} were written"
+        if digest is not None and file_sha256(path) != digest:
+            return f"{name} has changed since it was written (its SHA-256 differs from the marker's)"
     return None
 
 

@@ -78,6 +78,7 @@ class StopOnSignal(TrainerCallback):
     def on_step_end(self, args, state, control, **kwargs):
         if self.agree(args) is not None:
             control.should_save = True
+            control.should_log = True  # the checkpoint's log history covers every step (run_totals.py)
             control.should_training_stop = True
             self.checkpoint_step = state.global_step
         return control

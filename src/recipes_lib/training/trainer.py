@@ -25,6 +25,7 @@ from recipes_lib.errors import TrainingDiverged, TrainingInterrupted
 from recipes_lib.training.checkpoints import (
     COMPLETE_MARKER,
     complete_or_removed,
+    final_save_or_removed,
     last_complete_checkpoint,
     mark_complete,
 )
@@ -86,6 +87,15 @@ class RecipeTrainer(Trainer):
             )
         return loss
 
+    # Why an override: the Trainer's loop takes a step before it asks whether to stop. Resumed from a
+    # checkpoint at max_steps in mid-epoch (a run killed after its last checkpoint, before results.json),
+    # it trained one step past the end; here it takes no batch and stops, so the record is the run's.
+    def get_batch_samples(self, epoch_iterator, num_batches, device):
+        if self.state.max_steps > 0 and self.state.global_step >= self.state.max_steps:
+            self.control.should_training_stop = True
+            return [], None
+        return super().get_batch_samples(epoch_iterator, num_batches, device)
+
     def _last_checkpoint_note(self) -> str:
         checkpoint = last_complete_checkpoint(self.args.output_dir)
         return f" The last complete checkpoint, from before the fault, is {checkpoint}." if checkpoint else ""
@@ -132,7 +142,11 @@ class RecipeTrainer(Trainer):
                 f"{self.state.global_step}; they were not saved. {divergence_hint(self.args)}"
                 f"{self._last_checkpoint_note()}"
             )
-        super().save_model(output_dir, _internal_call)
+        if _internal_call:  # inside a checkpoint (complete_or_removed) or a push
+            return super().save_model(output_dir, _internal_call)
+        # The final model: a write the disk refuses leaves nothing partial, and one paragraph.
+        with final_save_or_removed(Path(output_dir or self.args.output_dir)):
+            super().save_model(output_dir, _internal_call)
 
     # The run's own model card (a huggingface_hub ModelCard, tracking/model_card.py), set once the
     # run's results exist; until then the Trainer's draft.
