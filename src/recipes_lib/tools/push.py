@@ -13,6 +13,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+from recipes_lib.config.registry import recipe_summary
 from recipes_lib.errors import ConfigError, HubError, RecipeError
 from recipes_lib.results import RESULTS_FILE, read_results
 from recipes_lib.tracking.hub import hub_problem
@@ -63,7 +64,8 @@ def push_run(
     problem = hub_problem(token)
     if problem is not None:
         raise HubError(f"Cannot push '{output_dir}' to the Hub: {problem}. Nothing was uploaded.")
-    write_card(output_dir, read_results(output_dir), repo_id)
+    results = read_results(output_dir)
+    write_card(output_dir, results, repo_id, recipe_summary(results.recipe))
     files = files_to_push(output_dir)
     api = HfApi(token=token)
     try:
