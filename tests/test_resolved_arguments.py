@@ -129,3 +129,34 @@ def test_every_recipe_hands_the_trainer_what_prepare_decided_in_view(module):
     text = recipe_script(module).read_text()
     assert "prepared = prepare(args" in text and "prepared.training_args" in text
     assert "args=training_args," in text and "args=args.training" not in text
+
+
+def test_nothing_writes_into_prepared_after_it_is_built(tiny_bert, learnable_data, tmp_path):
+    """prepare's values stay as built through training and write_results: its fields, the data record
+    (frozen; tokenize returns the splits and their truncation report instead of writing them in), the
+    tokenized splits and the metric function's settings (built whole, not set afterwards). Its
+    `last_predictions`, which the Trainer's calls fill, is the one exception left (run/metrics.py)."""
+    recipe = load_recipe("full_ft")
+    prepare, built = recipe.prepare, {}
+
+    def prepare_and_keep(*args, **kwargs):
+        prepared = prepare(*args, **kwargs)
+        built.update(prepared=prepared, snapshot=_prepared_values(prepared))
+        return prepared
+
+    with mock.patch.object(recipe, "prepare", prepare_and_keep):
+        recipe.main(run_args(tiny_bert, learnable_data, tmp_path / "run", **QUICK))
+    prepared = built["prepared"]
+    after = _prepared_values(prepared)
+    for name, value in built["snapshot"].items():
+        assert after[name] is value, f"{name} was replaced after prepare built it"
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        prepared.data.truncation = {}
+
+
+def _prepared_values(prepared) -> dict:
+    values = {f"prepared.{f.name}": getattr(prepared, f.name) for f in dataclasses.fields(prepared)}
+    values |= {f"data.{f.name}": getattr(prepared.data, f.name) for f in dataclasses.fields(prepared.data)}
+    values |= {f"data.tokenized[{split}]": dataset for split, dataset in prepared.data.tokenized.items()}
+    settings = {name: value for name, value in vars(prepared.metrics).items() if name != "last_predictions"}
+    return values | {f"metrics.{name}": value for name, value in settings.items()}

@@ -103,6 +103,7 @@ def prepare(args: ParsedArguments, train_file: str | None = None) -> Prepared:
     tokenized = tokenize(
         data, tokenizer, read, args.training.main_process_first, model_limit=profile.max_length
     )
+    data = replace(data, tokenized=tokenized, truncation=tokenized.truncation)
     metrics = run_metrics(args.training, args.data, labels, tokenized)
 
     batch_choice, batch = None, {}
@@ -126,7 +127,7 @@ def prepare(args: ParsedArguments, train_file: str | None = None) -> Prepared:
         precision=precision,
         tokenizer=tokenizer,
         model_config=model_config,
-        data=data,  # tokenize put the tokenized splits in it
+        data=data,
         adapters=adapters,
         metrics=metrics,
         loss=weighted_loss(metrics.problem_type, metrics.class_weights, metrics.label_smoothing),
@@ -161,13 +162,17 @@ def run_metrics(training, data_args, labels, tokenized) -> RunMetrics:
     weights = None
     if training.class_weights:
         weights = class_weights_from(training.class_weights, tokenized["train"]["labels"], labels.names)
-    metrics = RunMetrics(labels.problem_type, labels.num_labels, weights, training.label_smoothing_factor)
     # sliding_window: metrics combine the validation split's windows into documents (the test
     # split's while it is predicted: record.py).
-    metrics.document_ids = document_ids(tokenized["validation"])
-    metrics.test_document_ids = document_ids(tokenized["test"]) if "test" in tokenized else None
-    metrics.window_pooling = data_args.window_pooling
-    return metrics
+    return RunMetrics(
+        labels.problem_type,
+        labels.num_labels,
+        weights,
+        training.label_smoothing_factor,
+        document_ids=document_ids(tokenized["validation"]),
+        test_document_ids=document_ids(tokenized["test"]) if "test" in tokenized else None,
+        window_pooling=data_args.window_pooling,
+    )
 
 
 def listed_text(value) -> str:

@@ -174,6 +174,7 @@ class RecipeRun:
             recipe=self.spec.name,
             arguments=prepared.arguments,
             data=prepared.data,
+            class_weights=prepared.metrics.class_weights,
             model_type=prepared.model_config.model_type,
             adapters=prepared.adapters,
             precision=precision,

@@ -54,6 +54,7 @@ class RunSettings:
     recipe: str
     arguments: ParsedArguments  # what ran: the task, attention kernel and precision resolved
     data: ClassificationData  # labels, split sources, the tokenized splits, truncation
+    class_weights: list[float] | None  # --class_weights' per-class weights, as the loss used them
     model_type: str
     adapters: LoraShape | None  # the adapters, targets resolved for the family
     precision: str  # the precision the layers computed in, observed
@@ -148,7 +149,7 @@ def training_results(settings: RunSettings, trainer, train_result) -> dict[str, 
     metrics = train_result.metrics
     runtime = metrics["train_runtime"]
     real_tokens, all_tokens = settings.tokens
-    weights = getattr(trainer.compute_loss_func, "class_weights", None)
+    weights = settings.class_weights
     return dict(
         train_samples=len(trainer.train_dataset),
         train_loss=metrics.get("train_loss"),
