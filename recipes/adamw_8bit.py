@@ -10,21 +10,31 @@ NEW are what this recipe changes in full_ft.py.
 """
 
 from recipes_lib.config.parsing import parse_arguments
-from recipes_lib.config.registry import RECIPES
+from recipes_lib.config.recipe_options import Adam8bitArguments  # NEW
+from recipes_lib.config.recipe_spec import RecipeSpec
 from recipes_lib.data.tokenize import padding_collator
 from recipes_lib.modeling.adamw_8bit import create_adamw_8bit  # NEW
 from recipes_lib.modeling.loading import load_model
 from recipes_lib.run import RecipeRun, prepare, run_main
 from recipes_lib.training.trainer import RecipeTrainer
 
-SPEC = RECIPES["adamw_8bit"]  # NEW: its options (--embedding_optimizer_bits, --paged_optimizer)
+# Parses ModelArguments, DataArguments, `options` and RecipeTrainingArguments; YAML and command line override:
+SPEC = RecipeSpec(
+    name="adamw_8bit",  # NEW
+    summary="every weight trains, bitsandbytes 8-bit AdamW",  # NEW
+    options=Adam8bitArguments,  # NEW: --embedding_optimizer_bits, --paged_optimizer
+    training_defaults={
+        "learning_rate": 2e-5,  # AdamW's peak, warmed up over the first 6% of steps
+        "embedding_optimizer_bits": 32,  # NEW: nn.Embedding keeps 32-bit state (bitsandbytes' advice)
+    },
+)
 
 
 def main(argv=None):
-    args = parse_arguments(SPEC, argv)
-    options = args.options(SPEC.options)  # NEW
+    args = parse_arguments(SPEC, argv)  # typed, validated; never edited afterwards
+    options = args.options(Adam8bitArguments)  # NEW
     with RecipeRun(args, SPEC) as run:  # refuses another run's output_dir; resolves resume; seeds
-        prepared = prepare(args, SPEC)  # every decision made once; the data tokenized
+        prepared = prepare(args)  # every decision made once; the data tokenized
         data, tokenizer, model_config = prepared.data.tokenized, prepared.tokenizer, prepared.model_config
         training_args = prepared.training_args
         run.start_tracking(prepared)  # the W&B run (offline without an API key); memory phases begin

@@ -14,23 +14,34 @@ fine-tuning; the teacher's inference runs before it. The lines marked NEW are wh
 """
 
 from recipes_lib.config.parsing import parse_arguments
-from recipes_lib.config.registry import RECIPES
+from recipes_lib.config.recipe_options import DistillArguments  # NEW
+from recipes_lib.config.recipe_spec import RecipeSpec
 from recipes_lib.data.tokenize import padding_collator
 from recipes_lib.modeling.loading import load_model
 from recipes_lib.run import RecipeRun, prepare, run_main
 from recipes_lib.training.distillation import UnlabelledRows, add_teacher_targets, check_teacher  # NEW
 from recipes_lib.training.trainer import RecipeTrainer
 
-SPEC = RECIPES["distill"]  # NEW: --teacher, --distill_temperature, --distill_alpha, --transfer_file
+# Parses ModelArguments, DataArguments, `options` and RecipeTrainingArguments; YAML and command line override:
+SPEC = RecipeSpec(
+    name="distill",  # NEW
+    summary="a student trains in full on a teacher run's logits (and the gold labels)",  # NEW
+    options=DistillArguments,  # NEW: --teacher, --transfer_file, ...
+    training_defaults={
+        "learning_rate": 2e-5,  # AdamW's peak, warmed up over the first 6% of steps
+        "distill_temperature": 2.0,  # NEW: T; the teacher term is multiplied by T^2
+        "distill_alpha": 0.5,  # NEW: half teacher, half gold label
+    },
+)
 
 
 def main(argv=None):
-    args = parse_arguments(SPEC, argv)
-    distill = args.options(SPEC.options)  # NEW
+    args = parse_arguments(SPEC, argv)  # typed, validated; never edited afterwards
+    distill = args.options(DistillArguments)  # NEW
     with RecipeRun(args, SPEC) as run:  # refuses another run's output_dir; resolves resume; seeds
         check_teacher(distill.teacher)  # NEW: a saved model, checked before any data or weights load
         unlabelled = UnlabelledRows.set_aside(args.data, distill)  # NEW: empty label cells, --transfer_file
-        prepared = prepare(args, SPEC, train_file=unlabelled.labelled_file)  # NEW: the labelled rows
+        prepared = prepare(args, train_file=unlabelled.labelled_file)  # NEW: the labelled rows
         data, tokenizer, model_config = prepared.data.tokenized, prepared.tokenizer, prepared.model_config
         training_args = prepared.training_args
         # NEW: the teacher's logits (computed once, cached, the teacher freed) packed into the training

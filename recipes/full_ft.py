@@ -9,19 +9,26 @@ The other recipes are this script plus the lines marked NEW.
 """
 
 from recipes_lib.config.parsing import parse_arguments
-from recipes_lib.config.registry import RECIPES
+from recipes_lib.config.recipe_spec import RecipeSpec
 from recipes_lib.data.tokenize import padding_collator
 from recipes_lib.modeling.loading import load_model
 from recipes_lib.run import RecipeRun, prepare, run_main
 from recipes_lib.training.trainer import RecipeTrainer
 
-SPEC = RECIPES["full_ft"]
+# Parses ModelArguments, DataArguments, `options` and RecipeTrainingArguments; YAML and command line override:
+SPEC = RecipeSpec(
+    name="full_ft",
+    summary="every weight trains, torch AdamW",
+    training_defaults={
+        "learning_rate": 2e-5,  # AdamW's peak, warmed up over the first 6% of steps
+    },
+)
 
 
 def main(argv=None):
-    args = parse_arguments(SPEC, argv)
+    args = parse_arguments(SPEC, argv)  # typed, validated; never edited afterwards
     with RecipeRun(args, SPEC) as run:  # refuses another run's output_dir; resolves resume; seeds
-        prepared = prepare(args, SPEC)  # every decision made once; the data tokenized
+        prepared = prepare(args)  # every decision made once; the data tokenized
         data, tokenizer, model_config = prepared.data.tokenized, prepared.tokenizer, prepared.model_config
         training_args = prepared.training_args
         run.start_tracking(prepared)  # the W&B run (offline without an API key); memory phases begin

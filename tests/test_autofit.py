@@ -1,4 +1,5 @@
-"""--auto_batch_size: planner first, out-of-memory back-off second, effective batch unchanged."""
+"""--auto_batch_size: the whole effective batch first, out-of-memory back-off to its divisors, the effective
+batch unchanged; the planner is not loaded (it is the workbench's)."""
 
 from __future__ import annotations
 
@@ -8,9 +9,6 @@ import pytest
 import torch
 from transformers import BertForSequenceClassification
 
-import recipes_lib.training.autofit as autofit
-from recipes_lib.config.recipe_spec import TrainingShape
-from recipes_lib.memory.planner import Setup, load_config, plan_memory
 from recipes_lib.training.autofit import batch_for
 from tests.helpers.runs import QUICK, run_args, run_in_process
 
@@ -56,7 +54,7 @@ def test_out_of_memory_backs_off_and_keeps_the_effective_batch(
     args[args.index("--per_device_train_batch_size") + 1] = "16"
     results = run_in_process("full_ft", args)
     chosen = results["auto_batch_size"]
-    assert chosen["planner_largest_batch"] == 16  # plenty of RAM: the planner alone would keep 16
+    assert chosen["requested_per_device_train_batch_size"] == 16
     assert chosen["out_of_memory_at_batch_sizes"] == [16, 8]
     assert (chosen["per_device_train_batch_size"], chosen["gradient_accumulation_steps"]) == (4, 4)
     assert (
@@ -68,65 +66,18 @@ def test_out_of_memory_backs_off_and_keeps_the_effective_batch(
     assert results["train_samples"] > 0 and results["eval_accuracy"] is not None
 
 
-def test_the_planner_picks_the_batch_before_anything_runs_out(
-    tiny_bert, learnable_data, tmp_path, monkeypatch, out_of_memory_above
+def test_it_starts_with_the_whole_effective_batch_per_device(
+    tiny_bert, learnable_data, tmp_path, out_of_memory_above
 ):
-    attempts = out_of_memory_above(1000)  # never fails: only the planner decides
-    # A budget that holds the batch of 4 (with the gradients kept through accumulation) and not the
-    # batch of 8, by the planner's own arithmetic.
-    config = load_config(str(tiny_bert))
-    four = Setup(
-        shape=TrainingShape(), batch_size=4, seq_length=32, device="cpu", gradient_accumulation_steps=4
-    )
-    fits_four = plan_memory(config, four).total
-    monkeypatch.setattr(autofit, "device_budget_bytes", lambda device: fits_four)
+    attempts = out_of_memory_above(1000)  # never fails
     args = run_args(tiny_bert, learnable_data, tmp_path / "run", "--auto_batch_size", "true", **QUICK)
-    args[args.index("--per_device_train_batch_size") + 1] = "16"
-    results = run_in_process("full_ft", args)
+    args[args.index("--per_device_train_batch_size") + 1] = "4"
+    results = run_in_process("full_ft", [*args, "--gradient_accumulation_steps", "4"])
     chosen = results["auto_batch_size"]
-    assert chosen["planner_largest_batch"] in (4, 5, 6, 7)
-    assert (chosen["per_device_train_batch_size"], chosen["gradient_accumulation_steps"]) == (4, 4)
-    assert chosen["out_of_memory_at_batch_sizes"] == []
-    assert set(attempts) == {4}
-
-
-def _arguments(batch_size: int, seq_length: int):
-    """The parts of a run's arguments the planner reads."""
-    from types import SimpleNamespace
-
-    training = SimpleNamespace(
-        per_device_train_batch_size=batch_size,
-        gradient_accumulation_steps=1,
-        bf16=False,
-        fp16=False,
-        activation_checkpointing=False,
-        device=torch.device("cpu"),
-    )
-    return SimpleNamespace(
-        training=training,
-        data=SimpleNamespace(max_seq_length=seq_length),
-        model=SimpleNamespace(attn_implementation=None),
-    )
-
-
-def test_the_batch_is_planned_for_the_shape_the_recipe_gives(tiny_bert):
-    """choose_batch_size plans what it is handed: the same budget fits a larger batch under LoRA."""
-    from recipes_lib.config.recipe_spec import LoraShape
-
-    config = load_config(str(tiny_bert))
-    lora = TrainingShape(adapters=LoraShape())
-    setup = autofit.planner_setup(_arguments(4, 32), lora, torch.device("cpu"))
-    assert (setup.shape, setup.batch_size, setup.seq_length, setup.device) == (lora, 4, 32, "cpu")
-    # A budget that holds full fine-tuning's batch of 4 with the gradients kept through accumulation.
-    budget = plan_memory(
-        config, Setup(batch_size=4, seq_length=32, device="cpu", gradient_accumulation_steps=2)
-    ).total
-    full_choice = autofit.choose_batch_size(_arguments(64, 32), TrainingShape(), config, budget_bytes=budget)
-    lora_choice = autofit.choose_batch_size(_arguments(64, 32), lora, config, budget_bytes=budget)
-    assert full_choice.planner_largest_batch in (4, 5, 6, 7) and full_choice.batch_size == 4
-    assert lora_choice.planner_largest_batch > full_choice.planner_largest_batch
     assert (
-        lora_choice.batch_size * lora_choice.accumulation
-        == full_choice.batch_size * full_choice.accumulation
-        == 64
-    )
+        chosen["requested_per_device_train_batch_size"],
+        chosen["requested_gradient_accumulation_steps"],
+    ) == (4, 4)
+    assert (chosen["per_device_train_batch_size"], chosen["gradient_accumulation_steps"]) == (16, 1)
+    assert chosen["out_of_memory_at_batch_sizes"] == [] and set(attempts) == {16}
+    assert "planner_largest_batch" not in chosen

@@ -72,7 +72,7 @@ CASES = [
     # arguments and config files
     Case("unknown-cli-key", lambda f, m: ["--learning_rat", "1e-4"], ("'--learning_rat'", "Did you mean 'learning_rate'")),
     Case("unknown-yaml-key", _config("learning_rat: 1.0e-4\n"), ("unknown key 'learning_rat'", "Did you mean 'learning_rate'")),
-    Case("key-of-another-recipe", _config("lora_r: 8\n"), ("'lora_r'", "lora.py", "not of full_ft.py")),
+    Case("key-of-another-recipe", _config("lora_r: 8\n"), ("'lora_r'", "LoraArguments", "full_ft.py does not parse")),
     Case("wrong-type-in-yaml", _config("learning_rate: fast\n"), ("'learning_rate' has value 'fast'", "not a valid finite number")),
     Case("wrong-type-on-command-line", lambda f, m: ["--num_train_epochs", "three"], ("--num_train_epochs", "'three'", "--help")),
     Case("missing-config-file", lambda f, m: ["--config", "no/such/config.yaml"], ("'no/such/config.yaml' does not exist",)),

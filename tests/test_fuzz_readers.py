@@ -167,7 +167,9 @@ def test_a_10_mb_line_is_read_as_one_text():
             path = Path(directory) / name
             path.write_text(content)
             # Over the default --max_text_chars (test_values_checked): raised here, the line is read whole.
-            arguments = DataArguments(train_file=str(path), validation_file=str(path), max_text_chars=11 << 20)
+            arguments = DataArguments(
+                train_file=str(path), validation_file=str(path), max_text_chars=11 << 20
+            )
             data = load_classification_data(arguments, str(Path(directory) / "cache"))
             assert [len(text) for text in data.raw["train"]["sentence"]] == [len(long_text), 5], name
 

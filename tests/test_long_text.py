@@ -8,6 +8,7 @@ colour; head_tail's tail and the last windows do.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import random
 from pathlib import Path
@@ -166,8 +167,8 @@ def test_a_run_warns_when_many_training_examples_are_cut(tokenizer, caplog):
         [text for text, *_ in rows], [label for _, label, _, _ in rows], split="train"
     )
     with caplog.at_level("WARNING", logger="recipes_lib"):
-        tokenize(data, tokenizer, _data_args(), _no_wait, model_limit=128)
-    assert data.truncation["train"]["longer_share"] == 1.0
+        tokenized = tokenize(data, tokenizer, _data_args(), _no_wait, model_limit=128)
+    assert tokenized.truncation["train"]["longer_share"] == 1.0
     warning = [record.getMessage() for record in caplog.records if record.levelname == "WARNING"]
     assert warning and "--long_text head_tail" in warning[0] and "--long_text sliding_window" in warning[0]
 
@@ -176,9 +177,10 @@ def test_a_run_warns_when_many_training_examples_are_cut(tokenizer, caplog):
 
 
 def test_head_tail_and_windows_on_a_sentence_pair_are_a_clear_error(tokenizer):
-    data = _classification_data(["red cat", "blue dog"])
-    data.raw = DatasetDict({"test": Dataset.from_dict({"a": ["red cat"], "b": ["blue dog"]})})
-    data.text_columns = ("a", "b")
+    pair = DatasetDict({"test": Dataset.from_dict({"a": ["red cat"], "b": ["blue dog"]})})
+    data = dataclasses.replace(
+        _classification_data(["red cat", "blue dog"]), raw=pair, text_columns=("a", "b")
+    )
     for mode in ("head_tail", "sliding_window"):
         with pytest.raises(ConfigError, match=f"--long_text {mode} cuts one text, but this data is a pair"):
             tokenize(data, tokenizer, _data_args(long_text=mode), _no_wait)

@@ -10,9 +10,6 @@ from unittest import mock
 
 import pytest
 
-import recipes_lib.training.autofit as autofit
-from recipes_lib.config.recipe_spec import TrainingShape
-from recipes_lib.memory.planner import Setup, load_config, plan_memory
 from tests.helpers.repo import load_recipe
 from tests.helpers.runs import QUICK, run_args
 
@@ -68,12 +65,8 @@ def test_an_explicit_choice_the_machine_emulates_warns_once_when_decided(monkeyp
 
 
 def test_the_parsed_arguments_are_unchanged_after_the_run_has_trained(tiny_bert, learnable_data, tmp_path):
-    """full_ft with --auto_batch_size (the planner's batch 4 x 4 for the 16 asked) and the task left
-    `auto`: the Trainer trains with the resolved copy; every parsed field stays as parsed."""
-    config = load_config(str(tiny_bert))
-    four = Setup(
-        shape=TrainingShape(), batch_size=4, seq_length=32, device="cpu", gradient_accumulation_steps=4
-    )
+    """full_ft with --auto_batch_size (4 x 4 asked: it trains 16 x 1) and the task left `auto`: the
+    Trainer trains with the resolved copy; every parsed field stays as parsed."""
     recipe = load_recipe("full_ft")
     parse = recipe.parse_arguments
     parsed = {}
@@ -91,7 +84,8 @@ def test_the_parsed_arguments_are_unchanged_after_the_run_has_trained(tiny_bert,
         return trainer_class(*args, **kwargs)
 
     args = run_args(tiny_bert, learnable_data, tmp_path / "run", "--auto_batch_size", "true", **QUICK)
-    args[args.index("--per_device_train_batch_size") + 1] = "16"
+    args[args.index("--per_device_train_batch_size") + 1] = "4"
+    args += ["--gradient_accumulation_steps", "4"]
     from recipes_lib.config.arguments import RecipeTrainingArguments
 
     built, post_init = [], RecipeTrainingArguments.__post_init__
@@ -101,7 +95,6 @@ def test_the_parsed_arguments_are_unchanged_after_the_run_has_trained(tiny_bert,
         post_init(self)
 
     with (
-        mock.patch.object(autofit, "device_budget_bytes", lambda device: plan_memory(config, four).total),
         mock.patch.object(recipe, "parse_arguments", parse_and_keep),
         mock.patch.object(recipe, "RecipeTrainer", trainer_and_keep),
         mock.patch.object(RecipeTrainingArguments, "__post_init__", count_builds),
@@ -116,19 +109,16 @@ def test_the_parsed_arguments_are_unchanged_after_the_run_has_trained(tiny_bert,
     assert (
         arguments.training.per_device_train_batch_size,
         arguments.training.gradient_accumulation_steps,
-    ) == (16, 1)
+    ) == (4, 4)
     # The Trainer got a copy with what the run decided, built once; results.json's config says what ran.
     assert handed["args"] is not arguments.training
     assert built == [arguments.training, handed["args"]]
-    assert (handed["args"].per_device_train_batch_size, handed["args"].gradient_accumulation_steps) == (4, 4)
+    assert (handed["args"].per_device_train_batch_size, handed["args"].gradient_accumulation_steps) == (16, 1)
     assert results.config["problem_type"] == "single_label_classification"
     assert (
         results.config["per_device_train_batch_size"],
         results.config["gradient_accumulation_steps"],
-    ) == (
-        4,
-        4,
-    )
+    ) == (16, 1)
     assert results.train_steps == QUICK["steps"]
 
 
@@ -137,5 +127,36 @@ def test_every_recipe_hands_the_trainer_what_prepare_decided_in_view(module):
     from tests.helpers.repo import recipe_script
 
     text = recipe_script(module).read_text()
-    assert "prepared = prepare(args, SPEC" in text and "prepared.training_args" in text
+    assert "prepared = prepare(args" in text and "prepared.training_args" in text
     assert "args=training_args," in text and "args=args.training" not in text
+
+
+def test_nothing_writes_into_prepared_after_it_is_built(tiny_bert, learnable_data, tmp_path):
+    """prepare's values stay as built through training and write_results: its fields, the data record
+    (frozen; tokenize returns the splits and their truncation report instead of writing them in), the
+    tokenized splits and the metric function's settings (built whole, not set afterwards). Its
+    `last_predictions`, which the Trainer's calls fill, is the one exception left (run/metrics.py)."""
+    recipe = load_recipe("full_ft")
+    prepare, built = recipe.prepare, {}
+
+    def prepare_and_keep(*args, **kwargs):
+        prepared = prepare(*args, **kwargs)
+        built.update(prepared=prepared, snapshot=_prepared_values(prepared))
+        return prepared
+
+    with mock.patch.object(recipe, "prepare", prepare_and_keep):
+        recipe.main(run_args(tiny_bert, learnable_data, tmp_path / "run", **QUICK))
+    prepared = built["prepared"]
+    after = _prepared_values(prepared)
+    for name, value in built["snapshot"].items():
+        assert after[name] is value, f"{name} was replaced after prepare built it"
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        prepared.data.truncation = {}
+
+
+def _prepared_values(prepared) -> dict:
+    values = {f"prepared.{f.name}": getattr(prepared, f.name) for f in dataclasses.fields(prepared)}
+    values |= {f"data.{f.name}": getattr(prepared.data, f.name) for f in dataclasses.fields(prepared.data)}
+    values |= {f"data.tokenized[{split}]": dataset for split, dataset in prepared.data.tokenized.items()}
+    settings = {name: value for name, value in vars(prepared.metrics).items() if name != "last_predictions"}
+    return values | {f"metrics.{name}": value for name, value in settings.items()}

@@ -62,7 +62,11 @@ def test_every_float_option_refuses_a_number_that_is_not_finite(recipe, key, tmp
 def test_every_single_value_option_refuses_a_mapping_in_the_config_file(recipe, key, tmp_path):
     config = tmp_path / "config.yaml"
     # A secret's own check comes first (test_secrets): its message names no value either.
-    expected = "a secret is one string" if is_secret_option(key) else "takes a single value, but the file gives a mapping"
+    expected = (
+        "a secret is one string"
+        if is_secret_option(key)
+        else "takes a single value, but the file gives a mapping"
+    )
     for mapping in ("{a: 1}", "{}"):
         config.write_text(f"{key}: {mapping}\n")
         with pytest.raises(ConfigError, match=rf"key '{key}' (is a dict; )?{expected}"):

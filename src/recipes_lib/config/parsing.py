@@ -11,6 +11,7 @@ value typed on the command line would be.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import difflib
 import logging
 import math
@@ -30,8 +31,8 @@ from recipes_lib.config.arguments import (
     RecipeTrainingArguments,
 )
 from recipes_lib.config.precision import refuse_sharding_without_gpu
+from recipes_lib.config.recipe_options import RECIPE_OPTION_CLASSES
 from recipes_lib.config.recipe_spec import RecipeSpec
-from recipes_lib.config.registry import recipes_accepting
 from recipes_lib.config.validation import validate_arguments
 from recipes_lib.config.versions import check_supported_versions
 from recipes_lib.credentials import hand_over_secrets, is_secret_option, refuse_secret_options
@@ -48,10 +49,16 @@ class _RecipeArgumentParser(HfArgumentParser):
 
 
 def _unknown_key_hint(key: str, valid: list[str], recipe_name: str) -> str:
-    """Which other recipe takes the key (lora_r given to full_ft), else the closest valid key, if any."""
-    others = recipes_accepting(key)
+    """Which options dataclass of another recipe has the key (lora_r given to full_ft), else the closest
+    valid key, if any. A recipe names the dataclasses it parses in its SPEC, so the class leads to it."""
+    others = [
+        cls.__name__ for cls in RECIPE_OPTION_CLASSES if key in {f.name for f in dataclasses.fields(cls)}
+    ]
     if others:
-        return f" It is an option of {', '.join(others)}, not of {recipe_name}.py: run that recipe, or drop the key."
+        return (
+            f" It is an option of {' and '.join(others)}, which {recipe_name}.py does not parse: run a recipe "
+            f"whose SPEC names {others[0]} (options={others[0]}), or drop the key."
+        )
     matches = difflib.get_close_matches(key, valid, n=1, cutoff=0.6)
     return f" Did you mean '{matches[0]}'?" if matches else ""
 

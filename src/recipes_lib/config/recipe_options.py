@@ -12,11 +12,6 @@ from dataclasses import dataclass, field
 from recipes_lib.config.recipe_spec import LoraShape
 from recipes_lib.errors import ConfigError
 
-# Only 0.3% of the weights move, each through a rank-8 bottleneck, so LoRA wants a learning rate
-# far above full fine-tuning's 2e-5 (published LoRA runs on BERT-sized encoders use 4e-4 to 1e-3).
-# On a short SST-2 budget 1e-3 clears full_ft at its 2e-5 and stays within the usual range for long
-# runs (benchmarks/lora_learning_rate.py; the figures are in benchmarks/RESULTS.md, "LoRA learning rate").
-LORA_LEARNING_RATE = 1e-3
 MERGED_SUBDIR = "merged"
 
 
@@ -193,3 +188,8 @@ class DistillArguments:
                 f"distill_alpha is {self.distill_alpha}; it is the teacher term's weight, in [0, 1] "
                 "(0.5: half teacher, half gold label)."
             )
+
+
+# Every recipe's own options, for the hint on a key another recipe takes (parsing.py). QloraArguments
+# extends LoraArguments, so LoraArguments alone names the LoRA keys.
+RECIPE_OPTION_CLASSES = (Adam8bitArguments, LoraArguments, QloraArguments, DistillArguments)

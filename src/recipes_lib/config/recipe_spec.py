@@ -1,11 +1,12 @@
-"""What a recipe script tells the library about itself, as data: its `RecipeSpec` (name, own options,
-the training defaults it changes, and the `TrainingShape` the memory planner and --auto_batch_size
-read). Library code never names a recipe; registry.py lists the specs.
+"""What a recipe script declares about itself, as data: its `RecipeSpec` (name, summary, its own options
+dataclass, the defaults it sets), written in the script. `LoraShape` is the adapters a LoRA recipe adds,
+and `TrainingShape` what a recipe trains, as the memory planner reads it. Library code never names a
+recipe; the workbench's list of recipes (registry.py) mirrors the scripts.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -37,25 +38,16 @@ class TrainingShape:
     paged_optimizer: bool = False
 
 
-def _full_fine_tuning(options: Any) -> TrainingShape:
-    return TrainingShape()
-
-
 @dataclass(frozen=True)
 class RecipeSpec:
     name: str  # also the script's name: recipes/<name>.py
     summary: str = ""  # what trains, in a few words
     # The recipe's own argument dataclass (LoraArguments, say), parsed like the shared ones.
     options: type | None = None
-    # Shared defaults the recipe changes, e.g. a higher learning rate for LoRA.
+    # The defaults the recipe sets, e.g. LoRA's learning rate; above the dataclasses' own, below the
+    # YAML file and the command line.
     training_defaults: Mapping[str, Any] = field(default_factory=dict)
-    # (the parsed options, or None without options) -> TrainingShape.
-    shape: Callable[[Any], TrainingShape] = _full_fine_tuning
 
     @property
     def script(self) -> str:
         return f"{self.name}.py"
-
-    def default_shape(self) -> TrainingShape:
-        """The shape with the recipe's default options (what `recipes-lib plan --recipe NAME` plans)."""
-        return self.shape(self.options() if self.options is not None else None)

@@ -30,7 +30,7 @@ from recipes_lib.errors import ConfigError, DataError
 logger = logging.getLogger(__name__)
 
 
-@dataclass
+@dataclass(frozen=True)
 class ClassificationData:
     raw: DatasetDict  # train / validation (/ test) with the original columns
     text_columns: tuple[str, ...]
@@ -42,7 +42,7 @@ class ClassificationData:
     tokenized: DatasetDict | None = None
     # Whether the test split has labels to score (it is predicted either way).
     test_has_labels: bool = False
-    # Per split, what max_seq_length cuts (data/long_text.py truncation_report), set by tokenize.
+    # Per split, what max_seq_length cuts (data/long_text.py truncation_report), from tokenize.
     truncation: dict = field(default_factory=dict)
 
 

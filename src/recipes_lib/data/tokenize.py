@@ -56,6 +56,14 @@ def tokenizing_processes(rows: int, requested: int | None) -> int | None:
     return min(cores, MAX_TOKENIZING_PROCESSES, rows // (PARALLEL_TOKENIZING_ROWS // 2))
 
 
+class TokenizedSplits(DatasetDict):
+    """The tokenized splits, with what max_seq_length cut in each (`truncation`, long_text.truncation_report)."""
+
+    def __init__(self, splits, truncation: dict):
+        super().__init__(splits)
+        self.truncation = truncation
+
+
 def tokenize(
     data: ClassificationData,
     tokenizer,
@@ -63,13 +71,13 @@ def tokenize(
     main_process_first,
     model_limit: int | None = None,
     read: LengthsRead = RECIPE_READ,
-) -> DatasetDict:
+) -> TokenizedSplits:
     """Tokenize every split with `datasets.map` (cached on disk, so a rerun skips it).
 
     No padding here (unless pad_to_max_length): the collator pads each batch to its longest example.
     Inputs longer than max_seq_length become what --long_text says (data/long_text.py); each split's
-    truncation report (`model_limit`: the most tokens the model takes) goes to `data.truncation`, and
-    its log line and advice to whoever `read` says reads the rows (a recipe by default).
+    truncation report (`model_limit`: the most tokens the model takes) comes back with them, its log
+    line and advice going to whoever `read` says reads the rows (a recipe by default); `data` is left as it is.
     Under sliding_window a row is a window, and `document_id` names the input row it came from.
     """
     text_columns, label_column, labels = data.text_columns, data.label_column, data.labels
@@ -115,17 +123,17 @@ def tokenize(
                 load_from_cache_file=not data_args.overwrite_cache,
                 desc=f"Tokenizing {read.names.get(split, split)}",
             )
-    data.truncation = {
+    truncation = {
         split: truncation_report(
             document_lengths(dataset), len(dataset), data_args.max_seq_length, model_limit
         )
         for split, dataset in tokenized.items()
     }
-    log_truncation(data.truncation, data_args, dataclasses.replace(read, pair=len(text_columns) > 1))
-    data.tokenized = DatasetDict(
-        {split: dataset.remove_columns(DOCUMENT_LENGTH_COLUMN) for split, dataset in tokenized.items()}
+    log_truncation(truncation, data_args, dataclasses.replace(read, pair=len(text_columns) > 1))
+    return TokenizedSplits(
+        {split: dataset.remove_columns(DOCUMENT_LENGTH_COLUMN) for split, dataset in tokenized.items()},
+        truncation,
     )
-    return data.tokenized
 
 
 def padding_collator(tokenizer, data_args: DataArguments, device):

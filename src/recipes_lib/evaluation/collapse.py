@@ -148,15 +148,19 @@ def results_collapse_note(results: RunResults) -> str | None:
     )
 
 
-def end_of_run_notes(results: RunResults) -> list[str]:
+def end_of_run_notes(results: RunResults, default_learning_rate: float | None = None) -> list[str]:
     """The warnings that close a run: a collapsed model's alone (the neglected-class and training-loss notes
-    advise a higher rate, which makes a collapse worse); else those two notes."""
-    # Loaded when a run ends: training_loss imports config's registry.
+    advise a higher rate, which makes a collapse worse); else those two notes. `default_learning_rate`:
+    the recipe's (its SPEC's), which the training-loss note compares the run's with."""
+    # Loaded when a run ends.
     from recipes_lib.evaluation.neglected import results_neglect_note
     from recipes_lib.evaluation.training_loss import high_loss_note
 
     collapsed = results_collapse_note(results)
     if collapsed is not None:
         return [collapsed]
-    notes = [results_neglect_note(results) if results.neglected_classes else None, high_loss_note(results)]
+    notes = [
+        results_neglect_note(results) if results.neglected_classes else None,
+        high_loss_note(results, default_learning_rate),
+    ]
     return [note for note in notes if note]

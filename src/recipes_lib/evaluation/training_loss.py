@@ -14,8 +14,6 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING, Any
 
-from recipes_lib.config.arguments import RecipeTrainingArguments
-from recipes_lib.config.registry import RECIPES
 from recipes_lib.config.tasks import SINGLE_LABEL
 from recipes_lib.evaluation.neglected import more_learning, more_steps
 
@@ -51,20 +49,13 @@ def train_loss_check(
     return {"train_loss_end": round(final, 4), "train_loss_high": high}
 
 
-def default_learning_rate(recipe: str | None) -> float | None:
-    """The learning rate a recipe runs at when none is given (its registry entry's, else the arguments')."""
-    if recipe not in RECIPES:
-        return None
-    return RECIPES[recipe].training_defaults.get("learning_rate", RecipeTrainingArguments.learning_rate)
-
-
-def high_loss_note(results: RunResults) -> str | None:
-    """The end-of-run paragraph on a training loss still high, from a run's record; None when it is not."""
+def high_loss_note(results: RunResults, default: float | None = None) -> str | None:
+    """The end-of-run paragraph on a training loss still high, from a run's record; None when it is not.
+    `default`: the learning rate the recipe runs at when none is given (its SPEC's)."""
     if not results.train_loss_high:
         return None
     final, classes, config = results.train_loss_end, results.num_labels, results.config or {}
     rate, epochs = config.get("learning_rate"), results.epochs
-    default = default_learning_rate(results.recipe)
     note = (
         f"Training loss at the end: {final:.3f}, above three quarters of chance "
         f"({math.log(classes):.3f}, log {classes}): "

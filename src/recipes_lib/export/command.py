@@ -192,10 +192,11 @@ def _export(results_dir, model_dir, results, quantize, eval_file, max_metric_dro
 def _card_with_export(results_dir: Path, results: RunResults) -> None:
     """The run's model card again, now with the export's gate figures (model_card.read_export_report).
     The export stands whatever happens here: a card that cannot be written is a warning."""
+    from recipes_lib.config.registry import recipe_summary
     from recipes_lib.tracking.model_card import write_card
 
     try:
-        write_card(results_dir, results)
+        write_card(results_dir, results, summary=recipe_summary(results.recipe))
     except (OSError, ValueError, KeyError) as error:
         logger.warning("The export passed, but the model card could not be rewritten with it: %s", error)
 

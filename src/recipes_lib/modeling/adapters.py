@@ -148,6 +148,9 @@ def _new_modules_outside_the_head(model) -> tuple[str, ...]:
 def add_lora(model, lora: LoraShape | LoraArguments):
     """Freeze `model` and wrap it in a peft model with LoRA adapters and a trainable head.
 
+    A recipe passes `Prepared.adapters`, its targets resolved once by `prepare` (resolving them again
+    here leaves them as they are); the planner and the tests may pass options or a shape with 'auto'.
+
     Every module the checkpoint did not provide (`model.newly_initialized_modules`, set by
     modeling.load_model: the head, DeBERTa's pooler, DistilBERT's pre_classifier) trains in full
     and is saved with the adapter: frozen, it would stay random, and a reload would draw another.

@@ -32,11 +32,16 @@ class RunMetrics(TaskMetrics):
         num_labels: int,
         class_weights: list[float] | None = None,
         label_smoothing: float = 0.0,
+        document_ids=None,
+        test_document_ids=None,
+        window_pooling: str = "mean",
     ):
         super().__init__(problem_type, num_labels)
         self.class_weights, self.label_smoothing = class_weights, label_smoothing
+        # sliding_window: the validation split's windows (and the test split's, which record.py scores).
+        self.document_ids, self.window_pooling = document_ids, window_pooling
+        self.test_document_ids = test_document_ids
         self.last_predictions: Predictions | None = None
-        self.test_document_ids = None  # sliding_window: the test split's windows (record.py scores them)
 
     def __call__(self, eval_prediction) -> dict[str, Any]:
         logits = eval_prediction.predictions

@@ -1,6 +1,6 @@
 """Everything a run decides before its model loads, decided once and returned as frozen values.
 
-`prepare(args, spec)` decides, each in one place, from config.json, the arguments and the machine:
+`prepare(args)` decides, each in one place, from config.json, the arguments and the machine:
 the family and attention kernel (modeling/loading.py), the precision (config/precision.py), the task
 (from the labels) and --auto_batch_size's batch (training/autofit.py), and returns them with what they
 imply: the tokenizer, the model config, the tokenized data, the metrics and loss, and the one
@@ -18,7 +18,8 @@ from typing import Any
 
 from recipes_lib.config.arguments import ParsedArguments, RecipeTrainingArguments
 from recipes_lib.config.precision import PrecisionChoice, decide_precision
-from recipes_lib.config.recipe_spec import RecipeSpec, TrainingShape
+from recipes_lib.config.recipe_options import LoraArguments
+from recipes_lib.config.recipe_spec import LoraShape
 from recipes_lib.config.tasks import REGRESSION
 from recipes_lib.config.validation import check_task_options
 from recipes_lib.data.loading import ClassificationData, load_classification_data
@@ -45,10 +46,12 @@ class Prepared:
     tokenizer: Any
     model_config: Any  # config.json with the data's labels and problem_type
     data: ClassificationData  # labels, split sources, raw and tokenized splits
-    shape: TrainingShape  # what the recipe trains, LoRA targets resolved for the family
+    adapters: (
+        LoraShape | None
+    )  # a LoRA recipe's adapters, targets resolved for the family (add_lora takes them)
     metrics: RunMetrics  # the Trainer's compute_metrics
     loss: Any  # the Trainer's compute_loss_func: --class_weights' weighted loss (BCE for multi-label); None: the model's
-    batch_choice: Any = None  # --auto_batch_size: what the planner chose (training/autofit.py)
+    batch_choice: Any = None  # --auto_batch_size: the batch it starts at (training/autofit.py)
 
     @property
     def model_args(self):
@@ -61,7 +64,7 @@ class Prepared:
         return self.arguments.training
 
 
-def prepare(args: ParsedArguments, spec: RecipeSpec, train_file: str | None = None) -> Prepared:
+def prepare(args: ParsedArguments, train_file: str | None = None) -> Prepared:
     """Decide family, attention kernel, precision, task and batch once; load and tokenize the data.
 
     `train_file`: read the training rows from this file instead of --train_file (distillation's copy
@@ -70,7 +73,7 @@ def prepare(args: ParsedArguments, spec: RecipeSpec, train_file: str | None = No
     tokenizer = load_tokenizer(args.model)
     base_config = load_model_config(args.model)
     profile, attention = check_model_support(args.model, base_config, args.data.max_seq_length)
-    shape = training_shape(args, spec, base_config)
+    adapters = lora_adapters(args, base_config)
     precision, device_settings = decide_precision(args.training, base_config.model_type)
     logger.info(
         "%s (%s): attention %s, precision %s (%s)%s",
@@ -79,7 +82,7 @@ def prepare(args: ParsedArguments, spec: RecipeSpec, train_file: str | None = No
         attention,
         precision.precision,
         precision.reason,
-        f", LoRA on {listed_text(shape.adapters.target_modules)}" if shape.adapters is not None else "",
+        f", LoRA on {listed_text(adapters.target_modules)}" if adapters is not None else "",
     )
     model_args = replace(args.model, attn_implementation=attention)
 
@@ -100,15 +103,14 @@ def prepare(args: ParsedArguments, spec: RecipeSpec, train_file: str | None = No
     tokenized = tokenize(
         data, tokenizer, read, args.training.main_process_first, model_limit=profile.max_length
     )
+    data = replace(data, tokenized=tokenized, truncation=tokenized.truncation)
     metrics = run_metrics(args.training, args.data, labels, tokenized)
 
     batch_choice, batch = None, {}
     if args.training.auto_batch_size:
-        from recipes_lib.training.autofit import choose_batch_size  # loads the planner only when asked
+        from recipes_lib.training.autofit import choose_batch_size  # loaded only when asked
 
-        batch_choice = choose_batch_size(
-            replace(args, model=model_args), shape, model_config, precision=precision.precision
-        )
+        batch_choice = choose_batch_size(args.training)
         batch = {
             "per_device_train_batch_size": batch_choice.batch_size,
             "gradient_accumulation_steps": batch_choice.accumulation,
@@ -125,8 +127,8 @@ def prepare(args: ParsedArguments, spec: RecipeSpec, train_file: str | None = No
         precision=precision,
         tokenizer=tokenizer,
         model_config=model_config,
-        data=data,  # tokenize put the tokenized splits in it
-        shape=shape,
+        data=data,
+        adapters=adapters,
         metrics=metrics,
         loss=weighted_loss(metrics.problem_type, metrics.class_weights, metrics.label_smoothing),
         batch_choice=batch_choice,
@@ -144,15 +146,15 @@ def trainer_arguments(parsed: RecipeTrainingArguments, **decided) -> RecipeTrain
     return replace(parsed, **{**values, **decided})
 
 
-def training_shape(args: ParsedArguments, spec: RecipeSpec, base_config) -> TrainingShape:
-    """What the recipe trains (config/recipe_spec.py), a LoRA recipe's targets resolved and checked
-    for the model's family from config.json."""
-    shape = spec.shape(args.recipe_options.get(spec.options))
-    if shape.adapters is None:
-        return shape
+def lora_adapters(args: ParsedArguments, base_config) -> LoraShape | None:
+    """A LoRA recipe's adapters (its options are LoraArguments), the targets resolved and checked for
+    the model's family from config.json, once: the script hands them to add_lora. None otherwise."""
+    lora = next((o for o in args.recipe_options.values() if isinstance(o, LoraArguments)), None)
+    if lora is None:
+        return None
     from recipes_lib.modeling.adapters import check_lora_targets  # a LoRA recipe has loaded it
 
-    return replace(shape, adapters=check_lora_targets(shape.adapters, base_config))
+    return check_lora_targets(lora.shape(), base_config)
 
 
 def run_metrics(training, data_args, labels, tokenized) -> RunMetrics:
@@ -160,13 +162,17 @@ def run_metrics(training, data_args, labels, tokenized) -> RunMetrics:
     weights = None
     if training.class_weights:
         weights = class_weights_from(training.class_weights, tokenized["train"]["labels"], labels.names)
-    metrics = RunMetrics(labels.problem_type, labels.num_labels, weights, training.label_smoothing_factor)
     # sliding_window: metrics combine the validation split's windows into documents (the test
     # split's while it is predicted: record.py).
-    metrics.document_ids = document_ids(tokenized["validation"])
-    metrics.test_document_ids = document_ids(tokenized["test"]) if "test" in tokenized else None
-    metrics.window_pooling = data_args.window_pooling
-    return metrics
+    return RunMetrics(
+        labels.problem_type,
+        labels.num_labels,
+        weights,
+        training.label_smoothing_factor,
+        document_ids=document_ids(tokenized["validation"]),
+        test_document_ids=document_ids(tokenized["test"]) if "test" in tokenized else None,
+        window_pooling=data_args.window_pooling,
+    )
 
 
 def labels_in_words(labels) -> str:

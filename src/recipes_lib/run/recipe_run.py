@@ -186,8 +186,9 @@ class RecipeRun:
             recipe=self.spec.name,
             arguments=prepared.arguments,
             data=prepared.data,
+            class_weights=prepared.metrics.class_weights,
             model_type=prepared.model_config.model_type,
-            shape=prepared.shape,
+            adapters=prepared.adapters,
             precision=precision,
             precision_reason=prepared.precision.reason,
             quantized_compute=probe.quantized_compute,
@@ -202,7 +203,7 @@ class RecipeRun:
         results = finish_run(trainer, train_result, eval_metrics, settings)
         if self.tracker is not None:
             self.tracker.finish(results)  # every results.json key into the W&B summary, same names
-        publish_results(trainer, results)  # the model card, the closing lines, --push_to_hub
+        publish_results(trainer, results, self.spec)  # the model card, the closing lines, --push_to_hub
         return results
 
 

@@ -16,9 +16,9 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from recipes_lib.config.arguments import ParsedArguments
-from recipes_lib.config.recipe_options import MERGED_SUBDIR
-from recipes_lib.config.recipe_spec import TrainingShape
+from recipes_lib.config.arguments import ParsedArguments, RecipeTrainingArguments
+from recipes_lib.config.recipe_options import MERGED_SUBDIR, QloraArguments
+from recipes_lib.config.recipe_spec import LoraShape, RecipeSpec
 from recipes_lib.config.tasks import DEFAULT_THRESHOLD, TASK_METRICS
 from recipes_lib.data.files import write_jsonl
 from recipes_lib.data.loading import ClassificationData
@@ -55,8 +55,9 @@ class RunSettings:
     recipe: str
     arguments: ParsedArguments  # what ran: the task, attention kernel and precision resolved
     data: ClassificationData  # labels, split sources, the tokenized splits, truncation
+    class_weights: list[float] | None  # --class_weights' per-class weights, as the loss used them
     model_type: str
-    shape: TrainingShape  # the adapters (resolved for the family), the quantized base's bits
+    adapters: LoraShape | None  # the adapters, targets resolved for the family
     precision: str  # the precision the layers computed in, observed
     precision_reason: str  # why the run decided its precision (config/precision.py)
     quantized_compute: str | None  # QLoRA: the dtype of the 4-bit layers' matmuls
@@ -66,7 +67,7 @@ class RunSettings:
     ]  # the whole run's real and padded training tokens, and this process's real ones
     device: str  # where it ran (results.describe_device)
     resumed_from: str | None = None  # --resume_from_checkpoint's checkpoint directory, resolved
-    batch_choice: Any = None  # --auto_batch_size: what the planner chose
+    batch_choice: Any = None  # --auto_batch_size: the batch it started at
     merged: dict[str, Any] = field(default_factory=dict)  # --merge_adapter: evaluate_merged_model's figures
 
 
@@ -158,7 +159,7 @@ def training_results(settings: RunSettings, trainer, train_result) -> dict[str, 
     real_tokens, all_tokens, session_tokens = settings.tokens
     resumed_at = _step_of(settings.resumed_from)
     ran = state.global_step > (resumed_at or 0)
-    weights = getattr(trainer.compute_loss_func, "class_weights", None)
+    weights = settings.class_weights
     return dict(
         train_samples=len(trainer.train_dataset),
         train_loss=whole_run_loss(state.log_history),
@@ -179,7 +180,12 @@ def training_results(settings: RunSettings, trainer, train_result) -> dict[str, 
 def model_results(settings: RunSettings, trainer) -> dict[str, Any]:
     """What trained and how: the model type, adapters, the batch (the memory comes as settings.memory;
     parameters and optimizer state are counted in modeling/, by finish_run)."""
-    adapters, choice = settings.shape.adapters, settings.batch_choice
+    adapters, choice = settings.adapters, settings.batch_choice
+    qlora = (
+        settings.arguments.options(QloraArguments)
+        if QloraArguments in settings.arguments.recipe_options
+        else None
+    )
     # The batch the Trainer's arguments hold at the end: after any out-of-memory back-off (RecipeTrainer).
     batch = choice.after_training(trainer.args, getattr(trainer, "out_of_memory_at", [])) if choice else None
     return dict(
@@ -189,7 +195,7 @@ def model_results(settings: RunSettings, trainer) -> dict[str, Any]:
         lora_target_modules=_listed(adapters.target_modules) if adapters is not None else None,
         modules_trained_in_full=list(getattr(trainer.model, "modules_to_save", None) or []) or None,
         # QLoRA: the bits of the frozen base's linear weights (4: NF4, 8: LLM.int8); else None.
-        quantized_base_bits=settings.shape.base_bits if settings.shape.quantized_base else None,
+        quantized_base_bits=qlora.base_bits if qlora is not None else None,
         auto_batch_size=batch.to_dict() if batch is not None else None,
     )
 
@@ -314,7 +320,7 @@ def hub_repo_id(trainer) -> str | None:
     return getattr(trainer, "hub_model_id", None) if trainer.args.push_to_hub else None
 
 
-def publish_results(trainer, results: RunResults) -> None:
+def publish_results(trainer, results: RunResults, recipe: RecipeSpec) -> None:
     """The model card from the results, the run's closing lines, and --push_to_hub's second push.
 
     The Trainer pushed the model when the script saved it, before the final evaluation; the second
@@ -323,8 +329,9 @@ def publish_results(trainer, results: RunResults) -> None:
     card there; the run's card is then written into output_dir again.
     """
     output_dir, main = trainer.args.output_dir, trainer.is_world_process_zero()
+    default_rate = RecipeTrainingArguments.learning_rate  # a recipe whose SPEC leaves it as it is
     if main:
-        write_card(output_dir, results, hub_repo_id(trainer))
+        write_card(output_dir, results, hub_repo_id(trainer), recipe.summary)
         logger.info(
             "Done: %s, %s samples/s, peak memory %.2f GiB. Model and %s in %s",
             ", ".join(
@@ -339,10 +346,10 @@ def publish_results(trainer, results: RunResults) -> None:
             output_dir,
         )
         # issues #42, #50: a collapsed model, an ignored class, a high loss, each with what helps
-        for note in end_of_run_notes(results):
+        for note in end_of_run_notes(results, recipe.training_defaults.get("learning_rate", default_rate)):
             logger.warning(note)
     if trainer.args.push_to_hub:
-        trainer.model_card = build_card(results, hub_repo_id(trainer))
+        trainer.model_card = build_card(results, hub_repo_id(trainer), summary=recipe.summary)
         trainer.push_to_hub(commit_message="End of training: results and model card")
         if main:
-            write_card(output_dir, results, hub_repo_id(trainer))
+            write_card(output_dir, results, hub_repo_id(trainer), recipe.summary)

@@ -38,7 +38,7 @@ from recipes_lib.memory.planner import (
     plan_memory,
 )
 from recipes_lib.memory.planner.report import describe_setup, error_reason
-from recipes_lib.training.autofit import planner_setup
+from recipes_lib.memory.planner.setup import setup_for_run
 from recipes_lib.units import GIB
 
 
@@ -73,7 +73,7 @@ def check_recipe(name: str, argv: list[str], request: dict[str, Any]) -> dict[st
         budget, source = device_budget(training.device)
     answer.update(budget_gib=budget, budget_source=source)
     setup = replace(
-        planner_setup(arguments, spec.shape(options), training.device),
+        setup_for_run(arguments, spec.shape(options), training.device.type),
         cuda_overhead_gib=DEFAULT_CUDA_OVERHEAD_GIB,
         num_processes=int(request.get("num_processes", 1)),
         sharding=request.get("sharding", "none"),

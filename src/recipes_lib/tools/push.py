@@ -13,6 +13,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+from recipes_lib.config.registry import recipe_summary
 from recipes_lib.credentials import redact
 from recipes_lib.errors import ConfigError, HubError, RecipeError
 from recipes_lib.locking import lock_directory
@@ -72,7 +73,8 @@ def push_run(
     with lock_directory(output_dir, "push", stale_advice=STALE_ADVICE):
         card = output_dir / CARD_FILE
         previous_card = card.read_bytes() if card.is_file() else None
-        write_card(output_dir, read_results(output_dir), repo_id)
+        results = read_results(output_dir)
+        write_card(output_dir, results, repo_id, recipe_summary(results.recipe))
         try:
             return upload(HfApi(token=token), output_dir, repo_id, private)
         except BaseException:  # the card names a repository that did not get the run: the old one back

@@ -19,7 +19,6 @@ from typing import Any
 from huggingface_hub import EvalResult, ModelCard, ModelCardData
 
 from recipes_lib.config.recipe_options import MERGED_SUBDIR
-from recipes_lib.config.registry import RECIPES
 from recipes_lib.config.tasks import DEFAULT_THRESHOLD, MULTI_LABEL, REGRESSION, SINGLE_LABEL, TASK_METRICS
 from recipes_lib.results import RunResults
 from recipes_lib.tracking.card_usage import usage_values
@@ -203,27 +202,33 @@ def card_data(results: RunResults, model_name: str) -> ModelCardData:
 
 
 def build_card(
-    results: RunResults, repo_id: str | None = None, export_report: dict[str, Any] | None = None
+    results: RunResults,
+    repo_id: str | None = None,
+    export_report: dict[str, Any] | None = None,
+    summary: str | None = None,
 ) -> ModelCard:
     """The run's card: `repo_id` names the model in the loading code (default: the output_dir's name);
-    `export_report`: a passed `recipes-lib export`'s export_report.json, shown as its own section."""
+    `export_report`: a passed `recipes-lib export`'s export_report.json, shown as its own section;
+    `summary`: what the recipe trains (its SPEC's summary)."""
     model_name = (repo_id or _file_name(str(results.output_dir or ".")) or "model").split("/")[-1]
     model_name = model_name if model_name != "." else "model"
     with resources.as_file(resources.files("recipes_lib.tracking").joinpath(*TEMPLATE)) as template:
         return ModelCard.from_template(
             card_data(results, model_name),
             template_path=str(template),
-            **_template_values(results, model_name, repo_id),
+            **_template_values(results, model_name, repo_id, summary),
             export=_export_values(export_report),
         )
 
 
-def write_card(output_dir: str | Path, results: RunResults, repo_id: str | None = None) -> Path:
+def write_card(
+    output_dir: str | Path, results: RunResults, repo_id: str | None = None, summary: str | None = None
+) -> Path:
     """README.md in output_dir (replacing the one peft writes beside an adapter), checked as it is read back;
     with the export's gate figures when output_dir holds a passed export (EXPORT_REPORT)."""
     path = Path(output_dir) / CARD_FILE
     write_text_whole(
-        path, str(build_card(results, repo_id, read_export_report(output_dir))), newline=""
+        path, str(build_card(results, repo_id, read_export_report(output_dir), summary)), newline=""
     )  # as ModelCard.save
     check_card(path, results)
     return path
@@ -295,10 +300,11 @@ def _export_values(report: dict[str, Any] | None) -> dict[str, Any] | None:
 # --- what the template shows -------------------------------------------------------------------------
 
 
-def _template_values(results: RunResults, model_name: str, repo_id: str | None) -> dict[str, Any]:
+def _template_values(
+    results: RunResults, model_name: str, repo_id: str | None, summary: str | None
+) -> dict[str, Any]:
     """The values templates/model_card.md fills in, each already worded (the template only lays them out)."""
     problem_type = results.problem_type
-    spec = RECIPES.get(results.recipe)
     threshold = results.decision_threshold
     positive = results.positive_label
     on_hub = repo_id is not None
@@ -310,7 +316,7 @@ def _template_values(results: RunResults, model_name: str, repo_id: str | None) 
         "title": model_name,
         "base": base_model(results),
         "recipe": results.recipe,
-        "recipe_summary": spec.summary if spec is not None and spec.summary else None,
+        "recipe_summary": summary or None,
         "task_words": TASK_WORDS[problem_type],
         "problem_type": problem_type,
         "is_regression": problem_type == REGRESSION,

@@ -164,7 +164,7 @@ class UnlabelledRows:
 
     The run's own loading refuses a training row without a label, so `set_aside` copies
     --train_file's labelled rows (the records copied as written) to `labelled_file`, which the
-    script hands `prepare(args, spec, train_file=...)`; results.json still names the user's file.
+    script hands `prepare(args, train_file=...)`; results.json still names the user's file.
     `remove_copy` deletes the copy once the data is loaded.
     """
 

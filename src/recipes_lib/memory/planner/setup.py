@@ -99,3 +99,23 @@ class Setup:
     @property
     def adapters(self) -> LoraShape | None:
         return self.shape.adapters
+
+
+def setup_for_run(arguments, shape: TrainingShape, device: str) -> Setup:
+    """The planner's view of a parsed run (its ParsedArguments): the recipe's training shape and the
+    run's own batch, sequence length, precision flags, checkpointing and attention kernel."""
+    training = arguments.training
+    return Setup(
+        shape=shape,
+        batch_size=training.per_device_train_batch_size,
+        seq_length=arguments.data.max_seq_length,
+        bf16=bool(training.bf16),
+        fp16=bool(training.fp16),  # the same bytes as bf16 (2 per autocast copy)
+        # transformers 5 renamed gradient_checkpointing (a deprecated alias until v6).
+        gradient_checkpointing=bool(training.activation_checkpointing),
+        device="cuda" if device == "cuda" else "cpu",
+        # The kernel check_model_support resolves (flash_attention_2 on a GPU with flash-attn).
+        attention=arguments.model.attn_implementation
+        if arguments.model.attn_implementation in ("eager", "flash_attention_2")
+        else "sdpa",
+    )
