@@ -11,12 +11,12 @@ from __future__ import annotations
 import json
 import os
 import statistics
-import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from recipes_lib.config.tasks import MULTI_LABEL, REGRESSION
+from recipes_lib.credentials import print_error
 from recipes_lib.results import RESULTS_FILE, RunResults, read_results
 from recipes_lib.tools.run_labels import (
     alike,
@@ -455,7 +455,7 @@ def compare(run_dirs: list[str], chart: str | None = None, markdown: bool = Fals
     try:
         runs = load_runs(run_dirs)
     except CompareError as error:
-        print(f"error: {error}", file=sys.stderr)
+        print_error(error)
         return 2
     print(comparison_table(runs, markdown, run_dirs))
     notes = table_notes(runs)

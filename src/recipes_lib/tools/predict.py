@@ -31,6 +31,7 @@ from transformers import AutoConfig, AutoTokenizer
 
 from recipes_lib.config.precision import autocast_for
 from recipes_lib.config.tasks import DEFAULT_THRESHOLD, MULTI_LABEL, SINGLE_LABEL
+from recipes_lib.credentials import print_error
 from recipes_lib.data.files import (
     DELIMITED,
     column_note,
@@ -402,7 +403,7 @@ def write_predictions(
                        text_column_names=text_column_names, id_column=id_column, with_ids=True,
                        delimiter=delimiter, column_names=column_names)  # fmt: skip
     except RecipeError as error:
-        print(f"error: {error}", file=sys.stderr)
+        print_error(error)
         return error.exit_code
     if path is None:
         for row in rows:

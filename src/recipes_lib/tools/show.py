@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-import sys
-
+from recipes_lib.credentials import print_error
 from recipes_lib.results import RunResults
 from recipes_lib.tools.compare import TASK_METRIC_COLUMNS, CompareError, load_runs
 from recipes_lib.tools.run_labels import (
@@ -41,7 +40,7 @@ def show(run_dirs: list[str]) -> int:
     try:
         runs = load_runs(run_dirs)
     except CompareError as error:
-        print(f"error: {error}", file=sys.stderr)
+        print_error(error)
         return 2
     memory_note = runs[-1].peak_memory_source
     # Multi-label and regression runs add their metrics (micro-F1; MSE, Pearson, Spearman) after macro-F1.
