@@ -213,7 +213,14 @@ def dispatch(args: argparse.Namespace, recipe_tokens: list[str]) -> int:
         from recipes_lib.tools.predict import write_predictions
 
         reading = options_of(
-            args, "batch_size", "csv_quoting", "text_column_names", "id_column", "delimiter", "column_names"
+            args,
+            "batch_size",
+            "csv_quoting",
+            "text_column_names",
+            "id_column",
+            "delimiter",
+            "column_names",
+            "max_text_chars",
         )
         return write_predictions(args.run_dir, args.input, args.output, **reading)
     if args.command == "push":
@@ -337,6 +344,12 @@ def add_predict_parser(commands) -> None:
         "--text_column_names",
         help="the input's text column, or two comma-separated for sentence pairs, in the run's order (as the "
         "recipes' option; default: the columns the run trained on)",
+    )
+    predict_parser.add_argument(
+        "--max_text_chars",
+        type=int,
+        help="refuse an input text field longer than this many characters before tokenizing (the tokenizer needs "
+        "about 80 bytes of memory a character; default: the run's --max_text_chars, 1,000,000 unless it was given one)",
     )
     predict_parser.add_argument(
         "--id_column",
