@@ -159,3 +159,41 @@ def test_the_call_is_written_for_the_task_and_its_inputs(problem_type, columns, 
     )
     code = pipeline_code(results, 'model="run"')
     assert expected in code and "truncation=True, max_length=64" in code
+
+
+# head_tail's predict counts the tokenizer's special tokens as training does (SpecialTokens.of), not 1 and 1.
+@pytest.mark.parametrize("template", [None, "[CLS] $A [SEP] [SEP]", "$A [SEP]"])
+def test_the_head_tail_predict_cuts_as_the_run_did_whatever_the_special_tokens(tiny_bert, template):
+    import torch
+    from tokenizers.processors import TemplateProcessing
+    from transformers import AutoTokenizer
+
+    from recipes_lib.data.long_text import HEAD_TAIL, SpecialTokens, cut_document
+    from recipes_lib.tracking.card_usage import windowed_code
+
+    tokenizer = AutoTokenizer.from_pretrained(tiny_bert)
+    if template is not None:  # a tokenizer with another count of special tokens on a side
+        tokens = [("[CLS]", tokenizer.cls_token_id), ("[SEP]", tokenizer.sep_token_id)]
+        tokenizer.backend_tokenizer.post_processor = TemplateProcessing(
+            single=template, special_tokens=tokens
+        )
+    special = SpecialTokens.of(tokenizer)
+    assert template is None or (special.before, special.after) != (1, 1)
+    seen = []
+
+    class Model:
+        config = type("Config", (), {"id2label": {0: "cool", 1: "warm"}})()
+
+        def __call__(self, input_ids, **_):
+            seen.append(input_ids[0].tolist())
+            return type("Output", (), {"logits": torch.zeros(1, 2)})()
+
+    results = RunResults.from_dict({"problem_type": "single_label_classification", "text_columns": ["text"],
+                                    "config": {"max_seq_length": 18, "long_text": "head_tail"}})  # fmt: skip
+    namespace = {"torch": torch, "model": Model(), "tokenizer": tokenizer}
+    exec(windowed_code(results), namespace)
+    for text in (" ".join(NOISE * 3), "a red cat"):  # cut, and short enough to stay whole
+        seen.clear()
+        namespace["predict"](text)
+        ids = tokenizer(text)["input_ids"]
+        assert seen == cut_document(ids, special, special.room(18), HEAD_TAIL, 0), text

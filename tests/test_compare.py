@@ -243,3 +243,15 @@ def test_compare_wandb_writes_its_offline_run_beside_the_runs_not_where_the_comm
         wandb.teardown()
     assert len(offline_runs(runs)) == 1
     assert not (checkout / "wandb").exists()
+
+
+def test_the_table_of_runs_alike_is_named_by_the_directories_it_must_be_given():
+    """Two runs whose settings look alike are told apart by their directories: comparison_table takes them."""
+    import inspect
+
+    from recipes_lib.tools.compare import comparison_table
+
+    assert inspect.signature(comparison_table).parameters["run_dirs"].default is inspect.Parameter.empty
+    runs = [RunResults.from_dict(_scored()), RunResults.from_dict(_scored())]
+    table = comparison_table(runs, ["outputs/first", "outputs/second"])
+    assert "first" in table and "second" in table

@@ -99,7 +99,17 @@ def test_a_split_value_no_spelling_names_is_an_error_naming_it_and_its_line(tmp_
         load(train_file=str(path), validation_file=str(path), split_column="SemEval_set")
 
 
-@pytest.mark.parametrize(("values", "hinted"), [(range(1, 6), True), (range(0, 2), False), (range(3), False)])
+# 5-class stars (1-5, SST-5's 0-4) and TREC's 0-5 are ordinary classes: no hint; 1-10 and 0-100 (here in tens) may be scores.
+@pytest.mark.parametrize(
+    ("values", "hinted"),
+    [
+        (range(1, 11), True),
+        (range(0, 101, 10), True),
+        (range(1, 6), False),
+        (range(0, 6), False),
+        (range(3), False),
+    ],
+)
 def test_whole_number_scores_of_many_values_get_a_hint_naming_regression(values, hinted, tmp_path, caplog):
     score = lambda rng: str(rng.choice(list(values)))  # noqa: E731
     path = write_published(tmp_path / "scores.txt", ["score\ta\tb", *pair_lines(40, 1, score)])
@@ -110,8 +120,8 @@ def test_whole_number_scores_of_many_values_get_a_hint_naming_regression(values,
         record.getMessage() for record in caplog.records if "--problem_type regression" in record.getMessage()
     ]
     assert bool(hint) == hinted
-    if hinted:
+    if values == range(1, 11):
         assert hint == [
-            "The labels are whole numbers of 5 values, 1 to 5: read as 5 classes, their order ignored "
+            "The labels are whole numbers of 10 values, 1 to 10: read as 10 classes, their order ignored "
             "(single-label classification). If they are scores on a scale, give --problem_type regression."
         ]

@@ -273,7 +273,30 @@ def test_a_text_field_over_the_bound_is_refused_before_tokenizing(tmp_path, spli
     files = {name: write_csv(tmp_path / f"{name}.csv", rows[name]) for name in rows}
     with pytest.raises(
         DataError,
-        match=r"Row 4 of .* has a 'text' of 1,001 characters, over the bound of 1,000 \(--max_text_chars\).*raise --max_text_chars",
+        match=rf"{split}.csv line 5 has a 'text' of 1,001 characters, over the bound of 1,000 \(--max_text_chars\).*raise --max_text_chars",
     ):
         load(files, max_text_chars=1000)
     assert load(files, max_text_chars=1001).raw[split][3]["text"] == "x" * 1001
+
+
+# A split taken from another's rows shares its table: the row named is the split's own, and its file line.
+def test_an_oversized_row_of_a_split_column_split_is_named_by_its_line(tmp_path):
+    splits = ["train", "train", "test", "train", "test", "dev", "test", "train"]
+    rows = [(f"text {i}", i % 2, split) for i, split in enumerate(splits)]
+    rows[6] = ("x" * 1001, 0, "test")  # the test split's third row, the file's line 8
+    path = write_csv(tmp_path / "all.csv", rows, header=("text", "label", "split"))
+    with pytest.raises(DataError, match=r"^all.csv line 8 has a 'text' of 1,001 characters"):
+        load_classification_data(
+            DataArguments(train_file=str(path), split_column="split", max_text_chars=1000)
+        )
+
+
+def test_an_oversized_row_of_a_held_out_validation_is_named_in_that_split(tmp_path):
+    rows = [(f"text {i}", i % 2) for i in range(20)]
+    options = {"train_file": str(tmp_path / "train.csv"), "validation_split_percentage": 50}
+    write_csv(tmp_path / "train.csv", rows)
+    held_out = load_classification_data(DataArguments(**options)).raw["validation"]["text"]
+    rows[int(held_out[1].split()[1])] = ("x" * 1001, 1)  # the held-out split's second row (rows go by seed)
+    write_csv(tmp_path / "train.csv", rows)
+    with pytest.raises(DataError, match=r"^Row 2 of 50% of train held out has a 'text' of 1,001 characters"):
+        load_classification_data(DataArguments(**options, max_text_chars=1000))

@@ -245,6 +245,24 @@ def test_a_missing_text_column_names_the_column_the_file_has_and_the_fix(full_ft
     assert "name the input's column with --text_column_names" in message
 
 
+# A runaway field (a wrong delimiter or quoting) would cost ~80 bytes a character to tokenize: refused first.
+def test_an_input_text_over_the_runs_max_text_chars_is_refused_and_the_bound_can_be_raised(
+    full_ft_run, tmp_path, capsys
+):
+    from recipes_lib.cli.main import main
+
+    huge = write_csv(tmp_path / "huge.csv", [("a red cat", "warm"), ("x" * 1_000_001, "cool")])
+    assert main(["predict", str(full_ft_run), "--input", str(huge)]) == 2  # the run's bound, 1,000,000
+    assert "Row 2 of huge.csv has a 'text' of 1,000,001 characters, over the bound of 1,000,000" in (
+        capsys.readouterr().err
+    )
+    long = write_csv(tmp_path / "long.csv", [("a red cat", "warm"), ("red " * 30, "cool")])  # 120 characters
+    assert main(["predict", str(full_ft_run), "--input", str(long), "--max_text_chars", "100"]) == 2
+    assert "over the bound of 100 (--max_text_chars)" in capsys.readouterr().err
+    assert main(["predict", str(full_ft_run), "--input", str(long), "--max_text_chars", "120"]) == 0
+    assert len(capsys.readouterr().out.splitlines()) == 2
+
+
 def test_the_text_column_and_an_id_column_are_named_on_the_command_line(
     full_ft_run, predict_data, tmp_path, capsys
 ):

@@ -4,7 +4,7 @@ evaluation are not rounded to bf16's 8-bit mantissa; classification heads, savin
 from __future__ import annotations
 
 import torch
-from transformers import AutoModelForSequenceClassification
+from transformers import AutoConfig, AutoModelForSequenceClassification
 
 from recipes_lib.modeling.adapters import load_trained_model
 from recipes_lib.modeling.score_head import score_head_in_fp32
@@ -33,6 +33,17 @@ def test_a_regression_score_under_bf16_autocast_is_computed_in_fp32(tiny_bert):
     assert len(torch.unique(scores)) == len(scores)
     plain = scores_under_bf16_autocast(regression_model(tiny_bert, num_labels=1, problem_type="regression"))
     assert plain.dtype == torch.bfloat16  # what the head gave before: the body's autocast reaches it
+
+
+def test_the_model_a_recipe_loads_for_regression_scores_in_fp32(tiny_bert):
+    """What the recipes load (modeling.loading.load_model), not only the helper: the head leaves autocast."""
+    from recipes_lib.config.arguments import ModelArguments
+    from recipes_lib.modeling.loading import load_model
+
+    model_args = ModelArguments(model_name_or_path=str(tiny_bert))
+    config = AutoConfig.from_pretrained(tiny_bert, num_labels=1, problem_type="regression")
+    model = load_model(model_args, config).eval()
+    assert scores_under_bf16_autocast(model).dtype == torch.float32
 
 
 def test_classification_heads_and_the_saved_weights_are_unchanged(tiny_bert, tmp_path):

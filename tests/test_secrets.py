@@ -421,3 +421,63 @@ def test_a_crossval_writes_no_planted_secret(tmp_path, tiny_bert, learnable_data
     found = files_holding(PLANTED, tmp_path / "crossval", tmp_path / "wandb-home")
     printed = printed_holding(PLANTED, crossval.stdout, crossval.stderr)
     assert (found, printed) == ({}, []), f"planted secrets found: {found}; printed: {printed}"
+
+
+def _cli_error(argv: list[str], capsys) -> tuple[int, str]:
+    """(exit code, stderr) of `recipes-lib ARGV` in-process: argparse's errors exit, the commands return."""
+    from recipes_lib.cli.main import main
+
+    try:
+        code = main(argv)
+    except SystemExit as exit:
+        code = exit.code
+    printed = capsys.readouterr()
+    return code, printed.out + printed.err
+
+
+def _commands():
+    """{command: its subparser} of `recipes-lib`, every one the parser has."""
+    import argparse
+
+    from recipes_lib.cli.main import build_parser
+
+    parser = build_parser()
+    return next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction)).choices
+
+
+def _required(subparser, value: str) -> list[str]:
+    """`value` for each positional and required option of a command."""
+    argv = []
+    for action in subparser._actions:
+        if not action.option_strings and action.nargs not in ("?", "*"):
+            argv.append(value)
+        elif action.option_strings and action.required:
+            argv += [action.option_strings[0], value]
+    return argv
+
+
+# Argparse's own errors echo what was typed; the commands' messages name their bad value: all redacted.
+def test_no_recipes_lib_command_prints_a_url_password_given_in_an_unknown_argument_or_a_bad_value(capsys):
+    url = f"postgresql://user:{SECRET}@db.example/study"
+    untyped = []
+    for command, subparser in _commands().items():
+        code, printed = _cli_error([command, *_required(subparser, "x"), f"--db_url={url}"], capsys)
+        assert code == 2 and SECRET not in printed, (command, printed)
+        if command != "crossval":  # crossval hands unknown options to its folds' recipe
+            assert "unrecognized arguments" in printed and credentials.REDACTED in printed, (command, printed)
+        typed = [
+            a for a in subparser._actions if a.option_strings and (a.type not in (None, str) or a.choices)
+        ]
+        if typed:  # argparse refuses the value: "invalid int value: '...'", "invalid choice: '...'"
+            argv = [command, *_required(subparser, "x"), typed[0].option_strings[0], url]
+        elif _required(subparser, url):  # the command's own message names its bad value
+            argv = [command, *_required(subparser, url)]
+        else:
+            untyped.append(command)
+            continue
+        code, printed = _cli_error(argv, capsys)
+        assert code != 0 and SECRET not in printed, (command, printed)
+        assert credentials.REDACTED in printed or command == "wandb-dashboard", (command, printed)
+    assert untyped == ["families"]  # it takes no value
+    code, printed = _cli_error([url], capsys)  # not a command: "invalid choice"
+    assert code == 2 and SECRET not in printed and credentials.REDACTED in printed

@@ -14,9 +14,11 @@ command prints passes `redact`: passwords in URLs and the values of secret envir
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import os
 import re
+import sys
 from collections.abc import Iterable
 
 from recipes_lib.errors import ConfigError
@@ -28,7 +30,8 @@ SECRET_OPTION = re.compile(r"(?:^|_)(?:token|key|secret|password|passwd|credenti
 ENVIRONMENT_OF = {"hub_token": "HF_TOKEN"}
 REDACTED = "<redacted>"
 # USER:PASSWORD@ in a URL's authority, and a secret-named query parameter (?password=, &api_key=).
-URL_PASSWORD = re.compile(r"(?P<head>[a-zA-Z][\w+.-]*://[^/\s:@'\"]*:)[^\s/'\"]*(?=@)")
+# One slash too: a URL given where a directory goes comes back from Path() as "postgresql:/u:PW@h/db".
+URL_PASSWORD = re.compile(r"(?P<head>[a-zA-Z][\w+.-]*://?[^/\s:@'\"]*:)[^\s/'\"]*(?=@)")
 QUERY_SECRET = re.compile(
     r"(?P<head>[?&;](?:[\w.-]*_)?(?:token|key|secret|password|passwd|credentials?)=)[^&\s'\"#]*", re.I
 )
@@ -90,6 +93,20 @@ def redact(text: str, *secrets: str) -> str:
         if len(value) >= SHORTEST_SEARCHED:
             text = text.replace(value, REDACTED)
     return text
+
+
+def print_error(error: object) -> None:
+    """`error: MESSAGE` on stderr, redacted: how every command prints its bad input (one place, so none skips it)."""
+    print(redact(f"error: {error}"), file=sys.stderr)
+
+
+class RedactingArgumentParser(argparse.ArgumentParser):
+    """argparse's own errors echo what was typed ("unrecognized arguments: ...", "invalid int value: '...'"):
+    redacted like every other message. Subparsers are of the same class (argparse's parser_class default)."""
+
+    def error(self, message: str):
+        self.print_usage(sys.stderr)
+        self.exit(2, redact(f"{self.prog}: error: {message}") + "\n")
 
 
 def _hide_password(match: re.Match) -> str:

@@ -52,7 +52,7 @@ from recipes_lib.config.bitsandbytes_import import (
     kernels_line_dropped,
 )
 from recipes_lib.config.versions import check_supported_versions
-from recipes_lib.credentials import redact, refuse_secret_options
+from recipes_lib.credentials import RedactingArgumentParser, print_error, refuse_secret_options
 from recipes_lib.errors import RecipeError
 from recipes_lib.workbench import format_table
 
@@ -74,7 +74,7 @@ def quiet_bitsandbytes():
 
 def build_parser() -> argparse.ArgumentParser:
     """The `recipes-lib` parser with every command's subparser (tests/test_docs.py checks the docs' commands on it)."""
-    parser = argparse.ArgumentParser(prog="recipes-lib", description=__doc__.splitlines()[0])
+    parser = RedactingArgumentParser(prog="recipes-lib", description=__doc__.splitlines()[0])
     commands = parser.add_subparsers(dest="command", required=True)
     show_parser = commands.add_parser("show", help="Print the results of finished runs as a table.")
     show_parser.add_argument("run_dirs", nargs="+", help="output directories holding results.json")
@@ -101,7 +101,7 @@ def main(argv: list[str] | None = None) -> int:
     try:  # before argparse, whose errors would echo the value ("unrecognized arguments: --token hf_...")
         refuse_secret_options(argv)
     except RecipeError as error:
-        print(f"error: {error}", file=sys.stderr)
+        print_error(error)
         return error.exit_code
     parser = build_parser()
     # crossval passes the options it does not know to the recipe; every other command knows all of its own.
@@ -114,7 +114,7 @@ def main(argv: list[str] | None = None) -> int:
         try:
             return dispatch(args, recipe_tokens)
         except RecipeError as error:  # every command's bad input: one paragraph, the error's exit code
-            print(redact(f"error: {error}"), file=sys.stderr)
+            print_error(error)
             return error.exit_code
 
 
@@ -213,7 +213,14 @@ def dispatch(args: argparse.Namespace, recipe_tokens: list[str]) -> int:
         from recipes_lib.tools.predict import write_predictions
 
         reading = options_of(
-            args, "batch_size", "csv_quoting", "text_column_names", "id_column", "delimiter", "column_names"
+            args,
+            "batch_size",
+            "csv_quoting",
+            "text_column_names",
+            "id_column",
+            "delimiter",
+            "column_names",
+            "max_text_chars",
         )
         return write_predictions(args.run_dir, args.input, args.output, **reading)
     if args.command == "push":
@@ -337,6 +344,12 @@ def add_predict_parser(commands) -> None:
         "--text_column_names",
         help="the input's text column, or two comma-separated for sentence pairs, in the run's order (as the "
         "recipes' option; default: the columns the run trained on)",
+    )
+    predict_parser.add_argument(
+        "--max_text_chars",
+        type=int,
+        help="refuse an input text field longer than this many characters before tokenizing (the tokenizer needs "
+        "about 80 bytes of memory a character; default: the run's --max_text_chars, 1,000,000 unless it was given one)",
     )
     predict_parser.add_argument(
         "--id_column",

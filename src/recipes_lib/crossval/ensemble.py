@@ -24,7 +24,7 @@ import numpy as np
 
 from recipes_lib.config.tasks import DEFAULT_THRESHOLD, MULTI_LABEL, REGRESSION
 from recipes_lib.crossval.folds import TrainingRows, read_labelled_file
-from recipes_lib.crossval.oof import summary
+from recipes_lib.crossval.oof import RUN_FOLD_AGAIN, summary
 from recipes_lib.data.files import write_jsonl
 from recipes_lib.errors import DataError
 from recipes_lib.evaluation.predictions import TEST_PREDICTIONS_FILE, prediction_rows
@@ -43,9 +43,6 @@ SINGLE_LABEL_HOW = "the mean of the folds' softmax probabilities, the likeliest 
 
 
 # A finished fold is not rerun: its directory goes first.
-_RUN_FOLD_AGAIN = "Delete the fold's directory ({fold}), then rerun the same command: that fold runs again."
-
-
 def read_test_predictions(fold_dir: Path) -> list[dict[str, Any]]:
     path = Path(fold_dir) / TEST_PREDICTIONS_FILE
     if not path.is_file():
@@ -54,7 +51,7 @@ def read_test_predictions(fold_dir: Path) -> list[dict[str, Any]]:
             "command, or its recipe could not read the file: its log says). A finished fold is not rerun; give the "
             "cross-validation with --test_file a new --output_dir."
         )
-    return read_jsonl(path, "a fold's test predictions", _RUN_FOLD_AGAIN.format(fold=Path(fold_dir)))
+    return read_jsonl(path, "a fold's test predictions", RUN_FOLD_AGAIN.format(fold=Path(fold_dir)))
 
 
 def fold_probabilities(lines: list[dict[str, Any]], task: str, classes: list[str]) -> np.ndarray:

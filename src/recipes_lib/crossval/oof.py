@@ -31,7 +31,7 @@ RESULTS_FILE = CROSSVAL_RESULTS_FILE
 
 
 # A finished fold is not rerun: its directory goes first.
-_RUN_FOLD_AGAIN = "Delete the fold's directory ({fold}), then rerun the same command: that fold runs again."
+RUN_FOLD_AGAIN = "Delete the fold's directory ({fold}), then rerun the same command: that fold runs again."
 
 
 def read_fold_predictions(fold_output_dir: Path, expected_rows: int) -> list[dict[str, Any]]:
@@ -43,7 +43,7 @@ def read_fold_predictions(fold_output_dir: Path, expected_rows: int) -> list[dic
         )
     # A file cut mid-line (a disk error, an edit): one paragraph naming its line, not a JSON traceback.
     lines = read_jsonl(
-        path, "a fold's held-out predictions", _RUN_FOLD_AGAIN.format(fold=Path(fold_output_dir))
+        path, "a fold's held-out predictions", RUN_FOLD_AGAIN.format(fold=Path(fold_output_dir))
     )
     if len(lines) != expected_rows:
         raise DataError(

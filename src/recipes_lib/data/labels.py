@@ -203,8 +203,10 @@ def _problem_type(
     return requested, delimiter if requested == MULTI_LABEL else None
 
 
-# Whole numbers taking at least this many values may be scores (a 1-5 relatedness scale) read as classes.
-INTEGER_SCORE_VALUES = 5
+# Whole numbers taking at least this many values may be scores (a 1-10 rating, a 0-100 score) read as classes.
+# Not fewer: ordinary class sets are whole numbers of 5 or 6 values (SST-5's 0-4, 1-5 stars, TREC's 0-5), and
+# a hint on every such run would be noise; a 1-5 relatedness scale needs --problem_type regression unprompted.
+INTEGER_SCORE_VALUES = 10
 
 
 def _hint_integer_scores(values: LabelColumn, feature) -> None:

@@ -233,7 +233,7 @@ def load_classification_data(
                     f"Text column '{column}' is in train but not in {split}; {split} columns are: "
                     f"{listed(raw[split].column_names)}.{split_column_note(data_args, split)}"
                 )
-    refuse_oversized_texts(raw, text_columns, data_args.max_text_chars, sources)
+    refuse_oversized_texts(raw, text_columns, data_args.max_text_chars, sources, locate)
     labels = label_mapping(raw, data_args, locate)
     test_has_labels = (
         "test" in raw

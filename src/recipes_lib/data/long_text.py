@@ -281,20 +281,30 @@ def _advice(cut: dict[str, dict[str, Any]], data_args, read: LengthsRead) -> str
 
 
 def refuse_oversized_texts(
-    raw, text_columns: tuple[str, ...], max_chars: int, sources: dict[str, str]
+    raw, text_columns: tuple[str, ...], max_chars: int, sources: dict[str, str], locate: dict
 ) -> None:
-    """A text field longer than --max_text_chars, refused before tokenizing (columnar: Arrow's lengths)."""
+    """A text field longer than --max_text_chars, refused before tokenizing (columnar: Arrow's lengths).
+
+    Each split's own rows: a split taken from another (--split_column's select, a held-out share of train)
+    shares that one's table through an indices mapping, so `dataset.data` would read the wrong rows.
+    `locate` gives a split's row as a file line (as the label checks do), where the source has lines.
+    """
     for split, dataset in raw.items():
         for column in text_columns:
-            values = dataset.data.column(column)
+            values = dataset.with_format("arrow")[column]
             if not (pa.types.is_string(values.type) or pa.types.is_large_string(values.type)):
                 continue
             lengths = pc.utf8_length(values)
             longest = pc.max(lengths).as_py()
             if longest is not None and longest > max_chars:
                 row = pc.index(lengths, longest).as_py()
+                where = (
+                    locate[split](row)
+                    if split in locate
+                    else f"Row {row + 1} of {sources.get(split) or split}"
+                )
                 raise DataError(
-                    f"Row {row + 1} of {sources.get(split) or split} has a '{column}' of {longest:,} characters, over "
+                    f"{where} has a '{column}' of {longest:,} characters, over "
                     f"the bound of {max_chars:,} (--max_text_chars): the tokenizer would need about "
                     f"{longest * 80 / 2**30:.1f} GiB for it. Check that row (a file read with the wrong delimiter "
                     "or quoting can make one field of the whole file); for documents that long, raise "

@@ -11,12 +11,12 @@ from __future__ import annotations
 import json
 import os
 import statistics
-import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from recipes_lib.config.tasks import MULTI_LABEL, REGRESSION
+from recipes_lib.credentials import print_error
 from recipes_lib.results import RESULTS_FILE, RunResults, read_results
 from recipes_lib.tools.run_labels import (
     alike,
@@ -32,10 +32,12 @@ from recipes_lib.workbench import OTHER_TASK_METRICS, format_table
 
 CHART_FILE = "memory_comparison.png"
 # The columns of multi-label and regression metrics (micro-F1, MSE, ...) that `compare` and `show` add
-# when a run has them: (results.json key, title).
-TASK_METRIC_COLUMNS = tuple((eval_key(metric), METRIC_TITLES[metric]) for metric in OTHER_TASK_METRICS)
-# Binary tasks: the positive class's F1 (label id 1), as paraphrase benchmarks report it beside accuracy.
-TASK_METRIC_COLUMNS += (("eval_f1_positive", "positive F1"),)
+# when a run has them: (results.json key, title). Last, binary tasks' positive-class F1 (label id 1), as
+# paraphrase benchmarks report it beside accuracy.
+TASK_METRIC_COLUMNS = (
+    *((eval_key(metric), METRIC_TITLES[metric]) for metric in OTHER_TASK_METRICS),
+    ("eval_f1_positive", "positive F1"),
+)
 # Each breakdown part's (chart legend, table column, colour): colour-blind-safe Okabe-Ito colours.
 PARTS = {
     "weights": ("weights", "weights", "#0072B2"),
@@ -69,13 +71,14 @@ def _unit(runs: list[RunResults]) -> tuple[str, float]:
     return ("GiB", 1.0) if largest >= 1 else ("MiB", 1024.0)
 
 
-def _number(value: Any, fmt: str) -> str:
+def number_cell(value: Any, fmt: str) -> str:
+    """A table cell: the number as `fmt` writes it, "-" where the run has none (compare and show)."""
     return "-" if value is None else fmt.format(value)
 
 
 def table_columns(unit: str, scale: float) -> list[tuple[str, Callable[[RunResults], str]]]:
     def scaled(read: Callable[[RunResults], float | None]) -> Callable[[RunResults], str]:
-        return lambda run: _number(None if read(run) is None else read(run) * scale, "{:.2f}")
+        return lambda run: number_cell(None if read(run) is None else read(run) * scale, "{:.2f}")
 
     def part(key: str) -> Callable[[RunResults], str]:
         return scaled(lambda run: (run.memory_breakdown_gib or {}).get(key))
@@ -85,42 +88,41 @@ def table_columns(unit: str, scale: float) -> list[tuple[str, Callable[[RunResul
         if measured is None:  # a results.json without the key: the breakdown's figure, in bytes
             gib = (run.memory_breakdown_gib or {}).get("optimizer_state")
             measured = None if gib is None else round(gib * GIB)
-        return _number(measured, "{:,}")
+        return number_cell(measured, "{:,}")
 
     return [
         ("recipe", lambda run: str(run.recipe or "-")),
         ("model", lambda run: short_model_name(run.model_name_or_path)),
-        ("peak GiB", lambda run: _number(run.peak_memory_gib, "{:.2f}")),
+        ("peak GiB", lambda run: number_cell(run.peak_memory_gib, "{:.2f}")),
         (f"tensor peak {unit}", scaled(lambda run: run.tensor_peak_gib)),
         *[(f"{PARTS[key][1]} {unit}", part(key)) for key in BREAKDOWN_KEYS],
-        ("trainable params", lambda run: _number(run.params_trainable, "{:,}")),
+        ("trainable params", lambda run: number_cell(run.params_trainable, "{:,}")),
         ("optimizer state bytes", optimizer_state_bytes),
-        ("samples/s", lambda run: _number(run.train_samples_per_s, "{:.1f}")),
-        ("tokens/s", lambda run: _number(run.train_tokens_per_s, "{:,.0f}")),
-        ("accuracy", lambda run: _number(run.eval_accuracy, "{:.4f}")),
-        ("macro-F1", lambda run: _number(run.eval_f1, "{:.4f}")),
-        ("train s", lambda run: _number(run.train_runtime_s, "{:.1f}")),
+        ("samples/s", lambda run: number_cell(run.train_samples_per_s, "{:.1f}")),
+        ("tokens/s", lambda run: number_cell(run.train_tokens_per_s, "{:,.0f}")),
+        ("accuracy", lambda run: number_cell(run.eval_accuracy, "{:.4f}")),
+        ("macro-F1", lambda run: number_cell(run.eval_f1, "{:.4f}")),
+        ("train s", lambda run: number_cell(run.train_runtime_s, "{:.1f}")),
     ]
 
 
 def task_metric_columns(runs: list[RunResults]) -> list[tuple[str, Callable[[RunResults], str]]]:
     """Multi-label's micro-F1, regression's MSE, Pearson and Spearman: a column where a run has the metric."""
     return [
-        (title, lambda run, key=key: _number(run.value(key), "{:.4f}"))
+        (title, lambda run, key=key: number_cell(run.value(key), "{:.4f}"))
         for key, title in TASK_METRIC_COLUMNS
         if any(run.value(key) is not None for run in runs)
     ]
 
 
-def comparison_table(
-    runs: list[RunResults], markdown: bool = False, run_dirs: list[str] | None = None
-) -> str:
+def comparison_table(runs: list[RunResults], run_dirs: list[str], markdown: bool = False) -> str:
+    """The table of `runs`, read from `run_dirs` (which name the runs when their settings look alike)."""
     unit, scale = _unit(runs)
     columns = table_columns(unit, scale) + task_metric_columns(runs)
     if any(windowed(run) for run in runs):  # samples/s counts windows there: documents beside it
         speed = [title for title, _ in columns].index("samples/s") + 1
-        columns.insert(speed, ("docs/s", lambda run: _number(documents_per_second(run), "{:.1f}")))
-    columns = naming_columns(runs, run_dirs or []) + columns
+        columns.insert(speed, ("docs/s", lambda run: number_cell(documents_per_second(run), "{:.1f}")))
+    columns = naming_columns(runs, run_dirs) + columns
     sets = evaluation_sets(runs)
     if len(sets) > 1:  # mark which set each run was scored on; the note under the table says how they differ
         set_of = {id(run): name for name, members in sets.items() for run in members}
@@ -442,7 +444,7 @@ def repeats_table(groups: list[list[RunResults]], markdown: bool = False) -> str
         config = group[0].config or {}
         rows.append([
             str(group[0].recipe or "-"), short_model_name(group[0].model_name_or_path),
-            _number(config.get("learning_rate"), "{:g}"), str(len(group)),
+            number_cell(config.get("learning_rate"), "{:g}"), str(len(group)),
             ", ".join(str((run.config or {}).get("seed", "-")) for run in group),
             *(_mean_std([run.value(key) for run in group if run.value(key) is not None]) for key, _ in metrics),
             _mean_std([run.peak_memory_gib for run in group if run.peak_memory_gib is not None], "{:.2f}"),
@@ -455,9 +457,9 @@ def compare(run_dirs: list[str], chart: str | None = None, markdown: bool = Fals
     try:
         runs = load_runs(run_dirs)
     except CompareError as error:
-        print(f"error: {error}", file=sys.stderr)
+        print_error(error)
         return 2
-    print(comparison_table(runs, markdown, run_dirs))
+    print(comparison_table(runs, run_dirs, markdown))
     notes = table_notes(runs)
     different_sets = evaluation_note(runs, run_names(run_dirs))
     windows = windows_note(runs, run_names(run_dirs))

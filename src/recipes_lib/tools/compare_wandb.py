@@ -9,7 +9,6 @@ comparison run's config as `evaluation_note`: its table has the runs' own column
 from __future__ import annotations
 
 import os
-import sys
 from collections.abc import Mapping
 from pathlib import Path
 from types import SimpleNamespace
@@ -17,6 +16,7 @@ from typing import Any
 
 import wandb
 
+from recipes_lib.credentials import print_error
 from recipes_lib.tools.compare import (
     CompareError,
     default_chart_path,
@@ -75,7 +75,7 @@ def log_comparison(
         project = project or _one({project_of(config) for config in configs}, "project", "--wandb_project")
         group = group or _one({experiment_of(config) for config in configs}, "group", "--experiment")
     except CompareError as error:
-        print(f"error: {error}", file=sys.stderr)
+        print_error(error)
         return 2
     recipes = [str(run.recipe or "?") for run in runs]
     identity = RunIdentity(

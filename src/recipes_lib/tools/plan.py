@@ -13,7 +13,6 @@ no GPU and --device cpu is not given (docs/memory.md says why).
 from __future__ import annotations
 
 import logging
-import sys
 import warnings
 from dataclasses import dataclass, replace
 
@@ -21,6 +20,7 @@ from recipes_lib.config.family_registry import family_for
 from recipes_lib.config.precision import DeviceCapability, choose_precision, detect_capability
 from recipes_lib.config.recipe_options import TEACHER_BATCH_SIZE
 from recipes_lib.config.registry import RECIPES
+from recipes_lib.credentials import print_error
 from recipes_lib.errors import ConfigError, RecipeError
 from recipes_lib.memory.planner.arithmetic import FLASH_ATTENTION
 from recipes_lib.memory.planner.catalogue import catalogue_entry
@@ -176,7 +176,7 @@ def plan(args) -> int:
     try:
         return _plan(args)
     except RecipeError as error:
-        print(f"error: {error}", file=sys.stderr)
+        print_error(error)
         return 2
 
 
@@ -216,7 +216,7 @@ def _plan(args) -> int:
     if all(row.plan is None for row in rows):  # nothing to show: say why (naming the rows if they differ)
         reasons = {row.error for row in rows}
         for line in [rows[0].error] if len(reasons) == 1 else not_planned:
-            print(f"error: {line}", file=sys.stderr)
+            print_error(line)
         return 2
     if format_sources(rows):
         print(format_sources(rows))

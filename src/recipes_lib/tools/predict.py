@@ -31,6 +31,7 @@ from transformers import AutoConfig, AutoTokenizer
 
 from recipes_lib.config.precision import autocast_for
 from recipes_lib.config.tasks import DEFAULT_THRESHOLD, MULTI_LABEL, SINGLE_LABEL
+from recipes_lib.credentials import print_error
 from recipes_lib.data.files import (
     DELIMITED,
     column_note,
@@ -42,7 +43,7 @@ from recipes_lib.data.files import (
 )
 from recipes_lib.data.labels import LabelMapping
 from recipes_lib.data.loading import ClassificationData
-from recipes_lib.data.long_text import DOCUMENT_COLUMN, LengthsRead
+from recipes_lib.data.long_text import DOCUMENT_COLUMN, LengthsRead, refuse_oversized_texts
 from recipes_lib.data.tokenize import padding_collator, tokenize
 from recipes_lib.errors import ConfigError, DataError, ModelError, RecipeError
 from recipes_lib.evaluation.collapse import is_collapsed, output_variation
@@ -264,12 +265,14 @@ def predict(
     with_ids: bool = False,
     delimiter: str | None = None,
     column_names: str | None = None,
+    max_text_chars: int | None = None,
 ) -> list[dict[str, Any]]:
     """One row per input row, in input order, in the format of evaluation/predictions.py (by the run's kind of task).
 
     `with_ids`: each row starts with "id", the input's `id_column` value or the row's number (0 first).
     `csv_quoting`, `delimiter`, `column_names` (comma-separated) and `text_column_names`: None reads the
-    input as the run read its files (its --csv_quoting, --delimiter, --column_names, text columns)."""
+    input as the run read its files (its --csv_quoting, --delimiter, --column_names, text columns);
+    `max_text_chars` None bounds a text field as the run did (its --max_text_chars, 1,000,000 by default)."""
     if batch_size <= 0:
         raise ConfigError(
             f"--batch_size is {batch_size}; it must be a positive integer (32 is a good start)."
@@ -280,6 +283,9 @@ def predict(
     dataset = read_input(input_file, cache_dir=run.config.get("cache_dir"), **reading)
     delimiter = reading["delimiter"]
     columns = text_columns(run, dataset, input_file, text_column_names, delimiter)
+    # As training does: one runaway field (a wrong delimiter or quoting) costs ~80 bytes a character to tokenize.
+    bound = data_args.max_text_chars if max_text_chars is None else max_text_chars
+    refuse_oversized_texts({"input": dataset}, tuple(columns), bound, {"input": Path(input_file).name}, {})
     ids = row_ids(dataset, id_column, input_file, delimiter) if with_ids or id_column else None
     device = torch.device("cpu") if exported is not None else choose_device(device)  # ONNX Runtime: CPU
     check_model_files(run.model_dir)  # a damaged config or weights file: one paragraph naming it
@@ -385,7 +391,7 @@ def run_decision_threshold(run: TrainedRun) -> float | None:
 def write_predictions(
     run_dir: str, input_file: str, output: str | None = None, batch_size: int = DEFAULT_BATCH_SIZE,
     csv_quoting: str | None = None, text_column_names: str | None = None, id_column: str | None = None,
-    delimiter: str | None = None, column_names: str | None = None,
+    delimiter: str | None = None, column_names: str | None = None, max_text_chars: int | None = None,
 ) -> int:  # fmt: skip
     """`recipes-lib predict`: the rows as JSON Lines, to `output` or standard output; returns the exit code."""
     # Progress and notes on stderr: stdout carries only the predictions.
@@ -400,9 +406,10 @@ def write_predictions(
     try:
         rows = predict(run_dir, input_file, batch_size=batch_size, csv_quoting=csv_quoting,
                        text_column_names=text_column_names, id_column=id_column, with_ids=True,
-                       delimiter=delimiter, column_names=column_names)  # fmt: skip
+                       delimiter=delimiter, column_names=column_names,
+                       max_text_chars=max_text_chars)  # fmt: skip
     except RecipeError as error:
-        print(f"error: {error}", file=sys.stderr)
+        print_error(error)
         return error.exit_code
     if path is None:
         for row in rows:

@@ -10,11 +10,10 @@ mode or without a network it stops with one line.
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 from recipes_lib.config.registry import recipe_summary
-from recipes_lib.credentials import redact
+from recipes_lib.credentials import print_error
 from recipes_lib.errors import ConfigError, HubError, RecipeError
 from recipes_lib.locking import lock_directory
 from recipes_lib.results import RESULTS_FILE, read_results
@@ -33,7 +32,7 @@ def push(run_dir: str, repo_id: str, token: str | None = None, private: bool = F
     try:
         url, files = push_run(run_dir, repo_id, token=token, private=private or None)
     except RecipeError as error:
-        print(redact(f"error: {error}"), file=sys.stderr)
+        print_error(error)
         return error.exit_code
     print(f"Pushed {len(files)} files to {url}:")
     for name in files:

@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-import sys
-
+from recipes_lib.credentials import print_error
 from recipes_lib.results import RunResults
-from recipes_lib.tools.compare import TASK_METRIC_COLUMNS, CompareError, load_runs
+from recipes_lib.tools.compare import TASK_METRIC_COLUMNS, CompareError, load_runs, number_cell
 from recipes_lib.tools.run_labels import (
     documents_per_second,
     naming_columns,
@@ -41,7 +40,7 @@ def show(run_dirs: list[str]) -> int:
     try:
         runs = load_runs(run_dirs)
     except CompareError as error:
-        print(f"error: {error}", file=sys.stderr)
+        print_error(error)
         return 2
     memory_note = runs[-1].peak_memory_source
     # Multi-label and regression runs add their metrics (micro-F1; MSE, Pearson, Spearman) after macro-F1.
@@ -56,7 +55,7 @@ def show(run_dirs: list[str]) -> int:
     cells[1] = ("model", lambda run: short_model_name(run.model_name_or_path))
     if any(windowed(run) for run in runs):  # samples/s counts windows there: documents beside it
         speed = [title for title, _ in cells].index("samples/s") + 1
-        cells.insert(speed, ("docs/s", lambda run: _number(documents_per_second(run))))
+        cells.insert(speed, ("docs/s", lambda run: number_cell(documents_per_second(run), "{:.1f}")))
     cells = naming_columns(runs, run_dirs) + cells
     print(format_table([title for title, _ in cells], [[cell(run) for _, cell in cells] for run in runs]))
     windows = windows_note(runs, run_names(run_dirs))
@@ -65,7 +64,3 @@ def show(run_dirs: list[str]) -> int:
     if memory_note:
         print(f"peak GiB: {memory_note}")
     return 0
-
-
-def _number(value: float | None) -> str:
-    return "-" if value is None else f"{value:.1f}"

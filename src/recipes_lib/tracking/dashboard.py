@@ -18,13 +18,13 @@ with one line that says which, after the check. Offline runs: `wandb sync` them,
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 from typing import Any
 
 import requests
 import wandb
 
+from recipes_lib.credentials import print_error
 from recipes_lib.tracking import names
 from recipes_lib.tracking.auth import has_credentials
 from recipes_lib.tracking.names import JOB_TYPE
@@ -351,7 +351,7 @@ def wandb_dashboard(
     try:  # (bitsandbytes, which wandb-workspaces' pydantic may load, is quieted by the command: cli/main.py)
         return _wandb_dashboard(project, entity, group, report, spec_file, sweep_metric)
     except DashboardError as error:
-        print(f"error: {error}", file=sys.stderr)
+        print_error(error)
         return 2
 
 

@@ -9,7 +9,7 @@ size) is named before anything is loaded, never a traceback from torch.load or s
 
 The hash reads each file once more at the save (just written: mostly from the page cache) and at the
 resume: SHA-256 took 1.7 s for a 400 MB file on the 2-core AMD EPYC development machine (hashlib, SHA-NI,
-shared cores), so about 5 s each way for bert-base's 1.3 GB checkpoint.
+shared cores); for bert-base's 1.3 GB checkpoint that scales to about 5 s each way (an estimate, not measured).
 """
 
 from __future__ import annotations
