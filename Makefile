@@ -43,10 +43,10 @@ $(BIN)/.installed: setup.cfg pyproject.toml $(CONSTRAINTS)
 
 install: $(BIN)/.installed
 
-# Every recipe, in the registry's order (src/recipes_lib/config/registry.py, full_ft first: the others
+# Every recipe, in the registry's order (src/recipes_workbench/recipes.py, full_ft first: the others
 # are compared with it), all of which run on CPU with the same config; each writes outputs/demo/<recipe>.
 # Read when the demo runs, after the install.
-DEMO_RECIPES ?= $(shell $(BIN)/python -m recipes_lib.config.registry)
+DEMO_RECIPES ?= $(shell $(BIN)/python -m recipes_workbench.recipes)
 
 # Each demo ends by writing its figures and the machine (CPU model and flags, GPU, versions, date, git commit)
 # to a record, benchmarks/results/<demo>-<UTC time>.json; `python benchmarks/publish.py tables` then puts
@@ -65,7 +65,7 @@ demo: $(BIN)/.installed
 	done
 	# The runs side by side: memory (and what holds it), speed, accuracy; chart in outputs/demo/memory_comparison.png.
 	# --wandb: the same table and chart as one comparison run in the demo's W&B group (offline here).
-	$(OFFLINE) $(BIN)/python -m recipes_lib.cli compare --wandb $(addprefix outputs/demo/,$(DEMO_RECIPES))
+	$(OFFLINE) $(BIN)/python -m recipes_workbench.cli compare --wandb $(addprefix outputs/demo/,$(DEMO_RECIPES))
 	$(RECORD) demo $(addprefix outputs/demo/,$(DEMO_RECIPES)) --command "make demo" \
 		--started outputs/demo/.started
 
@@ -74,7 +74,7 @@ demo: $(BIN)/.installed
 # sweep_results.json and sweep_results.png in outputs/sweep_demo/. Rerun after a stop to resume it.
 sweep-demo: $(BIN)/.installed
 	mkdir -p outputs && $(STARTED) outputs/.sweep_demo_started
-	$(OFFLINE) $(BIN)/python -m recipes_lib.cli sweep recipes/sweeps/sweep_demo.yaml
+	$(OFFLINE) $(BIN)/python -m recipes_workbench.cli sweep recipes/sweeps/sweep_demo.yaml
 	$(RECORD) sweep-demo outputs/sweep_demo --command "make sweep-demo" \
 		--started outputs/.sweep_demo_started
 
@@ -118,9 +118,9 @@ distill-demo: $(BIN)/.installed
 			--config recipes/configs/distill_demo.yaml --seed $$seed --output_dir $(DISTILL_DIR)/labelled_only_seed$$seed || exit 1; \
 	done
 	# The gate may refuse the int8 model (it did here: benchmarks/RESULTS.md); then the fp32 export alone.
-	$(OFFLINE) $(BIN)/python -m recipes_lib.cli export $(DISTILL_DIR)/distill_seed$(firstword $(DISTILL_SEEDS)) \
+	$(OFFLINE) $(BIN)/python -m recipes_workbench.cli export $(DISTILL_DIR)/distill_seed$(firstword $(DISTILL_SEEDS)) \
 		--quantize int8 --int8_weights unsigned \
-		|| $(OFFLINE) $(BIN)/python -m recipes_lib.cli export $(DISTILL_DIR)/distill_seed$(firstword $(DISTILL_SEEDS))
+		|| $(OFFLINE) $(BIN)/python -m recipes_workbench.cli export $(DISTILL_DIR)/distill_seed$(firstword $(DISTILL_SEEDS))
 	$(OFFLINE) $(BIN)/python benchmarks/serving.py $(DISTILL_DIR)/distill_seed$(firstword $(DISTILL_SEEDS)) \
 		--report_dir $(DISTILL_DIR)/serving --engines pytorch onnx_fp32 \
 		$$(test -f $(DISTILL_DIR)/distill_seed$(firstword $(DISTILL_SEEDS))/export/model.int8.onnx && echo onnx_int8)
@@ -140,7 +140,7 @@ long-text-demo: $(BIN)/.installed
 			--config recipes/configs/long_documents.yaml --long_text $$mode \
 			--output_dir outputs/long_documents/$$mode || exit 1; \
 	done
-	$(OFFLINE) $(BIN)/python -m recipes_lib.cli show $(addprefix outputs/long_documents/,$(LONG_TEXT_MODES))
+	$(OFFLINE) $(BIN)/python -m recipes_workbench.cli show $(addprefix outputs/long_documents/,$(LONG_TEXT_MODES))
 	$(RECORD) long-text-demo $(addprefix outputs/long_documents/,$(LONG_TEXT_MODES)) --command "make long-text-demo" \
 		--started outputs/long_documents/.started
 

@@ -4,7 +4,7 @@ this process, its measured peak against the memory planner's.
     bash benchmarks/gpu_check.sh --parts catalogue [--catalogue_models NAME ...]   # on a lent GPU
     python benchmarks/gpu_catalogue.py --cpu --tiny                                 # the same path on a CPU
 
-For each model of the planner's catalogue (memory/planner/catalogue.py: config.json values, no
+For each model of the planner's catalogue (recipes_workbench/planner/catalogue.py: config.json values, no
 weights), smallest first: its base model (no head, as a Hub checkpoint is published) is built with
 random weights from the catalogue's config on the device and saved in --work_dir, so that each
 recipe loads it with the recipes' own code (modeling.load_model; qlora with its quantization config
@@ -98,7 +98,7 @@ def catalogue_config(name: str, tiny: bool, num_labels: int = 2):
     scaled-down vocabulary are moved to the first ids."""
     from transformers import AutoConfig
 
-    from recipes_lib.memory.planner.catalogue import catalogue_entry
+    from recipes_workbench.planner.catalogue import catalogue_entry
 
     entry = catalogue_entry(name)
     if not tiny:
@@ -118,8 +118,8 @@ def models_by_size(names: list[str], tiny: bool) -> list[tuple[str, object, int]
     """(Hub id, config, its parameters) of each model (each named once), in the order of the
     published models' sizes, fewest parameters first (with --tiny too, so both runs go alike)."""
     from recipes_lib.config.recipe_spec import TrainingShape
-    from recipes_lib.memory.planner import count_parameters_on_meta
-    from recipes_lib.memory.planner.catalogue import catalogue_entry
+    from recipes_workbench.planner import count_parameters_on_meta
+    from recipes_workbench.planner.catalogue import catalogue_entry
 
     def parameters(config) -> int:
         return count_parameters_on_meta(config, TrainingShape()).total
@@ -171,7 +171,7 @@ def free_memory(device) -> None:
 def recipe_arguments(way: str, model_dir: Path, work: Path, on_gpu: bool, seq: int):
     """(parsed arguments, recipe options, TrainingShape) as the recipe would parse them for this run."""
     from recipes_lib.config.parsing import parse_arguments
-    from recipes_lib.config.registry import RECIPES as RECIPE_SPECS
+    from recipes_workbench.recipes import RECIPES as RECIPE_SPECS
 
     recipe, extra = RECIPES[way]
     spec = RECIPE_SPECS[recipe]
@@ -188,9 +188,9 @@ def planned_batch(config, setup, budget_bytes: int) -> tuple[int, str]:
     """The asked batch if its plan fits the budget, else the largest that does (0: none); and why."""
     from dataclasses import replace
 
-    from recipes_lib.memory.planner import plan_memory
-    from recipes_lib.memory.planner.plan import largest_batch
     from recipes_lib.units import GIB
+    from recipes_workbench.planner import plan_memory
+    from recipes_workbench.planner.plan import largest_batch
 
     if plan_memory(config, setup).total <= budget_bytes:
         return setup.batch_size, ""
@@ -308,8 +308,8 @@ def plan_row(way: str, model: tuple, model_dir: Path, budget_bytes: int, args):
     """(row so far, the Setup to measure with, or None when the row ends here: skipped or not planned)."""
     from dataclasses import replace
 
-    from recipes_lib.memory.planner import Setup, plan_memory
     from recipes_lib.units import GIB
+    from recipes_workbench.planner import Setup, plan_memory
 
     name, config, _ = model
     on_gpu = not args.cpu
@@ -344,8 +344,8 @@ def measure_row(way: str, model: tuple, model_dir: Path, row: dict, setup, args)
     """The measured peak of the recipe at the planned batch, next to the plan's."""
     import torch
 
-    from recipes_lib.memory.planner import Encoder, plan_memory
     from recipes_lib.units import GIB
+    from recipes_workbench.planner import Encoder, plan_memory
 
     name, config, _ = model
     on_gpu = not args.cpu
@@ -436,7 +436,7 @@ def check_model(model: tuple, budget_bytes: int, args, deadline: float, progress
 
 
 def parse_args(argv):
-    from recipes_lib.memory.planner.catalogue import catalogue_names
+    from recipes_workbench.planner.catalogue import catalogue_names
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--cpu", action="store_true", help="run on the CPU (checks the code path)")
@@ -471,7 +471,7 @@ def parse_args(argv):
     if args.tiny:
         args.batch, args.seq = min(args.batch, 8), min(args.seq, 32)
     args.steps = max(args.steps, 2)
-    from recipes_lib.memory.planner.catalogue import catalogue_entry
+    from recipes_workbench.planner.catalogue import catalogue_entry
 
     unknown = [name for name in args.models or () if catalogue_entry(name) is None]
     if unknown:

@@ -124,9 +124,9 @@ def predicted_peak_gib(model_dir: Path, recipe: str, batch: int, seq: int, bf16:
     torch.cuda.max_memory_allocated (CPU: the tracker's peak), which never includes the CUDA
     context, so neither does this figure."""
     sys.path.insert(0, str(REPO_ROOT / "src"))
-    from recipes_lib.config.registry import RECIPES as RECIPE_SPECS
-    from recipes_lib.memory.planner import Setup, load_config, plan_memory
     from recipes_lib.units import GIB
+    from recipes_workbench.planner import Setup, load_config, plan_memory
+    from recipes_workbench.recipes import RECIPES as RECIPE_SPECS
 
     shape = RECIPE_SPECS[recipe].default_shape()
     device = "cuda" if bf16 else "cpu"

@@ -26,7 +26,7 @@ train_and_export() {  # RUN_DIR RECIPE ARGS...: train, then export; a gate that 
     shift 2
     $python -m accelerate.commands.launch --config_file accelerate_configs/cpu.yaml "recipes/$recipe.py" \
         "$@" "${common[@]}" --output_dir "$run_dir" > "$run_dir.log" 2>&1
-    $python -m recipes_lib.cli export "$run_dir" --quantize int8 >> "$run_dir.log" 2>&1 || true
+    $python -m recipes_workbench.cli export "$run_dir" --quantize int8 >> "$run_dir.log" 2>&1 || true
     test -f "$run_dir/export/export_report.json" || test -f "$run_dir/export.failed/export_report.json" || {
         echo "error: $run_dir has no export report; see $run_dir.log" >&2
         return 1

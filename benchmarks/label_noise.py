@@ -85,7 +85,7 @@ def main(argv: list[str] | None = None) -> int:
     started = time.monotonic()
     git = git_commit()  # at the start: the commit the runs run from (dirty: src or recipes changed)
     crossval_dir = output_dir / "crossval"
-    cli = [sys.executable, "-m", "recipes_lib.cli"]
+    cli = [sys.executable, "-m", "recipes_workbench.cli"]
     crossval = [*cli, "crossval", args.recipe, "--folds", str(args.folds), "--seed", str(args.seed),
                 "--output_dir", str(crossval_dir), "--accelerate_config", args.accelerate_config,
                 "--config", args.config, "--train_file", str(noisy_file), *recipe_options]  # fmt: skip
@@ -139,7 +139,7 @@ def retrain(
 ) -> dict | None:
     """The recipe trained on the noisy file and on the cleaned one, once per seed: each file's figures on the
     validation file and Welch's test of the difference. None if a run failed (its output says why)."""
-    from recipes_lib.sweep.report import compare_pair
+    from recipes_workbench.sweep.report import compare_pair
 
     cleaned_file = next(crossval_dir.glob("train_cleaned.*"))
     values: dict[str, list[float]] = {}

@@ -69,7 +69,7 @@ def planner_rows(lengths) -> list[dict]:
     import torch
 
     from recipes_lib.config.recipe_spec import TrainingShape
-    from recipes_lib.memory.planner import Setup, load_config, plan_memory
+    from recipes_workbench.planner import Setup, load_config, plan_memory
     from tests.helpers.models import build_tiny_family, measured_training_step
 
     torch.set_num_threads(1)  # as the tests measure (one_thread)
@@ -184,7 +184,7 @@ def train(args, model_dir: Path, data_dir: Path, name: str, max_seq_length: int,
 
 
 def planned_peak(model_dir: Path, results: dict) -> int | None:
-    from recipes_lib.memory.planner import Setup, load_config, plan_memory
+    from recipes_workbench.planner import Setup, load_config, plan_memory
 
     batch = results.get("memory_peak_batch")
     if not batch:

@@ -122,9 +122,9 @@ def measure(args) -> dict:
     import torch
     from transformers import AutoTokenizer
 
-    from recipes_lib.export.bundle import EXPORT_SUBDIR, FP32_MODEL, INT8_MODEL
-    from recipes_lib.export.onnx_model import model_to_export, size_on_disk
-    from recipes_lib.export.runtime import onnx_session, session_logits
+    from recipes_workbench.export.bundle import EXPORT_SUBDIR, FP32_MODEL, INT8_MODEL
+    from recipes_workbench.export.onnx_model import model_to_export, size_on_disk
+    from recipes_workbench.export.runtime import onnx_session, session_logits
 
     torch.set_num_threads(args.threads)
     export_dir = Path(args.run_dir) / EXPORT_SUBDIR
@@ -151,7 +151,7 @@ def measure(args) -> dict:
     if args.engine == "pytorch":
         import tempfile
 
-        from recipes_lib.export.bundle import find_run
+        from recipes_workbench.export.bundle import find_run
 
         model_dir = find_run(args.run_dir).model_dir
         with tempfile.TemporaryDirectory() as scratch:

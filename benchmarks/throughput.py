@@ -293,7 +293,7 @@ def accuracy_test(summary: list[dict]) -> dict | None:
     """Welch's t-test (sweep/report.py's) of the first two rows' accuracies over their seeds."""
     if len(summary) < 2:
         return None
-    from recipes_lib.sweep.report import compare_pair
+    from recipes_workbench.sweep.report import compare_pair
 
     a, b = summary[1], summary[0]
     return compare_pair(

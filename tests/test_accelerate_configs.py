@@ -202,7 +202,7 @@ def test_zero_offload_config_is_one_process_of_zero2_with_the_optimizer_on_the_c
     (no DeepSpeed or GPU needed), and the planner's figure for it: no optimizer state on the GPU."""
     from accelerate.utils import DeepSpeedPlugin
 
-    from recipes_lib.memory.planner import Setup, load_config, plan_memory
+    from recipes_workbench.planner import Setup, load_config, plan_memory
 
     launched = launch_without_starting("deepspeed_zero2_offload.yaml", "--main_process_port", "0")
     assert (launched["launcher"], launched["args"].num_processes) == ("deepspeed", 1)

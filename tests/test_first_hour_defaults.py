@@ -56,8 +56,8 @@ def test_an_offline_wandb_run_is_written_under_the_runs_output_dir_not_where_the
 def test_crossval_takes_the_accelerate_config_that_fits_the_machine(monkeypatch, tmp_path, gpu, expected):
     import torch
 
-    import recipes_lib.crossval.runner as runner
-    from recipes_lib.cli.crossval import crossval_command
+    import recipes_workbench.crossval.runner as runner
+    from recipes_workbench.cli.crossval import crossval_command
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: gpu)
     seen = {}

@@ -24,7 +24,7 @@ from hypothesis import strategies as st
 from recipes_lib.config.arguments import DataArguments
 from recipes_lib.data.loading import load_classification_data
 from recipes_lib.errors import RecipeError
-from recipes_lib.tools.predict import read_input
+from recipes_workbench.tools.predict import read_input
 
 EXTENSIONS = (".csv", ".tsv", ".json", ".jsonl")
 HEADERS = {

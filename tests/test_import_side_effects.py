@@ -99,7 +99,7 @@ print(json.dumps({"package": package, "recipes": recipes, "every module": left_b
 
 
 def test_importing_the_package_and_every_module_changes_nothing_outside_it():
-    from recipes_lib.config.registry import RECIPES
+    from recipes_workbench.recipes import RECIPES
 
     completed = subprocess.run(
         [sys.executable, "-c", AUDIT, *RECIPES], cwd=REPO_ROOT, capture_output=True, text=True, timeout=900

@@ -188,7 +188,7 @@ def test_head_tail_and_windows_on_a_sentence_pair_are_a_clear_error(tokenizer):
 
 def test_window_options_are_checked_before_anything_loads(long_data, tmp_path):
     from recipes_lib.config.parsing import parse_arguments
-    from recipes_lib.config.registry import RECIPES
+    from recipes_workbench.recipes import RECIPES
 
     base = run_args("model", long_data, tmp_path)
     with pytest.raises(ConfigError, match="stride is 16 with max_seq_length 32"):
@@ -215,7 +215,7 @@ SHORT_DOCUMENTS = [("red", "warm"), ("blue", "cool"), ("green leaf", "cool")]
 def test_window_pooling_changes_each_documents_figure_and_predict_pools_as_the_run_did(
     tiny_bert, long_data, tmp_path
 ):
-    from recipes_lib.tools.predict import predict
+    from recipes_workbench.tools.predict import predict
 
     documents = [(text, label) for text, label, _, _ in long_rows(21, 2)] + SHORT_DOCUMENTS
     validation = write_csv(tmp_path / "validation.csv", documents)
@@ -255,7 +255,7 @@ def test_window_pooling_changes_each_documents_figure_and_predict_pools_as_the_r
 
 @pytest.mark.parametrize("task", ["multi_label", "regression"])
 def test_windows_combine_for_multi_label_and_regression(tiny_bert, tmp_path, task):
-    from recipes_lib.tools.predict import predict
+    from recipes_workbench.tools.predict import predict
 
     rows = {"train": long_rows(32, 1), "validation": long_rows(9, 2)}
     if task == "multi_label":
@@ -317,7 +317,7 @@ def test_head_tail_reads_the_end_of_each_document(tiny_bert, long_data, tmp_path
 def test_two_processes_count_each_document_once(tiny_bert, long_data, tmp_path):
     """21 documents, about 90 windows, split over two processes: the gathered windows, less accelerate's
     repeats, combine into 21 documents, scored as one process scores the saved model."""
-    from recipes_lib.tools.predict import predict
+    from recipes_workbench.tools.predict import predict
 
     args = run_args(
         tiny_bert, long_data, tmp_path / "run", *WINDOWED, steps=2, eval_strategy="no", batch_size=4

@@ -102,7 +102,7 @@ def test_a_run_predict_and_export_say_the_datas_percentiles_and_advise_what_each
     assert not re.search(r"--max_seq_length (?!128\b)\d+", warning), warning
 
     # predict: the input file by its name (not "test"), the same figures, no option predict lacks.
-    from recipes_lib.tools.predict import predict
+    from recipes_workbench.tools.predict import predict
 
     start = len(messages.records)
     predict(output_dir, data["validation"], progress=False)
@@ -118,7 +118,7 @@ def test_a_run_predict_and_export_say_the_datas_percentiles_and_advise_what_each
     assert "--max_seq_length " not in warning and "--long_text head_tail" not in warning
 
     # export: the gate's rows are logged with the model's limit too (the export stops there).
-    from recipes_lib.export import command
+    from recipes_workbench.export import command
 
     class Stop(Exception):
         pass

@@ -19,11 +19,11 @@ from pathlib import Path
 import pytest
 from huggingface_hub import ModelCard, RepoUrl
 
-from recipes_lib.cli.main import main as cli_main
 from recipes_lib.errors import RecipeError
 from recipes_lib.evaluation.thresholds import tune_decision_threshold
 from recipes_lib.results import RunResults, read_results
 from recipes_lib.tracking.model_card import CARD_TAG, card_metrics, check_card
+from recipes_workbench.cli.main import main as cli_main
 from tests.helpers.data import COLOURS, NOISE, learnable_rows, multi_label_files, read_jsonl, write_csv
 from tests.helpers.repo import RECIPES
 from tests.helpers.runs import QUICK, run_args, run_in_process
@@ -565,7 +565,7 @@ def test_a_decision_threshold_that_is_not_tune_or_a_probability_is_refused(
 def test_the_decision_threshold_is_parsed_with_the_other_arguments(value, parsed):
     """The record reads a value: 'tune', a float or None, in the parsed arguments and their resolved copies."""
     from recipes_lib.config.parsing import parse_arguments
-    from recipes_lib.config.registry import RECIPES
+    from recipes_workbench.recipes import RECIPES
 
     argv = ["--output_dir", "unused", "--report_to", "none"]
     training = parse_arguments(

@@ -322,7 +322,7 @@ def test_training_loss_is_a_mean_whatever_the_gradient_accumulation(tiny_bert, t
 def test_a_multi_label_lora_run_under_two_processes_tunes_saves_and_predicts_like_one(tmp_path):
     """Thresholds tuned from the gathered predictions, the merged model scored on the main process
     after the last collective step, each of the 63 validation rows once, predict equal to the run."""
-    from recipes_lib.tools.predict import predict
+    from recipes_workbench.tools.predict import predict
 
     model = build_tiny_bert(tmp_path / "bert")
     data = multi_label_files(tmp_path / "data", 128, VALIDATION_SIZE)

@@ -9,11 +9,11 @@ import numpy as np
 import pytest
 
 from recipes_lib.config.tasks import MULTI_LABEL, REGRESSION, SINGLE_LABEL
-from recipes_lib.crossval.label_issues import neglected_from_predictions
 from recipes_lib.evaluation.neglected import neglect_note, neglected_classes, results_neglect_note
 from recipes_lib.evaluation.predictions import per_class_report
 from recipes_lib.evaluation.training_loss import high_loss_note, train_loss_check
 from recipes_lib.results import RunResults
+from recipes_workbench.crossval.label_issues import neglected_from_predictions
 from tests.helpers.runs import QUICK, run_args, run_in_process
 
 NAMES = ["DESC", "ENTY", "ABBR"]

@@ -21,10 +21,10 @@ from pathlib import Path
 
 import pytest
 
-from recipes_lib.cli.main import main as cli_main
 from recipes_lib.errors import OutputDirError
 from recipes_lib.locking import LOCK_FILE, lock_directory
-from recipes_lib.sweep.runner import run_sweep
+from recipes_workbench.cli.main import main as cli_main
+from recipes_workbench.sweep.runner import run_sweep
 from tests.helpers.crossval_stand_ins import single_label_file
 from tests.helpers.repo import ACCELERATE_CONFIGS, REPO_ROOT, load_recipe, recipe_script
 from tests.helpers.runs import QUICK, accelerate_launch_command, run_args
@@ -117,8 +117,8 @@ def test_resuming_takes_over_a_killed_runs_lock_and_a_new_run_is_told_how_to_pro
     tmp_path, tiny_bert, learnable_data
 ):
     from recipes_lib.config.parsing import parse_arguments
-    from recipes_lib.config.registry import RECIPES
     from recipes_lib.config.validation import claim_output_dir
+    from recipes_workbench.recipes import RECIPES
 
     output_dir = tmp_path / "run"
     output_dir.mkdir()

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from recipes_lib.cli.main import main as cli_main
+from recipes_workbench.cli.main import main as cli_main
 from tests.helpers.data import COLOURS, NOISE
 from tests.helpers.runs import QUICK, run_args, run_in_process
 

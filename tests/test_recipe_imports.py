@@ -24,7 +24,7 @@ WORKBENCH = ("memory.planner", "sweep", "crossval", "export", "tools", "cli", "d
 # loads with its option (--push_to_hub's check, --merge_adapter's scoring, sliding_window's windows, an
 # ambiguous CSV's quoting evidence) and each module was read again for what said more than it does.
 # 53 modules, 8,880 lines once issue 48 moved the planner's per-family forward terms to the planner
-# (memory/planner/forwards.py) and the bitsandbytes handling into blocks undone when they end.
+# (recipes_workbench/planner/forwards.py) and the bitsandbytes handling into blocks undone when they end.
 # 58 modules, 10,284 lines after session 46 (issues 48-50 merged): the run's preparation as values
 # (run/preparation.py), the typed results record, whole-file writes (whole_files.py), the output_dir lock
 # and secrets' hand-over (locking.py, credentials.py), collapse detection (evaluation/collapse.py), and
@@ -55,7 +55,7 @@ print(json.dumps(loaded))
 
 
 def test_a_recipe_imports_the_library_and_not_the_workbench():
-    from recipes_lib.config.registry import RECIPES
+    from recipes_workbench.recipes import RECIPES
 
     names = ["full_ft", *(name for name in RECIPES if name != "full_ft")]
     output = subprocess.run(

@@ -383,8 +383,8 @@ def test_parameter_counts_of_bert_base_and_large_from_their_configs(shape, total
     from transformers import BertConfig
 
     from recipes_lib.config.recipe_spec import TrainingShape
-    from recipes_lib.memory.planner import count_parameters_on_meta
     from recipes_lib.modeling.adapters import LoraArguments
+    from recipes_workbench.planner import count_parameters_on_meta
 
     config = BertConfig(num_labels=2, **shape)
     full = count_parameters_on_meta(config)

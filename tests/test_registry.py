@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from recipes_lib.config.recipe_spec import RecipeSpec
-from recipes_lib.config.registry import RECIPES
+from recipes_workbench.recipes import RECIPES
 from tests.helpers.repo import RECIPES_DIR, REPO_ROOT, load_recipe, recipe_script
 
 TESTS_DIR = REPO_ROOT / "tests"
@@ -38,7 +38,7 @@ def test_the_registry_works_without_the_scripts(tmp_path):
 
     shutil.copytree(REPO_ROOT / "src" / "recipes_lib", tmp_path / "site" / "recipes_lib")
     names = subprocess.run(
-        [sys.executable, "-m", "recipes_lib.config.registry"],
+        [sys.executable, "-m", "recipes_workbench.recipes"],
         cwd=tmp_path, env={"PYTHONPATH": str(tmp_path / "site"), "PATH": ""},
         capture_output=True, text=True, check=True,
     ).stdout.split()  # fmt: skip
@@ -48,7 +48,7 @@ def test_the_registry_works_without_the_scripts(tmp_path):
 def test_every_recipe_script_is_registered():
     assert recipe_scripts(), RECIPES_DIR
     unregistered = [path.name for path in recipe_scripts() if path.stem not in RECIPES]
-    assert not unregistered, f"in recipes/ but not in recipes_lib/config/registry.py: {unregistered}"
+    assert not unregistered, f"in recipes/ but not in recipes_workbench/recipes.py: {unregistered}"
 
 
 @pytest.mark.parametrize("path", recipe_scripts(), ids=lambda path: path.name)
@@ -112,7 +112,7 @@ def test_no_test_module_imports_another_or_conftest():
         ("from tests.helpers.runs import run_args", True),
         ("from tests.helpers import runs", True),
         ("from .helpers.data import write_csv", True),
-        ("from recipes_lib.config.registry import RECIPES", True),
+        ("from recipes_workbench.recipes import RECIPES", True),
     ],
 )
 def test_the_import_check_sees_every_way_of_importing_a_test_module(statement, allowed):

@@ -16,7 +16,7 @@ from tests.helpers.runs import QUICK, run_args
 
 def _parse(argv):
     from recipes_lib.config.parsing import parse_arguments
-    from recipes_lib.config.registry import RECIPES
+    from recipes_workbench.recipes import RECIPES
 
     return parse_arguments(RECIPES["full_ft"], ["--output_dir", "unused", *argv])
 

@@ -177,9 +177,9 @@ def test_the_trainer_gives_the_sampler_each_epoch_itself():
 
 
 def test_full_model_recipes_group_wide_and_the_adapters_stock_unless_told():
-    """The defaults per recipe (config/registry.py says why), and a YAML key or flag overrides them."""
+    """The defaults per recipe (recipes_workbench/recipes.py says why), and a YAML key or flag overrides them."""
     from recipes_lib.config.parsing import parse_arguments
-    from recipes_lib.config.registry import RECIPES
+    from recipes_workbench.recipes import RECIPES
 
     chosen = {name: parse_arguments(spec, []).training.length_grouping for name, spec in RECIPES.items()}
     assert chosen == {

@@ -61,7 +61,7 @@ def test_classification_heads_and_the_saved_weights_are_unchanged(tiny_bert, tmp
 def test_predict_names_how_the_int8_file_was_made_as_the_export_report_does(tmp_path):
     """Issue #55: predict on model.int8.onnx said 'dynamo exporter' where export_report.json said the int8 model
     was made from the TorchScript trace."""
-    from recipes_lib.export.bundle import ExportedModel
+    from recipes_workbench.export.bundle import ExportedModel
 
     settings = {"exporter": "dynamo", "run": {"recipe": "full_ft"}}
     report = {"int8": {"made_from": "TorchScript trace, eager attention"}}

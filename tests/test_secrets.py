@@ -21,8 +21,8 @@ import yaml
 
 from recipes_lib import credentials
 from recipes_lib.config.parsing import parse_arguments
-from recipes_lib.config.registry import RECIPES
-from recipes_lib.sweep.config import (
+from recipes_workbench.recipes import RECIPES
+from recipes_workbench.sweep.config import (
     LearningRateSearch,
     RecipeSweep,
     SweepConfig,
@@ -31,7 +31,7 @@ from recipes_lib.sweep.config import (
     trial_command,
     wandb_sweep_config,
 )
-from recipes_lib.sweep.trials import Trial, trial_environment
+from recipes_workbench.sweep.trials import Trial, trial_environment
 from tests.helpers.data import learnable_rows, write_csv
 from tests.helpers.repo import ACCELERATE_CONFIGS, RECIPES_DIR, REPO_ROOT
 from tests.helpers.runs import run_args, run_recipe_process
@@ -144,8 +144,8 @@ def _walk_parsers(parser, path=()):
 def accepted_secret_options() -> dict[str, set[str]]:
     """{parser: every option string it accepts whose name means a secret}, over every recipe's parser and
     every `recipes-lib` command: aliases included (HfArgumentParser adds --hub-token to --hub_token)."""
-    from recipes_lib.cli.main import build_parser
     from recipes_lib.config.parsing import recipe_parser
+    from recipes_workbench.cli.main import build_parser
 
     parsers = {f"recipes/{name}.py": recipe_parser(spec) for name, spec in RECIPES.items()}
     parsers |= {" ".join(("recipes-lib", *path)): sub for path, sub in _walk_parsers(build_parser())}
@@ -204,7 +204,7 @@ COMMANDS = sorted(name.split()[1] for name in accepted_secret_options() if name.
 def test_every_recipes_lib_command_refuses_a_secret_option_before_parsing(tmp_path, capsys, option):
     """crossval passes unknown options to its folds, push once took --token, argparse echoes what it
     refuses ("unrecognized arguments: --token hf_..."): each command, each spelling, one paragraph."""
-    from recipes_lib.cli.main import main
+    from recipes_workbench.cli.main import main
 
     assert {"crossval", "push", "sweep", "export", "label-issues", "predict"} <= set(COMMANDS)
     for command in COMMANDS:
@@ -219,7 +219,7 @@ def test_every_recipes_lib_command_refuses_a_secret_option_before_parsing(tmp_pa
 def test_a_sweeps_arg_flag_refuses_a_secret_and_its_yaml_args_hand_it_over_under_either_spelling(
     tmp_path, monkeypatch, capsys, key
 ):
-    from recipes_lib.cli.main import main
+    from recipes_workbench.cli.main import main
 
     assert main(["sweep", "--arg", f"{key}={SECRET}", "--arg", "max_steps=2"]) == 2
     _refused_without_the_value(capsys.readouterr().err, f"--{key}")
@@ -266,7 +266,7 @@ def test_a_secret_of_the_wrong_type_in_a_yaml_is_refused_without_its_value(tmp_p
 )
 def test_a_storage_url_s_password_is_in_no_message(tmp_path, capsys, learnable_data, url):
     """crossval and sweep open --storage and name it when it fails: the URL is shown, its password not."""
-    from recipes_lib.cli.main import main
+    from recipes_workbench.cli.main import main
 
     code = main(["crossval", "full_ft", "--folds", "2", "--output_dir", str(tmp_path / "cv"),
                  "--train_file", str(learnable_data["train"]), "--accelerate_config",
@@ -354,7 +354,7 @@ def test_a_recipe_run_and_its_export_write_no_planted_secret(
     )
     assert list((output_dir / "wandb").glob("offline-run-*/*.wandb"))
     export = subprocess.run(
-        [sys.executable, "-m", "recipes_lib.cli", "export", str(output_dir)],
+        [sys.executable, "-m", "recipes_workbench.cli", "export", str(output_dir)],
         capture_output=True, text=True, timeout=600, env=planted_env, cwd=REPO_ROOT,
     )  # fmt: skip
     assert (output_dir / "export").is_dir() or (output_dir / "export.failed").is_dir(), export.stderr[-2000:]
@@ -388,7 +388,7 @@ def test_a_sweep_writes_no_planted_secret(tmp_path, tiny_bert, learnable_data, p
         "accelerate_config": str(ACCELERATE_CONFIGS / "cpu.yaml"), "recipes_dir": str(RECIPES_DIR),
         "args": {**options, "max_eval_samples": 16, "hub-token": PLANTED["YAML"]},  # the dashed alias
     }))  # fmt: skip
-    sweep = subprocess.run([sys.executable, "-m", "recipes_lib.cli", "sweep", str(sweep_file)],
+    sweep = subprocess.run([sys.executable, "-m", "recipes_workbench.cli", "sweep", str(sweep_file)],
                            capture_output=True, text=True, timeout=1500, env=planted_env, cwd=REPO_ROOT)  # fmt: skip
     assert sweep.returncode == 0, sweep.stdout[-3000:] + sweep.stderr[-3000:]
     assert list((tmp_path / "sweep").rglob("*.wandb")) and list((tmp_path / "sweep").rglob("*.db"))
@@ -409,7 +409,7 @@ def test_a_crossval_writes_no_planted_secret(tmp_path, tiny_bert, learnable_data
         for item in (f"--{key}", str(value))
     ]
     crossval = subprocess.run(
-        [sys.executable, "-m", "recipes_lib.cli", "crossval", "full_ft", "--folds", "2",
+        [sys.executable, "-m", "recipes_workbench.cli", "crossval", "full_ft", "--folds", "2",
          "--output_dir", str(tmp_path / "crossval"), "--recipes_dir", str(RECIPES_DIR),
          "--accelerate_config", str(ACCELERATE_CONFIGS / "cpu.yaml"), *options, "--config", str(config)],
         capture_output=True, text=True, timeout=1500, env=planted_env, cwd=REPO_ROOT,
@@ -425,7 +425,7 @@ def test_a_crossval_writes_no_planted_secret(tmp_path, tiny_bert, learnable_data
 
 def _cli_error(argv: list[str], capsys) -> tuple[int, str]:
     """(exit code, stderr) of `recipes-lib ARGV` in-process: argparse's errors exit, the commands return."""
-    from recipes_lib.cli.main import main
+    from recipes_workbench.cli.main import main
 
     try:
         code = main(argv)
@@ -439,7 +439,7 @@ def _commands():
     """{command: its subparser} of `recipes-lib`, every one the parser has."""
     import argparse
 
-    from recipes_lib.cli.main import build_parser
+    from recipes_workbench.cli.main import build_parser
 
     parser = build_parser()
     return next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction)).choices

@@ -194,9 +194,9 @@ def test_mse_as_the_best_model_metric_means_lower_is_better_from_parsing_on(metr
     import dataclasses
 
     from recipes_lib.config.parsing import parse_arguments
-    from recipes_lib.config.registry import RECIPES
     from recipes_lib.config.validation import check_task_options
     from recipes_lib.data.labels import LabelMapping
+    from recipes_workbench.recipes import RECIPES
 
     argv = ["--output_dir", "unused", "--metric_for_best_model", metric, "--report_to", "none"]
     training = parse_arguments(RECIPES["full_ft"], argv).training
@@ -328,7 +328,7 @@ def assert_same_predictions(actual: list[dict], expected: list[dict]) -> None:
 def test_predict_gives_the_evaluation_predictions_for_a_full_model_and_a_merged_adapter(
     task, multi_label_run, regression_run, tiny_bert, tmp_path
 ):
-    from recipes_lib.tools.predict import predict
+    from recipes_workbench.tools.predict import predict
 
     output_dir, _, files = multi_label_run if task == "multi_label" else regression_run
     assert_same_predictions(
@@ -389,7 +389,7 @@ def test_the_shipped_task_data_reads_as_its_task_with_evaluation_texts_training_
 
 @pytest.mark.parametrize("recipe", ["adamw_8bit", "qlora"])
 def test_the_other_recipes_train_both_tasks_and_predict_what_they_evaluated(recipe, tiny_bert, tmp_path):
-    from recipes_lib.tools.predict import predict
+    from recipes_workbench.tools.predict import predict
 
     for task, files in (
         (MULTI_LABEL, multi_label_files(tmp_path / "multi", 32, 16)),

@@ -10,9 +10,9 @@ import typing
 
 import pytest
 
-from recipes_lib.cli.main import main as cli
 from recipes_lib.results import RESULT_KEYS, RESULTS_FILE, RunResults, read_results
 from recipes_lib.whole_files import DamagedFileError
+from recipes_workbench.cli.main import main as cli
 
 # One value of each JSON kind (and of each nested kind a field holds).
 CANDIDATES = {
@@ -84,7 +84,7 @@ def test_every_command_that_reads_a_run_says_a_wrong_type_in_one_paragraph(
 ):
     import shutil
 
-    from recipes_lib.tools import push
+    from recipes_workbench.tools import push
 
     monkeypatch.setattr(push, "hub_problem", lambda token: None)  # past the Hub's checks, to the record
     texts = tmp_path / "texts.csv"
@@ -106,7 +106,7 @@ def test_every_command_that_reads_a_run_says_a_wrong_type_in_one_paragraph(
 
 @pytest.mark.parametrize("key", ["text_columns", "problem_type", "config", "label_thresholds"])
 def test_an_export_s_run_settings_of_the_wrong_type_are_a_damaged_file(tmp_path, key):
-    from recipes_lib.export.bundle import FP32_MODEL, SETTINGS_FILE, find_export
+    from recipes_workbench.export.bundle import FP32_MODEL, SETTINGS_FILE, find_export
 
     (tmp_path / FP32_MODEL).write_bytes(b"onnx")
     (tmp_path / SETTINGS_FILE).write_text(json.dumps({"run": {key: 7}}))

@@ -107,7 +107,7 @@ BAD_THRESHOLDS = {"seven": 7, "negative": -3, "nan": float("nan"), "string": "0.
 def test_a_saved_threshold_that_is_not_a_probability_is_refused_naming_the_file(tmp_path, bad):
     import json
 
-    from recipes_lib.export.bundle import read_decision_threshold, read_thresholds
+    from recipes_workbench.export.bundle import read_decision_threshold, read_thresholds
 
     value = BAD_THRESHOLDS[bad]
     (tmp_path / "label_thresholds.json").write_text(json.dumps({"thresholds": {"a": 0.3, "b": value}}))
@@ -125,7 +125,7 @@ def test_a_saved_threshold_that_is_not_a_probability_is_refused_naming_the_file(
 def test_saved_thresholds_in_range_are_read(tmp_path):
     import json
 
-    from recipes_lib.export.bundle import read_decision_threshold, read_thresholds
+    from recipes_workbench.export.bundle import read_decision_threshold, read_thresholds
 
     (tmp_path / "label_thresholds.json").write_text(json.dumps({"thresholds": {"a": 0, "b": 0.25, "c": 1.0}}))
     assert read_thresholds(tmp_path, ["a", "b", "c"]) == [0.0, 0.25, 1.0]

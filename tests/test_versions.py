@@ -30,9 +30,9 @@ def test_an_unsupported_transformers_fails_with_one_line_naming_the_range(instal
 def test_a_run_and_a_command_check_the_range_where_they_start(start, monkeypatch):
     """Not at import (tests/test_import_side_effects.py): where a recipe parses its arguments, and in
     the `recipes-lib` entry point before any command runs."""
-    from recipes_lib.cli.main import main
     from recipes_lib.config.parsing import parse_arguments
-    from recipes_lib.config.registry import RECIPES
+    from recipes_workbench.cli.main import main
+    from recipes_workbench.recipes import RECIPES
 
     real_version = versions.metadata.version
     monkeypatch.setattr(

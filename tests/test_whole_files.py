@@ -22,7 +22,6 @@ import numpy as np
 import pytest
 from safetensors import SafetensorError
 
-from recipes_lib.cli.main import main as recipes_lib_cli
 from recipes_lib.data.files import write_jsonl
 from recipes_lib.errors import TrainingDiverged
 from recipes_lib.evaluation.predictions import (
@@ -31,13 +30,6 @@ from recipes_lib.evaluation.predictions import (
     EvaluationOutputs,
     prediction_files,
     write_decision_files,
-)
-from recipes_lib.export.bundle import (
-    FP32_MODEL,
-    REPORT_FILE,
-    SETTINGS_FILE,
-    find_export,
-    settle_export,
 )
 from recipes_lib.results import RESULTS_FILE, RunResults, read_results, write_results
 from recipes_lib.tracking.model_card import write_card
@@ -49,6 +41,14 @@ from recipes_lib.training.checkpoints import (
     resolve_resume_checkpoint,
 )
 from recipes_lib.whole_files import DamagedFileError, read_json, read_jsonl, written_whole
+from recipes_workbench.cli.main import main as recipes_lib_cli
+from recipes_workbench.export.bundle import (
+    FP32_MODEL,
+    REPORT_FILE,
+    SETTINGS_FILE,
+    find_export,
+    settle_export,
+)
 from tests.helpers.repo import REPO_ROOT
 from tests.helpers.runs import run_args
 

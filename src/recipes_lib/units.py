@@ -7,7 +7,7 @@ from pathlib import Path
 GIB = 2**30
 MIB = 2**20
 # What held the training memory, as results.json's memory_breakdown_gib names it (memory/monitor.py measures
-# it, memory/planner/ predicts it, tools/compare.py stacks it in this order, bottom of a bar first).
+# it, recipes_workbench/planner/ predicts it, tools/compare.py stacks it in this order, bottom of a bar first).
 BREAKDOWN_KEYS = ("weights", "gradients", "optimizer_state", "activations", "other")
 
 

@@ -10,10 +10,10 @@ import json
 import random
 from pathlib import Path
 
-from recipes_lib.crossval.oof import OOF_FILE
-from recipes_lib.crossval.runner import CrossvalSettings
 from recipes_lib.results import RESULTS_FILE as RUN_RESULTS_FILE
-from recipes_lib.sweep.trials import COMPLETE, Outcome
+from recipes_workbench.crossval.oof import OOF_FILE
+from recipes_workbench.crossval.runner import CrossvalSettings
+from recipes_workbench.sweep.trials import COMPLETE, Outcome
 from tests.helpers.data import learnable_rows, write_csv, write_jsonl
 from tests.helpers.repo import ACCELERATE_CONFIGS, RECIPES_DIR
 

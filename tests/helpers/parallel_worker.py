@@ -14,10 +14,10 @@ import sys
 import time
 from pathlib import Path
 
-from recipes_lib.crossval.runner import CrossvalSettings, run_crossval
-from recipes_lib.sweep.config import sweep_config_from_values
-from recipes_lib.sweep.parallel import Workers
-from recipes_lib.sweep.runner import run_sweep
+from recipes_workbench.crossval.runner import CrossvalSettings, run_crossval
+from recipes_workbench.sweep.config import sweep_config_from_values
+from recipes_workbench.sweep.parallel import Workers
+from recipes_workbench.sweep.runner import run_sweep
 from tests.helpers.crossval_stand_ins import FoldStandIn
 from tests.helpers.sweep_stand_ins import SweepStandIn, no_budget
 

@@ -6,12 +6,12 @@ import importlib.util
 from pathlib import Path
 from types import ModuleType
 
-from recipes_lib.config.registry import RECIPES as REGISTERED_RECIPES
+from recipes_workbench.recipes import RECIPES as REGISTERED_RECIPES
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 RECIPES_DIR = REPO_ROOT / "recipes"
 ACCELERATE_CONFIGS = REPO_ROOT / "accelerate_configs"
-# Every recipe, from the registry the CLI and the Makefile read (recipes_lib/config/registry.py).
+# Every recipe, from the registry the CLI and the Makefile read (recipes_workbench/recipes.py).
 RECIPES = tuple(REGISTERED_RECIPES)
 
 

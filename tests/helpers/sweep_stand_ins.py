@@ -9,9 +9,9 @@ import json
 import math
 from pathlib import Path
 
-from recipes_lib.sweep.config import SweepConfig, sweep_config_from_values
-from recipes_lib.sweep.report import RESULTS_JSON
-from recipes_lib.sweep.trials import COMPLETE, FAILED, Outcome
+from recipes_workbench.sweep.config import SweepConfig, sweep_config_from_values
+from recipes_workbench.sweep.report import RESULTS_JSON
+from recipes_workbench.sweep.trials import COMPLETE, FAILED, Outcome
 from tests.helpers.repo import ACCELERATE_CONFIGS, RECIPES_DIR
 
 CPU = str(ACCELERATE_CONFIGS / "cpu.yaml")

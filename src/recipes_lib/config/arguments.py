@@ -340,7 +340,7 @@ class RecipeTrainingOptions(_TrainingArgumentsOfThisRelease):
         },
     )
 
-    # Memory (memory/monitor.py, memory/planner/).
+    # Memory (memory/monitor.py, recipes_workbench/planner/).
     track_memory: bool = field(
         default=True,
         metadata={

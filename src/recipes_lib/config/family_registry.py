@@ -3,7 +3,7 @@
 What the libraries know is read from them (modeling/families.py); what is left is one `Family` entry per
 family here (its fields say what each holds and who reads it). A new family is one entry in FAMILIES
 plus its tiny test config (tests/helpers/models.py); its forward's planner terms are the planner's
-(memory/planner/forwards.py, a row per entry: tests/test_planner_families.py). Imports nothing heavy,
+(recipes_workbench/planner/forwards.py, a row per entry: tests/test_planner_families.py). Imports nothing heavy,
 so `recipes-lib plan` reads it without loading torch.
 """
 

@@ -34,7 +34,7 @@ class TrainingShape:
     optimizer_bits: int = 32  # AdamW state per element of a weight matrix: 32-bit, or 8-bit blocks
     embedding_optimizer_bits: int = 32  # the same for nn.Embedding weights
     # bitsandbytes' paged optimizer: the state of tensors of 100,000 elements or more lives in CUDA
-    # unified memory, which the driver evicts to CPU memory when the GPU runs short (memory/planner/plan.py).
+    # unified memory, which the driver evicts to CPU memory when the GPU runs short (recipes_workbench/planner/plan.py).
     paged_optimizer: bool = False
 
 

@@ -44,7 +44,7 @@ def create_adamw_8bit(
     bitsandbytes' GlobalOptimManager, as bitsandbytes recommends for stability: the rows of rare
     tokens get rare, spiky gradients that 8-bit moments represent poorly. 8 quantizes them too.
     `paged=True` uses PagedAdamW8bit: the moments of tensors of 100,000 elements or more in CUDA unified
-    memory, which the driver evicts to CPU memory under GPU memory pressure (memory/planner/plan.py says
+    memory, which the driver evicts to CPU memory under GPU memory pressure (recipes_workbench/planner/plan.py says
     what the planner assumes). On CPU bitsandbytes 0.50 falls back to ordinary buffers (said in the log).
     """
     bnb = import_bitsandbytes("optim")

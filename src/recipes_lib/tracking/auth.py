@@ -1,7 +1,7 @@
 """Whether W&B would find an API key, checked locally: no prompt, no network, no training stack.
 
 wandb_run.py asks before a run starts (online only with a key, else offline from the start);
-tracking/dashboard.py asks before saving a view (without a key it says so instead of failing in wandb.Api).
+recipes_workbench/dashboard.py asks before saving a view (without a key it says so instead of failing in wandb.Api).
 It lives apart from wandb_run.py so that `recipes-lib wandb-dashboard` does not import the Trainer.
 """
 

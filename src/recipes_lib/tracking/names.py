@@ -10,7 +10,7 @@ Three kinds of name, from three sources:
   `throughput/*` and `memory/*` under the names below.
 - Pictures logged once at the end of a run (wandb_run.py): W&B tables and charts.
 
-The dashboard (tracking/dashboard.py) builds every panel and column from these names, the Trainer's
+The dashboard (recipes_workbench/dashboard.py) builds every panel and column from these names, the Trainer's
 own log keys and the names of `recipes-lib compare --wandb`'s run, which it keeps itself (no run of a
 recipe logs those); docs/wandb.md says how tests/test_dashboard.py checks them.
 """

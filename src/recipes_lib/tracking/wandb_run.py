@@ -3,7 +3,7 @@
 docs/wandb.md says what a run is called (project, group, name, tags, config), what it logs (the
 Trainer's curves, throughput/* and memory/* from `ThroughputCallback`, results.json as the summary,
 the pictures at the end) and how it falls back to offline. Every name logged comes from names.py,
-which the dashboard (tracking/dashboard.py) reads too.
+which the dashboard (recipes_workbench/dashboard.py) reads too.
 """
 
 from __future__ import annotations

@@ -1,0 +1,7 @@
+"""The `recipes-lib` command: parses the command line and hands each command to its module (tools/,
+sweep/, recipes_workbench/dashboard.py); nothing else lives here."""
+
+
+def options_of(args, *names: str) -> dict:
+    """The parsed options `names`, as keyword arguments of the same names."""
+    return {name: getattr(args, name) for name in names}

@@ -1,0 +1,66 @@
+"""`recipes-lib show RUN...`: finished runs as one short table (no chart; `compare` has the long one)."""
+
+from __future__ import annotations
+
+from recipes_lib.credentials import print_error
+from recipes_lib.results import RunResults
+from recipes_lib.units import short_model_name
+from recipes_workbench.shared import format_table
+from recipes_workbench.tools.compare import TASK_METRIC_COLUMNS, CompareError, load_runs, number_cell
+from recipes_workbench.tools.run_labels import (
+    documents_per_second,
+    naming_columns,
+    run_names,
+    windowed,
+    windows_note,
+)
+
+# (results.json key, column title, format)
+SHOW_COLUMNS = (
+    ("recipe", "recipe", "{}"),
+    ("model_name_or_path", "model", "{}"),
+    ("eval_accuracy", "accuracy", "{:.4f}"),
+    ("eval_f1", "macro-F1", "{:.4f}"),
+    ("params_trainable", "trainable params", "{:,}"),
+    ("peak_memory_gib", "peak GiB", "{:.2f}"),
+    ("train_samples_per_s", "samples/s", "{:.1f}"),
+    ("train_tokens_per_s", "tokens/s", "{:.0f}"),
+    ("pad_ratio", "pad ratio", "{:.2f}"),
+    ("train_runtime_s", "train s", "{:.1f}"),
+    ("device", "device", "{}"),
+)
+
+
+def _cell(results: RunResults, key: str, fmt: str) -> str:
+    value = results.value(key)
+    return "-" if value is None else fmt.format(value)
+
+
+def show(run_dirs: list[str]) -> int:
+    try:
+        runs = load_runs(run_dirs)
+    except CompareError as error:
+        print_error(error)
+        return 2
+    memory_note = runs[-1].peak_memory_source
+    # Multi-label and regression runs add their metrics (micro-F1; MSE, Pearson, Spearman) after macro-F1.
+    extra = [
+        (key, title, "{:.4f}")
+        for key, title in TASK_METRIC_COLUMNS
+        if any(run.value(key) is not None for run in runs)
+    ]
+    columns = [*SHOW_COLUMNS[:4], *extra, *SHOW_COLUMNS[4:]]
+    cells = [(title, lambda run, key=key, fmt=fmt: _cell(run, key, fmt)) for key, title, fmt in columns]
+    # The model by name (a local path's directory, or the one above a `model/` folder): the path is in results.json.
+    cells[1] = ("model", lambda run: short_model_name(run.model_name_or_path))
+    if any(windowed(run) for run in runs):  # samples/s counts windows there: documents beside it
+        speed = [title for title, _ in cells].index("samples/s") + 1
+        cells.insert(speed, ("docs/s", lambda run: number_cell(documents_per_second(run), "{:.1f}")))
+    cells = naming_columns(runs, run_dirs) + cells
+    print(format_table([title for title, _ in cells], [[cell(run) for _, cell in cells] for run in runs]))
+    windows = windows_note(runs, run_names(run_dirs))
+    if windows:
+        print(windows)
+    if memory_note:
+        print(f"peak GiB: {memory_note}")
+    return 0
