@@ -9,16 +9,7 @@ import pytest
 import torch
 from transformers import BertForSequenceClassification
 
-from recipes_lib.training.autofit import batch_for
 from tests.helpers.runs import QUICK, run_args, run_in_process
-
-
-def test_the_batch_is_the_largest_divisor_of_the_effective_batch_that_fits():
-    assert batch_for(32, 12) == 8  # 8 x 4 = 32 exactly; 12 does not divide 32
-    assert batch_for(32, 32) == 32
-    assert batch_for(32, 500) == 32  # never above what was asked for
-    assert batch_for(24, 7) == 6
-    assert batch_for(7, 6) == 1
 
 
 @pytest.fixture

@@ -14,9 +14,11 @@ import pytest
 
 from tests.helpers.repo import REPO_ROOT
 
-LIBRARY = REPO_ROOT / "src" / "recipes_lib"
+SRC = REPO_ROOT / "src"
+LIBRARY = SRC / "recipes_lib"
 LONGEST_FUNCTION = 80
-MODULES = sorted(LIBRARY.rglob("*.py"))
+# Both packages: the run library and the workbench.
+MODULES = sorted([*LIBRARY.rglob("*.py"), *(SRC / "recipes_workbench").rglob("*.py")])
 
 
 def functions(tree: ast.AST):
@@ -25,7 +27,7 @@ def functions(tree: ast.AST):
             yield node
 
 
-@pytest.mark.parametrize("path", MODULES, ids=lambda path: str(path.relative_to(LIBRARY)))
+@pytest.mark.parametrize("path", MODULES, ids=lambda path: str(path.relative_to(SRC)))
 def test_no_function_is_longer_than_80_lines(path):
     tree = ast.parse(path.read_text(), filename=str(path))
     long = [
@@ -36,7 +38,7 @@ def test_no_function_is_longer_than_80_lines(path):
     assert not long, f"{path.relative_to(REPO_ROOT)}: split into named steps: {', '.join(long)}"
 
 
-@pytest.mark.parametrize("path", MODULES, ids=lambda path: str(path.relative_to(LIBRARY)))
+@pytest.mark.parametrize("path", MODULES, ids=lambda path: str(path.relative_to(SRC)))
 def test_no_module_reads_the_checkout_through_its_own_path(path):
     # `Path(__file__).parent / "metric_modules"` (package data) is fine; `parents[2]` reaches the checkout.
     text = path.read_text()
@@ -84,7 +86,7 @@ def test_a_recipe_run_holds_at_most_six_attributes():
     assert "setattr(" not in RUN_MODULE.read_text() and "cached_property" not in RUN_MODULE.read_text()
 
 
-@pytest.mark.parametrize("path", MODULES, ids=lambda path: str(path.relative_to(LIBRARY)))
+@pytest.mark.parametrize("path", MODULES, ids=lambda path: str(path.relative_to(SRC)))
 def test_no_library_module_assigns_to_the_run(path):
     if path == RUN_MODULE:
         return
@@ -130,12 +132,12 @@ def test_the_training_arguments_class_holds_defaults_help_and_checks_only():
 
 def test_precision_is_decided_in_one_place_and_nothing_threads_it_back():
     callers = {
-        path.relative_to(LIBRARY).as_posix()
+        path.relative_to(SRC).as_posix()
         for path in MODULES
         if re.search(r"(?<!def )\bdecide_precision\(", path.read_text())
     }
     # The run's decision, and the sweep's preflight predicting the same decision for a trial.
-    assert callers == {"run/preparation.py", "sweep/check_recipes.py"}, callers
+    assert callers == {"recipes_lib/run/preparation.py", "recipes_workbench/sweep/check_recipes.py"}, callers
     for path in MODULES:
         text = path.read_text()
         assert "ContextVar" not in text, path

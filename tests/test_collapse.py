@@ -189,6 +189,7 @@ def test_regression_and_single_label_remedies_of_every_note_are_accepted(tiny_be
         run_in_process("full_ft", run_args(tiny_bert, scores, tmp_path / "remedy", *option, **QUICK))
 
 
+@pytest.mark.workbench  # the export gate: the export extra (onnx)
 def test_a_run_at_a_rate_too_high_collapses_and_is_said_untuned_refused_by_the_gate_and_warned_by_predict(
     seeded_bert, learnable_data, tmp_path, caplog
 ):

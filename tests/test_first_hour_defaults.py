@@ -52,6 +52,7 @@ def test_an_offline_wandb_run_is_written_under_the_runs_output_dir_not_where_the
         tracker.run.finish()
 
 
+@pytest.mark.workbench  # crossval: the sweep extra (optuna)
 @pytest.mark.parametrize(("gpu", "expected"), [(False, "cpu.yaml"), (True, "single_gpu.yaml")])
 def test_crossval_takes_the_accelerate_config_that_fits_the_machine(monkeypatch, tmp_path, gpu, expected):
     import torch

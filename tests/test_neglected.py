@@ -127,14 +127,15 @@ def test_a_training_loss_still_above_three_quarters_of_chance_at_the_end_is_high
     slow = [1.40 - 0.006 * i for i in range(50)]
     check = train_loss_check(losses(slow), SINGLE_LABEL, 4)
     assert check == {"train_loss_end": pytest.approx(1.121, abs=1e-4), "train_loss_high": True}
-    note = high_loss_note(RunResults.from_dict({**four, **check, "epochs": 1.0}))
+    # The recipe's default rate comes from the run's SPEC (full_ft: 2e-5; lora: 1e-3).
+    note = high_loss_note(RunResults.from_dict({**four, **check, "epochs": 1.0}), 2e-5)
     assert note.startswith("Training loss at the end: 1.121, above three quarters of chance (1.386, log 4)")
     assert "own classes 0.33 of probability" in note
     assert "--learning_rate 5e-05 (this run: 2e-05, the recipe's default; up to 0.0001)" in note
     assert "more epochs: --num_train_epochs 2 (this run: 1)" in note
     # Above the recipe's default (1e-3 for full_ft, whose default is 2e-5) a loss this high may be a divergence: no higher rate offered.
     diverged = high_loss_note(
-        RunResults.from_dict({**four, **check, "config": {"learning_rate": 1e-3}, "epochs": 1.0})
+        RunResults.from_dict({**four, **check, "config": {"learning_rate": 1e-3}, "epochs": 1.0}), 2e-5
     )
     assert (
         "--learning_rate 0.001 is above the recipe's default 2e-05" in diverged and "higher" not in diverged
@@ -144,7 +145,7 @@ def test_a_training_loss_still_above_three_quarters_of_chance_at_the_end_is_high
         in diverged
     )
     lora = high_loss_note(
-        RunResults.from_dict({**four, **check, "recipe": "lora", "config": {"learning_rate": 1e-3}})
+        RunResults.from_dict({**four, **check, "recipe": "lora", "config": {"learning_rate": 1e-3}}), 1e-3
     )
     assert (
         "--learning_rate 0.0025 (this run: 0.001, the recipe's default; up to 0.005)" in lora

@@ -24,11 +24,8 @@ import pytest
 from recipes_lib.errors import OutputDirError
 from recipes_lib.locking import LOCK_FILE, lock_directory
 from recipes_workbench.cli.main import main as cli_main
-from recipes_workbench.sweep.runner import run_sweep
-from tests.helpers.crossval_stand_ins import single_label_file
 from tests.helpers.repo import ACCELERATE_CONFIGS, REPO_ROOT, load_recipe, recipe_script
 from tests.helpers.runs import QUICK, accelerate_launch_command, run_args
-from tests.helpers.sweep_stand_ins import SweepStandIn, make_config, no_budget
 
 
 def snapshot(directory: Path) -> dict[str, str]:
@@ -137,7 +134,12 @@ def test_resuming_takes_over_a_killed_runs_lock_and_a_new_run_is_told_how_to_pro
     assert not (output_dir / LOCK_FILE).exists()
 
 
+@pytest.mark.workbench
 def test_a_sweep_a_crossval_and_an_export_are_refused_while_the_directory_is_held(tmp_path, capsys):
+    from recipes_workbench.sweep.runner import run_sweep  # the sweep extra (optuna)
+    from tests.helpers.crossval_stand_ins import single_label_file
+    from tests.helpers.sweep_stand_ins import SweepStandIn, make_config, no_budget
+
     config = make_config(tmp_path)
     with lock_directory(config.output_dir, "run"), pytest.raises(OutputDirError, match="is in use by a run"):
         run_sweep(config, launch=SweepStandIn(), preflight=no_budget, draw=False)

@@ -5,6 +5,7 @@ tests share code only through tests/helpers/ (no test module imports another, or
 from __future__ import annotations
 
 import ast
+import dataclasses
 from pathlib import Path
 
 import pytest
@@ -27,16 +28,20 @@ def test_every_registered_recipe_has_a_script_whose_spec_is_its_registry_entry(n
     assert recipe_script(name).is_file(), f"{name} is in the registry but recipes/{name}.py does not exist"
     declared = load_recipe(name).SPEC
     assert type(declared) is RecipeSpec  # the script declares itself; it does not read the registry
-    assert declared == RECIPES[name].spec(), f"recipes/{name}.py's SPEC differs from its registry entry"
+    entry = RECIPES[name]
+    assert declared == RecipeSpec(
+        **{f.name: getattr(entry, f.name) for f in dataclasses.fields(RecipeSpec)}
+    ), f"recipes/{name}.py's SPEC differs from its registry entry"
 
 
 def test_the_registry_works_without_the_scripts(tmp_path):
-    """As from a non-editable install: the package copied alone, run from a directory without recipes/."""
+    """As from a non-editable install: the packages copied alone, run from a directory without recipes/."""
     import shutil
     import subprocess
     import sys
 
-    shutil.copytree(REPO_ROOT / "src" / "recipes_lib", tmp_path / "site" / "recipes_lib")
+    for package in ("recipes_lib", "recipes_workbench"):
+        shutil.copytree(REPO_ROOT / "src" / package, tmp_path / "site" / package)
     names = subprocess.run(
         [sys.executable, "-m", "recipes_workbench.recipes"],
         cwd=tmp_path, env={"PYTHONPATH": str(tmp_path / "site"), "PATH": ""},
@@ -83,7 +88,13 @@ def shared_only_through_helpers(module: str) -> bool:
 
 
 def python_files_of_the_tests() -> list[Path]:
-    return sorted([*TESTS_DIR.glob("*.py"), *(TESTS_DIR / "helpers").rglob("*.py")])
+    return sorted(
+        [
+            *TESTS_DIR.glob("*.py"),
+            *(TESTS_DIR / "workbench").glob("*.py"),
+            *(TESTS_DIR / "helpers").rglob("*.py"),
+        ]
+    )
 
 
 def test_no_test_module_imports_another_or_conftest():

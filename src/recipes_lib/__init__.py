@@ -1,4 +1,7 @@
-"""Shared library behind the fine-tuning recipes.
+"""The run library: what a recipe run executes (config, data, modeling, training, evaluation, run,
+tracking, memory measurement). The workbench beside it (recipes_workbench: planner, sweep, crossval,
+export, tools, dashboard, the `recipes-lib` command) imports only the modules PUBLIC_API lists below;
+this package never imports the workbench (import-linter contracts in setup.cfg; docs/development.md).
 
 Importing it (or any of its modules) changes nothing outside it: no import hook, logging filter,
 other package's module or environment variable (tests/test_import_side_effects.py). The supported

@@ -27,11 +27,8 @@ def _full_fine_tuning(options: Any) -> TrainingShape:
 
 
 def _adamw_8bit_shape(options: Adam8bitArguments) -> TrainingShape:
-    return TrainingShape(
-        optimizer_bits=8,
-        embedding_optimizer_bits=options.embedding_optimizer_bits,
-        paged_optimizer=options.paged_optimizer,
-    )
+    bits, paged = options.embedding_optimizer_bits, options.paged_optimizer
+    return TrainingShape(optimizer_bits=8, embedding_optimizer_bits=bits, paged_optimizer=paged)
 
 
 def _lora_shape(lora: LoraArguments) -> TrainingShape:
@@ -48,10 +45,6 @@ class RegisteredRecipe(RecipeSpec):
 
     shape: Callable[[Any], TrainingShape] = _full_fine_tuning
 
-    def spec(self) -> RecipeSpec:
-        """The spec as the script declares it (what tests/test_registry.py compares)."""
-        return RecipeSpec(**{f.name: getattr(self, f.name) for f in dataclasses.fields(RecipeSpec)})
-
     def default_options(self):
         """The recipe's own options at its defaults (the script's, over the dataclass's), or None."""
         if self.options is None:
@@ -65,22 +58,16 @@ class RegisteredRecipe(RecipeSpec):
 
 
 # The LoRA recipes' defaults, as recipes/lora.py and recipes/qlora.py declare them.
-_ADAPTER_DEFAULTS = {
-    "learning_rate": 1e-3,
-    "length_grouping": "stock",
-    "lora_r": 8,
-    "lora_alpha": 16,
-    "lora_dropout": 0.1,
-}
+_ADAPTER_DEFAULTS = dict(
+    learning_rate=1e-3, length_grouping="stock", lora_r=8, lora_alpha=16, lora_dropout=0.1
+)
 
 # Full fine-tuning first: the others are compared with it.
 RECIPES: dict[str, RegisteredRecipe] = {
     spec.name: spec
     for spec in (
         RegisteredRecipe(
-            name="full_ft",
-            summary="every weight trains, torch AdamW",
-            training_defaults={"learning_rate": 2e-5},
+            "full_ft", "every weight trains, torch AdamW", training_defaults={"learning_rate": 2e-5}
         ),
         RegisteredRecipe(
             name="adamw_8bit",

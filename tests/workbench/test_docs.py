@@ -33,7 +33,7 @@ PAGES = sorted(
 # [text](target) and ![alt](target); a target with a scheme (https:, mailto:) is not checked.
 LINK = re.compile(r"!?\[[^\]]*\]\(([^)\s]+)\)")
 FENCE = re.compile(r"^```.*?^```", re.MULTILINE | re.DOTALL)
-LIBRARY = REPO_ROOT / "src" / "recipes_lib"
+PACKAGES = (REPO_ROOT / "src" / "recipes_lib", REPO_ROOT / "src" / "recipes_workbench")
 # `- `recipes-lib plan`: ...`, one line a command, in docs/development.md
 DOCS_COMMAND = re.compile(r"^- `recipes-lib ([a-z][a-z-]*)`", re.MULTILINE)
 # `recipes-lib plan --model ...` at the start of a line of the docstring
@@ -75,18 +75,24 @@ def test_the_docs_and_the_docstring_list_exactly_the_commands_of_the_parser(caps
 def test_every_library_package_and_module_is_in_the_package_table():
     rows = package_table_rows()
     named = {name for row in rows for name in re.findall(r"`(\w+/|\w+\.py)`", row.split("|")[1])}
-    packages = {f"{path.name}/" for path in LIBRARY.iterdir() if (path / "__init__.py").is_file()}
-    modules = {path.name for path in LIBRARY.glob("*.py") if path.name != "__init__.py"}
-    assert packages, LIBRARY
+    packages = {
+        f"{path.name}/" for root in PACKAGES for path in root.iterdir() if (path / "__init__.py").is_file()
+    }
+    modules = {path.name for root in PACKAGES for path in root.glob("*.py") if path.name != "__init__.py"}
+    assert packages, PACKAGES
     assert packages | modules == named, (
-        f"src/recipes_lib/ holds {sorted(packages | modules)}; docs/development.md's table names {sorted(named)}"
+        f"src/recipes_lib/ and src/recipes_workbench/ hold {sorted(packages | modules)}; "
+        f"docs/development.md's table names {sorted(named)}"
     )
 
 
 def test_every_test_module_the_package_table_names_exists():
     named = {name for row in package_table_rows() for name in re.findall(r"`(test_\w+\.py)`", row)}
     assert named
-    missing = sorted(name for name in named if not (REPO_ROOT / "tests" / name).is_file())
+    tests = REPO_ROOT / "tests"
+    missing = sorted(
+        name for name in named if not ((tests / name).is_file() or (tests / "workbench" / name).is_file())
+    )
     assert not missing, f"docs/development.md names test modules that do not exist: {missing}"
 
 

@@ -1,7 +1,7 @@
 """The options of the recipes that have their own: dataclasses parsed like the shared arguments.
 
 `--help` prints each field's `help`. They live here, beside the shared arguments, so that the
-recipe registry (registry.py) and the parser can name them without loading models or peft.
+workbench's list of recipes (recipes_workbench/recipes.py) and the parser can name them without loading models or peft.
 """
 
 from __future__ import annotations

@@ -52,11 +52,6 @@ def divisors_descending(number: int) -> list[int]:
     return [candidate for candidate in range(number, 0, -1) if number % candidate == 0]
 
 
-def batch_for(effective: int, largest_that_fits: int) -> int:
-    """The largest divisor of the effective batch that is not above what fits (at least 1)."""
-    return next((d for d in divisors_descending(effective) if d <= largest_that_fits), 1)
-
-
 def choose_batch_size(training) -> BatchChoice:
     """The first batch to try: the whole effective batch per device, no accumulation; the training
     arguments are left as they are (the run builds the Trainer's own with these two values)."""
