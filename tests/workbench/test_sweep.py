@@ -494,11 +494,11 @@ RECIPE_PATH_MODULES = (
 
 
 def library_imports() -> dict[str, set[str]]:
-    """{module of src/recipes_lib: the modules it imports}, read from the source (imports inside
+    """{module of src/recipes_lib or src/recipes_workbench: the modules it imports}, read from the source (imports inside
     functions included); `from package import name` counts as importing package.name too."""
     library = REPO_ROOT / "src"
     imports: dict[str, set[str]] = {}
-    for path in (library / "recipes_lib").rglob("*.py"):
+    for path in [*(library / "recipes_lib").rglob("*.py"), *(library / "recipes_workbench").rglob("*.py")]:
         parts = path.relative_to(library).with_suffix("").parts
         module = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
         names = imports.setdefault(module, set())

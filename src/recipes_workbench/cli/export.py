@@ -60,12 +60,12 @@ def add_export_parser(commands) -> None:
 
 
 def log_notes_to_stderr() -> None:
-    """recipes_lib's notes (INFO) on stderr, and only the warnings of the libraries below it: the ONNX
-    exporter's graph optimizer (onnxscript, onnx_ir) logs some hundred INFO lines per export."""
+    """Both packages' notes (INFO) on stderr; only warnings of the libraries below (onnxscript logs hundreds)."""
     import logging
 
     logging.basicConfig(level=logging.WARNING, format="%(message)s", stream=sys.stderr)
-    logging.getLogger("recipes_lib").setLevel(logging.INFO)
+    for package in ("recipes_lib", "recipes_workbench"):  # the export modules log under the workbench's name
+        logging.getLogger(package).setLevel(logging.INFO)
 
 
 def export_command(args) -> int:
