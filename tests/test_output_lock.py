@@ -274,9 +274,14 @@ def test_under_two_processes_the_main_one_locks_for_both(tmp_path, tiny_bert, le
 # --- issue #54: every command, another's stale lock, a killed writer's leftovers, a disk it cannot write ---
 
 
+@pytest.mark.workbench
 def test_a_sweep_and_a_crossval_take_over_only_their_own_killed_lock(tmp_path, capsys):
     """Rerunning a killed sweep (crossval) is how it resumes, so its own stale lock is taken over; another
     command's (a recipe run killed there, an export) is refused as the recipes refuse it without a flag."""
+    from recipes_workbench.sweep.runner import run_sweep  # the sweep extra (optuna)
+    from tests.helpers.crossval_stand_ins import single_label_file
+    from tests.helpers.sweep_stand_ins import SweepStandIn, make_config, no_budget
+
     config = make_config(tmp_path)
     Path(config.output_dir).mkdir(parents=True)
     killed_holder(Path(config.output_dir), "run")
@@ -384,12 +389,16 @@ def test_a_directory_that_cannot_be_written_is_one_paragraph_and_leaves_nothing(
     lock_directory(target, "run").release()  # the lock was not left held
 
 
+@pytest.mark.workbench
 def test_every_command_that_writes_into_a_run_says_a_read_only_directory_in_one_paragraph(
     tmp_path, monkeypatch, capsys, tiny_bert, learnable_data
 ):
     """A recipe run, export, crossval, sweep and label-issues on a directory whose writes fail: the lock's
     paragraph, once, no traceback (a 30-line OSError from locking.py before)."""
     from recipes_lib.run import run_main
+    from recipes_workbench.sweep.runner import run_sweep  # the sweep extra (optuna)
+    from tests.helpers.crossval_stand_ins import single_label_file
+    from tests.helpers.sweep_stand_ins import SweepStandIn, make_config, no_budget
 
     train = single_label_file(tmp_path)
     readonly = tmp_path / "readonly"

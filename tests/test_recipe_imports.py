@@ -35,9 +35,15 @@ from tests.helpers.repo import REPO_ROOT
 # 7,921 lines after s47-trim-core (issue 48's "src net negative": folds and docstrings that repeated
 # docs/ or the code, in data/, config/, training/, evaluation/, memory/, tracking/ and run/), measured
 # with the same command.
+# 50 modules, 8,669 lines after session 53 (issues 54, 55, 58 merged, then issue 56's move): what every run
+# now does on its path, not what it skips: the checkpoint checksums (training/checkpoints.py), the whole-run
+# loss logged for a resume (training/run_totals.py), secrets refused and redacted (credentials.py), the lock's
+# leftovers and unwritable-directory paragraph (locking.py), typed results (results.py), --split_column's
+# check (data/split_column.py), the fp32 regression head (modeling/score_head.py), the measured length
+# figures (data/long_text.py); the move took the registry (-90) out. Measured by the LOADED script below.
 # A bound, so that what a recipe does not use creeping back fails.
-FULL_FT_MAX_MODULES = 48
-FULL_FT_MAX_LINES = 7_921
+FULL_FT_MAX_MODULES = 50
+FULL_FT_MAX_LINES = 8_669
 
 LOADED = """
 import importlib.util, json, pathlib, sys
