@@ -136,6 +136,7 @@ MODEL_CASES = [
 ]
 
 
+@pytest.mark.workbench  # predict, export (the export extra: onnx) or crossval
 @pytest.mark.parametrize(
     "kind, name, how, command", MODEL_CASES, ids=[f"{k}-{n}-{h}-{c}" for k, n, h, c in MODEL_CASES]
 )
@@ -174,6 +175,7 @@ def _tiny_onnx(path: Path) -> None:
     onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(path))
 
 
+@pytest.mark.workbench  # predict, export (the export extra: onnx) or crossval
 @pytest.mark.parametrize("how", DAMAGES)
 def test_a_damaged_onnx_model_is_named(tmp_path, how):
     from recipes_lib.whole_files import DamagedFileError
@@ -190,6 +192,7 @@ def test_a_damaged_onnx_model_is_named(tmp_path, how):
 # --- a cross-validation fold's predictions cut mid-line -----------------------------------------------
 
 
+@pytest.mark.workbench  # predict, export (the export extra: onnx) or crossval
 @pytest.mark.parametrize("reader", ["held_out", "test"])
 @pytest.mark.parametrize("cut", ["mid-line", "garbage-line"])
 def test_a_fold_s_predictions_cut_mid_line_are_named_with_what_to_do(tmp_path, reader, cut):

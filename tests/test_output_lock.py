@@ -308,6 +308,7 @@ def test_a_sweep_and_a_crossval_take_over_only_their_own_killed_lock(tmp_path, c
         (crossval_dir / LOCK_FILE).unlink()
 
 
+@pytest.mark.workbench  # label-issues (the data-quality extra: cleanlab)
 def test_label_issues_is_refused_while_the_directory_is_held(tmp_path, capsys):
     run_dir = tmp_path / "run"
     with lock_directory(run_dir, "crossval"):

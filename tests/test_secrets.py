@@ -255,6 +255,7 @@ def test_a_secret_of_the_wrong_type_in_a_yaml_is_refused_without_its_value(tmp_p
     assert SECRET not in str(refused.value)
 
 
+@pytest.mark.workbench  # the study storage (the sweep extra: optuna)
 @pytest.mark.parametrize(
     "url",
     [
