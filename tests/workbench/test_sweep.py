@@ -180,8 +180,8 @@ def test_every_trial_is_an_accelerate_launch_with_its_own_deterministic_director
     config = make_config(tmp_path, base_config=str(REPO_ROOT / "recipes/configs/demo.yaml"), args={"num_train_epochs": 1},
                          recipes={"lora": {"learning_rate": [1e-3], "args": {"lora_target_modules": ["query", "value"]}}})  # fmt: skip
     command = trial_command(config, "lora", 1e-3, 2, sys.executable)
-    assert command[:6] == [sys.executable, "-m", "accelerate.commands.launch", "-q", "--config_file", CPU]
-    assert command[6] == str(RECIPES_DIR / "lora.py")
+    assert command[:5] == [sys.executable, "-m", "accelerate.commands.launch", "--config_file", CPU]
+    assert command[5] == str(RECIPES_DIR / "lora.py")
     joined = " ".join(command)
     for part in ("--config " + str(REPO_ROOT / "recipes/configs/demo.yaml"), "--num_train_epochs 1",
                  "--lora_target_modules query value", "--learning_rate 0.001", "--seed 2",
@@ -208,9 +208,9 @@ def test_the_wandb_sweeps_file_runs_each_recipe_the_same_way(tmp_path):
     assert sweep["metric"] == {"name": "eval_accuracy", "goal": "maximize"}
     assert sweep["parameters"] == {"learning_rate": {"values": [2e-5, 5e-5, 1e-4]}, "seed": {"values": [42]}}
     command = sweep["command"]
-    assert command[:6] == ["${env}", "accelerate", "launch", "-q", "--config_file", CPU]
-    assert command[6] == "${program}" and command[-1] == "${args}"
-    assert command[7:9] == ["--config", str(REPO_ROOT / "recipes/configs/demo.yaml")]
+    assert command[:5] == ["${env}", "accelerate", "launch", "--config_file", CPU]
+    assert command[5] == "${program}" and command[-1] == "${args}"
+    assert command[6:8] == ["--config", str(REPO_ROOT / "recipes/configs/demo.yaml")]
     assert "--experiment" in command and "sweep-sweep" in command
 
 

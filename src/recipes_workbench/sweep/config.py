@@ -501,13 +501,9 @@ def recipe_arguments(config: SweepConfig, recipe: str) -> list[str]:
 
 
 def launch_prefix(config: SweepConfig, python: str | None = None) -> list[str]:
-    """`accelerate launch -q --config_file CONFIG` (with `python -m` when given the interpreter).
-
-    -q: without it, accelerate re-raises a failed child as CalledProcessError, printing its stderr tail a
-    second time and the whole command line; with it a trial's or fold's log ends in the run's own paragraph.
-    """
+    """`accelerate launch --config_file CONFIG` (with `python -m` when given the interpreter)."""
     launcher = [python, "-m", "accelerate.commands.launch"] if python else ["accelerate", "launch"]
-    return [*launcher, "-q", "--config_file", config.accelerate_config]
+    return [*launcher, "--config_file", config.accelerate_config]
 
 
 def trial_command(config: SweepConfig, recipe: str, lr: float, seed: int, python: str) -> list[str]:
