@@ -166,7 +166,7 @@ test-all: test
 
 # A local PostgreSQL server for a study shared by several workers (docs/sweeps.md#trials-in-parallel):
 # pgserver's binaries from PyPI (the 'postgres' extra, in dev), data in outputs/postgres; prints the URL to
-# pass as --storage. tests/test_parallel.py starts its own. `make postgres-stop` stops it.
+# pass as --storage. tests/workbench/test_parallel.py starts its own. `make postgres-stop` stops it.
 postgres: $(BIN)/.installed
 	$(BIN)/python tools/postgres_server.py start --data outputs/postgres
 
@@ -229,7 +229,7 @@ test-latest:
 # itself, in a virtual environment pinned to the GPU machine's image (benchmarks/gpu_image_requirements.txt:
 # Python 3.12, torch 2.11.0, transformers 5.17.0, ...) with the carried wheels of .whl/ installed as there
 # (pip --no-index --no-deps --target). Needs PyPI once (about 5 GB: torch 2.11.0 is PyPI's CUDA 13.0 build,
-# the image's own, which runs on a CPU). tests/test_gpu_check.py runs it (slow).
+# the image's own, which runs on a CPU). tests/workbench/test_gpu_check.py runs it (slow).
 GPU_VENV ?= .venv-gpu
 GPU_PYTHON ?= $(firstword $(wildcard $(HOME)/.pyenv/versions/3.12*/bin/python3.12) $(shell command -v python3.12 2>/dev/null))
 GPU_REHEARSAL_ARGS ?=

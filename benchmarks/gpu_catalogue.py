@@ -19,7 +19,7 @@ step, gradients set to None.
 The batch is --batch (32) where the plan fits the device (its total memory, or --budget_gib), else
 the largest batch that fits by the plan; a recipe that does not fit even at batch 1 is skipped, and
 its row says so. The first step creates the optimizer state; the peak is measured over the steps
-after it, as the CPU planner checks measure it (tests/test_planner_families.py): on a GPU
+after it, as the CPU planner checks measure it (tests/workbench/test_planner_families.py): on a GPU
 torch.cuda.max_memory_allocated (the first step's peak is kept beside it), on a CPU the tensor
 tracker's peak (memory.tensors.TensorMemoryTracker). Both are compared with the plan's peak of all
 tensors (MemoryPlan.peak_tensors, without the CUDA context). ratio = planned / measured.

@@ -34,7 +34,7 @@ gradients of frozen matrices, so the same formula overstates its work by up to 1
 
 GPU_CHECK_HANG (a comma-separated list of row names: `bert-base/lora`, `step_profile`,
 `catalogue/<hub id>/<recipe>`) makes those rows sleep instead of working: it shows a hung row being
-cut off with the others kept (tests/test_gpu_check.py).
+cut off with the others kept (tests/workbench/test_gpu_check.py).
 """
 
 from __future__ import annotations

@@ -6,7 +6,7 @@
 planner: the tiny configs of tests/helpers/models.py (hidden 32; ModernBERT with 2 layers, global
 attention in every other one and a 16-token window, and with 6, global in every third), made to
 accept 8,192 positions, one full fine-tuning step of one padded row (its second half padding) at
-each length, measured as tests/test_planner_families.py measures it (the tensors PyTorch creates,
+each length, measured as tests/workbench/test_planner_families.py measures it (the tensors PyTorch creates,
 on one thread), beside `plan_memory`'s plan of the same batch. Activation checkpointing too for
 ModernBERT.
 

@@ -171,7 +171,7 @@ def test_history_has_the_trainer_curves_throughput_and_memory(no_key_run):
 
 
 def test_at_the_end_the_run_logs_its_results_memory_and_confusion_matrix_as_pictures(no_key_run):
-    """A launched run (accelerate launch, no key): tests/test_dashboard.py checks the contents."""
+    """A launched run (accelerate launch, no key): tests/workbench/test_dashboard.py checks the contents."""
     summary = no_key_run.summary["summary"]
     for key in (
         names.RESULTS_TABLE,

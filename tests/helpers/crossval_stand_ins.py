@@ -1,6 +1,6 @@
 """The cross-validation's tests without training: small training files of every task type, a
 stand-in launcher that writes what a fold's run writes, and the settings and out-of-fold file of a
-crossval. Used by tests/test_crossval.py, tests/test_parallel.py and the parallel worker.
+crossval. Used by tests/workbench/test_crossval.py, tests/workbench/test_parallel.py and the parallel worker.
 """
 
 from __future__ import annotations

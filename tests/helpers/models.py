@@ -52,7 +52,7 @@ FAMILY_SHAPES = {
 }
 
 
-# Variants the planner checks beside the families (tests/test_planner_families.py): a family's
+# Variants the planner checks beside the families (tests/workbench/test_planner_families.py): a family's
 # config with more set. DeBERTa-v2 xlarge/xxlarge: a ConvLayer beside the first layer.
 PLANNER_VARIANTS = {
     "deberta-v2-conv": ("deberta-v2", {"conv_kernel_size": 3, "conv_act": "gelu"}),

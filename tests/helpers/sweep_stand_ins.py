@@ -1,6 +1,6 @@
 """The sweep's tests without training: a sweep file's values, a stand-in launcher that returns what a
 trial would (made-up figures with a best rate per recipe), and the report read back and cut to what two
-runs of one sweep share. Used by tests/test_sweep.py, tests/test_parallel.py and the parallel worker.
+runs of one sweep share. Used by tests/workbench/test_sweep.py, tests/workbench/test_parallel.py and the parallel worker.
 """
 
 from __future__ import annotations

@@ -25,7 +25,7 @@ from recipes_workbench.planner.fits import TECHNIQUES, fits_columns, with_techni
 from recipes_workbench.recipes import RECIPES
 from tests.helpers.runs import INTO_SECOND_EPOCH, QUICK, run_args, run_in_process
 
-TOLERANCE = 0.10  # as tests/test_planner.py: each part and the peak within 10% of the measured run
+TOLERANCE = 0.10  # as tests/workbench/test_planner.py: each part and the peak within 10% of the measured run
 TENSOR_PARTS = ("weights", "gradients", "optimizer_state", "activations")
 ADAMW_8BIT = TrainingShape(optimizer_bits=8)
 PAGED = TrainingShape(optimizer_bits=8, paged_optimizer=True)

@@ -358,7 +358,7 @@ def test_the_minilm_count_is_the_published_weights(minilm_dir):
 @pytest.mark.usefixtures("one_thread")
 def test_the_planners_activations_for_a_catalogue_entry_match_a_measured_training_step(minilm_dir):
     """all-MiniLM-L6-v2 as the catalogue gives it, planned; the real model (its pip package) measured
-    on one CPU training step the way a recipe's step is (tests/test_planner_families.py)."""
+    on one CPU training step the way a recipe's step is (tests/workbench/test_planner_families.py)."""
     from recipes_lib.config.recipe_spec import TrainingShape
     from tests.helpers.models import measured_training_step
 

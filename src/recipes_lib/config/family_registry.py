@@ -3,7 +3,7 @@
 What the libraries know is read from them (modeling/families.py); what is left is one `Family` entry per
 family here (its fields say what each holds and who reads it). A new family is one entry in FAMILIES
 plus its tiny test config (tests/helpers/models.py); its forward's planner terms are the planner's
-(recipes_workbench/planner/forwards.py, a row per entry: tests/test_planner_families.py). Imports nothing heavy,
+(recipes_workbench/planner/forwards.py, a row per entry: tests/workbench/test_planner_families.py). Imports nothing heavy,
 so `recipes-lib plan` reads it without loading torch.
 """
 
@@ -30,7 +30,7 @@ class Family:
     # tests/test_cpu_bf16.py): automatic precision keeps the family in fp32 on a CPU with native bf16.
     bf16_autocast_fails: str | None = None
     # How `recipes-lib export` made the family's ONNX file, measured on its tiny model (exported,
-    # int8 added, and passed through the gate by tests/test_export.py::
+    # int8 added, and passed through the gate by tests/workbench/test_export.py::
     # test_every_family_exports_and_passes_the_gate, which checks this entry): "dynamo"
     # (torch.export) or "torchscript" (the fallback). Where export fails: why, in one line.
     onnx_exporter: str = "dynamo"

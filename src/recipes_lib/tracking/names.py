@@ -12,7 +12,7 @@ Three kinds of name, from three sources:
 
 The dashboard (recipes_workbench/dashboard.py) builds every panel and column from these names, the Trainer's
 own log keys and the names of `recipes-lib compare --wandb`'s run, which it keeps itself (no run of a
-recipe logs those); docs/wandb.md says how tests/test_dashboard.py checks them.
+recipe logs those); docs/wandb.md says how tests/workbench/test_dashboard.py checks them.
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ This package only parses the command line and hands each command to the module t
 tools/ (compare, show, predict, push, plan), export/ (export), recipes_workbench/dashboard.py (wandb-dashboard),
 sweep/ (sweep).
 
-The commands, one source for the list docs/development.md repeats (tests/test_docs.py checks both
+The commands, one source for the list docs/development.md repeats (tests/workbench/test_docs.py checks both
 against the parser built here):
 
 recipes-lib plan --model bert-base-uncased --recipe all --per_device_train_batch_size 32 --max_seq_length 128 --bf16
@@ -73,7 +73,7 @@ def quiet_bitsandbytes():
 
 
 def build_parser() -> argparse.ArgumentParser:
-    """The `recipes-lib` parser with every command's subparser (tests/test_docs.py checks the docs' commands on it)."""
+    """The `recipes-lib` parser with every command's subparser (tests/workbench/test_docs.py checks the docs' commands on it)."""
     parser = RedactingArgumentParser(prog="recipes-lib", description=__doc__.splitlines()[0])
     commands = parser.add_subparsers(dest="command", required=True)
     show_parser = commands.add_parser("show", help="Print the results of finished runs as a table.")

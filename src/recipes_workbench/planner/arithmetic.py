@@ -47,8 +47,8 @@ Encoder families: the sizes come from each family's config and its model on the 
 (encoder.py); what each forward keeps beyond BERT's layer is its FamilyForward (forwards.py), and each
 layer kind has its function below (_deberta_layer_terms, _modernbert_layer_terms, ...).
 
-tests/test_planner.py checks the prediction against the measured breakdown on CPU, and
-tests/test_planner_families.py does for every family.
+tests/workbench/test_planner.py checks the prediction against the measured breakdown on CPU, and
+tests/workbench/test_planner_families.py does for every family.
 """
 
 from __future__ import annotations
@@ -343,7 +343,7 @@ def _ffn_terms(encoder: Encoder, setup: Setup) -> dict[str, int]:
         # keeps pow's fp32 copy of its input, tanh and 1 + tanh in fp32 there; only x / 2 stays in
         # the autocast dtype. The H200 run's ALBERT rows were 0.62-0.79 under every recipe from this
         # (albert-base: 6 T x F bytes x 12 layers = 0.84 GiB of the 0.87 GiB missing under full_ft).
-        # tests/test_planner.py::test_cuda_autocast_keeps_albert_gelu_new_chain_in_fp32 checks the bytes.
+        # tests/workbench/test_planner.py::test_cuda_autocast_keeps_albert_gelu_new_chain_in_fp32 checks the bytes.
         terms["FFN activation: pow's chain kept in fp32 by CUDA autocast"] = (
             (TANH_GELU_AS_OPS_KEEPS - 1) * T * F * (4 - e)
         )
@@ -633,7 +633,7 @@ def _encoder_terms(encoder: Encoder, setup: Setup) -> dict[str, int]:
     if encoder.family.layer in (GATED_POST_NORM, RMS_GATED):
         # One cos and one sin (1 x S x head_dim, fp32) for every layer; a padded batch's bidirectional
         # mask (bool, B x S x S), made once per forward and held to its end (each layer's SDPA keeps
-        # its own float copy). Measured on CPU at 512 to 8,192 tokens (tests/test_planner_families.py).
+        # its own float copy). Measured on CPU at 512 to 8,192 tokens (tests/workbench/test_planner_families.py).
         terms["rotary cos and sin"] = 2 * z.S * (z.H // z.A) * 4
         if setup.padded and not _flash(encoder, setup):
             terms["attention mask, bool (once per forward)"] = z.B * z.S * z.S
@@ -773,7 +773,7 @@ def _backward_transient(encoder: Encoder, setup: Setup, fused: bool) -> int:
     The attention moment (eager or math kernel only): the gradients of the probabilities
     (B x A x S x S, one or two of them) after the FFN's saved tensors are gone. A quantized base
     adds a moment of its own, when a 4-bit weight is dequantized (for small batches the largest).
-    Fitted to the measured CPU order of frees (tests/test_planner.py checks it). Other families
+    Fitted to the measured CPU order of frees (tests/workbench/test_planner.py checks it). Other families
     hold more or less at those moments (`_family_transient`).
     """
     z = _Sizes(encoder, setup)
@@ -887,7 +887,7 @@ def inference_activation_terms(encoder: Encoder, setup: Setup) -> dict[str, int]
 
     Nothing is kept for backward, so every tensor goes once the next op has read it, and the peak is
     one layer's. Measured on CPU (all-MiniLM-L6-v2 at batch 64 x 64, 16 x 128 and 8 x 256 within 2%;
-    tests/test_planner.py checks it and every family's tiny model, within 25%):
+    tests/workbench/test_planner.py checks it and every family's tiny model, within 25%):
         the FFN's moment      its first linear's output and the activation's (2 T x F x e; a gated
                               FFN's first linear is 2F wide: 3 T x F x e), with the residual stream,
                               the attention block's output and the LayerNorm between (3 T x H x 4)

@@ -2,7 +2,7 @@
 
 One row per family of config/family_registry.py, keyed by the family's own model_type: the planner's
 per-layer terms (arithmetic.py), read off transformers' modeling_<family>.py (5.x) and checked
-against measured training steps of a tiny model of every family (tests/test_planner_families.py,
+against measured training steps of a tiny model of every family (tests/workbench/test_planner_families.py,
 which also checks that every family has a row). Everything that has a size comes from the config and
 the model built on the meta device (`Encoder.from_config`). Only the planner reads this table: a
 recipe never loads it.

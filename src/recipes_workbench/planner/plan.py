@@ -70,7 +70,7 @@ class MemoryPlan:
 
     @property
     def tensor_bytes(self) -> int:
-        """Weights + gradients + optimizer state + activations: what tests/test_planner.py checks."""
+        """Weights + gradients + optimizer state + activations: what tests/workbench/test_planner.py checks."""
         return self.weights + self.gradients + self.optimizer_state + self.activations
 
     @property
