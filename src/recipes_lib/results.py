@@ -156,10 +156,9 @@ class RunResults:
 
     @classmethod
     def from_dict(cls, values: dict[str, Any]) -> RunResults:
-        """The record of results.json's contents. A key missing (an older file, written before it was
-        kept) reads as null; a key that is no field (an older file's, such as the Trainer's test_runtime)
-        is left out. A value of another type than its field's raises TypeError naming the key: every
-        reader (show, compare, predict, push, ...) can then trust the record's types."""
+        """A missing key (an older file) reads as null; a key that is no field (the Trainer's test_runtime) is
+        left out; a value of another type than its field's raises TypeError naming the key, so every reader
+        can trust the record's types."""
         wrong = wrongly_typed(values)
         if wrong is not None:
             raise TypeError(wrong)
@@ -257,8 +256,7 @@ def library_versions() -> dict[str, str | None]:
             versions[package] = metadata.version(package)
         except metadata.PackageNotFoundError:
             versions[package] = None
-    versions["python"] = platform.python_version()
-    return versions
+    return {**versions, "python": platform.python_version()}
 
 
 def describe_device(device: torch.device) -> str:
@@ -279,7 +277,7 @@ def write_results(output_dir: str | os.PathLike, results: RunResults) -> Path:
     with written_whole(target) as handle:
         # NaN is not JSON (jq and browsers refuse it): an undefined metric, such as the correlation of
         # constant predictions, is written as null.
-        json.dump(_finite(results.to_dict()), handle, indent=2, sort_keys=False, default=str, allow_nan=False)
+        json.dump(_finite(results.to_dict()), handle, indent=2, default=str, allow_nan=False)
         handle.write("\n")
     return target
 

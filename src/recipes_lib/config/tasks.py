@@ -9,7 +9,6 @@ from __future__ import annotations
 SINGLE_LABEL = "single_label_classification"
 MULTI_LABEL = "multi_label_classification"
 REGRESSION = "regression"
-PROBLEM_TYPES = (SINGLE_LABEL, MULTI_LABEL, REGRESSION)
 AUTO = "auto"
 
 # The metrics each kind reports, as compute_metrics returns them (the Trainer prefixes "eval_").

@@ -98,14 +98,9 @@ def lora_config(shape: LoraShape, train_in_full: tuple[str, ...] = ()):
 
 @contextmanager
 def peft_wrapping():
-    """Around peft's wrapping of a model (get_peft_model, PeftModel.from_pretrained): one library note to
-    another dropped, and bitsandbytes' kernels line (peft's LoRA dispatch asks bitsandbytes for its 4-bit
-    layers, which runs its code the first time), nothing else.
-
-    peft 0.21's PeftModel reads `model.is_gradient_checkpointing`, which transformers 5 deprecated in favour
-    of `is_activation_checkpointing`: every LoRA run printed that FutureWarning, which asks the user for a
-    change only peft can make.
-    """
+    """Around peft's wrapping of a model: bitsandbytes' kernels line dropped (peft's LoRA dispatch runs its
+    code the first time), and peft 0.21's FutureWarning for reading `model.is_gradient_checkpointing`, which
+    transformers 5 deprecated: it asks the user for a change only peft can make."""
     with warnings.catch_warnings(), kernels_line_dropped():
         warnings.filterwarnings(
             "ignore", message="`is_gradient_checkpointing` is deprecated", category=FutureWarning
@@ -114,18 +109,14 @@ def peft_wrapping():
 
 
 def linear_layer_names(model: nn.Module) -> list[str]:
-    """The distinct names of the model's linear layers (the last part of each module path)."""
     return sorted({name.rsplit(".", 1)[-1] for name, m in model.named_modules() if isinstance(m, nn.Linear)})
 
 
 def linears_outside_layers(config) -> list[str]:
-    """Module paths of the linear layers outside the repeated encoder layers: heads, poolers, projections.
-
-    These stay in full precision under a 4-bit base: they are small, and the ones the checkpoint
-    lacks (a new head, DeBERTa's pooler) must train.
-    """
-    profile = profile_for(config)
-    inside = tuple(f"{path}." for path in profile.layer_modules)
+    """Module paths of the linear layers outside the repeated encoder layers (heads, poolers, projections):
+    they stay in full precision under a quantized base, small as they are, since the ones the checkpoint
+    lacks (a new head, DeBERTa's pooler) must train."""
+    inside = tuple(f"{path}." for path in profile_for(config).layer_modules)
     return sorted(
         name
         for name, module in meta_model(config).named_modules()
@@ -146,10 +137,8 @@ def _new_modules_outside_the_head(model) -> tuple[str, ...]:
 
 
 def add_lora(model, lora: LoraShape | LoraArguments):
-    """Freeze `model` and wrap it in a peft model with LoRA adapters and a trainable head.
-
-    A recipe passes `Prepared.adapters`, its targets resolved once by `prepare` (resolving them again
-    here leaves them as they are); the planner and the tests may pass options or a shape with 'auto'.
+    """Freeze `model` and wrap it in a peft model with LoRA adapters and a trainable head. `lora`: options, or
+    a shape (`Prepared.adapters`, its targets already resolved by `prepare`).
 
     Every module the checkpoint did not provide (`model.newly_initialized_modules`, set by
     modeling.load_model: the head, DeBERTa's pooler, DistilBERT's pre_classifier) trains in full
@@ -181,18 +170,12 @@ def add_lora(model, lora: LoraShape | LoraArguments):
 
 
 def saving_embeddings_only_if_adapted(peft_model):
-    """`peft_model`, whose saves (the Trainer's final model and checkpoints, push_to_hub) no longer ask
-    the Hugging Face Hub whether the vocabulary was resized.
+    """`peft_model`, whose saves no longer ask the Hugging Face Hub whether the vocabulary was resized.
 
-    peft's `save_pretrained(save_embedding_layers="auto")`, which is how every Trainer calls it, saves the
-    base's embedding matrices beside the adapter when LoRA adapts them, and otherwise when the model's
-    vocab_size differs from the base's config.json, which for a Hub id it looks up on the Hub. Offline
-    (HF_HUB_OFFLINE, as `make demo` runs) it cannot, and warns "Could not find a config file in <id> -
-    will assume that the vocabulary was not modified" at every save; online, every save asks the Hub.
-    Here the answer is known: the recipes never resize the vocabulary, so the base's embeddings change
-    only where LoRA adapts them (then peft's own "auto" rule saves them, without the Hub). A new
-    embedding the run trains in full (a module the checkpoint lacked, in modules_to_save) is saved with
-    the adapter either way.
+    peft's `save_pretrained(save_embedding_layers="auto")` (every Trainer's call) looks a Hub id's
+    config.json up on the Hub to compare vocab sizes: offline it warns "Could not find a config file in
+    <id>" at every save; online, every save asks. The recipes never resize the vocabulary, so the base's
+    embeddings change only where LoRA adapts them (then "auto" saves them, without the Hub).
     """
     from functools import partial
 
@@ -254,7 +237,6 @@ def int8_quantization_config(model_config):
 
 
 def base_quantization_config(model_config, precision: str, bits: int = 4):
-    """The qlora recipe's base: 4-bit NF4 (`nf4_quantization_config`) or 8-bit LLM.int8."""
     if bits == 8:
         return int8_quantization_config(model_config)
     if bits == 4:
@@ -263,50 +245,33 @@ def base_quantization_config(model_config, precision: str, bits: int = 4):
 
 
 def check_base_support(device: torch.device, bits: int = 4) -> None:
-    """The qlora recipe's preflight for a `bits`-bit base: `check_4bit_support`, or `check_8bit_support`."""
-    check_8bit_support(device) if bits == 8 else check_4bit_support(device)
-
-
-@contextmanager
-def _probing_bitsandbytes(needs: str, remedy: str):
-    """A failed probe as one ModelError: `needs`, what the probe said (in one line), `remedy`."""
+    """The qlora recipe's preflight: fail in seconds, before data or weights load, where the `bits`-bit base
+    cannot run. One NF4 quantize-dequantize (4) or one LLM.int8 layer's forward and backward (8) on the
+    training device, through the kernels the model will use (a missing or mismatched native library, or a
+    device bitsandbytes has no backend for, fails here)."""
     try:
-        yield
+        if bits == 8:
+            bnb = import_bitsandbytes("nn")
+            layer = bnb.nn.Linear8bitLt(64, 64, bias=False, has_fp16_weights=False, threshold=6.0).to(device)
+            layer(torch.randn(2, 64, device=device, requires_grad=True)).sum().backward()
+        else:
+            bnb_functional = import_bitsandbytes("functional").functional
+            probe = torch.linspace(-1, 1, 64, device=device)
+            bnb_functional.dequantize_4bit(*bnb_functional.quantize_4bit(probe, quant_type="nf4"))
     except Exception as error:  # ImportError, RuntimeError, NotImplementedError: all mean "not here"
         said = str(error).strip()
         detail = said.splitlines()[0] if said else type(error).__name__
-        raise ModelError(f"{needs}: {detail}. {remedy}") from None
-
-
-def check_8bit_support(device: torch.device) -> None:
-    """`--base_bits 8`'s preflight: one LLM.int8 layer's forward and backward on the training device,
-    through the kernels the model's linears will use (bitsandbytes 0.50 has them on CUDA and CPU)."""
-    with _probing_bitsandbytes(
-        f"--base_bits 8 needs bitsandbytes' 8-bit LLM.int8 layers on {device}, and they fail here",
-        "Install a bitsandbytes built for this machine (pip install -U bitsandbytes; 0.50 runs LLM.int8 "
-        "on CUDA and CPU), or leave --base_bits at 4 (the NF4 base, less memory).",
-    ):
-        bnb = import_bitsandbytes("nn")
-        layer = bnb.nn.Linear8bitLt(64, 64, bias=False, has_fp16_weights=False, threshold=6.0).to(device)
-        layer(torch.randn(2, 64, device=device, requires_grad=True)).sum().backward()
-
-
-def check_4bit_support(device: torch.device) -> None:
-    """QLoRA's preflight: fail in seconds, before data or weights load, where 4-bit cannot run.
-
-    Quantizes and dequantizes 64 values in NF4 on the training device, through the bitsandbytes
-    kernels the model's weights will go through (a missing or mismatched native library, or a
-    device bitsandbytes has no 4-bit backend for, fails here).
-    """
-    with _probing_bitsandbytes(
-        f"QLoRA needs bitsandbytes' 4-bit NF4 on {device}, and it fails here",
-        "Install a bitsandbytes built for this machine (pip install -U bitsandbytes; 0.45+ runs 4-bit on CUDA "
-        "and CPU), or run recipes/lora.py: the same adapters on a full-precision base, with more memory.",
-    ):
-        bnb_functional = import_bitsandbytes("functional").functional
-        probe = torch.linspace(-1, 1, 64, device=device)
-        packed, state = bnb_functional.quantize_4bit(probe, quant_type="nf4")
-        bnb_functional.dequantize_4bit(packed, state)
+        if bits == 8:
+            raise ModelError(
+                f"--base_bits 8 needs bitsandbytes' 8-bit LLM.int8 layers on {device}, and they fail here: {detail}. "
+                "Install a bitsandbytes built for this machine (pip install -U bitsandbytes; 0.50 runs LLM.int8 "
+                "on CUDA and CPU), or leave --base_bits at 4 (the NF4 base, less memory)."
+            ) from None
+        raise ModelError(
+            f"QLoRA needs bitsandbytes' 4-bit NF4 on {device}, and it fails here: {detail}. "
+            "Install a bitsandbytes built for this machine (pip install -U bitsandbytes; 0.45+ runs 4-bit on CUDA "
+            "and CPU), or run recipes/lora.py: the same adapters on a full-precision base, with more memory."
+        ) from None
 
 
 def _in_autocast_dtype(module, inputs, output):
@@ -327,7 +292,6 @@ def _in_autocast_dtype(module, inputs, output):
 
 
 def prepare_4bit_model(model):
-    """A model loaded with `nf4_quantization_config`, made ready to train adapters on (peft)."""
     from peft import prepare_model_for_kbit_training
 
     if next(model.parameters()).device.type == "cpu":
@@ -350,15 +314,12 @@ def prepare_4bit_model(model):
 def save_adapter_extras(
     arguments, model_config, tokenizer, lora: LoraArguments, quantization_config=None
 ) -> MergedModel | None:
-    """After the adapter is saved: what a reload needs next to it and, if asked, the merged model.
+    """After the adapter is saved (main process only): what a reload needs next to it and, if asked, the
+    merged model, returned for the record to score (else None).
 
-    config.json carries the label names (id2label), which the adapter files do not. QLoRA passes
-    its base's `quantization_config` (`nf4_quantization_config`), saved as
-    base_quantization_config.json: the adapter was trained and evaluated on that 4-bit NF4 base, so
-    `load_trained_model(output_dir)` rebuilds it (same NF4 settings, same compute dtype) before
-    applying the adapter, and reloads the evaluated model rather than the adapter on an fp32 base.
-    Returns the merged model (--merge_adapter; else None), for the record to score in memory.
-    Call it on the main process only.
+    config.json carries the label names (id2label), which the adapter files do not. QLoRA's base
+    `quantization_config`, saved as base_quantization_config.json, lets `load_trained_model` rebuild the
+    quantized base the adapter was trained and evaluated on, not put the adapter on an fp32 base.
     """
     output_dir = Path(arguments.training.output_dir)
     model_config.save_pretrained(output_dir)
@@ -378,8 +339,7 @@ def save_adapter_extras(
 
 
 def read_base_quantization(adapter_dir: str | Path):
-    """The BitsAndBytesConfig of the quantized base (4-bit NF4 or 8-bit LLM.int8) an adapter was trained on
-    (QLoRA), or None (LoRA)."""
+    """The BitsAndBytesConfig of the quantized base an adapter was trained on (QLoRA), or None (LoRA)."""
     path = Path(adapter_dir) / BASE_QUANTIZATION_FILE
     if not path.is_file():
         return None
@@ -390,8 +350,6 @@ def read_base_quantization(adapter_dir: str | Path):
 
 @dataclass(frozen=True)
 class MergedModel:
-    """--merge_adapter's plain model, and what it is in words (`describe_merged_model`)."""
-
     model: Any
     description: str
 
@@ -399,12 +357,9 @@ class MergedModel:
 def merged_model(model_args: ModelArguments, model_config, adapter_dir, device=None) -> MergedModel:
     """Fold the adapter into an fp32 copy of the base, W + (alpha / r) B A: a plain model.
 
-    LoRA: the base's full-precision weights, so the merged model gives the adapter model's outputs
-    to float rounding. QLoRA (base_quantization_config.json in `adapter_dir`): the base is loaded in
-    4-bit NF4 as in training (on `device`) and dequantized to fp32, so the adapter is folded into
-    the weights it was trained on, not the original fp32 ones (merging into the 4-bit weights would
-    re-quantize them). That model is close to, but not, the evaluated one, which ran its 4-bit
-    matmuls in the compute dtype through bitsandbytes.
+    QLoRA: the base is loaded quantized as in training (on `device`) and dequantized to fp32, so the
+    adapter is folded into the weights it was trained on (merging into the 4-bit weights would
+    re-quantize them).
     """
     from peft import PeftModel
 
@@ -422,14 +377,12 @@ def merged_model(model_args: ModelArguments, model_config, adapter_dir, device=N
 
 
 def merge_adapter(model_args: ModelArguments, model_config, adapter_dir, merged_dir, device=None) -> str:
-    """`merged_model`, saved in `merged_dir` as a plain model. Returns what it is, in words."""
     merged = merged_model(model_args, model_config, adapter_dir, device)
     merged.model.save_pretrained(merged_dir)
     return merged.description
 
 
 def describe_merged_model(quantization) -> str:
-    """What --merge_adapter saved, in words: `quantization` is the base's 4-bit settings (QLoRA) or None."""
     if quantization is None:
         return (
             "a plain fp32 model, the adapter folded into the base's weights (same outputs to float rounding)"
@@ -449,12 +402,8 @@ def describe_merged_model(quantization) -> str:
 
 
 def load_trained_model(output_dir: str | Path, device: str | torch.device | None = None):
-    """The model a recipe saved, as it was evaluated: a plain model, or the base with its adapter.
-
-    LoRA: the base in full precision, then the adapter. QLoRA (base_quantization_config.json beside
-    the adapter): the base in 4-bit NF4 with the saved settings and compute dtype, prepared as in
-    training (`prepare_4bit_model`), then the adapter. `device`: where the weights go (default: CPU).
-    """
+    """The model a recipe saved, as it was evaluated: a plain model, or the base (QLoRA: quantized with
+    the saved settings, prepared as in training) with its adapter. `device`: default CPU."""
     from transformers import AutoConfig, AutoModelForSequenceClassification
 
     output_dir = Path(output_dir)

@@ -84,11 +84,8 @@ def _missing_tokenizer_packages(error: Exception) -> list[str]:
 
 
 def load_model_config(model_args: ModelArguments, labels=None):
-    """The model's config with the label names and the task, so the saved model predicts class names.
-
-    `labels` is the data's label mapping (data.LabelMapping: names, ids and the task). Without it: the
-    config as published, for checks that run before the data is read.
-    """
+    """The model's config with the data's label mapping (names, ids, task), so the saved model predicts
+    class names; without `labels`, as published (for checks before the data is read)."""
     # problem_type picks the head's loss in transformers: cross-entropy, BCE with logits, or MSE.
     names = ("num_labels", "id2label", "label2id", "problem_type") if labels is not None else ()
     label_settings = {name: getattr(labels, name) for name in names}
@@ -124,14 +121,10 @@ def _check_the_model_type_is_known(model_args: ModelArguments) -> None:
 def check_model_support(
     model_args: ModelArguments, model_config, max_seq_length: int
 ) -> tuple[ArchitectureProfile, str]:
-    """What the model's family supports, checked on config.json alone, before data or weights load.
-
-    Returns the family's profile and the attention kernel the run uses: `attn_implementation` as
-    asked, checked, or (None) the best kernel the family has that this machine runs:
-    flash_attention_2 on a CUDA GPU with flash-attn installed, else sdpa, else eager) and refuses a
-    max_seq_length longer than the positions a sequence can use. A model type no family entry lists
-    (config/family_registry.py: GPT-2, say) is let through, since transformers and peft give its
-    profile, with one warning: nothing here has tested it.
+    """The family's profile and the attention kernel the run uses (as asked, checked; or the family's
+    best that this machine runs), checked on config.json alone before data or weights load, with
+    max_seq_length. A model type no family entry lists (GPT-2, say) is let through, since transformers
+    and peft give its profile, with one warning: nothing here has tested it.
     """
     try:
         profile = profile_for(model_config)
@@ -195,10 +188,8 @@ def pad_with_eos_if_missing(tokenizer, model_config) -> None:
     """Give a tokenizer without a padding token (a decoder's: GPT-2, Llama) its end-of-sequence token as
     one, and the model config that id, as transformers' own examples do; say so in one line.
 
-    Batches are padded to their longest row, so the tokenizer needs a pad token; a decoder's
-    classification head reads each row's last token that is not padding, so the config needs its id.
-    The attention mask keeps the padding out of what the model reads. Both are saved with the model,
-    so predict and export pad the same way. A tokenizer with neither token cannot be fixed here.
+    Batches are padded to their longest row; a decoder's head reads each row's last token that is not
+    padding, so the config needs the id. Both are saved with the model, so predict and export pad alike.
     """
     if tokenizer.pad_token is not None:
         return
@@ -230,13 +221,10 @@ _BODY_KEY = re.compile(r"(^|\.)(embeddings|\d+)\.")
 
 
 class HeldLoadReport(logging.Filter):
-    """transformers' load report, held back while a model loads (`with HeldLoadReport() as load_report:`),
-    and printed if the block fails: what transformers found then explains the failure.
+    """transformers' load report, held back while a model loads, and printed if the block fails.
 
-    The report lists every key a model did not take from its checkpoint: for a classifier fine-tuned
-    from an encoder, always its new head, in a red MISSING table that asks for what the run is about
-    to do ("Consider training on your downstream task"). The caller decides with the loading info
-    whether the report says more than that (`release_if_the_body_is_affected`).
+    For a classifier fine-tuned from an encoder the report always lists its new head, in a red MISSING
+    table that asks for what the run is about to do ("Consider training on your downstream task").
     """
 
     def __init__(self):
@@ -260,20 +248,15 @@ class HeldLoadReport(logging.Filter):
         return True
 
     def release(self) -> None:
-        """Print the held report after all, as transformers would have."""
         for record in self.records:
             self.logger.handle(record)
         self.records.clear()
 
     def release_if_the_body_is_affected(self, loading: dict) -> bool:
-        """Print the held report if a key it lists lies in the encoder's embeddings or layers (a
-        checkpoint of another architecture, or renamed weights: the model would not be the pretrained
-        one); drop it when every key is outside them. Returns whether it was printed.
-
-        Outside the body are the modules a checkpoint never has for a new task, which the recipes
-        train (the head, DeBERTa's pooler, DistilBERT's pre_classifier; modeling/adapters.py saves
-        them with an adapter), the pretraining heads it has that a classifier does not use
-        (BERT's `cls.predictions`), and heads of another shape, which `load_model` reports itself.
+        """Print the held report (and return True) if a key it lists lies in the encoder's embeddings or
+        layers (another architecture's checkpoint, or renamed weights); drop it when every key is outside
+        them: the new head and pooler the recipes train, pretraining heads a classifier does not use
+        (BERT's `cls.predictions`), heads of another shape (`load_model` reports those itself).
         """
         keys = [
             *(loading.get("missing_keys") or ()),
@@ -300,11 +283,8 @@ def declare_layer_classes(model) -> None:
 
 
 def load_model(model_args: ModelArguments, model_config, **from_pretrained_kwargs):
-    """AutoModelForSequenceClassification with a freshly initialised head for this task's labels.
-
-    The modules the checkpoint did not provide (the head, DeBERTa's pooler: any newly initialised
-    weight) are listed in `model.newly_initialized_modules`, so that adapters can train and save them.
-    """
+    """AutoModelForSequenceClassification with a freshly initialised head for this task's labels; the
+    modules the checkpoint did not provide in `model.newly_initialized_modules`, for adapters to train and save."""
     if from_pretrained_kwargs.get("quantization_config") is not None:
         import_bitsandbytes()  # QLoRA's base: transformers' quantizer runs it as the weights load
     try:
@@ -361,9 +341,7 @@ def load_model(model_args: ModelArguments, model_config, **from_pretrained_kwarg
 
 def reset_wrong_shaped_linears(model) -> list[tuple[str, tuple, tuple]]:
     """Full-precision linears holding a checkpoint tensor of another shape than the layer declares,
-    initialised afresh; (weight name, checkpoint shape, layer shape) for each.
-
-    transformers before 5.2x skips `ignore_mismatched_sizes` when a quantization config loads the
+    initialised afresh; (weight name, checkpoint shape, layer shape) for each. transformers before 5.2x skips `ignore_mismatched_sizes` when a quantization config loads the
     model (tested on 5.6): a 2-class checkpoint's head stays 2 x hidden under a 1-output regression
     head, and the loss fails on the shapes. Quantized linears (bitsandbytes' subclasses) store packed
     weights of other shapes by design and are left alone.
@@ -400,10 +378,7 @@ def _modules_of(model, parameter_names) -> tuple[str, ...]:
 
 
 def count_parameters(model) -> tuple[int, int]:
-    """(total, trainable) parameters; shared (tied) tensors counted once, as `parameters()` yields them.
-
-    From a config alone, with no weights: `planner.count_parameters_on_meta(config, shape)`.
-    """
+    """(total, trainable) parameters; shared (tied) tensors counted once, as `parameters()` yields them."""
     total = trainable = 0
     for parameter in model.parameters():
         count = _logical_numel(parameter)
