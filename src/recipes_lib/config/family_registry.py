@@ -126,5 +126,4 @@ _BY_MODEL_TYPE: dict[str, Family] = {
 
 
 def family_for(model_type: str) -> Family | None:
-    """The family a config's model_type belongs to, or None for a model type no entry lists."""
     return _BY_MODEL_TYPE.get(model_type)

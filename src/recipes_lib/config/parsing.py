@@ -64,7 +64,6 @@ def _unknown_key_hint(key: str, valid: list[str], recipe_name: str) -> str:
 
 
 def _pop_option(argv: list[str], name: str) -> tuple[str | None, list[str]]:
-    """Remove `--name VALUE` or `--name=VALUE` from argv; return VALUE."""
     remaining, value, i = [], None, 0
     while i < len(argv):
         token = argv[i]
@@ -136,7 +135,6 @@ def _convert_file_value(
     accepts_list: bool,
     accepts_mapping: bool = False,
 ) -> Any:
-    """Check a YAML value as argparse would check the same value typed on the command line."""
     if is_secret_option(key) and isinstance(value, dict | list):  # str() would make a token of it
         raise ConfigError(
             f"Config file '{path}': key '{key}' is a {type(value).__name__}; a secret is one string."
@@ -182,7 +180,6 @@ STRATEGY_OF_INTERVAL = {
 
 
 def _command_line_values(argv: list[str]) -> dict[str, str | None]:
-    """{key: the text after it} for every `--key VALUE`, `--key=VALUE` or bare `--key` in argv."""
     values = {}
     for i, token in enumerate(argv):
         if token.startswith("--"):
@@ -228,8 +225,7 @@ finite_float.__name__ = "finite number"  # as argparse and the config file's mes
 
 
 def recipe_parser(spec: RecipeSpec) -> HfArgumentParser:
-    """The recipe's command line: the shared argument dataclasses, the recipe's options, TrainingArguments.
-    (`--config` and a bare `--debug` are taken out of argv before it parses.)"""
+    """The recipe's command line (`--config` and a bare `--debug` are taken out of argv before it parses)."""
     option_classes = (spec.options,) if spec.options is not None else ()
     argument_classes = (*SHARED_ARGUMENT_CLASSES, *option_classes, RecipeTrainingArguments)
     parser = _RecipeArgumentParser(argument_classes, allow_abbrev=False)
@@ -245,11 +241,8 @@ def recipe_parser(spec: RecipeSpec) -> HfArgumentParser:
 
 
 def parse_arguments(spec: RecipeSpec, argv: list[str] | None = None) -> ParsedArguments:
-    """Parse `--config FILE.yaml` plus command-line overrides into typed, validated arguments.
-
-    Precedence, lowest first: dataclass defaults, the recipe's `training_defaults` (e.g. a higher
-    learning rate for LoRA), the YAML file, the command line.
-    """
+    """Typed, validated arguments. Precedence, lowest first: dataclass defaults, the recipe's
+    `training_defaults` (e.g. a higher learning rate for LoRA), the YAML file, the command line."""
     check_supported_versions()
     argv = list(sys.argv[1:] if argv is None else argv)
     refuse_secret_options(argv)  # before anything reads them: the YAML or the environment instead

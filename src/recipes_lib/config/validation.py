@@ -1,9 +1,5 @@
-"""Checks on a run's arguments that need more than one field, or the data's task, to decide.
-
-Each field's own checks run when its dataclass is built (`__post_init__`); the checks here look
-at the arguments together and run before anything expensive (each function's docstring says when).
-Every failure is a ConfigError or OutputDirError that names the value and the fix.
-"""
+"""Checks on a run's arguments that need more than one field, or the data's task, to decide, run before
+anything expensive. Every failure is a ConfigError or OutputDirError that names the value and the fix."""
 
 from __future__ import annotations
 
@@ -23,7 +19,6 @@ SUPPORTED_DATA_EXTENSIONS = (".csv", ".tsv", ".txt", ".json", ".jsonl", ".parque
 # Files that mean "another run lives here".
 RUN_MARKERS = (RESULTS_FILE, "model.safetensors", "adapter_model.safetensors", "checkpoint-*")
 
-
 STALE_RUN_ADVICE = (
     "Continue that run with --resume_from_checkpoint last, or replace it with --overwrite_output_dir (either "
     "takes the lock over), or pick another --output_dir. "
@@ -36,12 +31,10 @@ def resume_requested(value: str | None) -> bool:
 
 
 def claim_output_dir(training, main_process: bool) -> contextlib.ExitStack:
-    """Lock the output_dir for this run (locking.py), then check_output_dir; close() lets it go.
+    """Lock the output_dir for this run, then check_output_dir; close() lets it go.
 
     The lock comes first: of two runs started at once into one directory, the second is refused here,
-    before it looks inside. Only the main process takes it; the others write nothing there (and
-    `accelerate launch` stops them when the main process exits on a refusal). A lock left by a run
-    that was killed is taken over, with a warning, by --resume_from_checkpoint or --overwrite_output_dir.
+    before it looks inside. Only the main process takes it (the others write nothing there).
     """
     hold = contextlib.ExitStack()
     if main_process and not Path(training.output_dir).is_file():  # a file: the check says so
@@ -56,7 +49,6 @@ def claim_output_dir(training, main_process: bool) -> contextlib.ExitStack:
 
 
 def check_output_dir(training) -> None:
-    """Refuse to write over another run unless asked to resume it or to overwrite it."""
     output_dir = Path(training.output_dir)
     if output_dir.exists() and not output_dir.is_dir():
         raise OutputDirError(f"--output_dir '{output_dir}' is a file, not a directory. Pick another path.")
@@ -73,7 +65,6 @@ def check_output_dir(training) -> None:
 
 
 def parse_decision_threshold(option: str | None) -> str | float | None:
-    """`--decision_threshold`: None (decide by the likelier class), 'tune', or a probability strictly between 0 and 1."""
     if option is None:
         return None
     text = str(option).strip()
@@ -92,7 +83,6 @@ def parse_decision_threshold(option: str | None) -> str | float | None:
 
 
 def check_early_stopping(training) -> None:
-    """Early stopping keeps the best evaluation's weights: it needs a checkpoint at every evaluation."""
     patience = training.early_stopping_patience
     if patience < 1:
         raise ConfigError(f"early_stopping_patience is {patience}; give a number of evaluations, 1 or more.")
@@ -109,7 +99,6 @@ def check_early_stopping(training) -> None:
 
 
 def parse_class_weights(option: str, names: list[str]) -> list[float]:
-    """`--class_weights 1,3.5`: one positive weight per class, in label-id order."""
     try:
         weights = [float(value) for value in option.split(",")]
     except ValueError:
@@ -123,11 +112,7 @@ def parse_class_weights(option: str, names: list[str]) -> list[float]:
 
 
 def check_task_options(training, labels) -> None:
-    """Options that only fit some tasks, refused before the data is tokenized and the weights load.
-
-    `labels` is the data's label mapping (its names and problem_type). Changes nothing: for
-    `--metric_for_best_model mse`, greater_is_better is false from parsing (config/arguments.py).
-    """
+    """Options that only fit some tasks, refused before the data is tokenized and the weights load."""
     for option, what_it_does, tasks in (
         ("class_weights", "weights the classes of a classification task", (SINGLE_LABEL, MULTI_LABEL)),
         ("label_smoothing_factor", "smooths a softmax over classes", (SINGLE_LABEL,)),
@@ -159,7 +144,7 @@ def check_task_options(training, labels) -> None:
 
 
 def validate_arguments(arguments) -> None:
-    """The parsed arguments' checks that need no download: fail here, not after an hour of tokenization."""
+    """Fail here, not after an hour of tokenization."""
     data, training = arguments.data, arguments.training
     _check_data_source(data)
     _check_data_files(data)
@@ -176,7 +161,6 @@ def validate_arguments(arguments) -> None:
 
 
 def _check_data_source(data) -> None:
-    """One source of data, a Hub dataset or local files, and no option that belongs to the other."""
     for name in ("validation_file", "test_file"):
         if data.train_file is None and getattr(data, name) is not None:
             raise ConfigError(
@@ -200,7 +184,6 @@ def _check_data_source(data) -> None:
 
 
 def _check_data_files(data) -> None:
-    """Each local data file given is a file, of a supported extension, that exists."""
     for name in ("train_file", "validation_file", "test_file"):
         given = getattr(data, name)
         if given is None:
@@ -224,7 +207,6 @@ def _check_data_files(data) -> None:
 
 
 def _check_text_columns(data) -> None:
-    """--text_column_names names one column, or two for sentence pairs."""
     if data.text_column_names is not None:
         columns = [c.strip() for c in data.text_column_names.split(",") if c.strip()]
         if not 1 <= len(columns) <= 2:
@@ -235,7 +217,6 @@ def _check_text_columns(data) -> None:
 
 
 def _check_positive_counts(data, training) -> None:
-    """Lengths, sample caps and batch sizes, where given, are positive."""
     positive = {
         "max_seq_length": data.max_seq_length,
         "max_train_samples": data.max_train_samples,
@@ -251,7 +232,6 @@ def _check_positive_counts(data, training) -> None:
 
 
 def _check_long_text(data) -> None:
-    """--stride and --max_windows_per_document belong to sliding_window, and the windows must move forward."""
     if data.long_text != "sliding_window":
         if data.max_windows_per_document is not None:
             raise ConfigError(
@@ -273,7 +253,6 @@ def _check_long_text(data) -> None:
 
 
 def _check_training_schedule(training) -> None:
-    """A positive learning rate, at least one step to train, and a clipping norm that is not negative."""
     # The Trainer accepts these and fails later (AdamW on a negative rate) or trains for zero steps.
     if not training.learning_rate > 0:
         raise ConfigError(
@@ -292,7 +271,6 @@ def _check_training_schedule(training) -> None:
 
 
 def _check_validation_split(data) -> None:
-    """The share of train held out for validation, when no validation split is given, is 1-99%."""
     if not 0 < data.validation_split_percentage < 100:
         raise ConfigError(
             f"validation_split_percentage is {data.validation_split_percentage}; it must be between 1 and 99."

@@ -1,45 +1,12 @@
 """Padding-free batches: a batch's rows packed into one row, attention kept inside each row.
 
-A padded batch of SST-2 sentences (about 25 tokens each, padded to the longest, often 60 or more)
-spends most of its linear-layer work on padding. Packed, the batch is one row of its real tokens
-only; every linear layer, LayerNorm and dropout then runs on those tokens alone. What has to change
-is attention, which must not cross from one sentence into the next, and the classifier head, which
-reads each sentence's first token.
-
-    collator      `PaddingFreeCollator` concatenates the rows' tokens, numbers positions from 0 (from
-                  padding_idx + 1 in RoBERTa-style embeddings) in each row, and passes the rows'
-                  boundaries as transformers' own keyword arguments (`cu_seq_lens_q`, `max_length_q`,
-                  the names DataCollatorWithFlattening and the flash-attention path use). That
-                  collator is for token-level labels; a classifier needs one label per row.
-    attention     "varlen_sdpa", registered in transformers' AttentionInterface: PyTorch's scaled
-                  dot-product attention over a jagged (nested) tensor with those boundaries, which
-                  CUDA runs with its flash / memory-efficient variable-length kernels and the CPU
-                  with the reference math; ModernBERT's local layers, whose window binds only in
-                  rows longer than the window, go to torch.nn.attention.varlen.varlen_attn on CUDA
-                  (it takes a window; no dropout, which ModernBERT does not use) and to one SDPA
-                  call per row elsewhere. A padded batch (evaluation, predict) reaches it with its
-                  mask and runs transformers' own SDPA.
-    head          a forward hook on the module that hands the last hidden state to the head puts
-                  the packed row back into a zero-padded (rows x longest x hidden) tensor, so the
-                  stock pooler and classifier of each family run unchanged.
-
-Which families take it (each checked by tests/test_padding_free.py on a tiny model: logits, loss and
-gradients equal to the padded batch's), and why the others do not:
-
-    BERT, RoBERTa (CamemBERT), XLM-R, ELECTRA     absolute positions from position_ids; attention
-    ALBERT, DistilBERT                            through the AttentionInterface with the model's
-                                                  keyword arguments; the head reads token 0
-    ModernBERT                                    rotary positions from position_ids; the same
-                                                  interface; classifier_pooling "cls" only (its
-                                                  default: "mean" would average the padding back in)
-    DeBERTa, DeBERTa-v2/v3                        no: their disentangled attention is their own
-                                                  code, not the AttentionInterface, and its
-                                                  relative positions span the whole row
-    MPNet                                         no: its encoder is called without the keyword
-                                                  arguments and computes its relative-position
-                                                  bias over the whole row
-    others (XLM-R XL, ERNIE, GTE, NomicBERT,      not checked yet: off
-    EuroBERT)
+docs/speed.md ("Padding-free batches") says how and which families take it (each checked by
+tests/test_padding_free.py). Three pieces: `PaddingFreeCollator` packs the rows, numbering positions
+per row and passing the boundaries as transformers' own keyword arguments (`cu_seq_lens_q`,
+`max_length_q`: DataCollatorWithFlattening is for token-level labels, a classifier needs one label per
+row); `varlen_sdpa`, registered in transformers' AttentionInterface, keeps attention inside each row
+(a padded batch, in evaluation and predict, runs transformers' own SDPA); and a forward hook puts the
+packed row back into a zero-padded batch, so the family's stock pooler and classifier run unchanged.
 """
 
 from __future__ import annotations
@@ -96,11 +63,8 @@ def position_offset(config) -> int:
 
 @dataclass(frozen=True)
 class PaddingFreeCollator:
-    """Packs a batch's tokenized rows into one row of their tokens, with each row's boundaries.
-
-    Per-row values (labels, a distillation's teacher logits) stay one per row. No attention_mask:
-    the boundaries are the mask.
-    """
+    """Packs a batch's tokenized rows into one row of their tokens, with each row's boundaries (the mask);
+    per-row values (labels, a distillation's teacher logits) stay one per row."""
 
     first_position: int = 0  # position_offset(config)
 
@@ -225,7 +189,6 @@ def _padding_mask_only(*args, attention_mask=None, **kwargs):
 
 
 def register_varlen_attention() -> str:
-    """Registers VARLEN_ATTENTION with transformers (idempotent) and returns its name."""
     from transformers import AttentionInterface
     from transformers.masking_utils import AttentionMaskInterface
 

@@ -67,7 +67,6 @@ class BaseModel:
 
 
 def _is_adapter(results: RunResults) -> bool:
-    """Whether the run saved a LoRA adapter (with the head) rather than a whole model."""
     return results.lora_target_modules is not None
 
 
@@ -111,8 +110,7 @@ def _split(results: RunResults, role: str) -> str:
 
 
 def _scores(results: RunResults):
-    """(results key, split, metric, note, decision args) of every score that may be there, in order: as
-    record.py scores them (multi-label at 0.5 and the tuned thresholds; --decision_threshold at 0.5 and it)."""
+    """(results key, split, metric, note, decision args) of every score that may be there, as record.py scores them."""
     problem_type, names = results.problem_type, TASK_METRICS[results.problem_type]
     splits = {"eval": _split(results, "validation"), "test": _split(results, "test")}
     if problem_type == MULTI_LABEL:
@@ -162,8 +160,7 @@ def card_metrics(results: RunResults) -> list[CardMetric]:
 
 
 def _dataset(results: RunResults) -> tuple[str, str, str | None]:
-    """(dataset type, dataset name, Hub config) for the model-index: a Hub dataset, or the local files.
-    The name is also how the card's text calls the training data ('glue/sst2', or the file's name)."""
+    """(dataset type, dataset name, Hub config) for the model-index; the name is also the card text's."""
     config = results.config or {}
     if config.get("train_file"):
         return "local", _file_name(config["train_file"]), None
@@ -172,7 +169,6 @@ def _dataset(results: RunResults) -> tuple[str, str, str | None]:
 
 
 def card_data(results: RunResults, model_name: str) -> ModelCardData:
-    """The card's metadata: base model, library, task, tags, data and the scores as a model-index."""
     dataset_type, dataset_name, dataset_config = _dataset(results)
     eval_results = [
         EvalResult(
@@ -207,9 +203,7 @@ def build_card(
     export_report: dict[str, Any] | None = None,
     summary: str | None = None,
 ) -> ModelCard:
-    """The run's card: `repo_id` names the model in the loading code (default: the output_dir's name);
-    `export_report`: a passed `recipes-lib export`'s export_report.json, shown as its own section;
-    `summary`: what the recipe trains (its SPEC's summary)."""
+    """The run's card: `repo_id` names the model in the loading code (default: the output_dir's name)."""
     model_name = (repo_id or _file_name(str(results.output_dir or ".")) or "model").split("/")[-1]
     model_name = model_name if model_name != "." else "model"
     with resources.as_file(resources.files("recipes_lib.tracking").joinpath(*TEMPLATE)) as template:
@@ -224,8 +218,7 @@ def build_card(
 def write_card(
     output_dir: str | Path, results: RunResults, repo_id: str | None = None, summary: str | None = None
 ) -> Path:
-    """README.md in output_dir (replacing the one peft writes beside an adapter), checked as it is read back;
-    with the export's gate figures when output_dir holds a passed export (EXPORT_REPORT)."""
+    """README.md in output_dir (replacing the one peft writes beside an adapter), checked as it is read back."""
     path = Path(output_dir) / CARD_FILE
     write_text_whole(
         path, str(build_card(results, repo_id, read_export_report(output_dir), summary)), newline=""
@@ -267,7 +260,6 @@ def read_export_report(output_dir: str | Path) -> dict[str, Any] | None:
 
 
 def _export_values(report: dict[str, Any] | None) -> dict[str, Any] | None:
-    """The export section's figures, worded: one row per exported model (fp32, int8)."""
     if report is None:
         return None
     rows = []
@@ -303,7 +295,7 @@ def _export_values(report: dict[str, Any] | None) -> dict[str, Any] | None:
 def _template_values(
     results: RunResults, model_name: str, repo_id: str | None, summary: str | None
 ) -> dict[str, Any]:
-    """The values templates/model_card.md fills in, each already worded (the template only lays them out)."""
+    """Each value already worded: the template only lays them out."""
     problem_type = results.problem_type
     threshold = results.decision_threshold
     positive = results.positive_label
@@ -361,7 +353,6 @@ def _template_values(
 
 
 def _per_label_rows(results: RunResults) -> list[tuple]:
-    """A multi-label run's (label, precision, recall, F1, support) on validation, every label in id order."""
     if results.problem_type != MULTI_LABEL:
         return []
     fields = ("precision", "recall", "f1", "support")
@@ -400,7 +391,6 @@ def _data_rows(results: RunResults) -> list[str]:
 
 
 def _long_text(config: dict[str, Any]) -> str | None:
-    """How inputs longer than max_seq_length were handled (data/long_text.py)."""
     mode = config.get("long_text")
     if mode != "sliding_window":
         return mode
@@ -413,7 +403,6 @@ def _long_text(config: dict[str, Any]) -> str | None:
 
 
 def _training_rows(results: RunResults) -> list[tuple[str, str]]:
-    """The training table's (setting, value) rows, those the run has."""
     config = results.config or {}
     processes = results.num_processes or 1
     per_device = config.get("per_device_train_batch_size")
@@ -448,7 +437,6 @@ def _training_rows(results: RunResults) -> list[tuple[str, str]]:
 
 
 def _shown(value) -> str:
-    """A table cell: lists and mappings as words, long floats rounded."""
     if isinstance(value, (list, tuple)):
         return ", ".join(f"`{item}`" for item in value)
     if isinstance(value, dict):
@@ -459,7 +447,6 @@ def _shown(value) -> str:
 
 
 def _score_rows(results: RunResults) -> list[tuple[str, str, float]]:
-    """The results table: the model-index's scores, then the merged model's (LoRA) on validation."""
     rows = [(m.split, m.title, results.value(m.key)) for m in card_metrics(results)]
     rows += [
         (
@@ -475,8 +462,7 @@ def _score_rows(results: RunResults) -> list[tuple[str, str, float]]:
 
 def _quantized_base(results: RunResults) -> tuple[str, str] | tuple[None, None]:
     """The adapter's quantized base (QLoRA) in words, and the BitsAndBytesConfig line that loads it as the
-    run quantized it: an 8-bit base (--base_bits 8), or 4-bit when its matmuls' compute dtype was recorded;
-    (None, None) when the base ran unquantized."""
+    run quantized it; (None, None) when the base ran unquantized."""
     if results.quantized_base_bits == 8:
         return (
             "8-bit LLM.int8",

@@ -81,11 +81,6 @@ def short_dataset_name(data: DataArguments) -> str:
     return train_file.parent.name or train_file.stem
 
 
-def default_experiment(arguments: ParsedArguments) -> str:
-    """Model and data, not the recipe: swapping the recipe script keeps a run in the same group."""
-    return f"{short_model_name(arguments.model.model_name_or_path)}_{short_dataset_name(arguments.data)}"
-
-
 def _plain(value: Any) -> Any:
     # Enums (optim, lr_scheduler_type) compare and print as their string values.
     return getattr(value, "value", value)
@@ -141,7 +136,9 @@ def run_identity(recipe: RecipeSpec, arguments: ParsedArguments) -> RunIdentity:
     ]
     return RunIdentity(
         project=training.wandb_project or os.environ.get("WANDB_PROJECT") or DEFAULT_PROJECT,
-        group=training.experiment or default_experiment(arguments),
+        # Model and data, not the recipe: swapping the recipe script keeps a run in the same group.
+        group=training.experiment
+        or f"{short_model_name(arguments.model.model_name_or_path)}_{short_dataset_name(arguments.data)}",
         name=training.run_name or run_name(recipe, arguments),
         tags=tuple(dict.fromkeys(tag[:MAX_TAG_LENGTH] for tag in tags)),  # unique, in order
     )
@@ -198,10 +195,9 @@ def tracking_requested(training: RecipeTrainingArguments) -> bool:
 def start_run(identity: RunIdentity, config: dict[str, Any], directory: str | None = None):
     """wandb.init, online only when it can work. Returns (run or None, why it fell back to offline).
 
-    The mode is passed to wandb.init explicitly, so it must first honour what the user set in
-    WANDB_MODE or with `wandb offline` / `wandb disabled` (wandb's settings hold both).
-    `directory` (the run's output_dir) holds W&B's local files, DIRECTORY/wandb, unless WANDB_DIR says
-    where: not the directory the command runs in (a checkout's ./wandb filled with every run).
+    The mode passed to wandb.init honours WANDB_MODE and `wandb offline` / `wandb disabled`.
+    `directory` (the run's output_dir) holds W&B's files unless WANDB_DIR says where: not the directory
+    the command runs in (a checkout's ./wandb filled with every run).
     """
     with kernels_line_dropped():  # wandb's import reads every loaded module: a deferred bitsandbytes runs
         import wandb
@@ -233,8 +229,7 @@ def start_run(identity: RunIdentity, config: dict[str, Any], directory: str | No
 
 
 def memory_figures(device: torch.device) -> dict[str, float]:
-    """Memory at a training log, for the curves (results.json has the whole run's peaks); docs/wandb.md
-    says what each memory/* figure is. CPU: getrusage's ru_maxrss."""
+    """Memory at a training log, for the curves (docs/wandb.md says what each figure is)."""
     if device.type == "cuda":
         allocated, max_allocated, reserved = names.CUDA_MEMORY_CURVES
         return {
@@ -249,11 +244,9 @@ def memory_figures(device: torch.device) -> dict[str, float]:
 class ThroughputCallback(TrainerCallback):
     """Logs throughput and memory next to the Trainer's curves, at every training log.
 
-    Each figure covers the training steps since the previous training log: the clock starts at the
-    first step after a log, so evaluation and checkpointing in between are left out. Tokens are counted
-    by the run's TokenCounter on this (the main) process and multiplied by the number of processes;
-    samples are optimizer steps x the global batch, so a short last batch of an epoch counts as full.
-    results.json has the exact whole-run figures.
+    Each figure covers the training steps since the previous training log (the clock starts at the
+    first step after a log: evaluation and checkpointing are left out). Tokens are the main process's
+    count times the processes; samples are optimizer steps x the global batch.
     """
 
     def __init__(self, run, tokens):
@@ -289,8 +282,7 @@ class ThroughputCallback(TrainerCallback):
 
 
 def results_table(runs: list[RunResults]):
-    """A W&B table of finished runs, one row each (a run logs itself; compare --wandb logs them all):
-    RESULTS_COLUMNS, then each memory part in GiB."""
+    """A W&B table of finished runs, one row each: RESULTS_COLUMNS, then each memory part in GiB."""
     import wandb
 
     columns = [*names.RESULTS_COLUMNS, *(names.breakdown_column(part) for part in BREAKDOWN_KEYS)]
@@ -326,8 +318,7 @@ def _confusion_matrix_rows(confusion: Mapping[str, Any]) -> list[list[Any]] | No
 
 
 def results_pictures(results: RunResults) -> dict[str, Any]:
-    """What a person would rather look at than read, as W&B objects by key (names.py; the list: docs/wandb.md,
-    "Pictures")."""
+    """What a person would rather look at than read, as W&B objects by key (docs/wandb.md, "Pictures")."""
     import wandb
 
     pictures: dict[str, Any] = {names.RESULTS_TABLE: results_table([results])}
@@ -363,14 +354,11 @@ class Tracker:
         return self.run is not None
 
     def callbacks(self, tokens) -> list:
-        """The Trainer callbacks that add throughput and memory curves to its logs (none when off).
-
-        `tokens` is the run's TokenCounter callback, which counts the tokens of training batches."""
+        """The Trainer callbacks that add throughput and memory curves (`tokens`: the run's TokenCounter)."""
         return [ThroughputCallback(self.run, tokens)] if self.active else []
 
     def finish(self, results: RunResults) -> None:
-        """Log the results as pictures (results_pictures), put every results.json key into the summary
-        (same names), then close the run."""
+        """Log the pictures, put every results.json key into the summary, close the run."""
         if not self.active:
             return
         self.run.log(results_pictures(results))
@@ -399,8 +387,8 @@ def start_tracking(arguments: ParsedArguments, recipe: RecipeSpec) -> Tracker:
 
 
 def sweep_config() -> dict[str, Any]:
-    """The sweep keys a `recipes-lib sweep` trial adds to its config (names.SWEEP_CONFIG_KEYS), from the
-    JSON object the sweep puts in the environment; nothing outside a sweep, or from a malformed value."""
+    """The sweep keys a `recipes-lib sweep` trial adds to its config, from the JSON object the sweep puts
+    in the environment; nothing outside a sweep, or from a malformed value."""
     text = os.environ.get(names.SWEEP_CONFIG_VARIABLE)
     if not text:
         return {}
@@ -417,8 +405,7 @@ def sweep_config() -> dict[str, Any]:
 
 
 def offline_note(run, fallback_reason: str | None, name: str) -> str | None:
-    """For an offline run, one line: why offline (when the user did not ask for it), where the run
-    is, how to upload it. None for an online run or none at all."""
+    """For an offline run, one line: why offline (unless asked), where the run is, how to upload it."""
     if run is None or not run.offline:
         return None
     run_dir = Path(run.settings.sync_dir).resolve()

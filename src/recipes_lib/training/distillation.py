@@ -64,7 +64,7 @@ _TEACHER_WEIGHTS = ("*.safetensors", "*.safetensors.index.json", "*.bin")
 
 
 def gold_width(problem_type: str, num_labels: int) -> int:
-    """How many entries of a packed label vector are the gold label: one (a class id, a score) or one per class."""
+    """Entries of a packed label vector that are the gold label: one (a class id, a score) or one per class."""
     return num_labels if problem_type == MULTI_LABEL else 1
 
 
@@ -75,11 +75,9 @@ def pack_targets(gold: np.ndarray, teacher_logits: np.ndarray) -> np.ndarray:
 
 @dataclass(eq=False)
 class DistillationLoss:
-    """The Trainer's `compute_loss_func` for distillation (see the module's docstring for the terms).
-
-    Packed labels (rows x (gold width + num_labels)) train; plain labels (evaluation) give the
-    task's own loss. The sum over the batch is divided by the rows in the whole optimizer step: the
-    Trainer's `num_items_in_batch` counts label entries, so it is divided by the packed width.
+    """The Trainer's `compute_loss_func` for distillation (the module's docstring gives the terms); plain
+    labels (evaluation) give the task's own loss. The batch's sum is divided by the rows in the optimizer
+    step: the Trainer's `num_items_in_batch` counts label entries, so it is divided by the packed width.
     """
 
     problem_type: str
@@ -162,10 +160,9 @@ def _is_unlabelled(value) -> bool:
 class UnlabelledRows:
     """Training rows without a gold label: --train_file's empty label cells, and --transfer_file's rows.
 
-    The run's own loading refuses a training row without a label, so `set_aside` copies
-    --train_file's labelled rows (the records copied as written) to `labelled_file`, which the
-    script hands `prepare(args, train_file=...)`; results.json still names the user's file.
-    `remove_copy` deletes the copy once the data is loaded.
+    The run's own loading refuses a training row without a label, so `set_aside` copies --train_file's
+    labelled rows (records as written) to `labelled_file`, which the script hands
+    `prepare(args, train_file=...)`; results.json still names the user's file.
     """
 
     rows: list[Dataset]  # each source's rows (columns as read); empty: there are none
@@ -214,13 +211,11 @@ class UnlabelledRows:
         return cls(rows=parts, labelled_file=labelled, copy_dir=copy_dir)
 
     def remove_copy(self) -> None:
-        """After `prepare`: the copy of the labelled rows goes."""
         if self.copy_dir is not None:
             shutil.rmtree(self.copy_dir, ignore_errors=True)
             self.copy_dir = None
 
     def text_rows(self, text_columns: tuple[str, ...]) -> Dataset | None:
-        """The unlabelled rows' text columns, one dataset (None: there are none)."""
         if not self.rows:
             return None
         for part in self.rows:
@@ -239,7 +234,6 @@ def _text_only(dataset: Dataset, text_columns: tuple[str, ...]) -> Dataset:
 
 
 def _copy_rows_except(path: str, skipped: set[int], directory: str, data_args: DataArguments) -> str:
-    """A copy of a data file without the rows `skipped` (row indices), records copied as written."""
     source = Path(path)
     target = Path(directory) / source.name
     extension = source.suffix.lower()
@@ -273,7 +267,6 @@ def _teacher_data_arguments(teacher_dir: Path, run_data_args: DataArguments) -> 
 
 
 def check_teacher(teacher: str | None) -> Path:
-    """The teacher's directory, checked before any data or weights load."""
     if not teacher:
         raise ConfigError(
             "distill needs --teacher: the output_dir of a finished run of any recipe (full_ft, lora, qlora, ...)."
@@ -328,7 +321,6 @@ def _label_order(teacher_config, labels: LabelMapping) -> list[int]:
 
 
 def _tokenized_rows(rows: Dataset, text_columns, labels, tokenizer, data_args, main_process_first) -> Dataset:
-    """Raw rows (text columns only) tokenized as a split of their own, for the teacher or the student."""
     data = ClassificationData(
         raw=DatasetDict({"test": rows}),
         text_columns=text_columns,
@@ -351,10 +343,8 @@ def teacher_logits(
     precision: str = "fp32",
     main_process_first=None,
 ) -> np.ndarray:
-    """The teacher's logits for each of `rows` (raw rows, text columns), in the student's class order.
-
-    Cached in `cache_dir`/<key>.npy; computed in batches of TEACHER_BATCH_SIZE and the teacher freed.
-    """
+    """The teacher's logits for each of `rows` (text columns), in the student's class order, cached in
+    `cache_dir`/<key>.npy."""
     from transformers import AutoConfig, AutoTokenizer
 
     teacher_config = AutoConfig.from_pretrained(teacher_dir)
@@ -424,11 +414,9 @@ def add_teacher_targets(
 ) -> tuple[DatasetDict, DistillationLoss]:
     """The run's tokenized splits with the teacher in the training rows' labels, and the loss to train on.
 
-    `prepared` is what run/preparation.py returned (read, not changed): its raw training rows and the
-    unlabelled ones go through the teacher (cached), the unlabelled ones are tokenized for the
-    student and added to train, and each training row's labels become [gold..., teacher
-    logits...]. Returns the new splits and the `DistillationLoss` for the Trainer's
-    `compute_loss_func` (keeping --class_weights' weights).
+    `prepared` (read, not changed): its raw training rows and the unlabelled ones go through the teacher;
+    the unlabelled ones are tokenized and added to train; each training row's labels become
+    [gold..., teacher logits...].
     """
     unlabelled.remove_copy()
     data_args, training = prepared.arguments.data, prepared.training_args  # what runs
