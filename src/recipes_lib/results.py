@@ -151,7 +151,6 @@ class RunResults:
     train_loss_high: bool | None
 
     def to_dict(self) -> dict[str, Any]:
-        """results.json's contents: the fields, by name, in order."""
         return {name: getattr(self, name) for name in RESULT_KEYS}
 
     @classmethod
@@ -270,7 +269,7 @@ def describe_device(device: torch.device) -> str:
 
 
 def write_results(output_dir: str | os.PathLike, results: RunResults) -> Path:
-    """Write results.json whole or not at all (whole_files.written_whole): a crash never leaves half a file."""
+    """Whole or not at all: a crash never leaves half a file."""
     output_dir = Path(output_dir)
     output_dir.mkdir(parents=True, exist_ok=True)
     target = output_dir / RESULTS_FILE
@@ -283,7 +282,7 @@ def write_results(output_dir: str | os.PathLike, results: RunResults) -> Path:
 
 
 def _finite(value):
-    """The record with every NaN or infinite float replaced by None, at any depth."""
+    """Every NaN or infinite float replaced by None, at any depth."""
     if isinstance(value, float) and not math.isfinite(value):
         return None
     if isinstance(value, dict):

@@ -1,10 +1,7 @@
-"""The typed arguments of every recipe: model, data and training dataclasses, and their bundle.
-
-Three dataclasses are shared by all recipes (model, data, training); a recipe may add its own
-(LoRA settings, say), which `ParsedArguments.options(LoraArguments)` returns. The `help` metadata
-of each field is the documentation: `--help` prints it. Parsing (YAML, then the command line) is
-in parsing.py. They hold defaults, help and checks on their own values only: what the machine and
-the model decide (precision, device, attention, task, batch) is decided once, in run/preparation.py.
+"""The typed arguments shared by every recipe (model, data, training) and their bundle; a recipe's own
+(LoRA settings, say) come back by `ParsedArguments.options(LoraArguments)`. Each field's `help` is what
+`--help` prints. They hold defaults, help and checks on their own values only: what the machine and the
+model decide (precision, device, attention, task, batch) is decided once, in run/preparation.py.
 """
 
 from __future__ import annotations
@@ -118,7 +115,6 @@ class DataArguments:
             "name: tab, comma, semicolon, pipe."
         },
     )
-    # Issue #50: files as published, e.g. a TSV with no header and a labels.txt of class names.
     column_names: str | None = field(
         default=None,
         metadata={
@@ -126,7 +122,6 @@ class DataArguments:
             "text,labels,id); its first line is then a row. Default: the first line is the header."
         },
     )
-    # Issue #55: one file whose split is a column (SICK's SemEval_set: TRAIN / TRIAL / TEST).
     split_column: str | None = field(
         default=None,
         metadata={
@@ -185,7 +180,6 @@ class DataArguments:
             "help": "Truncate inputs to this many tokens. Batches are padded only to their longest input."
         },
     )
-    # Long inputs (issue #22): what happens to the tokens past max_seq_length (data/long_text.py).
     long_text: str = field(
         default="truncate",
         metadata={
@@ -276,8 +270,7 @@ else:
 
 @dataclass
 class RecipeTrainingOptions(_TrainingArgumentsOfThisRelease):
-    """What the recipes add to TrainingArguments: batching by length, W&B, imbalanced data and stopping,
-    memory. Fields only (the parser lists them after TrainingArguments' own, in this order)."""
+    """What the recipes add to TrainingArguments (the parser lists them after its own, in this order)."""
 
     overwrite_output_dir: bool = field(
         default=False,
@@ -513,7 +506,7 @@ class ParsedArguments:
         )
 
     def to_dict(self) -> dict[str, Any]:
-        """The full resolved configuration, as saved in results.json and the W&B run config."""
+        """As saved in results.json and the W&B run config."""
         resolved = {**dataclasses.asdict(self.model), **dataclasses.asdict(self.data)}
         for options in self.recipe_options.values():
             resolved.update(dataclasses.asdict(options))
@@ -524,7 +517,7 @@ class ParsedArguments:
 
 
 def dataset_source(data: DataArguments) -> tuple[str | None, str | None]:
-    """The Hub dataset (name, config) a run reads, or (None, None) for local files."""
+    """(name, config) of the Hub dataset a run reads, or (None, None) for local files."""
     if data.train_file is not None:
         return None, None
     if data.dataset_name is None:

@@ -1,8 +1,5 @@
-"""The options of the recipes that have their own: dataclasses parsed like the shared arguments.
-
-`--help` prints each field's `help`. They live here, beside the shared arguments, so that the
-workbench's list of recipes (recipes_workbench/recipes.py) and the parser can name them without loading models or peft.
-"""
+"""The options of the recipes that have their own, parsed like the shared arguments. They live here so
+that the workbench's list of recipes and the parser can name them without loading models or peft."""
 
 from __future__ import annotations
 
@@ -59,7 +56,6 @@ class LoraArguments:
             raise ConfigError("lora_target_modules is empty; name at least one layer, e.g. query value.")
 
     def shape(self) -> LoraShape:
-        """The adapters these options describe, as the planner and `add_lora` take them."""
         return LoraShape(
             r=self.lora_r,
             alpha=self.lora_alpha,
@@ -70,7 +66,7 @@ class LoraArguments:
 
 
 def target_modules(lora: LoraArguments) -> tuple[str, ...] | str:
-    """The targets as given: layer names, or one of the strings 'all-linear' and 'auto'."""
+    """Layer names, or one of the strings 'all-linear' and 'auto'."""
     names = [name.strip() for item in lora.lora_target_modules for name in item.split(",") if name.strip()]
     lowered = [name.lower() for name in names]
     return lowered[0] if lowered in (["all-linear"], ["auto"]) else tuple(names)

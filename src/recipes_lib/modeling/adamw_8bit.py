@@ -1,9 +1,5 @@
-"""bitsandbytes' 8-bit AdamW, built by recipes/adamw_8bit.py with the Trainer's own weight-decay groups.
-
-Only the adamw_8bit recipe (and the benchmarks that compare it) builds its optimizer; every other
-recipe lets the Trainer build torch's AdamW. What the state occupies once built is measured for
-every recipe alike (modeling/optimizers.py).
-"""
+"""bitsandbytes' 8-bit AdamW, built by recipes/adamw_8bit.py with the Trainer's own weight-decay groups
+(every other recipe lets the Trainer build torch's AdamW)."""
 
 from __future__ import annotations
 
@@ -22,11 +18,8 @@ logger = logging.getLogger(__name__)
 
 
 def decay_parameter_groups(model: nn.Module, weight_decay: float) -> list[dict[str, Any]]:
-    """The Trainer's two AdamW groups: weight decay for weights, none for biases and LayerNorm.
-
-    The rule is the Trainer's (`Trainer.get_decay_parameter_names`, which reads no Trainer state),
-    so a recipe that builds its own optimizer decays exactly what full fine-tuning decays.
-    """
+    """The Trainer's two AdamW groups (`Trainer.get_decay_parameter_names`, which reads no Trainer state),
+    so a recipe that builds its own optimizer decays exactly what full fine-tuning decays."""
     decay_names = set(Trainer.get_decay_parameter_names(None, model))
     trainable = [(name, parameter) for name, parameter in model.named_parameters() if parameter.requires_grad]
     return [

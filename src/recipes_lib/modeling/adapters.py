@@ -200,11 +200,8 @@ def nf4_quantization_config(model_config, precision: str):
     NF4 stores 4 bits per weight plus one fp32 absmax per 64-weight block; double quantization
     stores those absmax values in 8 bits with one fp32 constant per 256 blocks:
         4 + 32 / 64 = 4.5 bits per weight  ->  4 + 8 / 64 + 32 / (64 x 256) = 4.127 bits per weight.
-    The matmuls run in `precision` (config/precision.py): bf16 on GPUs with native bf16, fp16 on older
-    GPUs, fp32 on CPUs, where bf16 is tens of times slower without AVX-512 BF16.
-    Only the linear layers of the repeated encoder layers are quantized: the head, the pooler and
-    other projections outside them stay in full precision, small as they are, since the ones the
-    checkpoint lacks must train (linears_outside_layers).
+    The matmuls run in the run's `precision` (on CPUs fp32: bf16 is tens of times slower there without
+    AVX-512 BF16). Only the encoder layers' linears are quantized (linears_outside_layers).
     """
     from transformers import BitsAndBytesConfig
 
@@ -226,8 +223,7 @@ def int8_quantization_config(model_config):
     twice NF4's 0.52 B, and closer to the full-precision weights (8 bits, a scale per row rather
     than per 64 weights). Input columns with an outlier above llm_int8_threshold (6.0, bitsandbytes'
     default) run in fp16 on CUDA; on CPU bitsandbytes 0.50 trains through dequantize-and-matmul in
-    the input's dtype. The same linears as the 4-bit base are quantized (the head, the pooler and
-    other projections outside the encoder layers stay in full precision).
+    the input's dtype. The same linears as the 4-bit base are quantized.
     """
     from transformers import BitsAndBytesConfig
 

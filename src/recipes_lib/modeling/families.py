@@ -34,7 +34,6 @@ class ArchitectureProfile:
 
     @property
     def default_attention(self) -> str:
-        """The best kernel the class has that this machine runs (`usable_attention`)."""
         return usable_attention(self.attention_implementations)
 
 
@@ -96,7 +95,7 @@ def default_lora_targets(model_type: str) -> tuple[tuple[str, ...], str]:
 
 
 def meta_model(config) -> nn.Module:
-    """The sequence-classification model of `config` on the meta device: modules and shapes, no memory."""
+    """Modules and shapes, no memory."""
     with torch.device("meta"):
         return sequence_classification_class(config)(config)
 

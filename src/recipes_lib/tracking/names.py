@@ -1,18 +1,7 @@
-"""The names a run logs to W&B, defined once: wandb_run.py logs with them, dashboard.py shows them.
-
-Three kinds of name, from three sources:
-
-- results.json keys. `Tracker.finish` puts every key into the run summary under the same name, so
-  a summary key here is a results.json key (run/record.py writes them; docs/results-format.md lists them).
-- Curves. The Trainer's WandbCallback renames the Trainer's log keys with transformers' own
-  `rewrite_logs` ("loss" -> "train/loss", "eval_accuracy" -> "eval/accuracy"); the dashboard's
-  `trainer_curve` applies that same function. `ThroughputCallback` (wandb_run.py) logs
-  `throughput/*` and `memory/*` under the names below.
-- Pictures logged once at the end of a run (wandb_run.py): W&B tables and charts.
-
-The dashboard (recipes_workbench/dashboard.py) builds every panel and column from these names, the Trainer's
-own log keys and the names of `recipes-lib compare --wandb`'s run, which it keeps itself (no run of a
-recipe logs those); docs/wandb.md says how tests/workbench/test_dashboard.py checks them.
+"""The names a run logs to W&B, defined once: wandb_run.py logs with them, the workbench's dashboard.py
+shows them. A summary key is a results.json key (`Tracker.finish` copies them all); the Trainer's own
+curves are renamed by WandbCallback's `rewrite_logs` ("loss" -> "train/loss"), which the dashboard applies
+too; ThroughputCallback's curves and the end-of-run pictures are named below (docs/wandb.md).
 """
 
 from __future__ import annotations
@@ -137,6 +126,5 @@ SWEEP_CHOSEN = "sweep_chosen"
 SWEEP_CONFIG_KEYS = (SWEEP, SWEEP_PHASE, SWEEP_CHOSEN)
 
 
-def breakdown_column(part: str) -> str:
-    """The results table's column for one part of the memory breakdown: "weights_gib"."""
+def breakdown_column(part: str) -> str:  # "weights_gib"
     return f"{part}_gib"

@@ -254,8 +254,7 @@ def _copy_rows_except(path: str, skipped: set[int], directory: str, data_args: D
 
 
 def _teacher_data_arguments(teacher_dir: Path, run_data_args: DataArguments) -> DataArguments:
-    """How the teacher read its inputs: max_seq_length and the long-text settings from its results.json;
-    the student's where the teacher recorded none."""
+    """How the teacher read its inputs (from its results.json; the student's where it recorded none)."""
     results_path = teacher_dir / RESULTS_FILE
     if not results_path.is_file() and (teacher_dir.parent / RESULTS_FILE).is_file():
         results_path = teacher_dir.parent / RESULTS_FILE  # a merged model: OUTPUT_DIR/merged
