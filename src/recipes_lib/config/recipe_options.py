@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 
-from recipes_lib.config.recipe_spec import LoraShape
+from recipes_lib.config.recipe_spec import LoraShape, option
 from recipes_lib.errors import ConfigError
 
 MERGED_SUBDIR = "merged"
@@ -14,14 +14,11 @@ MERGED_SUBDIR = "merged"
 
 @dataclass
 class LoraArguments:
-    lora_r: int = field(
-        default=8, metadata={"help": "Rank r of the LoRA update B A (r x d_in and d_out x r)."}
+    lora_r: int = option(8, "Rank r of the LoRA update B A (r x d_in and d_out x r).")
+    lora_alpha: float = option(
+        16, "LoRA scaling numerator: the update is multiplied by alpha / r (16/8 = 2)."
     )
-    lora_alpha: float = field(
-        default=16,
-        metadata={"help": "LoRA scaling numerator: the update is multiplied by alpha / r (16/8 = 2)."},
-    )
-    lora_dropout: float = field(default=0.1, metadata={"help": "Dropout on the LoRA branch's input."})
+    lora_dropout: float = option(0.1, "Dropout on the LoRA branch's input.")
     lora_target_modules: list[str] = field(
         default_factory=lambda: ["auto"],
         metadata={
@@ -30,17 +27,12 @@ class LoraArguments:
             "attention query and value projections (`recipes-lib families` lists each family's)."
         },
     )
-    lora_train_pooler: bool = field(
-        default=False,
-        metadata={
-            "help": "Also train the pooler (the dense layer before the head) in full and save it with the adapter."
-        },
+    lora_train_pooler: bool = option(
+        False, "Also train the pooler (the dense layer before the head) in full and save it with the adapter."
     )
-    merge_adapter: bool = field(
-        default=False,
-        metadata={
-            "help": f"Also save a plain model with the adapter merged into the weights, in output_dir/{MERGED_SUBDIR}."
-        },
+    merge_adapter: bool = option(
+        False,
+        f"Also save a plain model with the adapter merged into the weights, in output_dir/{MERGED_SUBDIR}.",
     )
 
     def __post_init__(self):  # checked before any data or weights are loaded
@@ -76,16 +68,11 @@ def target_modules(lora: LoraArguments) -> tuple[str, ...] | str:
 class Adam8bitArguments:
     """The options of recipes/adamw_8bit.py."""
 
-    embedding_optimizer_bits: int = field(
-        default=32,
-        metadata={
-            "help": "Bits of AdamW state for nn.Embedding weights: 32 (bitsandbytes' advice) or 8.",
-            "choices": [8, 32],
-        },
+    embedding_optimizer_bits: int = option(
+        32, "Bits of AdamW state for nn.Embedding weights: 32 (bitsandbytes' advice) or 8.", choices=[8, 32]
     )
-    paged_optimizer: bool = field(
-        default=False,
-        metadata={"help": "PagedAdamW8bit: state pages out to CPU memory when the GPU runs short."},
+    paged_optimizer: bool = option(
+        False, "PagedAdamW8bit: state pages out to CPU memory when the GPU runs short."
     )
 
     def __post_init__(self):
@@ -108,14 +95,12 @@ class Adam8bitArguments:
 class QloraArguments(LoraArguments):
     """The options of recipes/qlora.py: LoRA's, and the bits of the quantized base."""
 
-    base_bits: int = field(
-        default=4,
-        metadata={
-            "help": "Bits of the frozen base's linear weights: 4 (NF4 with double quantization, QLoRA) or 8 "
-            "(bitsandbytes' LLM.int8: int8 weights and an fp32 scale per output row, 1 B per weight "
-            "instead of 0.52 B; closer to the full-precision base).",
-            "choices": [4, 8],
-        },
+    base_bits: int = option(
+        4,
+        "Bits of the frozen base's linear weights: 4 (NF4 with double quantization, QLoRA) or 8 "
+        "(bitsandbytes' LLM.int8: int8 weights and an fp32 scale per output row, 1 B per weight "
+        "instead of 0.52 B; closer to the full-precision base).",
+        choices=[4, 8],
     )
 
     def __post_init__(self):
@@ -141,36 +126,28 @@ TEACHER_BATCH_SIZE = 64
 class DistillArguments:
     """The options of recipes/distill.py: the teacher, how much the student follows it, unlabelled rows."""
 
-    teacher: str | None = field(
-        default=None,
-        metadata={
-            "help": "The teacher: the output_dir of a finished run of any recipe (a full model, a LoRA or QLoRA "
-            "adapter, run on its base as it was evaluated). Its logits on every training row are computed once, "
-            "before the student loads, and cached in output_dir/teacher_logits/."
-        },
+    teacher: str | None = option(
+        None,
+        "The teacher: the output_dir of a finished run of any recipe (a full model, a LoRA or QLoRA "
+        "adapter, run on its base as it was evaluated). Its logits on every training row are computed once, "
+        "before the student loads, and cached in output_dir/teacher_logits/.",
     )
-    distill_temperature: float = field(
-        default=DEFAULT_DISTILL_TEMPERATURE,
-        metadata={
-            "help": "Temperature T of the teacher term: the student's and the teacher's logits are divided by T "
-            "before the softmax (sigmoid for multi-label), and the term is multiplied by T^2 so its gradients keep "
-            "their size. Regression ignores it (mean squared error to the teacher's output)."
-        },
+    distill_temperature: float = option(
+        DEFAULT_DISTILL_TEMPERATURE,
+        "Temperature T of the teacher term: the student's and the teacher's logits are divided by T "
+        "before the softmax (sigmoid for multi-label), and the term is multiplied by T^2 so its gradients keep "
+        "their size. Regression ignores it (mean squared error to the teacher's output).",
     )
-    distill_alpha: float = field(
-        default=0.5,
-        metadata={
-            "help": "Weight of the teacher term on a row with a gold label: loss = alpha x teacher term + "
-            "(1 - alpha) x the task's loss on the gold label. A row without a gold label (an empty label cell, "
-            "or a --transfer_file row) learns from the teacher alone, at weight 1. 1.0: the teacher only."
-        },
+    distill_alpha: float = option(
+        0.5,
+        "Weight of the teacher term on a row with a gold label: loss = alpha x teacher term + "
+        "(1 - alpha) x the task's loss on the gold label. A row without a gold label (an empty label cell, "
+        "or a --transfer_file row) learns from the teacher alone, at weight 1. 1.0: the teacher only.",
     )
-    transfer_file: str | None = field(
-        default=None,
-        metadata={
-            "help": "Unlabelled training rows (same format and text columns as --train_file; a label column, if "
-            "any, is not read): the teacher labels them, and the student trains on them beside --train_file."
-        },
+    transfer_file: str | None = option(
+        None,
+        "Unlabelled training rows (same format and text columns as --train_file; a label column, if "
+        "any, is not read): the teacher labels them, and the student trains on them beside --train_file.",
     )
 
     def __post_init__(self):

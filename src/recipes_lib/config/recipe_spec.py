@@ -11,6 +11,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 
+def option(default: Any, help: str, **metadata: Any) -> Any:
+    """A dataclass field for HfArgumentParser: `--help` prints `help`; `choices` limits the values."""
+    return field(default=default, metadata={"help": help, **metadata})
+
+
 @dataclass(frozen=True)
 class LoraShape:
     """The adapters a LoRA recipe adds: rank, which linear layers, dropout on their input."""
