@@ -227,13 +227,13 @@ def read_results(path: str | os.PathLike) -> RunResults:
         raise ConfigError(
             f"{path} holds a {type(values).__name__}, not a run's record; run the recipe again."
         )
-    wrong = wrongly_typed(values)
-    if wrong is not None:
+    try:
+        return RunResults.from_dict(values)
+    except TypeError as wrong:
         raise DamagedFileError(
             f"{path} (a run's results) is damaged: {wrong}. It was changed since the run wrote it, so none of it "
             "is read. Restore it from a copy, or run the recipe again with --overwrite_output_dir."
-        )
-    return RunResults.from_dict(values)
+        ) from None
 
 
 REPORTED_PACKAGES = (

@@ -397,11 +397,6 @@ def _run_teacher(teacher_dir, encoded, tokenizer, data_args, device, precision) 
 # Putting it together for the recipe ---------------------------------------------------------------
 
 
-def _gold_matrix(train: Dataset, problem_type: str, num_labels: int) -> np.ndarray:
-    gold = np.asarray(train[LABEL_COLUMN], dtype=np.float32)
-    return gold.reshape(len(train), gold_width(problem_type, num_labels))
-
-
 def _documents(dataset: Dataset) -> np.ndarray:
     """The raw row each tokenized row came from (the row itself, or its document under sliding_window)."""
     documents = document_ids(dataset)
@@ -438,9 +433,7 @@ def add_teacher_targets(
     )
     width = gold_width(labels.problem_type, labels.num_labels)
     train = data.tokenized["train"]
-    packed = pack_targets(
-        _gold_matrix(train, labels.problem_type, labels.num_labels), logits[_documents(train)]
-    )
+    packed = pack_targets(np.asarray(train[LABEL_COLUMN], dtype=np.float32), logits[_documents(train)])
     parts = [train.remove_columns(LABEL_COLUMN).add_column(LABEL_COLUMN, packed.tolist())]
     if extra is not None:
         encoded = _tokenized_rows(
