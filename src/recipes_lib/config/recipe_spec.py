@@ -52,7 +52,3 @@ class RecipeSpec:
     # The defaults the recipe sets, e.g. LoRA's learning rate; above the dataclasses' own, below the
     # YAML file and the command line.
     training_defaults: Mapping[str, Any] = field(default_factory=dict)
-
-    @property
-    def script(self) -> str:
-        return f"{self.name}.py"
