@@ -265,13 +265,10 @@ def check_base_support(device: torch.device, bits: int = 4) -> None:
 def _in_autocast_dtype(module, inputs, output):
     """A quantized linear's output in autocast's dtype while autocast is on, as nn.Linear's is.
 
-    bitsandbytes' 4-bit and 8-bit linears cast their output back to their input's dtype: fp32 after
-    a LayerNorm, under bf16 or fp16 autocast too. DeBERTa-v2/v3 then masks its attention scores,
-    which autocast computes in bf16, with `torch.finfo(query.dtype).min`, fp32's minimum, and fails
-    ("value cannot be converted to type c10::BFloat16 without overflow": QLoRA on deberta-v3 on an
-    H200, and on the tiny DeBERTa-v2 under CPU bf16 autocast: tests/test_cpu_bf16.py). A 4-bit
-    layer computes in the run's precision (nf4_quantization_config), so its result is already in
-    autocast's dtype and this cast loses nothing; an 8-bit layer's is rounded as nn.Linear's is.
+    bitsandbytes' linears cast their output back to their input's dtype: fp32 after a LayerNorm, under
+    autocast too. DeBERTa-v2/v3 then masks its bf16 attention scores with fp32's minimum and fails
+    ("value cannot be converted to type c10::BFloat16 without overflow": QLoRA on deberta-v3 on an H200;
+    tests/test_cpu_bf16.py). A 4-bit layer computes in the run's precision, so this cast loses nothing.
     """
     device_type = output.device.type
     if torch.is_autocast_enabled(device_type) and output.is_floating_point():

@@ -341,10 +341,11 @@ def load_model(model_args: ModelArguments, model_config, **from_pretrained_kwarg
 
 def reset_wrong_shaped_linears(model) -> list[tuple[str, tuple, tuple]]:
     """Full-precision linears holding a checkpoint tensor of another shape than the layer declares,
-    initialised afresh; (weight name, checkpoint shape, layer shape) for each. transformers before 5.2x skips `ignore_mismatched_sizes` when a quantization config loads the
-    model (tested on 5.6): a 2-class checkpoint's head stays 2 x hidden under a 1-output regression
-    head, and the loss fails on the shapes. Quantized linears (bitsandbytes' subclasses) store packed
-    weights of other shapes by design and are left alone.
+    initialised afresh; (weight name, checkpoint shape, layer shape) for each.
+
+    transformers before 5.2x skips `ignore_mismatched_sizes` when a quantization config loads the model
+    (tested on 5.6): a 2-class checkpoint's head stays 2 x hidden under a 1-output regression head, and
+    the loss fails on the shapes. Quantized linears store packed weights of other shapes by design.
     """
     reset = []
     for name, module in model.named_modules():
@@ -389,11 +390,8 @@ def count_parameters(model) -> tuple[int, int]:
 
 
 def _logical_numel(parameter) -> int:
-    """Elements of the weight the parameter stands for.
-
-    A quantized bitsandbytes 4-bit weight is stored packed (two 4-bit values per uint8, shape
-    (n/2, 1)); its quant_state remembers the original shape, which gives the exact count.
-    """
+    """Elements of the weight the parameter stands for: a bitsandbytes 4-bit weight is stored packed (two
+    values per uint8, shape (n/2, 1)); its quant_state remembers the original shape."""
     quant_state = getattr(parameter, "quant_state", None)
     if quant_state is not None and getattr(quant_state, "shape", None) is not None:
         return quant_state.shape.numel()
