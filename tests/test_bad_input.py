@@ -266,3 +266,24 @@ def test_qlora_where_4bit_cannot_run_fails_before_data_and_weights(
     assert "QLoRA needs bitsandbytes' 4-bit NF4 on cpu, and it fails here: No 4-bit NF4 kernel" in stderr
     assert "recipes/lora.py" in stderr and "pip install -U bitsandbytes" in stderr
     assert not output_dir.exists()
+
+
+def test_qlora_8bit_preflight_failure_is_one_paragraph(monkeypatch):
+    """--base_bits 8's preflight has its own paragraph (issue 56 folded the 4- and 8-bit checks into one)."""
+    import bitsandbytes.nn
+    import torch
+
+    from recipes_lib.errors import ModelError
+    from recipes_lib.modeling.adapters import check_base_support
+
+    def no_backend(*args, **kwargs):
+        raise RuntimeError("No int8 kernel\nfor cpu")
+
+    monkeypatch.setattr(bitsandbytes.nn, "Linear8bitLt", no_backend)
+    with pytest.raises(ModelError) as refused:
+        check_base_support(torch.device("cpu"), bits=8)
+    assert str(refused.value) == (
+        "--base_bits 8 needs bitsandbytes' 8-bit LLM.int8 layers on cpu, and they fail here: No int8 kernel. "
+        "Install a bitsandbytes built for this machine (pip install -U bitsandbytes; 0.50 runs LLM.int8 "
+        "on CUDA and CPU), or leave --base_bits at 4 (the NF4 base, less memory)."
+    )
