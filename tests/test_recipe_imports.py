@@ -82,6 +82,7 @@ def test_a_recipe_imports_the_library_and_not_the_workbench():
         "recipes_lib.modeling.score_head",  # a regression model's head
         "recipes_lib.training.class_weights",  # --class_weights
         "recipes_lib.tracking.auth",  # W&B online: is there a key
+        "recipes_lib.training.resume",  # --resume_from_checkpoint
     }
     assert only_some.isdisjoint(full_ft), full_ft
     assert "recipes_lib.modeling.adapters" in loaded["lora"]["modules"]

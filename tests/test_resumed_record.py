@@ -14,7 +14,8 @@ import pytest
 
 from recipes_lib.results import read_results
 from recipes_lib.training.checkpoints import checkpoints_in
-from recipes_lib.training.run_totals import FractionStepsWarningFilter, whole_run_loss
+from recipes_lib.training.resume import FractionStepsWarningFilter
+from recipes_lib.training.run_totals import whole_run_loss
 from tests.helpers.runs import run_args, run_in_process
 
 STEPS = 13
