@@ -83,6 +83,7 @@ def test_a_recipe_imports_the_library_and_not_the_workbench():
         "recipes_lib.training.class_weights",  # --class_weights
         "recipes_lib.tracking.auth",  # W&B online: is there a key
         "recipes_lib.training.resume",  # --resume_from_checkpoint
+        "recipes_lib.evaluation.collapse_note",  # a collapsed model's paragraph
     }
     assert only_some.isdisjoint(full_ft), full_ft
     assert "recipes_lib.modeling.adapters" in loaded["lora"]["modules"]
