@@ -63,9 +63,6 @@ class RecipeRun:
         self.arguments = arguments  # as parsed
         self.spec = spec
         self.resume_from: str | None = None  # --resume_from_checkpoint's checkpoint (resolved on entering)
-        self.resume_warning_filter: logging.Filter | None = (
-            None  # transformers' false "arguments do not match"
-        )
         self.tracker = None  # the W&B run's Tracker (start_tracking), when W&B reports
         self.memory: MemoryMonitor | None = None  # the memory phases (start_tracking)
 
@@ -89,8 +86,10 @@ class RecipeRun:
             self.resume_from = resolve_resume_checkpoint(
                 training.resume_from_checkpoint, training.output_dir, RESULTS_FILE
             )
-            self.resume_warning_filter = FractionStepsWarningFilter(self.resume_from)
-            logging.getLogger(FractionStepsWarningFilter.LOGGER).addFilter(self.resume_warning_filter)
+            # transformers' false "arguments do not match" (resume.py)
+            logging.getLogger(FractionStepsWarningFilter.LOGGER).addFilter(
+                FractionStepsWarningFilter(self.resume_from)
+            )
         set_seed(training.seed)
         # Locked, then checked; held until __exit__.
         self.output_lock = claim_output_dir(training, self.is_main_process)
@@ -98,8 +97,14 @@ class RecipeRun:
 
     def __exit__(self, error_type, error, traceback) -> bool:
         self.output_lock.close()
-        if self.resume_warning_filter is not None:
-            logging.getLogger(self.resume_warning_filter.LOGGER).removeFilter(self.resume_warning_filter)
+        if self.resume_from is not None:
+            from recipes_lib.training.resume import FractionStepsWarningFilter
+
+            resume_logger = logging.getLogger(FractionStepsWarningFilter.LOGGER)
+            for added in [
+                kept for kept in resume_logger.filters if isinstance(kept, FractionStepsWarningFilter)
+            ]:
+                resume_logger.removeFilter(added)
         if error is not None:
             if self.memory is not None:  # an exception inside a tracked step left its tracker open
                 self.memory.stop_tracking(keep_breakdown=False)
