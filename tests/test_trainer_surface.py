@@ -74,6 +74,18 @@ def test_a_changed_private_method_stops_the_import_with_one_paragraph_naming_the
         check_private_hooks(Renamed)
 
 
+def test_importing_the_trainer_module_checks_the_private_methods():
+    import subprocess
+    import sys
+
+    probe = (
+        "import transformers; del transformers.Trainer._get_output_dir; "
+        "import recipes_lib.training.trainer"
+    )
+    ran = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True)
+    assert ran.returncode != 0 and "Trainer._get_output_dir(self, trial)" in ran.stderr, ran.stderr[-2000:]
+
+
 # --- The public extension points, doing what RecipeTrainer relies on --------------------------------
 
 
