@@ -79,8 +79,7 @@ def test_importing_the_trainer_module_checks_the_private_methods():
     import sys
 
     probe = (
-        "import transformers; del transformers.Trainer._get_output_dir; "
-        "import recipes_lib.training.trainer"
+        "import transformers; del transformers.Trainer._get_output_dir; import recipes_lib.training.trainer"
     )
     ran = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True)
     assert ran.returncode != 0 and "Trainer._get_output_dir(self, trial)" in ran.stderr, ran.stderr[-2000:]
