@@ -13,13 +13,8 @@ import numpy as np
 import pytest
 
 from recipes_lib.config.tasks import MULTI_LABEL, REGRESSION, SINGLE_LABEL
-from recipes_lib.evaluation.collapse import (
-    collapse_note,
-    end_of_run_notes,
-    is_collapsed,
-    output_variation,
-    results_collapse_note,
-)
+from recipes_lib.evaluation.collapse import end_of_run_notes, is_collapsed, output_variation
+from recipes_lib.evaluation.collapse_note import collapse_note, results_collapse_note
 from recipes_lib.results import RunResults
 from tests.helpers.data import multi_label_files, regression_files
 from tests.helpers.runs import QUICK, run_args, run_in_process

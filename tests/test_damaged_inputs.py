@@ -12,7 +12,8 @@ import pytest
 
 from recipes_lib.errors import OutputDirError
 from recipes_lib.results import RESULTS_FILE
-from recipes_lib.training.checkpoints import COMPLETE_MARKER, resolve_resume_checkpoint
+from recipes_lib.training.checkpoints import COMPLETE_MARKER
+from recipes_lib.training.resume import resolve_resume_checkpoint
 from tests.helpers.runs import QUICK, run_args, run_in_process
 
 DAMAGES = ("truncated", "garbage", "empty")

@@ -39,7 +39,7 @@ def test_the_weighted_loss_weighs_each_example_by_its_class_and_divides_by_the_s
     class's weight, summed, over the examples of the whole optimizer step (num_items_in_batch)."""
     import torch
 
-    from recipes_lib.training.losses import WeightedCrossEntropy
+    from recipes_lib.training.class_weights import WeightedCrossEntropy
 
     logits, labels = torch.tensor([[2.0, -1.0], [0.5, 0.3], [-1.0, 1.5]]), torch.tensor([0, 1, 1])
     loss = WeightedCrossEntropy([1.0, 3.0])({"logits": logits}, labels, num_items_in_batch=6)
@@ -100,7 +100,7 @@ def test_multi_label_balanced_weights_are_each_labels_negatives_over_positives_c
     """--class_weights balanced on multi-label rows: negatives / positives per label, at most MAX_POSITIVE_WEIGHT."""
     import torch
 
-    from recipes_lib.training.losses import MAX_POSITIVE_WEIGHT, class_weights_from
+    from recipes_lib.training.class_weights import MAX_POSITIVE_WEIGHT, class_weights_from
 
     rows = torch.zeros(100, 3)
     rows[:50, 0] = 1  # half the rows: 50 / 50
@@ -115,7 +115,8 @@ def test_multi_label_balanced_weights_are_each_labels_negatives_over_positives_c
 def test_the_weighted_binary_loss_weighs_each_labels_positive_rows_and_is_the_heads_loss_unweighted():
     import torch
 
-    from recipes_lib.training.losses import WeightedBinaryCrossEntropy, evaluation_loss
+    from recipes_lib.training.class_weights import WeightedBinaryCrossEntropy
+    from recipes_lib.training.losses import evaluation_loss
 
     logits = torch.tensor([[2.0, -1.0, 0.3], [0.5, 0.3, -2.0]])
     labels = torch.tensor([[1.0, 0.0, 0.0], [0.0, 1.0, 1.0]])

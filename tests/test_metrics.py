@@ -13,7 +13,7 @@ from transformers import EvalPrediction
 
 from recipes_lib.config.tasks import MULTI_LABEL, REGRESSION, SINGLE_LABEL
 from recipes_lib.evaluation.metrics import TaskMetrics, load_metric
-from recipes_lib.evaluation.thresholds import tune_thresholds
+from recipes_lib.evaluation.threshold_tuning import tune_thresholds
 
 # Multi-hot rows, one column per label: rows 0 and 2 are exactly right, row 1 misses label 2.
 MULTILABEL_REFERENCES = [[1, 0, 1], [0, 1, 1], [1, 1, 0]]
@@ -165,7 +165,7 @@ def test_thresholds_are_tuned_per_class_for_f1_and_a_class_without_positives_kee
 def test_tuning_refuses_a_threshold_that_marks_nearly_every_row_with_a_rare_class():
     """A rare class (4 of 100) whose probability barely ranks its rows: the best F1 on the grid would be
     0.05, marking 96 of 100 rows. Refused: no allowed threshold beats marking every row, so it keeps 0.5."""
-    from recipes_lib.evaluation.thresholds import NEARLY_EVERY_ROW, choose_thresholds
+    from recipes_lib.evaluation.threshold_tuning import NEARLY_EVERY_ROW, choose_thresholds
 
     rng = np.random.default_rng(0)
     truth = np.zeros((100, 1), dtype=int)
@@ -187,7 +187,7 @@ def test_tuning_refuses_a_threshold_that_marks_nearly_every_row_with_a_rare_clas
 
 
 def test_tuning_refuses_a_class_whose_probability_does_not_vary():
-    from recipes_lib.evaluation.thresholds import choose_thresholds
+    from recipes_lib.evaluation.threshold_tuning import choose_thresholds
 
     truth = np.array([[1, 1], [0, 1], [1, 0], [0, 0]] * 5)
     probabilities = np.column_stack([np.full(20, 0.3), np.where(truth[:, 1] == 1, 0.4, 0.1)])

@@ -20,7 +20,7 @@ import pytest
 from huggingface_hub import ModelCard, RepoUrl
 
 from recipes_lib.errors import RecipeError
-from recipes_lib.evaluation.thresholds import tune_decision_threshold
+from recipes_lib.evaluation.threshold_tuning import tune_decision_threshold
 from recipes_lib.results import RunResults, read_results
 from recipes_lib.tracking.model_card import CARD_TAG, card_metrics, check_card
 from recipes_workbench.cli.main import main as cli_main

@@ -78,6 +78,12 @@ def test_a_recipe_imports_the_library_and_not_the_workbench():
         "recipes_lib.tracking.hub",  # --push_to_hub's token check, loaded by that option only
         "recipes_lib.evaluation.inference",  # --merge_adapter's scoring (and a distillation's teacher)
         "recipes_lib.evaluation.windows",  # --long_text sliding_window's documents (and a distillation's)
+        "recipes_lib.data.split_column",  # --split_column
+        "recipes_lib.modeling.score_head",  # a regression model's head
+        "recipes_lib.training.class_weights",  # --class_weights
+        "recipes_lib.tracking.auth",  # W&B online: is there a key
+        "recipes_lib.training.resume",  # --resume_from_checkpoint
+        "recipes_lib.evaluation.collapse_note",  # a collapsed model's paragraph
     }
     assert only_some.isdisjoint(full_ft), full_ft
     assert "recipes_lib.modeling.adapters" in loaded["lora"]["modules"]

@@ -32,8 +32,8 @@ from recipes_lib.training.checkpoints import (
     incomplete_reason,
     last_complete_checkpoint,
     mark_complete,
-    resolve_resume_checkpoint,
 )
+from recipes_lib.training.resume import resolve_resume_checkpoint
 from tests.helpers.repo import RECIPES, REPO_ROOT, load_recipe
 from tests.helpers.runs import QUICK, run_args, run_in_process, with_teacher
 

@@ -14,7 +14,8 @@ import pytest
 
 from recipes_lib.results import read_results
 from recipes_lib.training.checkpoints import checkpoints_in
-from recipes_lib.training.run_totals import FractionStepsWarningFilter, whole_run_loss
+from recipes_lib.training.resume import FractionStepsWarningFilter
+from recipes_lib.training.run_totals import whole_run_loss
 from tests.helpers.runs import run_args, run_in_process
 
 STEPS = 13
@@ -51,6 +52,7 @@ def test_a_resumed_run_records_what_the_uninterrupted_run_records(uninterrupted,
     else:
         assert resumed["train_tokens_per_s"] > 0 and reference["train_tokens_per_s"] > 0
     assert "do not match" not in caplog.text
+    assert not logging.getLogger(FractionStepsWarningFilter.LOGGER).filters  # the run took its filter off
 
 
 def test_the_whole_run_loss_weighs_each_logged_loss_by_the_steps_it_covers():

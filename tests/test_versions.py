@@ -7,56 +7,71 @@ import pytest
 from recipes_lib.config import versions
 
 
-def test_the_supported_range_is_read_from_the_installed_metadata():
-    specifier = versions.supported_range("transformers")
-    assert specifier is not None and ">=" in specifier and "<6" in specifier
+def test_the_checked_range_is_setup_cfgs():
+    import configparser
+
+    from tests.helpers.repo import REPO_ROOT
+
+    setup = configparser.ConfigParser()
+    setup.read(REPO_ROOT / "setup.cfg")
+    assert versions.TRANSFORMERS in setup["options"]["install_requires"].split()
+
+
+def unsupported(monkeypatch, installed="5.0.0"):
+    import importlib.metadata
+
+    real_version = importlib.metadata.version
+    monkeypatch.setattr(
+        importlib.metadata,
+        "version",
+        lambda name: installed if name == "transformers" else real_version(name),
+    )
 
 
 @pytest.mark.parametrize("installed", ["5.0.0", "6.0.0"])
-def test_an_unsupported_transformers_fails_with_one_line_naming_the_range(installed, monkeypatch):
-    real_version = versions.metadata.version
-    monkeypatch.setattr(
-        versions.metadata, "version", lambda name: installed if name == "transformers" else real_version(name)
-    )
+def test_an_unsupported_transformers_fails_naming_the_range_and_the_fix(installed, monkeypatch):
+    unsupported(monkeypatch, installed)
     with pytest.raises(ImportError) as error:
         versions.check_supported_versions()
     message = str(error.value)
-    assert "\n" not in message
-    assert f"transformers {installed} is installed" in message
-    assert versions.supported_range("transformers") in message
+    assert f"found transformers=={installed}" in message
+    assert f'pip install "{versions.TRANSFORMERS}"' in message
 
 
 @pytest.mark.parametrize("start", ["a recipe's parsing", "a recipes-lib command"])
 def test_a_run_and_a_command_check_the_range_where_they_start(start, monkeypatch):
     """Not at import (tests/test_import_side_effects.py): where a recipe parses its arguments, and in
-    the `recipes-lib` entry point before any command runs."""
+    the `recipes-lib` entry point before a command that loads transformers runs."""
     from recipes_lib.config.parsing import parse_arguments
     from recipes_workbench.cli.main import main
     from recipes_workbench.recipes import RECIPES
 
-    real_version = versions.metadata.version
-    monkeypatch.setattr(
-        versions.metadata, "version", lambda name: "5.0.0" if name == "transformers" else real_version(name)
-    )
-    with pytest.raises(versions.UnsupportedVersion, match="transformers 5.0.0 is installed"):
+    unsupported(monkeypatch)
+    with pytest.raises(ImportError, match="found transformers==5.0.0"):
         if start == "a recipes-lib command":
-            main(["show", "no-such-run"])
+            main(["families"])
         else:
             parse_arguments(RECIPES["full_ft"], ["--output_dir", "unused"])
 
 
-def test_the_installed_transformers_is_supported_and_the_check_reads_it(monkeypatch):
-    from packaging.specifiers import SpecifierSet
+@pytest.mark.parametrize("command", [["show", "no-such-run"], ["compare", "no-such-run", "--no_chart"]])
+def test_a_command_that_reads_finished_runs_does_not_load_transformers_for_the_check(command, tmp_path):
+    """show, compare and label-issues never load transformers; the check would cost its import."""
+    import subprocess
+    import sys
 
-    installed = versions.metadata.version("transformers")
-    assert SpecifierSet(versions.supported_range("transformers")).contains(installed, prereleases=True)
-    looked_up = []
-    real_version = versions.metadata.version
-    monkeypatch.setattr(
-        versions.metadata, "version", lambda name: looked_up.append(name) or real_version(name)
+    probe = (
+        "import sys; from recipes_workbench.cli.main import main; main(sys.argv[1:]); "
+        "print('transformers' in sys.modules)"
     )
-    assert versions.check_supported_versions() is None  # no error for what is installed
-    assert "transformers" in looked_up  # and it did look at the installed transformers
+    ran = subprocess.run(
+        [sys.executable, "-c", probe, *command], capture_output=True, text=True, cwd=tmp_path, check=True
+    )
+    assert ran.stdout.splitlines()[-1] == "False", ran.stderr
+
+
+def test_the_installed_transformers_is_supported():
+    assert versions.check_supported_versions() is None
 
 
 @pytest.mark.parametrize("flag", ["activation_checkpointing", "gradient_checkpointing"])

@@ -38,8 +38,8 @@ from recipes_lib.training.checkpoints import (
     complete_or_removed,
     incomplete_reason,
     mark_complete,
-    resolve_resume_checkpoint,
 )
+from recipes_lib.training.resume import resolve_resume_checkpoint
 from recipes_lib.whole_files import DamagedFileError, read_json, read_jsonl, written_whole
 from recipes_workbench.cli.main import main as recipes_lib_cli
 from recipes_workbench.export.bundle import (

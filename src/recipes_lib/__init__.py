@@ -5,7 +5,7 @@ this package never imports the workbench (import-linter contracts in setup.cfg; 
 
 Importing it (or any of its modules) changes nothing outside it: no import hook, logging filter,
 other package's module or environment variable (tests/test_import_side_effects.py). The supported
-transformers range is checked where a run or a command starts (config/versions.py).
+transformers range is checked where a run, or a command that loads transformers, starts (config/versions.py).
 """
 
 # The public API: the modules the workbench (recipes_workbench) may import; every other module is

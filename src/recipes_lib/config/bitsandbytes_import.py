@@ -1,15 +1,11 @@
-"""bitsandbytes, loaded where a recipe uses it, without its one alarming line on CPU.
+"""bitsandbytes, loaded where a recipe uses it, without its alarming lines on CPU.
 
-transformers' TrainingArguments imports peft, and peft 0.21 imports bitsandbytes whenever it is
-installed, so every recipe loaded it: seconds of import, and on a CPU with AVX-512 BF16 a logged
-"Failed to load CPU gemm_4bit_forward from kernels-community" (and `kernels` 0.19's offline "Skipping
-publisher trust check for 'kernels-community/quantization-bitsandbytes'"), read as an error. That
-kernel serves only 4-bit weights repacked for CPU inference, which nothing here uses.
-
-Two blocks, each undone when it ends, so importing the package changes nothing outside it:
-`deferred_bitsandbytes()` around the import that reaches peft (a plain `import bitsandbytes` in it
-gives the module with its code deferred to first use: `importlib.util.LazyLoader`), and
-`kernels_line_dropped()` around each first use (`import_bitsandbytes`; adapters.peft_wrapping).
+transformers' TrainingArguments imports peft, which imports bitsandbytes whenever it is installed: every
+recipe would pay its seconds of import and, on a CPU with AVX-512 BF16, log "Failed to load CPU
+gemm_4bit_forward from kernels-community" (and, offline, `kernels` 0.19's "Skipping publisher trust check
+for 'kernels-community/quantization-bitsandbytes'"), read as an error. That kernel serves only 4-bit
+weights repacked for CPU inference, which nothing here uses. Both blocks below are undone when they end,
+so importing the package changes nothing outside it (tests/test_import_side_effects.py).
 """
 
 from __future__ import annotations
@@ -22,41 +18,36 @@ import sys
 from contextlib import contextmanager
 
 PACKAGE = "bitsandbytes"
-# The logger and the message bitsandbytes 0.50's CPU backend warns with (bitsandbytes/backends/cpu/ops.py).
+# bitsandbytes 0.50's CPU backend warns through this logger (backends/cpu/ops.py); `kernels` 0.19 warns
+# about the repository bitsandbytes asks it for through the other (_internals/hf_hub.py).
 KERNELS_LOGGER = "bitsandbytes.backends.cpu.ops"
 KERNELS_MESSAGE = "Failed to load CPU gemm_4bit_forward from kernels-community"
-# The repository bitsandbytes asks `kernels` for, and the logger `kernels` 0.19 warns on when it looks
-# it up offline (kernels/_internals/hf_hub.py): "Skipping publisher trust check for '<repository>' ...".
-KERNELS_REPOSITORY = "kernels-community/quantization-bitsandbytes"
 KERNELS_HUB_LOGGER = "kernels._internals.hf_hub"
+KERNELS_REPOSITORY = "kernels-community/quantization-bitsandbytes"
 
 
 class _LazyBitsandbytes(importlib.abc.MetaPathFinder):
-    """Finds bitsandbytes as the other finders do, and hands it out with its execution deferred."""
+    """Finds bitsandbytes as the finders after it do (an editable install's too), its code deferred to
+    first use. A finder, not a module put in sys.modules: peft's find_spec would run that at once."""
 
     searching = False
 
     def find_spec(self, name, path, target=None):
         if name != PACKAGE or self.searching:
             return None
-        self.searching = True  # ask the finders after this one (an editable install's too)
+        self.searching = True
         try:
             spec = importlib.util.find_spec(name)
         finally:
             self.searching = False
-        if spec is None or spec.loader is None or not hasattr(spec.loader, "exec_module"):
-            return spec  # not installed (ImportError as usual), or a loader LazyLoader cannot wrap
-        spec.loader = importlib.util.LazyLoader(spec.loader)
+        if spec is not None and hasattr(spec.loader, "exec_module"):
+            spec.loader = importlib.util.LazyLoader(spec.loader)
         return spec
 
 
 @contextmanager
 def deferred_bitsandbytes():
-    """In the block, `import bitsandbytes` (peft's, when transformers imports it) defers bitsandbytes'
-    code to its first use; nothing is left installed afterwards."""
-    if PACKAGE in sys.modules:  # imported already, deferred or not: later imports find that module
-        yield
-        return
+    """In the block, a first `import bitsandbytes` (peft's) defers bitsandbytes' code to its first use."""
     finder = _LazyBitsandbytes()
     sys.meta_path.insert(0, finder)
     try:
@@ -66,8 +57,7 @@ def deferred_bitsandbytes():
 
 
 class _DropKernelsLine(logging.Filter):
-    """Drops the lines about bitsandbytes' optional CPU kernel (the module docstring says why it
-    concerns no run here); lets every other bitsandbytes or `kernels` message through."""
+    """Drops the lines about bitsandbytes' CPU kernel; lets every other bitsandbytes or `kernels` line through."""
 
     def filter(self, record: logging.LogRecord) -> bool:
         message = str(record.msg)
@@ -76,10 +66,11 @@ class _DropKernelsLine(logging.Filter):
 
 @contextmanager
 def kernels_line_dropped():
-    """The kernels lines dropped in the block, where bitsandbytes' code may run for the first time
-    (it warns once, as it loads)."""
-    dropping = _DropKernelsLine()
-    loggers = [logging.getLogger(name) for name in (KERNELS_LOGGER, KERNELS_HUB_LOGGER)]
+    """The kernels lines dropped in the block, where bitsandbytes' code may first run (it warns as it loads)."""
+    dropping, loggers = (
+        _DropKernelsLine(),
+        [logging.getLogger(KERNELS_LOGGER), logging.getLogger(KERNELS_HUB_LOGGER)],
+    )
     for kernels_logger in loggers:
         kernels_logger.addFilter(dropping)
     try:

@@ -24,7 +24,6 @@ from recipes_lib.data.labels import (
     labels_hidden,
 )
 from recipes_lib.data.long_text import refuse_oversized_texts
-from recipes_lib.data.split_column import check_split_column_options, split_by_column
 from recipes_lib.errors import ConfigError, DataError
 
 logger = logging.getLogger(__name__)
@@ -190,7 +189,10 @@ def load_classification_data(
 ) -> ClassificationData:
     """Load and check the raw data: columns, labels, non-empty splits. No tokenization yet."""
     if data_args.train_file is not None:
-        check_split_column_options(data_args)
+        if data_args.split_column is not None:
+            from recipes_lib.data.split_column import check_split_column_options, split_by_column
+
+            check_split_column_options(data_args)
         raw, locate = _read_local_files(data_args, cache_dir)
         sources = {split: Path(getattr(data_args, f"{split}_file")).name for split in raw}
         if data_args.split_column is not None:

@@ -7,7 +7,7 @@ probability; regression: of the score, over that of the true scores) and `distin
 A model is collapsed when every row gets the same prediction and no class's probability moves by as
 much as FLAT_STD: nothing a threshold could separate the rows by. Every evaluation returns both
 figures (evaluation/metrics.py); training/callbacks.py warns at the first collapse; the record keeps
-them (`collapse_results`), and `collapse_note` ends the run's paragraph.
+them (`collapse_results`), and `collapse_note` (collapse_note.py, loaded then) ends the run's paragraph.
 """
 
 from __future__ import annotations
@@ -70,84 +70,6 @@ def collapse_results(logits: np.ndarray, problem_type: str, references=None) -> 
     return {"model_collapsed": is_collapsed(variation), "output_variation": variation}
 
 
-def remedies(
-    learning_rate: float | None, warmup_steps: float | None, epochs: float | None, max_steps=None
-) -> list[str]:
-    """What brings a collapsed run back, each an option the recipe takes, with this run's values:
-    a lower learning rate, a longer warmup, more steps. Never a higher rate: a rate too high for the
-    model and data is what usually collapses it."""
-    said = []
-    if learning_rate:
-        said.append(
-            f"a lower --learning_rate: --learning_rate {learning_rate / 5:.2g} (this run: {learning_rate:g})"
-        )
-    if warmup_steps is not None and warmup_steps < 1:  # a share of the steps
-        if warmup_steps < 0.3:
-            said.append(
-                f"a longer warmup: --warmup_steps {min(0.3, warmup_steps + 0.1):.2g} (this run: {warmup_steps:g})"
-            )
-    elif warmup_steps is not None:
-        said.append(
-            f"a longer warmup: --warmup_steps {int(2 * warmup_steps) or 10} (this run: {warmup_steps:g})"
-        )
-    if max_steps is not None and max_steps > 0:
-        said.append(f"more steps: --max_steps {2 * int(max_steps)} (this run: {int(max_steps)})")
-    elif epochs:
-        said.append(f"more steps: --num_train_epochs {2 * epochs:g} (this run: {epochs:g})")
-    return said
-
-
-def collapse_note(
-    variation: dict[str, Any],
-    split: str = "validation",
-    learning_rate: float | None = None,
-    warmup_steps: float | None = None,
-    epochs: float | None = None,
-    max_steps: int | None = None,
-    when: str = "at the end of the run",
-    problem_type: str | None = None,
-    class_weights: str | None = None,
-) -> str:
-    """The paragraph that names a collapsed model, its figures, the usual cause and what helps."""
-    figure = (
-        f"its score varies by {variation['output_std']:.4f} of the true scores' standard deviation"
-        if problem_type == REGRESSION
-        else f"no class's probability varies by more than {variation['output_std']:.4f} (standard deviation)"
-    )
-    helps = remedies(learning_rate, warmup_steps, epochs, max_steps)
-    if problem_type == MULTI_LABEL and not class_weights:  # what rare labels need (benchmarks/rare_labels.py)
-        helps.insert(0, "per-label positive weights for rare labels: --class_weights balanced")
-    note = (
-        f"The model collapsed {when}: it gives all {variation['rows']} {split} rows the same prediction, and "
-        f"{figure} across them. Its outputs do not depend on the input: its scores are a constant predictor's. "
-        "A run that ends so gets no tuned threshold, and no export gate passes it. Two causes are usual: a "
-        "learning rate too high for the model and data, which makes the encoder's representations of "
-        "different texts the same (a higher rate makes it worse), or too little training for the outputs to "
-        "move from where the fresh head started them."
-    )
-    if helps:
-        note += " What usually helps: " + "; ".join(helps) + "."
-    return note
-
-
-def results_collapse_note(results: RunResults) -> str | None:
-    """collapse_note from a run's record; None when the model did not collapse."""
-    if not results.model_collapsed:
-        return None
-    config = results.config or {}
-    max_steps = config.get("max_steps")
-    return collapse_note(
-        results.output_variation,
-        split=str(results.eval_split or "validation"),
-        learning_rate=config.get("learning_rate"),
-        warmup_steps=config.get("warmup_steps"),
-        epochs=config.get("num_train_epochs"),
-        max_steps=max_steps if max_steps and max_steps > 0 else None,
-        problem_type=results.problem_type,
-        class_weights=config.get("class_weights"),
-    )
-
-
 def end_of_run_notes(results: RunResults, default_learning_rate: float | None = None) -> list[str]:
     """The warnings that close a run: a collapsed model's alone (the neglected-class and training-loss notes
     advise a higher rate, which makes a collapse worse); else those two notes. `default_learning_rate`:
@@ -156,9 +78,10 @@ def end_of_run_notes(results: RunResults, default_learning_rate: float | None = 
     from recipes_lib.evaluation.neglected import results_neglect_note
     from recipes_lib.evaluation.training_loss import high_loss_note
 
-    collapsed = results_collapse_note(results)
-    if collapsed is not None:
-        return [collapsed]
+    if results.model_collapsed:
+        from recipes_lib.evaluation.collapse_note import results_collapse_note
+
+        return [results_collapse_note(results)]
     notes = [
         results_neglect_note(results) if results.neglected_classes else None,
         high_loss_note(results, default_learning_rate),

@@ -74,7 +74,7 @@ def neglect_note(
         f"{'each' if plural else 'it'} near 0. What usually helps:"
     )
     remedies = []
-    if not class_weights:  # single- and multi-label alike (training/losses.py)
+    if not class_weights:  # single- and multi-label alike (training/class_weights.py)
         remedies.append("--class_weights balanced (the loss weighs each class by its rarity)")
     if loss_note_follows:
         remedies.append("a higher learning rate or more training (the training-loss note below)")

@@ -22,13 +22,10 @@ from recipes_lib.config.tasks import DEFAULT_THRESHOLD, MULTI_LABEL, REGRESSION,
 from recipes_lib.evaluation.collapse import collapse_results
 from recipes_lib.evaluation.thresholds import (
     POSITIVE_ID,
-    choose_thresholds,
-    marked_shares,
     positive_probabilities,
     predicted_labels,
     sigmoid,
     softmax,
-    tune_decision_threshold,
 )
 from recipes_lib.whole_files import write_text_whole, written_whole
 
@@ -182,6 +179,8 @@ def tune_multi_label(outputs: EvaluationOutputs, scorer, names: list[str], colla
     """Multi-label thresholds tuned on validation (each class's, choose_thresholds' refusals kept at 0.5),
     and validation scored at them beside 0.5, with the share of rows each threshold marks
     (`threshold_tuning`). A collapsed model keeps 0.5 everywhere and gets no tuned figure."""
+    from recipes_lib.evaluation.threshold_tuning import choose_thresholds, marked_shares
+
     probabilities = sigmoid(outputs.logits)
     if collapsed:
         why = "the model collapsed: its outputs do not depend on the input"
@@ -268,6 +267,8 @@ def decide_binary_threshold(
     A tuned threshold scored on the validation split it was tuned on is optimistic, as the
     multi-label thresholds are; the test split's figures at it are the honest ones.
     """
+    from recipes_lib.evaluation.threshold_tuning import tune_decision_threshold
+
     tuned = option == TUNE and not outputs.results.get("model_collapsed")  # a collapsed model: not tuned
     threshold = tune_decision_threshold(outputs.logits, outputs.references) if tuned else option
     if option == TUNE and not tuned:

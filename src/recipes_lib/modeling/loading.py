@@ -13,6 +13,7 @@ from transformers import AutoConfig, AutoModelForSequenceClassification, AutoTok
 from recipes_lib.config.arguments import ModelArguments
 from recipes_lib.config.bitsandbytes_import import import_bitsandbytes
 from recipes_lib.config.family_registry import family_for
+from recipes_lib.config.tasks import REGRESSION
 from recipes_lib.errors import ModelError
 from recipes_lib.modeling.families import (
     FLASH_ATTENTION,
@@ -23,7 +24,6 @@ from recipes_lib.modeling.families import (
     flash_attention_available,
     profile_for,
 )
-from recipes_lib.modeling.score_head import score_head_in_fp32
 from recipes_lib.modeling.sources import PACKAGED_MODELS, resolve_model_path
 
 logger = logging.getLogger(__name__)
@@ -336,7 +336,11 @@ def load_model(model_args: ModelArguments, model_config, **from_pretrained_kwarg
     # this, any Trainer (seeing **kwargs in forward) multiplies it by the number of processes and
     # skips the division by gradient_accumulation_steps. transformers reads this attribute for it.
     model.accepts_loss_kwargs = False
-    return score_head_in_fp32(model)  # a regression score is not rounded to bf16 under autocast
+    if model.config.problem_type == REGRESSION:  # its score is not rounded to bf16 under autocast
+        from recipes_lib.modeling.score_head import score_head_in_fp32
+
+        score_head_in_fp32(model)
+    return model
 
 
 def reset_wrong_shaped_linears(model) -> list[tuple[str, tuple, tuple]]:

@@ -32,7 +32,7 @@ from recipes_lib.modeling.loading import (
     pad_with_eos_if_missing,
 )
 from recipes_lib.run.metrics import RunMetrics
-from recipes_lib.training.losses import class_weights_from, weighted_loss
+from recipes_lib.training.losses import weighted_loss
 
 logger = logging.getLogger("recipes_lib")
 
@@ -161,6 +161,8 @@ def run_metrics(training, data_args, labels, tokenized) -> RunMetrics:
     """The Trainer's compute_metrics for this task, with --class_weights' weights for the loss."""
     weights = None
     if training.class_weights:
+        from recipes_lib.training.class_weights import class_weights_from
+
         weights = class_weights_from(training.class_weights, tokenized["train"]["labels"], labels.names)
     # sliding_window: metrics combine the validation split's windows into documents (the test
     # split's while it is predicted: record.py).

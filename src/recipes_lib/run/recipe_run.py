@@ -23,7 +23,7 @@ from transformers import EarlyStoppingCallback, set_seed
 from recipes_lib.config.arguments import ParsedArguments
 from recipes_lib.config.parsing import wants_traceback
 from recipes_lib.config.recipe_spec import RecipeSpec
-from recipes_lib.config.validation import claim_output_dir
+from recipes_lib.config.validation import claim_output_dir, resume_requested
 from recipes_lib.credentials import redact
 from recipes_lib.errors import RecipeError
 from recipes_lib.memory.monitor import MemoryCallback, MemoryMonitor
@@ -38,12 +38,8 @@ from recipes_lib.training.callbacks import (
     TokenCounter,
     final_metrics,
 )
-from recipes_lib.training.checkpoints import clear_previous_run, resolve_resume_checkpoint
-from recipes_lib.training.run_totals import (
-    RESUME_WARNING_LOGGER,
-    FractionStepsWarningFilter,
-    LogAtCheckpoints,
-)
+from recipes_lib.training.checkpoints import clear_previous_run
+from recipes_lib.training.run_totals import LogAtCheckpoints
 
 logger = logging.getLogger("recipes_lib")
 LAUNCH_RANK_VARIABLES = ["RANK", "OMPI_COMM_WORLD_RANK", "MV2_COMM_WORLD_RANK", "PMI_RANK"]
@@ -83,12 +79,17 @@ class RecipeRun:
             from recipes_lib.tracking.hub import check_push_to_hub  # loaded only under --push_to_hub
 
             check_push_to_hub(training)
-        # `last` means the newest complete checkpoint (training/checkpoints.py); a bad value fails here, not after loading.
-        self.resume_from = resolve_resume_checkpoint(
-            training.resume_from_checkpoint, training.output_dir, RESULTS_FILE
-        )
-        if self.resume_from is not None:  # transformers' false "arguments do not match" (run_totals.py)
-            logging.getLogger(RESUME_WARNING_LOGGER).addFilter(FractionStepsWarningFilter(self.resume_from))
+        # `last` means the newest complete checkpoint (training/resume.py); a bad value fails here, not after loading.
+        if resume_requested(training.resume_from_checkpoint):
+            from recipes_lib.training.resume import FractionStepsWarningFilter, resolve_resume_checkpoint
+
+            self.resume_from = resolve_resume_checkpoint(
+                training.resume_from_checkpoint, training.output_dir, RESULTS_FILE
+            )
+            # transformers' false "arguments do not match" (resume.py)
+            logging.getLogger(FractionStepsWarningFilter.LOGGER).addFilter(
+                FractionStepsWarningFilter(self.resume_from)
+            )
         set_seed(training.seed)
         # Locked, then checked; held until __exit__.
         self.output_lock = claim_output_dir(training, self.is_main_process)
@@ -96,9 +97,14 @@ class RecipeRun:
 
     def __exit__(self, error_type, error, traceback) -> bool:
         self.output_lock.close()
-        resume_logger = logging.getLogger(RESUME_WARNING_LOGGER)
-        for added in [kept for kept in resume_logger.filters if isinstance(kept, FractionStepsWarningFilter)]:
-            resume_logger.removeFilter(added)
+        if self.resume_from is not None:
+            from recipes_lib.training.resume import FractionStepsWarningFilter
+
+            resume_logger = logging.getLogger(FractionStepsWarningFilter.LOGGER)
+            for added in [
+                kept for kept in resume_logger.filters if isinstance(kept, FractionStepsWarningFilter)
+            ]:
+                resume_logger.removeFilter(added)
         if error is not None:
             if self.memory is not None:  # an exception inside a tracked step left its tracker open
                 self.memory.stop_tracking(keep_breakdown=False)

@@ -35,7 +35,6 @@ from recipes_lib.errors import ConfigError
 from recipes_lib.memory.peaks import peak_rss_gib
 from recipes_lib.results import RunResults, describe_device, library_versions
 from recipes_lib.tracking import names
-from recipes_lib.tracking.auth import NO_KEY_REASON, has_credentials
 from recipes_lib.units import BREAKDOWN_KEYS, GIB, short_model_name
 
 logger = logging.getLogger("recipes_lib")
@@ -206,7 +205,11 @@ def start_run(identity: RunIdentity, config: dict[str, Any], directory: str | No
     if settings.mode == "disabled":
         return None, None
     asked_offline = settings.mode in ("offline", "dryrun")
-    fallback_reason = None if asked_offline or has_credentials(settings) else NO_KEY_REASON
+    fallback_reason = None
+    if not asked_offline:  # online asked: offline from the start without a key
+        from recipes_lib.tracking.auth import NO_KEY_REASON, has_credentials
+
+        fallback_reason = None if has_credentials(settings) else NO_KEY_REASON
     mode = "offline" if asked_offline or fallback_reason else "online"
     init_kwargs = {
         **dataclasses.asdict(identity),  # project, group, name, tags, job_type

@@ -12,7 +12,7 @@ from transformers import TrainerCallback
 from transformers.trainer_callback import ExportableState
 
 from recipes_lib.config.precision import dtype_name
-from recipes_lib.evaluation.collapse import collapse_note, is_collapsed
+from recipes_lib.evaluation.collapse import is_collapsed
 
 logger = logging.getLogger("recipes_lib")
 
@@ -153,6 +153,8 @@ class CollapseWarning(TrainerCallback):
             "rows": metrics.get(f"{prefix}samples", 2),
         }
         if is_collapsed(variation):
+            from recipes_lib.evaluation.collapse_note import collapse_note
+
             self.said_at = state.global_step
             logger.warning(
                 collapse_note(

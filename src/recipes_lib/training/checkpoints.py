@@ -28,17 +28,13 @@ from pathlib import Path
 from safetensors import SafetensorError
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 
-from recipes_lib.config.validation import resume_requested
-from recipes_lib.errors import OutputDirError, RecipeError
+from recipes_lib.errors import RecipeError
 from recipes_lib.whole_files import fsync_path, write_text_whole
 
 logger = logging.getLogger(__name__)
 
 COMPLETE_MARKER = "checkpoint_complete.json"
-TRAINER_STATE_FILE = "trainer_state.json"
 _CHECKPOINT_NAME = re.compile(rf"^{PREFIX_CHECKPOINT_DIR}-(\d+)$")
-# `--resume_from_checkpoint last` (or true, as the Trainer spells it) means the newest complete one.
-RESUME_FROM_LAST = ("last", "true")
 
 
 def _files_in(directory: Path) -> list[Path]:
@@ -202,59 +198,6 @@ def last_complete_checkpoint(output_dir: str | Path) -> Path | None:
             return checkpoint
         logger.warning("Skipping %s (%s).", checkpoint, reason)
     return None
-
-
-def resolve_resume_checkpoint(value: str | None, output_dir: str, results_file: str) -> str | None:
-    """The checkpoint directory `--resume_from_checkpoint VALUE` means, checked before anything is loaded.
-
-    None or "false": start from scratch. "last" (or "true"): the newest complete checkpoint in
-    output_dir. Anything else: a checkpoint directory, refused if its marker shows it incomplete.
-    """
-    if not resume_requested(value):
-        return None
-    output = Path(output_dir)
-    if (output / results_file).is_file():
-        raise OutputDirError(
-            f"--resume_from_checkpoint {value}: the run in '{output}' already finished ({results_file} is "
-            "there), so there is nothing to resume. Use another --output_dir for a new run, or "
-            "--overwrite_output_dir without --resume_from_checkpoint to train it again from the start."
-        )
-    if str(value).strip().lower() in RESUME_FROM_LAST:
-        checkpoint = last_complete_checkpoint(output)
-        if checkpoint is None:
-            found = checkpoints_in(output)
-            seen = (
-                "its checkpoints are all incomplete: "
-                + ", ".join(f"{path.name} ({incomplete_reason(path)})" for path in found)
-                if found
-                else "it holds no checkpoint"
-                if output.is_dir()
-                else "it does not exist"
-            )
-            raise OutputDirError(
-                f"--resume_from_checkpoint {value}: there is no complete checkpoint to resume from in "
-                f"'{output}' ({seen}). Start the run again without --resume_from_checkpoint (add "
-                "--overwrite_output_dir if the directory holds files), or check --output_dir."
-            )
-        return str(checkpoint)
-    checkpoint = Path(value)
-    if not (checkpoint / TRAINER_STATE_FILE).is_file():
-        raise OutputDirError(
-            f"--resume_from_checkpoint '{value}' is not a checkpoint directory (no {TRAINER_STATE_FILE} in it). "
-            f"Pass a checkpoint-N directory written by a run, or 'last' for the newest one in --output_dir."
-        )
-    reason = incomplete_reason(checkpoint)
-    if not (checkpoint / COMPLETE_MARKER).is_file():
-        # Named explicitly and without any marker: possibly written by a plain Trainer, so the user's
-        # word is taken; a checkpoint cut short while saving then fails to load with the Trainer's error.
-        logger.warning("%s has no %s; resuming from it as asked.", checkpoint, COMPLETE_MARKER)
-    elif reason is not None:
-        earlier = last_complete_checkpoint(checkpoint.parent)
-        raise OutputDirError(
-            f"--resume_from_checkpoint '{value}' is incomplete ({reason}); its files cannot be trusted. "
-            + (f"Resume from '{earlier}' instead (or pass 'last')." if earlier else "Start the run again.")
-        )
-    return str(checkpoint)
 
 
 # A finished run's weights: its model, adapter or merged model (what `recipes-lib crossval` deletes from a

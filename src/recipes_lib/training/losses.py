@@ -1,9 +1,8 @@
 """The losses a run trains and evaluates with, beside what the model's own head computes.
 
-`--class_weights` replaces the head's loss with `WeightedCrossEntropy` (single-label) or
-`WeightedBinaryCrossEntropy` (multi-label: BCEWithLogitsLoss's pos_weight), as the Trainer's
-`compute_loss_func` (`weighted_loss`). `evaluation_loss` recomputes the loss over every gathered
-example at once, so an example repeated to even out the processes' shares never counts twice.
+`--class_weights` replaces the head's loss with a weighted one (training/class_weights.py, loaded only
+then) as the Trainer's `compute_loss_func` (`weighted_loss`). `evaluation_loss` recomputes the loss over
+every gathered example at once, so an example repeated to even out the processes' shares never counts twice.
 """
 
 from __future__ import annotations
@@ -11,54 +10,14 @@ from __future__ import annotations
 import torch
 
 from recipes_lib.config.tasks import MULTI_LABEL, REGRESSION
-from recipes_lib.config.validation import parse_class_weights
-from recipes_lib.errors import ConfigError
-
-
-class WeightedCrossEntropy:
-    """Each example's cross-entropy times its class's weight, for the Trainer's `compute_loss_func`.
-
-    The sum over the batch is divided by the examples in the whole optimizer step
-    (`num_items_in_batch`), as the Trainer expects of that hook under gradient accumulation.
-    """
-
-    def __init__(self, class_weights: list[float], label_smoothing: float = 0.0):
-        self.class_weights = list(class_weights)
-        self.label_smoothing = label_smoothing
-
-    def __call__(self, outputs, labels, num_items_in_batch=None):
-        logits = outputs["logits"] if isinstance(outputs, dict) else outputs[0]
-        weights = torch.tensor(self.class_weights, dtype=torch.float32, device=logits.device)
-        count = num_items_in_batch if num_items_in_batch is not None else labels.numel()
-        return self.losses(logits.float(), labels, weights).sum() / count
-
-    def losses(self, logits, labels, weights):
-        """Each item's weighted loss."""
-        losses = torch.nn.functional.cross_entropy(
-            logits, labels, reduction="none", label_smoothing=self.label_smoothing
-        )
-        return losses * weights[labels]
-
-
-class WeightedBinaryCrossEntropy(WeightedCrossEntropy):
-    """Multi-label: each label's binary cross-entropy with its positive rows weighed by the label's weight
-    (`pos_weight`), for the Trainer's `compute_loss_func`.
-
-    The sum over the batch's rows and labels is divided by `num_items_in_batch`, which the Trainer
-    counts over the label tensor's elements (rows x labels) of the whole optimizer step: with every
-    weight 1 this is the head's own mean BCE.
-    """
-
-    def losses(self, logits, labels, weights):
-        return torch.nn.functional.binary_cross_entropy_with_logits(
-            logits, labels.float(), pos_weight=weights, reduction="none"
-        )
 
 
 def weighted_loss(problem_type: str, class_weights: list[float] | None, label_smoothing: float = 0.0):
     """The Trainer's compute_loss_func for --class_weights (None without: the model's own loss)."""
     if not class_weights:
         return None
+    from recipes_lib.training.class_weights import WeightedBinaryCrossEntropy, WeightedCrossEntropy
+
     if problem_type == MULTI_LABEL:
         return WeightedBinaryCrossEntropy(class_weights)
     return WeightedCrossEntropy(class_weights, label_smoothing)
@@ -90,47 +49,3 @@ def evaluation_loss(
     return functional.cross_entropy(
         logits, labels.long(), weight=weight, label_smoothing=label_smoothing
     ).item()
-
-
-# The most a label's positive rows are weighed under --class_weights balanced (multi-label). Balanced is
-# negatives/positives: a label on 1 row in 1,000 would weigh 999, each of its rows then pulling the label's
-# bias up as hard as a thousand rows pull it down, and the label comes out on nearly every row (the
-# thresholds then cannot tell). At 10 a label under 9% prevalence still gains a tenfold voice and stays
-# a minority of the loss. The cap is reasoned, not tuned: benchmarks/rare_labels.py measures weighted
-# against unweighted at it, no other cap.
-MAX_POSITIVE_WEIGHT = 10.0
-
-
-def class_weights_from(option: str, labels, names: list[str]) -> list[float]:
-    """The per-class loss weights --class_weights asks for: 'balanced' from the training labels, or a list.
-
-    Single-label (`labels` the label ids): each class weighs rows / (classes x its rows), sklearn's
-    'balanced'. Multi-label (`labels` the 0/1 rows): each label's positive rows weigh
-    negatives / positives of that label, capped at MAX_POSITIVE_WEIGHT.
-    """
-    if option != "balanced":
-        return parse_class_weights(option, names)
-    labels = torch.as_tensor(labels)
-    if labels.ndim == 2:
-        return positive_weights(labels, names)
-    counts = torch.bincount(labels, minlength=len(names)).tolist()
-    missing = [name for name, count in zip(names, counts, strict=True) if count == 0]
-    if missing:
-        raise ConfigError(
-            f"class_weights balanced needs every class in the training data; {missing} has none."
-        )
-    return [round(len(labels) / (len(names) * count), 6) for count in counts]
-
-
-def positive_weights(rows: torch.Tensor, names: list[str]) -> list[float]:
-    """Multi-label 'balanced': each label's negatives / positives in the training rows, at most MAX_POSITIVE_WEIGHT."""
-    positives = rows.round().sum(dim=0)
-    missing = [name for name, count in zip(names, positives.tolist(), strict=True) if count == 0]
-    if missing:
-        raise ConfigError(
-            f"class_weights balanced weighs each label by its training rows, but {missing} is on none of them. "
-            "Add rows with that label, or give the weights yourself: --class_weights "
-            f"{','.join(['1'] * len(names))} (one per label, in label-id order)."
-        )
-    balanced = (len(rows) - positives) / positives
-    return [round(float(weight), 6) for weight in balanced.clamp(max=MAX_POSITIVE_WEIGHT)]

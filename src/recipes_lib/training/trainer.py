@@ -10,17 +10,19 @@ recipes/README.md for what goes with the subclass.
 
 from __future__ import annotations
 
+import inspect
 import signal
 from contextlib import contextmanager
 from pathlib import Path
 
 import torch
+import transformers
 from transformers import Trainer, TrainerCallback, TrainingArguments
 from transformers.trainer_pt_utils import LengthGroupedSampler, get_length_grouped_indices
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, rotate_checkpoints
 
 from recipes_lib.config.arguments import DEFAULT_LENGTH_GROUPING, LENGTH_GROUPINGS
-from recipes_lib.config.versions import PrivateHook, check_private_attribute, check_private_hooks
+from recipes_lib.config.versions import TRANSFORMERS
 from recipes_lib.errors import TrainingDiverged, TrainingInterrupted
 from recipes_lib.training.checkpoints import (
     COMPLETE_MARKER,
@@ -31,24 +33,34 @@ from recipes_lib.training.checkpoints import (
 )
 from recipes_lib.training.safeguards import StopOnSignal, divergence_hint, first_non_finite_parameter
 
-# The private Trainer methods RecipeTrainer overrides or calls, for want of a public extension point
-# (each override says why). Checked on import, so a transformers release that renames one stops here
-# rather than training without the feature (tests/test_trainer_surface.py).
-PRIVATE_TRAINER_HOOKS = (
-    PrivateHook(
-        "_get_train_sampler",
-        ("train_dataset",),
-        "its training order (length-grouped batches in a seeded order that a resumed run replays exactly)",
-    ),
-    PrivateHook(
-        "_save_checkpoint",
-        ("model", "trial"),
-        "complete checkpoints (the completion marker written before older checkpoints are deleted, "
-        "and the checkpoint saved on SIGINT/SIGTERM after the last step)",
-    ),
-    PrivateHook("_get_output_dir", ("trial",), "the directory its complete checkpoints are marked in"),
-)
-check_private_hooks(Trainer, PRIVATE_TRAINER_HOOKS)
+# The private Trainer methods RecipeTrainer overrides for want of a public extension point (each override
+# says why), with their parameters after self. A release that renamed one would skip the override and train
+# differently (another order, no complete checkpoints): importing this module stops instead.
+PRIVATE_TRAINER_HOOKS = {
+    "_get_train_sampler": ("train_dataset",),
+    "_save_checkpoint": ("model", "trial"),
+    "_get_output_dir": ("trial",),
+}
+
+
+def check_private_hooks(trainer_class: type = Trainer) -> None:
+    """One paragraph naming the release and the fix for the first hook `trainer_class` lacks or changed."""
+    for name, parameters in PRIVATE_TRAINER_HOOKS.items():
+        method = getattr(trainer_class, name, None)
+        found = tuple(inspect.signature(method).parameters)[1:] if callable(method) else None
+        if found != parameters:
+            version = transformers.__version__
+            changed = "has no such method" if found is None else f"defines {name}({', '.join(found)})"
+            raise ImportError(
+                f"recipes-lib overrides transformers' private {trainer_class.__name__}.{name}(self, "
+                f"{', '.join(parameters)}), but transformers {version} {changed}. Install a release the recipes "
+                f'are tested with: pip install "{TRANSFORMERS}". If {version} is inside that range, the range is '
+                "wrong: please report it (tests/test_trainer_surface.py checks every private method the library "
+                "overrides)."
+            )
+
+
+check_private_hooks()
 
 
 class RecipeTrainer(Trainer):
@@ -65,8 +77,6 @@ class RecipeTrainer(Trainer):
         # their number: under 2 processes loss and gradients twice too large. Their loss is a local mean.
         # (A recipe's model says so itself, `accepts_loss_kwargs = False`; this covers other models.)
         self.model_accepts_loss_kwargs = False
-        # --auto_batch_size changes the batch the Trainer builds its DataLoader with (autofit.py).
-        check_private_attribute(self, "_train_batch_size", "--auto_batch_size (the batch after a back-off)")
         self.out_of_memory_at: list[int] = []  # --auto_batch_size: the batch sizes that ran out of memory
         self.stop_on_signal = StopOnSignal()
         self.add_callback(self.stop_on_signal)

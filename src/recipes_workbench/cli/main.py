@@ -46,7 +46,6 @@ from recipes_lib.config.bitsandbytes_import import (
     deferred_bitsandbytes,
     kernels_line_dropped,
 )
-from recipes_lib.config.versions import check_supported_versions
 from recipes_lib.credentials import RedactingArgumentParser, print_error, refuse_secret_options
 from recipes_lib.errors import RecipeError
 from recipes_workbench.cli import options_of
@@ -96,7 +95,6 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    check_supported_versions()
     argv = sys.argv[1:] if argv is None else argv
     try:  # before argparse, whose errors would echo the value ("unrecognized arguments: --token hf_...")
         refuse_secret_options(argv)
@@ -108,6 +106,12 @@ def main(argv: list[str] | None = None) -> int:
     args, recipe_tokens = parser.parse_known_args(argv)
     if recipe_tokens and args.command != "crossval":
         parser.error(f"unrecognized arguments: {' '.join(recipe_tokens)}")
+    # show, compare and label-issues read finished runs' files and never load transformers: not for them
+    # the check, whose import of transformers takes seconds.
+    if args.command not in ("show", "compare", "label-issues") or getattr(args, "wandb", False):
+        from recipes_lib.config.versions import check_supported_versions
+
+        check_supported_versions()
     # transformers' Trainer imports peft, which imports bitsandbytes: run only by a command that uses it
     # (or reads every loaded module: wandb's import, for compare --wandb), without its kernels line.
     with deferred_bitsandbytes(), kernels_line_dropped():
