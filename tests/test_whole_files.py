@@ -40,8 +40,9 @@ from recipes_lib.training.checkpoints import (
     mark_complete,
 )
 from recipes_lib.training.resume import resolve_resume_checkpoint
-from recipes_lib.whole_files import DamagedFileError, read_json, read_jsonl, written_whole
+from recipes_lib.whole_files import DamagedFileError, read_json, written_whole
 from recipes_workbench.cli.main import main as recipes_lib_cli
+from recipes_workbench.crossval.oof import read_jsonl
 from recipes_workbench.export.bundle import (
     FP32_MODEL,
     REPORT_FILE,

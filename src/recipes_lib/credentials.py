@@ -14,7 +14,6 @@ command prints passes `redact`: passwords in URLs and the values of secret envir
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import os
 import re
@@ -100,39 +99,7 @@ def print_error(error: object) -> None:
     print(redact(f"error: {error}"), file=sys.stderr)
 
 
-class RedactingArgumentParser(argparse.ArgumentParser):
-    """argparse's own errors echo what was typed ("unrecognized arguments: ...", "invalid int value: '...'"):
-    redacted like every other message. Subparsers are of the same class (argparse's parser_class default)."""
-
-    def error(self, message: str):
-        self.print_usage(sys.stderr)
-        self.exit(2, redact(f"{self.prog}: error: {message}") + "\n")
-
-
 def _hide_password(match: re.Match) -> str:
     """USER:<redacted>@, except the placeholder the help and the errors show (USER:PASSWORD@HOST)."""
     password = match.group(0)[len(match.group("head")) :]
     return match.group(0) if password == "PASSWORD" else match.group("head") + REDACTED
-
-
-def url_secrets(url: str) -> list[str]:
-    """The password and secret query values of `url`, and the pieces of a password holding an unescaped
-    `@` (a driver that splits there names the rest as the host in its error)."""
-    found = [
-        m.group(0)[len(m.group("head")) :] for m in (*URL_PASSWORD.finditer(url), *QUERY_SECRET.finditer(url))
-    ]
-    return [*found, *(piece for value in found for piece in value.split("@"))]
-
-
-def without_secrets(options: Iterable[tuple[str, tuple[str, ...]]]) -> list[tuple[str, tuple[str, ...]]]:
-    """(option, values) pairs for a child's command line, the handed-over secrets left out (either spelling)."""
-    return [(key, values) for key, values in options if canonical(key) not in ENVIRONMENT_OF]
-
-
-def secrets_environment(options: Iterable[tuple[str, tuple[str, ...]]]) -> dict[str, str]:
-    """The environment that carries the secret options left out by `without_secrets` to a child process."""
-    return {
-        ENVIRONMENT_OF[canonical(key)]: " ".join(values)
-        for key, values in options
-        if canonical(key) in ENVIRONMENT_OF
-    }

@@ -76,18 +76,6 @@ def write_text_whole(path: str | os.PathLike, text: str, **open_options) -> Path
     return Path(path)
 
 
-def fsync_tree(directory: str | os.PathLike) -> None:
-    """Flush every file under `directory`, then the directories themselves, before the tree is renamed
-    into place or marked complete (an export bundle, a checkpoint)."""
-    directory = Path(directory)
-    for path in sorted(directory.rglob("*")):
-        if path.is_file():
-            fsync_path(path)
-    for path in sorted((p for p in directory.rglob("*") if p.is_dir()), reverse=True):
-        fsync_path(path)
-    fsync_path(directory)
-
-
 def read_json(path: str | os.PathLike, what: str, remedy: str) -> Any:
     """The parsed contents of a JSON file, or a DamagedFileError naming it, the line and `remedy`.
 
@@ -113,23 +101,3 @@ def read_json(path: str | os.PathLike, what: str, remedy: str) -> Any:
         f"{path} ({what}) {problem} at {where}: it was cut short while being written, or changed since. "
         f"It is not read as whole. {remedy}"
     )
-
-
-def read_jsonl(path: str | os.PathLike, what: str, remedy: str) -> list[Any]:
-    """The records of a JSON Lines file (blank lines skipped), or a DamagedFileError naming the bad line."""
-    path = Path(path)
-    records = []
-    with open(path, "rb") as handle:
-        for number, line in enumerate(handle, start=1):
-            if not line.strip():
-                continue
-            try:
-                records.append(json.loads(line.decode("utf-8")))
-            except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as error:
-                last = not line.endswith(b"\n") and not handle.read(1)
-                problem = "ends in the middle of a record" if last else f"is not one JSON record ({error})"
-                raise DamagedFileError(
-                    f"{path} ({what}) line {number} {problem}: it was cut short while being written, or changed "
-                    f"since. It is not read as whole. {remedy}"
-                ) from None
-    return records

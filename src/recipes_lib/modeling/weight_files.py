@@ -39,15 +39,3 @@ def check_model_files(directory: str | Path) -> None:
                 f"{' (the file is empty)' if size == 0 else ''}. It was cut short while being written or copied, "
                 f"or changed since. {RESTORE}"
             ) from None
-
-
-def damaged_onnx(path: str | Path, error: Exception) -> DamagedFileError:
-    """ONNX Runtime's refusal of a model file, as the paragraph a damaged file gets."""
-    path = Path(path)
-    size = path.stat().st_size if path.is_file() else 0
-    first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
-    return DamagedFileError(
-        f"{path} (an ONNX model, {size:,} bytes) cannot be loaded: ONNX Runtime says {first!r}"
-        f"{' (the file is empty)' if size == 0 else ''}. It was cut short while being written or copied, or changed "
-        "since. Export the run again (recipes-lib export OUTPUT_DIR), or restore the file from a copy."
-    )

@@ -46,7 +46,7 @@ from recipes_lib.config.bitsandbytes_import import (
     deferred_bitsandbytes,
     kernels_line_dropped,
 )
-from recipes_lib.credentials import RedactingArgumentParser, print_error, refuse_secret_options
+from recipes_lib.credentials import print_error, redact, refuse_secret_options
 from recipes_lib.errors import RecipeError
 from recipes_workbench.cli import options_of
 from recipes_workbench.cli.crossval import add_crossval_parser, add_label_issues_parser
@@ -364,3 +364,12 @@ def add_predict_parser(commands) -> None:
 
 if __name__ == "__main__":
     sys.exit(main())
+
+
+class RedactingArgumentParser(argparse.ArgumentParser):
+    """argparse's own errors echo what was typed ("unrecognized arguments: ...", "invalid int value: '...'"):
+    redacted like every other message. Subparsers are of the same class (argparse's parser_class default)."""
+
+    def error(self, message: str):
+        self.print_usage(sys.stderr)
+        self.exit(2, redact(f"{self.prog}: error: {message}") + "\n")

@@ -27,9 +27,8 @@ from recipes_lib.data.files import write_jsonl
 from recipes_lib.errors import DataError
 from recipes_lib.evaluation.predictions import TEST_PREDICTIONS_FILE, prediction_rows
 from recipes_lib.results import RESULT_KEYS, read_results
-from recipes_lib.whole_files import read_jsonl
 from recipes_workbench.crossval.folds import TrainingRows, read_labelled_file
-from recipes_workbench.crossval.oof import RUN_FOLD_AGAIN, summary
+from recipes_workbench.crossval.oof import RUN_FOLD_AGAIN, read_jsonl, summary
 from recipes_workbench.export.bundle import read_thresholds
 from recipes_workbench.sweep.config import test_metric_of
 

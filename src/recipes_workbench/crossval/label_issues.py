@@ -50,9 +50,9 @@ from recipes_lib.evaluation.predictions import EVAL_PREDICTIONS_FILE
 from recipes_lib.locking import lock_directory
 from recipes_lib.results import RESULTS_FILE as RUN_RESULTS_FILE
 from recipes_lib.results import read_results
-from recipes_lib.whole_files import read_json, read_jsonl, write_text_whole
+from recipes_lib.whole_files import read_json, write_text_whole
 from recipes_workbench.crossval.folds import TrainingRows, read_labelled_rows, read_training_rows, write_rows
-from recipes_workbench.crossval.oof import OOF_FILE, RESULTS_FILE
+from recipes_workbench.crossval.oof import OOF_FILE, RESULTS_FILE, read_jsonl
 from recipes_workbench.shared import format_table
 
 ISSUES_FILE = "label_issues.csv"

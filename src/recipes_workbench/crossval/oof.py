@@ -13,7 +13,9 @@ probabilities, regression rows the predicted score and no probabilities.
 
 from __future__ import annotations
 
+import json
 import math
+import os
 import statistics
 from pathlib import Path
 from typing import Any
@@ -22,7 +24,7 @@ import numpy as np
 
 from recipes_lib.errors import DataError
 from recipes_lib.evaluation.predictions import EVAL_PREDICTIONS_FILE
-from recipes_lib.whole_files import read_jsonl
+from recipes_lib.whole_files import DamagedFileError
 from recipes_workbench.crossval.folds import TrainingRows, held_out_rows
 from recipes_workbench.shared import CROSSVAL_RESULTS_FILE
 
@@ -84,3 +86,23 @@ def format_summary(metric: str, per_fold: list[float | None]) -> str:
     spread = "" if figures["std"] is None else f" ± {figures['std']:.4f} (std over folds)"
     folds = ", ".join("-" if value is None else f"{value:.4f}" for value in per_fold)
     return f"{metric}: {figures['mean']:.4f}{spread}; per fold: {folds}"
+
+
+def read_jsonl(path: str | os.PathLike, what: str, remedy: str) -> list[Any]:
+    """The records of a JSON Lines file (blank lines skipped), or a DamagedFileError naming the bad line."""
+    path = Path(path)
+    records = []
+    with open(path, "rb") as handle:
+        for number, line in enumerate(handle, start=1):
+            if not line.strip():
+                continue
+            try:
+                records.append(json.loads(line.decode("utf-8")))
+            except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as error:
+                last = not line.endswith(b"\n") and not handle.read(1)
+                problem = "ends in the middle of a record" if last else f"is not one JSON record ({error})"
+                raise DamagedFileError(
+                    f"{path} ({what}) line {number} {problem}: it was cut short while being written, or changed "
+                    f"since. It is not read as whole. {remedy}"
+                ) from None
+    return records

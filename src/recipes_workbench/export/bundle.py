@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import shutil
 import tempfile
 from dataclasses import dataclass
@@ -23,7 +24,7 @@ from recipes_lib.errors import ConfigError, ModelError
 from recipes_lib.evaluation.predictions import DECISION_THRESHOLD_FILE, THRESHOLDS_FILE
 from recipes_lib.modeling.adapters import ADAPTER_CONFIG_FILE, MERGED_SUBDIR, read_base_quantization
 from recipes_lib.results import RESULTS_FILE, RunResults, read_results, wrongly_typed
-from recipes_lib.whole_files import DamagedFileError, fsync_tree, read_json
+from recipes_lib.whole_files import DamagedFileError, fsync_path, read_json
 
 EXPORT_SUBDIR = "export"
 FAILED_SUBDIR = "export.failed"
@@ -299,3 +300,15 @@ def read_decision_threshold(directory: str | Path) -> float | None:
             "end of a run with --decision_threshold; restore it, or delete it to decide by the likelier class."
         )
     return threshold
+
+
+def fsync_tree(directory: str | os.PathLike) -> None:
+    """Flush every file under `directory`, then the directories themselves, before the tree is renamed
+    into place or marked complete (an export bundle, a checkpoint)."""
+    directory = Path(directory)
+    for path in sorted(directory.rglob("*")):
+        if path.is_file():
+            fsync_path(path)
+    for path in sorted((p for p in directory.rglob("*") if p.is_dir()), reverse=True):
+        fsync_path(path)
+    fsync_path(directory)

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import numpy as np
 
-from recipes_lib.modeling.weight_files import damaged_onnx
+from recipes_lib.whole_files import DamagedFileError
 
 
 def _onnx_load_failures() -> tuple[type[Exception], ...]:
@@ -82,3 +82,15 @@ def measure_latency(engines: dict, inputs: list[dict], warmup: int = 3) -> dict:
         "rows": len(inputs),
         "median_ms": {name: round(statistics.median(times), 3) for name, times in timings.items()},
     }
+
+
+def damaged_onnx(path: str | Path, error: Exception) -> DamagedFileError:
+    """ONNX Runtime's refusal of a model file, as the paragraph a damaged file gets."""
+    path = Path(path)
+    size = path.stat().st_size if path.is_file() else 0
+    first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+    return DamagedFileError(
+        f"{path} (an ONNX model, {size:,} bytes) cannot be loaded: ONNX Runtime says {first!r}"
+        f"{' (the file is empty)' if size == 0 else ''}. It was cut short while being written or copied, or changed "
+        "since. Export the run again (recipes-lib export OUTPUT_DIR), or restore the file from a copy."
+    )

@@ -27,13 +27,14 @@ from __future__ import annotations
 import difflib
 import math
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-from recipes_lib.credentials import ENVIRONMENT_OF, canonical, is_secret_option, without_secrets
+from recipes_lib.credentials import ENVIRONMENT_OF, canonical, is_secret_option
 from recipes_lib.errors import ConfigError
 from recipes_lib.results import RESULT_KEYS
 from recipes_workbench.recipes import RECIPES
@@ -603,3 +604,8 @@ def write_wandb_sweeps(config: SweepConfig, file: str) -> list[Path]:
         path.write_text(header + yaml.safe_dump(wandb_sweep_config(config, recipe.name), sort_keys=False))
         written.append(path)
     return written
+
+
+def without_secrets(options: Iterable[tuple[str, tuple[str, ...]]]) -> list[tuple[str, tuple[str, ...]]]:
+    """(option, values) pairs for a child's command line, the handed-over secrets left out (either spelling)."""
+    return [(key, values) for key, values in options if canonical(key) not in ENVIRONMENT_OF]

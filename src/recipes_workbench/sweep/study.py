@@ -31,7 +31,7 @@ from typing import Any
 import optuna
 from optuna.trial import TrialState
 
-from recipes_lib.credentials import redact, url_secrets
+from recipes_lib.credentials import QUERY_SECRET, URL_PASSWORD, redact
 from recipes_lib.errors import ConfigError
 from recipes_workbench.sweep.config import SweepConfig, format_lr
 from recipes_workbench.sweep.trials import COMPLETE, FAILED, INTERRUPTED, RUNNING, stop_orphans
@@ -355,3 +355,12 @@ def choose_learning_rate(trials: list, direction: str) -> float | None:
     sign = 1 if direction == "maximize" else -1
     best = max(complete, key=lambda trial: (sign * trial.value, -trial.params["learning_rate"]))
     return best.params["learning_rate"]
+
+
+def url_secrets(url: str) -> list[str]:
+    """The password and secret query values of `url`, and the pieces of a password holding an unescaped
+    `@` (a driver that splits there names the rest as the host in its error)."""
+    found = [
+        m.group(0)[len(m.group("head")) :] for m in (*URL_PASSWORD.finditer(url), *QUERY_SECRET.finditer(url))
+    ]
+    return [*found, *(piece for value in found for piece in value.split("@"))]

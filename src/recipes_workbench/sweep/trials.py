@@ -14,13 +14,14 @@ import os
 import re
 import subprocess
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import psutil
 
-from recipes_lib.credentials import secrets_environment
+from recipes_lib.credentials import ENVIRONMENT_OF, canonical
 from recipes_lib.results import RESULT_KEYS, RESULTS_FILE, read_results
 from recipes_lib.tracking import names
 from recipes_workbench.shared import CROSSVAL_RESULTS_FILE
@@ -223,3 +224,12 @@ def stop_orphans(output_dir: str | None) -> list[int]:
                 process.kill()
                 killed.append(process.pid)
     return killed
+
+
+def secrets_environment(options: Iterable[tuple[str, tuple[str, ...]]]) -> dict[str, str]:
+    """The environment that carries the secret options left out by `without_secrets` to a child process."""
+    return {
+        ENVIRONMENT_OF[canonical(key)]: " ".join(values)
+        for key, values in options
+        if canonical(key) in ENVIRONMENT_OF
+    }
