@@ -17,7 +17,6 @@ from __future__ import annotations
 import dataclasses
 import os
 import re
-import sys
 from collections.abc import Iterable
 
 from recipes_lib.errors import ConfigError
@@ -92,11 +91,6 @@ def redact(text: str, *secrets: str) -> str:
         if len(value) >= SHORTEST_SEARCHED:
             text = text.replace(value, REDACTED)
     return text
-
-
-def print_error(error: object) -> None:
-    """`error: MESSAGE` on stderr, redacted: how every command prints its bad input (one place, so none skips it)."""
-    print(redact(f"error: {error}"), file=sys.stderr)
 
 
 def _hide_password(match: re.Match) -> str:

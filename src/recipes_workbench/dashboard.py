@@ -24,11 +24,10 @@ from typing import Any
 import requests
 import wandb
 
-from recipes_lib.credentials import print_error
 from recipes_lib.tracking import names
 from recipes_lib.tracking.auth import has_credentials
 from recipes_lib.tracking.names import JOB_TYPE
-from recipes_workbench.shared import OTHER_TASK_METRICS, recipe_colours
+from recipes_workbench.shared import OTHER_TASK_METRICS, print_error, recipe_colours
 
 EXTRA = "dashboard"
 INSTALL_HINT = "pip install -e '.[dashboard]' (or: pip install wandb-workspaces)"

@@ -4,6 +4,9 @@ compared (a finished run's results.json is read back by results.read_results).""
 
 from __future__ import annotations
 
+import sys
+
+from recipes_lib.credentials import redact
 from recipes_workbench.recipes import RECIPES
 
 # What `recipes-lib crossval` writes in its output_dir instead (the sweep reads it when `folds` is set).
@@ -39,3 +42,8 @@ RECIPE_COLOURS = ("#0072B2", "#E69F00", "#009E73", "#CC79A7", "#D55E00", "#56B4E
 def recipe_colours() -> dict[str, str]:
     """{recipe: colour}, one per recipe script of recipes/ (a script's name is its SPEC's name)."""
     return {name: RECIPE_COLOURS[i % len(RECIPE_COLOURS)] for i, name in enumerate(RECIPES)}
+
+
+def print_error(error: object) -> None:
+    """`error: MESSAGE` on stderr, redacted: how every command prints its bad input (one place, so none skips it)."""
+    print(redact(f"error: {error}"), file=sys.stderr)

@@ -29,12 +29,6 @@ class Family:
     # Why training fails under bf16 autocast, where it does (measured on the family's tiny model by
     # tests/test_cpu_bf16.py): automatic precision keeps the family in fp32 on a CPU with native bf16.
     bf16_autocast_fails: str | None = None
-    # How `recipes-lib export` made the family's ONNX file, measured on its tiny model (exported,
-    # int8 added, and passed through the gate by tests/workbench/test_export.py::
-    # test_every_family_exports_and_passes_the_gate, which checks this entry): "dynamo"
-    # (torch.export) or "torchscript" (the fallback). Where export fails: why, in one line.
-    onnx_exporter: str = "dynamo"
-    onnx_export_failure: str | None = None
     # What the family loses on a CUDA GPU without the flash-attn package, in words: a recipe there
     # says so in one line (modeling/loading.py). None: nothing worth a line.
     without_flash_attention: str | None = None

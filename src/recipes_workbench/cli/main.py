@@ -46,14 +46,14 @@ from recipes_lib.config.bitsandbytes_import import (
     deferred_bitsandbytes,
     kernels_line_dropped,
 )
-from recipes_lib.credentials import print_error, redact, refuse_secret_options
+from recipes_lib.credentials import redact, refuse_secret_options
 from recipes_lib.errors import RecipeError
 from recipes_workbench.cli import options_of
 from recipes_workbench.cli.crossval import add_crossval_parser, add_label_issues_parser
 from recipes_workbench.cli.export import add_export_parser, export_command
 from recipes_workbench.cli.plan import add_plan_parser
 from recipes_workbench.cli.sweep import add_sweep_parser
-from recipes_workbench.shared import format_table
+from recipes_workbench.shared import format_table, print_error
 
 
 @contextlib.contextmanager
@@ -130,6 +130,7 @@ def describe_families(families=None) -> tuple[list[str], list[list[str]]]:
     from recipes_lib.config.family_registry import FAMILIES
     from recipes_lib.errors import ModelError
     from recipes_lib.modeling.families import check_transformers_knows, profile_for
+    from recipes_workbench.export import DEFAULT_ONNX_EXPORTER, ONNX_EXPORT_FAILURES, ONNX_EXPORTERS
 
     header = [
         "family",
@@ -150,6 +151,8 @@ def describe_families(families=None) -> tuple[list[str], list[list[str]]]:
             rows.append([family.name, family.model_type, *[needs] * (len(header) - 2)])
             continue
         profile = profile_for(AutoConfig.for_model(family.model_type))
+        failure = ONNX_EXPORT_FAILURES.get(family.model_type)
+        exporter = ONNX_EXPORTERS.get(family.model_type, DEFAULT_ONNX_EXPORTER)
         rows.append(
             [
                 profile.family,
@@ -159,9 +162,7 @@ def describe_families(families=None) -> tuple[list[str], list[list[str]]]:
                 "fp32 (fp16 overflows)" if family.fp16_overflows else "fp16",
                 "positions - (pad id + 1)" if family.positions_after_padding else "positions",
                 ", ".join(profile.layer_classes),
-                f"fails: {family.onnx_export_failure}"
-                if family.onnx_export_failure
-                else f"passes the gate ({family.onnx_exporter})",
+                f"fails: {failure}" if failure else f"passes the gate ({exporter})",
             ]
         )
     return header, rows

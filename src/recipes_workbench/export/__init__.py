@@ -12,3 +12,12 @@ MIN_FP32_AGREEMENT = 0.99
 # it comes from), and be faster than fp32 at batch 1 by more than this factor (0: not checked).
 MIN_INT8_AGREEMENT = 0.97
 MIN_INT8_SPEEDUP = 1.0
+
+# How `recipes-lib export` made each family's ONNX file (`recipes-lib families` shows it), measured on its
+# tiny model (exported, int8 added, and passed through the gate by tests/workbench/test_export.py::
+# test_every_family_exports_and_passes_the_gate, which checks these), by the family's model_type: the
+# exporter where it is not "dynamo" (torch.export), e.g. "torchscript" (the fallback); where export
+# fails, why, in one line.
+DEFAULT_ONNX_EXPORTER = "dynamo"
+ONNX_EXPORTERS: dict[str, str] = {}
+ONNX_EXPORT_FAILURES: dict[str, str] = {}

@@ -16,11 +16,10 @@ from pathlib import Path
 from typing import Any
 
 from recipes_lib.config.tasks import MULTI_LABEL, REGRESSION
-from recipes_lib.credentials import print_error
 from recipes_lib.results import RESULTS_FILE, RunResults, read_results
 from recipes_lib.tracking.names import METRIC_TITLES, eval_key
 from recipes_lib.units import BREAKDOWN_KEYS, GIB, short_model_name
-from recipes_workbench.shared import OTHER_TASK_METRICS, format_table
+from recipes_workbench.shared import OTHER_TASK_METRICS, format_table, print_error
 from recipes_workbench.tools.run_labels import (
     alike,
     documents_per_second,

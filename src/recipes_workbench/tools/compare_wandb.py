@@ -16,7 +16,6 @@ from typing import Any
 
 import wandb
 
-from recipes_lib.credentials import print_error
 from recipes_lib.tracking.wandb_run import (
     DEFAULT_PROJECT,
     RunIdentity,
@@ -27,6 +26,7 @@ from recipes_lib.tracking.wandb_run import (
 )
 from recipes_lib.units import short_model_name
 from recipes_workbench.dashboard import COMPARE_JOB_TYPE, COMPARISON_CHART, COMPARISON_TABLE
+from recipes_workbench.shared import print_error
 from recipes_workbench.tools.compare import (
     CompareError,
     default_chart_path,

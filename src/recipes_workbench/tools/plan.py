@@ -19,7 +19,6 @@ from dataclasses import dataclass, replace
 from recipes_lib.config.family_registry import family_for
 from recipes_lib.config.precision import DeviceCapability, choose_precision, detect_capability
 from recipes_lib.config.recipe_options import TEACHER_BATCH_SIZE
-from recipes_lib.credentials import print_error
 from recipes_lib.errors import ConfigError, RecipeError
 from recipes_lib.modeling.families import flash_attention_available
 from recipes_workbench.planner.arithmetic import FLASH_ATTENTION
@@ -40,6 +39,7 @@ from recipes_workbench.planner.report import (
     plan_models,
 )
 from recipes_workbench.recipes import RECIPES
+from recipes_workbench.shared import print_error
 
 # What `recipes-lib plan` plans for on a machine without a GPU (a laptop planning a GPU run): the
 # project's target, a 24 GB consumer GPU with native bf16 and fp16 (an RTX 3090 or 4090).

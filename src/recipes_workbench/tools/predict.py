@@ -31,7 +31,6 @@ from transformers import AutoConfig, AutoTokenizer
 
 from recipes_lib.config.precision import autocast_for
 from recipes_lib.config.tasks import DEFAULT_THRESHOLD, MULTI_LABEL, SINGLE_LABEL
-from recipes_lib.credentials import print_error
 from recipes_lib.data.files import (
     DELIMITED,
     column_note,
@@ -61,6 +60,7 @@ from recipes_workbench.export.bundle import (
     saved_thresholds,
 )
 from recipes_workbench.export.gate import data_arguments
+from recipes_workbench.shared import print_error
 
 logger = logging.getLogger(__name__)
 

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from recipes_lib.credentials import print_error
 from recipes_lib.errors import ConfigError, HubError, RecipeError
 from recipes_lib.locking import lock_directory
 from recipes_lib.results import RESULTS_FILE, read_results
@@ -20,6 +19,7 @@ from recipes_lib.tracking.hub import hub_problem
 from recipes_lib.tracking.model_card import CARD_FILE, write_card
 from recipes_lib.whole_files import written_whole
 from recipes_workbench.recipes import recipe_summary
+from recipes_workbench.shared import print_error
 
 # What `Trainer.push_to_hub` ignores (its scratch files, the checkpoints), the local W&B files, an export
 # whose gate failed, and every hidden name at any depth: the lock, a killed writer's `.NAME.XXXXXXXX.tmp`,

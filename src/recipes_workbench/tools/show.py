@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-from recipes_lib.credentials import print_error
 from recipes_lib.results import RunResults
 from recipes_lib.units import short_model_name
-from recipes_workbench.shared import format_table
+from recipes_workbench.shared import format_table, print_error
 from recipes_workbench.tools.compare import TASK_METRIC_COLUMNS, CompareError, load_runs, number_cell
 from recipes_workbench.tools.run_labels import (
     documents_per_second,
