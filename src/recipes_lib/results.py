@@ -8,7 +8,6 @@ import json
 import math
 import os
 import platform
-import types
 import typing
 from dataclasses import dataclass, fields
 from datetime import datetime, timezone
@@ -173,42 +172,13 @@ class RunResults:
 
 
 RESULT_KEYS = tuple(field.name for field in fields(RunResults))
-_FIELD_TYPES = typing.get_type_hints(RunResults)
-
-
-def _matches(value: Any, hint: Any) -> bool:
-    """Whether a JSON value fits a field's annotation (None, bool, int, float, str, list[...], dict[str, ...],
-    unions and Any); an int is a float, a bool is neither an int nor a float."""
-    origin, args = typing.get_origin(hint), typing.get_args(hint)
-    if hint is Any:
-        return True
-    if origin in (typing.Union, types.UnionType):
-        return any(_matches(value, arg) for arg in args)
-    if hint is type(None):
-        return value is None
-    if hint is float:  # null too: write_results writes a NaN or an infinity, at any depth, as null
-        return value is None or isinstance(value, int | float) and not isinstance(value, bool)
-    if hint is int:
-        return isinstance(value, int) and not isinstance(value, bool)
-    if origin is list:
-        return isinstance(value, list) and all(_matches(item, args[0]) for item in value)
-    if origin is dict:
-        return isinstance(value, dict) and all(
-            isinstance(key, str) and _matches(item, args[1]) for key, item in value.items()
-        )
-    return isinstance(value, hint)
 
 
 def wrongly_typed(values: dict[str, Any]) -> str | None:
     """What is wrong with the first value whose type is not its field's (None when every one fits)."""
-    for name in RESULT_KEYS:
-        value = values.get(name)
-        if not _matches(value, _FIELD_TYPES[name]):
-            shown = json.dumps(value, default=str)
-            shown = shown if len(shown) <= 40 else shown[:37] + "..."
-            expected = str(_FIELD_TYPES[name]).replace("typing.", "")
-            return f"its key '{name}' holds {shown} ({type(value).__name__}), where a run writes {expected}"
-    return None
+    from recipes_lib.typed_json import first_mistyped  # loaded by a reader of the record, not by a run
+
+    return first_mistyped(values, typing.get_type_hints(RunResults))
 
 
 def read_results(path: str | os.PathLike) -> RunResults:
