@@ -9,8 +9,8 @@ more. nn.Embedding weights keep 32-bit state by default (bitsandbytes' advice). 
 NEW are what this recipe changes in full_ft.py.
 """
 
+from recipes_lib.config.adamw_8bit_options import Adam8bitArguments  # NEW
 from recipes_lib.config.parsing import parse_arguments
-from recipes_lib.config.recipe_options import Adam8bitArguments  # NEW
 from recipes_lib.config.recipe_spec import RecipeSpec
 from recipes_lib.data.tokenize import padding_collator
 from recipes_lib.modeling.adamw_8bit import create_adamw_8bit  # NEW

@@ -13,8 +13,8 @@ teacher alone. T=2, alpha=0.5 (--distill_temperature, --distill_alpha). Memory: 
 fine-tuning; the teacher's inference runs before it. The lines marked NEW are what distillation adds.
 """
 
+from recipes_lib.config.distill_options import DistillArguments  # NEW
 from recipes_lib.config.parsing import parse_arguments
-from recipes_lib.config.recipe_options import DistillArguments  # NEW
 from recipes_lib.config.recipe_spec import RecipeSpec
 from recipes_lib.data.tokenize import padding_collator
 from recipes_lib.modeling.loading import load_model

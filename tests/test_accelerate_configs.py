@@ -232,7 +232,8 @@ def test_adamw_8bit_under_optimizer_offload_is_refused_before_anything_loads(mon
 
     adamw_8bit's options refuse it as they are parsed, before TrainingArguments is built (which needs
     DeepSpeed installed under a DeepSpeed launch, so the options are built here directly)."""
-    from recipes_lib.config.recipe_options import Adam8bitArguments, LoraArguments
+    from recipes_lib.config.adamw_8bit_options import Adam8bitArguments
+    from recipes_lib.config.recipe_options import LoraArguments
     from recipes_lib.errors import ConfigError
 
     environment = accelerate_variables(

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from recipes_lib.config.arguments import DataArguments
-from recipes_lib.config.recipe_options import DistillArguments
+from recipes_lib.config.distill_options import DistillArguments
 from recipes_lib.config.tasks import MULTI_LABEL, REGRESSION, SINGLE_LABEL
 from recipes_lib.errors import ConfigError
 from recipes_lib.training.distillation import (

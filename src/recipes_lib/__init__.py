@@ -12,7 +12,8 @@ transformers range is checked where a run, or a command that loads transformers,
 # internal (import-linter's public-api contract in setup.cfg; tests/test_packages.py keeps the two equal).
 _PUBLIC_MODULES = """
 errors units results whole_files locking credentials config.arguments config.parsing config.tasks
-config.precision config.recipe_spec config.recipe_options config.family_registry config.versions
+config.precision config.recipe_spec config.recipe_options config.adamw_8bit_options config.distill_options
+config.family_registry config.versions
 config.bitsandbytes_import data.files data.loading data.labels data.tokenize data.long_text
 modeling.families modeling.adapters modeling.sources modeling.weight_files evaluation.predictions
 evaluation.metrics evaluation.inference evaluation.windows evaluation.collapse evaluation.neglected

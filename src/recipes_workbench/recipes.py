@@ -13,12 +13,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from recipes_lib.config.recipe_options import (
-    Adam8bitArguments,
-    DistillArguments,
-    LoraArguments,
-    QloraArguments,
-)
+from recipes_lib.config.adamw_8bit_options import Adam8bitArguments
+from recipes_lib.config.distill_options import DistillArguments
+from recipes_lib.config.recipe_options import LoraArguments, QloraArguments
 from recipes_lib.config.recipe_spec import RecipeSpec, TrainingShape
 
 

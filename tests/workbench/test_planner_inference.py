@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from recipes_lib.config.recipe_options import TEACHER_BATCH_SIZE
+from recipes_lib.config.distill_options import TEACHER_BATCH_SIZE
 from recipes_lib.config.recipe_spec import TrainingShape
 from recipes_lib.units import GIB
 from recipes_workbench.cli.main import main

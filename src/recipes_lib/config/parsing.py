@@ -31,7 +31,6 @@ from recipes_lib.config.arguments import (
     RecipeTrainingArguments,
 )
 from recipes_lib.config.precision import refuse_sharding_without_gpu
-from recipes_lib.config.recipe_options import RECIPE_OPTION_CLASSES
 from recipes_lib.config.recipe_spec import RecipeSpec
 from recipes_lib.config.validation import validate_arguments
 from recipes_lib.config.versions import check_supported_versions
@@ -51,9 +50,14 @@ class _RecipeArgumentParser(HfArgumentParser):
 def _unknown_key_hint(key: str, valid: list[str], recipe_name: str) -> str:
     """Which options dataclass of another recipe has the key (lora_r given to full_ft), else the closest
     valid key, if any. A recipe names the dataclasses it parses in its SPEC, so the class leads to it."""
-    others = [
-        cls.__name__ for cls in RECIPE_OPTION_CLASSES if key in {f.name for f in dataclasses.fields(cls)}
-    ]
+    # Every recipe's own options (QloraArguments extends LoraArguments, which names the LoRA keys), loaded
+    # here only: a run loads its own recipe's.
+    from recipes_lib.config.adamw_8bit_options import Adam8bitArguments
+    from recipes_lib.config.distill_options import DistillArguments
+    from recipes_lib.config.recipe_options import LoraArguments, QloraArguments
+
+    classes = (Adam8bitArguments, LoraArguments, QloraArguments, DistillArguments)
+    others = [cls.__name__ for cls in classes if key in {f.name for f in dataclasses.fields(cls)}]
     if others:
         return (
             f" It is an option of {' and '.join(others)}, which {recipe_name}.py does not parse: run a recipe "

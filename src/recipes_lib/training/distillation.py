@@ -38,8 +38,8 @@ import torch
 from datasets import Dataset, DatasetDict, Sequence, Value, concatenate_datasets
 
 from recipes_lib.config.arguments import DataArguments
+from recipes_lib.config.distill_options import TEACHER_BATCH_SIZE, DistillArguments
 from recipes_lib.config.precision import autocast_for
-from recipes_lib.config.recipe_options import TEACHER_BATCH_SIZE, DistillArguments
 from recipes_lib.config.tasks import MULTI_LABEL, REGRESSION
 from recipes_lib.data.files import DELIMITED, copy_delimited_rows, decide_quoting, read_local_files
 from recipes_lib.data.labels import LabelMapping

@@ -16,9 +16,9 @@ import logging
 import warnings
 from dataclasses import dataclass, replace
 
+from recipes_lib.config.distill_options import TEACHER_BATCH_SIZE
 from recipes_lib.config.family_registry import family_for
 from recipes_lib.config.precision import DeviceCapability, choose_precision, detect_capability
-from recipes_lib.config.recipe_options import TEACHER_BATCH_SIZE
 from recipes_lib.errors import ConfigError, RecipeError
 from recipes_lib.modeling.families import flash_attention_available
 from recipes_workbench.planner.arithmetic import FLASH_ATTENTION
