@@ -71,6 +71,15 @@ def quiet_bitsandbytes():
             bnb_logger.setLevel(level)
 
 
+class RedactingArgumentParser(argparse.ArgumentParser):
+    """argparse's own errors echo what was typed ("unrecognized arguments: ...", "invalid int value: '...'"):
+    redacted like every other message. Subparsers are of the same class (argparse's parser_class default)."""
+
+    def error(self, message: str):
+        self.print_usage(sys.stderr)
+        self.exit(2, redact(f"{self.prog}: error: {message}") + "\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The `recipes-lib` parser with every command's subparser (tests/workbench/test_docs.py checks the docs' commands on it)."""
     parser = RedactingArgumentParser(prog="recipes-lib", description=__doc__.splitlines()[0])
@@ -365,12 +374,3 @@ def add_predict_parser(commands) -> None:
 
 if __name__ == "__main__":
     sys.exit(main())
-
-
-class RedactingArgumentParser(argparse.ArgumentParser):
-    """argparse's own errors echo what was typed ("unrecognized arguments: ...", "invalid int value: '...'"):
-    redacted like every other message. Subparsers are of the same class (argparse's parser_class default)."""
-
-    def error(self, message: str):
-        self.print_usage(sys.stderr)
-        self.exit(2, redact(f"{self.prog}: error: {message}") + "\n")
