@@ -13,8 +13,7 @@ import logging
 import os
 import sys
 from collections.abc import Callable
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import datasets
 import transformers
@@ -51,10 +50,8 @@ logger = logging.getLogger("recipes_lib")
 LAUNCH_RANK_VARIABLES = ["RANK", "OMPI_COMM_WORLD_RANK", "MV2_COMM_WORLD_RANK", "PMI_RANK"]
 
 
-@dataclass(frozen=True)
-class RunProbes:
-    """What the callbacks the run builds measure, kept by it: the record reads them here, not in a Trainer."""
-
+# What the run's own callbacks measure: kept by the run, never read back from a Trainer's list.
+class RunProbes(NamedTuple):
     memory: MemoryMonitor  # the memory phases, fed by the MemoryCallback
     tokens: TokenCounter
     precision: PrecisionProbe

@@ -63,9 +63,8 @@ class RunSettings:
     precision_reason: str  # why the run decided its precision (config/precision.py)
     quantized_compute: str | None  # QLoRA: the dtype of the 4-bit layers' matmuls
     memory: dict[str, Any]  # the memory phases and peaks
-    tokens: tuple[
-        int, int, int
-    ]  # the whole run's real and padded training tokens, and this process's real ones
+    # The whole run's real and padded training tokens, and this process's real ones.
+    tokens: tuple[int, int, int]
     device: str  # where it ran (results.describe_device)
     resumed_from: str | None = None  # --resume_from_checkpoint's checkpoint directory, resolved
     batch_choice: Any = None  # --auto_batch_size: the batch it started at
