@@ -98,10 +98,8 @@ def final_predictions(settings: RunSettings, trainer, evaluation):
     document in that order, replace the script's (under sliding_window only they can differ).
     """
     data, scorer = settings.data, trainer.compute_metrics
-    # RecipeTrainer evaluates in input order (its get_eval_dataloader).
-    regrouped = trainer.args.train_sampling_strategy == "group_by_length" and not isinstance(
-        trainer, RecipeTrainer
-    )
+    in_order = isinstance(trainer, RecipeTrainer)  # its get_eval_dataloader keeps the input order
+    regrouped = trainer.args.train_sampling_strategy == "group_by_length" and not in_order
 
     def logits_and_labels(output):
         logits = output.predictions  # a model's other outputs dropped
