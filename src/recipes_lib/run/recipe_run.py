@@ -134,8 +134,8 @@ class RecipeRun:
         training = self.arguments.training
         memory = MemoryMonitor(training.device, track_tensors=training.track_memory)
         memory.start_phase("model_load")  # lasts until the first training step
-        probes = TokenCounter(), PrecisionProbe(training.device.type), LastEpochEvaluation()
-        self.probes = RunProbes(memory, *probes)
+        tokens = TokenCounter.resumed_from(self.resume_from, self.is_main_process)
+        self.probes = RunProbes(memory, tokens, PrecisionProbe(training.device.type), LastEpochEvaluation())
 
     def callbacks(self, model) -> list:
         """The run's Trainer callbacks, listed below. Without `start_tracking()` first (no W&B run of the
