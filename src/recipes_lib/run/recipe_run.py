@@ -195,13 +195,12 @@ class RecipeRun:
         # The end-of-run writers (the record, predictions, the card, the checks) load when a run finishes.
         from recipes_lib.run.record import RunSettings, evaluate_merged_model, finish_run, publish_results
 
-        probes = self.probes
-        memory = probes.memory.finish()
-        for line in probes.memory.summary_lines(memory):
+        memory = self.probes.memory.finish()
+        for line in self.probes.memory.summary_lines(memory):
             logger.info(line)
         # A run resumed at its end ran no layer: the planned precision.
         planned = prepared.precision.precision
-        precision = probes.precision.observed or planned
+        precision = self.probes.precision.observed or planned
         if precision != planned:
             logger.warning("Asked for %s, but the model computed in %s.", planned, precision)
         settings = RunSettings(
@@ -213,10 +212,10 @@ class RecipeRun:
             adapters=prepared.adapters,
             precision=precision,
             precision_reason=prepared.precision.reason,
-            quantized_compute=probes.precision.quantized_compute,
-            memory={**peak_memory(trainer.args.device, probes.memory), **memory},
+            quantized_compute=self.probes.precision.quantized_compute,
+            memory={**peak_memory(trainer.args.device, self.probes.memory), **memory},
             # The run's last collective step.
-            tokens=probes.tokens.totals(trainer.accelerator),
+            tokens=self.probes.tokens.totals(trainer.accelerator),
             device=describe_device(trainer.args.device),
             resumed_from=self.resume_from,
             batch_choice=prepared.batch_choice,

@@ -91,11 +91,10 @@ def final_predictions(settings: RunSettings, trainer, evaluation):
     (logits, references: None when unlabelled, the Trainer's metrics; None without a test split), in
     the rows' order with any Trainer: the prediction files and the windows' documents follow it.
 
-    `evaluation` is the script's `run.final_evaluation(trainer)`: each validation example once,
-    gathered from every process. A Trainer that evaluated in another order (the stock one under
-    train_sampling_strategy group_by_length, which groups evaluation batches by length too;
-    RecipeTrainer never) predicts the split once more in input order; its metrics, computed per
-    document in that order, replace the script's (under sliding_window only they can differ).
+    `evaluation`: the script's `run.final_evaluation(trainer)`, each example once, from every process.
+    A Trainer that evaluated in another order (the stock one under group_by_length, which groups
+    evaluation batches by length too; RecipeTrainer never) predicts the split once more in input order;
+    its metrics, computed per document in that order, replace the script's (only sliding_window's differ).
     """
     data, scorer = settings.data, trainer.compute_metrics
     in_order = isinstance(trainer, RecipeTrainer)  # its get_eval_dataloader keeps the input order

@@ -41,9 +41,8 @@ class TokenCounter(TrainerCallback, ExportableState):
 
     @classmethod
     def resumed_from(cls, checkpoint: str | None, main_process: bool) -> TokenCounter:
-        """A counter continuing the counts `checkpoint` (None: none) saved, on the main process. Read before
-        the Trainer exists: under --early_stopping_patience it restores stateful callbacks as new objects,
-        and the run reads the one it built."""
+        """The counter of a run resumed from `checkpoint` (None: a new one), continuing its counts on the main
+        process: read here, as under --early_stopping_patience the Trainer swaps in new stateful callbacks."""
         state_file = Path(checkpoint, TRAINER_STATE_FILE) if checkpoint and main_process else None
         if state_file is None or not state_file.is_file():
             return cls()
