@@ -50,7 +50,6 @@ logger = logging.getLogger("recipes_lib")
 LAUNCH_RANK_VARIABLES = ["RANK", "OMPI_COMM_WORLD_RANK", "MV2_COMM_WORLD_RANK", "PMI_RANK"]
 
 
-# What the run's own callbacks measure: kept by the run, never read back from a Trainer's list.
 class RunProbes(NamedTuple):
     memory: MemoryMonitor  # the memory phases, fed by the MemoryCallback
     tokens: TokenCounter
@@ -77,7 +76,7 @@ class RecipeRun:
         self.spec = spec
         self.resume_from: str | None = None  # --resume_from_checkpoint's checkpoint (resolved on entering)
         self.tracker = None  # the W&B run's Tracker (start_tracking), when W&B reports
-        self.probes: RunProbes | None = None  # the memory phases and the callbacks' figures (start_tracking)
+        self.probes: RunProbes | None = None  # what its own callbacks measure: never read from a Trainer
 
     @property
     def is_main_process(self) -> bool:
@@ -172,7 +171,7 @@ class RecipeRun:
     def final_evaluation(self, trainer) -> PredictionOutput:
         """The final evaluation's metrics and predictions, as `trainer.predict` gives them: the last epoch's,
         reused when the weights are unchanged since it ran (same step, same tensors, none written in place);
-        else `trainer.evaluate()`, a new pass. The predictions are those the run's compute_metrics saw last."""
+        else `trainer.evaluate()`, a new pass. The predictions: the last the run's compute_metrics saw."""
         # The MemoryCallback measures the weights when a Trainer is built with it.
         fed = self.probes is not None and self.probes.memory.weights_bytes is not None
         if not fed or not hasattr(trainer.compute_metrics, "last_predictions"):

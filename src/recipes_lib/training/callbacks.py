@@ -26,11 +26,10 @@ def _batch_inputs(args, kwargs) -> dict:
 class TokenCounter(TrainerCallback, ExportableState):
     """Counts the real and padded tokens of training forwards (two reductions of the attention mask).
 
-    `real` and `padded` count this process's forwards; `earlier` holds the whole run's counts before a
-    resume, which the checkpoint's trainer_state.json keeps (an ExportableState's state) and the main
-    process reads back (`resumed_from`). Under several processes the checkpoint keeps the main
-    process's counts only, so a resumed run's pad ratio then covers its other processes' steps after the
-    resume alone.
+    `real` and `padded` count this process's forwards; `earlier` holds the whole run's counts before a resume,
+    which the checkpoint's trainer_state.json keeps (an ExportableState's state) and the main process reads
+    back (`resumed_from`). Under several processes the checkpoint keeps the main process's counts only, so a
+    resumed run's pad ratio then covers its other processes' steps after the resume alone.
     """
 
     def __init__(self, earlier_real: int = 0, earlier_padded: int = 0):
