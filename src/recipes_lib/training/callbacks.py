@@ -14,7 +14,6 @@ from transformers.trainer_callback import ExportableState, TrainerState
 
 from recipes_lib.config.precision import dtype_name
 from recipes_lib.evaluation.collapse import is_collapsed
-from recipes_lib.training.checkpoints import TRAINER_STATE_FILE
 
 logger = logging.getLogger("recipes_lib")
 
@@ -42,7 +41,7 @@ class TokenCounter(TrainerCallback, ExportableState):
     def resumed_from(cls, checkpoint: str | None, main_process: bool) -> TokenCounter:
         """The counter of a run resumed from `checkpoint` (None: a new one), continuing its counts on the main
         process: read here, as under --early_stopping_patience the Trainer swaps in new stateful callbacks."""
-        state_file = Path(checkpoint, TRAINER_STATE_FILE) if checkpoint and main_process else None
+        state_file = Path(checkpoint, "trainer_state.json") if checkpoint and main_process else None
         if state_file is None or not state_file.is_file():
             return cls()
         saved = TrainerState.load_from_json(str(state_file)).stateful_callbacks.get(cls.__name__)
