@@ -1,18 +1,9 @@
 """The test split of a cross-validation: scored by each fold's model and by the folds together.
 
-With a --test_file among the recipe's arguments, every fold's run scores it in its own process right
-after training (run/record.py): its results.json holds the test metric and its test_predictions.jsonl
-the probabilities, one line per test row. Nothing else of the fold's model is needed here, so the
-folds' weights can go once they finish (runner.py). From those files:
-
-    per fold    each fold's test metric, and their mean ± std: what one model trained on (K-1)/K of the
-                training file scores, and how much that depends on which rows it trained on
-    ensemble    the K models' probabilities averaged row by row, then scored as one model: single-label
-                the mean softmax probabilities (the likeliest class), multi-label the mean sigmoid
-                probabilities decided at the mean of the folds' tuned thresholds, regression the mean score
-
-The ensemble's predictions are written to OUTPUT_DIR/test_ensemble_predictions.jsonl in the format of
-every other predictions file (evaluation/predictions.py).
+Every fold's run scores the --test_file in its own process right after training, so nothing else of
+its model is needed here and the folds' weights can go once they finish (runner.py). Per fold: the
+metric, mean ± std; the ensemble: the folds' probabilities averaged row by row, scored as one model,
+its predictions in OUTPUT_DIR/test_ensemble_predictions.jsonl (docs/crossval.md, "The test split").
 """
 
 from __future__ import annotations

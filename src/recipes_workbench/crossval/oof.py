@@ -1,14 +1,5 @@
-"""Out-of-fold predictions and the cross-validation's figures.
-
-Each fold's run writes eval_predictions.jsonl for its validation file, which is the fold's held-out rows
-in the training file's order (evaluation/predictions.py has its format). Put together, every training
-row gets one prediction from the model that never saw it, in OUTPUT_DIR/oof_predictions.jsonl:
-
-    {"row": 17, "fold": 2, "label": "billing", "prediction": "billing", "probabilities": {"billing": 0.91, ...}}
-
-`row` is the row's 0-based index among the training file's data rows (the header not counted), `label`
-the label as the file gives it; multi-label rows carry a list prediction and per-class sigmoid
-probabilities, regression rows the predicted score and no probabilities.
+"""Out-of-fold predictions and the cross-validation's figures: every training row's prediction from the
+fold that held it out, in OUTPUT_DIR/oof_predictions.jsonl (docs/crossval.md has its format).
 """
 
 from __future__ import annotations
