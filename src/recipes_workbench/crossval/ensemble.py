@@ -20,8 +20,9 @@ from recipes_lib.evaluation.predictions import TEST_PREDICTIONS_FILE, prediction
 from recipes_lib.results import RESULT_KEYS, read_results
 from recipes_lib.whole_files import read_jsonl
 from recipes_workbench.crossval.folds import TrainingRows, read_labelled_file
-from recipes_workbench.crossval.oof import RUN_FOLD_AGAIN, summary
+from recipes_workbench.crossval.oof import RUN_FOLD_AGAIN
 from recipes_workbench.export.bundle import read_thresholds
+from recipes_workbench.shared import mean_and_std
 from recipes_workbench.sweep.config import test_metric_of
 
 ENSEMBLE_FILE = "test_ensemble_predictions.jsonl"
@@ -99,7 +100,7 @@ def test_figures(
         "test_file": test_file,
         "metric": key,
         "per_fold": per_fold,
-        **summary([float(value) for value in per_fold if value is not None]),
+        **mean_and_std([float(value) for value in per_fold if value is not None]),
         "ensemble": ensemble_score(training, data, metric, logits, thresholds),
         "ensemble_of": ENSEMBLE_HOW.get(task, SINGLE_LABEL_HOW),
         "ensemble_predictions": str(output_dir / ENSEMBLE_FILE),

@@ -33,7 +33,8 @@ from recipes_workbench.crossval.folds import (
     read_training_rows,
     write_fold_files,
 )
-from recipes_workbench.crossval.oof import OOF_FILE, RESULTS_FILE, format_summary, out_of_fold_rows, summary
+from recipes_workbench.crossval.oof import OOF_FILE, RESULTS_FILE, format_summary, out_of_fold_rows
+from recipes_workbench.shared import mean_and_std
 from recipes_workbench.sweep.config import (
     LearningRateSearch,
     RecipeSweep,
@@ -317,7 +318,7 @@ def finish(
         "stratified_on": stratified,
         "metric": config.metric,
         "direction": config.direction,
-        **summary([float(value) for value in values]),
+        **mean_and_std([float(value) for value in values]),
         "per_fold": per_fold,
         "oof_predictions": str(output_dir / OOF_FILE),
         # With --test_file: each fold's model on the test split, mean ± std, and the folds' ensemble.

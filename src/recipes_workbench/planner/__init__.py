@@ -15,15 +15,9 @@ from recipes_workbench.planner.configs import (
 )
 from recipes_workbench.planner.encoder import Encoder, FamilyForward
 from recipes_workbench.planner.parameters import Parameters, count_parameters_on_meta
-from recipes_workbench.planner.plan import (
-    DEFAULT_CUDA_OVERHEAD_GIB,
-    SHARDED_PARTS,
-    MemoryPlan,
-    Setup,
-    largest_batch,
-    plan_memory,
-)
+from recipes_workbench.planner.plan import MemoryPlan, largest_batch, plan_memory
 from recipes_workbench.planner.report import PLANNING_ERRORS, PlanRow, format_plan, plan_models
+from recipes_workbench.planner.setup import DEFAULT_CUDA_OVERHEAD_GIB, SHARDED_PARTS, Setup
 
 __all__ = [
     "BERT_FAMILY",

@@ -19,7 +19,7 @@ from scipy import optimize, stats
 
 from recipes_lib.units import GIB, MIB
 from recipes_lib.whole_files import write_text_whole
-from recipes_workbench.shared import format_table, recipe_colours
+from recipes_workbench.shared import format_table, mean_and_std, recipe_colours
 from recipes_workbench.sweep.config import SweepConfig, format_lr
 from recipes_workbench.sweep.study import (
     choose_learning_rate,
@@ -70,12 +70,7 @@ def trial_record(trial, config: SweepConfig) -> dict[str, Any]:
 
 def spread(values: list[float]) -> dict[str, Any]:
     """Mean, sample standard deviation (n - 1) and the values; std None for one value."""
-    return {
-        "n": len(values),
-        "mean": statistics.fmean(values) if values else None,
-        "std": statistics.stdev(values) if len(values) > 1 else None,
-        "values": values,
-    }
+    return {"n": len(values), **mean_and_std(values), "values": values}
 
 
 def _mean(records: list[dict[str, Any]], key: str) -> float | None:

@@ -254,16 +254,10 @@ def run_seeds(run: Run, recipe: str, chosen_lr: float) -> None:
     def make_trial(trial) -> Trial:
         return run.make_trial(recipe, SEEDS, chosen_lr, trial.suggest_categorical("seed", seeds), chosen)
 
-    run.drain(
-        run.phase(
-            name,
-            "seed",
-            seeds,
-            0,
-            lambda slot: open_study(run.storage, name, config, seeds_sampler(seeds)),
-            make_trial,
-        )
-    )
+    def seeds_study(slot: int):
+        return open_study(run.storage, name, config, seeds_sampler(seeds))
+
+    run.drain(run.phase(name, "seed", seeds, 0, seeds_study, make_trial))
 
 
 # --- before anything runs: the trials and an estimate of their time ------------------------------------
