@@ -325,7 +325,6 @@ def search_results(trials: list) -> list:
 
 
 def seeds_results(trials: list) -> list:
-    """The latest trial of each seed of a seeds study."""
     latest = latest_by_key(trials, lambda trial: trial.params.get("seed"))
     return [trial for seed, trial in latest.items() if seed is not None]
 
