@@ -13,10 +13,15 @@ from recipes_lib.evaluation.neglected import neglect_note, neglected_classes, re
 from recipes_lib.evaluation.predictions import per_class_report
 from recipes_lib.evaluation.training_loss import high_loss_note, train_loss_check
 from recipes_lib.results import RunResults
-from recipes_workbench.crossval.label_issues import neglected_from_predictions
+from recipes_workbench.crossval.label_issues import neglected_from_label_sets
 from tests.helpers.runs import QUICK, run_args, run_in_process
 
 NAMES = ["DESC", "ENTY", "ABBR"]
+
+
+def neglected_from_predictions(predictions, references, names):
+    """Single-label class ids as the one-class sets label-issues reads them."""
+    return neglected_from_label_sets([{p} for p in predictions], [{r} for r in references], names)
 
 
 def predictions_ignoring_abbr():

@@ -4,6 +4,8 @@ compared (a finished run's results.json is read back by results.read_results).""
 
 from __future__ import annotations
 
+import statistics
+
 from recipes_workbench.recipes import RECIPES
 
 # What `recipes-lib crossval` writes in its output_dir instead (the sweep reads it when `folds` is set).
@@ -25,6 +27,13 @@ def format_table(header: list[str], rows: list[list[str]], markdown: bool = Fals
     ]
     lines.insert(1, "  ".join("-" * width for width in widths))
     return "\n".join(lines)
+
+
+def mean_and_std(values: list[float]) -> dict[str, float | None]:
+    """Mean and sample standard deviation (n - 1); no spread from one value (a fold, a seed)."""
+    if not values:
+        return {"mean": None, "std": None}
+    return {"mean": statistics.fmean(values), "std": statistics.stdev(values) if len(values) > 1 else None}
 
 
 # The metrics of multi-label and regression runs besides accuracy and macro-F1: columns of `show` and

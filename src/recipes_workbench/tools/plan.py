@@ -26,7 +26,6 @@ from recipes_workbench.planner.arithmetic import FLASH_ATTENTION
 from recipes_workbench.planner.catalogue import catalogue_entry
 from recipes_workbench.planner.fits import catalogue_fits, format_fits
 from recipes_workbench.planner.inference import load_teacher, plan_inference
-from recipes_workbench.planner.plan import Setup
 from recipes_workbench.planner.report import (
     PLANNING_ERRORS,
     describe_setup,
@@ -39,6 +38,7 @@ from recipes_workbench.planner.report import (
     format_sources,
     plan_models,
 )
+from recipes_workbench.planner.setup import Setup
 from recipes_workbench.recipes import RECIPES
 
 # What `recipes-lib plan` plans for on a machine without a GPU (a laptop planning a GPU run): the
