@@ -485,12 +485,6 @@ def _where(locate: dict, split: str, index: int) -> str:
     return f"{split} row {index + 1}"
 
 
-def labels_hidden(dataset, label_column: str) -> bool:
-    """Whether a test split's labels are all absent: empty, or -1 everywhere (GLUE's hidden test labels,
-    in a ClassLabel or, for STS-B, a float column)."""
-    return label_values(dataset, label_column).hidden(dataset.features[label_column])
-
-
 def unlabelled_value(value, feature) -> bool:
     """Whether a raw label value means "no label": empty, or -1 in a ClassLabel (GLUE's test splits)."""
     value = normalise_label(value)
