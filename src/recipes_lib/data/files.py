@@ -553,8 +553,8 @@ def read_local_files(
                 )
             if not quoted:
                 options["quoting"] = csv.QUOTE_NONE
-            quoting = ("quoted" if quoted else "unquoted") if _holds_quotes(path) else "no quotes"
-            how[split] = f", {layout.describe()}, {quoting}"
+            written = ("quoted" if quoted else "unquoted") if _holds_quotes(path) else "no quotes"
+            how[split] = f", {layout.describe()}, {written}"
         elif extension == ".jsonl":
             builder, options = "json", {}
             locators[split] = _line_locator(path, RecordLines(path, None))
