@@ -44,8 +44,7 @@ _BYTE_ORDER_MARKS = {b"\xff\xfe": "UTF-16 (little-endian)", b"\xfe\xff": "UTF-16
 
 def delimiter_name(delimiter: str) -> str:
     """'tab', 'comma', 'semicolon', 'pipe', or the character in quotes."""
-    names = {value: name for name, value in DELIMITER_NAMES.items()}
-    return names.get(delimiter, repr(delimiter))
+    return next((name for name, value in DELIMITER_NAMES.items() if value == delimiter), repr(delimiter))
 
 
 def parse_delimiter(value: str | None) -> str | None:
@@ -117,9 +116,8 @@ class Layout:
             f"{len(self.header)} field{'s' * (len(self.header) != 1)}, {fields}."
         )
         line = self.delimiter.join(self.header)
-        others = [d for d in SNIFFED if d != self.delimiter and d in line]
-        if others:
-            other = others[0]
+        other = next((d for d in SNIFFED if d != self.delimiter and d in line), None)
+        if other is not None:
             note += (
                 f" The header holds {line.count(other)} {delimiter_name(other)}(s): "
                 f"--delimiter {delimiter_name(other)} reads it so."
