@@ -281,14 +281,14 @@ def _compare_readings(path: str, delimiter: str) -> tuple[Reading, Reading, int 
     Without a '"' in the file the two are the same reading (the csv module's quoting only acts on
     quotes), so it is read once.
 
-    They are compared while both are good; a difference matters only when both end plausible. Where
-    one reading ends first, they differ at the last record both gave.
+    A difference matters only when both end plausible. Where one reading ends first, they differ at
+    the last record both gave.
     """
     if not _holds_quotes(path):
         reading = read_delimited(path, delimiter, quoted=False)
         return reading, reading, None
     quoted, unquoted = Reading(), Reading()
-    differs_line, common_line, comparing = None, None, True
+    differs_line = common_line = None
     with _open(path) as quoted_handle, _open(path) as unquoted_handle:
         quoted_records = _records(quoted_handle, delimiter, quoted=True)
         unquoted_records = _records(unquoted_handle, delimiter, quoted=False)
@@ -298,16 +298,12 @@ def _compare_readings(path: str, delimiter: str) -> tuple[Reading, Reading, int 
             unquoted_item = next(unquoted_records, None) if unquoted_going else None
             quoted_going = quoted_item is not None and quoted.add(*quoted_item)
             unquoted_going = unquoted_item is not None and unquoted.add(*unquoted_item)
-            if not comparing:
-                continue
-            if quoted_item is None and unquoted_item is None:
-                break  # both ended together, every record the same
+            if differs_line is not None or (quoted_item is None and unquoted_item is None):
+                continue  # found already, or both ended together, every record the same
             if quoted_item is None or unquoted_item is None:
-                differs_line, comparing = common_line, False
+                differs_line = common_line
             elif quoted_item[0] != unquoted_item[0]:
-                differs_line, comparing = quoted_item[1], False
-            elif not (quoted_going and unquoted_going):
-                comparing = False  # one reading went bad: the comparison no longer matters
+                differs_line = quoted_item[1]
             else:
                 common_line = quoted_item[1]
     return quoted, unquoted, differs_line
