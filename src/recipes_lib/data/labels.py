@@ -480,9 +480,7 @@ def describe_labels(mapping: LabelMapping, dataset, label_column: str) -> str:
 
 def _where(locate: dict, split: str, index: int) -> str:
     """'train.csv line 17' (or 'training row 17' where the source has no lines)."""
-    if split in locate:
-        return locate[split](index)
-    return f"{split} row {index + 1}"
+    return locate[split](index) if split in locate else f"{split} row {index + 1}"
 
 
 def unlabelled_value(value, feature) -> bool:
