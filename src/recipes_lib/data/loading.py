@@ -238,9 +238,10 @@ def load_classification_data(
     labels = label_mapping(raw, data_args, locate)
     test = raw.get("test")
     # Not where every test label is absent: empty, or -1 everywhere (GLUE's hidden test labels, STS-B's too).
-    test_has_labels = test is not None and label_column in test.column_names
-    test_has_labels = test_has_labels and not label_values(test, label_column).hidden(
-        test.features[label_column]
+    test_has_labels = (
+        test is not None
+        and label_column in test.column_names
+        and not label_values(test, label_column).hidden(test.features[label_column])
     )
     for split, dataset in raw.items():
         if split != "test" or test_has_labels:
