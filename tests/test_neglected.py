@@ -175,3 +175,22 @@ def test_a_training_loss_still_above_three_quarters_of_chance_at_the_end_is_high
     for other in ((MULTI_LABEL, 4, None), (REGRESSION, 1, None), (SINGLE_LABEL, 4, "outputs/teacher")):
         assert train_loss_check(losses(slow), *other)["train_loss_high"] is None
     assert train_loss_check([], SINGLE_LABEL, 4) == {"train_loss_end": None, "train_loss_high": None}
+
+
+def test_the_notes_ask_for_more_epochs_where_max_steps_was_not_given():
+    """results.json keeps the Trainer's max_steps of -1 for 'not given': the remedy is then more epochs."""
+    entry = {"name": "cool", "support": 9, "recall": 0.0, "predicted": 0}
+    run = {"neglected_classes": [entry], "config": {"learning_rate": 2e-5, "max_steps": -1}, "epochs": 3.0}
+    assert "more epochs: --num_train_epochs 6 (this run: 3)" in results_neglect_note(
+        RunResults.from_dict(run)
+    )
+    high = {
+        **run,
+        "problem_type": SINGLE_LABEL,
+        "num_labels": 2,
+        "train_loss_end": 0.69,
+        "train_loss_high": True,
+    }
+    assert "more epochs: --num_train_epochs 6 (this run: 3)" in high_loss_note(
+        RunResults.from_dict(high), 2e-5
+    )
