@@ -57,8 +57,8 @@ def main(argv=None):
         run.clear_previous_run()  # --overwrite_output_dir: the old run is deleted here, after every check
         train_result = trainer.train(resume_from_checkpoint=run.resume_from)
         trainer.save_model()
-        metrics = run.final_metrics(trainer)  # the last epoch's evaluation if the weights are unchanged
-        return run.write_results(trainer, train_result, metrics, prepared)
+        evaluation = run.final_evaluation(trainer)  # the last epoch's evaluation if the weights are unchanged
+        return run.write_results(trainer, train_result, evaluation, prepared)
 
 
 if __name__ == "__main__":

@@ -60,8 +60,8 @@ def main(argv=None):
         merged = None  # NEW: --merge_adapter's model, scored in memory by write_results
         if run.is_main_process:  # NEW: config.json (label names) beside the adapter; --merge_adapter's model
             merged = save_adapter_extras(prepared.arguments, model_config, tokenizer, lora)  # NEW
-        metrics = run.final_metrics(trainer)  # the last epoch's evaluation if the weights are unchanged
-        return run.write_results(trainer, train_result, metrics, prepared, merged)  # NEW: merged, scored
+        evaluation = run.final_evaluation(trainer)  # the last epoch's evaluation if the weights are unchanged
+        return run.write_results(trainer, train_result, evaluation, prepared, merged)  # NEW: merged, scored
 
 
 if __name__ == "__main__":

@@ -72,8 +72,8 @@ def main(argv=None):
             merged = save_adapter_extras(  # NEW
                 prepared.arguments, model_config, tokenizer, lora, qconfig
             )  # NEW
-        metrics = run.final_metrics(trainer)  # the last epoch's evaluation if the weights are unchanged
-        return run.write_results(trainer, train_result, metrics, prepared, merged)  # NEW: merged, scored
+        evaluation = run.final_evaluation(trainer)  # the last epoch's evaluation if the weights are unchanged
+        return run.write_results(trainer, train_result, evaluation, prepared, merged)  # NEW: merged, scored
 
 
 if __name__ == "__main__":

@@ -1,9 +1,9 @@
-"""The recipes' `run.final_metrics(trainer)` reuses the last epoch's evaluation when the weights are unchanged.
+"""The recipes' `run.final_evaluation(trainer)` reuses the last epoch's evaluation when the weights are unchanged.
 
 Under eval_strategy "epoch" (the default) the last epoch ends with an evaluation, and a final
 `trainer.evaluate()` right after training would run the same pass on the same weights.
 `final_metrics` returns that evaluation's metrics instead; the predictions the run's
-compute_metrics keeps are that pass's too. These tests check that the reused figures are exactly
+compute_metrics keeps are that pass's too, and `final_evaluation` hands both on as one value. These tests check that the reused figures are exactly
 those of a second pass, that anything that changes the weights, or another pass in between, makes
 it evaluate again, and that `trainer.evaluate()` itself always evaluates, as in transformers.
 """
@@ -22,6 +22,7 @@ from transformers import (
     TrainingArguments,
 )
 
+from recipes_lib.run.recipe_run import RecipeRun
 from recipes_lib.training import callbacks
 from recipes_lib.training.callbacks import LastEpochEvaluation, final_metrics
 from recipes_lib.training.trainer import RecipeTrainer
@@ -121,18 +122,31 @@ def test_a_recipe_run_writes_the_same_results_and_predictions_as_with_a_second_p
     tiny_bert, learnable_data, tmp_path, monkeypatch
 ):
     """full_ft with eval_strategy epoch: results.json, the predictions and the card, with the final
-    evaluation reused and with it forced to run again, differ only in timings and paths."""
+    evaluation reused and with it forced to run again, differ only in timings and paths.
+
+    The second run's write_results gets a Trainer with none of the run's callbacks left in its list and
+    a compute_metrics that keeps no predictions: the record is written from the values it is handed
+    (`run.final_evaluation`'s metrics and predictions, the callbacks the run keeps), not fetched back."""
     outputs, passes = {}, []
-    evaluation_loop = Trainer.evaluation_loop
+    evaluation_loop, write_results = Trainer.evaluation_loop, RecipeRun.write_results
 
     def counted(self, *args, **kwargs):
         passes.append(kwargs.get("metric_key_prefix"))
         return evaluation_loop(self, *args, **kwargs)
 
+    def from_values_only(run, trainer, *args):
+        handler = trainer.callback_handler  # the Trainer's own callbacks only (printing, W&B's)
+        handler.callbacks = [
+            kept for kept in handler.callbacks if kept.__module__.startswith("transformers.")
+        ]
+        vars(trainer.compute_metrics).pop("last_predictions")
+        return write_results(run, trainer, *args)
+
     monkeypatch.setattr(Trainer, "evaluation_loop", counted)
     for way in ("reused", "second_pass"):
         if way == "second_pass":  # every evaluation sees "new" weights: the pass always runs
             monkeypatch.setattr(callbacks, "weights_version", lambda model, step: object())
+            monkeypatch.setattr(RecipeRun, "write_results", from_values_only)
         passes.clear()
         output_dir = tmp_path / way
         run_in_process(
@@ -161,17 +175,24 @@ def test_a_recipe_run_writes_the_same_results_and_predictions_as_with_a_second_p
     assert (reused / predictions).read_bytes() == (second / predictions).read_bytes()
 
 
-def test_a_trainer_without_the_runs_callbacks_is_told_what_to_hand_it():
-    """final_metrics and write_results find the run's callbacks in the Trainer's list, or say how to put them there."""
-    from types import SimpleNamespace
+def test_a_trainer_without_the_runs_callbacks_or_metrics_is_told_what_to_hand_it(tiny_bert, tmp_path):
+    """run.final_evaluation reads the figures of the callbacks the run built, and the predictions of its
+    compute_metrics: a Trainer built without either is told how to hand them over."""
+    from recipes_lib.config.parsing import parse_arguments
+    from recipes_lib.config.recipe_spec import RecipeSpec
 
-    from recipes_lib.run.recipe_run import run_callback
+    spec = RecipeSpec("full_ft")
+    run = RecipeRun(parse_arguments(spec, ["--output_dir", str(tmp_path), "--use_cpu", "true"]), spec)
+    model = AutoModelForSequenceClassification.from_pretrained(tiny_bert)
+    args = TrainingArguments(output_dir=str(tmp_path), report_to="none", use_cpu=True)
+    fix = r"hand the Trainer callbacks=run\.callbacks\(model\) .* and compute_metrics=prepared\.metrics"
 
-    trainer = SimpleNamespace(callback_handler=SimpleNamespace(callbacks=[object()]))
-    with pytest.raises(
-        RuntimeError, match=r"no LastEpochEvaluation: hand it callbacks=run\.callbacks\(model\)"
-    ):
-        run_callback(trainer, LastEpochEvaluation)
-    found = LastEpochEvaluation()
-    trainer.callback_handler.callbacks.append(found)
-    assert run_callback(trainer, LastEpochEvaluation) is found
+    def keeps_predictions(prediction):  # as the run's compute_metrics (run/metrics.py) does
+        return {}
+
+    keeps_predictions.last_predictions = None
+    run.callbacks(model)  # built, but not handed to the Trainer
+    for metric, built in ((keeps_predictions, []), (KeepsPredictions(), run.callbacks(model))):
+        trainer = Trainer(model=model, args=args, compute_metrics=metric, callbacks=built)
+        with pytest.raises(RuntimeError, match=fix):
+            run.final_evaluation(trainer)

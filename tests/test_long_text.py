@@ -126,6 +126,10 @@ def test_combining_windows_takes_their_mean_or_max_in_document_order():
     assert first.tolist() == [0, 2]
     maximum, _ = combine_windows(logits, ids, "max")
     np.testing.assert_allclose(maximum, [[3.0, 2.0], [4.0, 5.0]])
+    # Three documents whose order of appearance is no swap of their sorted ids (9, 2, 5: a cycle).
+    mean, first = combine_windows(np.array([[1.0, 0], [0, 1], [0, 3], [2, 2], [3, 0]]), [9, 2, 2, 5, 9])
+    np.testing.assert_allclose(mean, [[2.0, 0.0], [0.0, 2.0], [2.0, 2.0]])
+    assert first.tolist() == [0, 1, 3]
     with pytest.raises(ValueError, match="4 predictions for 5 windows"):
         combine_windows(logits[:4], ids)
 

@@ -9,14 +9,19 @@ import numpy as np
 import pytest
 
 from recipes_lib.config.tasks import MULTI_LABEL, REGRESSION, SINGLE_LABEL
-from recipes_lib.evaluation.neglected import neglect_note, neglected_classes, results_neglect_note
+from recipes_lib.evaluation.neglected import neglected_classes, results_neglect_note
 from recipes_lib.evaluation.predictions import per_class_report
 from recipes_lib.evaluation.training_loss import high_loss_note, train_loss_check
 from recipes_lib.results import RunResults
-from recipes_workbench.crossval.label_issues import neglected_from_predictions
+from recipes_workbench.crossval.label_issues import neglected_from_label_sets
 from tests.helpers.runs import QUICK, run_args, run_in_process
 
 NAMES = ["DESC", "ENTY", "ABBR"]
+
+
+def neglected_from_predictions(predictions, references, names):
+    """Single-label class ids as the one-class sets label-issues reads them."""
+    return neglected_from_label_sets([{p} for p in predictions], [{r} for r in references], names)
 
 
 def predictions_ignoring_abbr():
@@ -54,7 +59,13 @@ def test_a_class_almost_never_predicted_counts_and_one_found_often_enough_does_n
 
 def test_the_note_names_the_class_and_the_remedies_the_run_did_not_use():
     entry = {"name": "ABBR", "support": 9, "recall": 0.0, "predicted": 0}
-    note = neglect_note([entry], learning_rate=2e-5, epochs=2.0, train_loss=1.234)
+    run = {
+        "neglected_classes": [entry],
+        "config": {"learning_rate": 2e-5},
+        "epochs": 2.0,
+        "train_loss_end": 1.234,
+    }
+    note = results_neglect_note(RunResults.from_dict(run))
     assert (
         "never predicts the class on validation: 'ABBR' (9 rows, recall 0.00, predicted for 0 rows)" in note
     )
@@ -66,9 +77,11 @@ def test_the_note_names_the_class_and_the_remedies_the_run_did_not_use():
         "more epochs: --num_train_epochs 4 (this run: 2)" in note
         and "Training loss at the end: 1.234." in note
     )
-    weighted = neglect_note([entry], class_weights={"ABBR": 20.0, "DESC": 0.5})
+    weighted = results_neglect_note(
+        RunResults.from_dict({"neglected_classes": [entry], "class_weights": {"ABBR": 20.0, "DESC": 0.5}})
+    )
     assert "--class_weights" not in weighted  # already weighted: not offered again
-    assert neglect_note([]) is None
+    assert results_neglect_note(RunResults.from_dict({"neglected_classes": []})) is None
     results = RunResults.from_dict(
         {
             "neglected_classes": [entry],
@@ -109,7 +122,13 @@ def test_a_run_records_its_neglected_classes_and_high_loss_and_a_collapse_is_sai
 
 def test_the_neglect_note_leaves_the_rate_to_a_loss_note_that_follows():
     entry = {"name": "cool", "support": 9, "recall": 0.0, "predicted": 0}
-    follows = neglect_note([entry], learning_rate=1e-6, epochs=1.0, train_loss=0.69, loss_note_follows=True)
+    run = {
+        "neglected_classes": [entry],
+        "config": {"learning_rate": 1e-6},
+        "epochs": 1.0,
+        "train_loss_end": 0.69,
+    }
+    follows = results_neglect_note(RunResults.from_dict({**run, "train_loss_high": True}))
     assert "Training loss at the end" not in follows and "--learning_rate" not in follows
     assert "a higher learning rate or more training (the training-loss note below)" in follows
 
@@ -161,3 +180,22 @@ def test_a_training_loss_still_above_three_quarters_of_chance_at_the_end_is_high
     for other in ((MULTI_LABEL, 4, None), (REGRESSION, 1, None), (SINGLE_LABEL, 4, "outputs/teacher")):
         assert train_loss_check(losses(slow), *other)["train_loss_high"] is None
     assert train_loss_check([], SINGLE_LABEL, 4) == {"train_loss_end": None, "train_loss_high": None}
+
+
+def test_the_notes_ask_for_more_epochs_where_max_steps_was_not_given():
+    """results.json keeps the Trainer's max_steps of -1 for 'not given': the remedy is then more epochs."""
+    entry = {"name": "cool", "support": 9, "recall": 0.0, "predicted": 0}
+    run = {"neglected_classes": [entry], "config": {"learning_rate": 2e-5, "max_steps": -1}, "epochs": 3.0}
+    assert "more epochs: --num_train_epochs 6 (this run: 3)" in results_neglect_note(
+        RunResults.from_dict(run)
+    )
+    high = {
+        **run,
+        "problem_type": SINGLE_LABEL,
+        "num_labels": 2,
+        "train_loss_end": 0.69,
+        "train_loss_high": True,
+    }
+    assert "more epochs: --num_train_epochs 6 (this run: 3)" in high_loss_note(
+        RunResults.from_dict(high), 2e-5
+    )

@@ -83,3 +83,18 @@ def test_the_resume_warning_drops_a_fraction_that_came_to_the_stored_steps_and_k
     )
     assert quiet.filter(_warning("\n\tlogging_steps: 5 (from args) != 1 (from trainer_state.json)"))
     assert quiet.filter(logging.LogRecord("x", logging.WARNING, "", 0, "other", (), None))
+
+
+def test_under_early_stopping_a_resumed_run_counts_the_whole_runs_tokens(tiny_bert, learnable_data, tmp_path):
+    """--early_stopping_patience restores the checkpoint's stateful callbacks as new objects in the Trainer's
+    list; the token counter the run keeps (and reads) still continues the checkpoint's counts."""
+    early = ("--eval_strategy", "steps", "--eval_steps", "4", "--early_stopping_patience", "100")
+    args = run_args(tiny_bert, learnable_data, tmp_path / "whole", *RUN, *early, "--max_eval_samples", "16")
+    reference = run_in_process("full_ft", args)
+    output_dir = tmp_path / "resumed"
+    output_dir.mkdir()
+    shutil.copytree(tmp_path / "whole" / "checkpoint-8", output_dir / "checkpoint-8")
+    resumed_args = [*args, "--output_dir", str(output_dir), "--resume_from_checkpoint", "last"]
+    resumed = run_in_process("full_ft", resumed_args)
+    assert resumed["resumed_from_step"] == 8 and reference["pad_ratio"] is not None
+    assert resumed["pad_ratio"] == reference["pad_ratio"]

@@ -185,3 +185,12 @@ def test_a_copy_without_some_rows_keeps_the_other_records_as_written(tmp_path, q
     # rows 0..3 are records 1, 3, 4, 5 (the blank line goes with row 0)
     assert copy.read_text(encoding="utf-8") == records[0] + records[3] + records[4]
     assert len(decide_quoting(str(copy), "quoted" if quoted else "none")[1]) == 2
+
+
+def test_each_file_decides_its_own_quoting_whatever_the_file_before_it_had(tmp_path):
+    """A quote-free training file must not force its reading on a validation file that quotes fields."""
+    train, validation = tmp_path / "train.csv", tmp_path / "validation.csv"
+    train.write_text("text,label\nhello there,a\nbye now,b\n")
+    validation.write_text('text,label\n"hi, you",a\n"so long, friend",b\n')
+    data = load_classification_data(DataArguments(train_file=str(train), validation_file=str(validation)))
+    assert list(data.raw["validation"]["text"]) == ["hi, you", "so long, friend"]

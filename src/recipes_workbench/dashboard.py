@@ -1,18 +1,13 @@
-"""The recipe comparison as a saved W&B view: `recipes-lib wandb-dashboard` (the runs' side is wandb_run.py;
-`recipes-lib compare RUN... --wandb`, which logs the compare table into the group, is tools/compare.py).
-
-`recipes-lib wandb-dashboard --project P [--entity E] [--group G] [--report]` saves a W&B workspace
-view (a saved view of the project's workspace) built with W&B's own wandb-workspaces library, the
-optional extra `dashboard`; `--report` also saves a W&B Report of the same comparison, with the
-table and chart `recipes-lib compare RUN... --wandb` logged into the group. docs/wandb.md lists
-what each section shows.
+"""The recipe comparison as a saved W&B view: `recipes-lib wandb-dashboard` (docs/wandb.md lists what each
+section shows), built with W&B's own wandb-workspaces library, the optional extra `dashboard`; `--report`
+also saves a W&B Report with the table and chart `recipes-lib compare RUN... --wandb` logged into the group.
 
 Every name a panel or column shows comes from tracking/names.py, the names tracking/wandb_run.py logs with,
 except the Trainer's own log keys and the names of compare --wandb's run, defined below.
 
 The view is built and checked first, offline (W&B's schema is a pydantic model: a wrong panel or
 setting fails here). Saving it needs an API key and the network; without either the command stops
-with one line that says which, after the check. Offline runs: `wandb sync` them, then run this.
+with one line that says which, after the check.
 """
 
 from __future__ import annotations

@@ -4,6 +4,7 @@ compared (a finished run's results.json is read back by results.read_results).""
 
 from __future__ import annotations
 
+import statistics
 import sys
 
 from recipes_lib.credentials import redact
@@ -28,6 +29,13 @@ def format_table(header: list[str], rows: list[list[str]], markdown: bool = Fals
     ]
     lines.insert(1, "  ".join("-" * width for width in widths))
     return "\n".join(lines)
+
+
+def mean_and_std(values: list[float]) -> dict[str, float | None]:
+    """Mean and sample standard deviation (n - 1); no spread from one value (a fold, a seed)."""
+    if not values:
+        return {"mean": None, "std": None}
+    return {"mean": statistics.fmean(values), "std": statistics.stdev(values) if len(values) > 1 else None}
 
 
 # The metrics of multi-label and regression runs besides accuracy and macro-F1: columns of `show` and

@@ -255,6 +255,37 @@ def test_the_gate_refuses_a_damaged_export(exported_run, data, tmp_path, capsys)
         _predict(fresh / "export.failed", data["validation"])
 
 
+BAD_OPTIONS = [
+    ({"int8_weights": "int4"}, "--int8_weights is 'int4'; use one of signed, unsigned."),
+    ({"quantize": "int4"}, "--quantize is 'int4'; the one quantization offered is int8 (dynamic, ONNX Runtime)."),
+    ({"max_metric_drop": -1}, "--max_metric_drop is -1; give the points the metric may lose, 0 or more."),
+    ({"batch_size": 0}, "--batch_size is 0; it must be a positive integer."),
+    ({"min_int8_agreement": 1.5}, "--min_int8_agreement is 1.5; give the share of rows (0 to 1) on which the int8 "
+     "model must predict as PyTorch does."),
+    ({"min_int8_speedup": -1}, "--min_int8_speedup is -1; give how many times faster than fp32 int8 must be at "
+     "batch 1 (0 turns the check off)."),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("options", "message"), BAD_OPTIONS)
+def test_a_bad_export_option_is_refused_by_name_before_the_run_is_read(tmp_path, options, message):
+    from recipes_lib.errors import ConfigError
+    from recipes_workbench.export.command import export_run
+
+    # No run there: the option's paragraph comes first, not "The run directory ... does not exist".
+    with pytest.raises(ConfigError) as refused:
+        export_run(tmp_path / "no-run", **options)
+    assert str(refused.value) == message
+
+
+def test_the_command_line_passes_every_export_option_through(tmp_path, capsys):
+    from recipes_workbench.cli.main import main
+
+    assert main(["export", str(tmp_path / "no-run"), "--min_int8_speedup", "-1"]) == 2
+    # argparse's float: -1.0
+    assert BAD_OPTIONS[-1][1].replace("-1;", "-1.0;") in capsys.readouterr().err
+
+
 # --- every branch of the gate, driven both ways ---------------------------------------------------------
 
 

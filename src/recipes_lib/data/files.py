@@ -18,7 +18,7 @@ import json
 import logging
 import re
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import datasets
@@ -44,8 +44,7 @@ _BYTE_ORDER_MARKS = {b"\xff\xfe": "UTF-16 (little-endian)", b"\xfe\xff": "UTF-16
 
 def delimiter_name(delimiter: str) -> str:
     """'tab', 'comma', 'semicolon', 'pipe', or the character in quotes."""
-    names = {value: name for name, value in DELIMITER_NAMES.items()}
-    return names.get(delimiter, repr(delimiter))
+    return next((name for name, value in DELIMITER_NAMES.items() if value == delimiter), repr(delimiter))
 
 
 def parse_delimiter(value: str | None) -> str | None:
@@ -117,9 +116,8 @@ class Layout:
             f"{len(self.header)} field{'s' * (len(self.header) != 1)}, {fields}."
         )
         line = self.delimiter.join(self.header)
-        others = [d for d in SNIFFED if d != self.delimiter and d in line]
-        if others:
-            other = others[0]
+        other = next((d for d in SNIFFED if d != self.delimiter and d in line), None)
+        if other is not None:
             note += (
                 f" The header holds {line.count(other)} {delimiter_name(other)}(s): "
                 f"--delimiter {delimiter_name(other)} reads it so."
@@ -267,14 +265,6 @@ def read_delimited(path: str, delimiter: str, quoted: bool) -> Reading:
     return reading
 
 
-@dataclass
-class _Comparison:
-    quoted: Reading
-    unquoted: Reading
-    # Where the two readings first give different records (the quoted reading's line), or None: the same records.
-    differs_line: int | None
-
-
 def _holds_quotes(path: str) -> bool:
     """Whether the file has a '"' anywhere (a byte search, much faster than reading its records)."""
     with open(path, "rb") as handle:
@@ -284,20 +274,21 @@ def _holds_quotes(path: str) -> bool:
     return False
 
 
-def _compare_readings(path: str, delimiter: str) -> _Comparison:
-    """Both readings in one pass, side by side (each on its own handle), compared record by record.
+def _compare_readings(path: str, delimiter: str) -> tuple[Reading, Reading, int | None]:
+    """(the quoted reading, the unquoted one, the quoted reading's line where they first give different
+    records, or None: the same records), in one pass, side by side (each on its own handle).
 
     Without a '"' in the file the two are the same reading (the csv module's quoting only acts on
     quotes), so it is read once.
 
-    They are compared while both are good; a difference matters only when both end plausible. As
-    before the streaming, where one reading ends first, they differ at the last record both gave.
+    A difference matters only when both end plausible. Where one reading ends first, they differ at
+    the last record both gave.
     """
     if not _holds_quotes(path):
         reading = read_delimited(path, delimiter, quoted=False)
-        return _Comparison(reading, reading, None)
+        return reading, reading, None
     quoted, unquoted = Reading(), Reading()
-    differs_line, common_line, comparing = None, None, True
+    differs_line = common_line = None
     with _open(path) as quoted_handle, _open(path) as unquoted_handle:
         quoted_records = _records(quoted_handle, delimiter, quoted=True)
         unquoted_records = _records(unquoted_handle, delimiter, quoted=False)
@@ -307,21 +298,18 @@ def _compare_readings(path: str, delimiter: str) -> _Comparison:
             unquoted_item = next(unquoted_records, None) if unquoted_going else None
             quoted_going = quoted_item is not None and quoted.add(*quoted_item)
             unquoted_going = unquoted_item is not None and unquoted.add(*unquoted_item)
-            if not comparing:
-                continue
-            if quoted_item is None and unquoted_item is None:
-                break  # both ended together, every record the same
+            if differs_line is not None or (quoted_item is None and unquoted_item is None):
+                continue  # found already, or both ended together, every record the same
             if quoted_item is None or unquoted_item is None:
-                differs_line, comparing = common_line, False
+                differs_line = common_line
             elif quoted_item[0] != unquoted_item[0]:
-                differs_line, comparing = quoted_item[1], False
-            elif not (quoted_going and unquoted_going):
-                comparing = False  # one reading went bad: the comparison no longer matters
+                differs_line = quoted_item[1]
             else:
                 common_line = quoted_item[1]
-    return _Comparison(quoted, unquoted, differs_line)
+    return quoted, unquoted, differs_line
 
 
+@dataclass
 class RecordLines:
     """The line each data row of a file starts on, found when asked, by reading the file again.
 
@@ -331,16 +319,12 @@ class RecordLines:
     asked, unless given).
     """
 
-    def __init__(
-        self,
-        path: str,
-        delimiter: str | None,
-        quoted: bool = False,
-        rows: int | None = None,
-        header: bool = True,
-    ):
-        self.path, self.delimiter, self.quoted, self.rows, self.header = path, delimiter, quoted, rows, header
-        self._found: dict[int, int] = {}
+    path: str
+    delimiter: str | None
+    quoted: bool = False
+    rows: int | None = None
+    header: bool = True
+    _found: dict[int, int] = field(default_factory=dict, repr=False)
 
     def _starts(self, handle) -> Iterator[int]:
         if self.delimiter is None:
@@ -396,14 +380,13 @@ def decide_quoting(
                 f"{'none' if requested == 'quoted' else 'quoted'}{_other_delimiters(layout)}."
             )
         return quoted, RecordLines(path, delimiter, quoted, reading.count - header, header)
-    both = _compare_readings(path, delimiter)
-    quoted, unquoted = both.quoted, both.unquoted
-    if quoted.plausible and unquoted.plausible and both.differs_line is not None:
+    quoted, unquoted, differs_line = _compare_readings(path, delimiter)
+    if quoted.plausible and unquoted.plausible and differs_line is not None:
         # Split without quotes, a quoted text with a tab and a newline can still give two rows of the
         # right width, and a text may itself be in quotes: the way each '"' is written decides.
         from recipes_lib.data.quoting import weigh_quotes  # loaded only for such a file
 
-        is_quoted = weigh_quotes(path, delimiter, both.differs_line)
+        is_quoted = weigh_quotes(path, delimiter, differs_line)
     elif quoted.plausible:
         if not unquoted.plausible:
             logger.info(
@@ -564,14 +547,14 @@ def read_local_files(
                 )
             if not quoted:
                 options["quoting"] = csv.QUOTE_NONE
-            quoting = ("quoted" if quoted else "unquoted") if _holds_quotes(path) else "no quotes"
-            how[split] = f", {layout.describe()}, {quoting}"
+            written = ("quoted" if quoted else "unquoted") if _holds_quotes(path) else "no quotes"
+            how[split] = f", {layout.describe()}, {written}"
         elif extension == ".jsonl":
             builder, options = "json", {}
             locators[split] = _line_locator(path, RecordLines(path, None))
         else:  # .json, .parquet
             builder, options = ("json" if extension == ".json" else "parquet"), {}
-            locators[split] = _record_locator(path)
+            locators[split] = lambda index, name=Path(path).name: f"{name} record {index + 1}"
         # One file at a time: each gets its own column types (a validation label column of strings next
         # to a numeric one in train is then reported by the label checks, with its line), and a file
         # that cannot be parsed is named alone.
@@ -634,11 +617,6 @@ def _line_locator(path: str, lines: RecordLines) -> Callable[[int], str]:
     """'train.tsv line 17' for a row: its lines are looked up only now, when an error names one."""
     name = Path(path).name
     return lambda index: f"{name} line {lines[index]}" if index < len(lines) else f"{name} row {index + 1}"
-
-
-def _record_locator(path: str):
-    name = Path(path).name
-    return lambda index: f"{name} record {index + 1}"
 
 
 def write_jsonl(path: str | Path, rows: list[dict]) -> Path:

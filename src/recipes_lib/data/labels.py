@@ -480,15 +480,7 @@ def describe_labels(mapping: LabelMapping, dataset, label_column: str) -> str:
 
 def _where(locate: dict, split: str, index: int) -> str:
     """'train.csv line 17' (or 'training row 17' where the source has no lines)."""
-    if split in locate:
-        return locate[split](index)
-    return f"{split} row {index + 1}"
-
-
-def labels_hidden(dataset, label_column: str) -> bool:
-    """Whether a test split's labels are all absent: empty, or -1 everywhere (GLUE's hidden test labels,
-    in a ClassLabel or, for STS-B, a float column)."""
-    return label_values(dataset, label_column).hidden(dataset.features[label_column])
+    return locate[split](index) if split in locate else f"{split} row {index + 1}"
 
 
 def unlabelled_value(value, feature) -> bool:

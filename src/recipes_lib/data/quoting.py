@@ -21,8 +21,22 @@ logger = logging.getLogger("recipes_lib.data.files")  # its decisions log beside
 
 
 def weigh_quotes(path: str, delimiter: str, differs_line: int) -> bool:
-    """Whether a file both readings fit is quoted, from how its '"' are written; logs why, or asks."""
-    evidence = quoting_evidence(path, delimiter)
+    """Whether a file both readings fit is quoted, from how its '"' are written (read quoted, a record at a
+    time, until both kinds of field are seen); logs why, or asks."""
+    evidence = QuotingEvidence()
+    with open(path, newline="", encoding="utf-8-sig") as handle:  # as data/files.py reads it
+        taken: list[str] = []  # the lines the csv module took for the record it is reading
+        tapped = (taken.append(line) or line for line in handle)
+        reader = csv.reader(tapped, delimiter=delimiter, quoting=csv.QUOTE_MINIMAL, strict=True)
+        start = 1
+        for record in reader:
+            text = "".join(taken)  # as written (its line end too: the fields are matched from its start)
+            taken.clear()
+            if record:
+                _weigh_record(evidence, record, text, delimiter, start)
+                if evidence.writer_line is not None and evidence.bare_quote_line is not None:
+                    break
+            start = reader.line_num + 1
     if evidence.bare_quote_line is None:
         logger.info(
             "%s: read quoted (as csv and pandas write it): fields enclosed in '\"': %d (the first at "
@@ -69,25 +83,6 @@ class QuotingEvidence:
     # Read unquoted, its text would keep the doubled quotes or split in two: quoting is the one reading.
     writer_line: int | None = None
     bare_quote_line: int | None = None  # a '"' in a field not enclosed: text, which no quoting writer leaves
-
-
-def quoting_evidence(path: str, delimiter: str) -> QuotingEvidence:
-    """Read the file quoted and look at how each field is written; streams, and stops once both kinds are seen."""
-    evidence = QuotingEvidence()
-    with open(path, newline="", encoding="utf-8-sig") as handle:  # as data/files.py reads it
-        taken: list[str] = []  # the lines the csv module took for the record it is reading
-        tapped = (taken.append(line) or line for line in handle)
-        reader = csv.reader(tapped, delimiter=delimiter, quoting=csv.QUOTE_MINIMAL, strict=True)
-        start = 1
-        for record in reader:
-            text = "".join(taken)  # as written (its line end too: the fields are matched from its start)
-            taken.clear()
-            if record:
-                _weigh_record(evidence, record, text, delimiter, start)
-                if evidence.writer_line is not None and evidence.bare_quote_line is not None:
-                    break
-            start = reader.line_num + 1
-    return evidence
 
 
 def _weigh_record(evidence: QuotingEvidence, record: list[str], text: str, delimiter: str, line: int) -> None:

@@ -62,8 +62,7 @@ class TaskMetrics:
 
     def __call__(self, eval_prediction) -> dict[str, float]:
         logits, references = eval_prediction.predictions, eval_prediction.label_ids
-        if isinstance(logits, tuple):
-            logits = logits[0]
+        logits = logits[0] if isinstance(logits, tuple) else logits  # a model's other outputs dropped
         logits, references = self.per_document(np.asarray(logits), np.asarray(references))
         variation = output_variation(logits, self.problem_type, references)
         return {

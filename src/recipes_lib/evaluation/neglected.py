@@ -50,45 +50,38 @@ def describe_class(entry: dict[str, Any]) -> str:
     return f"'{entry['name']}' ({entry['support']} rows, recall {entry['recall']:.2f}{predicted})"
 
 
-def neglect_note(
-    neglected: list[dict[str, Any]],
-    split: str = "validation",
-    class_weights: dict | None = None,
-    learning_rate: float | None = None,
-    epochs: float | None = None,
-    train_loss: float | None = None,
-    loss_note_follows: bool = False,
-    max_steps: int | None = None,
-) -> str | None:
-    """The end-of-run paragraph on the neglected classes and what usually helps; None when there are none.
-    With `loss_note_follows` (the training-loss note comes next, evaluation/training_loss.py) the learning
-    rate, the epochs and the loss are left to it. Each remedy is an option the run takes, with a value."""
+def results_neglect_note(results: RunResults) -> str | None:
+    """The end-of-run paragraph on a run's neglected classes and what usually helps; None when there are none.
+    When the training-loss note follows (evaluation/training_loss.py), the learning rate, the epochs and the
+    loss are left to it. Each remedy is an option the run takes, with a value."""
+    neglected = results.neglected_classes
     if not neglected:
         return None
+    config = results.config or {}  # the flat resolved configuration (ParsedArguments.to_dict)
     never = all(entry["recall"] == 0 for entry in neglected)
     classes = ", ".join(describe_class(entry) for entry in neglected)
     plural = len(neglected) > 1
     note = (
         f"The model {'never' if never else 'almost never'} predicts {'these classes' if plural else 'the class'} "
-        f"on {split}: {classes}. The accuracy hides {'them' if plural else 'it'}; macro-F1 counts "
-        f"{'each' if plural else 'it'} near 0. What usually helps:"
+        f"on {results.eval_split or 'validation'}: {classes}. The accuracy hides {'them' if plural else 'it'}; "
+        f"macro-F1 counts {'each' if plural else 'it'} near 0. What usually helps:"
     )
     remedies = []
-    if not class_weights:  # single- and multi-label alike (training/class_weights.py)
+    if not results.class_weights:  # single- and multi-label alike (training/class_weights.py)
         remedies.append("--class_weights balanced (the loss weighs each class by its rarity)")
-    if loss_note_follows:
+    if results.train_loss_high:
         remedies.append("a higher learning rate or more training (the training-loss note below)")
     else:
-        remedies += more_learning(learning_rate, epochs, max_steps)
+        remedies += more_learning(config.get("learning_rate"), results.epochs, config.get("max_steps"))
     note += " " + "; ".join(remedies) + "."
-    if train_loss is not None and not loss_note_follows:
-        note += f" Training loss at the end: {train_loss:.3f}."
+    if results.train_loss_end is not None and not results.train_loss_high:
+        note += f" Training loss at the end: {results.train_loss_end:.3f}."
     return note
 
 
 def more_steps(epochs: float | None, max_steps: int | None) -> str:
     """Twice the training, as the option that sets it in this run: --max_steps when it was given, else epochs."""
-    if max_steps:
+    if max_steps and max_steps > 0:  # -1: not given
         return f"more steps: --max_steps {2 * int(max_steps)} (this run: {int(max_steps)})"
     if epochs:
         return f"more epochs: --num_train_epochs {2 * epochs:.3g} (this run: {epochs:.3g})"
@@ -108,19 +101,3 @@ def more_learning(
             f"up to {5 * learning_rate:.2g})"
         )
     return [rate, more_steps(epochs, max_steps)]
-
-
-def results_neglect_note(results: RunResults) -> str | None:
-    """neglect_note from a run's record (its neglected_classes, class weights, settings)."""
-    config = results.config or {}  # the flat resolved configuration (ParsedArguments.to_dict)
-    max_steps = config.get("max_steps")
-    return neglect_note(
-        results.neglected_classes or [],
-        split=str(results.eval_split or "validation"),
-        class_weights=results.class_weights,
-        learning_rate=config.get("learning_rate"),
-        epochs=results.epochs,
-        train_loss=results.train_loss_end,
-        loss_note_follows=bool(results.train_loss_high),
-        max_steps=max_steps if max_steps and max_steps > 0 else None,
-    )

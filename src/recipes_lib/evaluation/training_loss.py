@@ -55,15 +55,13 @@ def high_loss_note(results: RunResults, default: float | None = None) -> str | N
     if not results.train_loss_high:
         return None
     final, classes, config = results.train_loss_end, results.num_labels, results.config or {}
-    rate, epochs = config.get("learning_rate"), results.epochs
+    rate, epochs, max_steps = config.get("learning_rate"), results.epochs, config.get("max_steps")
     note = (
         f"Training loss at the end: {final:.3f}, above three quarters of chance "
         f"({math.log(classes):.3f}, log {classes}): "
         f"the model gives the training rows' own classes {math.exp(-final):.2f} of probability (geometric mean), "
         "still far from fitting them."
     )
-    max_steps = config.get("max_steps")
-    max_steps = max_steps if max_steps and max_steps > 0 else None
     if rate is not None and default is not None and rate > default:
         return (
             f"{note} Its --learning_rate {rate:g} is above the recipe's default {default:g}, where a loss this "

@@ -29,9 +29,7 @@ def combine_windows(logits: np.ndarray, document_ids, pooling: str = "mean") -> 
     _, first_windows, document_of_window = np.unique(document_ids, return_index=True, return_inverse=True)
     # np.unique sorts the ids; the documents come out in the order their windows appear in.
     order = np.argsort(first_windows, kind="stable")
-    rank = np.empty_like(order)
-    rank[order] = np.arange(len(order))
-    document_of_window = rank[document_of_window.reshape(-1)]
+    document_of_window = np.argsort(order)[document_of_window.reshape(-1)]  # argsort of order: each id's rank
     shape = (len(order), *logits.shape[1:])
     if pooling == "max":
         combined = np.full(shape, -np.inf, dtype=np.float64)

@@ -35,16 +35,14 @@ _announced: set[tuple[str, Path]] = set()
 
 def resolve_model_path(name_or_path: str) -> str:
     """A local directory as is; a Hub id from its pip-installed copy when there is one; else the Hub id."""
-    if Path(name_or_path).is_dir():
+    packaged = None if Path(name_or_path).is_dir() else packaged_model_dir(name_or_path)
+    if packaged is None:
         return name_or_path
-    packaged = packaged_model_dir(name_or_path)
-    if packaged is not None:
-        if (name_or_path, packaged) not in _announced:
-            _announced.add((name_or_path, packaged))
-            logger.info(
-                "Loading %s from its pip-installed copy at %s (same weights, no download).",
-                name_or_path,
-                packaged,
-            )
-        return str(packaged)
-    return name_or_path
+    if (name_or_path, packaged) not in _announced:
+        _announced.add((name_or_path, packaged))
+        logger.info(
+            "Loading %s from its pip-installed copy at %s (same weights, no download).",
+            name_or_path,
+            packaged,
+        )
+    return str(packaged)

@@ -1,6 +1,6 @@
 """The run's `compute_metrics`, the hook every Trainer calls with each evaluation's gathered predictions:
 the task's metrics (`TaskMetrics`), the task's `loss` over the gathered predictions, and the latest
-predictions (`last_predictions`, in the Trainer's order: run/record.py reads the final pass from it).
+predictions (`last_predictions`, in the Trainer's order: `RecipeRun.final_evaluation` hands them on).
 
 Why its own loss: the Trainer's `eval_loss` averages each batch's mean loss, taken before accelerate
 drops the examples repeated to give every process an equal share, so a repeat counts. The Trainer
@@ -9,18 +9,12 @@ files a `loss` returned here under `eval_loss` in place of its own (tests/test_t
 
 from __future__ import annotations
 
-from typing import Any, NamedTuple
+from typing import Any
 
-import numpy as np
 import torch
 
 from recipes_lib.evaluation.metrics import TaskMetrics
 from recipes_lib.training.losses import evaluation_loss
-
-
-class Predictions(NamedTuple):
-    logits: np.ndarray  # one row per evaluated row (a window, under --long_text sliding_window)
-    references: np.ndarray
 
 
 class RunMetrics(TaskMetrics):
@@ -41,16 +35,13 @@ class RunMetrics(TaskMetrics):
         # sliding_window: the validation split's windows (and the test split's, which record.py scores).
         self.document_ids, self.window_pooling = document_ids, window_pooling
         self.test_document_ids = test_document_ids
-        self.last_predictions: Predictions | None = None
+        self.last_predictions = None  # the latest EvalPrediction: one row per row (or window) evaluated
 
     def __call__(self, eval_prediction) -> dict[str, Any]:
-        logits = eval_prediction.predictions
-        if isinstance(logits, tuple):
-            logits = logits[0]
-        self.last_predictions = Predictions(np.asarray(logits), np.asarray(eval_prediction.label_ids))
+        self.last_predictions, logits = eval_prediction, eval_prediction.predictions
         loss = evaluation_loss(
-            torch.as_tensor(self.last_predictions.logits, dtype=torch.float32),
-            torch.as_tensor(self.last_predictions.references),
+            torch.as_tensor(logits[0] if isinstance(logits, tuple) else logits, dtype=torch.float32),
+            torch.as_tensor(eval_prediction.label_ids),
             problem_type=self.problem_type,
             class_weights=self.class_weights,
             label_smoothing=self.label_smoothing,

@@ -13,12 +13,13 @@ import logging
 import os
 import sys
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NamedTuple
 
 import datasets
 import transformers
 from accelerate.utils import get_int_from_env
 from transformers import EarlyStoppingCallback, set_seed
+from transformers.trainer_utils import PredictionOutput
 
 from recipes_lib.config.arguments import ParsedArguments
 from recipes_lib.config.parsing import wants_traceback
@@ -45,6 +46,13 @@ logger = logging.getLogger("recipes_lib")
 LAUNCH_RANK_VARIABLES = ["RANK", "OMPI_COMM_WORLD_RANK", "MV2_COMM_WORLD_RANK", "PMI_RANK"]
 
 
+class RunProbes(NamedTuple):
+    memory: MemoryMonitor  # the memory phases, fed by the MemoryCallback
+    tokens: TokenCounter
+    precision: PrecisionProbe
+    last_epoch: LastEpochEvaluation
+
+
 def setup_logging(arguments: ParsedArguments, main_process: bool) -> None:
     logging.basicConfig(
         format="%(asctime)s %(levelname)s %(name)s: %(message)s", datefmt="%H:%M:%S", stream=sys.stdout
@@ -64,7 +72,7 @@ class RecipeRun:
         self.spec = spec
         self.resume_from: str | None = None  # --resume_from_checkpoint's checkpoint (resolved on entering)
         self.tracker = None  # the W&B run's Tracker (start_tracking), when W&B reports
-        self.memory: MemoryMonitor | None = None  # the memory phases (start_tracking)
+        self.probes: RunProbes | None = None  # what its own callbacks measure: never read from a Trainer
 
     @property
     def is_main_process(self) -> bool:
@@ -106,8 +114,8 @@ class RecipeRun:
             ]:
                 resume_logger.removeFilter(added)
         if error is not None:
-            if self.memory is not None:  # an exception inside a tracked step left its tracker open
-                self.memory.stop_tracking(keep_breakdown=False)
+            if self.probes is not None:  # an exception inside a tracked step left its tracker open
+                self.probes.memory.stop_tracking(keep_breakdown=False)
             if self.tracker is not None and self.tracker.active:
                 self.tracker.run.finish(exit_code=1)
                 self.tracker = None
@@ -129,14 +137,16 @@ class RecipeRun:
 
     def _start_memory_phases(self) -> None:
         training = self.arguments.training
-        self.memory = MemoryMonitor(training.device, track_tensors=training.track_memory)
-        self.memory.start_phase("model_load")  # lasts until the first training step
+        memory = MemoryMonitor(training.device, track_tensors=training.track_memory)
+        memory.start_phase("model_load")  # lasts until the first training step
+        tokens = TokenCounter.resumed_from(self.resume_from, self.is_main_process)
+        self.probes = RunProbes(memory, tokens, PrecisionProbe(training.device.type), LastEpochEvaluation())
 
     def callbacks(self, model) -> list:
         """The run's Trainer callbacks, listed below. Without `start_tracking()` first (no W&B run of the
         run's own), the memory phases start here."""
         training = self.arguments.training
-        if self.memory is None:
+        if self.probes is None:
             self._start_memory_phases()
         total, trainable = count_parameters(model)
         logger.info(
@@ -145,15 +155,14 @@ class RecipeRun:
             f"{total:,}",
             f"{trainable:,}",
         )
-        tokens = TokenCounter()
         callbacks = [
-            MemoryCallback(self.memory),
-            tokens,
+            MemoryCallback(self.probes.memory),
+            self.probes.tokens,
             LogAtCheckpoints(),  # the loss at each checkpoint: a resumed run's record covers every step
-            PrecisionProbe(training.device.type),
-            LastEpochEvaluation(),
+            self.probes.precision,
+            self.probes.last_epoch,
             CollapseWarning(),  # issue #50: a model whose outputs do not depend on the input, said at once
-            *(self.tracker.callbacks(tokens) if self.tracker is not None else []),
+            *(self.tracker.callbacks(self.probes.tokens) if self.tracker is not None else []),
         ]
         if training.early_stopping_patience is not None:
             callbacks.append(EarlyStoppingCallback(early_stopping_patience=training.early_stopping_patience))
@@ -165,27 +174,38 @@ class RecipeRun:
         if training.overwrite_output_dir and self.resume_from is None and self.is_main_process:
             clear_previous_run(training.output_dir, RESULTS_FILE)
 
-    def final_metrics(self, trainer) -> dict[str, Any]:
-        """The final evaluation: the last epoch's, reused when the weights are unchanged since it ran
-        (same step, same tensors, none written in place); else `trainer.evaluate()`, a new pass."""
-        return final_metrics(trainer, run_callback(trainer, LastEpochEvaluation))
+    def final_evaluation(self, trainer) -> PredictionOutput:
+        """The final evaluation's metrics and predictions, as `trainer.predict` gives them: the last epoch's,
+        reused when the weights are unchanged since it ran (same step, same tensors, none written in place);
+        else `trainer.evaluate()`, a new pass. The predictions: the last the run's compute_metrics saw."""
+        # The MemoryCallback measures the weights when a Trainer is built with it.
+        fed = self.probes is not None and self.probes.memory.weights_bytes is not None
+        if not fed or not hasattr(trainer.compute_metrics, "last_predictions"):
+            raise RuntimeError(
+                "The run's record is fed by its callbacks and its compute_metrics: hand the Trainer "
+                "callbacks=run.callbacks(model) (with your own beside them, if any) and "
+                "compute_metrics=prepared.metrics."
+            )
+        metrics = final_metrics(trainer, self.probes.last_epoch)
+        seen = trainer.compute_metrics.last_predictions  # an EvalPrediction
+        return PredictionOutput(seen.predictions, seen.label_ids, metrics)
 
     def write_results(
-        self, trainer, train_result, eval_metrics: dict, prepared: Prepared, merged=None
+        self, trainer, train_result, evaluation: PredictionOutput, prepared: Prepared, merged=None
     ) -> RunResults:
         """Everything a finished run writes (run/record.py): predictions, results.json, the W&B summary, the
-        model card, and --push_to_hub's second push. `merged`: --merge_adapter's model (save_adapter_extras), scored in memory.
+        model card, and --push_to_hub's second push. `evaluation`: `final_evaluation`'s metrics and
+        predictions. `merged`: --merge_adapter's model (save_adapter_extras), scored in memory.
         Returns the run's record (results.RunResults)."""
         # The end-of-run writers (the record, predictions, the card, the checks) load when a run finishes.
         from recipes_lib.run.record import RunSettings, evaluate_merged_model, finish_run, publish_results
 
-        probe = run_callback(trainer, PrecisionProbe)
-        memory = self.memory.finish()
-        for line in self.memory.summary_lines(memory):
+        memory = self.probes.memory.finish()
+        for line in self.probes.memory.summary_lines(memory):
             logger.info(line)
         # A run resumed at its end ran no layer: the planned precision.
         planned = prepared.precision.precision
-        precision = probe.observed or planned
+        precision = self.probes.precision.observed or planned
         if precision != planned:
             logger.warning("Asked for %s, but the model computed in %s.", planned, precision)
         settings = RunSettings(
@@ -197,33 +217,20 @@ class RecipeRun:
             adapters=prepared.adapters,
             precision=precision,
             precision_reason=prepared.precision.reason,
-            quantized_compute=probe.quantized_compute,
-            memory={**peak_memory(trainer.args.device, self.memory), **memory},
+            quantized_compute=self.probes.precision.quantized_compute,
+            memory={**peak_memory(trainer.args.device, self.probes.memory), **memory},
             # The run's last collective step.
-            tokens=run_callback(trainer, TokenCounter).totals(trainer.accelerator),
+            tokens=self.probes.tokens.totals(trainer.accelerator),
             device=describe_device(trainer.args.device),
             resumed_from=self.resume_from,
             batch_choice=prepared.batch_choice,
             merged=evaluate_merged_model(trainer, merged, prepared.data, prepared.arguments.data),
         )
-        results = finish_run(trainer, train_result, eval_metrics, settings)
+        results = finish_run(trainer, train_result, evaluation, settings)
         if self.tracker is not None:
             self.tracker.finish(results)  # every results.json key into the W&B summary, same names
         publish_results(trainer, results, self.spec)  # the model card, the closing lines, --push_to_hub
         return results
-
-
-def run_callback(trainer, kind: type):
-    """The run's callback of this class among the Trainer's (run.callbacks(model) put it there)."""
-    found = next(
-        (callback for callback in trainer.callback_handler.callbacks if isinstance(callback, kind)), None
-    )
-    if found is None:
-        raise RuntimeError(
-            f"The Trainer has no {kind.__name__}: hand it callbacks=run.callbacks(model) (with your own "
-            "beside them, if any); the run's record is fed by them."
-        )
-    return found
 
 
 def run_main(main: Callable[[list[str] | None], Any], argv: list[str] | None = None) -> Any:

@@ -1,10 +1,11 @@
 """What a finished run writes: predictions and results.json, from values; the card from the results.
 
-`finish_run(trainer, train_result, eval_metrics, settings)` reads the Trainer only through what
-every `transformers.Trainer` has (`state`, `args`, `predict`, `log_metrics`, `compute_metrics`:
-the run's, which saw the final validation pass); the rest comes as values in `RunSettings`, which
-`RecipeRun.write_results` fills at the end of the run. `publish_results` then writes the model card
-from the results (tracking/model_card.py), says how the run went, and makes --push_to_hub's second push.
+`finish_run(trainer, train_result, evaluation, settings)` reads the Trainer only through what
+every `transformers.Trainer` has (`state`, `args`, `predict`, `log_metrics`, `compute_metrics`: the
+run's, to score with); the final evaluation's metrics and predictions come as a value (`evaluation`,
+a PredictionOutput), the rest as values in `RunSettings`, which `RecipeRun.write_results` fills at
+the end of the run. `publish_results` then writes the model card from the results
+(tracking/model_card.py), says how the run went, and makes --push_to_hub's second push.
 """
 
 from __future__ import annotations
@@ -40,7 +41,7 @@ from recipes_lib.results import (
 from recipes_lib.tracking.model_card import build_card, write_card
 from recipes_lib.tracking.names import METRIC_TITLES, eval_key
 from recipes_lib.training.run_totals import whole_run_loss
-from recipes_lib.training.trainer import evaluation_in_input_order
+from recipes_lib.training.trainer import RecipeTrainer, evaluation_in_input_order
 
 if TYPE_CHECKING:
     from recipes_lib.modeling.adapters import MergedModel  # a LoRA recipe's: loaded by it, not here
@@ -62,9 +63,8 @@ class RunSettings:
     precision_reason: str  # why the run decided its precision (config/precision.py)
     quantized_compute: str | None  # QLoRA: the dtype of the 4-bit layers' matmuls
     memory: dict[str, Any]  # the memory phases and peaks
-    tokens: tuple[
-        int, int, int
-    ]  # the whole run's real and padded training tokens, and this process's real ones
+    # The whole run's real and padded training tokens, and this process's real ones.
+    tokens: tuple[int, int, int]
     device: str  # where it ran (results.describe_device)
     resumed_from: str | None = None  # --resume_from_checkpoint's checkpoint directory, resolved
     batch_choice: Any = None  # --auto_batch_size: the batch it started at
@@ -86,40 +86,36 @@ def _step_of(checkpoint: str | None) -> int | None:
     return int(checkpoint.rsplit("-", 1)[-1]) if checkpoint else None
 
 
-def final_predictions(settings: RunSettings, trainer, eval_metrics: dict[str, Any]):
+def final_predictions(settings: RunSettings, trainer, evaluation):
     """The final validation pass's per-document (logits, references) and metrics, and the test split's
     (logits, references: None when unlabelled, the Trainer's metrics; None without a test split), in
     the rows' order with any Trainer: the prediction files and the windows' documents follow it.
 
-    The validation predictions are the last the run's compute_metrics saw: the script's
-    `run.final_metrics(trainer)`, each validation example once, gathered from every process. A
-    Trainer that evaluated in another order (the stock one under train_sampling_strategy
-    group_by_length, which groups evaluation batches by length too; RecipeTrainer never) predicts
-    the split once more in input order; its metrics, computed per document in that order, replace
-    the script's (under sliding_window only they can differ).
+    `evaluation`: the script's `run.final_evaluation(trainer)`, each example once, from every process.
+    A Trainer that evaluated in another order (the stock one under group_by_length, which groups
+    evaluation batches by length too; RecipeTrainer never) predicts the split once more in input order;
+    its metrics, computed per document in that order, replace the script's (only sliding_window's differ).
     """
     data, scorer = settings.data, trainer.compute_metrics
-    seen = getattr(scorer, "last_predictions", None)
-    if seen is None or len(seen.logits) != len(data.tokenized["validation"]):
-        raise RuntimeError(
-            "The run's compute_metrics has not seen the final validation pass. Hand the Trainer "
-            "compute_metrics=prepared.metrics and call run.final_metrics(trainer) before run.write_results()."
-        )
-    regrouped = trainer.args.train_sampling_strategy == "group_by_length"
-    regrouped = regrouped and not getattr(trainer, "evaluates_in_input_order", False)
-    test = None
+    in_order = isinstance(trainer, RecipeTrainer)  # its get_eval_dataloader keeps the input order
+    regrouped = trainer.args.train_sampling_strategy == "group_by_length" and not in_order
+
+    def logits_and_labels(output):
+        logits = output.predictions  # a model's other outputs dropped
+        return (logits[0] if isinstance(logits, tuple) else logits), output.label_ids
+
+    logits, references = logits_and_labels(evaluation)
+    eval_metrics, test = evaluation.metrics, None
     with evaluation_in_input_order(trainer.args):
         if regrouped:
             output = trainer.predict(data.tokenized["validation"], metric_key_prefix="eval")
-            seen, eval_metrics = scorer.last_predictions, {**eval_metrics, **output.metrics}
-        validation = scorer.per_document(seen.logits, seen.references)  # sliding_window: windows combined
+            logits, references = logits_and_labels(output)
+            eval_metrics = {**eval_metrics, **output.metrics}
+        validation = scorer.per_document(logits, references)  # sliding_window: windows combined
         if "test" in data.tokenized:
             with scorer.scoring(scorer.test_document_ids):
                 output = trainer.predict(data.tokenized["test"], metric_key_prefix="test")
-                logits = (
-                    output.predictions[0] if isinstance(output.predictions, tuple) else output.predictions
-                )
-                logits, references = scorer.per_document(logits, output.label_ids)
+                logits, references = scorer.per_document(*logits_and_labels(output))
             test = (logits, references, output.metrics) if data.test_has_labels else (logits, None, {})
     return validation, test, eval_metrics
 
@@ -187,7 +183,7 @@ def model_results(settings: RunSettings, trainer) -> dict[str, Any]:
         else None
     )
     # The batch the Trainer's arguments hold at the end: after any out-of-memory back-off (RecipeTrainer).
-    batch = choice.after_training(trainer.args, getattr(trainer, "out_of_memory_at", [])) if choice else None
+    batch = choice.after_training(trainer.args) if choice else None
     return dict(
         model_type=settings.model_type,
         attn_implementation=settings.arguments.model.attn_implementation,
@@ -218,21 +214,21 @@ def environment_results(settings: RunSettings, trainer, config: dict[str, Any]) 
     )
 
 
-def finish_run(trainer, train_result, eval_metrics: dict[str, Any], settings: RunSettings) -> RunResults:
+def finish_run(trainer, train_result, evaluation, settings: RunSettings) -> RunResults:
     """Predictions and results.json of a finished run (this module's docstring); returns the record.
 
     Each part below names its own keys; they meet in RunResults' constructor, which refuses a key two
     parts give (TypeError: got multiple values for keyword argument) and one that is not a field.
     """
     trainer.log_metrics("train", train_result.metrics)
-    trainer.log_metrics("eval", eval_metrics)
+    trainer.log_metrics("eval", evaluation.metrics)
     # What ran: the parsed arguments with what the run resolved (task, precision) and the Trainer's
     # own copy of the training arguments (the batch it trained with).
     config = replace(settings.arguments, training=trainer.args).to_dict()
     # What the Trainer holds, read here: how training went, what trained and how, where.
     training, model = training_results(settings, trainer, train_result), model_results(settings, trainer)
     environment = environment_results(settings, trainer, config)
-    validation, test, eval_metrics = final_predictions(settings, trainer, eval_metrics)
+    validation, test, eval_metrics = final_predictions(settings, trainer, evaluation)
     task = task_results(settings, eval_metrics)
     # Down the layers from here: the parameters and what the optimizer's state tensors hold after
     # training, measured (modeling/); then what the evaluation derives: multi-label thresholds

@@ -29,13 +29,15 @@ class BatchChoice:
     accumulation: int
     out_of_memory_retries: list[int] = field(default_factory=list)  # batch sizes that ran out
 
-    def after_training(self, training, out_of_memory_at: list[int]) -> BatchChoice:
-        """The choice as training ended: the batch it trained with, after any out-of-memory retries."""
+    def after_training(self, training) -> BatchChoice:
+        """The choice as training ended, from the Trainer's arguments: the batch it trained with, and the
+        larger divisors, each of which ran out of memory (the back-off tries them in turn)."""
+        batch_size = training.per_device_train_batch_size
         return replace(
             self,
-            batch_size=training.per_device_train_batch_size,
+            batch_size=batch_size,
             accumulation=training.gradient_accumulation_steps,
-            out_of_memory_retries=list(out_of_memory_at),
+            out_of_memory_retries=[d for d in divisors_descending(self.batch_size) if d > batch_size],
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -68,7 +70,7 @@ def choose_batch_size(training) -> BatchChoice:
 
 def train_with_out_of_memory_backoff(trainer, train_once: Callable[[], Any]):
     """`train_once()` (the stock Trainer.train), retried with the next smaller divisor of the effective
-    batch on out-of-memory. The batch sizes that ran out are appended to `trainer.out_of_memory_at`.
+    batch on out-of-memory.
 
     The smaller batch goes into `trainer.args`, the copy the run resolved for this Trainer (as the
     Trainer's own auto_find_batch_size does), so results.json reports the batch that trained.
@@ -80,13 +82,12 @@ def train_with_out_of_memory_backoff(trainer, train_once: Callable[[], Any]):
     smaller = [d for d in divisors_descending(effective) if d < args.per_device_train_batch_size]
 
     def next_batch_size() -> int:
-        trainer.out_of_memory_at.append(args.per_device_train_batch_size)
         if not smaller:
             return 0  # accelerate then stops with "No executable batch size found"
         batch_size = smaller.pop(0)
         logger.warning(
             "Out of memory at batch %d: retrying with %d x %d gradient accumulation.",
-            trainer.out_of_memory_at[-1],
+            args.per_device_train_batch_size,
             batch_size,
             effective // batch_size,
         )

@@ -6,10 +6,11 @@ pre-hooks added when the Trainer is built, so they see what the Trainer feeds th
 from __future__ import annotations
 
 import logging
+from pathlib import Path
 
 import torch
 from transformers import TrainerCallback
-from transformers.trainer_callback import ExportableState
+from transformers.trainer_callback import ExportableState, TrainerState
 
 from recipes_lib.config.precision import dtype_name
 from recipes_lib.evaluation.collapse import is_collapsed
@@ -24,11 +25,10 @@ def _batch_inputs(args, kwargs) -> dict:
 class TokenCounter(TrainerCallback, ExportableState):
     """Counts the real and padded tokens of training forwards (two reductions of the attention mask).
 
-    `real` and `padded` count this process's forwards; `earlier` holds the whole run's counts before a
-    resume, which the checkpoint's trainer_state.json keeps (an ExportableState's state) and the main
-    process reads back when training begins. Under several processes the checkpoint keeps the main
-    process's counts only, so a resumed run's pad ratio then covers its other processes' steps after the
-    resume alone.
+    `real` and `padded` count this process's forwards; `earlier` holds the whole run's counts before a resume,
+    which the checkpoint's trainer_state.json keeps (an ExportableState's state) and the main process reads
+    back (`resumed_from`). Under several processes the checkpoint keeps the main process's counts only, so a
+    resumed run's pad ratio then covers its other processes' steps after the resume alone.
     """
 
     def __init__(self, earlier_real: int = 0, earlier_padded: int = 0):
@@ -36,6 +36,17 @@ class TokenCounter(TrainerCallback, ExportableState):
         self.padded = 0
         self.earlier = (earlier_real, earlier_padded)
         self._hook = None
+
+    @classmethod
+    def resumed_from(cls, checkpoint: str | None, main_process: bool) -> TokenCounter:
+        """The counter of a run resumed from `checkpoint` (None: a new one), continuing its counts on the main
+        process: read here, as under --early_stopping_patience the Trainer swaps in new stateful callbacks."""
+        state_file = Path(checkpoint, "trainer_state.json") if checkpoint and main_process else None
+        if state_file is None or not state_file.is_file():
+            return cls()
+        saved = TrainerState.load_from_json(str(state_file)).stateful_callbacks.get(cls.__name__)
+        counts = (saved[0] if isinstance(saved, list) and saved else saved or {}).get("args") or {}
+        return cls(int(counts.get("earlier_real", 0)), int(counts.get("earlier_padded", 0)))
 
     def state(self) -> dict:
         run_real, run_padded = self.earlier[0] + self.real, self.earlier[1] + self.padded
@@ -46,11 +57,6 @@ class TokenCounter(TrainerCallback, ExportableState):
             self._hook = model.register_forward_pre_hook(self._count, with_kwargs=True)
 
     def on_train_begin(self, args, state, control, model=None, **kwargs):
-        saved = (state.stateful_callbacks or {}).get(type(self).__name__)
-        saved = saved[0] if isinstance(saved, list) and saved else saved
-        if state.global_step > 0 and args.process_index == 0 and isinstance(saved, dict):
-            counts = saved.get("args") or {}
-            self.earlier = (int(counts.get("earlier_real", 0)), int(counts.get("earlier_padded", 0)))
         self.on_init_end(args, state, control, model=model)  # a callback the Trainer restored has no hook yet
 
     # Under --torch_compile the hook would otherwise be traced into the graph (it is plain bookkeeping).

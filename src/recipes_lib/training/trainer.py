@@ -67,9 +67,6 @@ class RecipeTrainer(Trainer):
     """transformers.Trainer with the same constructor, and what the module docstring lists (safeguards.py,
     checkpoints.py); each override says why it is one."""
 
-    # The run's record reads this: predictions follow the validation rows (run/record.py).
-    evaluates_in_input_order = True
-
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         # Set in the Trainer's constructor, which nothing else reaches. Sequence-classification models
@@ -77,7 +74,6 @@ class RecipeTrainer(Trainer):
         # their number: under 2 processes loss and gradients twice too large. Their loss is a local mean.
         # (A recipe's model says so itself, `accepts_loss_kwargs = False`; this covers other models.)
         self.model_accepts_loss_kwargs = False
-        self.out_of_memory_at: list[int] = []  # --auto_batch_size: the batch sizes that ran out of memory
         self.stop_on_signal = StopOnSignal()
         self.add_callback(self.stop_on_signal)
         self.sampler_epoch = SamplerEpoch()  # its sampler is set by _get_train_sampler under group_by_length

@@ -3,5 +3,4 @@ sweep/, recipes_workbench/dashboard.py); nothing else lives here."""
 
 
 def options_of(args, *names: str) -> dict:
-    """The parsed options `names`, as keyword arguments of the same names."""
     return {name: getattr(args, name) for name in names}

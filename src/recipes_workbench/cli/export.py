@@ -73,10 +73,8 @@ def export_command(args) -> int:
     try:
         from recipes_workbench.export.command import export_run, summary
 
-        outcome = export_run(args.run_dir, quantize=args.quantize, eval_file=args.eval_file,
-                             max_metric_drop=args.max_metric_drop, batch_size=args.batch_size,
-                             int8_weights=args.int8_weights, min_int8_agreement=args.min_int8_agreement,
-                             min_int8_speedup=args.min_int8_speedup)  # fmt: skip
+        options = {key: value for key, value in vars(args).items() if key not in ("command", "run_dir")}
+        outcome = export_run(args.run_dir, **options)
     except ImportError as error:
         print(f"error: export needs onnx, onnxscript and onnxruntime ({error}); pip install 'recipes-lib[export]'.",
               file=sys.stderr)  # fmt: skip

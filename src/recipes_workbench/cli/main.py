@@ -226,17 +226,12 @@ def dispatch(args: argparse.Namespace, recipe_tokens: list[str]) -> int:
     if args.command == "predict":
         from recipes_workbench.tools.predict import write_predictions
 
-        reading = options_of(
-            args,
-            "batch_size",
-            "csv_quoting",
-            "text_column_names",
-            "id_column",
-            "delimiter",
-            "column_names",
-            "max_text_chars",
-        )
-        return write_predictions(args.run_dir, args.input, args.output, **reading)
+        options = {
+            key: value
+            for key, value in vars(args).items()
+            if key not in ("command", "run_dir", "input", "output")
+        }
+        return write_predictions(args.run_dir, args.input, args.output, **options)
     if args.command == "push":
         from recipes_workbench.tools.push import push
 

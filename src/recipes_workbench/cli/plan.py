@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from recipes_workbench.planner.plan import DEFAULT_CUDA_OVERHEAD_GIB, SHARDED_PARTS
+from recipes_workbench.planner.setup import DEFAULT_CUDA_OVERHEAD_GIB, SHARDED_PARTS
 
 
 def add_plan_parser(commands) -> None:

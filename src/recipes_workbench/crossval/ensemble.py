@@ -1,18 +1,9 @@
 """The test split of a cross-validation: scored by each fold's model and by the folds together.
 
-With a --test_file among the recipe's arguments, every fold's run scores it in its own process right
-after training (run/record.py): its results.json holds the test metric and its test_predictions.jsonl
-the probabilities, one line per test row. Nothing else of the fold's model is needed here, so the
-folds' weights can go once they finish (runner.py). From those files:
-
-    per fold    each fold's test metric, and their mean ± std: what one model trained on (K-1)/K of the
-                training file scores, and how much that depends on which rows it trained on
-    ensemble    the K models' probabilities averaged row by row, then scored as one model: single-label
-                the mean softmax probabilities (the likeliest class), multi-label the mean sigmoid
-                probabilities decided at the mean of the folds' tuned thresholds, regression the mean score
-
-The ensemble's predictions are written to OUTPUT_DIR/test_ensemble_predictions.jsonl in the format of
-every other predictions file (evaluation/predictions.py).
+Every fold's run scores the --test_file in its own process right after training, so nothing else of
+its model is needed here and the folds' weights can go once they finish (runner.py). Per fold: the
+metric, mean ± std; the ensemble: the folds' probabilities averaged row by row, scored as one model,
+its predictions in OUTPUT_DIR/test_ensemble_predictions.jsonl (docs/crossval.md, "The test split").
 """
 
 from __future__ import annotations
@@ -28,8 +19,9 @@ from recipes_lib.errors import DataError
 from recipes_lib.evaluation.predictions import TEST_PREDICTIONS_FILE, prediction_rows
 from recipes_lib.results import RESULT_KEYS, read_results
 from recipes_workbench.crossval.folds import TrainingRows, read_labelled_file
-from recipes_workbench.crossval.oof import RUN_FOLD_AGAIN, read_jsonl, summary
+from recipes_workbench.crossval.oof import RUN_FOLD_AGAIN, read_jsonl
 from recipes_workbench.export.bundle import read_thresholds
+from recipes_workbench.shared import mean_and_std
 from recipes_workbench.sweep.config import test_metric_of
 
 ENSEMBLE_FILE = "test_ensemble_predictions.jsonl"
@@ -107,7 +99,7 @@ def test_figures(
         "test_file": test_file,
         "metric": key,
         "per_fold": per_fold,
-        **summary([float(value) for value in per_fold if value is not None]),
+        **mean_and_std([float(value) for value in per_fold if value is not None]),
         "ensemble": ensemble_score(training, data, metric, logits, thresholds),
         "ensemble_of": ENSEMBLE_HOW.get(task, SINGLE_LABEL_HOW),
         "ensemble_predictions": str(output_dir / ENSEMBLE_FILE),

@@ -1,15 +1,6 @@
 """The folds of a cross-validation: the training file read as the recipe reads it, its rows split into K
-folds (stratified, grouped), each fold's train and held-out files written for its run.
-
-Stratification, by task:
-
-    single-label   StratifiedKFold on the class (StratifiedGroupKFold with --group_column)
-    multi-label    iterative stratification is not in scikit-learn; the fallback stratifies on each row's
-                   label set as one string ("billing|shipping"), with every set of fewer than K rows merged
-                   into one stratum of rare sets: common combinations spread evenly, rare ones at least mixed
-    regression     the target cut into quantile bins (at most 10, each of at least K rows), then stratified
-
-Every check that can stop a cross-validation runs here, before any fold trains.
+folds (stratified, grouped; docs/crossval.md says how per task), each fold's train and held-out files
+written for its run. Every check that can stop a cross-validation runs here, before any fold trains.
 """
 
 from __future__ import annotations

@@ -1,35 +1,12 @@
 """`recipes-lib label-issues`: the rows most likely mislabelled, by cleanlab (the 'data-quality' extra), from
-held-out probabilities:
+held-out probabilities: a crossval directory's oof_predictions.jsonl (every training row), or a run's
+eval_predictions.jsonl (its validation rows only). Regression has no class probabilities to judge.
 
-    a crossval directory   oof_predictions.jsonl: every row of the training file, each scored by the fold
-                           that held it out; `row` indexes the training file's data rows
-    a run's directory      eval_predictions.jsonl: the rows of its validation file only (the model never
-                           trained on them; its training rows need a cross-validation); `row` indexes the
-                           validation file's data rows
-
-Single-label: cleanlab.filter.find_label_issues flags the rows (confident learning: a row whose given
-class the held-out model finds less likely than that class's typical confidence, and another more
-likely), cleanlab.rank.get_label_quality_scores scores every row (self-confidence: the probability of
-the given class). Multi-label: the same two through cleanlab's multi-label variant (find_label_issues
-with multi_label=True, cleanlab.multilabel_classification.get_label_quality_scores). Regression has no
-class probabilities to judge: not supported.
-
-The probabilities must be held out (each row scored by a model that never trained on it); a model's
-scores of its own training rows are confident about whatever it memorised, wrong labels included.
-Multi-label rows may be written in any way the recipe reads them (a list of names or ids, 0/1 flags per
-class, a delimited string): the given classes come from the recipe's own label logic (data/labels.py).
-
-The probabilities must also come from a model that learnt: one at chance disagrees with most labels, and
-cleanlab flags its errors as label issues.
-`learning_check` compares the held-out accuracy (prediction == given label; multi-label: the whole set
-of classes) with the majority-class rate (always predicting the most common given label or label set);
-not above it by LEARNT_MARGIN, the output and label_issues.json carry a caution saying so.
-That check is overall: a model that ignores a small class passes it, and then ranks every row of that
-class as a suspect. So the check is also per class (`class_check`): a class whose held-out recall is
-under NEGLECTED_RECALL (evaluation/neglected.py; multi-label: of the rows given the class, the share
-predicted with it) is reported, and its rows (multi-label: every row given it) are not flagged on that
-model's word (they are counted in label_issues.json as withheld). `--drop_label_issues` refuses to
-remove more than MOST_OF_A_CLASS of any class's rows unless --drop_most_of_a_class says so.
+The probabilities must be held out (a model's scores of its own training rows are confident about
+whatever it memorised, wrong labels included), and come from a model that learnt: one at chance
+disagrees with most labels, and cleanlab flags its errors as label issues. So `learning_check` compares
+held-out accuracy with the majority-class rate, and `class_check` withholds the rows of a class the
+model (almost) never predicts. docs/crossval.md ("Label issues") says what each file and caution holds.
 """
 
 from __future__ import annotations
@@ -68,18 +45,6 @@ CLEANED_STEM = "train_cleaned"
 VALIDATION_CLEANED_STEM = "validation_cleaned"
 # The recipe's data arguments a run's results.json holds (its "config"), to read its validation file as it did.
 RUN_DATA_KEYS = ("label_column_name", "label_delimiter", "csv_quoting", "delimiter")
-
-
-def neglected_from_predictions(
-    predictions, references, names: list[str], max_recall: float = NEGLECTED_RECALL
-):
-    """neglected_classes from single-label class ids (predicted and true), for held-out predictions."""
-    return neglected_from_label_sets(
-        [{prediction} for prediction in predictions],
-        [{reference} for reference in references],
-        names,
-        max_recall,
-    )
 
 
 def neglected_from_label_sets(predicted, given, names: list[str], max_recall: float = NEGLECTED_RECALL):
@@ -254,7 +219,7 @@ def learning_check(task: str, predictions: list[dict[str, Any]]) -> LearningChec
 class ClassCheck:
     """The classes the held-out model (almost) never predicts, and how many of their rows cleanlab flagged."""
 
-    neglected: list[dict[str, Any]]  # neglected_from_predictions's entries, each with its "flagged" count
+    neglected: list[dict[str, Any]]  # neglected_from_label_sets's entries, each with its "flagged" count
 
     @property
     def names(self) -> set[str]:

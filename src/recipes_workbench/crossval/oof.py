@@ -1,14 +1,5 @@
-"""Out-of-fold predictions and the cross-validation's figures.
-
-Each fold's run writes eval_predictions.jsonl for its validation file, which is the fold's held-out rows
-in the training file's order (evaluation/predictions.py has its format). Put together, every training
-row gets one prediction from the model that never saw it, in OUTPUT_DIR/oof_predictions.jsonl:
-
-    {"row": 17, "fold": 2, "label": "billing", "prediction": "billing", "probabilities": {"billing": 0.91, ...}}
-
-`row` is the row's 0-based index among the training file's data rows (the header not counted), `label`
-the label as the file gives it; multi-label rows carry a list prediction and per-class sigmoid
-probabilities, regression rows the predicted score and no probabilities.
+"""Out-of-fold predictions and the cross-validation's figures: every training row's prediction from the
+fold that held it out, in OUTPUT_DIR/oof_predictions.jsonl (docs/crossval.md has its format).
 """
 
 from __future__ import annotations
@@ -16,7 +7,6 @@ from __future__ import annotations
 import json
 import math
 import os
-import statistics
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +16,7 @@ from recipes_lib.errors import DataError
 from recipes_lib.evaluation.predictions import EVAL_PREDICTIONS_FILE
 from recipes_lib.whole_files import DamagedFileError
 from recipes_workbench.crossval.folds import TrainingRows, held_out_rows
-from recipes_workbench.shared import CROSSVAL_RESULTS_FILE
+from recipes_workbench.shared import CROSSVAL_RESULTS_FILE, mean_and_std
 
 OOF_FILE = "oof_predictions.jsonl"
 RESULTS_FILE = CROSSVAL_RESULTS_FILE
@@ -70,17 +60,9 @@ def out_of_fold_rows(
     return rows  # type: ignore[return-value]
 
 
-def summary(values: list[float]) -> dict[str, float | None]:
-    """Mean and sample standard deviation (n-1) over the folds; no spread from one fold."""
-    if not values:
-        return {"mean": None, "std": None}
-    std = statistics.stdev(values) if len(values) > 1 else None
-    return {"mean": statistics.fmean(values), "std": std}
-
-
 def format_summary(metric: str, per_fold: list[float | None]) -> str:
     values = [value for value in per_fold if value is not None and math.isfinite(value)]
-    figures = summary(values)
+    figures = mean_and_std(values)
     if figures["mean"] is None:
         return f"{metric}: no fold finished"
     spread = "" if figures["std"] is None else f" ± {figures['std']:.4f} (std over folds)"

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from recipes_lib.config.tasks import MULTI_LABEL, REGRESSION
+from recipes_lib.credentials import redact
 from recipes_lib.data.files import write_jsonl
 from recipes_lib.errors import ConfigError
 from recipes_lib.results import read_results
@@ -32,7 +33,8 @@ from recipes_workbench.crossval.folds import (
     read_training_rows,
     write_fold_files,
 )
-from recipes_workbench.crossval.oof import OOF_FILE, RESULTS_FILE, format_summary, out_of_fold_rows, summary
+from recipes_workbench.crossval.oof import OOF_FILE, RESULTS_FILE, format_summary, out_of_fold_rows
+from recipes_workbench.shared import mean_and_std
 from recipes_workbench.sweep.config import (
     LearningRateSearch,
     RecipeSweep,
@@ -56,7 +58,6 @@ from recipes_workbench.sweep.study import (
     claim_report,
     latest_by_key,
     open_study,
-    safe_url,
     status_of,
     study_trials,
 )
@@ -198,7 +199,7 @@ def run_crossval(
         print(
             f"Cross-validation of {settings.recipe} on {training.path}: {settings.folds} folds of "
             f"{len(training.rows)} rows ({training.task}), stratified on {stratified}; seed {settings.seed}; "
-            f"{metric} on each held-out fold; {settings.accelerate_config}. Study: {safe_url(workers.storage) if workers.shared else output_dir / STUDY_FILE}; "
+            f"{metric} on each held-out fold; {settings.accelerate_config}. Study: {redact(workers.storage) if workers.shared else output_dir / STUDY_FILE}; "
             f"W&B group: {config.group}. To run: {len(todo)} fold(s)"
             + (f", {workers.count} at once on this machine." if workers.count > 1 else ".")
         )
@@ -317,7 +318,7 @@ def finish(
         "stratified_on": stratified,
         "metric": config.metric,
         "direction": config.direction,
-        **summary([float(value) for value in values]),
+        **mean_and_std([float(value) for value in values]),
         "per_fold": per_fold,
         "oof_predictions": str(output_dir / OOF_FILE),
         # With --test_file: each fold's model on the test split, mean ± std, and the folds' ensemble.

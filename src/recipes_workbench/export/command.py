@@ -93,28 +93,66 @@ def _thresholds(directory: Path, results: RunResults, label_names: list[str], pr
     return None, None
 
 
-def export_run(
-    run_dir: str | Path,
-    quantize: str | None = None,
-    eval_file: str | None = None,
-    max_metric_drop: float = DEFAULT_MAX_METRIC_DROP,
-    batch_size: int = GATE_BATCH_SIZE,
-    progress: bool = True,
-    int8_weights: str = "signed",
-    min_int8_agreement: float = MIN_INT8_AGREEMENT,
-    min_int8_speedup: float = MIN_INT8_SPEEDUP,
-) -> ExportOutcome:
+@dataclass(frozen=True)
+class ExportOptions:
+    """`recipes-lib export`'s options (cli/export.py), checked before anything is read."""
+
+    quantize: str | None = None
+    eval_file: str | None = None
+    max_metric_drop: float = DEFAULT_MAX_METRIC_DROP
+    batch_size: int = GATE_BATCH_SIZE
+    progress: bool = True
+    int8_weights: str = "signed"
+    min_int8_agreement: float = MIN_INT8_AGREEMENT
+    min_int8_speedup: float = MIN_INT8_SPEEDUP
+
+    def __post_init__(self) -> None:
+        if self.int8_weights not in INT8_WEIGHTS:
+            raise ConfigError(
+                f"--int8_weights is '{self.int8_weights}'; use one of {', '.join(INT8_WEIGHTS)}."
+            )
+        if self.quantize is not None and self.quantize not in QUANTIZATIONS:
+            raise ConfigError(
+                f"--quantize is '{self.quantize}'; the one quantization offered is int8 (dynamic, ONNX Runtime)."
+            )
+        if self.max_metric_drop < 0:
+            raise ConfigError(
+                f"--max_metric_drop is {self.max_metric_drop}; give the points the metric may lose, 0 or more."
+            )
+        if self.batch_size <= 0:
+            raise ConfigError(f"--batch_size is {self.batch_size}; it must be a positive integer.")
+        if not 0 <= self.min_int8_agreement <= 1:
+            raise ConfigError(
+                f"--min_int8_agreement is {self.min_int8_agreement}; give the share of rows (0 to 1) on which the int8 "
+                "model must predict as PyTorch does."
+            )
+        if self.min_int8_speedup < 0:
+            raise ConfigError(
+                f"--min_int8_speedup is {self.min_int8_speedup}; give how many times faster than fp32 int8 must be at "
+                "batch 1 (0 turns the check off)."
+            )
+
+    def gate_settings(self) -> dict:
+        int8 = self.quantize == "int8"
+        return {
+            "int8_weights": self.int8_weights if int8 else None,
+            "max_metric_drop_points": self.max_metric_drop,
+            "min_fp32_agreement": MIN_FP32_AGREEMENT,
+            "min_int8_agreement": self.min_int8_agreement if int8 else None,
+            "min_int8_speedup": self.min_int8_speedup if int8 else None,
+        }
+
+
+def export_run(run_dir: str | Path, **options) -> ExportOutcome:
     """Export the run in `run_dir` to ONNX (and int8), gate it, and move it to export/ or export.failed/."""
-    _check_options(quantize, max_metric_drop, batch_size, int8_weights, min_int8_agreement, min_int8_speedup)
+    checked = ExportOptions(**options)
     run = find_run(run_dir)
     # The run's directory, locked as its run locks it (locking.py): never exported while it trains.
     with lock_directory(run.results_dir, "export", stale_advice=STALE_EXPORT_ADVICE):
-        return _export(run.results_dir, run.model_dir, run.results, quantize, eval_file, max_metric_drop, batch_size,
-                       progress, int8_weights, min_int8_agreement, min_int8_speedup)  # fmt: skip
+        return _export(run.results_dir, run.model_dir, run.results, checked)
 
 
-def _export(results_dir, model_dir, results, quantize, eval_file, max_metric_drop, batch_size, progress,
-            int8_weights, min_int8_agreement, min_int8_speedup) -> ExportOutcome:  # fmt: skip
+def _export(results_dir, model_dir, results, options: ExportOptions) -> ExportOutcome:
     from transformers import AutoConfig, AutoTokenizer
 
     check_model_files(model_dir)  # a damaged config or weights file: one paragraph naming it
@@ -123,7 +161,9 @@ def _export(results_dir, model_dir, results, quantize, eval_file, max_metric_dro
     label_names = [model_config.id2label[i] for i in range(model_config.num_labels)]
     problem_type = model_config.problem_type or results.problem_type or SINGLE_LABEL
     # The held-out rows before the weights: a bad path costs seconds, not an export.
-    rows = gate_rows(results.config, tokenizer, label_names, eval_file, profile_for(model_config).max_length)
+    rows = gate_rows(
+        results.config, tokenizer, label_names, options.eval_file, profile_for(model_config).max_length
+    )
 
     staging = Path(tempfile.mkdtemp(prefix=".export-", dir=results_dir))
     staging.chmod(0o755)  # mkdtemp's 0700 would follow the directory to export/
@@ -134,8 +174,8 @@ def _export(results_dir, model_dir, results, quantize, eval_file, max_metric_dro
         export_seconds = time.perf_counter() - started
         logger.info("Exported %s to ONNX with the %s exporter in %.1f s.", what, exporter, export_seconds)
         quantizer, int8_recipe = None, None
-        if quantize == "int8":
-            quantizer, int8_recipe = _make_int8(model, tokenizer, staging, int8_weights, model_config)
+        if options.quantize == "int8":
+            quantizer, int8_recipe = _make_int8(model, tokenizer, staging, options.int8_weights, model_config)
         write_bundle(staging, model_dir, results_dir, results, tokenizer, model_config, exporter)
 
         # The model the run evaluated (an adapter on its base, as predict loads it), for the gate to compare with.
@@ -143,14 +183,15 @@ def _export(results_dir, model_dir, results, quantize, eval_file, max_metric_dro
         reference = load_trained_model(model_dir, "cpu").eval() if adapter else model
         cpu = torch.device("cpu")
         collator = padding_collator(tokenizer, data_arguments(results.config), cpu)
-        reference_logits = batch_logits(reference, rows.encoded, collator, cpu, batch_size, progress)
+        batch_size, max_metric_drop = options.batch_size, options.max_metric_drop
+        reference_logits = batch_logits(reference, rows.encoded, collator, cpu, batch_size, options.progress)
         decider = Decider(
             problem_type, label_names, *_thresholds(staging, results, label_names, problem_type)
         )
 
         def gate_of(path: Path) -> dict:
             """One exported model's gate figures (gate.compare), with its file and size on disk."""
-            logits = onnx_logits(onnx_session(path), rows.encoded, collator, batch_size, progress)
+            logits = onnx_logits(onnx_session(path), rows.encoded, collator, batch_size, options.progress)
             compared = compare(reference_logits, logits, rows, decider)
             return {**compared, "file": path.name, "size_bytes": size_on_disk(path)}
 
@@ -160,7 +201,7 @@ def _export(results_dir, model_dir, results, quantize, eval_file, max_metric_dro
             if (staging / f).is_file()
         }
         compared = {name: gate_of(path) for name, path in files.items()}
-        min_agreement = {"int8": min_int8_agreement}
+        min_agreement = {"int8": options.min_int8_agreement}
         if quantizer is not None and verdict({"int8": compared["int8"]}, max_metric_drop, min_agreement):
             int8_recipe = _keep_sensitive_nodes(
                 quantizer, staging, compared, int8_recipe, rows, reference_logits, collator, batch_size, gate_of,
@@ -171,12 +212,12 @@ def _export(results_dir, model_dir, results, quantize, eval_file, max_metric_dro
         del model, reference
         reference_check = against_constant(reference_logits, rows, decider)  # issue #50: a constant model
         failures = verdict(
-            compared, max_metric_drop, min_agreement, latency, min_int8_speedup, reference_check
+            compared, max_metric_drop, min_agreement, latency, options.min_int8_speedup, reference_check
         )
         report = {"passed": not failures, "reason": "; ".join(failures) if failures else None,
                   "run": str(results_dir.name), "exported": what, "exporter": exporter,
                   "export_seconds": round(export_seconds, 1), "rows_from": rows.source,
-                  **_gate_settings(quantize, int8_weights, max_metric_drop, min_int8_agreement, min_int8_speedup),
+                  **options.gate_settings(),
                   "int8": int8_recipe, "latency": latency, "models": compared,
                   "pytorch_against_constant": reference_check}  # fmt: skip
         (staging / REPORT_FILE).write_text(json.dumps(report, indent=2) + "\n")
@@ -199,49 +240,6 @@ def _card_with_export(results_dir: Path, results: RunResults) -> None:
         write_card(results_dir, results, summary=recipe_summary(results.recipe))
     except (OSError, ValueError, KeyError) as error:
         logger.warning("The export passed, but the model card could not be rewritten with it: %s", error)
-
-
-def _check_options(
-    quantize: str | None,
-    max_metric_drop: float,
-    batch_size: int,
-    int8_weights: str,
-    min_int8_agreement: float,
-    min_int8_speedup: float,
-) -> None:
-    if int8_weights not in INT8_WEIGHTS:
-        raise ConfigError(f"--int8_weights is '{int8_weights}'; use one of {', '.join(INT8_WEIGHTS)}.")
-    if quantize is not None and quantize not in QUANTIZATIONS:
-        raise ConfigError(
-            f"--quantize is '{quantize}'; the one quantization offered is int8 (dynamic, ONNX Runtime)."
-        )
-    if max_metric_drop < 0:
-        raise ConfigError(
-            f"--max_metric_drop is {max_metric_drop}; give the points the metric may lose, 0 or more."
-        )
-    if batch_size <= 0:
-        raise ConfigError(f"--batch_size is {batch_size}; it must be a positive integer.")
-    if not 0 <= min_int8_agreement <= 1:
-        raise ConfigError(
-            f"--min_int8_agreement is {min_int8_agreement}; give the share of rows (0 to 1) on which the int8 "
-            "model must predict as PyTorch does."
-        )
-    if min_int8_speedup < 0:
-        raise ConfigError(
-            f"--min_int8_speedup is {min_int8_speedup}; give how many times faster than fp32 int8 must be at "
-            "batch 1 (0 turns the check off)."
-        )
-
-
-def _gate_settings(quantize, int8_weights, max_metric_drop, min_int8_agreement, min_int8_speedup) -> dict:
-    int8 = quantize == "int8"
-    return {
-        "int8_weights": int8_weights if int8 else None,
-        "max_metric_drop_points": max_metric_drop,
-        "min_fp32_agreement": MIN_FP32_AGREEMENT,
-        "min_int8_agreement": min_int8_agreement if int8 else None,
-        "min_int8_speedup": min_int8_speedup if int8 else None,
-    }
 
 
 def _make_int8(model, tokenizer, staging: Path, weights: str, model_config) -> tuple[Int8Quantizer, dict]:

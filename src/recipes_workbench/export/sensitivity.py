@@ -1,14 +1,6 @@
-"""int8's fallback: the fewest nodes kept in fp32 that bring an int8 model within its gate.
-
-When the int8 model loses more than --max_metric_drop or agrees on fewer rows than --min_int8_agreement:
-
-1. Rank: each node the quantizer would quantize is quantized alone (every other one left in fp32), and
-   its logits on the gate's first SENSITIVITY_ROWS rows are compared with PyTorch's: the mean squared
-   difference is the damage that node's int8 does.
-2. Keep: the most damaging node in fp32, then the next, and so on, quantizing and gating the whole model
-   again each time, until it passes or MAX_KEPT nodes are kept (the gate then refuses it as before).
-
-The nodes kept in fp32, and the ranking's head, go in the report.
+"""int8's fallback: the fewest nodes kept in fp32 that bring an int8 model within its gate: each node
+ranked by the damage its int8 alone does, then kept in fp32 one more at a time until the model passes
+or MAX_KEPT are kept (docs/export.md, "When int8 fails: nodes kept in fp32").
 """
 
 from __future__ import annotations

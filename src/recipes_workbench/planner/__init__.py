@@ -1,20 +1,9 @@
 """Predict a recipe's peak training memory from the model's config alone: no weights, no GPU.
 
-    recipes-lib plan --model bert-base-uncased --recipe all --per_device_train_batch_size 32 --max_seq_length 128 --bf16
-
 What a recipe changes reaches the planner as data, its `TrainingShape` (config/recipe_spec.py): LoRA
 adapters or none, a 4-bit base or not, 8-bit or 32-bit optimizer state. The prediction has the five
-parts that results.json measures (memory/monitor.py), plus the CUDA context. One module per job:
-
-    catalogue.py   the published config.json values of the encoders people pick, by Hub id
-    configs.py     a model config by name or path (local, Hub cache, catalogue, Hub), and BERT at every size
-    parameters.py  the parameters of the model a recipe trains, counted on the meta device
-    encoder.py     what decides the activations, read off the meta model and the family's entry
-    arithmetic.py  the bytes of every part: weights, gradients, optimizer state, activations, batch
-    setup.py       Setup: how the model trains (the recipe's shape, batch, precision, processes)
-    plan.py        the plan of one model (plan_memory) and the largest batch that fits
-    report.py      plans for several models and recipes as rows, and every answer as text
-    fits.py        every catalogue model against every recipe in a budget (plan --fits)
+parts that results.json measures (memory/monitor.py), plus the CUDA context. docs/development.md
+lists the modules, docs/planner.md how it counts.
 """
 
 from recipes_workbench.planner.arithmetic import MIN_8BIT_SIZE, activation_terms, layer_activation_terms
@@ -26,15 +15,9 @@ from recipes_workbench.planner.configs import (
 )
 from recipes_workbench.planner.encoder import Encoder, FamilyForward
 from recipes_workbench.planner.parameters import Parameters, count_parameters_on_meta
-from recipes_workbench.planner.plan import (
-    DEFAULT_CUDA_OVERHEAD_GIB,
-    SHARDED_PARTS,
-    MemoryPlan,
-    Setup,
-    largest_batch,
-    plan_memory,
-)
+from recipes_workbench.planner.plan import MemoryPlan, largest_batch, plan_memory
 from recipes_workbench.planner.report import PLANNING_ERRORS, PlanRow, format_plan, plan_models
+from recipes_workbench.planner.setup import DEFAULT_CUDA_OVERHEAD_GIB, SHARDED_PARTS, Setup
 
 __all__ = [
     "BERT_FAMILY",

@@ -194,7 +194,6 @@ def _mmbert(hidden: int) -> dict[str, Any]:
 
 
 def _entry(hub_id: str, values: dict[str, Any], checked: str) -> CatalogueEntry:
-    """A checkpoint known by its Hub id only."""
     return CatalogueEntry(hub_id, values, checked)
 
 

@@ -20,8 +20,9 @@ from recipes_lib.config.recipe_spec import TrainingShape
 from recipes_lib.units import GIB
 from recipes_workbench.planner.catalogue import CATALOGUE
 from recipes_workbench.planner.parameters import count_parameters_on_meta
-from recipes_workbench.planner.plan import Setup, largest_batch
+from recipes_workbench.planner.plan import largest_batch
 from recipes_workbench.planner.report import PLANNING_ERRORS, PrecisionFor, describe_setup, error_reason
+from recipes_workbench.planner.setup import Setup
 from recipes_workbench.shared import format_table
 
 # The largest batch the table looks for: past it, a cell says "1024+" (a bigger batch fits too).

@@ -37,9 +37,6 @@ from recipes_workbench.planner.arithmetic import (
 )
 from recipes_workbench.planner.encoder import Encoder
 from recipes_workbench.planner.parameters import Parameters, count_parameters_on_meta
-
-# Setup lives in setup.py (arithmetic.py reads it too); its names stay importable from here.
-from recipes_workbench.planner.setup import DEFAULT_CUDA_OVERHEAD_GIB as DEFAULT_CUDA_OVERHEAD_GIB
 from recipes_workbench.planner.setup import SHARDED_PARTS, Setup
 
 

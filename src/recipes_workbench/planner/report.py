@@ -17,7 +17,8 @@ from recipes_workbench.planner.arithmetic import attention_kernel, layer_activat
 from recipes_workbench.planner.configs import BERT_FAMILY, load_config_and_source
 from recipes_workbench.planner.encoder import Encoder
 from recipes_workbench.planner.inference import InferencePlan
-from recipes_workbench.planner.plan import MemoryPlan, Setup, largest_batch, plan_memory
+from recipes_workbench.planner.plan import MemoryPlan, largest_batch, plan_memory
+from recipes_workbench.planner.setup import Setup
 from recipes_workbench.shared import format_table
 
 # What plan_models and the CLI report as a reason a row has no plan rather than stop on: errors the

@@ -3,17 +3,14 @@
     python -m recipes_workbench.sweep.check_recipes < request.json > answer.json
 
 `recipes-lib sweep` runs this in a process of its own (preflight.run_preflight), so the sweep's own
-process never touches a GPU: parsing the arguments reads the device (on a GPU that
-initialises CUDA), and nothing of it may outlive the check. The request:
+process never touches a GPU: parsing the arguments reads the device (on a GPU that initialises CUDA),
+and nothing of it may outlive the check. The request (preflight.py writes it):
 
     {"recipes": {"lora": [ARGUMENTS...]}, "memory_budget_gib": 8.0 or null,
      "num_processes": 1, "sharding": "none"}
 
-ARGUMENTS are a trial's recipe arguments (the base config, `args`, the search's learning rate and
-seed). The answer, per recipe: the error that stops the sweep (the arguments do not parse), or the
-planner's predicted peak (recipes_workbench/planner/: the recipe's TrainingShape at the trial's model, batch,
-sequence length and precision), the budget it is held against and whether it fits. The budget is
-`memory_budget_gib`, else the GPU's memory on CUDA; on CPU without one nothing is skipped.
+The answer, per recipe: the error that stops the sweep (the arguments do not parse), or the planner's
+predicted peak, the budget (`memory_budget_gib`, else the GPU's memory; none on CPU) and whether it fits.
 """
 
 from __future__ import annotations

@@ -1,25 +1,11 @@
 """What a sweep is: read from a YAML file (and the flags of `recipes-lib sweep`), checked, and turned
 into each trial's command.
 
-A sweep compares recipes fairly: each recipe gets its own learning-rate search (a grid, or a range
-searched with Optuna's TPE) on the validation split at one seed (`search_seed`), then the learning
-rate it chose is repeated over `seeds`, so the comparison is of each recipe at its best learning
-rate, with the seed-to-seed spread beside it. Every trial is its own `accelerate launch` of the
-recipe script (runner.py, trials.py); the report is report.py's.
-
-    base_config: recipes/configs/demo.yaml        # a recipe config, shared by every trial
-    accelerate_config: accelerate_configs/cpu.yaml
-    output_dir: outputs/sweep_demo                # trials, the study database, the report
-    metric: eval_accuracy                         # a results.json eval_* key: the validation split
-    search_seed: 42
-    seeds: [1, 2, 3]
-    recipes:
-      full_ft: {learning_rate: [2.0e-5, 5.0e-5, 1.0e-4]}
-      lora: {learning_rate: {low: 1.0e-4, high: 1.0e-2, trials: 6}}
-
-Every key is checked before anything runs; an unknown or bad one stops the sweep with one
-paragraph naming it and the fix. The command line's flags override the file's values (cli/sweep.py).
-This module reads and checks only (no torch, no Optuna): `--wandb_sweep` and the parser need nothing more.
+Each recipe gets its own learning-rate search on the validation split at `search_seed`, then the rate
+it chose is repeated over `seeds` (docs/sweeps.md: the file's keys, recipes/sweeps/sweep_demo.yaml an
+example). Every key is checked before anything runs; an unknown or bad one stops the sweep with one
+paragraph naming it and the fix. This module reads and checks only (no torch, no Optuna):
+`--wandb_sweep` and the parser need nothing more.
 """
 
 from __future__ import annotations

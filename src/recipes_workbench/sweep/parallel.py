@@ -1,22 +1,10 @@
 """Trials in parallel: `--workers N` on one machine, `--storage URL` shared between machines.
 
-Each phase of a sweep (a recipe's search, its seeds) and a cross-validation's folds is one Optuna
-study. What it has left to run is enqueued (`Study.enqueue_trial`: a grid's learning rates, the
-seeds, the folds; for a TPE range, one empty slot per trial still to sample), and N worker threads,
-each calling `study.optimize(n_trials=1)` on the shared storage, take the waiting trials one at a
-time. Optuna hands a WAITING trial to one caller only (RDBStorage sets it RUNNING under SELECT ...
-FOR UPDATE; SQLite ignores that, so study.py serializes it among this process's threads, and SQLite
-serves one machine). Each trial is still its own `accelerate launch`, on its worker's slot: one GPU
-(CUDA_VISIBLE_DEVICES) or cores // N CPU threads (OMP_NUM_THREADS).
-
-Machines sharing one study (`--storage postgresql://...`) each enqueue what they see missing, so a
-value can be queued twice. The trial that takes a copy runs it only if no other trial of that value
-has settled it, or holds a lower number and waits or runs (`claim`): one copy runs, the others end
-PRUNED without a launch. A worker with nothing to take waits while another's trial of the phase
-runs: a trial whose worker died is failed by its stopped heartbeat and queued again, and a waiting
-worker takes it; and a sweep's seeds start only once its search has settled everywhere. The outputs
-(sweep_results.json, oof_predictions.jsonl) are written once, by the worker that creates the study's
-report marker (`claim_report`: a study name, which the storage keeps unique).
+Each phase (a recipe's search, its seeds; a cross-validation's folds) is one Optuna study: what it has
+left is enqueued (`Study.enqueue_trial`), and N worker threads, each calling `study.optimize(n_trials=1)`
+on the shared storage, take the waiting trials one at a time. A value machines queued twice runs once
+(`claim`: the other copies end PRUNED, unlaunched), and the outputs are written once, by the worker that
+creates the study's report marker (`claim_report`). docs/sweeps.md ("Trials in parallel") has the details.
 """
 
 from __future__ import annotations

@@ -1,17 +1,9 @@
 """The sweep's report: per recipe its chosen learning rate and the seeds' spread, each pair of recipes
-tested against the seed-to-seed noise; as a terminal table, sweep_results.json and sweep_results.png.
+tested against the seed-to-seed noise (Welch's t-test, with the difference it could detect); as a
+terminal table, sweep_results.json and sweep_results.png (docs/sweeps.md, "The report").
 
-Selection is on validation: the learning rate with the best `metric` among a recipe's finished search
-trials (ties: the lowest rate). The final figures are the seeds phase's trials at that rate: on the
-test split (results.json's test_* twin of the metric) when every one of them has it, else on
-validation; each number in the report names its split. When search_seed is one of `seeds`, its
-search trial counts as that seed's trial, and its validation figure is then also the one the rate
-was chosen on (optimistic); the report says so.
-
-The test of a pair is Welch's t-test (scipy.stats.ttest_ind with equal_var=False: unequal variances,
-no pairing) on the final figures of their seeds. With few seeds it is weak, and the report says how
-weak: the difference, in the recipes' own seed standard deviations, that it would detect 80% of the
-time at p < 0.05.
+When search_seed is one of `seeds`, its search trial counts as that seed's trial, and its validation
+figure is then also the one the rate was chosen on (optimistic); the report says so.
 """
 
 from __future__ import annotations
@@ -27,7 +19,7 @@ from scipy import optimize, stats
 
 from recipes_lib.units import GIB, MIB
 from recipes_lib.whole_files import write_text_whole
-from recipes_workbench.shared import format_table, recipe_colours
+from recipes_workbench.shared import format_table, mean_and_std, recipe_colours
 from recipes_workbench.sweep.config import SweepConfig, format_lr
 from recipes_workbench.sweep.study import (
     choose_learning_rate,
@@ -78,12 +70,7 @@ def trial_record(trial, config: SweepConfig) -> dict[str, Any]:
 
 def spread(values: list[float]) -> dict[str, Any]:
     """Mean, sample standard deviation (n - 1) and the values; std None for one value."""
-    return {
-        "n": len(values),
-        "mean": statistics.fmean(values) if values else None,
-        "std": statistics.stdev(values) if len(values) > 1 else None,
-        "values": values,
-    }
+    return {"n": len(values), **mean_and_std(values), "values": values}
 
 
 def _mean(records: list[dict[str, Any]], key: str) -> float | None:

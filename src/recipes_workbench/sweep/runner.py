@@ -1,17 +1,11 @@
 """The sweep: check, print the plan, run each recipe's search then its chosen learning rate over the
-seeds, report. Rerunning the same command resumes it.
-
-    run_sweep(config)     what `recipes-lib sweep` runs (cli/sweep.py reads the file and flags)
+seeds, report. Rerunning the same command resumes it (docs/sweeps.md, "The study, and resuming").
 
 A grid's points are enqueued one at a time in ascending order, so the trials run in the order they
-were printed and a rerun knows which are left. Resuming: a trial a killed sweep left running is failed
-by Optuna's heartbeat and queued again (study.py); a trial stopped by Ctrl-C or SIGTERM is recorded as
-interrupted at once and queued again here (prepare_retries), both with Optuna's retry callback, and
-rerun from the start (its directory is replaced: --overwrite_output_dir true). Finished trials,
-complete or failed, are not rerun (`retry_failed` reruns the failed ones).
-
-The sweep's own process never touches a GPU: the arguments and the planner are checked in a child
-process (preflight.py), and each trial is its own `accelerate launch` (trials.py).
+were printed and a rerun knows which are left. A trial stopped by Ctrl-C or SIGTERM is recorded as
+interrupted at once and queued again here (prepare_retries); one a killed sweep left running, by the
+heartbeat (study.py). The sweep's own process never touches a GPU: the arguments and the planner are
+checked in a child process (preflight.py), and each trial is its own `accelerate launch` (trials.py).
 """
 
 from __future__ import annotations
@@ -27,6 +21,7 @@ from typing import Any
 
 from tqdm.auto import tqdm
 
+from recipes_lib.credentials import redact
 from recipes_lib.locking import lock_directory
 from recipes_workbench.shared import format_table
 from recipes_workbench.sweep.config import SweepConfig, format_lr, trial_command, trial_dir
@@ -55,7 +50,6 @@ from recipes_workbench.sweep.study import (
     open_storage,
     open_study,
     requeue,
-    safe_url,
     search_results,
     search_sampler,
     search_study_name,
@@ -348,7 +342,7 @@ def format_plan(
     rows: list[dict[str, Any]],
     workers: Workers = ONE_WORKER,
 ) -> str:
-    study = safe_url(workers.storage) if workers.shared else Path(config.output_dir) / STUDY_FILE
+    study = redact(workers.storage) if workers.shared else Path(config.output_dir) / STUDY_FILE
     at_once = f"; {workers.count} trials at once on this machine" if workers.count > 1 else ""
     lines = [
         f"Sweep {config.name}: {', '.join(r.name for r in config.recipes)}; {config.metric} on validation "

@@ -1,21 +1,10 @@
 """The sweep's study database, OUTPUT_DIR/sweep.db (Optuna's RDB storage on SQLite), and what the sweep
-and its report read back from it.
+and its report read back from it: per recipe a `<recipe>:search` and a `<recipe>:seeds:lr=<lr>` study.
 
-Per recipe, two studies:
-
-    <recipe>:search              the learning rates at search_seed: a GridSampler over the grid, or a
-                                 TPESampler(seed=...) over the log range for `trials` trials
-    <recipe>:seeds:lr=<lr>       the chosen learning rate at each seed of `seeds` (a GridSampler)
-
-Every trial records, as user attributes, its phase, recipe, learning rate, seed, output_dir, log,
-status (running, then complete, failed or interrupted) and reason, and the results.json figures the
-report needs. Optuna's state: COMPLETE with the metric's value, or FAIL.
-
-A trial whose sweep died (kill -9, a crash, a lost machine) is Optuna's own business: the storage
-records the running trial's heartbeat, and a trial whose heartbeat stopped is failed by Optuna's
-`fail_stale_trials` (which `study.optimize` runs before each trial, and the sweep once as it starts)
-and handed to the storage's stale-trial callback, RequeueStaleTrials: what still runs of it is stopped
-and Optuna's retry callback queues its parameters again, so the study's next trial reruns them.
+A trial whose sweep died (kill -9, a crash, a lost machine) is Optuna's own business: a trial whose
+heartbeat stopped is failed by Optuna's `fail_stale_trials` and handed to the storage's stale-trial
+callback, RequeueStaleTrials, which stops what still runs of it and queues its parameters again.
+docs/sweeps.md ("The study, and resuming") says what each trial records and how a rerun resumes.
 """
 
 from __future__ import annotations
@@ -120,15 +109,9 @@ DRIVERS = {
 }
 
 
-def safe_url(url: str) -> str:
-    """The URL with its password hidden, for messages and the plan (also one SQLAlchemy cannot parse,
-    and a `?password=` query)."""
-    return redact(url)
-
-
 def storage_error(url: str, error: BaseException) -> ConfigError:
     """One paragraph naming the --storage value and the fix, for what opening it raised."""
-    shown = safe_url(url)
+    shown = redact(url)
     missing = error
     while missing is not None and not (isinstance(missing, ImportError) and missing.name):
         missing = missing.__cause__ or missing.__context__  # Optuna re-raises the driver's ImportError
@@ -342,7 +325,6 @@ def search_results(trials: list) -> list:
 
 
 def seeds_results(trials: list) -> list:
-    """The latest trial of each seed of a seeds study."""
     latest = latest_by_key(trials, lambda trial: trial.params.get("seed"))
     return [trial for seed, trial in latest.items() if seed is not None]
 

@@ -385,11 +385,6 @@ def runs_home(run_dirs: list[str]) -> Path:
     return Path(os.path.commonpath([str(_run_dir(run_dir).resolve().parent) for run_dir in run_dirs]))
 
 
-def default_chart_path(run_dirs: list[str]) -> Path:
-    """Next to the runs: in the directory that holds them all."""
-    return runs_home(run_dirs) / CHART_FILE
-
-
 # --- repeats of one setting: the same run but for its seed ------------------------------------------
 
 # Options of the resolved config that do not change what a run computes, besides its seeds: where it
@@ -472,6 +467,6 @@ def compare(run_dirs: list[str], chart: str | None = None, markdown: bool = Fals
         print(repeats_table(groups, markdown))
     if draw:
         names = run_names(run_dirs) if alike(runs) else None
-        path = write_chart(runs, chart or default_chart_path(run_dirs), names)
+        path = write_chart(runs, chart or runs_home(run_dirs) / CHART_FILE, names)
         print(f"chart: {path}")
     return 0

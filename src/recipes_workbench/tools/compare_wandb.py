@@ -28,8 +28,8 @@ from recipes_lib.units import short_model_name
 from recipes_workbench.dashboard import COMPARE_JOB_TYPE, COMPARISON_CHART, COMPARISON_TABLE
 from recipes_workbench.shared import print_error
 from recipes_workbench.tools.compare import (
+    CHART_FILE,
     CompareError,
-    default_chart_path,
     evaluation_note,
     load_runs,
     run_names,
@@ -96,7 +96,7 @@ def log_comparison(
         print("W&B is disabled (WANDB_MODE=disabled): no comparison run was logged.")
         return 0
     logged: dict[str, Any] = {COMPARISON_TABLE: results_table(runs)}
-    chart_path = Path(chart) if chart else default_chart_path(run_dirs)
+    chart_path = Path(chart) if chart else runs_home(run_dirs) / CHART_FILE
     if draw and chart_path.is_file():
         logged[COMPARISON_CHART] = wandb.Image(str(chart_path), caption="recipes-lib compare")
     run.log(logged)

@@ -25,7 +25,6 @@ from recipes_workbench.planner.arithmetic import FLASH_ATTENTION
 from recipes_workbench.planner.catalogue import catalogue_entry
 from recipes_workbench.planner.fits import catalogue_fits, format_fits
 from recipes_workbench.planner.inference import load_teacher, plan_inference
-from recipes_workbench.planner.plan import Setup
 from recipes_workbench.planner.report import (
     PLANNING_ERRORS,
     describe_setup,
@@ -38,6 +37,7 @@ from recipes_workbench.planner.report import (
     format_sources,
     plan_models,
 )
+from recipes_workbench.planner.setup import Setup
 from recipes_workbench.recipes import RECIPES
 from recipes_workbench.shared import print_error
 

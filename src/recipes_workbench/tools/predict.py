@@ -388,11 +388,7 @@ def run_decision_threshold(run: TrainedRun) -> float | None:
     return threshold
 
 
-def write_predictions(
-    run_dir: str, input_file: str, output: str | None = None, batch_size: int = DEFAULT_BATCH_SIZE,
-    csv_quoting: str | None = None, text_column_names: str | None = None, id_column: str | None = None,
-    delimiter: str | None = None, column_names: str | None = None, max_text_chars: int | None = None,
-) -> int:  # fmt: skip
+def write_predictions(run_dir: str, input_file: str, output: str | None = None, **options) -> int:
     """`recipes-lib predict`: the rows as JSON Lines, to `output` or standard output; returns the exit code."""
     # Progress and notes on stderr: stdout carries only the predictions.
     logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)
@@ -404,10 +400,7 @@ def write_predictions(
         )
         return 2
     try:
-        rows = predict(run_dir, input_file, batch_size=batch_size, csv_quoting=csv_quoting,
-                       text_column_names=text_column_names, id_column=id_column, with_ids=True,
-                       delimiter=delimiter, column_names=column_names,
-                       max_text_chars=max_text_chars)  # fmt: skip
+        rows = predict(run_dir, input_file, with_ids=True, **options)
     except RecipeError as error:
         print_error(error)
         return error.exit_code

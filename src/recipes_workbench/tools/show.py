@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from recipes_lib.results import RunResults
 from recipes_lib.units import short_model_name
 from recipes_workbench.shared import format_table, print_error
 from recipes_workbench.tools.compare import TASK_METRIC_COLUMNS, CompareError, load_runs, number_cell
@@ -30,11 +29,6 @@ SHOW_COLUMNS = (
 )
 
 
-def _cell(results: RunResults, key: str, fmt: str) -> str:
-    value = results.value(key)
-    return "-" if value is None else fmt.format(value)
-
-
 def show(run_dirs: list[str]) -> int:
     try:
         runs = load_runs(run_dirs)
@@ -49,7 +43,9 @@ def show(run_dirs: list[str]) -> int:
         if any(run.value(key) is not None for run in runs)
     ]
     columns = [*SHOW_COLUMNS[:4], *extra, *SHOW_COLUMNS[4:]]
-    cells = [(title, lambda run, key=key, fmt=fmt: _cell(run, key, fmt)) for key, title, fmt in columns]
+    cells = [
+        (title, lambda run, key=key, fmt=fmt: number_cell(run.value(key), fmt)) for key, title, fmt in columns
+    ]
     # The model by name (a local path's directory, or the one above a `model/` folder): the path is in results.json.
     cells[1] = ("model", lambda run: short_model_name(run.model_name_or_path))
     if any(windowed(run) for run in runs):  # samples/s counts windows there: documents beside it
