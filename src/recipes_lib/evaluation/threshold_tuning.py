@@ -3,10 +3,21 @@ model's positive class (--decision_threshold tune)."""
 
 from __future__ import annotations
 
+import logging
+from typing import Any
+
 import numpy as np
 
-from recipes_lib.config.tasks import DEFAULT_THRESHOLD
-from recipes_lib.evaluation.thresholds import FLAT_STD, POSITIVE_ID, positive_probabilities, predicted_labels
+from recipes_lib.config.tasks import DEFAULT_THRESHOLD, TUNE
+from recipes_lib.evaluation.thresholds import (
+    FLAT_STD,
+    POSITIVE_ID,
+    positive_probabilities,
+    predicted_labels,
+    sigmoid,
+)
+
+logger = logging.getLogger("recipes_lib")
 
 # Candidate thresholds: 0.05 apart. A finer grid fits the validation split's noise, not the task.
 THRESHOLD_GRID = np.round(np.arange(0.05, 0.96, 0.05), 2)
@@ -76,3 +87,119 @@ def tune_decision_threshold(logits: np.ndarray, references: np.ndarray) -> float
     """
     truth = (np.asarray(references) == POSITIVE_ID)[:, None]
     return tune_thresholds(positive_probabilities(logits)[:, None], truth)[0]
+
+
+def tune_multi_label(outputs, scorer, names: list[str], collapsed: bool) -> None:
+    """Into `outputs` (predictions.EvaluationOutputs): multi-label thresholds tuned on validation (each
+    class's, choose_thresholds' refusals kept at 0.5), and validation scored at them beside 0.5, with the
+    share of rows each threshold marks (`threshold_tuning`). A collapsed model keeps 0.5 everywhere and
+    gets no tuned figure."""
+    probabilities = sigmoid(outputs.logits)
+    if collapsed:
+        why = "the model collapsed: its outputs do not depend on the input"
+        choices = [{"threshold": DEFAULT_THRESHOLD, "tuned": False, "why": why} for _ in names]
+    else:
+        choices = choose_thresholds(probabilities, outputs.references)
+    outputs.thresholds = [choice["threshold"] for choice in choices]
+    at_half = [DEFAULT_THRESHOLD] * len(names)
+    prevalence = np.asarray(outputs.references).round().mean(axis=0)
+    outputs.results["label_thresholds"] = dict(zip(names, outputs.thresholds, strict=True))
+    outputs.results["threshold_tuning"] = {
+        name: {
+            **choice,
+            "prevalence": round(float(share), 4),
+            "marked_at_threshold": marked,
+            "marked_at_0.5": marked_half,
+        }
+        for name, choice, share, marked, marked_half in zip(
+            names,
+            choices,
+            prevalence,
+            marked_shares(probabilities, outputs.thresholds),
+            marked_shares(probabilities, at_half),
+            strict=True,
+        )
+    }
+    if not any(choice["tuned"] for choice in choices):
+        reasons = sorted({choice["why"] for choice in choices})
+        logger.info("Thresholds on validation: none tuned (%s); every class at 0.5", "; ".join(reasons))
+        return
+    # Optimistic: tuned and scored on the same split. The test split, scored at them, is not.
+    tuned = scorer.scores(outputs.logits, outputs.references, outputs.thresholds)
+    half = scorer.scores(outputs.logits, outputs.references, at_half)
+    outputs.results.update({f"eval_tuned_{name}": value for name, value in tuned.items()})
+    logger.info(
+        "Thresholds tuned on validation (optimistic: scored on the rows they were tuned on): macro-F1 %.4f at "
+        "0.5, %.4f at them; per class threshold (share of rows marked at it / at 0.5): %s",
+        half["f1"],
+        tuned["f1"],
+        ", ".join(
+            f"{name} {entry['threshold']:g} ({entry['marked_at_threshold']:.0%} / {entry['marked_at_0.5']:.0%})"
+            + ("" if entry["tuned"] else f" not tuned: {entry['why']}")
+            for name, entry in outputs.results["threshold_tuning"].items()
+        ),
+    )
+
+
+# How many labels the end of a multi-label run shows on the terminal; results.json and the card hold all.
+WEAKEST_SHOWN = 5
+
+
+def weakest_labels(scores: dict[str, dict[str, Any]], count: int = WEAKEST_SHOWN) -> str:
+    """The `count` labels of lowest validation F1 (of two at the same F1, the one with more rows first: more
+    missed), as a small table for the terminal."""
+    weakest = sorted(scores.items(), key=lambda item: (item[1]["f1"], -item[1]["support"]))[:count]
+    width = max(len("label"), *(len(name) for name, _ in weakest))
+    lines = [
+        f"The {len(weakest)} weakest of {len(scores)} labels on validation, by F1 (all of them: per_class in "
+        "results.json, and the model card):",
+        f"  {'label':<{width}}  precision  recall  f1      support",
+    ]
+    lines += [
+        f"  {name:<{width}}  {s['precision']:<9.4f}  {s['recall']:<6.4f}  {s['f1']:<6.4f}  {s['support']}"
+        for name, s in weakest
+    ]
+    return "\n".join(lines)
+
+
+def decide_binary_threshold(option, names: list[str], tuned_on: str, scorer, outputs) -> None:
+    """--decision_threshold: the positive class's threshold, and validation (and test) scored at 0.5 and at it.
+
+    A tuned threshold scored on the validation split it was tuned on is optimistic, as the
+    multi-label thresholds are; the test split's figures at it are the honest ones.
+    """
+    tuned = option == TUNE and not outputs.results.get("model_collapsed")  # a collapsed model: not tuned
+    threshold = tune_decision_threshold(outputs.logits, outputs.references) if tuned else option
+    if option == TUNE and not tuned:
+        threshold = DEFAULT_THRESHOLD
+        logger.warning("--decision_threshold tune: not tuned, the model collapsed; its threshold stays 0.5.")
+    outputs.decision_threshold = threshold
+    positive = positive_probabilities(outputs.logits)
+    results = {
+        "decision_threshold": threshold,
+        "decision_threshold_tuned_on": tuned_on if tuned else None,
+        "positive_label": names[POSITIVE_ID],
+        # The share of validation rows given the positive class at the threshold and at 0.5.
+        "decision_threshold_marked": round(float((positive >= threshold).mean()), 4),
+        "decision_threshold_marked_at_default": round(float((positive >= DEFAULT_THRESHOLD).mean()), 4),
+    }
+    splits = {"eval": (outputs.logits, outputs.references)}
+    if outputs.test_references is not None:
+        splits["test"] = (outputs.test_logits, outputs.test_references)
+    at_half = {}  # the positive class's F1 at 0.5 is the evaluation's own (eval_f1_positive, test_f1_positive)
+    for prefix, (logits, references) in splits.items():
+        references = np.asarray(references)
+        at_half[prefix] = scorer.binary_scores(logits, references, DEFAULT_THRESHOLD)["f1_positive"]
+        at_threshold = scorer.binary_scores(logits, references, threshold)
+        results.update({f"{prefix}_threshold_{name}": value for name, value in at_threshold.items()})
+    outputs.results.update(results)
+    shown = "test" if "test" in splits else "eval"  # the honest split where there is one
+    logger.info(
+        "Decision threshold for '%s': %.2f (%s); positive-class F1 on %s %.4f at 0.5, %.4f at it",
+        names[POSITIVE_ID],
+        threshold,
+        "tuned on validation" if tuned else "given",
+        "test" if shown == "test" else "validation",
+        at_half[shown],
+        results[f"{shown}_threshold_f1_positive"],
+    )
