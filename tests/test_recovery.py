@@ -426,6 +426,11 @@ def test_overwriting_a_lora_run_with_full_ft_leaves_no_adapter_to_load_by_mistak
         "lora", run_args(tiny_bert, learnable_data, output_dir, "--merge_adapter", "true", **QUICK)
     )
     assert (output_dir / "adapter_config.json").is_file() and (output_dir / "merged").is_dir()
+    # An export of the old model (`recipes-lib export`), passed and failed: not the new model's.
+    (output_dir / "export").mkdir()
+    (output_dir / "export" / "export_report.json").write_text('{"passed": true, "models": {}}')
+    (output_dir / "export.failed").mkdir()
     run_in_process("full_ft", run_args(tiny_bert, learnable_data, output_dir, **QUICK))  # QUICK overwrites
     assert not (output_dir / "adapter_config.json").exists() and not (output_dir / "merged").exists()
+    assert not (output_dir / "export").exists() and not (output_dir / "export.failed").exists()
     assert type(load_trained_model(output_dir)).__name__ == "BertForSequenceClassification"
