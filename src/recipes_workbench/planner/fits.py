@@ -2,12 +2,8 @@
 activation checkpointing, as `recipes-lib plan --fits` prints it (the README's "What trains in
 24 GB" table).
 
-For each model and recipe: the largest per-device batch that fits, without and with activation
-checkpointing, and the cheapest way to train it at the asked batch (32 by default). Every figure is
-the planner's prediction from the config alone; nothing here has run on a GPU.
-
-Beside the recipes, the memory techniques the largest encoders need on one GPU (TECHNIQUES: a recipe
-with one option or accelerate config changed), each a column next to its recipe.
+Every figure is the planner's prediction from the config alone; nothing here has run on a GPU.
+Beside the recipes, the memory techniques the largest encoders need on one GPU (TECHNIQUES).
 """
 
 from __future__ import annotations

@@ -133,11 +133,6 @@ def describe_shape(shape: TrainingShape) -> str:
     return ", ".join(parts)
 
 
-def setup_label(setup: Setup) -> str:
-    """The setup's label (the recipe's name), or its shape in words when it has none."""
-    return setup.label or describe_shape(setup.shape)
-
-
 def describe_setup(setup: Setup, budget_gib: float, encoder: Encoder | None = None) -> str:
     """The setup in words; with the planned `encoder`, the attention it really runs."""
     precision = f"{setup.precision} mixed precision" if setup.half_precision else "fp32"
@@ -195,7 +190,7 @@ def format_plan(plan: MemoryPlan, max_batch: int, budget_gib: float) -> str:
     if plan.cuda_overhead:
         rows.append(("CUDA context + workspace (assumed)", plan.cuda_overhead))
     lines = [
-        f"{plan.model}, {setup_label(plan.setup)}: {plan.params_total:,} parameters, "
+        f"{plan.model}, {plan.setup.label or describe_shape(plan.setup.shape)}: {plan.params_total:,} parameters, "
         f"{plan.params_trainable:,} trainable",
         describe_setup(plan.setup, budget_gib, plan.encoder),
         "",
