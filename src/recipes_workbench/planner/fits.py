@@ -160,8 +160,7 @@ def catalogue_fits(
 ) -> list[ModelFits]:
     """`model_fits` for each catalogue model (all of them by default), built from the catalogue's own
     values, never a cached or downloaded config, so the table is the same on every machine. Every
-    recipe of `shapes` is planned with its techniques (`with_techniques`). `precision_for(model_type)`
-    gives (precision, why) per model, as plan_models takes it; without it, the setup's precision."""
+    recipe of `shapes` is planned with its techniques (`with_techniques`); `precision_for` as in plan_models."""
     columns = with_techniques(shapes)
     rows = []
     for name in models or CATALOGUE:

@@ -202,11 +202,9 @@ def format_plan(plan: MemoryPlan, max_batch: int, budget_gib: float) -> str:
     lines.append("")
     lines.append("  activations, by what forward keeps for backward:")
     lines += [f"    {name:<50} {value / MIB:>10.1f} MiB" for name, value in plan.activation_terms.items()]
-    encoder = plan.encoder or (Encoder.from_config(plan.config) if plan.config is not None else None)
-    if encoder is not None:
-        lines.append(f"  one encoder layer (of {encoder.layers}):")
-        layer = layer_activation_terms(encoder, plan.setup)
-        lines += [f"    {name:<50} {value / MIB:>10.1f} MiB" for name, value in layer.items()]
+    lines.append(f"  one encoder layer (of {plan.encoder.layers}):")
+    layer = layer_activation_terms(plan.encoder, plan.setup)
+    lines += [f"    {name:<50} {value / MIB:>10.1f} MiB" for name, value in layer.items()]
     verdict = "fits" if plan.total <= budget_gib * GIB else "does NOT fit"
     lines += ["", f"{verdict} in {budget_gib:g} GiB; largest batch that fits: {max_batch or 'none'}"]
     return "\n".join(lines)

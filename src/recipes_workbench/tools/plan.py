@@ -46,10 +46,9 @@ TARGET_GPU = DeviceCapability(
 def recipe_shapes(recipe: str, args) -> dict:
     """{name: TrainingShape} of the recipes to plan, from the recipe registry (recipes_workbench/recipes.py), with the command
     line's LoRA and optimizer overrides applied; a recipe whose shape cannot be made maps to the error."""
-    specs = RECIPES
-    if recipe != "all" and recipe not in specs:
+    if recipe != "all" and recipe not in RECIPES:
         raise ConfigError(
-            f"--recipe {recipe} is not a recipe of recipes/; use one of {', '.join(specs)}, or all."
+            f"--recipe {recipe} is not a recipe of recipes/; use one of {', '.join(RECIPES)}, or all."
         )
     lora_changes = {
         field: value
@@ -61,7 +60,7 @@ def recipe_shapes(recipe: str, args) -> dict:
         if value is not None
     }
     shapes = {}
-    for name, spec in specs.items():
+    for name, spec in RECIPES.items():
         if recipe not in ("all", name):
             continue
         try:
