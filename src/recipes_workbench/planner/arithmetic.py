@@ -1,27 +1,11 @@
 """The byte arithmetic: what each part of a training step's memory holds, from an Encoder and a Setup.
 
-The parts are the five that results.json measures (memory/monitor.py); plan.py adds them up:
+The parts are the five that results.json measures (memory/monitor.py); plan.py adds them up. The
+bytes of weights (fp32, NF4, LLM.int8), gradients, optimizer state (AdamW, 8-bit, paged), ZeRO-Offload
+and the input batch (other) are each a function's docstring below; docs/planner.md sums them up.
 
-    weights          parameters and buffers: 4 B each in fp32; a quantized base's NF4 linear weights
-                     0.5 B + 1/64 B (8-bit block scale per 64 weights) + 4/16,384 B (fp32 scale of
-                     the scales per 256 blocks), about 0.516 B; its LLM.int8 linear weights (base_bits
-                     8) 1 B + an fp32 scale per output row (bert-base's FFN: 1.0013 B)
-    gradients        4 B per trainable parameter (fp32, as the weights that train are fp32)
-    optimizer_state  AdamW: 2 moments x 4 B + a 4 B step counter per tensor; 8-bit AdamW
-                     (optimizer_bits 8): 2 x 1 B + 2 x 4 B of absmax per 256-element block = 2.03 B
-                     for tensors of >= 4,096 elements (the embeddings stay 32-bit unless
-                     embedding_optimizer_bits is 8). A paged optimizer's state buffers of tensors of
-                     >= 100,000 elements are in CUDA unified memory (paged_optimizer_bytes; plan.py
-                     says what the peak assumes of them)
-    ZeRO-Offload     (Setup.optimizer_offload, accelerate_configs/deepspeed_zero2_offload.yaml) the
-                     optimizer state, the fp32 master weights and fp32 gradients live in CPU memory
-                     (16 B per trainable parameter, offloaded_bytes); the GPU keeps the weights in the
-                     run's precision (2 B under bf16: DeepSpeed's bf16 mode casts the model) and
-                     DeepSpeed's gradient buffers (offload_gradient_bytes)
-    activations      what forward saves for backward, layer by layer (below), at the peak of backward
-    other            the input batch (int64 ids, token types, mask)
-
-Activations, per encoder layer, for T = batch x length tokens, hidden H, FFN width F, A heads
+Activations (what forward saves for backward, at the peak of backward), per encoder layer, for
+T = batch x length tokens, hidden H, FFN width F, A heads
 (e = 4 B in fp32, 2 B in bf16 or fp16 mixed precision (the same bytes); m = dropout mask: 1 B on CUDA (bool), the tensor's
 own size on CPU, where PyTorch draws a float noise tensor; LayerNorm and residual sums stay fp32):
 

@@ -59,11 +59,7 @@ BERT_FAMILY: tuple[tuple[str, dict[str, Any]], ...] = (
 
 
 def load_config(name_or_path: str, num_labels: int = 2):
-    """A model config from a local directory, a config.json, the Hub cache, the catalogue or the Hub.
-
-    Nothing but config.json is read, so no weights are downloaded; offline, a Hub name works when
-    its config is cached, is pip-installed (MiniLM), or is in the catalogue.
-    """
+    """load_config_and_source's config: nothing but config.json is read, no weights downloaded."""
     return load_config_and_source(name_or_path, num_labels)[0]
 
 

@@ -2,12 +2,8 @@
 activation checkpointing, as `recipes-lib plan --fits` prints it (the README's "What trains in
 24 GB" table).
 
-For each model and recipe: the largest per-device batch that fits, without and with activation
-checkpointing, and the cheapest way to train it at the asked batch (32 by default). Every figure is
-the planner's prediction from the config alone; nothing here has run on a GPU.
-
-Beside the recipes, the memory techniques the largest encoders need on one GPU (TECHNIQUES: a recipe
-with one option or accelerate config changed), each a column next to its recipe.
+Every figure is the planner's prediction from the config alone; nothing here has run on a GPU.
+Beside the recipes, the memory techniques the largest encoders need on one GPU (TECHNIQUES).
 """
 
 from __future__ import annotations
@@ -165,8 +161,7 @@ def catalogue_fits(
 ) -> list[ModelFits]:
     """`model_fits` for each catalogue model (all of them by default), built from the catalogue's own
     values, never a cached or downloaded config, so the table is the same on every machine. Every
-    recipe of `shapes` is planned with its techniques (`with_techniques`). `precision_for(model_type)`
-    gives (precision, why) per model, as plan_models takes it; without it, the setup's precision."""
+    recipe of `shapes` is planned with its techniques (`with_techniques`); `precision_for` as in plan_models."""
     columns = with_techniques(shapes)
     rows = []
     for name in models or CATALOGUE:

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, replace
-from typing import Any
 
 from recipes_lib.config.recipe_spec import TrainingShape
 from recipes_lib.errors import ConfigError, ModelError
@@ -54,8 +53,7 @@ class MemoryPlan:
     activations: int
     other: int
     activation_terms: dict[str, int]
-    config: Any = None  # the model config the plan was made from
-    encoder: Encoder | None = None  # what the activation arithmetic read from it
+    encoder: Encoder  # what the activation arithmetic read from the model config
     # Of optimizer_state: what a paged optimizer keeps in CUDA unified memory (evictable to the CPU).
     paged_optimizer_state: int = 0
     # CPU memory of ZeRO-Offload: optimizer state, fp32 master weights and gradients (not in `total`).
@@ -152,7 +150,6 @@ def plan_memory(
         activations=sum(terms.values()),
         other=input_bytes(setup, encoder),
         activation_terms=terms,
-        config=config,
         encoder=encoder,
     )
 
@@ -227,7 +224,7 @@ def largest_batch(
 
     Every part but the activations is fixed, and the activations grow with the batch, so
     doubling then bisecting finds the edge in a few dozen evaluations of the arithmetic.
-    `parameters`: the counts for setup.shape, when the caller has them (see plan_memory).
+    `parameters`: as in plan_memory.
     """
     parameters = parameters or count_parameters_on_meta(config, setup.shape)
 

@@ -134,11 +134,6 @@ def describe_shape(shape: TrainingShape) -> str:
     return ", ".join(parts)
 
 
-def setup_label(setup: Setup) -> str:
-    """The setup's label (the recipe's name), or its shape in words when it has none."""
-    return setup.label or describe_shape(setup.shape)
-
-
 def describe_setup(setup: Setup, budget_gib: float, encoder: Encoder | None = None) -> str:
     """The setup in words; with the planned `encoder`, the attention it really runs."""
     precision = f"{setup.precision} mixed precision" if setup.half_precision else "fp32"
@@ -196,7 +191,7 @@ def format_plan(plan: MemoryPlan, max_batch: int, budget_gib: float) -> str:
     if plan.cuda_overhead:
         rows.append(("CUDA context + workspace (assumed)", plan.cuda_overhead))
     lines = [
-        f"{plan.model}, {setup_label(plan.setup)}: {plan.params_total:,} parameters, "
+        f"{plan.model}, {plan.setup.label or describe_shape(plan.setup.shape)}: {plan.params_total:,} parameters, "
         f"{plan.params_trainable:,} trainable",
         describe_setup(plan.setup, budget_gib, plan.encoder),
         "",
@@ -208,11 +203,9 @@ def format_plan(plan: MemoryPlan, max_batch: int, budget_gib: float) -> str:
     lines.append("")
     lines.append("  activations, by what forward keeps for backward:")
     lines += [f"    {name:<50} {value / MIB:>10.1f} MiB" for name, value in plan.activation_terms.items()]
-    encoder = plan.encoder or (Encoder.from_config(plan.config) if plan.config is not None else None)
-    if encoder is not None:
-        lines.append(f"  one encoder layer (of {encoder.layers}):")
-        layer = layer_activation_terms(encoder, plan.setup)
-        lines += [f"    {name:<50} {value / MIB:>10.1f} MiB" for name, value in layer.items()]
+    lines.append(f"  one encoder layer (of {plan.encoder.layers}):")
+    layer = layer_activation_terms(plan.encoder, plan.setup)
+    lines += [f"    {name:<50} {value / MIB:>10.1f} MiB" for name, value in layer.items()]
     verdict = "fits" if plan.total <= budget_gib * GIB else "does NOT fit"
     lines += ["", f"{verdict} in {budget_gib:g} GiB; largest batch that fits: {max_batch or 'none'}"]
     return "\n".join(lines)

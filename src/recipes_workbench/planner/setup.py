@@ -79,7 +79,6 @@ class Setup:
 
     @property
     def precision(self) -> str:
-        """'bf16', 'fp16' or 'fp32'."""
         return "bf16" if self.bf16 else "fp16" if self.fp16 else "fp32"
 
     @property
@@ -93,7 +92,6 @@ class Setup:
 
     @property
     def sharded_parts(self) -> tuple[str, ...]:
-        """The parts each process keeps 1/num_processes of."""
         return SHARDED_PARTS[self.sharding] if self.num_processes > 1 else ()
 
     @property

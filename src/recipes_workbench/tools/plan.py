@@ -1,13 +1,8 @@
 """`recipes-lib plan`: peak training memory predicted from the model config alone (no weights, no GPU).
 
-The command's body: the parsed arguments (cli/plan.py) become the planner's Setup and each recipe's
-TrainingShape (its registry entry, with the command line's LoRA and optimizer overrides), and the
-planner (recipes_workbench/planner/) predicts and formats. Torch is imported to count parameters on the meta
-device and to read the GPU the precision is chosen for, never to allocate anything.
-
-The precision planned is, unless asked for (--precision, --bf16), the one the recipe itself would
-pick (config/precision.py's choose_precision, per model family), on TARGET_GPU when this machine has
-no GPU and --device cpu is not given (docs/memory.md says why).
+The parsed arguments (cli/plan.py) become the planner's Setup and each recipe's TrainingShape; the
+planner (recipes_workbench/planner/) predicts and formats. Torch only counts parameters on the meta
+device and reads the GPU the precision is chosen for (PlannedPrecision; docs/memory.md says why).
 """
 
 from __future__ import annotations
@@ -51,10 +46,9 @@ TARGET_GPU = DeviceCapability(
 def recipe_shapes(recipe: str, args) -> dict:
     """{name: TrainingShape} of the recipes to plan, from the recipe registry (recipes_workbench/recipes.py), with the command
     line's LoRA and optimizer overrides applied; a recipe whose shape cannot be made maps to the error."""
-    specs = RECIPES
-    if recipe != "all" and recipe not in specs:
+    if recipe != "all" and recipe not in RECIPES:
         raise ConfigError(
-            f"--recipe {recipe} is not a recipe of recipes/; use one of {', '.join(specs)}, or all."
+            f"--recipe {recipe} is not a recipe of recipes/; use one of {', '.join(RECIPES)}, or all."
         )
     lora_changes = {
         field: value
@@ -66,7 +60,7 @@ def recipe_shapes(recipe: str, args) -> dict:
         if value is not None
     }
     shapes = {}
-    for name, spec in specs.items():
+    for name, spec in RECIPES.items():
         if recipe not in ("all", name):
             continue
         try:
