@@ -14,10 +14,10 @@ from tests.helpers.repo import REPO_ROOT
 SRC = REPO_ROOT / "src"
 # Issue 56 asks for the run library at most 12,000 lines and all of src not above the 22,910 it had
 # before; the move alone gave 11,685 and 22,910. Issues 54, 55 and 58, merged with it, added ~1,450
-# (12,699 and 24,360 here): the bounds hold today's figures, so that nothing grows unseen, until they
-# are cut back to the issue's (said open in its note).
-RUN_LIBRARY_MAX_LINES = 12_699
-SRC_MAX_LINES = 24_360
+# (12,699 and 24,360). Session 60 cut and moved them back to 12,176 and 23,682, still above the issue's
+# figures (said open in its note): the bounds hold today's figures, so that nothing grows unseen.
+RUN_LIBRARY_MAX_LINES = 12_176
+SRC_MAX_LINES = 23_682
 
 
 def run_library_modules() -> set[str]:

@@ -41,9 +41,13 @@ from tests.helpers.repo import REPO_ROOT
 # leftovers and unwritable-directory paragraph (locking.py), typed results (results.py), --split_column's
 # check (data/split_column.py), the fp32 regression head (modeling/score_head.py), the measured length
 # figures (data/long_text.py); the move took the registry (-90) out. Measured by the LOADED script below.
+# 48 modules, 7,696 lines after session 60 (issue 56's cuts): the version check is transformers'
+# require_version, what only --class_weights, --split_column, regression, resume, threshold tuning,
+# a collapse note or the workbench uses loads where it is used or moved to the workbench, and docstrings
+# that restated a field's help or the code were cut. Measured by the LOADED script below.
 # A bound, so that what a recipe does not use creeping back fails.
-FULL_FT_MAX_MODULES = 50
-FULL_FT_MAX_LINES = 8_669
+FULL_FT_MAX_MODULES = 48
+FULL_FT_MAX_LINES = 7_696
 
 LOADED = """
 import importlib.util, json, pathlib, sys
