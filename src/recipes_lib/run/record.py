@@ -187,9 +187,9 @@ def model_results(settings: RunSettings, trainer) -> dict[str, Any]:
     return dict(
         model_type=settings.model_type,
         attn_implementation=settings.arguments.model.attn_implementation,
-        # LoRA: the layers adapted (resolved for the family) and the modules trained whole.
+        # LoRA: the layers adapted (resolved for the family), the modules trained whole (peft's set, sorted).
         lora_target_modules=_listed(adapters.target_modules) if adapters is not None else None,
-        modules_trained_in_full=list(getattr(trainer.model, "modules_to_save", None) or []) or None,
+        modules_trained_in_full=sorted(getattr(trainer.model, "modules_to_save", None) or []) or None,
         # QLoRA: the bits of the frozen base's linear weights (4: NF4, 8: LLM.int8); else None.
         quantized_base_bits=qlora.base_bits if qlora is not None else None,
         auto_batch_size=batch.to_dict() if batch is not None else None,
