@@ -177,13 +177,18 @@ def test_ctrl_c_stops_every_workers_trial_as_interrupted_and_the_same_command_re
                 return Outcome("failed", "killed", exit_code=process.returncode)
             return super().__call__(trial, config)
 
+    # Ctrl-C reaches the sweep as Python's KeyboardInterrupt, as in a fresh `recipes-lib sweep` process;
+    # an earlier test in this worker process may have left another SIGINT handler installed.
+    handler_before = signal.signal(signal.SIGINT, signal.default_int_handler)
     timer = threading.Timer(3.0, os.kill, (os.getpid(), signal.SIGINT))
     timer.start()
     try:
         code = run_sweep(config, launch=Sleeping(), preflight=no_budget, draw=False, workers=Workers(2))
     finally:
         timer.cancel()
-    assert code == 130 and "run the same command to resume" in capsys.readouterr().out
+        signal.signal(signal.SIGINT, handler_before)
+    assert code == 130, f"not stopped (the SIGINT handler before this test: {handler_before!r})"
+    assert "run the same command to resume" in capsys.readouterr().out
     assert Counter(json_trials(config)) == {"interrupted": 2}  # both running trials, neither failed
     again = SweepStandIn()
     assert run_sweep(config, launch=again, preflight=no_budget, draw=False, workers=Workers(2)) == 0
