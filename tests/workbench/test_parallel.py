@@ -178,9 +178,10 @@ def test_ctrl_c_stops_every_workers_trial_as_interrupted_and_the_same_command_re
             return super().__call__(trial, config)
 
     # Ctrl-C reaches the sweep as Python's KeyboardInterrupt, as in a fresh `recipes-lib sweep` process;
-    # an earlier test in this worker process may have left another SIGINT handler installed.
+    # an earlier test in this worker process may have left another SIGINT handler installed. Sent to the
+    # main thread itself: os.kill may hand it to another thread, leaving the main one blocked in a wait.
     handler_before = signal.signal(signal.SIGINT, signal.default_int_handler)
-    timer = threading.Timer(3.0, os.kill, (os.getpid(), signal.SIGINT))
+    timer = threading.Timer(3.0, signal.pthread_kill, (threading.main_thread().ident, signal.SIGINT))
     timer.start()
     try:
         code = run_sweep(config, launch=Sleeping(), preflight=no_budget, draw=False, workers=Workers(2))
