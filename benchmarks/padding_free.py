@@ -5,7 +5,7 @@
 Two copies of one model from the same weights (default all-MiniLM-L6-v2, full_ft's model, real
 weights; `--random_config NAME` builds a catalogue config with random weights instead, for a machine
 that reaches no Hub): one takes the recipes' padded batches (each padded to its longest row, SDPA with
-the mask), the other the same rows packed into one row (modeling/padding_free.py). Batches are drawn
+the mask), the other the same rows packed into one row (padding_free_model.py, beside this script). Batches are drawn
 at random from --train_file (seed 0), so their lengths are the file's. Every batch is run once by both
 (warm-up), then timed: one padded step and one packed step in turn (forward, backward, AdamW), so a
 machine whose load changes slows both alike. Reported: real (non-padding) tokens a second of each, the
@@ -93,9 +93,9 @@ def sampled_rows(args, tokenizer) -> list[list[dict]]:
 
 
 def build_models(args, device):
+    from padding_free_model import enable_padding_free
     from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
-    from recipes_lib.modeling.padding_free import enable_padding_free
     from recipes_lib.modeling.sources import packaged_model_dir
 
     source = packaged_model_dir(args.model_name_or_path) or args.model_name_or_path
@@ -120,9 +120,8 @@ def main(argv=None) -> int:
     from transformers import DataCollatorWithPadding
 
     sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from padding_free_model import PaddingFreeCollator, position_offset
     from publish import git_commit, machine
-
-    from recipes_lib.modeling.padding_free import PaddingFreeCollator, position_offset
 
     args = parse_args(argv)
     git = git_commit()  # at the start: the commit measured

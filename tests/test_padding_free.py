@@ -1,4 +1,4 @@
-"""Padding-free batches (modeling/padding_free.py): a packed row gives each family's classifier the
+"""Padding-free batches (benchmarks/padding_free_model.py): a packed row gives each family's classifier the
 logits, loss and gradients of the padded batch, with the reference attention (eager, fp32) as the
 padded side. The CUDA kernels (flash / memory-efficient jagged SDPA, varlen_attn) run in
 benchmarks/gpu_check.py; here the CPU's math path runs the same code."""
@@ -8,14 +8,15 @@ from __future__ import annotations
 import pytest
 import torch
 
-from recipes_lib.modeling.padding_free import (
-    PaddingFreeCollator,
-    enable_padding_free,
-    padding_free_applies,
-    position_offset,
-    resolve_padding_free,
-)
 from tests.helpers.models import FAMILY_SHAPES
+from tests.helpers.repo import load_benchmark
+
+padding_free = load_benchmark("padding_free_model")
+PaddingFreeCollator = padding_free.PaddingFreeCollator
+enable_padding_free = padding_free.enable_padding_free
+padding_free_applies = padding_free.padding_free_applies
+position_offset = padding_free.position_offset
+resolve_padding_free = padding_free.resolve_padding_free
 
 PACKED_FAMILIES = ("bert", "roberta", "xlm-roberta", "electra", "albert", "distilbert", "modernbert")
 # 31 is longer than ModernBERT's local window here (local_attention 16: 8 each side), so its local

@@ -36,6 +36,7 @@ def load_benchmark(name: str) -> ModuleType:
         f"benchmark_{name}", REPO_ROOT / "benchmarks" / f"{name}.py"
     )
     module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up there
     spec.loader.exec_module(module)
     return module
 

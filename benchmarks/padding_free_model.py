@@ -1,5 +1,8 @@
 """Padding-free batches: a batch's rows packed into one row, attention kept inside each row.
 
+An experiment, not yet a recipe option: it lives beside its benchmark (benchmarks/padding_free.py)
+until a GPU measurement (benchmarks/gpu_check.sh --parts padding_free) shows it pays; on a CPU it loses.
+
 docs/speed.md ("Padding-free batches") says how and which families take it (each checked by
 tests/test_padding_free.py). Three pieces: `PaddingFreeCollator` packs the rows, numbering positions
 per row and passing the boundaries as transformers' own keyword arguments (`cu_seq_lens_q`,
@@ -38,7 +41,7 @@ _POSITIONS_AFTER_PADDING = ("roberta", "camembert", "xlm-roberta")
 def padding_free_applies(config) -> str | None:
     """None where `config`'s family takes packed rows; else why not, in words."""
     if config.model_type not in _HEAD_INPUT_MODULE:
-        return f"{config.model_type}'s attention does not take packed rows (modeling/padding_free.py lists which do)"
+        return f"{config.model_type}'s attention does not take packed rows (docs/speed.md lists which do)"
     if getattr(config, "classifier_pooling", "cls") != "cls":
         return f"classifier_pooling '{config.classifier_pooling}' averages over the padding the packed row puts back"
     return None
