@@ -68,15 +68,9 @@ def lock_directory(
     stale_advice: str = "",
     resumes_itself: bool = False,
 ) -> DirectoryLock:
-    """Hold `directory` (created if missing; removed again if still empty) for `command` ("run", "sweep", ...) until release().
-
-    Another command holding it: OutputDirError naming it; nothing in the directory changes. A lock left
-    by a command that died: taken over with a warning when `take_over_stale` (the recipes' explicit
-    --resume_from_checkpoint or --overwrite_output_dir), or when `resumes_itself` and the dead command was
-    this same one (a sweep rerun is how a killed sweep resumes), else OutputDirError with `stale_advice`
-    (how this command can continue or replace that work) and how to clear it. Once held, the temporaries
-    a dead writer left in the directory are deleted. A directory it cannot write in: OutputDirError.
-    """
+    """Hold `directory` (created if missing; removed again if still empty) for `command` ("run", "sweep", ...)
+    until release(), as the module's docstring says; `stale_advice`: how this command can continue or replace
+    a dead command's work. Once held, the temporaries a dead writer left are deleted."""
     directory = Path(directory)
     try:
         created = not directory.exists()

@@ -34,12 +34,9 @@ def fsync_path(path: str | os.PathLike) -> None:
 
 @contextmanager
 def written_whole(path: str | os.PathLike, mode: str = "w", **open_options) -> Iterator[IO]:
-    """A handle on a temporary file beside `path`; renamed over `path` only when the block ends cleanly.
-
-    `mode` is "w" (text, UTF-8 unless `encoding` is given) or "wb"; `open_options` go to `open`
-    (newline=...). The data is fsynced before the rename and the directory after it, so the new
-    name never points at data still in the page cache when the machine goes down.
-    """
+    """A handle on a temporary file beside `path` ("w": UTF-8 unless `encoding` says; or "wb"), renamed over
+    `path` when the block ends cleanly; fsynced before the rename, the directory after it (no power cut
+    leaves the name pointing at data still in the page cache)."""
     path = Path(path)
     if mode not in ("w", "wb"):
         raise ValueError(f"written_whole writes a new file: mode 'w' or 'wb', not {mode!r}")
@@ -77,11 +74,8 @@ def write_text_whole(path: str | os.PathLike, text: str, **open_options) -> Path
 
 
 def read_json(path: str | os.PathLike, what: str, remedy: str) -> Any:
-    """The parsed contents of a JSON file, or a DamagedFileError naming it, the line and `remedy`.
-
-    `what` says what the file is ("a run's results.json"); `remedy` how to get a whole one back
-    ("run the recipe again"). A missing file is the caller's to check: it means something else.
-    """
+    """The parsed contents of a JSON file, or a DamagedFileError naming it (`what` it is), the line and `remedy`.
+    A missing file is the caller's to check: it means something else."""
     path = Path(path)
     try:
         text = path.read_bytes().decode("utf-8")

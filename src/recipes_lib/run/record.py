@@ -1,29 +1,20 @@
-"""What a finished run writes: predictions and results.json, from values; the card from the results.
-
-`finish_run(trainer, train_result, evaluation, settings)` reads the Trainer only through what
-every `transformers.Trainer` has (`state`, `args`, `predict`, `log_metrics`, `compute_metrics`: the
-run's, to score with); the final evaluation's metrics and predictions come as a value (`evaluation`,
-a PredictionOutput), the rest as values in `RunSettings`, which `RecipeRun.write_results` fills at
-the end of the run. `publish_results` then writes the model card from the results
-(tracking/model_card.py), says how the run went, and makes --push_to_hub's second push.
-"""
+"""What a finished run writes: `finish_run` the predictions and results.json, reading the Trainer only through
+what every `transformers.Trainer` has, the rest from values (`evaluation`, `RunSettings`); `publish_results`
+the model card, the closing lines and --push_to_hub's second push."""
 
 from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
-
-import numpy as np
+from typing import Any
 
 from recipes_lib.config.arguments import ParsedArguments, RecipeTrainingArguments
 from recipes_lib.config.recipe_options import MERGED_SUBDIR, QloraArguments
 from recipes_lib.config.recipe_spec import LoraShape, RecipeSpec
-from recipes_lib.config.tasks import DEFAULT_THRESHOLD, TASK_METRICS
+from recipes_lib.config.tasks import TASK_METRICS
 from recipes_lib.data.files import write_jsonl
 from recipes_lib.data.loading import ClassificationData
-from recipes_lib.data.tokenize import LABEL_COLUMN, padding_collator
 from recipes_lib.evaluation.collapse import end_of_run_notes
 from recipes_lib.evaluation.neglected import neglected_classes
 from recipes_lib.evaluation.predictions import final_outputs, prediction_files, write_decision_files
@@ -42,9 +33,6 @@ from recipes_lib.tracking.model_card import build_card, write_card
 from recipes_lib.tracking.names import METRIC_TITLES, eval_key
 from recipes_lib.training.run_totals import whole_run_loss
 from recipes_lib.training.trainer import RecipeTrainer, evaluation_in_input_order
-
-if TYPE_CHECKING:
-    from recipes_lib.modeling.adapters import MergedModel  # a LoRA recipe's: loaded by it, not here
 
 logger = logging.getLogger("recipes_lib")
 
@@ -68,7 +56,7 @@ class RunSettings:
     device: str  # where it ran (results.describe_device)
     resumed_from: str | None = None  # --resume_from_checkpoint's checkpoint directory, resolved
     batch_choice: Any = None  # --auto_batch_size: the batch it started at
-    merged: dict[str, Any] = field(default_factory=dict)  # --merge_adapter: evaluate_merged_model's figures
+    merged: dict[str, Any] = field(default_factory=dict)  # --merge_adapter: run/merged.py's figures
 
 
 # The validation figures results.json keeps (RunResults' eval_* fields up to eval_loss).
@@ -87,15 +75,10 @@ def _step_of(checkpoint: str | None) -> int | None:
 
 
 def final_predictions(settings: RunSettings, trainer, evaluation):
-    """The final validation pass's per-document (logits, references) and metrics, and the test split's
-    (logits, references: None when unlabelled, the Trainer's metrics; None without a test split), in
-    the rows' order with any Trainer: the prediction files and the windows' documents follow it.
-
-    `evaluation`: the script's `run.final_evaluation(trainer)`, each example once, from every process.
-    A Trainer that evaluated in another order (the stock one under group_by_length, which groups
-    evaluation batches by length too; RecipeTrainer never) predicts the split once more in input order;
-    its metrics, computed per document in that order, replace the script's (only sliding_window's differ).
-    """
+    """The validation split's per-document (logits, references), the test split's (logits, references or None,
+    metrics; None without one) and the validation metrics, in the rows' order with any Trainer. A Trainer that
+    evaluated in another order (the stock one under group_by_length; RecipeTrainer never) predicts the split
+    once more in input order; its metrics replace `evaluation`'s (only sliding_window's differ)."""
     data, scorer = settings.data, trainer.compute_metrics
     in_order = isinstance(trainer, RecipeTrainer)  # its get_eval_dataloader keeps the input order
     regrouped = trainer.args.train_sampling_strategy == "group_by_length" and not in_order
@@ -144,11 +127,8 @@ def task_results(settings: RunSettings, eval_metrics) -> dict[str, Any]:
 
 
 def training_results(settings: RunSettings, trainer, train_result) -> dict[str, Any]:
-    """How training went: steps, loss, the kept checkpoint, speed and padding.
-
-    The loss and the pad ratio cover the whole run, a resumed one included (training/run_totals.py); the
-    speed, the steps this process ran (after `resumed_from_step`): none when it resumed at the end.
-    """
+    """How training went. The loss and the pad ratio cover the whole run, a resumed one included
+    (training/run_totals.py); the speed, the steps this process ran: none when it resumed at the end."""
     training, state = trainer.args, trainer.state
     metrics = train_result.metrics
     runtime = metrics["train_runtime"]
@@ -215,11 +195,8 @@ def environment_results(settings: RunSettings, trainer, config: dict[str, Any]) 
 
 
 def finish_run(trainer, train_result, evaluation, settings: RunSettings) -> RunResults:
-    """Predictions and results.json of a finished run (this module's docstring); returns the record.
-
-    Each part below names its own keys; they meet in RunResults' constructor, which refuses a key two
-    parts give (TypeError: got multiple values for keyword argument) and one that is not a field.
-    """
+    """Predictions and results.json; returns the record. Each part names its own keys: RunResults'
+    constructor refuses a key two parts give (TypeError: multiple values) and one that is no field."""
     trainer.log_metrics("train", train_result.metrics)
     trainer.log_metrics("eval", evaluation.metrics)
     # What ran: the parsed arguments with what the run resolved (task, precision) and the Trainer's
@@ -272,58 +249,15 @@ def finish_run(trainer, train_result, evaluation, settings: RunSettings) -> RunR
     return results
 
 
-def evaluate_merged_model(
-    trainer, merged: MergedModel | None, data: ClassificationData, data_args
-) -> dict[str, Any]:
-    """--merge_adapter: the merged model's own scores on the validation split, and what it is ({} without).
-
-    The merged model is what a user deploys without peft; for QLoRA it is not the evaluated
-    model (adapters.describe_merged_model), so its own figures are measured rather than assumed.
-    Scored as it is in memory, on the main process (which merged it), under the autocast the
-    Trainer evaluated in, against the split's labels in input order. Multi-label classes at 0.5.
-    `RecipeRun.write_results` calls it before the record, which gets the figures as a value.
-    """
-    if merged is None:
-        return {}
-    from recipes_lib.evaluation.inference import batch_logits  # loaded by --merge_adapter runs only
-
-    training, scorer = trainer.args, trainer.compute_metrics
-    model = merged.model.to(training.device).eval()
-    collator = padding_collator(trainer.processing_class, data_args, training.device)
-    validation = data.tokenized["validation"]
-    with trainer.accelerator.autocast():
-        progress = not training.disable_tqdm
-        logits = batch_logits(
-            model, validation, collator, training.device, training.per_device_eval_batch_size, progress
-        )
-    references = np.asarray(validation[LABEL_COLUMN])
-    logits, references = scorer.per_document(logits, references)  # sliding_window: one row per document
-    scores = scorer.scores(logits, references, thresholds=[DEFAULT_THRESHOLD] * scorer.num_labels)
-    logger.info(
-        "Merged model in %s, %s: %s",
-        Path(training.output_dir) / MERGED_SUBDIR,
-        merged.description.split(". ")[0],
-        ", ".join(f"{METRIC_TITLES[name]} {value:.4f}" for name, value in scores.items()),
-    )
-    return {
-        "merged_model": merged.description,
-        **{f"merged_eval_{name}": value for name, value in scores.items()},
-    }
-
-
 def hub_repo_id(trainer) -> str | None:
     """--push_to_hub: the repository the Trainer pushes to (its card's loading code names it); else None."""
     return getattr(trainer, "hub_model_id", None) if trainer.args.push_to_hub else None
 
 
 def publish_results(trainer, results: RunResults, recipe: RecipeSpec) -> None:
-    """The model card from the results, the run's closing lines, and --push_to_hub's second push.
-
-    The Trainer pushed the model when the script saved it, before the final evaluation; the second
-    commit adds the results and the card. Every process calls it: the Trainer saves the model again
-    first, a collective step under FSDP and DeepSpeed. A stock Trainer writes and uploads its own draft
-    card there; the run's card is then written into output_dir again.
-    """
+    """The card, the closing lines, and --push_to_hub's second commit (the results and the card; the model
+    went when the script saved it). Every process calls it: push_to_hub saves the model again first, a
+    collective step under FSDP and DeepSpeed, and writes a stock Trainer's draft card, so ours is written again."""
     output_dir, main = trainer.args.output_dir, trainer.is_world_process_zero()
     default_rate = RecipeTrainingArguments.learning_rate  # a recipe whose SPEC leaves it as it is
     if main:
