@@ -50,16 +50,13 @@ def refuse_secret_options(argv: Iterable[str], where: str = "the command line") 
     """A ConfigError naming each secret option in argv (never its value) and the ways in that show it to nobody."""
     found = secret_options_in(argv)
     if found:
-        raise ConfigError(secret_refusal(", ".join(dict.fromkeys(found)), where))
-
-
-def secret_refusal(options: str, where: str) -> str:
-    return (
-        f"{options} is a secret, and {where} is no place for one: shell history, `ps` and the launcher's error "
-        "output show it. Nothing was run. Give a Hub token through the environment (export HF_TOKEN=..., or "
-        "`hf auth login` once, which every command then finds), or as `hub_token:` in the --config YAML file "
-        "(a sweep: in its `args`); a W&B key as WANDB_API_KEY or `wandb login`."
-    )
+        raise ConfigError(
+            f"{', '.join(dict.fromkeys(found))} is a secret, and {where} is no place for one: shell history, "
+            "`ps` and the launcher's error output show it. Nothing was run. Give a Hub token through the "
+            "environment (export HF_TOKEN=..., or `hf auth login` once, which every command then finds), or as "
+            "`hub_token:` in the --config YAML file (a sweep: in its `args`); a W&B key as WANDB_API_KEY or "
+            "`wandb login`."
+        )
 
 
 def hand_over_secrets(*arguments) -> None:

@@ -1,12 +1,7 @@
-"""One command at a time per output directory: an exclusive lock, held for the command's whole life.
-
-Every command that writes into a run's directory (a recipe run, a sweep, a crossval, `recipes-lib
-export`, `label-issues` and `push`) takes DIR/.recipes-lib.lock (flock(2) through filelock, which the
-kernel drops with its process) before it looks at DIR, and keeps it until it ends. The file says who
-holds it, for a refusal to name, and an ending command deletes it; so a file whose lock nobody holds
-was left by a command that died, its work perhaps half done: it is taken over, with a warning, only by
-a command that explicitly continues or replaces that work (`take_over_stale`), or by a rerun of the same
-sweep or crossval (`resumes_itself`), never by another command.
+"""One command at a time per output directory: every command that writes into one takes DIR/.recipes-lib.lock
+(flock through filelock: the kernel drops it with its process) before it looks at DIR, until it ends; the file
+names the holder (docs/troubleshooting.md). A file nobody locks was left by a command that died: taken over, with
+a warning, only by one that continues or replaces that work (`take_over_stale`) or reruns it (`resumes_itself`).
 """
 
 from __future__ import annotations

@@ -10,7 +10,6 @@ import os
 import platform
 import typing
 from dataclasses import dataclass, fields
-from datetime import datetime, timezone
 from importlib import metadata
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -255,7 +254,3 @@ def _finite(value):
     if isinstance(value, list | tuple):
         return [_finite(item) for item in value]
     return value
-
-
-def timestamp() -> str:
-    return datetime.now(timezone.utc).isoformat(timespec="seconds")

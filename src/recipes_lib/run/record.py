@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field, replace
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +27,6 @@ from recipes_lib.results import (
     RESULTS_FILE,
     RunResults,
     library_versions,
-    timestamp,
     write_results,
 )
 from recipes_lib.tracking.model_card import build_card, write_card
@@ -157,11 +157,7 @@ def model_results(settings: RunSettings, trainer) -> dict[str, Any]:
     """What trained and how: the model type, adapters, the batch (the memory comes as settings.memory;
     parameters and optimizer state are counted in modeling/, by finish_run)."""
     adapters, choice = settings.adapters, settings.batch_choice
-    qlora = (
-        settings.arguments.options(QloraArguments)
-        if QloraArguments in settings.arguments.recipe_options
-        else None
-    )
+    qlora = settings.arguments.recipe_options.get(QloraArguments)
     # The batch the Trainer's arguments hold at the end: after any out-of-memory back-off (RecipeTrainer).
     batch = choice.after_training(trainer.args) if choice else None
     return dict(
@@ -188,7 +184,7 @@ def environment_results(settings: RunSettings, trainer, config: dict[str, Any]) 
         # QLoRA: the dtype of the 4-bit layers' matmuls (bitsandbytes' compute dtype); else None.
         quantized_compute_dtype=settings.quantized_compute,
         versions=library_versions(),
-        created_at=timestamp(),
+        created_at=datetime.now(timezone.utc).isoformat(timespec="seconds"),
         output_dir=str(training.output_dir),
         config=config,
     )
@@ -249,19 +245,16 @@ def finish_run(trainer, train_result, evaluation, settings: RunSettings) -> RunR
     return results
 
 
-def hub_repo_id(trainer) -> str | None:
-    """--push_to_hub: the repository the Trainer pushes to (its card's loading code names it); else None."""
-    return getattr(trainer, "hub_model_id", None) if trainer.args.push_to_hub else None
-
-
 def publish_results(trainer, results: RunResults, recipe: RecipeSpec) -> None:
     """The card, the closing lines, and --push_to_hub's second commit (the results and the card; the model
     went when the script saved it). Every process calls it: push_to_hub saves the model again first, a
     collective step under FSDP and DeepSpeed, and writes a stock Trainer's draft card, so ours is written again."""
     output_dir, main = trainer.args.output_dir, trainer.is_world_process_zero()
+    # --push_to_hub: the repository the Trainer pushes to, which the card's loading code names.
+    repo = getattr(trainer, "hub_model_id", None) if trainer.args.push_to_hub else None
     default_rate = RecipeTrainingArguments.learning_rate  # a recipe whose SPEC leaves it as it is
     if main:
-        write_card(output_dir, results, hub_repo_id(trainer), recipe.summary)
+        write_card(output_dir, results, repo, recipe.summary)
         logger.info(
             "Done: %s, %s samples/s, peak memory %.2f GiB. Model and %s in %s",
             ", ".join(
@@ -279,7 +272,7 @@ def publish_results(trainer, results: RunResults, recipe: RecipeSpec) -> None:
         for note in end_of_run_notes(results, recipe.training_defaults.get("learning_rate", default_rate)):
             logger.warning(note)
     if trainer.args.push_to_hub:
-        trainer.model_card = build_card(results, hub_repo_id(trainer), summary=recipe.summary)
+        trainer.model_card = build_card(results, repo, summary=recipe.summary)
         trainer.push_to_hub(commit_message="End of training: results and model card")
         if main:
-            write_card(output_dir, results, hub_repo_id(trainer), recipe.summary)
+            write_card(output_dir, results, repo, recipe.summary)
