@@ -11,7 +11,7 @@ import numpy as np
 from recipes_lib.config.recipe_options import MERGED_SUBDIR
 from recipes_lib.config.tasks import DEFAULT_THRESHOLD
 from recipes_lib.data.tokenize import LABEL_COLUMN, padding_collator
-from recipes_lib.evaluation.inference import batch_logits
+from recipes_lib.evaluation import inference
 from recipes_lib.tracking.names import METRIC_TITLES
 
 logger = logging.getLogger("recipes_lib")
@@ -31,7 +31,7 @@ def evaluate_merged_model(trainer, merged, data, data_args) -> dict[str, Any]:
     validation = data.tokenized["validation"]
     with trainer.accelerator.autocast():
         progress = not training.disable_tqdm
-        logits = batch_logits(
+        logits = inference.batch_logits(
             model, validation, collator, training.device, training.per_device_eval_batch_size, progress
         )
     references = np.asarray(validation[LABEL_COLUMN])
