@@ -1,9 +1,6 @@
-"""Files another command reads back are written whole or not at all, and read back as whole or refused.
-
-A file cut short in place (kill -9, a full disk) keeps its name, and compare, predict or push would
-take half a results.json for the run's. So each is written under a hidden temporary name in its own
-directory, flushed, then renamed over NAME (atomic on one filesystem): a reader finds the old file,
-the new one, or none. `read_json` refuses a file that does not parse in one paragraph naming it.
+"""Files another command reads back are written whole or not at all (a hidden temporary beside NAME, flushed,
+renamed over it: a file cut short in place by kill -9 or a full disk would keep its name), and read back
+whole or refused in one paragraph naming them (`read_json`).
 """
 
 from __future__ import annotations

@@ -20,11 +20,7 @@ import yaml
 from transformers import HfArgumentParser
 from transformers.hf_argparser import string_to_bool
 
-from recipes_lib.config.arguments import (
-    SHARED_ARGUMENT_CLASSES,
-    ParsedArguments,
-    RecipeTrainingArguments,
-)
+from recipes_lib.config.arguments import SHARED_ARGUMENT_CLASSES, ParsedArguments, RecipeTrainingArguments
 from recipes_lib.config.precision import refuse_sharding_without_gpu
 from recipes_lib.config.recipe_spec import RecipeSpec
 from recipes_lib.config.validation import validate_arguments

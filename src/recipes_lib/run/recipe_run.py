@@ -104,9 +104,7 @@ class RecipeRun:
             from recipes_lib.training.resume import FractionStepsWarningFilter
 
             resume_logger = logging.getLogger(FractionStepsWarningFilter.LOGGER)
-            for added in [
-                kept for kept in resume_logger.filters if isinstance(kept, FractionStepsWarningFilter)
-            ]:
+            for added in [f for f in resume_logger.filters if isinstance(f, FractionStepsWarningFilter)]:
                 resume_logger.removeFilter(added)
         if error is not None:
             if self.probes is not None:  # an exception inside a tracked step left its tracker open
@@ -165,9 +163,8 @@ class RecipeRun:
             clear_previous_run(training.output_dir, RESULTS_FILE)
 
     def final_evaluation(self, trainer) -> PredictionOutput:
-        """The final evaluation's metrics and predictions, as `trainer.predict` gives them: the last epoch's,
-        reused when the weights are unchanged since it ran (same step, same tensors, none written in place);
-        else `trainer.evaluate()`, a new pass. The predictions: the last the run's compute_metrics saw."""
+        """The final evaluation as `trainer.predict` gives it: the last epoch's when the weights are unchanged since
+        (same step, same tensors), else `trainer.evaluate()`; the predictions the run's compute_metrics last saw."""
         # The MemoryCallback measures the weights when a Trainer is built with it.
         fed = self.probes is not None and self.probes.memory.weights_bytes is not None
         if not fed or not hasattr(trainer.compute_metrics, "last_predictions"):

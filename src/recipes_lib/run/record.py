@@ -22,13 +22,7 @@ from recipes_lib.evaluation.predictions import final_outputs, prediction_files, 
 from recipes_lib.evaluation.training_loss import train_loss_check
 from recipes_lib.modeling.loading import count_parameters
 from recipes_lib.modeling.optimizers import optimizer_state_summary
-from recipes_lib.results import (
-    RESULT_KEYS,
-    RESULTS_FILE,
-    RunResults,
-    library_versions,
-    write_results,
-)
+from recipes_lib.results import RESULT_KEYS, RESULTS_FILE, RunResults, library_versions, write_results
 from recipes_lib.tracking.model_card import build_card, write_card
 from recipes_lib.tracking.names import METRIC_TITLES, eval_key
 from recipes_lib.training.run_totals import whole_run_loss
