@@ -192,15 +192,12 @@ def finish_run(trainer, train_result, evaluation, settings: RunSettings) -> RunR
     # What ran: the parsed arguments with what the run resolved (task, precision) and the Trainer's
     # own copy of the training arguments (the batch it trained with).
     config = replace(settings.arguments, training=trainer.args).to_dict()
-    # What the Trainer holds, read here: how training went, what trained and how, where.
     training, model = training_results(settings, trainer, train_result), model_results(settings, trainer)
     environment = environment_results(settings, trainer, config)
     validation, test, eval_metrics = final_predictions(settings, trainer, evaluation)
     task = task_results(settings, eval_metrics)
-    # Down the layers from here: the parameters and what the optimizer's state tensors hold after
-    # training, measured (modeling/); then what the evaluation derives: multi-label thresholds
-    # (validation at them: optimistic, tuned and scored on one split), --decision_threshold's figures,
-    # per-class scores and the confusion matrix, neglected classes, the end loss; then the files.
+    # Down the layers: the parameters and the optimizer's state, measured (modeling/); what the evaluation
+    # derives (multi-label thresholds, tuned and scored on one split: optimistic); then the files.
     total, trainable = count_parameters(trainer.model)
     optimizer_state = optimizer_state_summary(trainer.optimizer, trainer.model)
     labels, source = settings.data.labels, settings.data.split_sources["validation"]
