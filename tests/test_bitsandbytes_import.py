@@ -25,6 +25,11 @@ from recipes_lib.config.bitsandbytes_import import (
 )
 from tests.helpers.repo import REPO_ROOT
 
+# Each script's `loaded()`: bitsandbytes' code has run, its submodules imported (a deferred stub has none).
+LOADED = """import sys
+def loaded():
+    return any(name.startswith("bitsandbytes.") for name in sys.modules)
+"""
 KERNELS_LINE = "gemm_4bit_forward"
 # kernels 0.19's line when bitsandbytes looks its CPU kernel up with the Hub offline (as every test runs).
 TRUST_CHECK_LINE = "publisher trust check"
@@ -33,7 +38,7 @@ TRUST_CHECK_LINE = "publisher trust check"
 def run_python(code: str) -> subprocess.CompletedProcess:
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO_ROOT / "src"), str(REPO_ROOT)])}
     completed = subprocess.run(
-        [sys.executable, "-c", textwrap.dedent(code)],
+        [sys.executable, "-c", LOADED + textwrap.dedent(code)],
         capture_output=True,
         text=True,
         timeout=600,
@@ -55,8 +60,6 @@ def test_full_fts_imports_leave_bitsandbytes_unloaded_until_a_recipe_uses_it():
         """
         import sys
         from tests.helpers.repo import load_recipe
-        def loaded():  # bitsandbytes' code has run: its submodules are imported (a deferred stub has none)
-            return any(name.startswith("bitsandbytes.") for name in sys.modules)
         import recipes_lib.run, recipes_lib.training.trainer, recipes_lib.modeling.loading
         load_recipe("full_ft")
         print("after full_ft's imports:", loaded())
@@ -81,14 +84,13 @@ def test_plan_runs_bitsandbytes_only_for_peft_s_lora_and_silently():
         """
         import sys
         from recipes_workbench.cli.main import main
-        from recipes_lib.config.bitsandbytes_import import bitsandbytes_loaded
         heavy = ("torch", "transformers", "datasets", "peft", "bitsandbytes")
         print("heavy modules of the command line:", sorted({m.split(".")[0] for m in sys.modules} & set(heavy)))
         main(["families"])
-        print("after families:", bitsandbytes_loaded(), "peft" in sys.modules)
+        print("after families:", loaded(), "peft" in sys.modules)
         meta_path = list(sys.meta_path)
         main(["plan", "--model", "bert-base-uncased", "--no_family"])
-        print("after plan:", bitsandbytes_loaded(), sys.meta_path == meta_path)
+        print("after plan:", loaded(), sys.meta_path == meta_path)
         """
     )
     assert "heavy modules of the command line: []" in completed.stdout  # each command imports its own
@@ -102,13 +104,13 @@ def test_the_deferral_is_undone_after_its_block_and_only_a_first_import_is_defer
     completed = run_python(
         """
         import sys
-        from recipes_lib.config.bitsandbytes_import import bitsandbytes_loaded, deferred_bitsandbytes
+        from recipes_lib.config.bitsandbytes_import import deferred_bitsandbytes
         meta_path = list(sys.meta_path)
         with deferred_bitsandbytes():
             import bitsandbytes
-        print("deferred:", not bitsandbytes_loaded(), sys.meta_path == meta_path)
+        print("deferred:", not loaded(), sys.meta_path == meta_path)
         bitsandbytes.nn  # the first use runs it
-        print("used:", bitsandbytes_loaded())
+        print("used:", loaded())
         """
     )
     assert "deferred: True True" in completed.stdout and "used: True" in completed.stdout
@@ -119,14 +121,13 @@ def test_a_full_ft_run_neither_loads_bitsandbytes_nor_prints_its_kernels_line(tm
     completed = run_python(
         f"""
         from pathlib import Path
-        from recipes_lib.config.bitsandbytes_import import bitsandbytes_loaded
         from tests.helpers.data import learnable_rows, write_csv
         from tests.helpers.models import build_tiny_bert
         from tests.helpers.runs import QUICK, run_args, run_in_process
         root = Path({str(tmp_path)!r})
         data = {{split: write_csv(root / f"{{split}}.csv", learnable_rows(16, seed=1)) for split in ("train", "validation")}}
         run_in_process("full_ft", run_args(build_tiny_bert(root / "bert"), data, root / "run", **QUICK))
-        print("bitsandbytes loaded:", bitsandbytes_loaded())
+        print("bitsandbytes loaded:", loaded())
         """
     )
     assert "bitsandbytes loaded: False" in completed.stdout

@@ -1,11 +1,6 @@
-"""The run library: what a recipe run executes (config, data, modeling, training, evaluation, run,
-tracking, memory measurement). The workbench beside it (recipes_workbench: planner, sweep, crossval,
-export, tools, dashboard, the `recipes-lib` command) imports only the modules PUBLIC_API lists below;
-this package never imports the workbench (import-linter contracts in setup.cfg; docs/development.md).
-
-Importing it (or any of its modules) changes nothing outside it: no import hook, logging filter,
-other package's module or environment variable (tests/test_import_side_effects.py). The supported
-transformers range is checked where a run, or a command that loads transformers, starts (config/versions.py).
+"""The run library: what a recipe run executes. The workbench beside it (recipes_workbench) imports only the
+modules PUBLIC_API lists below; this package never imports the workbench (setup.cfg's import-linter contracts;
+docs/development.md). Importing it changes nothing outside it (tests/test_import_side_effects.py).
 """
 
 # The public API: the modules the workbench (recipes_workbench) may import; every other module is

@@ -1,15 +1,6 @@
-"""Secrets (Hub tokens, API keys, passwords): used where they are needed, written and printed nowhere
-(docs/sharing.md).
-
-A secret is refused on any command line (a recipe's, a sweep's `--arg`, crossval's recipe options,
-`recipes-lib push`'s): shell history, `ps` and a launcher's error output (accelerate's prints the child's
-whole command line) show what is there, and no code of ours runs early enough to hide it. It comes in
-through the environment (HF_TOKEN, or `hf auth login`) or a YAML file (`hub_token:` in --config, a
-sweep's `args`). A secret option read from a file leaves the parsed arguments as soon as they are
-parsed, for the environment variable the library using it reads: the arguments object is pickled into
-training_args.bin and every checkpoint, and results.json, the card and W&B's config are made from it,
-so an object that never holds the token cannot leak it through a writer added later. Every message a
-command prints passes `redact`: passwords in URLs and the values of secret environment variables go.
+"""Secrets (Hub tokens, API keys, passwords): used where they are needed, written and printed nowhere. Refused
+on any command line, handed from the YAML to the environment as soon as they are parsed (the arguments are
+pickled into every checkpoint), and `redact`ed from every message: docs/sharing.md, "Tokens and keys".
 """
 
 from __future__ import annotations
@@ -59,21 +50,17 @@ def refuse_secret_options(argv: Iterable[str], where: str = "the command line") 
     """A ConfigError naming each secret option in argv (never its value) and the ways in that show it to nobody."""
     found = secret_options_in(argv)
     if found:
-        raise ConfigError(secret_refusal(", ".join(dict.fromkeys(found)), where))
-
-
-def secret_refusal(options: str, where: str) -> str:
-    return (
-        f"{options} is a secret, and {where} is no place for one: shell history, `ps` and the launcher's error "
-        "output show it. Nothing was run. Give a Hub token through the environment (export HF_TOKEN=..., or "
-        "`hf auth login` once, which every command then finds), or as `hub_token:` in the --config YAML file "
-        "(a sweep: in its `args`); a W&B key as WANDB_API_KEY or `wandb login`."
-    )
+        raise ConfigError(
+            f"{', '.join(dict.fromkeys(found))} is a secret, and {where} is no place for one: shell history, "
+            "`ps` and the launcher's error output show it. Nothing was run. Give a Hub token through the "
+            "environment (export HF_TOKEN=..., or `hf auth login` once, which every command then finds), or as "
+            "`hub_token:` in the --config YAML file (a sweep: in its `args`); a W&B key as WANDB_API_KEY or "
+            "`wandb login`."
+        )
 
 
 def hand_over_secrets(*arguments) -> None:
-    """Move every secret field of these freshly parsed dataclasses into its environment variable and
-    set the field to None (see the module's docstring)."""
+    """Move every secret field of these freshly parsed dataclasses into its environment variable (field: None)."""
     for parsed in arguments:
         for field in dataclasses.fields(parsed):
             value = getattr(parsed, field.name)

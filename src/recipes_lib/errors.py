@@ -31,21 +31,15 @@ class OutputDirError(RecipeError):
 
 
 class TrainingDiverged(RecipeError):
-    """The loss or the weights became NaN or infinite: the run stops before saving them as a model.
-
-    Exit code 3, not 2: the input was valid, the optimisation was not (scripts that sweep
-    learning rates can tell the two apart).
-    """
+    """The loss or the weights became NaN or infinite: the run stops before saving them as a model. Exit
+    code 3, not 2: the input was valid, the optimisation was not (a learning-rate sweep tells them apart)."""
 
     exit_code = 3
 
 
 class TrainingInterrupted(RecipeError):
-    """SIGINT or SIGTERM stopped training after a checkpoint was saved; the run can be resumed.
-
-    The exit code follows the shell convention for a process ended by a signal: 128 + the signal
-    number, so 130 for SIGINT (Ctrl-C) and 143 for SIGTERM.
-    """
+    """SIGINT or SIGTERM stopped training after a checkpoint was saved; the run can be resumed. Exit code:
+    the shell's for a process ended by a signal, 128 + its number (130 for Ctrl-C, 143 for SIGTERM)."""
 
     heading = "interrupted"
     offer_traceback = False

@@ -1,12 +1,7 @@
-"""One command at a time per output directory: an exclusive lock, held for the command's whole life.
-
-Every command that writes into a run's directory (a recipe run, a sweep, a crossval, `recipes-lib
-export`, `label-issues` and `push`) takes DIR/.recipes-lib.lock (flock(2) through filelock, which the
-kernel drops with its process) before it looks at DIR, and keeps it until it ends. The file says who
-holds it, for a refusal to name, and an ending command deletes it; so a file whose lock nobody holds
-was left by a command that died, its work perhaps half done: it is taken over, with a warning, only by
-a command that explicitly continues or replaces that work (`take_over_stale`), or by a rerun of the same
-sweep or crossval (`resumes_itself`), never by another command.
+"""One command at a time per output directory: every command that writes into one takes DIR/.recipes-lib.lock
+(flock through filelock: the kernel drops it with its process) before it looks at DIR, until it ends; the file
+names the holder (docs/troubleshooting.md). A file nobody locks was left by a command that died: taken over, with
+a warning, only by one that continues or replaces that work (`take_over_stale`) or reruns it (`resumes_itself`).
 """
 
 from __future__ import annotations
@@ -68,15 +63,9 @@ def lock_directory(
     stale_advice: str = "",
     resumes_itself: bool = False,
 ) -> DirectoryLock:
-    """Hold `directory` (created if missing; removed again if still empty) for `command` ("run", "sweep", ...) until release().
-
-    Another command holding it: OutputDirError naming it; nothing in the directory changes. A lock left
-    by a command that died: taken over with a warning when `take_over_stale` (the recipes' explicit
-    --resume_from_checkpoint or --overwrite_output_dir), or when `resumes_itself` and the dead command was
-    this same one (a sweep rerun is how a killed sweep resumes), else OutputDirError with `stale_advice`
-    (how this command can continue or replace that work) and how to clear it. Once held, the temporaries
-    a dead writer left in the directory are deleted. A directory it cannot write in: OutputDirError.
-    """
+    """Hold `directory` (created if missing; removed again if still empty) for `command` ("run", "sweep", ...)
+    until release(), as the module's docstring says; `stale_advice`: how this command can continue or replace
+    a dead command's work. Once held, the temporaries a dead writer left are deleted."""
     directory = Path(directory)
     try:
         created = not directory.exists()

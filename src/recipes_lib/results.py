@@ -10,7 +10,6 @@ import os
 import platform
 import typing
 from dataclasses import dataclass, fields
-from datetime import datetime, timezone
 from importlib import metadata
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -26,13 +25,9 @@ RESULTS_FILE = "results.json"
 
 @dataclass(frozen=True, kw_only=True)
 class RunResults:
-    """A finished run, as results.json holds it: one field per key, in the file's order.
-
-    Every field is always written (null where it does not apply: a regression's accuracy, a run
-    without a test split); docs/results-format.md says what each one means. Those with a default are
-    the ones a run has only with an option or a split (thresholds, the test split, --merge_adapter): the
-    rest, `finish_run` must give. Adding a key is one field here, its value in run/record.py's
-    `finish_run`, and its line in the docs.
+    """A finished run, as results.json holds it: one field per key, in the file's order, each always written
+    (null where it does not apply; docs/results-format.md). A default: only with an option or a split; the
+    rest, `finish_run` must give. A new key: a field here, its value in `finish_run`, its line in the docs.
     """
 
     # What ran, and the validation split's metrics (eval_f1_micro: multi-label; mse, pearson, spearman: regression).
@@ -58,9 +53,8 @@ class RunResults:
     eval_tuned_accuracy: float | None = None
     eval_tuned_f1: float | None = None
     eval_tuned_f1_micro: float | None = None
-    threshold_tuning: dict[str, dict[str, Any]] | None = (
-        None  # multi-label: each class's threshold, why, rows marked
-    )
+    # Multi-label: each class's threshold, why, rows marked.
+    threshold_tuning: dict[str, dict[str, Any]] | None = None
     decision_threshold: float | None = None
     decision_threshold_tuned_on: str | None = None
     positive_label: str | None = None
@@ -260,7 +254,3 @@ def _finite(value):
     if isinstance(value, list | tuple):
         return [_finite(item) for item in value]
     return value
-
-
-def timestamp() -> str:
-    return datetime.now(timezone.utc).isoformat(timespec="seconds")

@@ -1,9 +1,6 @@
-"""Files another command reads back are written whole or not at all, and read back as whole or refused.
-
-A file cut short in place (kill -9, a full disk) keeps its name, and compare, predict or push would
-take half a results.json for the run's. So each is written under a hidden temporary name in its own
-directory, flushed, then renamed over NAME (atomic on one filesystem): a reader finds the old file,
-the new one, or none. `read_json` refuses a file that does not parse in one paragraph naming it.
+"""Files another command reads back are written whole or not at all (a hidden temporary beside NAME, flushed,
+renamed over it: a file cut short in place by kill -9 or a full disk would keep its name), and read back
+whole or refused in one paragraph naming them (`read_json`).
 """
 
 from __future__ import annotations
@@ -34,12 +31,9 @@ def fsync_path(path: str | os.PathLike) -> None:
 
 @contextmanager
 def written_whole(path: str | os.PathLike, mode: str = "w", **open_options) -> Iterator[IO]:
-    """A handle on a temporary file beside `path`; renamed over `path` only when the block ends cleanly.
-
-    `mode` is "w" (text, UTF-8 unless `encoding` is given) or "wb"; `open_options` go to `open`
-    (newline=...). The data is fsynced before the rename and the directory after it, so the new
-    name never points at data still in the page cache when the machine goes down.
-    """
+    """A handle on a temporary file beside `path` ("w": UTF-8 unless `encoding` says; or "wb"), renamed over
+    `path` when the block ends cleanly; fsynced before the rename, the directory after it (no power cut
+    leaves the name pointing at data still in the page cache)."""
     path = Path(path)
     if mode not in ("w", "wb"):
         raise ValueError(f"written_whole writes a new file: mode 'w' or 'wb', not {mode!r}")
@@ -77,11 +71,8 @@ def write_text_whole(path: str | os.PathLike, text: str, **open_options) -> Path
 
 
 def read_json(path: str | os.PathLike, what: str, remedy: str) -> Any:
-    """The parsed contents of a JSON file, or a DamagedFileError naming it, the line and `remedy`.
-
-    `what` says what the file is ("a run's results.json"); `remedy` how to get a whole one back
-    ("run the recipe again"). A missing file is the caller's to check: it means something else.
-    """
+    """The parsed contents of a JSON file, or a DamagedFileError naming it (`what` it is), the line and `remedy`.
+    A missing file is the caller's to check: it means something else."""
     path = Path(path)
     try:
         text = path.read_bytes().decode("utf-8")

@@ -1,7 +1,5 @@
-"""The typed arguments shared by every recipe (model, data, training) and their bundle; a recipe's own
-(LoRA settings, say) come back by `ParsedArguments.options(LoraArguments)`. Each field's `help` is what
-`--help` prints. They hold defaults, help and checks on their own values only: what the machine and the
-model decide (precision, device, attention, task, batch) is decided once, in run/preparation.py.
+"""The typed arguments every recipe shares (model, data, training) and their bundle, `ParsedArguments`: defaults,
+`--help` and checks on their own values only; what the machine and the model decide, run/preparation.py decides.
 """
 
 from __future__ import annotations
@@ -260,11 +258,8 @@ class RecipeTrainingOptions(_TrainingArgumentsOfThisRelease):
 
 @dataclass
 class RecipeTrainingArguments(RecipeTrainingOptions):
-    """`TrainingArguments` with the recipe defaults (BERT fine-tuning on GLUE, after Devlin et al.).
-
-    bf16, fp16, tf32, dataloader_pin_memory: None is automatic. Parsed, they are what was asked;
-    run/preparation.py decides them (config/precision.py) and builds the Trainer's copy with the decision.
-    """
+    """`TrainingArguments` with the recipe defaults (BERT fine-tuning on GLUE, after Devlin et al.). bf16, fp16,
+    tf32, dataloader_pin_memory: None is automatic, decided in the Trainer's copy (run/preparation.py)."""
 
     output_dir: str | None = option(
         None,
@@ -377,8 +372,7 @@ class ParsedArguments:
     show_traceback: bool
 
     def options(self, cls: type[Options]) -> Options:
-        """The recipe's own options of this class, e.g. `arguments.options(LoraArguments)`, or of a
-        subclass of it (qlora's QloraArguments are LoraArguments too)."""
+        """The recipe's own options of this class or a subclass (qlora's QloraArguments are LoraArguments)."""
         for options_class, options in self.recipe_options.items():
             if issubclass(options_class, cls):
                 return options

@@ -85,8 +85,3 @@ def import_bitsandbytes(submodule: str = "nn"):
     with kernels_line_dropped():
         importlib.import_module(f"{PACKAGE}.{submodule}")
     return sys.modules[PACKAGE]
-
-
-def bitsandbytes_loaded() -> bool:
-    """Whether bitsandbytes' code has run in this process (its submodules load with it), not just its lazy stub."""
-    return any(name.startswith(PACKAGE + ".") for name in sys.modules)

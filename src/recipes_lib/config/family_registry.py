@@ -1,10 +1,6 @@
-"""The encoder families, listed once: what transformers and peft cannot tell us about each.
-
-What the libraries know is read from them (modeling/families.py); what is left is one `Family` entry per
-family here (its fields say what each holds and who reads it). A new family is one entry in FAMILIES
-plus its tiny test config (tests/helpers/models.py); its forward's planner terms are the planner's
-(recipes_workbench/planner/forwards.py, a row per entry: tests/workbench/test_planner_families.py). Imports nothing heavy,
-so `recipes-lib plan` reads it without loading torch.
+"""The encoder families, listed once: what transformers and peft cannot tell us about each (what they know:
+modeling/families.py). A new family is one entry in FAMILIES, its tiny test config (tests/helpers/models.py)
+and its planner row (recipes_workbench/planner/forwards.py). Imports nothing heavy: `recipes-lib plan` reads it.
 """
 
 from __future__ import annotations
@@ -14,8 +10,6 @@ from dataclasses import dataclass
 
 @dataclass(frozen=True)
 class Family:
-    """One encoder family: what transformers and peft cannot tell us about it (module docstring)."""
-
     name: str  # as tables and messages show it
     model_types: tuple[str, ...]  # the config.model_type values it covers; the first is its own
     # The attention query and value projections (or the fused QKV one), where peft has none.

@@ -1,11 +1,6 @@
-"""Arguments from a YAML file and the command line: the file first, the command line wins.
-
-    recipes/full_ft.py --config recipes/configs/demo.yaml --learning_rate 3e-5
-
-reads the YAML file, then lets the command line override any key. A key that no dataclass knows,
-in the file or on the command line, stops the run before anything expensive happens and names the
-closest valid key (or the recipe whose option it is). Values in the file are checked as the same
-value typed on the command line would be.
+"""Arguments from a YAML file (`--config`) and the command line, which wins. An unknown key, in either, stops
+the run and names the closest valid key (or the recipe whose option it is); a file's values are checked as
+the same value typed on the command line would be.
 """
 
 from __future__ import annotations
@@ -25,11 +20,7 @@ import yaml
 from transformers import HfArgumentParser
 from transformers.hf_argparser import string_to_bool
 
-from recipes_lib.config.arguments import (
-    SHARED_ARGUMENT_CLASSES,
-    ParsedArguments,
-    RecipeTrainingArguments,
-)
+from recipes_lib.config.arguments import SHARED_ARGUMENT_CLASSES, ParsedArguments, RecipeTrainingArguments
 from recipes_lib.config.precision import refuse_sharding_without_gpu
 from recipes_lib.config.recipe_spec import RecipeSpec
 from recipes_lib.config.validation import validate_arguments
@@ -48,10 +39,8 @@ class _RecipeArgumentParser(HfArgumentParser):
 
 
 def _unknown_key_hint(key: str, valid: list[str], recipe_name: str) -> str:
-    """Which options dataclass of another recipe has the key (lora_r given to full_ft), else the closest
-    valid key, if any. A recipe names the dataclasses it parses in its SPEC, so the class leads to it."""
-    # Every recipe's own options (QloraArguments extends LoraArguments, which names the LoRA keys), loaded
-    # here only: a run loads its own recipe's.
+    """Which other recipe's options dataclass has the key (lora_r given to full_ft), else the closest valid key.
+    Every recipe's options load here only: a run loads its own recipe's."""
     from recipes_lib.config.adamw_8bit_options import Adam8bitArguments
     from recipes_lib.config.distill_options import DistillArguments
     from recipes_lib.config.recipe_options import LoraArguments, QloraArguments

@@ -210,11 +210,8 @@ def accelerator_available() -> bool:  # a function: tests stand in a machine wit
 
 
 def refuse_sharding_without_gpu() -> None:
-    """FSDP and DeepSpeed need CUDA GPUs: on a CPU accelerate would quietly run plain DDP instead.
-
-    accelerate 1.15 picks FSDP or DeepSpeed only for GPU-type processes; CPU processes stay
-    MULTI_CPU (DDP over gloo) and the sharding settings of the config are ignored.
-    """
+    """FSDP and DeepSpeed need CUDA GPUs: accelerate 1.15 keeps CPU processes MULTI_CPU (DDP over gloo),
+    ignoring the config's sharding."""
     launched_with = [
         name
         for name, variable in (("FSDP", "ACCELERATE_USE_FSDP"), ("DeepSpeed", "ACCELERATE_USE_DEEPSPEED"))
@@ -230,13 +227,8 @@ def refuse_sharding_without_gpu() -> None:
 
 
 def decide_precision(training, model_type: str | None) -> tuple[PrecisionChoice, dict]:
-    """The run's precision and the device settings that go with it, decided once (the one place).
-
-    From the parsed arguments (`--bf16`/`--fp16`/`--use_cpu` as asked: None is automatic), the
-    launcher's mixed_precision, the machine, and the model family (`model_type`, from config.json).
-    Returns the choice (its reason goes to the log and results.json) and the TrainingArguments
-    values it decides: bf16, fp16, use_cpu, and tf32 and dataloader_pin_memory where left automatic.
-    """
+    """The run's precision (from the flags, the launcher's mixed_precision, the machine and the family) and the
+    TrainingArguments values that go with it: bf16, fp16, use_cpu, and tf32 and pin_memory where automatic."""
     # No accelerator: the CPU, said to the Trainer, whose bf16 check would otherwise look for a GPU
     # (and, under several processes, would run DDP over gloo anyway).
     on_cpu = (

@@ -1,7 +1,5 @@
-"""The options of the LoRA recipes (lora, qlora), parsed like the shared arguments, which the run reads
-(run/preparation.py, run/record.py). They live here so that the workbench's list of recipes and the parser
-can name them without loading models or peft; adamw_8bit's and distill's are in modules of their own
-(adamw_8bit_options.py, distill_options.py), loaded by their recipe only."""
+"""The options of the LoRA recipes (lora, qlora), which the run reads (run/preparation.py, run/record.py):
+here, so that the workbench and the parser name them without loading peft."""
 
 from __future__ import annotations
 

@@ -1,7 +1,5 @@
-"""What a recipe script declares about itself, as data: its `RecipeSpec` (name, summary, its own options
-dataclass, the defaults it sets), written in the script. `LoraShape` is the adapters a LoRA recipe adds,
-and `TrainingShape` what a recipe trains, as the memory planner reads it. Library code never names a
-recipe; the workbench's list of recipes (recipes_workbench/recipes.py) mirrors them.
+"""What a recipe script declares about itself, as data (`RecipeSpec`), the adapters a LoRA recipe adds
+(`LoraShape`) and what a recipe trains as the memory planner reads it (`TrainingShape`).
 """
 
 from __future__ import annotations

@@ -1,7 +1,5 @@
-"""The three kinds of task a recipe trains, named as transformers names them (`config.problem_type`):
-single-label (softmax, cross-entropy), multi-label (a sigmoid and a tuned threshold per class, binary
-cross-entropy: evaluation/thresholds.py) and regression (one output, mean squared error). The data
-decides the kind (data/labels.py), `--problem_type` overrides it; everything downstream branches on these.
+"""The three kinds of task, as transformers names them (`config.problem_type`): the data decides the kind
+(data/labels.py), `--problem_type` overrides it; everything downstream branches on these.
 """
 
 from __future__ import annotations

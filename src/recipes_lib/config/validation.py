@@ -31,11 +31,8 @@ def resume_requested(value: str | None) -> bool:
 
 
 def claim_output_dir(training, main_process: bool) -> contextlib.ExitStack:
-    """Lock the output_dir for this run, then check_output_dir; close() lets it go.
-
-    The lock comes first: of two runs started at once into one directory, the second is refused here,
-    before it looks inside. Only the main process takes it (the others write nothing there).
-    """
+    """Lock the output_dir (main process only: the others write nothing there), then check it; close() lets
+    go. The lock first: of two runs started at once into one directory, the second is refused before looking."""
     hold = contextlib.ExitStack()
     if main_process and not Path(training.output_dir).is_file():  # a file: the check says so
         continuing = training.overwrite_output_dir or resume_requested(training.resume_from_checkpoint)

@@ -1,11 +1,7 @@
-"""Everything a run decides before its model loads, decided once and returned as frozen values.
-
-`prepare(args)` decides, each in one place, from config.json, the arguments and the machine:
-the family and attention kernel (modeling/loading.py), the precision (config/precision.py), the task
-(from the labels) and --auto_batch_size's batch (training/autofit.py), and returns them with what they
-imply: the tokenizer, the model config, the tokenized data, the metrics and loss, and the one
-TrainingArguments. `Prepared.arguments` is a new record of what runs (results.json's and W&B's
-config); the parsed arguments are left as they are. The cheapest checks come first.
+"""Everything a run decides before its model loads (family and attention kernel, precision, task,
+--auto_batch_size's batch), decided once from config.json, the arguments and the machine, and returned
+as frozen values with what they imply (tokenizer, model config, tokenized data, metrics, loss, the one
+TrainingArguments). `Prepared.arguments` is a new record of what runs; the parsed arguments stay as they are.
 """
 
 from __future__ import annotations
@@ -46,9 +42,7 @@ class Prepared:
     tokenizer: Any
     model_config: Any  # config.json with the data's labels and problem_type
     data: ClassificationData  # labels, split sources, raw and tokenized splits
-    adapters: (
-        LoraShape | None
-    )  # a LoRA recipe's adapters, targets resolved for the family (add_lora takes them)
+    adapters: LoraShape | None  # a LoRA recipe's, targets resolved for the family (add_lora takes them)
     metrics: RunMetrics  # the Trainer's compute_metrics
     loss: Any  # the Trainer's compute_loss_func: --class_weights' weighted loss (BCE for multi-label); None: the model's
     batch_choice: Any = None  # --auto_batch_size: the batch it starts at (training/autofit.py)
@@ -65,11 +59,8 @@ class Prepared:
 
 
 def prepare(args: ParsedArguments, train_file: str | None = None) -> Prepared:
-    """Decide family, attention kernel, precision, task and batch once; load and tokenize the data.
-
-    `train_file`: read the training rows from this file instead of --train_file (distillation's copy
-    of its labelled rows); the record still names --train_file.
-    """
+    """Decide family, attention kernel, precision, task and batch once; load and tokenize the data. `train_file`:
+    read the training rows from it instead of --train_file (distillation's copy); the record names --train_file."""
     tokenizer = load_tokenizer(args.model)
     base_config = load_model_config(args.model)
     profile, attention = check_model_support(args.model, base_config, args.data.max_seq_length)
@@ -136,12 +127,8 @@ def prepare(args: ParsedArguments, train_file: str | None = None) -> Prepared:
 
 
 def trainer_arguments(parsed: RecipeTrainingArguments, **decided) -> RecipeTrainingArguments:
-    """The Trainer's TrainingArguments: a copy of the parsed ones with what the run decided.
-
-    Every value is copied deep, so nothing mutable (the accelerator config, fsdp_config) is shared
-    with the parsed arguments: what the Trainer does to its copy stays there. `dataclasses.replace`
-    builds the copy through `__init__`, so TrainingArguments' own checks run on the decided values.
-    """
+    """A copy of the parsed arguments with what the run decided, deep (the Trainer's changes to a mutable value,
+    fsdp_config say, stay in its copy) and through `__init__` (TrainingArguments' checks run on the decisions)."""
     values = {f.name: copy.deepcopy(getattr(parsed, f.name)) for f in dataclasses.fields(parsed) if f.init}
     return replace(parsed, **{**values, **decided})
 

@@ -1,11 +1,6 @@
-"""`RecipeRun`: the bookkeeping of one recipe run, around the Hugging Face objects the script builds.
-
-At the steps the script names: on entering, the output_dir lock and check, the resume checkpoint and
-the seed; the W&B run and the memory phases; the Trainer's callbacks; the record of a finished run.
-Leaving through an exception writes no results.json, closes the W&B run as failed and stops any
-tensor tracking. `run_main(main)`, the script's entry point, turns a user error into one paragraph
-on stderr and an exit code.
-"""
+"""`RecipeRun`: one run's bookkeeping at the steps the script names (output_dir lock, resume, seed, W&B,
+memory phases, callbacks, the record); leaving through an exception writes no results.json, closes the W&B
+run as failed and stops any tensor tracking. `run_main`: the script's entry point."""
 
 from __future__ import annotations
 
@@ -109,9 +104,7 @@ class RecipeRun:
             from recipes_lib.training.resume import FractionStepsWarningFilter
 
             resume_logger = logging.getLogger(FractionStepsWarningFilter.LOGGER)
-            for added in [
-                kept for kept in resume_logger.filters if isinstance(kept, FractionStepsWarningFilter)
-            ]:
+            for added in [f for f in resume_logger.filters if isinstance(f, FractionStepsWarningFilter)]:
                 resume_logger.removeFilter(added)
         if error is not None:
             if self.probes is not None:  # an exception inside a tracked step left its tracker open
@@ -122,12 +115,8 @@ class RecipeRun:
         return False  # an exception goes on to run_main (or the caller)
 
     def start_tracking(self, prepared: Prepared) -> None:
-        """Start the W&B run (main process; offline without an API key) and the memory phases.
-
-        The W&B run starts before the model, so the Trainer's WandbCallback logs into it, and so
-        before the memory phases: starting it is not counted as loading the model. Its config is
-        what runs (`prepared.arguments`).
-        """
+        """Start the W&B run (main process; offline without an API key; config: `prepared.arguments`), before
+        the model so the Trainer's WandbCallback logs into it, then the memory phases (W&B not counted in them)."""
         if "wandb" in (self.arguments.training.report_to or []):
             # tracking/wandb_run.py (and wandb) load only for a run that reports to W&B
             from recipes_lib.tracking.wandb_run import start_tracking
@@ -143,8 +132,7 @@ class RecipeRun:
         self.probes = RunProbes(memory, tokens, PrecisionProbe(training.device.type), LastEpochEvaluation())
 
     def callbacks(self, model) -> list:
-        """The run's Trainer callbacks, listed below. Without `start_tracking()` first (no W&B run of the
-        run's own), the memory phases start here."""
+        """The run's Trainer callbacks; without `start_tracking()` first, the memory phases start here."""
         training = self.arguments.training
         if self.probes is None:
             self._start_memory_phases()
@@ -175,9 +163,8 @@ class RecipeRun:
             clear_previous_run(training.output_dir, RESULTS_FILE)
 
     def final_evaluation(self, trainer) -> PredictionOutput:
-        """The final evaluation's metrics and predictions, as `trainer.predict` gives them: the last epoch's,
-        reused when the weights are unchanged since it ran (same step, same tensors, none written in place);
-        else `trainer.evaluate()`, a new pass. The predictions: the last the run's compute_metrics saw."""
+        """The final evaluation as `trainer.predict` gives it: the last epoch's when the weights are unchanged since
+        (same step, same tensors), else `trainer.evaluate()`; the predictions the run's compute_metrics last saw."""
         # The MemoryCallback measures the weights when a Trainer is built with it.
         fed = self.probes is not None and self.probes.memory.weights_bytes is not None
         if not fed or not hasattr(trainer.compute_metrics, "last_predictions"):
@@ -193,12 +180,10 @@ class RecipeRun:
     def write_results(
         self, trainer, train_result, evaluation: PredictionOutput, prepared: Prepared, merged=None
     ) -> RunResults:
-        """Everything a finished run writes (run/record.py): predictions, results.json, the W&B summary, the
-        model card, and --push_to_hub's second push. `evaluation`: `final_evaluation`'s metrics and
-        predictions. `merged`: --merge_adapter's model (save_adapter_extras), scored in memory.
-        Returns the run's record (results.RunResults)."""
+        """Predictions, results.json, the W&B summary, the card and --push_to_hub's second push (run/record.py);
+        returns the record. `merged`: --merge_adapter's model (save_adapter_extras), scored in memory."""
         # The end-of-run writers (the record, predictions, the card, the checks) load when a run finishes.
-        from recipes_lib.run.record import RunSettings, evaluate_merged_model, finish_run, publish_results
+        from recipes_lib.run.record import RunSettings, finish_run, publish_results
 
         memory = self.probes.memory.finish()
         for line in self.probes.memory.summary_lines(memory):
@@ -208,6 +193,13 @@ class RecipeRun:
         precision = self.probes.precision.observed or planned
         if precision != planned:
             logger.warning("Asked for %s, but the model computed in %s.", planned, precision)
+        memory = {**peak_memory(trainer.args.device, self.probes.memory), **memory}
+        tokens = self.probes.tokens.totals(trainer.accelerator)  # the run's last collective step
+        merged_scores = {}  # measured after the peaks, which the merged model's pass would raise
+        if merged is not None:  # --merge_adapter: run/merged.py loads for it only
+            from recipes_lib.run.merged import evaluate_merged_model
+
+            merged_scores = evaluate_merged_model(trainer, merged, prepared.data, prepared.arguments.data)
         settings = RunSettings(
             recipe=self.spec.name,
             arguments=prepared.arguments,
@@ -218,13 +210,12 @@ class RecipeRun:
             precision=precision,
             precision_reason=prepared.precision.reason,
             quantized_compute=self.probes.precision.quantized_compute,
-            memory={**peak_memory(trainer.args.device, self.probes.memory), **memory},
-            # The run's last collective step.
-            tokens=self.probes.tokens.totals(trainer.accelerator),
+            memory=memory,
+            tokens=tokens,
             device=describe_device(trainer.args.device),
             resumed_from=self.resume_from,
             batch_choice=prepared.batch_choice,
-            merged=evaluate_merged_model(trainer, merged, prepared.data, prepared.arguments.data),
+            merged=merged_scores,
         )
         results = finish_run(trainer, train_result, evaluation, settings)
         if self.tracker is not None:

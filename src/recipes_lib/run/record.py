@@ -1,50 +1,32 @@
-"""What a finished run writes: predictions and results.json, from values; the card from the results.
-
-`finish_run(trainer, train_result, evaluation, settings)` reads the Trainer only through what
-every `transformers.Trainer` has (`state`, `args`, `predict`, `log_metrics`, `compute_metrics`: the
-run's, to score with); the final evaluation's metrics and predictions come as a value (`evaluation`,
-a PredictionOutput), the rest as values in `RunSettings`, which `RecipeRun.write_results` fills at
-the end of the run. `publish_results` then writes the model card from the results
-(tracking/model_card.py), says how the run went, and makes --push_to_hub's second push.
-"""
+"""What a finished run writes: `finish_run` the predictions and results.json, reading the Trainer only through
+what every `transformers.Trainer` has, the rest from values (`evaluation`, `RunSettings`); `publish_results`
+the model card, the closing lines and --push_to_hub's second push."""
 
 from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field, replace
+from datetime import datetime, timezone
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
-
-import numpy as np
+from typing import Any
 
 from recipes_lib.config.arguments import ParsedArguments, RecipeTrainingArguments
 from recipes_lib.config.recipe_options import MERGED_SUBDIR, QloraArguments
 from recipes_lib.config.recipe_spec import LoraShape, RecipeSpec
-from recipes_lib.config.tasks import DEFAULT_THRESHOLD, TASK_METRICS
+from recipes_lib.config.tasks import TASK_METRICS
 from recipes_lib.data.files import write_jsonl
 from recipes_lib.data.loading import ClassificationData
-from recipes_lib.data.tokenize import LABEL_COLUMN, padding_collator
 from recipes_lib.evaluation.collapse import end_of_run_notes
 from recipes_lib.evaluation.neglected import neglected_classes
 from recipes_lib.evaluation.predictions import final_outputs, prediction_files, write_decision_files
 from recipes_lib.evaluation.training_loss import train_loss_check
 from recipes_lib.modeling.loading import count_parameters
 from recipes_lib.modeling.optimizers import optimizer_state_summary
-from recipes_lib.results import (
-    RESULT_KEYS,
-    RESULTS_FILE,
-    RunResults,
-    library_versions,
-    timestamp,
-    write_results,
-)
+from recipes_lib.results import RESULT_KEYS, RESULTS_FILE, RunResults, library_versions, write_results
 from recipes_lib.tracking.model_card import build_card, write_card
 from recipes_lib.tracking.names import METRIC_TITLES, eval_key
 from recipes_lib.training.run_totals import whole_run_loss
 from recipes_lib.training.trainer import RecipeTrainer, evaluation_in_input_order
-
-if TYPE_CHECKING:
-    from recipes_lib.modeling.adapters import MergedModel  # a LoRA recipe's: loaded by it, not here
 
 logger = logging.getLogger("recipes_lib")
 
@@ -68,7 +50,7 @@ class RunSettings:
     device: str  # where it ran (results.describe_device)
     resumed_from: str | None = None  # --resume_from_checkpoint's checkpoint directory, resolved
     batch_choice: Any = None  # --auto_batch_size: the batch it started at
-    merged: dict[str, Any] = field(default_factory=dict)  # --merge_adapter: evaluate_merged_model's figures
+    merged: dict[str, Any] = field(default_factory=dict)  # --merge_adapter: run/merged.py's figures
 
 
 # The validation figures results.json keeps (RunResults' eval_* fields up to eval_loss).
@@ -87,15 +69,10 @@ def _step_of(checkpoint: str | None) -> int | None:
 
 
 def final_predictions(settings: RunSettings, trainer, evaluation):
-    """The final validation pass's per-document (logits, references) and metrics, and the test split's
-    (logits, references: None when unlabelled, the Trainer's metrics; None without a test split), in
-    the rows' order with any Trainer: the prediction files and the windows' documents follow it.
-
-    `evaluation`: the script's `run.final_evaluation(trainer)`, each example once, from every process.
-    A Trainer that evaluated in another order (the stock one under group_by_length, which groups
-    evaluation batches by length too; RecipeTrainer never) predicts the split once more in input order;
-    its metrics, computed per document in that order, replace the script's (only sliding_window's differ).
-    """
+    """The validation split's per-document (logits, references), the test split's (logits, references or None,
+    metrics; None without one) and the validation metrics, in the rows' order with any Trainer. A Trainer that
+    evaluated in another order (the stock one under group_by_length; RecipeTrainer never) predicts the split
+    once more in input order; its metrics replace `evaluation`'s (only sliding_window's differ)."""
     data, scorer = settings.data, trainer.compute_metrics
     in_order = isinstance(trainer, RecipeTrainer)  # its get_eval_dataloader keeps the input order
     regrouped = trainer.args.train_sampling_strategy == "group_by_length" and not in_order
@@ -144,11 +121,8 @@ def task_results(settings: RunSettings, eval_metrics) -> dict[str, Any]:
 
 
 def training_results(settings: RunSettings, trainer, train_result) -> dict[str, Any]:
-    """How training went: steps, loss, the kept checkpoint, speed and padding.
-
-    The loss and the pad ratio cover the whole run, a resumed one included (training/run_totals.py); the
-    speed, the steps this process ran (after `resumed_from_step`): none when it resumed at the end.
-    """
+    """How training went. The loss and the pad ratio cover the whole run, a resumed one included
+    (training/run_totals.py); the speed, the steps this process ran: none when it resumed at the end."""
     training, state = trainer.args, trainer.state
     metrics = train_result.metrics
     runtime = metrics["train_runtime"]
@@ -177,11 +151,7 @@ def model_results(settings: RunSettings, trainer) -> dict[str, Any]:
     """What trained and how: the model type, adapters, the batch (the memory comes as settings.memory;
     parameters and optimizer state are counted in modeling/, by finish_run)."""
     adapters, choice = settings.adapters, settings.batch_choice
-    qlora = (
-        settings.arguments.options(QloraArguments)
-        if QloraArguments in settings.arguments.recipe_options
-        else None
-    )
+    qlora = settings.arguments.recipe_options.get(QloraArguments)
     # The batch the Trainer's arguments hold at the end: after any out-of-memory back-off (RecipeTrainer).
     batch = choice.after_training(trainer.args) if choice else None
     return dict(
@@ -208,32 +178,26 @@ def environment_results(settings: RunSettings, trainer, config: dict[str, Any]) 
         # QLoRA: the dtype of the 4-bit layers' matmuls (bitsandbytes' compute dtype); else None.
         quantized_compute_dtype=settings.quantized_compute,
         versions=library_versions(),
-        created_at=timestamp(),
+        created_at=datetime.now(timezone.utc).isoformat(timespec="seconds"),
         output_dir=str(training.output_dir),
         config=config,
     )
 
 
 def finish_run(trainer, train_result, evaluation, settings: RunSettings) -> RunResults:
-    """Predictions and results.json of a finished run (this module's docstring); returns the record.
-
-    Each part below names its own keys; they meet in RunResults' constructor, which refuses a key two
-    parts give (TypeError: got multiple values for keyword argument) and one that is not a field.
-    """
+    """Predictions and results.json; returns the record. Each part names its own keys: RunResults'
+    constructor refuses a key two parts give (TypeError: multiple values) and one that is no field."""
     trainer.log_metrics("train", train_result.metrics)
     trainer.log_metrics("eval", evaluation.metrics)
     # What ran: the parsed arguments with what the run resolved (task, precision) and the Trainer's
     # own copy of the training arguments (the batch it trained with).
     config = replace(settings.arguments, training=trainer.args).to_dict()
-    # What the Trainer holds, read here: how training went, what trained and how, where.
     training, model = training_results(settings, trainer, train_result), model_results(settings, trainer)
     environment = environment_results(settings, trainer, config)
     validation, test, eval_metrics = final_predictions(settings, trainer, evaluation)
     task = task_results(settings, eval_metrics)
-    # Down the layers from here: the parameters and what the optimizer's state tensors hold after
-    # training, measured (modeling/); then what the evaluation derives: multi-label thresholds
-    # (validation at them: optimistic, tuned and scored on one split), --decision_threshold's figures,
-    # per-class scores and the confusion matrix, neglected classes, the end loss; then the files.
+    # Down the layers: the parameters and the optimizer's state, measured (modeling/); what the evaluation
+    # derives (multi-label thresholds, tuned and scored on one split: optimistic); then the files.
     total, trainable = count_parameters(trainer.model)
     optimizer_state = optimizer_state_summary(trainer.optimizer, trainer.model)
     labels, source = settings.data.labels, settings.data.split_sources["validation"]
@@ -272,62 +236,16 @@ def finish_run(trainer, train_result, evaluation, settings: RunSettings) -> RunR
     return results
 
 
-def evaluate_merged_model(
-    trainer, merged: MergedModel | None, data: ClassificationData, data_args
-) -> dict[str, Any]:
-    """--merge_adapter: the merged model's own scores on the validation split, and what it is ({} without).
-
-    The merged model is what a user deploys without peft; for QLoRA it is not the evaluated
-    model (adapters.describe_merged_model), so its own figures are measured rather than assumed.
-    Scored as it is in memory, on the main process (which merged it), under the autocast the
-    Trainer evaluated in, against the split's labels in input order. Multi-label classes at 0.5.
-    `RecipeRun.write_results` calls it before the record, which gets the figures as a value.
-    """
-    if merged is None:
-        return {}
-    from recipes_lib.evaluation.inference import batch_logits  # loaded by --merge_adapter runs only
-
-    training, scorer = trainer.args, trainer.compute_metrics
-    model = merged.model.to(training.device).eval()
-    collator = padding_collator(trainer.processing_class, data_args, training.device)
-    validation = data.tokenized["validation"]
-    with trainer.accelerator.autocast():
-        progress = not training.disable_tqdm
-        logits = batch_logits(
-            model, validation, collator, training.device, training.per_device_eval_batch_size, progress
-        )
-    references = np.asarray(validation[LABEL_COLUMN])
-    logits, references = scorer.per_document(logits, references)  # sliding_window: one row per document
-    scores = scorer.scores(logits, references, thresholds=[DEFAULT_THRESHOLD] * scorer.num_labels)
-    logger.info(
-        "Merged model in %s, %s: %s",
-        Path(training.output_dir) / MERGED_SUBDIR,
-        merged.description.split(". ")[0],
-        ", ".join(f"{METRIC_TITLES[name]} {value:.4f}" for name, value in scores.items()),
-    )
-    return {
-        "merged_model": merged.description,
-        **{f"merged_eval_{name}": value for name, value in scores.items()},
-    }
-
-
-def hub_repo_id(trainer) -> str | None:
-    """--push_to_hub: the repository the Trainer pushes to (its card's loading code names it); else None."""
-    return getattr(trainer, "hub_model_id", None) if trainer.args.push_to_hub else None
-
-
 def publish_results(trainer, results: RunResults, recipe: RecipeSpec) -> None:
-    """The model card from the results, the run's closing lines, and --push_to_hub's second push.
-
-    The Trainer pushed the model when the script saved it, before the final evaluation; the second
-    commit adds the results and the card. Every process calls it: the Trainer saves the model again
-    first, a collective step under FSDP and DeepSpeed. A stock Trainer writes and uploads its own draft
-    card there; the run's card is then written into output_dir again.
-    """
+    """The card, the closing lines, and --push_to_hub's second commit (the results and the card; the model
+    went when the script saved it). Every process calls it: push_to_hub saves the model again first, a
+    collective step under FSDP and DeepSpeed, and writes a stock Trainer's draft card, so ours is written again."""
     output_dir, main = trainer.args.output_dir, trainer.is_world_process_zero()
+    # --push_to_hub: the repository the Trainer pushes to, which the card's loading code names.
+    repo = getattr(trainer, "hub_model_id", None) if trainer.args.push_to_hub else None
     default_rate = RecipeTrainingArguments.learning_rate  # a recipe whose SPEC leaves it as it is
     if main:
-        write_card(output_dir, results, hub_repo_id(trainer), recipe.summary)
+        write_card(output_dir, results, repo, recipe.summary)
         logger.info(
             "Done: %s, %s samples/s, peak memory %.2f GiB. Model and %s in %s",
             ", ".join(
@@ -345,7 +263,7 @@ def publish_results(trainer, results: RunResults, recipe: RecipeSpec) -> None:
         for note in end_of_run_notes(results, recipe.training_defaults.get("learning_rate", default_rate)):
             logger.warning(note)
     if trainer.args.push_to_hub:
-        trainer.model_card = build_card(results, hub_repo_id(trainer), summary=recipe.summary)
+        trainer.model_card = build_card(results, repo, summary=recipe.summary)
         trainer.push_to_hub(commit_message="End of training: results and model card")
         if main:
-            write_card(output_dir, results, hub_repo_id(trainer), recipe.summary)
+            write_card(output_dir, results, repo, recipe.summary)
