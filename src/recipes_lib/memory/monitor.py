@@ -1,11 +1,6 @@
-"""Memory: what a run holds, phase by phase (model load, training, evaluation), and what holds it.
-
-Per phase (`memory_phases`): on CUDA the allocator's peaks, reset as each phase begins; on a CPU,
-which has no caching allocator to ask, the peak of live tensor bytes counted by `TensorMemoryTracker`;
-on both the process's peak RSS. `memory_breakdown_gib`: weights, gradients, optimizer state,
-activations and other, each the peak of its kind over the watched training steps. The tracker runs
-Python code for every tensor operation, so it watches only the steps that can set a new peak (the
-first optimizer step, then each larger batch). docs/memory.md says what each figure means.
+"""Memory: what a run holds, phase by phase (model load, training, evaluation), and what holds it:
+`memory_phases` and `memory_breakdown_gib`, measured on the steps that can set a new peak (the first
+optimizer step, then each larger batch). docs/memory.md says what each figure means and how it is measured.
 """
 
 from __future__ import annotations

@@ -1,10 +1,5 @@
 """LoRA adapters (peft) and QLoRA's quantized base (4-bit NF4, or 8-bit LLM.int8 with --base_bits 8),
-shared by recipes/lora.py and recipes/qlora.py.
-
-LoRA freezes the encoder and learns, next to each targeted weight W (d_out x d_in), a low-rank
-update W + (alpha / r) * B A with A (r x d_in) and B (d_out x r); only those and the head carry
-gradients and AdamW state (recipes/README.md counts bert-base's: 296,450 of 109,483,778).
-"""
+shared by recipes/lora.py and recipes/qlora.py (recipes/README.md, "LoRA" and "QLoRA")."""
 
 from __future__ import annotations
 
@@ -187,13 +182,9 @@ def saving_embeddings_only_if_adapted(peft_model):
 
 
 def nf4_quantization_config(model_config, precision: str):
-    """QLoRA's 4-bit base: NF4 weights, double quantization, matmuls in the run's precision.
-
-    NF4 stores 4 bits per weight plus one fp32 absmax per 64-weight block; double quantization
-    stores those absmax values in 8 bits with one fp32 constant per 256 blocks:
-        4 + 32 / 64 = 4.5 bits per weight  ->  4 + 8 / 64 + 32 / (64 x 256) = 4.127 bits per weight.
-    The matmuls run in the run's `precision` (on CPUs fp32: bf16 is tens of times slower there without
-    AVX-512 BF16). Only the encoder layers' linears are quantized (linears_outside_layers).
+    """QLoRA's 4-bit base: NF4 weights, double quantization (4.127 bits per weight: recipes/README.md,
+    "Memory before activations"), matmuls in the run's `precision` (on CPUs fp32: bf16 is tens of times
+    slower there without AVX-512 BF16). Only the encoder layers' linears are quantized (linears_outside_layers).
     """
     from transformers import BitsAndBytesConfig
 
@@ -208,15 +199,9 @@ def nf4_quantization_config(model_config, precision: str):
 
 
 def int8_quantization_config(model_config):
-    """The 8-bit base (`--base_bits 8`): bitsandbytes' LLM.int8 linear layers (Dettmers et al., 2022).
-
-    Each weight is stored in int8 with one fp32 absmax scale per output row (SCB):
-        1 B per weight + 4 B per row (bert-base's 768 x 3072 FFN: 1.0013 B per weight),
-    twice NF4's 0.52 B, and closer to the full-precision weights (8 bits, a scale per row rather
-    than per 64 weights). Input columns with an outlier above llm_int8_threshold (6.0, bitsandbytes'
-    default) run in fp16 on CUDA; on CPU bitsandbytes 0.50 trains through dequantize-and-matmul in
-    the input's dtype. The same linears as the 4-bit base are quantized.
-    """
+    """The 8-bit base (`--base_bits 8`): bitsandbytes' LLM.int8 linear layers (Dettmers et al., 2022), on the
+    same linears as the 4-bit base; docs/planner.md's "LoRA on an 8-bit base" row gives its bytes and kernels.
+    llm_int8_threshold 6.0 is bitsandbytes' default (outlier input columns run in fp16 on CUDA)."""
     from transformers import BitsAndBytesConfig
 
     return BitsAndBytesConfig(

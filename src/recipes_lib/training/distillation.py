@@ -1,22 +1,8 @@
 """Knowledge distillation for recipes/distill.py: a student learns from a finished run (the teacher).
 
-The teacher runs once, before the student loads, on every training row, and is freed; its logits
-are cached in OUTPUT_DIR/teacher_logits/<key>.npy, the key a hash of the teacher's weight files, the
-teacher-tokenized rows' datasets fingerprint and its max_seq_length, so a rerun (or another process
-of a DDP launch) reads them instead. The Trainer never sees the teacher: each training row's
-`labels` becomes one float vector, [gold label..., teacher logits...] (the gold part NaN on a row
-without one), which `DistillationLoss`, the Trainer's `compute_loss_func`, splits again. The
-validation and test splits keep their plain labels, so evaluation scores the student as any run.
-
-Per row, with student logits s, teacher logits t and temperature T:
-
-    single-label  T^2 x KL(softmax(t / T) || softmax(s / T))
-    multi-label   T^2 x mean over classes of BCE(sigmoid(s / T), sigmoid(t / T))
-    regression    (s - t)^2 (no temperature)
-
-mixed as alpha x that + (1 - alpha) x the task's own loss on the gold label. A row without a gold
-label (an empty label cell of --train_file, or a row of --transfer_file) has the teacher term alone,
-at weight 1: the teacher's soft targets carry more than its hard label would.
+The teacher's logits, computed once and cached, travel in each training row's `labels` as one float
+vector, [gold label..., teacher logits...] (the gold part NaN on a row without one), which
+`DistillationLoss` splits again; recipes/README.md ("Distillation") gives the loss terms and the cache.
 """
 
 from __future__ import annotations

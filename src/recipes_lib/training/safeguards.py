@@ -1,10 +1,5 @@
-"""What keeps a long run from being lost: stop cleanly on SIGINT/SIGTERM, stop on a NaN loss.
-
-On SIGTERM (a scheduler's notice) or Ctrl-C the Trainer finishes its optimizer step, saves a
-checkpoint and stops; the recipe exits with 128 + the signal number and says how to resume (a second
-Ctrl-C stops at once). The Trainer's `logging_nan_inf_filter` hides a NaN loss and trains on with NaN
-weights; RecipeTrainer stops at the first non-finite loss and refuses to save non-finite weights.
-"""
+"""What keeps a long run from being lost: stop cleanly on SIGINT/SIGTERM (docs/troubleshooting.md), and
+find non-finite weights (the Trainer's `logging_nan_inf_filter` hides a NaN loss and trains on)."""
 
 from __future__ import annotations
 
@@ -93,27 +88,9 @@ class StopOnSignal(TrainerCallback):
 
 
 def first_non_finite_parameter(model) -> str | None:
-    """The name of the first floating-point parameter holding NaN or inf, or None.
-
-    Integer parameters (bitsandbytes' packed 4-bit weights) cannot hold either and are skipped.
-    """
+    """The name of the first floating-point parameter holding NaN or inf (integer ones, bitsandbytes' packed
+    4-bit weights, cannot), or None."""
     for name, parameter in model.named_parameters():
         if parameter.is_floating_point() and not bool(torch.isfinite(parameter).all()):
             return name
     return None
-
-
-def divergence_hint(args) -> str:
-    """What usually brings a diverging run back, with the values this run used."""
-    precision = (
-        "--bf16 instead of --fp16 (bf16 has fp32's range; fp16 overflows above 65,504)"
-        if args.fp16
-        else "--bf16 rather than --fp16 if you train in mixed precision (fp16 overflows above 65,504)"
-    )
-    clipping = (
-        f"stronger gradient clipping (this run: --max_grad_norm {args.max_grad_norm:g})"
-        if args.max_grad_norm
-        else "gradient clipping, which this run turned off: --max_grad_norm 1.0"
-    )
-    lower = f"--learning_rate {args.learning_rate / 10:.2g} (this run: {args.learning_rate:g})"
-    return f"Try a lower rate, e.g. {lower}, {precision}, or {clipping}."
