@@ -51,6 +51,11 @@ def _dominated(shape: tuple[int, int], shapes: list[tuple[int, int]]) -> bool:
     return any(rows >= shape[0] and length >= shape[1] for rows, length in shapes)
 
 
+def batch_inputs(args, kwargs) -> dict:
+    """A forward pre-hook's inputs (with_kwargs=True), as the dict of the batch."""
+    return kwargs if kwargs else (args[0] if args and isinstance(args[0], dict) else {})
+
+
 def _batch_shape(inputs: Any) -> tuple[int, int] | None:
     for name in ("input_ids", "attention_mask", "inputs_embeds"):
         tensor = inputs.get(name) if isinstance(inputs, dict) else None
@@ -261,9 +266,8 @@ class MemoryCallback(TrainerCallback):
     # the state changes. Run it as plain Python instead.
     @torch.compiler.disable
     def _before_forward(self, module, args, kwargs):
-        inputs = kwargs if kwargs else (args[0] if args and isinstance(args[0], dict) else {})
         training = module.training and torch.is_grad_enabled()
-        self.monitor.before_forward(module, inputs, self.optimizer, training)
+        self.monitor.before_forward(module, batch_inputs(args, kwargs), self.optimizer, training)
 
     def on_train_begin(self, args, state, control, optimizer=None, **kwargs):
         if self._train_began:

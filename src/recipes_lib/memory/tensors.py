@@ -1,6 +1,5 @@
 """Counting tensor memory on any device: storages, their bytes, and `TensorMemoryTracker`, which
-watches every tensor PyTorch creates during one batch and says what held the memory (see
-monitor.py for where the figures go)."""
+watches every tensor PyTorch creates during one batch and says what held the memory."""
 
 from __future__ import annotations
 

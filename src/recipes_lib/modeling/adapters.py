@@ -47,10 +47,8 @@ def resolve_lora_targets(shape: LoraShape, model_type: str) -> LoraShape:
 
 
 def check_lora_targets(shape: LoraShape, model_config) -> LoraShape:
-    """The resolved adapters, after checking on config.json alone that each target names a linear layer.
-
-    Runs before data or weights load; peft would only find out when wrapping the loaded model.
-    """
+    """The resolved adapters, after checking on config.json alone (before data or weights load; peft would
+    find out only when wrapping the loaded model) that each target names a linear layer."""
     shape = resolve_lora_targets(shape, model_config.model_type)
     if shape.target_modules == "all-linear":
         return shape
@@ -125,11 +123,8 @@ def _new_modules_outside_the_head(model) -> tuple[str, ...]:
 
 def add_lora(model, lora: LoraShape | LoraArguments):
     """Freeze `model` and wrap it in a peft model with LoRA adapters and a trainable head. `lora`: options, or
-    a shape (`Prepared.adapters`, its targets already resolved by `prepare`).
-
-    Every module the checkpoint did not provide (`model.newly_initialized_modules`, set by
-    modeling.load_model: the head, DeBERTa's pooler, DistilBERT's pre_classifier) trains in full
-    and is saved with the adapter: frozen, it would stay random, and a reload would draw another.
+    a shape (`Prepared.adapters`). Every module the checkpoint did not provide (`newly_initialized_modules`:
+    the head, DeBERTa's pooler...) trains in full and is saved with the adapter: frozen, it would stay random.
     """
     from peft import get_peft_model
 
@@ -157,13 +152,9 @@ def add_lora(model, lora: LoraShape | LoraArguments):
 
 
 def saving_embeddings_only_if_adapted(peft_model):
-    """`peft_model`, whose saves no longer ask the Hugging Face Hub whether the vocabulary was resized.
-
-    peft's `save_pretrained(save_embedding_layers="auto")` (every Trainer's call) looks a Hub id's
-    config.json up on the Hub to compare vocab sizes: offline it warns "Could not find a config file in
-    <id>" at every save; online, every save asks. The recipes never resize the vocabulary, so the base's
-    embeddings change only where LoRA adapts them (then "auto" saves them, without the Hub).
-    """
+    """`peft_model`, whose saves no longer ask the Hub whether the vocabulary was resized: peft's
+    `save_embedding_layers="auto"` looks a Hub id's config.json up at every save (offline: a warning each
+    time). The recipes never resize it, so the embeddings change only where LoRA adapts them."""
     from functools import partial
 
     from peft.tuners.tuners_utils import BaseTunerLayer
@@ -284,13 +275,9 @@ def prepare_4bit_model(model):
 def save_adapter_extras(
     arguments, model_config, tokenizer, lora: LoraArguments, quantization_config=None
 ) -> MergedModel | None:
-    """After the adapter is saved (main process only): what a reload needs next to it and, if asked, the
-    merged model, returned for the record to score (else None).
-
-    config.json carries the label names (id2label), which the adapter files do not. QLoRA's base
-    `quantization_config`, saved as base_quantization_config.json, lets `load_trained_model` rebuild the
-    quantized base the adapter was trained and evaluated on, not put the adapter on an fp32 base.
-    """
+    """After the adapter is saved (main process only): what a reload needs next to it (config.json's label
+    names; QLoRA's base quantization, so `load_trained_model` rebuilds the base it was evaluated on) and, if
+    asked, the merged model, returned for the record to score (else None)."""
     output_dir = Path(arguments.training.output_dir)
     model_config.save_pretrained(output_dir)
     quantization_path = output_dir / BASE_QUANTIZATION_FILE
@@ -325,12 +312,9 @@ class MergedModel:
 
 
 def merged_model(model_args: ModelArguments, model_config, adapter_dir, device=None) -> MergedModel:
-    """Fold the adapter into an fp32 copy of the base, W + (alpha / r) B A: a plain model.
-
-    QLoRA: the base is loaded quantized as in training (on `device`) and dequantized to fp32, so the
-    adapter is folded into the weights it was trained on (merging into the 4-bit weights would
-    re-quantize them).
-    """
+    """Fold the adapter into an fp32 copy of the base, W + (alpha / r) B A: a plain model. QLoRA's base is
+    loaded quantized as in training (on `device`) and dequantized to fp32, so the adapter is folded into
+    the weights it was trained on (merging into the 4-bit weights would re-quantize them)."""
     from peft import PeftModel
 
     quantization = read_base_quantization(adapter_dir)

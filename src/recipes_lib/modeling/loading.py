@@ -66,10 +66,8 @@ def check_model_support(
     model_args: ModelArguments, model_config, max_seq_length: int
 ) -> tuple[ArchitectureProfile, str]:
     """The family's profile and the attention kernel the run uses (as asked, checked; or the family's
-    best that this machine runs), checked on config.json alone before data or weights load, with
-    max_seq_length. A model type no family entry lists (GPT-2, say) is let through, since transformers
-    and peft give its profile, with one warning: nothing here has tested it.
-    """
+    best that this machine runs), checked on config.json alone with max_seq_length. A model type no family
+    entry lists (GPT-2, say) is let through with one warning: transformers and peft give its profile."""
     try:
         profile = profile_for(model_config)
     except ModelError as error:
@@ -130,11 +128,8 @@ def _say_what_flash_attention_would_change(profile: ArchitectureProfile, model_c
 
 def pad_with_eos_if_missing(tokenizer, model_config) -> None:
     """Give a tokenizer without a padding token (a decoder's: GPT-2, Llama) its end-of-sequence token as
-    one, and the model config that id, as transformers' own examples do; say so in one line.
-
-    Batches are padded to their longest row; a decoder's head reads each row's last token that is not
-    padding, so the config needs the id. Both are saved with the model, so predict and export pad alike.
-    """
+    one, and the model config that id (a decoder's head reads each row's last token that is not padding),
+    as transformers' own examples do; say so in one line."""
     if tokenizer.pad_token is not None:
         return
     if tokenizer.eos_token is None:
@@ -165,11 +160,8 @@ _BODY_KEY = re.compile(r"(^|\.)(embeddings|\d+)\.")
 
 
 class HeldLoadReport(logging.Filter):
-    """transformers' load report, held back while a model loads, and printed if the block fails.
-
-    For a classifier fine-tuned from an encoder the report always lists its new head, in a red MISSING
-    table that asks for what the run is about to do ("Consider training on your downstream task").
-    """
+    """transformers' load report, held back while a model loads, and printed if the block fails: for a
+    classifier fine-tuned from an encoder it always lists the new head in a red MISSING table."""
 
     def __init__(self):
         super().__init__()
@@ -291,11 +283,9 @@ def load_model(model_args: ModelArguments, model_config, **from_pretrained_kwarg
 
 def reset_wrong_shaped_linears(model) -> list[tuple[str, tuple, tuple]]:
     """Full-precision linears holding a checkpoint tensor of another shape than the layer declares,
-    initialised afresh; (weight name, checkpoint shape, layer shape) for each.
-
-    transformers before 5.2x skips `ignore_mismatched_sizes` when a quantization config loads the model
-    (tested on 5.6): a 2-class checkpoint's head stays 2 x hidden under a 1-output regression head, and
-    the loss fails on the shapes. Quantized linears store packed weights of other shapes by design.
+    initialised afresh; (weight name, checkpoint shape, layer shape) for each. transformers before 5.2x
+    skips `ignore_mismatched_sizes` under a quantization config (tested on 5.6): a 2-class checkpoint's
+    head stayed 2 x hidden under a 1-output regression head. (Quantized linears are packed by design.)
     """
     reset = []
     for name, module in model.named_modules():

@@ -14,12 +14,9 @@ from transformers.trainer_callback import ExportableState, TrainerState
 
 from recipes_lib.config.precision import dtype_name
 from recipes_lib.evaluation.collapse import is_collapsed
+from recipes_lib.memory.monitor import batch_inputs
 
 logger = logging.getLogger("recipes_lib")
-
-
-def _batch_inputs(args, kwargs) -> dict:
-    return kwargs if kwargs else (args[0] if args and isinstance(args[0], dict) else {})
 
 
 class TokenCounter(TrainerCallback, ExportableState):
@@ -58,7 +55,7 @@ class TokenCounter(TrainerCallback, ExportableState):
     # Under --torch_compile the hook would otherwise be traced into the graph (it is plain bookkeeping).
     @torch.compiler.disable
     def _count(self, module, args, kwargs):
-        attention_mask = _batch_inputs(args, kwargs).get("attention_mask")
+        attention_mask = batch_inputs(args, kwargs).get("attention_mask")
         if attention_mask is not None and module.training and torch.is_grad_enabled():
             self.real += int(attention_mask.sum())
             self.padded += attention_mask.numel()

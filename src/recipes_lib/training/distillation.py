@@ -145,11 +145,8 @@ def _is_unlabelled(value) -> bool:
 @dataclass
 class UnlabelledRows:
     """Training rows without a gold label: --train_file's empty label cells, and --transfer_file's rows.
-
-    The run's own loading refuses a training row without a label, so `set_aside` copies --train_file's
-    labelled rows (records as written) to `labelled_file`, which the script hands
-    `prepare(args, train_file=...)`; results.json still names the user's file.
-    """
+    The run's own loading refuses them, so `set_aside` copies --train_file's labelled rows to
+    `labelled_file`, which the script hands `prepare(args, train_file=...)`."""
 
     rows: list[Dataset]  # each source's rows (columns as read); empty: there are none
     labelled_file: str | None = None  # None: every training row has a label
@@ -392,12 +389,8 @@ def _documents(dataset: Dataset) -> np.ndarray:
 def add_teacher_targets(
     prepared, options: DistillArguments, unlabelled: UnlabelledRows
 ) -> tuple[DatasetDict, DistillationLoss]:
-    """The run's tokenized splits with the teacher in the training rows' labels, and the loss to train on.
-
-    `prepared` (read, not changed): its raw training rows and the unlabelled ones go through the teacher;
-    the unlabelled ones are tokenized and added to train; each training row's labels become
-    [gold..., teacher logits...].
-    """
+    """The run's tokenized splits with the teacher in the training rows' labels ([gold..., teacher
+    logits...]; the unlabelled rows tokenized and added to train), and the loss to train on."""
     unlabelled.remove_copy()
     data_args, training = prepared.arguments.data, prepared.training_args  # what runs
     teacher_dir = check_teacher(options.teacher)

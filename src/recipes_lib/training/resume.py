@@ -34,11 +34,8 @@ _HEADING = "arguments do not match the ones in the `trainer_state.json`"
 
 
 def resolve_resume_checkpoint(value: str | None, output_dir: str, results_file: str) -> str | None:
-    """The checkpoint directory `--resume_from_checkpoint VALUE` means, checked before anything is loaded.
-
-    "last" (or "true"): the newest complete checkpoint in output_dir. Anything else: a checkpoint
-    directory, refused if its marker shows it incomplete.
-    """
+    """The checkpoint directory `--resume_from_checkpoint VALUE` means ("last": the newest complete one
+    in output_dir), checked before anything is loaded."""
     output = Path(output_dir)
     if (output / results_file).is_file():
         raise OutputDirError(
