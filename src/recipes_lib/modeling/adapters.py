@@ -239,13 +239,10 @@ def check_base_support(device: torch.device, bits: int = 4) -> None:
 
 
 def _in_autocast_dtype(module, inputs, output):
-    """A quantized linear's output in autocast's dtype while autocast is on, as nn.Linear's is.
-
-    bitsandbytes' linears cast their output back to their input's dtype: fp32 after a LayerNorm, under
-    autocast too. DeBERTa-v2/v3 then masks its bf16 attention scores with fp32's minimum and fails
-    ("value cannot be converted to type c10::BFloat16 without overflow": QLoRA on deberta-v3 on an H200;
-    tests/test_cpu_bf16.py). A 4-bit layer computes in the run's precision, so this cast loses nothing.
-    """
+    """A quantized linear's output in autocast's dtype while autocast is on, as nn.Linear's is (bitsandbytes
+    casts it back to the input's: fp32 after a LayerNorm, and DeBERTa-v2/v3 then masks its bf16 attention
+    scores with fp32's minimum and fails, tests/test_cpu_bf16.py). A 4-bit layer computes in the run's
+    precision, so this cast loses nothing."""
     device_type = output.device.type
     if torch.is_autocast_enabled(device_type) and output.is_floating_point():
         return output.to(torch.get_autocast_dtype(device_type))

@@ -56,8 +56,8 @@ def _missing_tokenizer_packages(error: Exception) -> list[str]:
 
 
 def config_not_loaded(model_args: ModelArguments, error: Exception) -> ModelError:
-    """The family floor's paragraph when config.json names a model type this transformers predates (GTE),
-    raised here; else `not_found`'s."""
+    """`not_found`'s paragraph, unless config.json names a model type this transformers predates (GTE):
+    then the family floor's is raised here."""
     from transformers import PretrainedConfig
 
     try:

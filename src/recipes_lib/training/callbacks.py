@@ -1,7 +1,5 @@
 """Callbacks through which a run counts and records itself while the Trainer trains (memory phases:
-memory/monitor.py; W&B: tracking/). TokenCounter and PrecisionProbe watch the model through forward
-pre-hooks added when the Trainer is built, so they see what the Trainer feeds the model in training.
-"""
+memory/monitor.py; W&B: tracking/); TokenCounter and PrecisionProbe watch the model's forwards."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Checkpoints that are either complete or ignored, and the choice of the one to resume from.
+"""Checkpoints that are either complete or ignored (the choice of the one to resume from: resume.py).
 
 A run killed while saving leaves a checkpoint-N missing files, and the Trainer's "last checkpoint" is
 simply the highest N. So RecipeTrainer ends every save with COMPLETE_MARKER, listing each file with its
@@ -13,14 +13,10 @@ import json
 import logging
 import re
 import shutil
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
-from safetensors import SafetensorError
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 
-from recipes_lib.errors import RecipeError
 from recipes_lib.whole_files import fsync_path, write_text_whole
 
 logger = logging.getLogger(__name__)
@@ -57,81 +53,6 @@ def mark_complete(checkpoint_dir: str | Path, global_step: int) -> Path:
     return write_text_whole(checkpoint_dir / COMPLETE_MARKER, json.dumps(record, indent=1))
 
 
-# The errors a write that the disk refuses raises through each writer: OSError (json, the Trainer's
-# own files), torch.save's RuntimeError (its C++ stream gives no errno), safetensors' SafetensorError.
-WRITE_FAILURES = (OSError, RuntimeError, SafetensorError)
-
-
-@contextmanager
-def complete_or_removed(checkpoint_dir: Path, run_dir: Path) -> Iterator[None]:
-    """Around a checkpoint's save: a write that fails (a full disk) removes the partial checkpoint (it would
-    never be resumed from, and it holds the space the disk lacks) and stops the run in one paragraph
-    naming the last complete checkpoint, which is left as it was."""
-    try:
-        yield
-    except RecipeError:
-        raise  # the save's own refusals (weights holding NaN) say what they are
-    except WRITE_FAILURES as error:
-        shutil.rmtree(checkpoint_dir, ignore_errors=True)
-        from recipes_lib.training.failures import checkpoint_not_saved
-
-        last = last_complete_checkpoint(run_dir)
-        raise checkpoint_not_saved(checkpoint_dir, run_dir, last, error) from error
-
-
-def _files_as_they_are(directory: Path) -> dict[str, tuple[int, int]]:
-    return {
-        path.name: (path.stat().st_mtime_ns, path.stat().st_size)
-        for path in directory.iterdir()
-        if path.is_file()
-    }
-
-
-@contextmanager
-def final_save_or_removed(output_dir: Path) -> Iterator[None]:
-    """Around the final model's save: a write that fails (a full disk) removes every file this save wrote or
-    changed (a partial model.safetensors, a config.json without its weights), so no half-saved model is
-    ever loaded, and stops the run in one paragraph saying what to do."""
-    before = _files_as_they_are(output_dir) if output_dir.is_dir() else {}
-    try:
-        yield
-    except RecipeError:
-        raise
-    except WRITE_FAILURES as error:
-        written = [name for name, seen in _files_as_they_are(output_dir).items() if before.get(name) != seen]
-        for name in written:
-            (output_dir / name).unlink(missing_ok=True)
-        from recipes_lib.training.failures import model_not_saved
-
-        raise model_not_saved(output_dir, written, last_complete_checkpoint(output_dir), error) from error
-
-
-def incomplete_reason(checkpoint_dir: str | Path) -> str | None:
-    """None when the checkpoint is complete and unchanged; otherwise what is wrong with it, in a few words."""
-    checkpoint_dir = Path(checkpoint_dir)
-    marker = checkpoint_dir / COMPLETE_MARKER
-    if not marker.is_file():
-        return "no completion marker: interrupted while saving"
-    try:
-        recorded = json.loads(marker.read_text())["files"]
-        # A marker of an earlier version holds sizes alone.
-        expected = {
-            name: (entry, None) if isinstance(entry, int) else (entry["bytes"], entry["sha256"])
-            for name, entry in recorded.items()
-        }
-    except (ValueError, KeyError, TypeError, AttributeError, UnicodeDecodeError):
-        return f"unreadable {COMPLETE_MARKER}"
-    for name, (size, digest) in expected.items():
-        path = checkpoint_dir / name
-        if not path.is_file():
-            return f"{name} is missing"
-        if path.stat().st_size != size:
-            return f"{name} has {path.stat().st_size} bytes, {size} were written"
-        if digest is not None and file_sha256(path) != digest:
-            return f"{name} has changed since it was written (its SHA-256 differs from the marker's)"
-    return None
-
-
 def checkpoints_in(output_dir: str | Path) -> list[Path]:
     """The checkpoint-N directories of a run, oldest (smallest N) first."""
     output_dir = Path(output_dir)
@@ -139,16 +60,6 @@ def checkpoints_in(output_dir: str | Path) -> list[Path]:
         return []
     found = [path for path in output_dir.iterdir() if path.is_dir() and _CHECKPOINT_NAME.match(path.name)]
     return sorted(found, key=lambda path: int(_CHECKPOINT_NAME.match(path.name).group(1)))
-
-
-def last_complete_checkpoint(output_dir: str | Path) -> Path | None:
-    """The newest checkpoint that is complete; newer incomplete ones are skipped with a warning."""
-    for checkpoint in reversed(checkpoints_in(output_dir)):
-        reason = incomplete_reason(checkpoint)
-        if reason is None:
-            return checkpoint
-        logger.warning("Skipping %s (%s).", checkpoint, reason)
-    return None
 
 
 # A finished run's weights: its model, adapter or merged model (what `recipes-lib crossval` deletes from a

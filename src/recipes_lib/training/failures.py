@@ -1,5 +1,5 @@
 """The paragraph a run stops with when the disk refuses a save or training diverges (loaded only then:
-checkpoints.py, trainer.py). `last` is the run's last complete checkpoint, if any."""
+safeguards.py, trainer.py), naming the run's last complete checkpoint if it has one."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ import os
 from pathlib import Path
 
 from recipes_lib.errors import RecipeError, TrainingDiverged
+from recipes_lib.training.resume import last_complete_checkpoint
 
 
 class CheckpointNotSaved(RecipeError):
@@ -33,7 +34,8 @@ def _write_failure(error: BaseException) -> str:
     return f"{cause} ({type(error).__name__}: {detail})"
 
 
-def checkpoint_not_saved(checkpoint_dir: Path, run_dir: Path, last: Path | None, error) -> CheckpointNotSaved:
+def checkpoint_not_saved(checkpoint_dir: Path, run_dir: Path, error) -> CheckpointNotSaved:
+    last = last_complete_checkpoint(run_dir)
     return CheckpointNotSaved(
         f"Saving the checkpoint {checkpoint_dir.name} in '{run_dir}' failed: {_write_failure(error)}. "
         "The partial checkpoint was removed; "
@@ -46,7 +48,8 @@ def checkpoint_not_saved(checkpoint_dir: Path, run_dir: Path, last: Path | None,
     )
 
 
-def model_not_saved(output_dir: Path, written: list[str], last: Path | None, error) -> ModelNotSaved:
+def model_not_saved(output_dir: Path, written: list[str], error) -> ModelNotSaved:
+    last = last_complete_checkpoint(output_dir)
     return ModelNotSaved(
         f"Saving the final model in '{output_dir}' failed: {_write_failure(error)}. The files it had written "
         f"({', '.join(sorted(written)) or 'none'}) were removed, so no partial model is left; no results.json "
@@ -59,7 +62,7 @@ def model_not_saved(output_dir: Path, written: list[str], last: Path | None, err
     )
 
 
-def diverged(what: str, args, last: Path | None) -> TrainingDiverged:
+def diverged(what: str, args) -> TrainingDiverged:
     """`what` went wrong, then what usually brings a diverging run back, with the values this run used."""
     precision = (
         "--bf16 instead of --fp16 (bf16 has fp32's range; fp16 overflows above 65,504)"
@@ -72,5 +75,6 @@ def diverged(what: str, args, last: Path | None) -> TrainingDiverged:
         else "gradient clipping, which this run turned off: --max_grad_norm 1.0"
     )
     lower = f"--learning_rate {args.learning_rate / 10:.2g} (this run: {args.learning_rate:g})"
+    last = last_complete_checkpoint(args.output_dir)
     note = f" The last complete checkpoint, from before the fault, is {last}." if last else ""
     return TrainingDiverged(f"{what} Try a lower rate, e.g. {lower}, {precision}, or {clipping}.{note}")

@@ -20,14 +20,13 @@ from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, rotate_checkpoints
 from recipes_lib.config.arguments import DEFAULT_LENGTH_GROUPING, LENGTH_GROUPINGS
 from recipes_lib.config.versions import TRANSFORMERS
 from recipes_lib.errors import TrainingInterrupted
-from recipes_lib.training.checkpoints import (
-    COMPLETE_MARKER,
+from recipes_lib.training.checkpoints import COMPLETE_MARKER, mark_complete
+from recipes_lib.training.safeguards import (
+    StopOnSignal,
     complete_or_removed,
     final_save_or_removed,
-    last_complete_checkpoint,
-    mark_complete,
+    first_non_finite_parameter,
 )
-from recipes_lib.training.safeguards import StopOnSignal, first_non_finite_parameter
 
 # The private Trainer methods RecipeTrainer overrides for want of a public extension point (each override
 # says why), with their parameters after self. A release that renamed one would skip the override and train
@@ -87,7 +86,6 @@ class RecipeTrainer(Trainer):
                 f"The training loss became {float(loss)} at step {self.state.global_step + 1} "
                 f"(epoch {self.state.epoch or 0:.2f}); the run stopped there and saved no final model.",
                 self.args,
-                last_complete_checkpoint(self.args.output_dir),
             )
         return loss
 
@@ -140,7 +138,6 @@ class RecipeTrainer(Trainer):
                 f"The weights became non-finite (NaN or inf, first in '{broken}') by step "
                 f"{self.state.global_step}; they were not saved.",
                 self.args,
-                last_complete_checkpoint(self.args.output_dir),
             )
         if _internal_call:  # inside a checkpoint (complete_or_removed) or a push
             return super().save_model(output_dir, _internal_call)
@@ -154,11 +151,8 @@ class RecipeTrainer(Trainer):
 
     # Why an override: push_to_hub writes its draft card between saving and uploading, with no callback between.
     def create_model_card(self, *args, **kwargs):
-        """README.md in output_dir: the run's card where it has set `model_card`, else the Trainer's draft.
-
-        `push_to_hub` calls this after saving the model again (peft's save rewrites README.md beside
-        an adapter) and just before uploading, so the card the run set is the one on the Hub.
-        """
+        """README.md in output_dir: the run's card where it has set `model_card`, else the Trainer's draft
+        (`push_to_hub` calls this after saving the model, whose peft save rewrote README.md, before uploading)."""
         if self.model_card is None:
             return super().create_model_card(*args, **kwargs)
         if self.is_world_process_zero():
