@@ -1,6 +1,6 @@
 """What keeps a long run from being lost: stop cleanly on SIGINT/SIGTERM (docs/troubleshooting.md), find
-non-finite weights (the Trainer's `logging_nan_inf_filter` hides a NaN loss and trains on), and leave
-nothing partial where the disk refuses a save."""
+non-finite weights (the Trainer's `logging_nan_inf_filter` hides a NaN loss and trains on; RecipeTrainer
+stops), and leave nothing partial where the disk refuses a save."""
 
 from __future__ import annotations
 
