@@ -51,12 +51,8 @@ MAX_POSITIVE_WEIGHT = 10.0
 
 
 def class_weights_from(option: str, labels, names: list[str]) -> list[float]:
-    """The per-class loss weights --class_weights asks for: 'balanced' from the training labels, or a list.
-
-    Single-label (`labels` the label ids): each class weighs rows / (classes x its rows), sklearn's
-    'balanced'. Multi-label (`labels` the 0/1 rows): each label's positive rows weigh
-    negatives / positives of that label, capped at MAX_POSITIVE_WEIGHT.
-    """
+    """The per-class loss weights --class_weights asks for: a list, or 'balanced' from the training labels
+    (the label ids, or multi-label's 0/1 rows) as docs/data-and-tasks.md says."""
     if option != "balanced":
         return parse_class_weights(option, names)
     labels = torch.as_tensor(labels)

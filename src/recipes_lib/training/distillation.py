@@ -61,10 +61,9 @@ def pack_targets(gold: np.ndarray, teacher_logits: np.ndarray) -> np.ndarray:
 
 @dataclass(eq=False)
 class DistillationLoss:
-    """The Trainer's `compute_loss_func` for distillation (the module's docstring gives the terms); plain
-    labels (evaluation) give the task's own loss. The batch's sum is divided by the rows in the optimizer
-    step: the Trainer's `num_items_in_batch` counts label entries, so it is divided by the packed width.
-    """
+    """The Trainer's `compute_loss_func` for distillation; plain labels (evaluation) give the task's own
+    loss. The batch's sum is divided by the rows in the optimizer step: the Trainer's `num_items_in_batch`
+    counts label entries, so it is divided by the packed width."""
 
     problem_type: str
     num_labels: int
