@@ -87,6 +87,8 @@ def test_a_recipe_imports_the_library_and_not_the_workbench():
         "recipes_lib.training.class_weights",  # --class_weights
         "recipes_lib.tracking.auth",  # W&B online: is there a key
         "recipes_lib.training.resume",  # --resume_from_checkpoint
+        "recipes_lib.training.failures",  # a refused save's or a diverged run's paragraph
+        "recipes_lib.modeling.load_failures",  # why a model did not load
         "recipes_lib.evaluation.collapse_note",  # a collapsed model's paragraph
     }
     assert only_some.isdisjoint(full_ft), full_ft

@@ -27,13 +27,8 @@ import torch
 from safetensors.torch import load_file
 
 from recipes_lib.errors import OutputDirError
-from recipes_lib.training.checkpoints import (
-    COMPLETE_MARKER,
-    incomplete_reason,
-    last_complete_checkpoint,
-    mark_complete,
-)
-from recipes_lib.training.resume import resolve_resume_checkpoint
+from recipes_lib.training.checkpoints import COMPLETE_MARKER, mark_complete
+from recipes_lib.training.resume import incomplete_reason, last_complete_checkpoint, resolve_resume_checkpoint
 from tests.helpers.repo import RECIPES, REPO_ROOT, load_recipe
 from tests.helpers.runs import QUICK, run_args, run_in_process, with_teacher
 

@@ -33,13 +33,10 @@ from recipes_lib.evaluation.predictions import (
 )
 from recipes_lib.results import RESULTS_FILE, RunResults, read_results, write_results
 from recipes_lib.tracking.model_card import write_card
-from recipes_lib.training.checkpoints import (
-    CheckpointNotSaved,
-    complete_or_removed,
-    incomplete_reason,
-    mark_complete,
-)
-from recipes_lib.training.resume import resolve_resume_checkpoint
+from recipes_lib.training.checkpoints import mark_complete
+from recipes_lib.training.failures import CheckpointNotSaved
+from recipes_lib.training.resume import incomplete_reason, resolve_resume_checkpoint
+from recipes_lib.training.safeguards import complete_or_removed
 from recipes_lib.whole_files import DamagedFileError, read_json, written_whole
 from recipes_workbench.cli.main import main as recipes_lib_cli
 from recipes_workbench.crossval.oof import read_jsonl

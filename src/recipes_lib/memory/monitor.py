@@ -1,11 +1,6 @@
-"""Memory: what a run holds, phase by phase (model load, training, evaluation), and what holds it.
-
-Per phase (`memory_phases`): on CUDA the allocator's peaks, reset as each phase begins; on a CPU,
-which has no caching allocator to ask, the peak of live tensor bytes counted by `TensorMemoryTracker`;
-on both the process's peak RSS. `memory_breakdown_gib`: weights, gradients, optimizer state,
-activations and other, each the peak of its kind over the watched training steps. The tracker runs
-Python code for every tensor operation, so it watches only the steps that can set a new peak (the
-first optimizer step, then each larger batch). docs/memory.md says what each figure means.
+"""Memory: what a run holds, phase by phase (model load, training, evaluation), and what holds it:
+`memory_phases` and `memory_breakdown_gib`, measured on the steps that can set a new peak (the first
+optimizer step, then each larger batch). docs/memory.md says what each figure means and how it is measured.
 """
 
 from __future__ import annotations
@@ -54,6 +49,11 @@ GIB_FIELDS = tuple(item.name for item in fields(PhaseMemory) if item.name not in
 
 def _dominated(shape: tuple[int, int], shapes: list[tuple[int, int]]) -> bool:
     return any(rows >= shape[0] and length >= shape[1] for rows, length in shapes)
+
+
+def batch_inputs(args, kwargs) -> dict:
+    """A forward pre-hook's inputs (with_kwargs=True), as the dict of the batch."""
+    return kwargs if kwargs else (args[0] if args and isinstance(args[0], dict) else {})
 
 
 def _batch_shape(inputs: Any) -> tuple[int, int] | None:
@@ -266,9 +266,8 @@ class MemoryCallback(TrainerCallback):
     # the state changes. Run it as plain Python instead.
     @torch.compiler.disable
     def _before_forward(self, module, args, kwargs):
-        inputs = kwargs if kwargs else (args[0] if args and isinstance(args[0], dict) else {})
         training = module.training and torch.is_grad_enabled()
-        self.monitor.before_forward(module, inputs, self.optimizer, training)
+        self.monitor.before_forward(module, batch_inputs(args, kwargs), self.optimizer, training)
 
     def on_train_begin(self, args, state, control, optimizer=None, **kwargs):
         if self._train_began:

@@ -27,11 +27,8 @@ class PhasePeaks(Protocol):
 
 
 def peak_memory(device: torch.device, monitor: PhasePeaks | None = None) -> dict[str, float | str | None]:
-    """The whole run's peak: CUDA max allocated / reserved, or on CPU the process's peak RSS.
-
-    The MemoryMonitor resets the peak counters (CUDA's and the kernel's RSS peak) as each phase
-    begins, so the whole run's peak is the highest of its phases' peaks and of the counters now.
-    """
+    """The whole run's peak, CUDA max allocated / reserved or on CPU the process's peak RSS: the highest
+    of the monitor's phases' peaks (it resets the counters as each phase begins) and of the counters now."""
     phases = list(monitor.phases.values()) if monitor is not None else []
     if device.type == "cuda":
         allocated = max([torch.cuda.max_memory_allocated(device)] + [p.max_allocated or 0 for p in phases])

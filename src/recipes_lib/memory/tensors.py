@@ -1,6 +1,5 @@
 """Counting tensor memory on any device: storages, their bytes, and `TensorMemoryTracker`, which
-watches every tensor PyTorch creates during one batch and says what held the memory (see
-monitor.py for where the figures go)."""
+watches every tensor PyTorch creates during one batch and says what held the memory."""
 
 from __future__ import annotations
 
@@ -78,19 +77,9 @@ def _block_bytes(nbytes: int, device_type: str) -> int:
 
 
 class TensorMemoryTracker(TorchDispatchMode):
-    """Live bytes of every tensor storage, by what it holds, and the peak of each kind and of all.
-
-    Storages that exist on entry are sorted by where they sit: the model's weights, their `.grad`,
-    `optimizer.state`, and the input batch ("other"). Storages created inside are "activations",
-    except inside `optimizer.step()` ("optimizer": new state and temporaries) and parameter
-    gradients, which a post-accumulate-grad hook moves to "gradients" the moment autograd stores
-    them. A weak reference on each storage subtracts its bytes when it is freed.
-
-    Why not torch.distributed._tools.mem_tracker.MemTracker (PyTorch's own, which works on CPU):
-    it reports the mix of kinds at the moment of the overall peak, not the peak of each kind; it
-    raises on the second forward of the same root module unless its per-module statistics are
-    reset; and it snapshots every module call. tests/test_memory.py checks that both trackers
-    find the same overall peak for the same training step.
+    """Live bytes of every tensor storage, by what it holds, and the peak of each kind and of all; inside
+    `optimizer.step()` new storages are "optimizer" (new state and temporaries). docs/memory.md ("How, on
+    CPU") says how storages are sorted, and why not PyTorch's own MemTracker.
     """
 
     KINDS = ("weights", "gradients", "optimizer", "activations", "other")

@@ -31,15 +31,9 @@ def decay_parameter_groups(model: nn.Module, weight_decay: float) -> list[dict[s
 def create_adamw_8bit(
     model: nn.Module, training: TrainingArguments, embedding_optimizer_bits: int = 32, paged: bool = False
 ) -> torch.optim.Optimizer:
-    """bitsandbytes AdamW with 8-bit (block-wise quantized) moments, configured like the Trainer's AdamW.
-
-    `embedding_optimizer_bits=32` keeps the state of every `nn.Embedding` weight in 32 bits through
-    bitsandbytes' GlobalOptimManager, as bitsandbytes recommends for stability: the rows of rare
-    tokens get rare, spiky gradients that 8-bit moments represent poorly. 8 quantizes them too.
-    `paged=True` uses PagedAdamW8bit: the moments of tensors of 100,000 elements or more in CUDA unified
-    memory, which the driver evicts to CPU memory under GPU memory pressure (recipes_workbench/planner/plan.py says
-    what the planner assumes). On CPU bitsandbytes 0.50 falls back to ordinary buffers (said in the log).
-    """
+    """bitsandbytes AdamW with 8-bit (block-wise quantized) moments, configured like the Trainer's AdamW;
+    `embedding_optimizer_bits` and `paged` as recipes/README.md ("8-bit AdamW and the embeddings") says.
+    PagedAdamW8bit keeps the moments of tensors of 100,000 elements or more in CUDA unified memory."""
     bnb = import_bitsandbytes("optim")
 
     if embedding_optimizer_bits not in (8, 32):

@@ -1,10 +1,5 @@
 """LoRA adapters (peft) and QLoRA's quantized base (4-bit NF4, or 8-bit LLM.int8 with --base_bits 8),
-shared by recipes/lora.py and recipes/qlora.py.
-
-LoRA freezes the encoder and learns, next to each targeted weight W (d_out x d_in), a low-rank
-update W + (alpha / r) * B A with A (r x d_in) and B (d_out x r); only those and the head carry
-gradients and AdamW state (recipes/README.md counts bert-base's: 296,450 of 109,483,778).
-"""
+shared by recipes/lora.py and recipes/qlora.py (recipes/README.md, "LoRA" and "QLoRA")."""
 
 from __future__ import annotations
 
@@ -52,10 +47,8 @@ def resolve_lora_targets(shape: LoraShape, model_type: str) -> LoraShape:
 
 
 def check_lora_targets(shape: LoraShape, model_config) -> LoraShape:
-    """The resolved adapters, after checking on config.json alone that each target names a linear layer.
-
-    Runs before data or weights load; peft would only find out when wrapping the loaded model.
-    """
+    """The resolved adapters, after checking on config.json alone (before data or weights load; peft would
+    find out only when wrapping the loaded model) that each target names a linear layer."""
     shape = resolve_lora_targets(shape, model_config.model_type)
     if shape.target_modules == "all-linear":
         return shape
@@ -130,11 +123,8 @@ def _new_modules_outside_the_head(model) -> tuple[str, ...]:
 
 def add_lora(model, lora: LoraShape | LoraArguments):
     """Freeze `model` and wrap it in a peft model with LoRA adapters and a trainable head. `lora`: options, or
-    a shape (`Prepared.adapters`, its targets already resolved by `prepare`).
-
-    Every module the checkpoint did not provide (`model.newly_initialized_modules`, set by
-    modeling.load_model: the head, DeBERTa's pooler, DistilBERT's pre_classifier) trains in full
-    and is saved with the adapter: frozen, it would stay random, and a reload would draw another.
+    a shape (`Prepared.adapters`). Every module the checkpoint did not provide (`newly_initialized_modules`:
+    the head, DeBERTa's pooler...) trains in full and is saved with the adapter: frozen, it would stay random.
     """
     from peft import get_peft_model
 
@@ -162,13 +152,9 @@ def add_lora(model, lora: LoraShape | LoraArguments):
 
 
 def saving_embeddings_only_if_adapted(peft_model):
-    """`peft_model`, whose saves no longer ask the Hugging Face Hub whether the vocabulary was resized.
-
-    peft's `save_pretrained(save_embedding_layers="auto")` (every Trainer's call) looks a Hub id's
-    config.json up on the Hub to compare vocab sizes: offline it warns "Could not find a config file in
-    <id>" at every save; online, every save asks. The recipes never resize the vocabulary, so the base's
-    embeddings change only where LoRA adapts them (then "auto" saves them, without the Hub).
-    """
+    """`peft_model`, whose saves no longer ask the Hub whether the vocabulary was resized: peft's
+    `save_embedding_layers="auto"` looks a Hub id's config.json up at every save (offline: a warning each
+    time). The recipes never resize it, so the embeddings change only where LoRA adapts them."""
     from functools import partial
 
     from peft.tuners.tuners_utils import BaseTunerLayer
@@ -187,13 +173,9 @@ def saving_embeddings_only_if_adapted(peft_model):
 
 
 def nf4_quantization_config(model_config, precision: str):
-    """QLoRA's 4-bit base: NF4 weights, double quantization, matmuls in the run's precision.
-
-    NF4 stores 4 bits per weight plus one fp32 absmax per 64-weight block; double quantization
-    stores those absmax values in 8 bits with one fp32 constant per 256 blocks:
-        4 + 32 / 64 = 4.5 bits per weight  ->  4 + 8 / 64 + 32 / (64 x 256) = 4.127 bits per weight.
-    The matmuls run in the run's `precision` (on CPUs fp32: bf16 is tens of times slower there without
-    AVX-512 BF16). Only the encoder layers' linears are quantized (linears_outside_layers).
+    """QLoRA's 4-bit base: NF4 weights, double quantization (4.127 bits per weight: recipes/README.md,
+    "Memory before activations"), matmuls in the run's `precision` (on CPUs fp32: bf16 is tens of times
+    slower there without AVX-512 BF16). Only the encoder layers' linears are quantized (linears_outside_layers).
     """
     from transformers import BitsAndBytesConfig
 
@@ -208,15 +190,9 @@ def nf4_quantization_config(model_config, precision: str):
 
 
 def int8_quantization_config(model_config):
-    """The 8-bit base (`--base_bits 8`): bitsandbytes' LLM.int8 linear layers (Dettmers et al., 2022).
-
-    Each weight is stored in int8 with one fp32 absmax scale per output row (SCB):
-        1 B per weight + 4 B per row (bert-base's 768 x 3072 FFN: 1.0013 B per weight),
-    twice NF4's 0.52 B, and closer to the full-precision weights (8 bits, a scale per row rather
-    than per 64 weights). Input columns with an outlier above llm_int8_threshold (6.0, bitsandbytes'
-    default) run in fp16 on CUDA; on CPU bitsandbytes 0.50 trains through dequantize-and-matmul in
-    the input's dtype. The same linears as the 4-bit base are quantized.
-    """
+    """The 8-bit base (`--base_bits 8`): bitsandbytes' LLM.int8 linear layers (Dettmers et al., 2022), on the
+    same linears as the 4-bit base; docs/planner.md's "LoRA on an 8-bit base" row gives its bytes and kernels.
+    llm_int8_threshold 6.0 is bitsandbytes' default (outlier input columns run in fp16 on CUDA)."""
     from transformers import BitsAndBytesConfig
 
     return BitsAndBytesConfig(
@@ -263,13 +239,10 @@ def check_base_support(device: torch.device, bits: int = 4) -> None:
 
 
 def _in_autocast_dtype(module, inputs, output):
-    """A quantized linear's output in autocast's dtype while autocast is on, as nn.Linear's is.
-
-    bitsandbytes' linears cast their output back to their input's dtype: fp32 after a LayerNorm, under
-    autocast too. DeBERTa-v2/v3 then masks its bf16 attention scores with fp32's minimum and fails
-    ("value cannot be converted to type c10::BFloat16 without overflow": QLoRA on deberta-v3 on an H200;
-    tests/test_cpu_bf16.py). A 4-bit layer computes in the run's precision, so this cast loses nothing.
-    """
+    """A quantized linear's output in autocast's dtype while autocast is on, as nn.Linear's is (bitsandbytes
+    casts it back to the input's: fp32 after a LayerNorm, and DeBERTa-v2/v3 then masks its bf16 attention
+    scores with fp32's minimum and fails, tests/test_cpu_bf16.py). A 4-bit layer computes in the run's
+    precision, so this cast loses nothing."""
     device_type = output.device.type
     if torch.is_autocast_enabled(device_type) and output.is_floating_point():
         return output.to(torch.get_autocast_dtype(device_type))
@@ -299,13 +272,9 @@ def prepare_4bit_model(model):
 def save_adapter_extras(
     arguments, model_config, tokenizer, lora: LoraArguments, quantization_config=None
 ) -> MergedModel | None:
-    """After the adapter is saved (main process only): what a reload needs next to it and, if asked, the
-    merged model, returned for the record to score (else None).
-
-    config.json carries the label names (id2label), which the adapter files do not. QLoRA's base
-    `quantization_config`, saved as base_quantization_config.json, lets `load_trained_model` rebuild the
-    quantized base the adapter was trained and evaluated on, not put the adapter on an fp32 base.
-    """
+    """After the adapter is saved (main process only): what a reload needs next to it (config.json's label
+    names; QLoRA's base quantization, so `load_trained_model` rebuilds the base it was evaluated on) and, if
+    asked, the merged model, returned for the record to score (else None)."""
     output_dir = Path(arguments.training.output_dir)
     model_config.save_pretrained(output_dir)
     quantization_path = output_dir / BASE_QUANTIZATION_FILE
@@ -340,12 +309,9 @@ class MergedModel:
 
 
 def merged_model(model_args: ModelArguments, model_config, adapter_dir, device=None) -> MergedModel:
-    """Fold the adapter into an fp32 copy of the base, W + (alpha / r) B A: a plain model.
-
-    QLoRA: the base is loaded quantized as in training (on `device`) and dequantized to fp32, so the
-    adapter is folded into the weights it was trained on (merging into the 4-bit weights would
-    re-quantize them).
-    """
+    """Fold the adapter into an fp32 copy of the base, W + (alpha / r) B A: a plain model. QLoRA's base is
+    loaded quantized as in training (on `device`) and dequantized to fp32, so the adapter is folded into
+    the weights it was trained on (merging into the 4-bit weights would re-quantize them)."""
     from peft import PeftModel
 
     quantization = read_base_quantization(adapter_dir)

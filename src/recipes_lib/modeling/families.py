@@ -1,11 +1,6 @@
-"""What differs between encoder families, as one profile per model config (`profile_for(config)`).
-
-The libraries that know are asked first, the family's entry (config/family_registry.py) says the
-rest: LoRA targets from peft's mapping, else the entry's; attention kernels from the model class's
-`_supports_flash_attn`/`_supports_sdpa` (`usable_attention`: flash_attention_2 where this machine can
-run it, else sdpa, else eager); the layer class from `_no_split_modules`, else the class repeated in
-the layer list of the model built on the meta device; the position offset from the entry. All from
-config.json alone, so every check runs before data or weights load.
+"""What differs between encoder families, as one profile per model config (`profile_for(config)`): the
+libraries that know (peft, the model class) are asked first, the family's entry (config/family_registry.py)
+says the rest; all from config.json alone, so every check runs before data or weights load (docs/families.md).
 """
 
 from __future__ import annotations

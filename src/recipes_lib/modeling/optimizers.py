@@ -1,9 +1,5 @@
-"""What an optimizer's state really occupies, measured after training for every recipe.
-
-`optimizer_state_summary` measures the state tensors, so results.json compares recipes on what was
-allocated, not on a formula (torch AdamW: 8 B per trained parameter; bitsandbytes 8-bit: about 2.03 B,
-parameters under `MIN_8BIT_SIZE` elements keeping fp32 state); memory/ walks the same tensors.
-"""
+"""What an optimizer's state really occupies, measured after training for every recipe (not a formula:
+docs/memory.md, "Optimizer state, measured"); memory/ walks the same tensors."""
 
 from __future__ import annotations
 
@@ -55,13 +51,9 @@ def parameter_kind(parameter: torch.Tensor, embedding_ids: set[int]) -> str:
 
 
 def optimizer_state_summary(optimizer, model: nn.Module | None = None) -> dict[str, Any]:
-    """Bytes held by the optimizer's state tensors (this process), in total, by dtype and by parameter kind.
-
-    Measured, not predicted: every tensor in `optimizer.state` counts once, even when several
-    parameters share it (bitsandbytes shares its two 256-entry quantization maps). The kinds
-    ('embedding', 'large', 'small', see `parameter_kind`) let recipes be compared on the parameters
-    bitsandbytes can quantize; a shared tensor counts under the first parameter that holds it.
-    """
+    """Bytes held by the optimizer's state tensors (this process), in total, by dtype and by parameter kind
+    (`parameter_kind`: what bitsandbytes can quantize). A tensor several parameters share (bitsandbytes'
+    two 256-entry quantization maps) counts once, under the first parameter that holds it."""
     optimizer = unwrap_optimizer(optimizer)
     state = getattr(optimizer, "state", None)
     if optimizer is None or state is None:

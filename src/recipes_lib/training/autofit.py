@@ -1,14 +1,8 @@
-"""`--auto_batch_size`: train with the largest per-device batch that fits, at the same effective batch.
-
-The effective batch (per-device batch x gradient_accumulation_steps, per process) is what the
-learning rate was tuned for, so it stays exactly what the user asked for: training starts with all of
-it in one per-device batch, and on out-of-memory accelerate's `find_executable_batch_size` retries with
-the next smaller divisor, gradient accumulation making up the rest (32 x 1 -> 16 x 2 -> 8 x 4), as the
-Trainer's own auto_find_batch_size does without keeping the effective batch. Training restarts from the
-step-0 weights only when the error came before the first optimizer step, which is where it comes: the
-length-grouped sampler puts the longest batch first. (Like the Trainer's own auto_find_batch_size, a
-later error restarts the schedule from the current weights.) The memory planner's prediction is the
-workbench's (`recipes-lib plan --fits`), made before launch; a run never loads it.
+"""`--auto_batch_size`: train with the largest per-device batch that fits, at the same effective batch
+(docs/memory.md, "Let it pick the batch"). Training restarts from the step-0 weights only when the error
+came before the first optimizer step, which is where it comes: the length-grouped sampler puts the
+longest batch first. (Like the Trainer's own auto_find_batch_size, a later error restarts the schedule
+from the current weights.)
 """
 
 from __future__ import annotations
@@ -70,11 +64,8 @@ def choose_batch_size(training) -> BatchChoice:
 
 def train_with_out_of_memory_backoff(trainer, train_once: Callable[[], Any]):
     """`train_once()` (the stock Trainer.train), retried with the next smaller divisor of the effective
-    batch on out-of-memory.
-
-    The smaller batch goes into `trainer.args`, the copy the run resolved for this Trainer (as the
-    Trainer's own auto_find_batch_size does), so results.json reports the batch that trained.
-    """
+    batch on out-of-memory; the smaller batch goes into `trainer.args`, the Trainer's own copy (as its
+    auto_find_batch_size does), so results.json reports the batch that trained."""
     from accelerate.utils import find_executable_batch_size
 
     args = trainer.args

@@ -1,7 +1,5 @@
 """Callbacks through which a run counts and records itself while the Trainer trains (memory phases:
-memory/monitor.py; W&B: tracking/). TokenCounter and PrecisionProbe watch the model through forward
-pre-hooks added when the Trainer is built, so they see what the Trainer feeds the model in training.
-"""
+memory/monitor.py; W&B: tracking/); TokenCounter and PrecisionProbe watch the model's forwards."""
 
 from __future__ import annotations
 
@@ -14,22 +12,15 @@ from transformers.trainer_callback import ExportableState, TrainerState
 
 from recipes_lib.config.precision import dtype_name
 from recipes_lib.evaluation.collapse import is_collapsed
+from recipes_lib.memory.monitor import batch_inputs
 
 logger = logging.getLogger("recipes_lib")
 
 
-def _batch_inputs(args, kwargs) -> dict:
-    return kwargs if kwargs else (args[0] if args and isinstance(args[0], dict) else {})
-
-
 class TokenCounter(TrainerCallback, ExportableState):
-    """Counts the real and padded tokens of training forwards (two reductions of the attention mask).
-
-    `real` and `padded` count this process's forwards; `earlier` holds the whole run's counts before a resume,
-    which the checkpoint's trainer_state.json keeps (an ExportableState's state) and the main process reads
-    back (`resumed_from`). Under several processes the checkpoint keeps the main process's counts only, so a
-    resumed run's pad ratio then covers its other processes' steps after the resume alone.
-    """
+    """Counts the real and padded tokens of this process's training forwards; `earlier` holds the whole
+    run's counts before a resume, kept in the checkpoint's trainer_state.json (an ExportableState's state,
+    the main process's only: docs/results-format.md, `pad_ratio`)."""
 
     def __init__(self, earlier_real: int = 0, earlier_padded: int = 0):
         self.real = 0
@@ -62,7 +53,7 @@ class TokenCounter(TrainerCallback, ExportableState):
     # Under --torch_compile the hook would otherwise be traced into the graph (it is plain bookkeeping).
     @torch.compiler.disable
     def _count(self, module, args, kwargs):
-        attention_mask = _batch_inputs(args, kwargs).get("attention_mask")
+        attention_mask = batch_inputs(args, kwargs).get("attention_mask")
         if attention_mask is not None and module.training and torch.is_grad_enabled():
             self.real += int(attention_mask.sum())
             self.padded += attention_mask.numel()
@@ -83,13 +74,9 @@ class TokenCounter(TrainerCallback, ExportableState):
 
 
 class PrecisionProbe(TrainerCallback):
-    """Records the precision the model's layers really ran in, during the first training forward.
-
-    A forward pre-hook on the first linear layer reads the autocast state inside the model (where
-    accelerate's autocast wrapper is active) and, for a 4-bit layer, the dtype its matmuls use.
-    `observed` is then "bf16", "fp16" or "fp32", and `quantized_compute` the 4-bit compute dtype
-    (or None without 4-bit layers). Reading what ran, not the flags, is what results.json reports.
-    """
+    """Records the precision the model's layers really ran in, during the first training forward: a pre-hook
+    on the first linear layer reads the autocast state inside the model (`observed`: "bf16", "fp16" or
+    "fp32"), one on a 4-bit layer the dtype its matmuls use (`quantized_compute`; None without one)."""
 
     def __init__(self, device_type: str):
         self.device_type = device_type
@@ -129,12 +116,9 @@ class PrecisionProbe(TrainerCallback):
 
 
 class CollapseWarning(TrainerCallback):
-    """A warning at the first evaluation during training whose predictions do not depend on the input,
-    once per run (an evaluation after training is the end of the run's, which says it: run/record.py).
-
-    Reads the metrics every evaluation returns (`eval_output_std`, `eval_distinct_predictions`, from
-    TaskMetrics), so it works with any Trainer whose compute_metrics is the run's. Said by the main
-    process only; `said_at` is the step it was said at (None: not said).
+    """A warning at the first evaluation during training whose predictions do not depend on the input
+    (`eval_output_std`, `eval_distinct_predictions`), once per run, by the main process; `said_at` is its
+    step (None: not said). An evaluation after training is the end of the run's, which says it (run/record.py).
     """
 
     def __init__(self):
@@ -205,12 +189,8 @@ class LastEpochEvaluation(TrainerCallback):
 
 
 def final_metrics(trainer, last: LastEpochEvaluation) -> dict:
-    """`trainer.evaluate()`, or the last epoch's evaluation when it scored these very weights.
-
-    Under eval_strategy "epoch" (the default) training ends with an evaluation; a second pass on the
-    same weights gives the same metrics and predictions at the cost of its time (benchmarks/RESULTS.md,
-    "Small data"). Not under load_best_model_at_end; under several processes only if all can reuse.
-    """
+    """`trainer.evaluate()`, or the last epoch's evaluation when it scored these very weights (docs/speed.md,
+    "Fixed costs of a small run"); not under load_best_model_at_end; under several processes only if all can."""
     reusable = (
         last.last is not None
         and not isinstance(trainer.eval_dataset, dict)

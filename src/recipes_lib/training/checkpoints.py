@@ -1,34 +1,22 @@
-"""Checkpoints that are either complete or ignored, and the choice of the one to resume from.
+"""Checkpoints that are either complete or ignored (the choice of the one to resume from: resume.py).
 
 A run killed while saving leaves a checkpoint-N missing files, and the Trainer's "last checkpoint" is
-simply the highest N. So RecipeTrainer ends every save with COMPLETE_MARKER, written after the files
-are flushed to disk and listing each with its size and SHA-256; resuming considers only checkpoints whose
-marker is there and whose files still have those sizes and contents. A kill during a save costs that
-checkpoint, never the run; a file changed since (a disk error, a copy cut short, an edit, even at the same
-size) is named before anything is loaded, never a traceback from torch.load or safetensors.
-
-The hash reads each file once more at the save (just written: mostly from the page cache) and at the
-resume: SHA-256 took 1.7 s for a 400 MB file on the 2-core AMD EPYC development machine (hashlib, SHA-NI,
-shared cores); for bert-base's 1.3 GB checkpoint that scales to about 5 s each way (an estimate, not measured).
+simply the highest N. So RecipeTrainer ends every save with COMPLETE_MARKER, listing each file with its
+size and SHA-256, and resuming considers only checkpoints whose files still match it: a changed file is
+named before anything is loaded (docs/troubleshooting.md, "Killed or crashed", with what the hash costs).
 """
 
 from __future__ import annotations
 
-import errno
 import hashlib
 import json
 import logging
-import os
 import re
 import shutil
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
-from safetensors import SafetensorError
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 
-from recipes_lib.errors import RecipeError
 from recipes_lib.whole_files import fsync_path, write_text_whole
 
 logger = logging.getLogger(__name__)
@@ -48,13 +36,8 @@ def file_sha256(path: Path) -> str:
 
 def mark_complete(checkpoint_dir: str | Path, global_step: int) -> Path:
     """Flush every file of the checkpoint to disk, then record them, their sizes and SHA-256 in the marker
-    (atomically).
-
-    The fsyncs make the marker mean "on disk", not just "in the page cache", so a machine that
-    loses power (or a preempted VM) cannot keep the marker but lose the weights. They take as long
-    as the disk needs to write the checkpoint (bert-base with AdamW: 4 B weights + 8 B optimizer
-    state per parameter, about 1.3 GB).
-    """
+    (atomically). The fsyncs make the marker mean "on disk", not just "in the page cache": a machine that
+    loses power (or a preempted VM) cannot keep the marker but lose the weights."""
     checkpoint_dir = Path(checkpoint_dir)
     files = _files_in(checkpoint_dir)
     for path in files:
@@ -70,117 +53,6 @@ def mark_complete(checkpoint_dir: str | Path, global_step: int) -> Path:
     return write_text_whole(checkpoint_dir / COMPLETE_MARKER, json.dumps(record, indent=1))
 
 
-class CheckpointNotSaved(RecipeError):
-    """A checkpoint could not be written (a full disk, a quota, a file-size limit): the run stops there."""
-
-
-class ModelNotSaved(RecipeError):
-    """The final model could not be written (a full disk, a quota, a file-size limit): the run stops there."""
-
-
-# The errors a write that the disk refuses raises through each writer: OSError (json, the Trainer's
-# own files), torch.save's RuntimeError (its C++ stream gives no errno), safetensors' SafetensorError.
-WRITE_FAILURES = (OSError, RuntimeError, SafetensorError)
-_OUT_OF_SPACE = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
-
-
-def _write_failure(error: BaseException) -> str:
-    """What a refused write was, in words: the cause and the writer's own first line."""
-    detail = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
-    out_of_space = getattr(error, "errno", None) in _OUT_OF_SPACE or any(
-        os_error in str(error) for os_error in map(os.strerror, _OUT_OF_SPACE)
-    )
-    cause = (
-        "the disk is full, or a quota or file-size limit was reached" if out_of_space else "a write failed"
-    )
-    return f"{cause} ({type(error).__name__}: {detail})"
-
-
-@contextmanager
-def complete_or_removed(checkpoint_dir: Path, run_dir: Path) -> Iterator[None]:
-    """Around a checkpoint's save: a write that fails (a full disk) removes the partial checkpoint (it would
-    never be resumed from, and it holds the space the disk lacks) and stops the run in one paragraph
-    naming the last complete checkpoint, which is left as it was."""
-    try:
-        yield
-    except RecipeError:
-        raise  # the save's own refusals (weights holding NaN) say what they are
-    except WRITE_FAILURES as error:
-        shutil.rmtree(checkpoint_dir, ignore_errors=True)
-        last = last_complete_checkpoint(run_dir)
-        raise CheckpointNotSaved(
-            f"Saving the checkpoint {checkpoint_dir.name} in '{run_dir}' failed: {_write_failure(error)}. "
-            "The partial checkpoint was removed; "
-            + (
-                f"the last complete checkpoint, {last.name}, is intact. Free space on that disk, then run the same "
-                "command with --resume_from_checkpoint last to continue from it."
-                if last is not None
-                else "no earlier checkpoint is complete. Free space on that disk, then run the same command again."
-            )
-        ) from error
-
-
-def _files_as_they_are(directory: Path) -> dict[str, tuple[int, int]]:
-    return {
-        path.name: (path.stat().st_mtime_ns, path.stat().st_size)
-        for path in directory.iterdir()
-        if path.is_file()
-    }
-
-
-@contextmanager
-def final_save_or_removed(output_dir: Path) -> Iterator[None]:
-    """Around the final model's save: a write that fails (a full disk) removes every file this save wrote or
-    changed (a partial model.safetensors, a config.json without its weights), so no half-saved model is
-    ever loaded, and stops the run in one paragraph saying what to do."""
-    before = _files_as_they_are(output_dir) if output_dir.is_dir() else {}
-    try:
-        yield
-    except RecipeError:
-        raise
-    except WRITE_FAILURES as error:
-        written = [name for name, seen in _files_as_they_are(output_dir).items() if before.get(name) != seen]
-        for name in written:
-            (output_dir / name).unlink(missing_ok=True)
-        last = last_complete_checkpoint(output_dir)
-        raise ModelNotSaved(
-            f"Saving the final model in '{output_dir}' failed: {_write_failure(error)}. The files it had written "
-            f"({', '.join(sorted(written)) or 'none'}) were removed, so no partial model is left; no results.json "
-            "was written. Free space on that disk, then run the same command "
-            + (
-                f"with --resume_from_checkpoint last: it continues from {last.name}, the last complete checkpoint."
-                if last is not None
-                else "again (the run saved no checkpoint to continue from)."
-            )
-        ) from error
-
-
-def incomplete_reason(checkpoint_dir: str | Path) -> str | None:
-    """None when the checkpoint is complete and unchanged; otherwise what is wrong with it, in a few words."""
-    checkpoint_dir = Path(checkpoint_dir)
-    marker = checkpoint_dir / COMPLETE_MARKER
-    if not marker.is_file():
-        return "no completion marker: interrupted while saving"
-    try:
-        recorded = json.loads(marker.read_text())["files"]
-        # A marker of an earlier version holds sizes alone.
-        expected = {
-            name: (entry, None) if isinstance(entry, int) else (entry["bytes"], entry["sha256"])
-            for name, entry in recorded.items()
-        }
-    except (ValueError, KeyError, TypeError, AttributeError, UnicodeDecodeError):
-        return f"unreadable {COMPLETE_MARKER}"
-    for name, (size, digest) in expected.items():
-        path = checkpoint_dir / name
-        if not path.is_file():
-            return f"{name} is missing"
-        if path.stat().st_size != size:
-            return f"{name} has {path.stat().st_size} bytes, {size} were written"
-        if digest is not None and file_sha256(path) != digest:
-            return f"{name} has changed since it was written (its SHA-256 differs from the marker's)"
-    return None
-
-
 def checkpoints_in(output_dir: str | Path) -> list[Path]:
     """The checkpoint-N directories of a run, oldest (smallest N) first."""
     output_dir = Path(output_dir)
@@ -188,16 +60,6 @@ def checkpoints_in(output_dir: str | Path) -> list[Path]:
         return []
     found = [path for path in output_dir.iterdir() if path.is_dir() and _CHECKPOINT_NAME.match(path.name)]
     return sorted(found, key=lambda path: int(_CHECKPOINT_NAME.match(path.name).group(1)))
-
-
-def last_complete_checkpoint(output_dir: str | Path) -> Path | None:
-    """The newest checkpoint that is complete; newer incomplete ones are skipped with a warning."""
-    for checkpoint in reversed(checkpoints_in(output_dir)):
-        reason = incomplete_reason(checkpoint)
-        if reason is None:
-            return checkpoint
-        logger.warning("Skipping %s (%s).", checkpoint, reason)
-    return None
 
 
 # A finished run's weights: its model, adapter or merged model (what `recipes-lib crossval` deletes from a
@@ -222,12 +84,9 @@ RUN_ARTIFACTS = (
 
 
 def clear_previous_run(output_dir: str | Path, results_file: str) -> None:
-    """With --overwrite_output_dir, just before training: drop the old run's checkpoints and results.
-
-    Left in place, they would mislead: `--resume_from_checkpoint last` after an interruption would
-    pick the old run's higher-numbered checkpoint, or refuse because the old results.json says the
-    run finished. The old run's model, adapter, merged model and predictions go too (RUN_ARTIFACTS).
-    """
+    """With --overwrite_output_dir, just before training: drop the old run's checkpoints, results and
+    RUN_ARTIFACTS. Left in place, `--resume_from_checkpoint last` after an interruption would pick the
+    old run's higher-numbered checkpoint, or refuse because the old results.json says the run finished."""
     output_dir = Path(output_dir)
     stale = checkpoints_in(output_dir)
     for checkpoint in stale:

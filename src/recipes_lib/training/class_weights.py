@@ -10,11 +10,8 @@ from recipes_lib.errors import ConfigError
 
 
 class WeightedCrossEntropy:
-    """Each example's cross-entropy times its class's weight, for the Trainer's `compute_loss_func`.
-
-    The sum over the batch is divided by the examples in the whole optimizer step
-    (`num_items_in_batch`), as the Trainer expects of that hook under gradient accumulation.
-    """
+    """Each example's cross-entropy times its class's weight, for the Trainer's `compute_loss_func`: the
+    sum over the batch divided by the examples in the whole optimizer step (`num_items_in_batch`)."""
 
     def __init__(self, class_weights: list[float], label_smoothing: float = 0.0):
         self.class_weights = list(class_weights)
@@ -27,7 +24,6 @@ class WeightedCrossEntropy:
         return self.losses(logits.float(), labels, weights).sum() / count
 
     def losses(self, logits, labels, weights):
-        """Each item's weighted loss."""
         losses = torch.nn.functional.cross_entropy(
             logits, labels, reduction="none", label_smoothing=self.label_smoothing
         )
@@ -36,12 +32,8 @@ class WeightedCrossEntropy:
 
 class WeightedBinaryCrossEntropy(WeightedCrossEntropy):
     """Multi-label: each label's binary cross-entropy with its positive rows weighed by the label's weight
-    (`pos_weight`), for the Trainer's `compute_loss_func`.
-
-    The sum over the batch's rows and labels is divided by `num_items_in_batch`, which the Trainer
-    counts over the label tensor's elements (rows x labels) of the whole optimizer step: with every
-    weight 1 this is the head's own mean BCE.
-    """
+    (`pos_weight`). The Trainer counts `num_items_in_batch` over the label tensor's elements (rows x
+    labels): with every weight 1 this is the head's own mean BCE."""
 
     def losses(self, logits, labels, weights):
         return torch.nn.functional.binary_cross_entropy_with_logits(
@@ -59,12 +51,8 @@ MAX_POSITIVE_WEIGHT = 10.0
 
 
 def class_weights_from(option: str, labels, names: list[str]) -> list[float]:
-    """The per-class loss weights --class_weights asks for: 'balanced' from the training labels, or a list.
-
-    Single-label (`labels` the label ids): each class weighs rows / (classes x its rows), sklearn's
-    'balanced'. Multi-label (`labels` the 0/1 rows): each label's positive rows weigh
-    negatives / positives of that label, capped at MAX_POSITIVE_WEIGHT.
-    """
+    """The per-class loss weights --class_weights asks for: a list, or 'balanced' from the training labels
+    (the label ids, or multi-label's 0/1 rows) as docs/data-and-tasks.md says."""
     if option != "balanced":
         return parse_class_weights(option, names)
     labels = torch.as_tensor(labels)

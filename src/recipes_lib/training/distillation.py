@@ -1,22 +1,8 @@
 """Knowledge distillation for recipes/distill.py: a student learns from a finished run (the teacher).
 
-The teacher runs once, before the student loads, on every training row, and is freed; its logits
-are cached in OUTPUT_DIR/teacher_logits/<key>.npy, the key a hash of the teacher's weight files, the
-teacher-tokenized rows' datasets fingerprint and its max_seq_length, so a rerun (or another process
-of a DDP launch) reads them instead. The Trainer never sees the teacher: each training row's
-`labels` becomes one float vector, [gold label..., teacher logits...] (the gold part NaN on a row
-without one), which `DistillationLoss`, the Trainer's `compute_loss_func`, splits again. The
-validation and test splits keep their plain labels, so evaluation scores the student as any run.
-
-Per row, with student logits s, teacher logits t and temperature T:
-
-    single-label  T^2 x KL(softmax(t / T) || softmax(s / T))
-    multi-label   T^2 x mean over classes of BCE(sigmoid(s / T), sigmoid(t / T))
-    regression    (s - t)^2 (no temperature)
-
-mixed as alpha x that + (1 - alpha) x the task's own loss on the gold label. A row without a gold
-label (an empty label cell of --train_file, or a row of --transfer_file) has the teacher term alone,
-at weight 1: the teacher's soft targets carry more than its hard label would.
+The teacher's logits, computed once and cached, travel in each training row's `labels` as one float
+vector, [gold label..., teacher logits...] (the gold part NaN on a row without one), which
+`DistillationLoss` splits again; recipes/README.md ("Distillation") gives the loss terms and the cache.
 """
 
 from __future__ import annotations
@@ -75,10 +61,9 @@ def pack_targets(gold: np.ndarray, teacher_logits: np.ndarray) -> np.ndarray:
 
 @dataclass(eq=False)
 class DistillationLoss:
-    """The Trainer's `compute_loss_func` for distillation (the module's docstring gives the terms); plain
-    labels (evaluation) give the task's own loss. The batch's sum is divided by the rows in the optimizer
-    step: the Trainer's `num_items_in_batch` counts label entries, so it is divided by the packed width.
-    """
+    """The Trainer's `compute_loss_func` for distillation; plain labels (evaluation) give the task's own
+    loss. The batch's sum is divided by the rows in the optimizer step: the Trainer's `num_items_in_batch`
+    counts label entries, so it is divided by the packed width."""
 
     problem_type: str
     num_labels: int
@@ -159,11 +144,8 @@ def _is_unlabelled(value) -> bool:
 @dataclass
 class UnlabelledRows:
     """Training rows without a gold label: --train_file's empty label cells, and --transfer_file's rows.
-
-    The run's own loading refuses a training row without a label, so `set_aside` copies --train_file's
-    labelled rows (records as written) to `labelled_file`, which the script hands
-    `prepare(args, train_file=...)`; results.json still names the user's file.
-    """
+    The run's own loading refuses them, so `set_aside` copies --train_file's labelled rows to
+    `labelled_file`, which the script hands `prepare(args, train_file=...)`."""
 
     rows: list[Dataset]  # each source's rows (columns as read); empty: there are none
     labelled_file: str | None = None  # None: every training row has a label
@@ -406,12 +388,8 @@ def _documents(dataset: Dataset) -> np.ndarray:
 def add_teacher_targets(
     prepared, options: DistillArguments, unlabelled: UnlabelledRows
 ) -> tuple[DatasetDict, DistillationLoss]:
-    """The run's tokenized splits with the teacher in the training rows' labels, and the loss to train on.
-
-    `prepared` (read, not changed): its raw training rows and the unlabelled ones go through the teacher;
-    the unlabelled ones are tokenized and added to train; each training row's labels become
-    [gold..., teacher logits...].
-    """
+    """The run's tokenized splits with the teacher in the training rows' labels ([gold..., teacher
+    logits...]; the unlabelled rows tokenized and added to train), and the loss to train on."""
     unlabelled.remove_copy()
     data_args, training = prepared.arguments.data, prepared.training_args  # what runs
     teacher_dir = check_teacher(options.teacher)

@@ -30,15 +30,9 @@ def evaluation_loss(
     class_weights: list[float] | None = None,
     label_smoothing: float = 0.0,
 ) -> float:
-    """The loss the model's head computes, over all the gathered examples at once.
-
-    Single-label: mean cross-entropy (with the same label smoothing, if any); under
-    --class_weights the weighted loss as torch reports it, divided by the sum of the examples'
-    weights (training divides by their number, as the Trainer's accumulation needs).
-    Multi-label: binary cross-entropy with logits, the mean over every example and class (under
-    --class_weights each label's positive rows weighed by its weight, as in training).
-    Regression: mean squared error of the single output.
-    """
+    """The loss the model's head computes, over all the gathered examples at once (the mean). Under
+    single-label --class_weights, torch divides by the sum of the examples' weights (training divides by
+    their number, as the Trainer's accumulation needs); under multi-label, each label's positive rows weigh."""
     functional = torch.nn.functional
     if problem_type == MULTI_LABEL:
         weight = torch.tensor(class_weights, dtype=logits.dtype) if class_weights is not None else None

@@ -1,5 +1,6 @@
-"""--resume_from_checkpoint: the checkpoint it means, checked before anything loads, and the resume's
-false warning dropped (loaded only by a run that resumes: recipe_run.py).
+"""--resume_from_checkpoint: the checkpoint it means (the newest complete one for "last"), checked before
+anything loads, and the resume's false warning dropped (loaded only by a run that resumes, recipe_run.py,
+or that stops, failures.py).
 
 A resume made transformers warn that "arguments do not match ... logging_steps" with identical
 arguments: `--logging_steps 0.02` is a fraction of the steps, the checkpoint's state holds the step
@@ -16,12 +17,7 @@ import re
 from pathlib import Path
 
 from recipes_lib.errors import OutputDirError
-from recipes_lib.training.checkpoints import (
-    COMPLETE_MARKER,
-    checkpoints_in,
-    incomplete_reason,
-    last_complete_checkpoint,
-)
+from recipes_lib.training.checkpoints import COMPLETE_MARKER, checkpoints_in, file_sha256
 
 logger = logging.getLogger("recipes_lib.training.checkpoints")  # one logger for every checkpoint line
 
@@ -33,12 +29,45 @@ _MISMATCH = re.compile(r"\n\t(\w+_steps): (\S+) \(from args\) != (\S+) \(from tr
 _HEADING = "arguments do not match the ones in the `trainer_state.json`"
 
 
-def resolve_resume_checkpoint(value: str | None, output_dir: str, results_file: str) -> str | None:
-    """The checkpoint directory `--resume_from_checkpoint VALUE` means, checked before anything is loaded.
+def incomplete_reason(checkpoint_dir: str | Path) -> str | None:
+    """None when the checkpoint is complete and unchanged; otherwise what is wrong with it, in a few words."""
+    checkpoint_dir = Path(checkpoint_dir)
+    marker = checkpoint_dir / COMPLETE_MARKER
+    if not marker.is_file():
+        return "no completion marker: interrupted while saving"
+    try:
+        recorded = json.loads(marker.read_text())["files"]
+        # A marker of an earlier version holds sizes alone.
+        expected = {
+            name: (entry, None) if isinstance(entry, int) else (entry["bytes"], entry["sha256"])
+            for name, entry in recorded.items()
+        }
+    except (ValueError, KeyError, TypeError, AttributeError, UnicodeDecodeError):
+        return f"unreadable {COMPLETE_MARKER}"
+    for name, (size, digest) in expected.items():
+        path = checkpoint_dir / name
+        if not path.is_file():
+            return f"{name} is missing"
+        if path.stat().st_size != size:
+            return f"{name} has {path.stat().st_size} bytes, {size} were written"
+        if digest is not None and file_sha256(path) != digest:
+            return f"{name} has changed since it was written (its SHA-256 differs from the marker's)"
+    return None
 
-    "last" (or "true"): the newest complete checkpoint in output_dir. Anything else: a checkpoint
-    directory, refused if its marker shows it incomplete.
-    """
+
+def last_complete_checkpoint(output_dir: str | Path) -> Path | None:
+    """The newest checkpoint that is complete; newer incomplete ones are skipped with a warning."""
+    for checkpoint in reversed(checkpoints_in(output_dir)):
+        reason = incomplete_reason(checkpoint)
+        if reason is None:
+            return checkpoint
+        logger.warning("Skipping %s (%s).", checkpoint, reason)
+    return None
+
+
+def resolve_resume_checkpoint(value: str | None, output_dir: str, results_file: str) -> str | None:
+    """The checkpoint directory `--resume_from_checkpoint VALUE` means ("last": the newest complete one
+    in output_dir), checked before anything is loaded."""
     output = Path(output_dir)
     if (output / results_file).is_file():
         raise OutputDirError(

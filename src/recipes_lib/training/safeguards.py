@@ -1,20 +1,22 @@
-"""What keeps a long run from being lost: stop cleanly on SIGINT/SIGTERM, stop on a NaN loss.
-
-On SIGTERM (a scheduler's notice) or Ctrl-C the Trainer finishes its optimizer step, saves a
-checkpoint and stops; the recipe exits with 128 + the signal number and says how to resume (a second
-Ctrl-C stops at once). The Trainer's `logging_nan_inf_filter` hides a NaN loss and trains on with NaN
-weights; RecipeTrainer stops at the first non-finite loss and refuses to save non-finite weights.
-"""
+"""What keeps a long run from being lost: stop cleanly on SIGINT/SIGTERM (docs/troubleshooting.md), find
+non-finite weights (the Trainer's `logging_nan_inf_filter` hides a NaN loss and trains on; RecipeTrainer
+stops), and leave nothing partial where the disk refuses a save."""
 
 from __future__ import annotations
 
 import logging
+import shutil
 import signal
 import threading
+from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 
 import torch
+from safetensors import SafetensorError
 from transformers import TrainerCallback
+
+from recipes_lib.errors import RecipeError
 
 logger = logging.getLogger(__name__)
 
@@ -22,13 +24,9 @@ STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
 
 class StopOnSignal(TrainerCallback):
-    """On SIGINT or SIGTERM, ask the Trainer to save a checkpoint at the end of the step and stop.
-
-    The signal handler only records the signal; the Trainer acts on it at the next `on_step_end`,
-    where saving is safe (no backward pass half done). Under several processes every process
-    learns of a signal that reached any of them (one all-reduce of a single number per optimizer
-    step), so all stop at the same step: one that carried on would wait forever for the others in
-    its next gradient all-reduce.
+    """On SIGINT or SIGTERM, ask the Trainer to save a checkpoint at the next `on_step_end` (no backward
+    pass half done) and stop. Every process learns of a signal that reached any of them (one all-reduce
+    of a single number per step): one that carried on would wait forever in its next gradient all-reduce.
     """
 
     def __init__(self):
@@ -93,27 +91,57 @@ class StopOnSignal(TrainerCallback):
 
 
 def first_non_finite_parameter(model) -> str | None:
-    """The name of the first floating-point parameter holding NaN or inf, or None.
-
-    Integer parameters (bitsandbytes' packed 4-bit weights) cannot hold either and are skipped.
-    """
+    """The name of the first floating-point parameter holding NaN or inf (integer ones, bitsandbytes' packed
+    4-bit weights, cannot), or None."""
     for name, parameter in model.named_parameters():
         if parameter.is_floating_point() and not bool(torch.isfinite(parameter).all()):
             return name
     return None
 
 
-def divergence_hint(args) -> str:
-    """What usually brings a diverging run back, with the values this run used."""
-    precision = (
-        "--bf16 instead of --fp16 (bf16 has fp32's range; fp16 overflows above 65,504)"
-        if args.fp16
-        else "--bf16 rather than --fp16 if you train in mixed precision (fp16 overflows above 65,504)"
-    )
-    clipping = (
-        f"stronger gradient clipping (this run: --max_grad_norm {args.max_grad_norm:g})"
-        if args.max_grad_norm
-        else "gradient clipping, which this run turned off: --max_grad_norm 1.0"
-    )
-    lower = f"--learning_rate {args.learning_rate / 10:.2g} (this run: {args.learning_rate:g})"
-    return f"Try a lower rate, e.g. {lower}, {precision}, or {clipping}."
+# The errors a write that the disk refuses raises through each writer: OSError (json, the Trainer's
+# own files), torch.save's RuntimeError (its C++ stream gives no errno), safetensors' SafetensorError.
+WRITE_FAILURES = (OSError, RuntimeError, SafetensorError)
+
+
+@contextmanager
+def complete_or_removed(checkpoint_dir: Path, run_dir: Path) -> Iterator[None]:
+    """Around a checkpoint's save: a write that fails (a full disk) removes the partial checkpoint (it would
+    never be resumed from, and it holds the space the disk lacks) and stops the run in one paragraph
+    naming the last complete checkpoint, which is left as it was."""
+    try:
+        yield
+    except RecipeError:
+        raise  # the save's own refusals (weights holding NaN) say what they are
+    except WRITE_FAILURES as error:
+        shutil.rmtree(checkpoint_dir, ignore_errors=True)
+        from recipes_lib.training.failures import checkpoint_not_saved
+
+        raise checkpoint_not_saved(checkpoint_dir, run_dir, error) from error
+
+
+def _files_as_they_are(directory: Path) -> dict[str, tuple[int, int]]:
+    return {
+        path.name: (path.stat().st_mtime_ns, path.stat().st_size)
+        for path in directory.iterdir()
+        if path.is_file()
+    }
+
+
+@contextmanager
+def final_save_or_removed(output_dir: Path) -> Iterator[None]:
+    """Around the final model's save: a write that fails (a full disk) removes every file this save wrote or
+    changed (a partial model.safetensors, a config.json without its weights), so no half-saved model is
+    ever loaded, and stops the run in one paragraph saying what to do."""
+    before = _files_as_they_are(output_dir) if output_dir.is_dir() else {}
+    try:
+        yield
+    except RecipeError:
+        raise
+    except WRITE_FAILURES as error:
+        written = [name for name, seen in _files_as_they_are(output_dir).items() if before.get(name) != seen]
+        for name in written:
+            (output_dir / name).unlink(missing_ok=True)
+        from recipes_lib.training.failures import model_not_saved
+
+        raise model_not_saved(output_dir, written, error) from error

@@ -1,11 +1,7 @@
 """The Trainer every recipe uses: the stock Trainer plus length grouping that resumes exactly,
 evaluation in input order, and the safeguards that keep a run from being lost (stop on signals and
-NaN, complete checkpoints, the --auto_batch_size out-of-memory back-off).
-
-It holds only what a callback cannot do; each override says why. The run's bookkeeping (metrics,
-the evaluation loss over each example once, predictions, results.json, the model card, W&B) comes
-through the Trainer's public hooks (run/), so a stock `transformers.Trainer` keeps it; see
-recipes/README.md for what goes with the subclass.
+NaN, complete checkpoints, the --auto_batch_size out-of-memory back-off). It holds only what a callback
+cannot do (docs/development.md, "Private Trainer methods"; recipes/README.md for a stock Trainer).
 """
 
 from __future__ import annotations
@@ -23,15 +19,14 @@ from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, rotate_checkpoints
 
 from recipes_lib.config.arguments import DEFAULT_LENGTH_GROUPING, LENGTH_GROUPINGS
 from recipes_lib.config.versions import TRANSFORMERS
-from recipes_lib.errors import TrainingDiverged, TrainingInterrupted
-from recipes_lib.training.checkpoints import (
-    COMPLETE_MARKER,
+from recipes_lib.errors import TrainingInterrupted
+from recipes_lib.training.checkpoints import COMPLETE_MARKER, mark_complete
+from recipes_lib.training.safeguards import (
+    StopOnSignal,
     complete_or_removed,
     final_save_or_removed,
-    last_complete_checkpoint,
-    mark_complete,
+    first_non_finite_parameter,
 )
-from recipes_lib.training.safeguards import StopOnSignal, divergence_hint, first_non_finite_parameter
 
 # The private Trainer methods RecipeTrainer overrides for want of a public extension point (each override
 # says why), with their parameters after self. A release that renamed one would skip the override and train
@@ -64,8 +59,7 @@ check_private_hooks()
 
 
 class RecipeTrainer(Trainer):
-    """transformers.Trainer with the same constructor, and what the module docstring lists (safeguards.py,
-    checkpoints.py); each override says why it is one."""
+    """transformers.Trainer with the same constructor, and what the module docstring lists."""
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
@@ -86,10 +80,12 @@ class RecipeTrainer(Trainer):
         # on by default), so this check adds no GPU sync. It runs after backward and before the optimizer step: the
         # weights have not taken this batch's NaN gradients yet.
         if not bool(torch.isfinite(loss)):
-            raise TrainingDiverged(
+            from recipes_lib.training.failures import diverged
+
+            raise diverged(
                 f"The training loss became {float(loss)} at step {self.state.global_step + 1} "
-                f"(epoch {self.state.epoch or 0:.2f}); the run stopped there and saved no final model. "
-                f"{divergence_hint(self.args)}{self._last_checkpoint_note()}"
+                f"(epoch {self.state.epoch or 0:.2f}); the run stopped there and saved no final model.",
+                self.args,
             )
         return loss
 
@@ -102,17 +98,10 @@ class RecipeTrainer(Trainer):
             return [], None
         return super().get_batch_samples(epoch_iterator, num_batches, device)
 
-    def _last_checkpoint_note(self) -> str:
-        checkpoint = last_complete_checkpoint(self.args.output_dir)
-        return f" The last complete checkpoint, from before the fault, is {checkpoint}." if checkpoint else ""
-
     # Why an override: the signal handlers and the out-of-memory retry wrap the whole of train().
     def train(self, *args, **kwargs):
-        """Trainer.train, stopping cleanly on SIGINT/SIGTERM: checkpoint saved, TrainingInterrupted raised.
-
-        Under --auto_batch_size, an out-of-memory error retries with the next smaller per-device
-        batch at the same effective batch (autofit.py).
-        """
+        """Trainer.train, stopping cleanly on SIGINT/SIGTERM (checkpoint saved, TrainingInterrupted raised);
+        under --auto_batch_size, backing off on out-of-memory (autofit.py)."""
         with self.stop_on_signal.installed():
             if getattr(self.args, "auto_batch_size", False):
                 from recipes_lib.training.autofit import train_with_out_of_memory_backoff
@@ -143,10 +132,12 @@ class RecipeTrainer(Trainer):
         """Save the model (final, or inside a checkpoint), unless its weights hold NaN or inf."""
         broken = first_non_finite_parameter(self.model)
         if broken is not None:
-            raise TrainingDiverged(
+            from recipes_lib.training.failures import diverged
+
+            raise diverged(
                 f"The weights became non-finite (NaN or inf, first in '{broken}') by step "
-                f"{self.state.global_step}; they were not saved. {divergence_hint(self.args)}"
-                f"{self._last_checkpoint_note()}"
+                f"{self.state.global_step}; they were not saved.",
+                self.args,
             )
         if _internal_call:  # inside a checkpoint (complete_or_removed) or a push
             return super().save_model(output_dir, _internal_call)
@@ -160,11 +151,8 @@ class RecipeTrainer(Trainer):
 
     # Why an override: push_to_hub writes its draft card between saving and uploading, with no callback between.
     def create_model_card(self, *args, **kwargs):
-        """README.md in output_dir: the run's card where it has set `model_card`, else the Trainer's draft.
-
-        `push_to_hub` calls this after saving the model again (peft's save rewrites README.md beside
-        an adapter) and just before uploading, so the card the run set is the one on the Hub.
-        """
+        """README.md in output_dir: the run's card where it has set `model_card`, else the Trainer's draft
+        (`push_to_hub` calls this after saving the model, whose peft save rewrote README.md, before uploading)."""
         if self.model_card is None:
             return super().create_model_card(*args, **kwargs)
         if self.is_world_process_zero():
@@ -173,12 +161,8 @@ class RecipeTrainer(Trainer):
 
     # Why an override: the Trainer deletes old checkpoints inside this method, before on_save runs.
     def _save_checkpoint(self, model, trial):
-        """Trainer's checkpoint, then a completion marker, then the deletion of old checkpoints.
-
-        The Trainer deletes checkpoints beyond save_total_limit at the end of its save. Here that
-        waits until the new checkpoint is marked complete, so a kill between the two can never
-        leave a directory without any complete checkpoint.
-        """
+        """Trainer's checkpoint, then a completion marker, then the deletion of old checkpoints: a kill
+        between the two can never leave a directory without any complete checkpoint."""
         run_dir = Path(self._get_output_dir(trial=trial))
         checkpoint_dir = run_dir / f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}"
         if self.args.should_save:
@@ -243,15 +227,10 @@ class RecipeTrainer(Trainer):
 
 @contextmanager
 def evaluation_in_input_order(args: TrainingArguments):
-    """The Trainer's evaluation sampler as it is without length grouping: input order.
-
-    Under group_by_length the stock Trainer groups evaluation batches by length too, in a shuffled
-    order: predictions would not follow the input rows. Without it, one process evaluates in input
-    order and several take the Trainer's default (accelerate shards in order). The strategy is a
-    training setting the evaluation sampler alone reads, so it is lifted only while the evaluation
-    DataLoader is built (RecipeTrainer's getters), or while the run predicts with another Trainer
-    (run/record.py): the public getters stand in for overriding the private `_get_eval_sampler`.
-    `args` are the Trainer's own (its copy), never the parsed ones.
+    """The Trainer's evaluation sampler as it is without length grouping: input order (grouped, the
+    predictions would not follow the input rows). The strategy is lifted only while the evaluation
+    DataLoader is built (RecipeTrainer's getters, or another Trainer's in run/record.py), standing in
+    for an override of the private `_get_eval_sampler`. `args` are the Trainer's own, never the parsed ones.
     """
     strategy = args.train_sampling_strategy
     if strategy == "group_by_length":
@@ -266,14 +245,9 @@ WIDE_MEGA_BATCH_STEPS = 50  # the stock sampler's cap: 50 x 32 = 1,600 examples 
 
 
 class ShuffledLengthGroupedSampler(torch.utils.data.Sampler):
-    """Length-grouped batches in a random order, drawn from (seed, epoch) alone.
-
-    The Trainer's LengthGroupedSampler with the mega-batch size `grouping` says ("wide": 50 steps of
-    examples or the whole epoch; "stock": transformers' own) and the batches shuffled, the one with the
-    longest example first and an incomplete last batch last: docs/speed.md ("Batching") gives why and the
-    measurements. Seeded by seed + epoch, so a run resumed mid-epoch (in a fresh process) replays the same
-    order on every process; RecipeTrainer sets the epoch before each one (`SamplerEpoch`). The unit
-    grouped and moved is `step_size` examples, one optimizer step's worth on every process.
+    """Length-grouped batches in a random order drawn from (seed, epoch) alone, so a resumed run replays
+    it: docs/speed.md ("Batching") gives the groups, the order and why. The unit grouped and moved is
+    `step_size` examples, one optimizer step's worth on every process.
     """
 
     def __init__(
@@ -314,16 +288,10 @@ class ShuffledLengthGroupedSampler(torch.utils.data.Sampler):
 
 
 class SamplerEpoch(TrainerCallback):
-    """Hands the training sampler each epoch's number as the epoch begins.
-
-    accelerate's `set_epoch` does not reach the sampler in every case: not through the
-    SkipBatchSampler(BatchSamplerShard(...)) of a multi-process run resumed mid-epoch, and older
-    accelerate versions not through BatchSamplerShard at all. Without the epoch, the order would
-    replay epoch 0's. The Trainer calls `on_epoch_begin` before it draws the epoch's batches.
-
-    The epochs are counted as the Trainer counts them: the first from the state it starts or
-    resumes with (its epoch is fractional mid-epoch: 1.5 is half-way through epoch 1), then one more
-    at every begin.
+    """Hands the training sampler each epoch's number as the epoch begins (the Trainer's count: the first
+    from the state it starts or resumes with, then one more at every begin). accelerate's `set_epoch`
+    does not reach it through the SkipBatchSampler(BatchSamplerShard(...)) of a multi-process run resumed
+    mid-epoch; without the epoch, the order would replay epoch 0's.
     """
 
     def __init__(self):
