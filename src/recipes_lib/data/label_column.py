@@ -215,26 +215,6 @@ class LabelColumn:
         # NaN and infinities are no integers either; a missing value is no fraction.
         return first_true(as_numpy(pc.and_(pc.is_valid(values), pc.invert(whole)).fill_null(False)))
 
-    def unlabelled(self, feature) -> np.ndarray:
-        """Per row: whether it has no label (`unlabelled_value`)."""
-        if self.listed:
-            return ~self.present
-        if self.by_value:
-            values, codes = self.distinct
-            return np.array([unlabelled_value(value, feature) for value in values], dtype=bool)[codes]
-        unlabelled = pc.is_null(self.array, nan_is_null=True)
-        if isinstance(feature, ClassLabel) and self.kind == "number":
-            unlabelled = pc.or_(unlabelled, pc.equal(self.floats, -1).fill_null(False))
-        return as_numpy(unlabelled)
-
-    def hidden(self, feature) -> bool:
-        """Whether no row has a label: all empty, or -1 everywhere (GLUE's hidden test labels)."""
-        if self.rows == 0 or self.unlabelled(feature).all():
-            return True
-        if self.kind == "json" and not self.listed:
-            return all(normalise_label(value) == -1 for value in self.distinct[0])
-        return self.numbers and bool(as_numpy(pc.equal(self.floats, -1).fill_null(False)).all())
-
     def classes(self) -> ClassTally:
         """The rows' classes, one each: the values normalised (single-label)."""
         if self.listed:

@@ -22,7 +22,6 @@ from recipes_lib.data.label_column import (
     JOINERS,
     ClassTally,
     LabelColumn,
-    first_true,
     in_order,
     is_fraction,
     label_values,
@@ -234,15 +233,10 @@ def _checked(
             continue
         values = train if split == "train" else label_values(raw[split], label_column)
         if split == "test":
-            feature = raw["test"].features[label_column]
-            if values.hidden(feature):
+            from recipes_lib.data.test_labels import labelled_test  # loaded only with a test split
+
+            if not labelled_test(values, raw["test"].features[label_column], locate):
                 continue  # an unlabelled test split: predicted, not scored
-            first = first_true(values.unlabelled(feature))
-            if first is not None:
-                raise DataError(
-                    f"{where(locate, split, first)} has no label, but other test rows have one. Label every "
-                    "test row (it is then scored) or none (it is then only predicted)."
-                )
         if mapping.problem_type == REGRESSION:
             from recipes_lib.data.scores import check_scores  # loaded only for regression
 

@@ -226,58 +226,10 @@ def log_truncation(reports: dict[str, dict[str, Any]], data_args, read: LengthsR
         for split, r in reports.items()
         if r.get("longer_share", 0) > CUT_WARNING_SHARE
     }
-    if data_args.long_text == SLIDING_WINDOW or not cut:
-        return
-    if read.pair:
-        what = "cut: the tokenizer shortens the longer text of each pair first (truncation longest_first)"
-    else:
-        what = "cut at the end" if data_args.long_text == TRUNCATE else "cut in the middle (head_tail)"
-    shares = ", ".join(f"{100 * report['longer_share']:.0f}% of the {split}" for split, report in cut.items())
-    logger.warning(
-        "%s %s are longer than max_seq_length %d and are %s: the model never sees those tokens. %s.",
-        shares,
-        "pairs" if read.pair else "examples",
-        data_args.max_seq_length,
-        what,
-        _advice(cut, data_args, read),
-    )
+    if data_args.long_text != SLIDING_WINDOW and cut:
+        from recipes_lib.data.length_advice import warn_cut  # loaded only when a split is cut that much
 
-
-def _advice(cut: dict[str, dict[str, Any]], data_args, read: LengthsRead) -> str:
-    """What keeps more whole, naming only what the reading command accepts."""
-    split, report = max(cut.items(), key=lambda item: item[1]["length_keeping_95pct"])
-    p95, p99, limit = (
-        report["length_keeping_95pct"],
-        report["length_keeping_99pct"],
-        report["model_max_length"],
-    )
-    fits = f"95% of the {split} fit in {p95} tokens, 99% in {p99}"
-    if read.finished_run is not None:  # predict, export: the run's settings are fixed
-        taken = f"; the model takes at most {limit}" if limit else ""
-        return (
-            f"They are read as {read.finished_run} was trained (max_seq_length {data_args.max_seq_length}, "
-            f"--long_text {data_args.long_text}); {fits}{taken}"
-        )
-    if limit is None or p95 <= limit:
-        longer = f"--max_seq_length {p95} keeps 95% of the {split} whole" + (
-            f", {p99} keeps 99%"
-            if limit is None or p99 <= limit
-            else f" (99% need {p99}, more than the model's {limit})"
-        )
-    elif data_args.max_seq_length < limit:
-        longer = (
-            f"{fits}, more than the model takes: --max_seq_length {limit}, its limit, keeps "
-            f"{100 * report['model_max_length_keeps_share']:.0f}% whole"
-        )
-    else:
-        longer = f"{fits}; the model takes no more than {limit} tokens"
-    if read.pair:  # head_tail and sliding_window cut one text: a pair refuses them
-        return longer
-    others = {
-        HEAD_TAIL: "--long_text head_tail keeps their opening and end",
-        SLIDING_WINDOW: "--long_text sliding_window (with --stride) reads all of them",
-    }
-    return "; ".join([longer, *(text for mode, text in others.items() if mode != data_args.long_text)])
+        warn_cut(cut, data_args, read)
 
 
 def refuse_oversized_texts(
