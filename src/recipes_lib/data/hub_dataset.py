@@ -30,12 +30,8 @@ def read_hub_dataset(data_args: DataArguments, cache_dir: str | None) -> Dataset
 
 
 def choose_hub_splits(loaded: DatasetDict, data_args: DataArguments) -> DatasetDict:
-    """train, the evaluation split asked for and the test split, if asked for; never a silent hold-out.
-
-    A dataset whose evaluation split has another name (MNLI: validation_matched and
-    validation_mismatched; imdb, ag_news: test) is an error listing its splits: holding out part
-    of train instead would report a score on data the user did not choose.
-    """
+    """train, the evaluation split asked for and the test split, if asked for; never a silent hold-out (a
+    score on data the user did not choose): without the evaluation split asked for, an error lists the others."""
     source = hub_name(data_args)
     if "train" not in loaded:
         raise DataError(f"The dataset '{source}' has no 'train' split (splits: {', '.join(loaded)}).")

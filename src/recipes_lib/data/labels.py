@@ -1,10 +1,6 @@
-"""Labels: what they mean (LabelMapping), which task they describe, and the checks on them.
-
-The task is read from the training labels (lists or a delimiter: multi-label; fractions:
-regression; otherwise single-label classes), or taken from --problem_type and checked against
-them. Every labelled split is checked on the raw values before tokenization; an error names the
-first bad row. A split's label column is read once, as Arrow holds it (data/label_column.py);
-multi-label and regression labels have their own modules (multi_label.py, scores.py).
+"""Labels: what they mean (LabelMapping), which task they describe (from the training labels, or
+--problem_type checked against them), and the checks on every labelled split's raw values, before
+tokenization. Multi-label and regression labels have their own modules (multi_label.py, scores.py).
 """
 
 from __future__ import annotations
