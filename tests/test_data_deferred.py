@@ -29,7 +29,7 @@ CASES = [
     (STRINGS, {}, None),
     (["warm;cool", "cool", "warm", "cool"], {}, "multi_label"),
     (["0.5", "1.5", "2.25", "3.0"], {}, "scores"),
-    (STRINGS, {"test_file": "train{number}.csv"}, "test_labels"),
+    (STRINGS, {"test_file": "train{number}.csv"}, "hidden_labels"),
     (["0", "1", "0", "1"], {"label_names_file": "names.txt"}, "label_names"),
     (STRINGS, {"lengths": [10, 20]}, "length_advice"),
 ]

@@ -61,14 +61,28 @@ class LabelMapping:
     def label2id(self) -> dict[str, int]:
         return {name: i for i, name in self.id2label.items()}
 
+    def classes_of(self, value) -> list:
+        """A multi-label row's classes, as raw values (normalised): a list as is, a string split, a scalar alone."""
+        if isinstance(value, list | tuple):
+            if self.multi_hot:
+                return [position for position, flag in enumerate(value) if normalise_label(flag) == 1]
+            return [normalise_label(v) for v in value]
+        value = normalise_label(value)
+        if self.delimiter is not None:
+            # A file where no row holds the delimiter reads as numbers ('2'): its classes are still strings.
+            text = "" if value is None else str(value)
+            return [part.strip() for part in text.split(self.delimiter) if part.strip()]
+        return [value]
+
     def encode(self, value):
         """What the model is trained on: a class id, a multi-hot row of 0.0/1.0, or a float."""
         if self.problem_type == REGRESSION:
             return float(value)
         if self.problem_type == MULTI_LABEL:
-            from recipes_lib.data.multi_label import multi_hot_row  # multi-label only
-
-            return multi_hot_row(self, value)
+            row = [0.0] * self.num_labels
+            for raw in self.classes_of(value):
+                row[self.to_id[raw]] = 1.0
+            return row
         return self.to_id[normalise_label(value)]
 
 
@@ -229,7 +243,7 @@ def _checked(
             continue
         values = train if split == "train" else label_values(raw[split], label_column)
         if split == "test":
-            from recipes_lib.data.test_labels import labelled_test  # loaded only with a test split
+            from recipes_lib.data.hidden_labels import labelled_test  # loaded only with a test split
 
             if not labelled_test(values, raw["test"].features[label_column], locate):
                 continue  # an unlabelled test split: predicted, not scored

@@ -197,7 +197,7 @@ def load_classification_data(
     labels = label_mapping(raw, data_args, locate)
     test, test_has_labels = raw.get("test"), False
     if test is not None and label_column in test.column_names:
-        from recipes_lib.data.test_labels import labelled_test  # loaded only with a test split
+        from recipes_lib.data.hidden_labels import labelled_test  # loaded only with a test split
 
         test_has_labels = labelled_test(label_values(test, label_column), test.features[label_column], locate)
     for split, dataset in raw.items():

@@ -26,28 +26,6 @@ from recipes_lib.errors import ConfigError, DataError
 logger = logging.getLogger("recipes_lib.data.labels")  # it logs as the label checks it is part of
 
 
-def classes_of(mapping, value) -> list:
-    """A multi-label row's classes, as raw values (normalised): a list as is, a string split, a scalar alone."""
-    if isinstance(value, list | tuple):
-        if mapping.multi_hot:
-            return [position for position, flag in enumerate(value) if normalise_label(flag) == 1]
-        return [normalise_label(v) for v in value]
-    value = normalise_label(value)
-    if mapping.delimiter is not None:
-        # A file where no row holds the delimiter reads as numbers ('2'): its classes are still strings.
-        text = "" if value is None else str(value)
-        return [part.strip() for part in text.split(mapping.delimiter) if part.strip()]
-    return [value]
-
-
-def multi_hot_row(mapping, value) -> list[float]:
-    """What the model is trained on: 1.0 for each of the row's classes, 0.0 for the others."""
-    row = [0.0] * mapping.num_labels
-    for raw in classes_of(mapping, value):
-        row[mapping.to_id[raw]] = 1.0
-    return row
-
-
 def _joined_labels(values: LabelColumn) -> str | None:
     """The joiner of labels that read as lists of classes: some labels hold it, and each part of those is an
     integer id or a label of another row on its own ('2,27' beside rows of '2' and of '27'). A class name
@@ -98,7 +76,7 @@ def read_delimiter(values: LabelColumn, delimiter: str | None, requested: str, l
     return delimiter
 
 
-def multi_hot_width(values: LabelColumn) -> int | None:
+def _multi_hot_width(values: LabelColumn) -> int | None:
     """The number of flags, where every row is a list of as many 0/1 flags (at least 2)."""
     if not values.listed or not values.rows or not values.present.all():
         return None
@@ -121,7 +99,7 @@ def multi_label_tally(values: LabelColumn, mapping) -> ClassTally:
         return ClassTally(values, positions * 2 + ones, per_value)
     if values.listed:
         return ClassTally(values, codes, [[normalise_label(v)] for v in distinct])
-    return ClassTally(values, codes, [classes_of(mapping, v) for v in distinct])
+    return ClassTally(values, codes, [mapping.classes_of(v) for v in distinct])
 
 
 def _first_repeat(tally: ClassTally) -> int | None:
@@ -146,7 +124,7 @@ def multi_label_mapping(values: LabelColumn, feature, mapping, locate: dict):
         return numbered(mapping, range(inner.num_classes), inner.names)
     # Rows of 0/1 flags: every row a list of the same length (at least 2) holding only 0 and 1. A list
     # of class ids varies in length from row to row, and [0, 1, 0] would name class 0 twice.
-    width = multi_hot_width(values)
+    width = _multi_hot_width(values)
     if width is not None:
         logger.info(
             "Labels are rows of %d 0/1 flags: class i is the i-th flag, named '0' to '%d'.", width, width - 1
