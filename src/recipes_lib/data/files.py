@@ -61,10 +61,8 @@ _NUMBERS = re.compile(r"^\s*-?\d+(\.\d+)?(\s*[,;|]\s*-?\d+(\.\d+)?)*\s*$")
 
 
 def data_like_fields(header: tuple[str, ...]) -> list[str]:
-    """The header's fields that read as a data row's, each described ("'27' (a number)"); none for names.
-
-    Column names are short words; a number, or a sentence (four words or more, or over 30 characters),
-    is what a data row holds: the file likely has no header, and its first row was taken for one."""
+    """The header's fields that read as a data row's (a number, or a sentence: four words or more, or over
+    30 characters), each described ("'27' (a number)"): the file likely has no header."""
     found = []
     for name in header:
         if _NUMBERS.match(name):
@@ -176,10 +174,7 @@ def decide_delimiter(path: str, requested: str | None = None) -> Layout:
 
 @dataclass
 class Reading:
-    """One way of reading a delimited file, tallied as it streams: no record is kept.
-
-    A reading stops at its first bad record: the rest cannot make it plausible again.
-    """
+    """One way of reading a delimited file, tallied as it streams (no record kept), up to its first bad record."""
 
     width: int | None = None  # the header's field count (None: no record at all)
     count: int = 0  # records read, the header included, before the first bad one

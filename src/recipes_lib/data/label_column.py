@@ -266,12 +266,9 @@ def _kind(kind: pa.DataType) -> str | None:
 
 
 def _arrow_column(dataset, column: str) -> pa.Array:
-    """The split's column as one Arrow array, in the split's row order (after a select or a shuffle).
-
-    datasets keeps a split made by select, shuffle or train_test_split as the whole table plus an
-    indices mapping (`_indices`); its own way of applying one, row by row, takes seconds a million
-    rows. Taken here in one call (`with_format("arrow")` would apply it the same way, in batches).
-    """
+    """The split's column as one Arrow array, in the split's row order. A split made by select, shuffle or
+    train_test_split is the whole table plus an indices mapping (`_indices`), taken here in one call:
+    datasets' own way, row by row (`with_format("arrow")` too, in batches), takes seconds a million rows."""
     table = getattr(dataset.data, "table", dataset.data)
     array = table.column(column)
     indices = getattr(dataset, "_indices", None)
