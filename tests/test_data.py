@@ -291,7 +291,7 @@ def test_a_csv_with_true_false_labels_trains(tmp_path, tiny_bert):
 def test_a_hub_dataset_without_the_chosen_evaluation_split_is_an_error_listing_its_splits():
     from datasets import Dataset, DatasetDict
 
-    from recipes_lib.data.loading import choose_hub_splits
+    from recipes_lib.data.hub_dataset import choose_hub_splits
 
     rows = Dataset.from_dict({"premise": ["a"], "hypothesis": ["b"], "label": [0]})
     mnli = DatasetDict(

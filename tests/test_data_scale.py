@@ -16,6 +16,7 @@ import pytest
 from datasets import ClassLabel, Dataset, DatasetDict, Features, Sequence, Value
 
 from recipes_lib.config.arguments import DataArguments
+from recipes_lib.data import label_column, multi_label
 from recipes_lib.data import labels as label_module
 from recipes_lib.data import tokenize as tokenize_module
 from recipes_lib.data.files import RecordLines, decide_quoting
@@ -212,13 +213,14 @@ def test_a_json_column_of_mixed_types_keeps_the_errors_it_had(tmp_path, labels, 
 def test_the_label_checks_look_at_each_distinct_label_not_each_row(monkeypatch):
     """200,000 rows of each kind: the labels are normalised in Python a few times per distinct value."""
     calls = {"count": 0}
-    normalise = label_module.normalise_label
+    normalise = label_column.normalise_label
 
     def counted(value):
         calls["count"] += 1
         return normalise(value)
 
-    monkeypatch.setattr(label_module, "normalise_label", counted)
+    for module in (label_column, label_module, multi_label):  # each module that reads labels
+        monkeypatch.setattr(module, "normalise_label", counted)
     rows = 200_000
     for values, options in [
         ([("warm", "cool ", "cold")[i % 3] for i in range(rows)], {}),
@@ -241,7 +243,7 @@ def test_the_label_checks_look_at_each_distinct_label_not_each_row(monkeypatch):
 def test_a_held_out_split_reads_its_own_rows_labels():
     split = split_of([f"class {i % 3}" if i % 10 else "rare" for i in range(300)])
     held_out = split.shuffle(seed=3).select(range(50))
-    reader = label_module.label_values(held_out, "label")
+    reader = label_column.label_values(held_out, "label")
     assert [reader.value(i) for i in range(50)] == held_out["label"][:]
     assert describe_labels(
         label_mapping(

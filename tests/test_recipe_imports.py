@@ -83,6 +83,12 @@ def test_a_recipe_imports_the_library_and_not_the_workbench():
         "recipes_lib.evaluation.inference",  # --merge_adapter's scoring (and a distillation's teacher)
         "recipes_lib.evaluation.windows",  # --long_text sliding_window's documents (and a distillation's)
         "recipes_lib.data.split_column",  # --split_column
+        "recipes_lib.data.hub_dataset",  # a Hub dataset (the demo reads local files)
+        "recipes_lib.data.multi_label",  # multi-label labels
+        "recipes_lib.data.scores",  # regression labels
+        "recipes_lib.data.label_names",  # --label_names_file
+        "recipes_lib.data.hidden_labels",  # a test split
+        "recipes_lib.data.length_advice",  # many texts cut by max_seq_length
         "recipes_lib.modeling.score_head",  # a regression model's head
         "recipes_lib.training.class_weights",  # --class_weights
         "recipes_lib.tracking.auth",  # W&B online: is there a key

@@ -9,7 +9,7 @@ _PUBLIC_MODULES = """
 errors units results whole_files locking credentials config.arguments config.parsing config.tasks
 config.precision config.recipe_spec config.recipe_options config.adamw_8bit_options config.distill_options
 config.family_registry config.versions
-config.bitsandbytes_import data.files data.loading data.labels data.tokenize data.long_text
+config.bitsandbytes_import data.files data.loading data.labels data.label_column data.tokenize data.long_text
 modeling.families modeling.adapters modeling.sources modeling.weight_files evaluation.predictions
 evaluation.metrics evaluation.inference evaluation.windows evaluation.collapse evaluation.neglected
 training.checkpoints tracking.names tracking.model_card tracking.wandb_run tracking.hub tracking.auth

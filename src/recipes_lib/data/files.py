@@ -1,12 +1,8 @@
 """Local data files: CSV and TSV (quoted or not), JSON, JSON Lines and Parquet, read as their writer meant.
 
-A TSV is written two ways: GLUE's unquoted (a `"` is text), Python's `csv` and pandas quoted (a field
-may hold a tab or a newline). Read the wrong way it can still give rows of the right width, of text
-cut into fragments. So a delimited file is read both ways, streaming in constant memory; one
-plausible reading (every record the header's width) decides, and two that disagree are settled by how
-each '"' is written (data/quoting.py), or the run asks for `--csv_quoting`, never a guess. The
-delimiter comes from the first lines' content, not the extension (`decide_delimiter`); `--delimiter`
-overrides it. docs/data-and-tasks.md says it for users.
+A delimited file's delimiter comes from its first lines' content; it is read both ways, quoted and
+GLUE's unquoted, streaming, and one plausible reading decides (two that disagree: data/quoting.py, or
+the run asks for `--csv_quoting`), never a guess. docs/data-and-tasks.md, "Local files", says how.
 """
 
 from __future__ import annotations
@@ -65,10 +61,8 @@ _NUMBERS = re.compile(r"^\s*-?\d+(\.\d+)?(\s*[,;|]\s*-?\d+(\.\d+)?)*\s*$")
 
 
 def data_like_fields(header: tuple[str, ...]) -> list[str]:
-    """The header's fields that read as a data row's, each described ("'27' (a number)"); none for names.
-
-    Column names are short words; a number, or a sentence (four words or more, or over 30 characters),
-    is what a data row holds: the file likely has no header, and its first row was taken for one."""
+    """The header's fields that read as a data row's (a number, or a sentence: four words or more, or over
+    30 characters), each described ("'27' (a number)"): the file likely has no header."""
     found = []
     for name in header:
         if _NUMBERS.match(name):
@@ -156,13 +150,9 @@ def _fits(path: str, delimiter: str) -> tuple[int, bool]:
 
 
 def decide_delimiter(path: str, requested: str | None = None) -> Layout:
-    """The file's delimiter: `requested` (a character, from --delimiter) or decided from its first lines.
-
-    A candidate (tab, comma, semicolon) fits when it splits the header into two or more fields and
-    every sampled row into as many, read with or without quoting. The extension's own delimiter wins
-    a tie; when none fits (a one-column file, or a broken one), the extension's is used, or the one
-    that splits the header most, and the full reading that follows names the bad line.
-    """
+    """The file's delimiter: `requested` (a character, from --delimiter) or decided from its first lines
+    (docs/data-and-tasks.md). When none fits (a one-column file, or a broken one), the extension's is used,
+    or the one that splits the header most, and the full reading that follows names the bad line."""
     expected = DELIMITED.get(Path(path).suffix.lower(), ",")
     if requested is not None:
         delimiter, source = requested, "--delimiter"
@@ -184,10 +174,7 @@ def decide_delimiter(path: str, requested: str | None = None) -> Layout:
 
 @dataclass
 class Reading:
-    """One way of reading a delimited file, tallied as it streams: no record is kept.
-
-    A reading stops at its first bad record: the rest cannot make it plausible again.
-    """
+    """One way of reading a delimited file, tallied as it streams (no record kept), up to its first bad record."""
 
     width: int | None = None  # the header's field count (None: no record at all)
     count: int = 0  # records read, the header included, before the first bad one
@@ -276,14 +263,9 @@ def _holds_quotes(path: str) -> bool:
 
 def _compare_readings(path: str, delimiter: str) -> tuple[Reading, Reading, int | None]:
     """(the quoted reading, the unquoted one, the quoted reading's line where they first give different
-    records, or None: the same records), in one pass, side by side (each on its own handle).
-
-    Without a '"' in the file the two are the same reading (the csv module's quoting only acts on
-    quotes), so it is read once.
-
-    A difference matters only when both end plausible. Where one reading ends first, they differ at
-    the last record both gave.
-    """
+    records, or None: the same records), in one pass, side by side (each on its own handle). Without a
+    '"' in the file the two are the same reading, read once. Where one ends first, they differ at the
+    last record both gave."""
     if not _holds_quotes(path):
         reading = read_delimited(path, delimiter, quoted=False)
         return reading, reading, None
@@ -311,12 +293,10 @@ def _compare_readings(path: str, delimiter: str) -> tuple[Reading, Reading, int 
 
 @dataclass
 class RecordLines:
-    """The line each data row of a file starts on, found when asked, by reading the file again.
+    """The line each data row of a file starts on, found by reading the file again when an error asks.
 
     A delimited file's rows are its records after the header (`delimiter` given); a JSON Lines
-    file's (`delimiter` None) are its non-blank lines. Only an error message about a row asks, so
-    nothing is held for a file that has no error. len() is the number of rows (counted when first
-    asked, unless given).
+    file's (`delimiter` None) are its non-blank lines. len(): the rows (counted when asked, unless given).
     """
 
     path: str
@@ -476,12 +456,9 @@ def has_rows(path: str | Path, header: bool = True) -> bool:
 
 
 def check_utf8(path: str) -> None:
-    """A DataError naming the line and byte where a text file stops being UTF-8 (a UTF-8 BOM is fine).
-
-    Read in chunks through an incremental decoder, in constant memory. The csv module and datasets
-    would otherwise stop with a UnicodeDecodeError at a position inside some buffer, or (pyarrow's
-    JSON reader) not stop at all.
-    """
+    """A DataError naming the line and byte where a text file stops being UTF-8 (a UTF-8 BOM is fine), read
+    in constant memory: the csv module and datasets would stop at a position inside some buffer, or
+    (pyarrow's JSON reader) not stop at all."""
     decoder = codecs.getincrementaldecoder("utf-8")()
     with open(path, "rb") as handle:
         start = handle.read(2)
@@ -522,12 +499,9 @@ def read_local_files(
     delimiter: str | None = None,
     column_names: list[str] | None = None,
 ) -> tuple[DatasetDict, dict]:
-    """The splits of `files` ({split: path}) and, per split, a function naming a row's place in its file.
-
-    Each file is read in its own format (a .csv training file beside a .tsv validation file is
-    fine); `delimiter` (a character from --delimiter, or None) applies to every delimited file, and
-    so do `column_names` (--column_names: the files have no header; datasets' csv `column_names`).
-    """
+    """The splits of `files` ({split: path}), each read in its own format, and per split a function naming
+    a row's place in its file. `delimiter` (--delimiter's character) and `column_names` (--column_names:
+    no header) apply to every delimited file."""
     locators, how, loaded = {}, {}, DatasetDict()
     for split, path in files.items():
         extension = Path(path).suffix.lower()

@@ -1,11 +1,8 @@
-"""Inputs longer than --max_seq_length (issue #22), for one text column: `truncate` keeps the first
-tokens, `head_tail` the first quarter of the room and the last three quarters (Sun et al. 2019),
-`sliding_window` the whole document as overlapping windows, each a row with the document's label and
-`document_id` (evaluation/windows.py combines them). docs/data-and-tasks.md, "Long texts", says more.
-
-The room is max_seq_length less the tokenizer's special tokens. A sentence pair is truncated as the
-tokenizer does it; head_tail and sliding_window on a pair are an error. Every mode records each
-document's whole length, which `truncation_report` turns into the figures logged and kept in results.json.
+"""Inputs longer than --max_seq_length (issue #22), for one text column: `truncate`, `head_tail` (Sun et al.
+2019) or `sliding_window` (each window a row with its `document_id`; evaluation/windows.py combines them),
+in the room max_seq_length leaves beside the special tokens; and each document's whole length, which
+`truncation_report` turns into the figures logged and kept in results.json. docs/data-and-tasks.md,
+"Long texts", says it for users.
 """
 
 from __future__ import annotations
@@ -139,13 +136,8 @@ def document_lengths(dataset) -> np.ndarray:
 def truncation_report(
     lengths: np.ndarray, rows: int, max_seq_length: int, model_limit: int | None
 ) -> dict[str, Any]:
-    """What max_seq_length cuts of one split: examples longer, tokens lost, the 95th and 99th percentiles
-    of the lengths, and the share that max_seq_length and the model's limit keep whole.
-
-    Lengths count the special tokens, as max_seq_length does. The percentiles are the data's, never
-    capped at what the model takes (its position embeddings, `model_limit`): the share that limit keeps
-    is its own figure. `rows` is the split's rows after tokenizing (windows, under sliding_window).
-    """
+    """What max_seq_length cuts of one split (the figures docs/data-and-tasks.md lists). Lengths count the
+    special tokens; the percentiles are never capped at `model_limit`, whose share is its own figure."""
     lengths = np.asarray(lengths, dtype=np.int64)
     if len(lengths) == 0:
         return {"examples": 0}
@@ -178,18 +170,13 @@ def truncation_report(
 
 @dataclass(frozen=True)
 class LengthsRead:
-    """Who reads the lengths, which decides what the log may advise.
+    """Who reads the lengths, which decides what the log may advise."""
 
-    A recipe about to train (`finished_run` None) may change --max_seq_length (up to the model's limit)
-    and, for one text, --long_text. Predict and export read rows as a finished run was trained: they can
-    change neither, so they say what happens and name the run's settings. `pair`: the rows are sentence
-    pairs, which the tokenizer cuts longest text first and which head_tail and sliding_window refuse.
-    `names`: what to call a split in the log (predict's rows are its input file, not a test split).
-    """
-
-    pair: bool = False
+    pair: bool = False  # sentence pairs: cut longer text first; head_tail and sliding_window refuse them
+    # Predict and export read rows as this finished run was trained: they can change neither max_seq_length
+    # nor --long_text, so they name its settings. None: a recipe about to train, which may change both.
     finished_run: str | None = None
-    names: dict[str, str] = field(default_factory=dict)
+    names: dict[str, str] = field(default_factory=dict)  # the log's name of a split (predict: its input)
 
 
 RECIPE_READ = LengthsRead()  # a recipe about to train, on one text per row
@@ -226,69 +213,17 @@ def log_truncation(reports: dict[str, dict[str, Any]], data_args, read: LengthsR
         for split, r in reports.items()
         if r.get("longer_share", 0) > CUT_WARNING_SHARE
     }
-    if data_args.long_text == SLIDING_WINDOW or not cut:
-        return
-    if read.pair:
-        what = "cut: the tokenizer shortens the longer text of each pair first (truncation longest_first)"
-    else:
-        what = "cut at the end" if data_args.long_text == TRUNCATE else "cut in the middle (head_tail)"
-    shares = ", ".join(f"{100 * report['longer_share']:.0f}% of the {split}" for split, report in cut.items())
-    logger.warning(
-        "%s %s are longer than max_seq_length %d and are %s: the model never sees those tokens. %s.",
-        shares,
-        "pairs" if read.pair else "examples",
-        data_args.max_seq_length,
-        what,
-        _advice(cut, data_args, read),
-    )
+    if data_args.long_text != SLIDING_WINDOW and cut:
+        from recipes_lib.data.length_advice import warn_cut  # loaded only when a split is cut that much
 
-
-def _advice(cut: dict[str, dict[str, Any]], data_args, read: LengthsRead) -> str:
-    """What keeps more whole, naming only what the reading command accepts."""
-    split, report = max(cut.items(), key=lambda item: item[1]["length_keeping_95pct"])
-    p95, p99, limit = (
-        report["length_keeping_95pct"],
-        report["length_keeping_99pct"],
-        report["model_max_length"],
-    )
-    fits = f"95% of the {split} fit in {p95} tokens, 99% in {p99}"
-    if read.finished_run is not None:  # predict, export: the run's settings are fixed
-        taken = f"; the model takes at most {limit}" if limit else ""
-        return (
-            f"They are read as {read.finished_run} was trained (max_seq_length {data_args.max_seq_length}, "
-            f"--long_text {data_args.long_text}); {fits}{taken}"
-        )
-    if limit is None or p95 <= limit:
-        longer = f"--max_seq_length {p95} keeps 95% of the {split} whole" + (
-            f", {p99} keeps 99%"
-            if limit is None or p99 <= limit
-            else f" (99% need {p99}, more than the model's {limit})"
-        )
-    elif data_args.max_seq_length < limit:
-        longer = (
-            f"{fits}, more than the model takes: --max_seq_length {limit}, its limit, keeps "
-            f"{100 * report['model_max_length_keeps_share']:.0f}% whole"
-        )
-    else:
-        longer = f"{fits}; the model takes no more than {limit} tokens"
-    if read.pair:  # head_tail and sliding_window cut one text: a pair refuses them
-        return longer
-    others = {
-        HEAD_TAIL: "--long_text head_tail keeps their opening and end",
-        SLIDING_WINDOW: "--long_text sliding_window (with --stride) reads all of them",
-    }
-    return "; ".join([longer, *(text for mode, text in others.items() if mode != data_args.long_text)])
+        warn_cut(cut, data_args, read)
 
 
 def refuse_oversized_texts(
     raw, text_columns: tuple[str, ...], max_chars: int, sources: dict[str, str], locate: dict
 ) -> None:
-    """A text field longer than --max_text_chars, refused before tokenizing (columnar: Arrow's lengths).
-
-    Each split's own rows: a split taken from another (--split_column's select, a held-out share of train)
-    shares that one's table through an indices mapping, so `dataset.data` would read the wrong rows.
-    `locate` gives a split's row as a file line (as the label checks do), where the source has lines.
-    """
+    """A text field longer than --max_text_chars, refused before tokenizing (columnar: Arrow's lengths), in
+    each split's own rows (a selected or held-out split shares another's table: `dataset.data` would not do)."""
     for split, dataset in raw.items():
         for column in text_columns:
             values = dataset.with_format("arrow")[column]

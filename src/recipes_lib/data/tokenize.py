@@ -43,11 +43,8 @@ MAX_TOKENIZING_PROCESSES = 8
 
 
 def tokenizing_processes(rows: int, requested: int | None) -> int | None:
-    """num_proc for a split's `datasets.map`: the one asked for; else the cores for a large split, else one.
-
-    The same on every process of a machine, so processes waiting for the main one's tokenization find
-    its cache files (their names hold the process count).
-    """
+    """num_proc for a split's `datasets.map`: the one asked for; else the cores for a large split, else one;
+    the same on every process of a machine, so the others find the main one's cache files (named by it)."""
     if requested is not None:
         return requested
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
@@ -72,14 +69,9 @@ def tokenize(
     model_limit: int | None = None,
     read: LengthsRead = RECIPE_READ,
 ) -> TokenizedSplits:
-    """Tokenize every split with `datasets.map` (cached on disk, so a rerun skips it).
-
-    No padding here (unless pad_to_max_length): the collator pads each batch to its longest example.
-    Inputs longer than max_seq_length become what --long_text says (data/long_text.py); each split's
-    truncation report (`model_limit`: the most tokens the model takes) comes back with them, its log
-    line and advice going to whoever `read` says reads the rows (a recipe by default); `data` is left as it is.
-    Under sliding_window a row is a window, and `document_id` names the input row it came from.
-    """
+    """Every split tokenized with `datasets.map` (cached on disk), unpadded unless pad_to_max_length (the
+    collator pads each batch), longer inputs cut as --long_text says (data/long_text.py), with each split's
+    truncation report (`model_limit`: the most tokens the model takes; `read`: who reads the rows)."""
     text_columns, label_column, labels = data.text_columns, data.label_column, data.labels
     check_long_text_columns(data_args, text_columns)
 
@@ -137,10 +129,8 @@ def tokenize(
 
 
 def padding_collator(tokenizer, data_args: DataArguments, device):
-    """Pads each batch to its longest example; on a GPU to a multiple of 8 unless told otherwise.
-
-    Multiples of 8 let GPU tensor cores run at full rate; on a CPU they only add work.
-    """
+    """Pads each batch to its longest example; on a GPU to a multiple of 8 unless told otherwise (tensor
+    cores run at full rate on multiples of 8; on a CPU they only add work)."""
     from transformers import DataCollatorWithPadding
 
     pad_to_multiple_of = data_args.pad_to_multiple_of

@@ -18,7 +18,8 @@ from datasets import DatasetDict
 from recipes_lib.config.arguments import DataArguments
 from recipes_lib.config.tasks import MULTI_LABEL, REGRESSION, SINGLE_LABEL
 from recipes_lib.data.files import DELIMITED, decide_delimiter, parse_delimiter, read_local_files, write_jsonl
-from recipes_lib.data.labels import LabelMapping, label_mapping, unlabelled_value
+from recipes_lib.data.label_column import unlabelled_value
+from recipes_lib.data.labels import LabelMapping, label_mapping
 from recipes_lib.errors import ConfigError, DataError
 from recipes_lib.whole_files import write_text_whole, written_whole
 
