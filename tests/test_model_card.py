@@ -716,7 +716,8 @@ def test_an_adapter_of_a_pip_installed_hub_model_names_its_base_by_the_hub_id(
 
 
 def test_a_card_shows_a_passed_export_and_never_a_failed_one(tmp_path):
-    from recipes_lib.tracking.model_card import EXPORT_REPORT, read_export_report, write_card
+    from recipes_lib.tracking.card_export import read_export_report
+    from recipes_lib.tracking.model_card import EXPORT_REPORT, write_card
 
     results = local_results(
         tmp_path, "single_label_classification", eval_accuracy=0.9, per_class={"a": {}, "b": {}}
