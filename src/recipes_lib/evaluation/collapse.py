@@ -1,13 +1,9 @@
-"""A model whose outputs do not depend on its input (a collapsed model), measured and said with what helps.
+"""A model whose outputs do not depend on its input (a collapsed model: docs/troubleshooting.md), measured.
 
-A fine-tuned encoder can collapse: every text gets the same representation, so every row the same
-output, which on rare labels scores deceptively well. `output_variation` measures, from one
-evaluation's logits, `output_std` (the largest standard deviation across the rows of any class's
-probability; regression: of the score, over that of the true scores) and `distinct_predictions`.
-A model is collapsed when every row gets the same prediction and no class's probability moves by as
-much as FLAT_STD: nothing a threshold could separate the rows by. Every evaluation returns both
-figures (evaluation/metrics.py); training/callbacks.py warns at the first collapse; the record keeps
-them (`collapse_results`), and `collapse_note` (collapse_note.py, loaded then) ends the run's paragraph.
+`output_variation`, from one evaluation's logits: `output_std` (the largest standard deviation across the
+rows of any class's probability; regression: of the score, over that of the true scores) and
+`distinct_predictions`. Every evaluation returns both (evaluation/metrics.py), training/callbacks.py
+warns at the first collapse, the record keeps them (`collapse_results`); collapse_note.py says it.
 """
 
 from __future__ import annotations

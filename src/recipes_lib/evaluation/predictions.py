@@ -1,11 +1,7 @@
-"""Predictions as rows, and the per-class scores and confusion matrix of a labelled split.
-
-One format for every place that writes predictions (a run's validation and test splits,
-`recipes-lib predict`), so they can be compared line by line: one JSON object per input row, in
-input order, as docs/results-format.md ("Predict") shows for each kind of task.
-
-`final_outputs` derives, from a run's final per-document predictions, what its record keeps:
-multi-label thresholds, the --decision_threshold figures, the per-class scores and the confusion matrix.
+"""Predictions as rows, one format for every place that writes them (a run's validation and test splits,
+`recipes-lib predict`): one JSON object per input row, in input order (docs/results-format.md, "Predict");
+the per-class scores and confusion matrix of a labelled split; and `final_outputs`, what a run's record
+derives from its final per-document predictions.
 """
 
 from __future__ import annotations
@@ -79,12 +75,9 @@ def _rounded(label_names: list[str], probabilities: np.ndarray) -> dict[str, flo
 def per_class_report(
     predictions: np.ndarray, references: np.ndarray, label_names: list[str]
 ) -> dict[str, Any]:
-    """{"per_class": {name: precision, recall, f1, support}, "confusion_matrix": {labels, matrix}}.
-
-    Rows of the matrix are the true classes, columns the predicted ones, both in id order.
-    Multi-label (0/1 rows for both): per class as a yes/no decision of its own, and no confusion
-    matrix, which needs one true and one predicted class per example.
-    """
+    """{"per_class": {name: precision, recall, f1, support}, "confusion_matrix": {labels, matrix}}: rows the
+    true classes, columns the predicted ones, in id order. Multi-label (0/1 rows): each class a yes/no
+    decision of its own, and no matrix, which needs one true and one predicted class per example."""
     from sklearn.metrics import confusion_matrix, precision_recall_fscore_support
 
     multi_label = np.ndim(references) == 2
@@ -191,30 +184,16 @@ def per_class(logits, references, problem_type: str, names: list[str], threshold
 def write_decision_files(
     directories: list[Path], outputs: EvaluationOutputs, names, tuned_on: str, title: str
 ):
-    """What turns the model's probabilities into labels, beside each model directory (output_dir, and
-    merged/ if written): label_thresholds.json (multi-label), decision_threshold.json (binary, with
-    --decision_threshold); and the validation confusion matrix as a PNG in the first (single-label).
-    `tuned_on`: the validation split's source."""
-    records = {}
-    if outputs.thresholds is not None:
-        records[THRESHOLDS_FILE] = {
-            "thresholds": dict(zip(names, outputs.thresholds, strict=True)),
-            "tuned_on": tuned_on,
-            "rule": "a class is predicted when its sigmoid probability is at or above its threshold",
-        }
-    if outputs.decision_threshold is not None:
-        positive, negative = names[POSITIVE_ID], names[1 - POSITIVE_ID]
-        records[DECISION_THRESHOLD_FILE] = {
-            "threshold": outputs.decision_threshold,
-            "positive_label": positive,
-            # None: given with --decision_threshold
-            "tuned_on": outputs.results["decision_threshold_tuned_on"],
-            "rule": f"'{positive}' is predicted when its softmax probability is at or above the threshold, "
-            f"else '{negative}'",
-        }
-    for directory in directories:
-        for name, record in records.items():
-            write_text_whole(directory / name, json.dumps(record, indent=2) + "\n")
+    """What turns the model's probabilities into labels (threshold_tuning.decision_records), beside each
+    model directory (output_dir, and merged/ if written); the validation confusion matrix as a PNG in the
+    first (single-label). `tuned_on`: the validation split's source."""
+    if outputs.thresholds is not None or outputs.decision_threshold is not None:
+        from recipes_lib.evaluation.threshold_tuning import decision_records  # loaded with the thresholds
+
+        records = decision_records(outputs, names, tuned_on)
+        for directory in directories:
+            for name, record in records.items():
+                write_text_whole(directory / name, json.dumps(record, indent=2) + "\n")
     if outputs.results["confusion_matrix"] is not None:
         draw_confusion_matrix(
             outputs.results["confusion_matrix"], directories[0] / CONFUSION_MATRIX_PNG, title

@@ -65,10 +65,6 @@ class BaseModel:
         return self.hub_id or self.local_name or "BASE_MODEL"
 
 
-def _is_adapter(results: RunResults) -> bool:
-    return results.lora_target_modules is not None
-
-
 def _hub_id(name: str | None) -> str | None:
     """`name` if it reads as a Hub model id: not a local path (absolute, or existing here)."""
     if not name or PurePath(name).is_absolute() or re.match(r"^[A-Za-z]:[\\/]", name):
@@ -187,7 +183,7 @@ def card_data(results: RunResults, model_name: str) -> ModelCardData:
     return ModelCardData(
         model_name=model_name,
         base_model=base_model(results).hub_id,
-        library_name="peft" if _is_adapter(results) else "transformers",
+        library_name="transformers" if results.lora_target_modules is None else "peft",
         pipeline_tag="text-classification",
         tags=[CARD_TAG, results.recipe, results.problem_type.replace("_", "-")],
         datasets=[dataset_type] if dataset_type != "local" else None,
@@ -225,9 +221,8 @@ def write_card(
 
         export = export_values(read_export_report(output_dir))
     path = Path(output_dir) / CARD_FILE
-    write_text_whole(
-        path, str(build_card(results, repo_id, export, summary)), newline=""
-    )  # as ModelCard.save
+    # newline="": as ModelCard.save writes
+    write_text_whole(path, str(build_card(results, repo_id, export, summary)), newline="")
     check_card(path, results)
     return path
 
@@ -285,7 +280,7 @@ def _template_values(
         "score_rows": _score_rows(results),
         "optimistic": bool(results.label_thresholds or results.decision_threshold_tuned_on),
         "processes": _processes(results),
-        "is_adapter": _is_adapter(results),
+        "is_adapter": results.lora_target_modules is not None,
         "where": where,
         "on_hub": on_hub,
         "usage": usage_values(results, where),
