@@ -91,8 +91,7 @@ def tune_multi_label(outputs, scorer, names: list[str], collapsed: bool) -> None
     gets no tuned figure."""
     probabilities = sigmoid(outputs.logits)
     if collapsed:
-        why = "the model collapsed: its outputs do not depend on the input"
-        choices = [{"threshold": DEFAULT_THRESHOLD, "tuned": False, "why": why} for _ in names]
+        choices = [_untuned("the model collapsed: its outputs do not depend on the input") for _ in names]
     else:
         choices = choose_thresholds(probabilities, outputs.references)
     outputs.thresholds = [choice["threshold"] for choice in choices]

@@ -6,22 +6,14 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from recipes_lib.tracking.model_card import EXPORT_REPORT
 from recipes_lib.whole_files import read_json
 
 
-def read_export_report(output_dir: str | Path) -> dict[str, Any] | None:
-    """The passed export's report in output_dir, or None (no export, or a report that did not pass)."""
-    path = Path(output_dir).joinpath(*EXPORT_REPORT)
-    if not path.is_file():
-        return None
+def export_values(path: Path) -> dict[str, Any] | None:
+    """The template's `export`: the figures of the gate report at `path`, each already worded; None
+    unless the export passed."""
     report = read_json(path, "the export's gate report", "Run `recipes-lib export` on the run again.")
-    return report if report.get("passed") and report.get("models") else None
-
-
-def export_values(report: dict[str, Any] | None) -> dict[str, Any] | None:
-    """The template's `export`: the report's figures, each already worded."""
-    if report is None:
+    if not (report.get("passed") and report.get("models")):
         return None
     rows = []
     int8_weights = report.get("int8_weights")

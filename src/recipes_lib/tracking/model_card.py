@@ -138,15 +138,12 @@ def _is_score(value) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and not math.isnan(value)
 
 
-def positive_label(results: RunResults) -> str | None:
-    """A binary task's positive class: the one --decision_threshold names, else the second in id order (id 1)."""
-    names = list(results.per_class or {})
-    return results.positive_label or (names[1] if len(names) == 2 else None)
-
-
 def card_metrics(results: RunResults) -> list[CardMetric]:
     """The scores of the run that describe the saved model, each with its split; those the run has (NaN left out)."""
-    titles = {**METRIC_TITLES, "f1_positive": f"F1 of '{positive_label(results)}'"}
+    # A binary task's positive class: the one --decision_threshold names, else the second in id order (id 1).
+    names = list(results.per_class or {})
+    positive = results.positive_label or (names[1] if len(names) == 2 else None)
+    titles = {**METRIC_TITLES, "f1_positive": f"F1 of '{positive}'"}
     return [
         CardMetric(key, split, metric, titles[metric] + note, args)
         for key, split, metric, note, args in _scores(results)
@@ -215,11 +212,12 @@ def write_card(
     output_dir: str | Path, results: RunResults, repo_id: str | None = None, summary: str | None = None
 ) -> Path:
     """README.md in output_dir (replacing the one peft writes beside an adapter), checked as it is read back."""
+    report = Path(output_dir).joinpath(*EXPORT_REPORT)
     export = None
-    if Path(output_dir).joinpath(*EXPORT_REPORT).is_file():  # the export section's code loads only then
-        from recipes_lib.tracking.card_export import export_values, read_export_report
+    if report.is_file():  # the export section's code loads only then
+        from recipes_lib.tracking.card_export import export_values
 
-        export = export_values(read_export_report(output_dir))
+        export = export_values(report)
     path = Path(output_dir) / CARD_FILE
     # newline="": as ModelCard.save writes
     write_text_whole(path, str(build_card(results, repo_id, export, summary)), newline="")
