@@ -19,11 +19,6 @@ if TYPE_CHECKING:
     from recipes_lib.results import RunResults
 
 
-def probabilities(logits: np.ndarray, problem_type: str) -> np.ndarray:
-    """Each class's probability per row: the softmax (single-label) or each label's sigmoid (multi-label)."""
-    return sigmoid(logits) if problem_type == MULTI_LABEL else softmax(logits)
-
-
 def output_variation(logits: np.ndarray, problem_type: str, references=None) -> dict[str, Any]:
     """{"output_std", "distinct_predictions", "rows"} of this module's docstring, from one evaluation's logits."""
     logits = np.asarray(logits, dtype=np.float64)
@@ -40,7 +35,7 @@ def output_variation(logits: np.ndarray, problem_type: str, references=None) -> 
             "distinct_predictions": distinct,
             "rows": rows,
         }
-    chances = probabilities(logits, problem_type)
+    chances = sigmoid(logits) if problem_type == MULTI_LABEL else softmax(logits)  # each class's, per row
     if problem_type == MULTI_LABEL:
         distinct = len(np.unique(chances >= DEFAULT_THRESHOLD, axis=0))  # the label sets at 0.5
     else:
