@@ -184,16 +184,30 @@ def per_class(logits, references, problem_type: str, names: list[str], threshold
 def write_decision_files(
     directories: list[Path], outputs: EvaluationOutputs, names, tuned_on: str, title: str
 ):
-    """What turns the model's probabilities into labels (threshold_tuning.decision_records), beside each
-    model directory (output_dir, and merged/ if written); the validation confusion matrix as a PNG in the
-    first (single-label). `tuned_on`: the validation split's source."""
-    if outputs.thresholds is not None or outputs.decision_threshold is not None:
-        from recipes_lib.evaluation.threshold_tuning import decision_records  # loaded with the thresholds
-
-        records = decision_records(outputs, names, tuned_on)
-        for directory in directories:
-            for name, record in records.items():
-                write_text_whole(directory / name, json.dumps(record, indent=2) + "\n")
+    """What turns the model's probabilities into labels, beside each model directory (output_dir, and
+    merged/ if written): label_thresholds.json (multi-label), decision_threshold.json (binary, with
+    --decision_threshold); and the validation confusion matrix as a PNG in the first (single-label).
+    `tuned_on`: the validation split's source."""
+    records = {}
+    if outputs.thresholds is not None:
+        records[THRESHOLDS_FILE] = {
+            "thresholds": dict(zip(names, outputs.thresholds, strict=True)),
+            "tuned_on": tuned_on,
+            "rule": "a class is predicted when its sigmoid probability is at or above its threshold",
+        }
+    if outputs.decision_threshold is not None:
+        positive, negative = names[POSITIVE_ID], names[1 - POSITIVE_ID]
+        records[DECISION_THRESHOLD_FILE] = {
+            "threshold": outputs.decision_threshold,
+            "positive_label": positive,
+            # None: given with --decision_threshold
+            "tuned_on": outputs.results["decision_threshold_tuned_on"],
+            "rule": f"'{positive}' is predicted when its softmax probability is at or above the threshold, "
+            f"else '{negative}'",
+        }
+    for directory in directories:
+        for name, record in records.items():
+            write_text_whole(directory / name, json.dumps(record, indent=2) + "\n")
     if outputs.results["confusion_matrix"] is not None:
         draw_confusion_matrix(
             outputs.results["confusion_matrix"], directories[0] / CONFUSION_MATRIX_PNG, title

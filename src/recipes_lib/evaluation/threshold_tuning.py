@@ -32,9 +32,9 @@ LOW_PREVALENCE = 0.5
 
 def choose_thresholds(probabilities: np.ndarray, references: np.ndarray) -> list[dict]:
     """Per class: {"threshold", "tuned", "why"}: the grid value with the best F1 for that class on these
-    examples, ties going to the value closest to 0.5, refusals above left out; 0.5 (tuned False, `why`
-    says) for a class with no positive example here, a class whose probability does not vary across the
-    rows (a threshold on it would mark all rows or none), or a class no allowed threshold lifts above
+    examples, ties going to the value closest to 0.5, the refused ones (above) left out; 0.5 (tuned False,
+    `why` says) for a class with no positive example here, a class whose probability does not vary across
+    the rows (a threshold on it would mark all rows or none), or a class no allowed threshold lifts above
     marking every row."""
     probabilities, references = np.asarray(probabilities), np.asarray(references).astype(bool)
     return [
@@ -194,28 +194,3 @@ def decide_binary_threshold(option, names: list[str], tuned_on: str, scorer, out
         at_half[shown],
         results[f"{shown}_threshold_f1_positive"],
     )
-
-
-def decision_records(outputs, names: list[str], tuned_on: str) -> dict[str, dict[str, Any]]:
-    """label_thresholds.json (multi-label) and decision_threshold.json (binary, --decision_threshold), by
-    file name, from `outputs` (predictions.EvaluationOutputs); `tuned_on`: the validation split's source."""
-    from recipes_lib.evaluation.predictions import DECISION_THRESHOLD_FILE, THRESHOLDS_FILE
-
-    records = {}
-    if outputs.thresholds is not None:
-        records[THRESHOLDS_FILE] = {
-            "thresholds": dict(zip(names, outputs.thresholds, strict=True)),
-            "tuned_on": tuned_on,
-            "rule": "a class is predicted when its sigmoid probability is at or above its threshold",
-        }
-    if outputs.decision_threshold is not None:
-        positive, negative = names[POSITIVE_ID], names[1 - POSITIVE_ID]
-        records[DECISION_THRESHOLD_FILE] = {
-            "threshold": outputs.decision_threshold,
-            "positive_label": positive,
-            # None: given with --decision_threshold
-            "tuned_on": outputs.results["decision_threshold_tuned_on"],
-            "rule": f"'{positive}' is predicted when its softmax probability is at or above the threshold, "
-            f"else '{negative}'",
-        }
-    return records

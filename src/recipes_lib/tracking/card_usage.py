@@ -69,7 +69,7 @@ def usage_values(results: RunResults, where: str) -> dict[str, Any]:
     if mode in (HEAD_TAIL, SLIDING_WINDOW) and max_length:  # card_windowed.py loads only then
         from recipes_lib.tracking.card_windowed import windowed_code
 
-        windowed = windowed_code(results)
+        windowed = f'{windowed_code(results)}\n\n\npredict("{EXAMPLE_TEXT}")'
     return {
         "windowed": windowed,
         "pipeline": pipeline_code(results, f'model="{where}"'),

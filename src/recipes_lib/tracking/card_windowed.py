@@ -7,11 +7,11 @@ from __future__ import annotations
 from recipes_lib.config.tasks import REGRESSION, SINGLE_LABEL
 from recipes_lib.data.long_text import HEAD_SHARE, SLIDING_WINDOW
 from recipes_lib.results import RunResults
-from recipes_lib.tracking.card_usage import EXAMPLE_TEXT
 
 
 def windowed_code(results: RunResults) -> str:
-    """`predict(text)`, cutting or windowing as the run did, over the `model` and `tokenizer` loaded above it."""
+    """`predict(text)`, cutting or windowing as the run did, over the `model` and `tokenizer` loaded above it
+    (card_usage.py adds the example call)."""
     config = results.config
     max_length, mode = config["max_seq_length"], config["long_text"]
     if mode == SLIDING_WINDOW:
@@ -54,8 +54,5 @@ def windowed_code(results: RunResults) -> str:
             f'    """The run\'s prediction for one text (--long_text {mode}): what `recipes-lib predict` gives."""',
             *body,
             answer,
-            "",
-            "",
-            f'predict("{EXAMPLE_TEXT}")',
         ]
     )
