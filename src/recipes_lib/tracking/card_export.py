@@ -15,23 +15,21 @@ def export_values(path: Path) -> dict[str, Any] | None:
     report = read_json(path, "the export's gate report", "Run `recipes-lib export` on the run again.")
     if not (report.get("passed") and report.get("models")):
         return None
-    rows = []
     int8_weights = report.get("int8_weights")
-    for name, model in report["models"].items():
-        metric = model["metric"]
-        rows.append(
-            {
-                "name": f"{name} ({int8_weights} weights)" if name == "int8" and int8_weights else name,
-                "file": model["file"],
-                "size": f"{model['size_bytes'] / 2**20:.1f} MiB",
-                "agreement": f"{100 * model['agreement']:.2f}% of {model['rows']}",
-                "metric": metric,
-                "onnx": f"{model['onnx'][metric]:.4f}",
-                "pytorch": f"{model['pytorch'][metric]:.4f}",
-                "drop": f"{model['metric_drop_points']:.2f}",
-                "logit": f"{model['max_abs_logit_difference']:.1e}",
-            }
-        )
+    rows = [
+        {
+            "name": f"{name} ({int8_weights} weights)" if name == "int8" and int8_weights else name,
+            "file": model["file"],
+            "size": f"{model['size_bytes'] / 2**20:.1f} MiB",
+            "agreement": f"{100 * model['agreement']:.2f}% of {model['rows']}",
+            "metric": model["metric"],
+            "onnx": f"{model['onnx'][model['metric']]:.4f}",
+            "pytorch": f"{model['pytorch'][model['metric']]:.4f}",
+            "drop": f"{model['metric_drop_points']:.2f}",
+            "logit": f"{model['max_abs_logit_difference']:.1e}",
+        }
+        for name, model in report["models"].items()
+    ]
     return {
         "exporter": report.get("exporter"),
         "exported": report.get("exported"),

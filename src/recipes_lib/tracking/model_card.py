@@ -18,7 +18,7 @@ from recipes_lib.config.recipe_options import MERGED_SUBDIR
 from recipes_lib.config.tasks import DEFAULT_THRESHOLD, MULTI_LABEL, REGRESSION, SINGLE_LABEL, TASK_METRICS
 from recipes_lib.results import RunResults
 from recipes_lib.tracking.card_usage import usage_values
-from recipes_lib.tracking.names import METRIC_TITLES
+from recipes_lib.tracking.names import METRIC_TITLES, PER_CLASS_FIELDS
 from recipes_lib.whole_files import write_text_whole
 
 CARD_FILE = "README.md"
@@ -295,11 +295,10 @@ def _template_values(
 def _per_label_rows(results: RunResults) -> list[tuple]:
     if results.problem_type != MULTI_LABEL:
         return []
-    fields = ("precision", "recall", "f1", "support")
     return [
-        (name, *(scores[field] for field in fields))
+        (name, *(scores[field] for field in PER_CLASS_FIELDS))
         for name, scores in (results.per_class or {}).items()
-        if all(field in scores for field in fields)
+        if all(field in scores for field in PER_CLASS_FIELDS)
     ]
 
 

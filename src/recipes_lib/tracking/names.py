@@ -24,7 +24,6 @@ def eval_key(metric: str) -> str:
 SAMPLES_PER_SECOND_CURVE = "throughput/samples_per_second"
 TOKENS_PER_SECOND_CURVE = "throughput/real_tokens_per_second"
 PAD_RATIO_CURVE = "throughput/pad_ratio"
-# wandb_run.memory_figures, on CUDA and on CPU.
 CUDA_MEMORY_CURVES = ("memory/allocated_gib", "memory/max_allocated_gib", "memory/reserved_gib")
 CPU_MEMORY_CURVES = ("memory/peak_rss_gib",)
 
