@@ -101,7 +101,7 @@ def per_class_report(
     return {"per_class": per_class, "confusion_matrix": {"labels": list(label_names), "matrix": matrix}}
 
 
-def draw_confusion_matrix(report: dict[str, Any], path: str | Path, title: str) -> Path:
+def draw_confusion_matrix(report: dict[str, Any], path: Path, title: str) -> None:
     """The confusion matrix as a PNG: counts in each cell, true classes down, predicted across."""
     import matplotlib
 
@@ -123,11 +123,9 @@ def draw_confusion_matrix(report: dict[str, Any], path: str | Path, title: str) 
             column, row, str(count), ha="center", va="center", color="white" if count > threshold else "black"
         )
     figure.tight_layout()
-    path = Path(path)
     with written_whole(path, "wb") as handle:
         figure.savefig(handle, format="png", dpi=100)
     plt.close(figure)
-    return path
 
 
 @dataclass

@@ -225,10 +225,9 @@ def write_card(
     return path
 
 
-def check_card(path: str | Path, results: RunResults) -> ModelCard:
+def check_card(path: str | Path, results: RunResults) -> None:
     """The card read back with `ModelCard.load`: its metadata parses, and its scores are results.json's."""
-    card = ModelCard.load(path)
-    data = card.data
+    data = ModelCard.load(path).data
     expected = [(m.split, m.title, results.value(m.key)) for m in card_metrics(results)]
     found = [(r.dataset_split, r.metric_name, r.metric_value) for r in data.eval_results or []]
     problems = []
@@ -240,7 +239,6 @@ def check_card(path: str | Path, results: RunResults) -> ModelCard:
         problems.append("a model-index needs model_name")
     if problems:
         raise ValueError(f"The model card {path} does not describe its run: {'; '.join(problems)}.")
-    return card
 
 
 # --- what the template shows -------------------------------------------------------------------------
