@@ -225,9 +225,10 @@ def write_card(
     return path
 
 
-def check_card(path: str | Path, results: RunResults) -> None:
+def check_card(path: str | Path, results: RunResults) -> ModelCard:
     """The card read back with `ModelCard.load`: its metadata parses, and its scores are results.json's."""
-    data = ModelCard.load(path).data
+    card = ModelCard.load(path)
+    data = card.data
     expected = [(m.split, m.title, results.value(m.key)) for m in card_metrics(results)]
     found = [(r.dataset_split, r.metric_name, r.metric_value) for r in data.eval_results or []]
     problems = []
@@ -239,6 +240,7 @@ def check_card(path: str | Path, results: RunResults) -> None:
         problems.append("a model-index needs model_name")
     if problems:
         raise ValueError(f"The model card {path} does not describe its run: {'; '.join(problems)}.")
+    return card
 
 
 # --- what the template shows -------------------------------------------------------------------------
