@@ -65,7 +65,6 @@ def end_of_run_notes(results: RunResults, default_learning_rate: float | None = 
     """The warnings that close a run: a collapsed model's alone (the neglected-class and training-loss notes
     advise a higher rate, which makes a collapse worse); else those two notes. `default_learning_rate`:
     the recipe's (its SPEC's), which the training-loss note compares the run's with."""
-    # Loaded when a run ends.
     from recipes_lib.evaluation.neglected import results_neglect_note
     from recipes_lib.evaluation.training_loss import high_loss_note
 

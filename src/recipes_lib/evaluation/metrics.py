@@ -117,5 +117,4 @@ class TaskMetrics:
         }
 
     def _compute(self, name: str, predictions, references, **options) -> float:
-        """The figure `name` of the module of that name (each returns its figure under it)."""
         return self.modules[name].compute(predictions=predictions, references=references, **options)[name]

@@ -106,9 +106,7 @@ CONFUSION_MATRIX_CHART = Chart(
 )
 PER_CLASS_TABLE = "results/per_class"
 
-# --- recipes-lib sweep ------------------------------------------------------------------------------
-
-# A sweep's trial adds these to its W&B config (docs/wandb.md): wandb_run.py reads them from the
+# A `recipes-lib sweep` trial adds these to its W&B config (docs/wandb.md): wandb_run.py reads them from the
 # environment variable SWEEP_CONFIG_VARIABLE, which sweep/trials.py sets.
 SWEEP_CONFIG_VARIABLE = "RECIPES_WANDB_CONFIG"
 SWEEP = "sweep"
