@@ -169,7 +169,7 @@ def test_the_head_tail_predict_cuts_as_the_run_did_whatever_the_special_tokens(t
     from transformers import AutoTokenizer
 
     from recipes_lib.data.long_text import HEAD_TAIL, SpecialTokens, cut_document
-    from recipes_lib.tracking.card_usage import windowed_code
+    from recipes_lib.tracking.card_windowed import windowed_code
 
     tokenizer = AutoTokenizer.from_pretrained(tiny_bert)
     if template is not None:  # a tokenizer with another count of special tokens on a side

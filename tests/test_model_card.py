@@ -14,6 +14,8 @@ import json
 import random
 import re
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -22,7 +24,7 @@ from huggingface_hub import ModelCard, RepoUrl
 from recipes_lib.errors import RecipeError
 from recipes_lib.evaluation.threshold_tuning import tune_decision_threshold
 from recipes_lib.results import RunResults, read_results
-from recipes_lib.tracking.model_card import CARD_TAG, card_metrics, check_card
+from recipes_lib.tracking.model_card import CARD_TAG, EXPORT_REPORT, card_metrics, check_card
 from recipes_workbench.cli.main import main as cli_main
 from tests.helpers.data import COLOURS, NOISE, learnable_rows, multi_label_files, read_jsonl, write_csv
 from tests.helpers.repo import RECIPES
@@ -716,7 +718,7 @@ def test_an_adapter_of_a_pip_installed_hub_model_names_its_base_by_the_hub_id(
 
 
 def test_a_card_shows_a_passed_export_and_never_a_failed_one(tmp_path):
-    from recipes_lib.tracking.model_card import EXPORT_REPORT, read_export_report, write_card
+    from recipes_lib.tracking.model_card import EXPORT_REPORT, write_card
 
     results = local_results(
         tmp_path, "single_label_classification", eval_accuracy=0.9, per_class={"a": {}, "b": {}}
@@ -740,8 +742,37 @@ def test_a_card_shows_a_passed_export_and_never_a_failed_one(tmp_path):
     assert row in card and "on the run's validation split (validation.csv)" in card
 
     report_path.write_text(json.dumps({**report, "passed": False}))  # never shown, even if one lands there
-    assert read_export_report(output_dir) is None
     assert "## ONNX export" not in write_card(output_dir, record(results)).read_text()
+
+
+# Writes a card for each results.json given, then prints which of the card's optional sections' modules loaded.
+SECTIONS_LOADED = """
+import json, sys
+from recipes_lib.results import RunResults
+from recipes_lib.tracking.model_card import write_card
+for output_dir, results in json.loads(sys.argv[1]):
+    write_card(output_dir, RunResults.from_dict(results))
+    print(sorted(name for name in sys.modules if name.startswith("recipes_lib.tracking.card_")))
+"""
+
+
+def test_the_export_and_long_text_sections_code_loads_only_for_a_run_with_an_export_or_long_texts(tmp_path):
+    """Issue #56: a default run's card loads neither card_export.py nor card_windowed.py."""
+    plain, shown = tmp_path / "plain", tmp_path / "shown"
+    report = shown.joinpath(*EXPORT_REPORT)
+    report.parent.mkdir(parents=True)
+    report.write_text(json.dumps({"passed": False}))
+    plain.mkdir()
+    results = minimal_results("single_label_classification", eval_accuracy=0.9)
+    long_text = {**results, "config": {**results["config"], "max_seq_length": 64, "long_text": "head_tail"}}
+    runs = [(str(plain), results), (str(shown), long_text)]
+    printed = subprocess.run(
+        [sys.executable, "-c", SECTIONS_LOADED, json.dumps(runs)], capture_output=True, text=True, check=True
+    ).stdout.splitlines()
+    usage, export, windowed = (
+        f"recipes_lib.tracking.card_{name}" for name in ("usage", "export", "windowed")
+    )
+    assert printed == [str([usage]), str([export, usage, windowed])]
 
 
 def test_a_multi_label_card_has_every_labels_precision_recall_f1_and_support():

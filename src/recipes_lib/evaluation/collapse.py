@@ -1,13 +1,9 @@
-"""A model whose outputs do not depend on its input (a collapsed model), measured and said with what helps.
+"""A model whose outputs do not depend on its input (a collapsed model: docs/troubleshooting.md), measured.
 
-A fine-tuned encoder can collapse: every text gets the same representation, so every row the same
-output, which on rare labels scores deceptively well. `output_variation` measures, from one
-evaluation's logits, `output_std` (the largest standard deviation across the rows of any class's
-probability; regression: of the score, over that of the true scores) and `distinct_predictions`.
-A model is collapsed when every row gets the same prediction and no class's probability moves by as
-much as FLAT_STD: nothing a threshold could separate the rows by. Every evaluation returns both
-figures (evaluation/metrics.py); training/callbacks.py warns at the first collapse; the record keeps
-them (`collapse_results`), and `collapse_note` (collapse_note.py, loaded then) ends the run's paragraph.
+`output_variation`, from one evaluation's logits: `output_std` (the largest standard deviation across the
+rows of any class's probability; regression: of the score, over that of the true scores) and
+`distinct_predictions`. Every evaluation returns both (evaluation/metrics.py), training/callbacks.py
+warns at the first collapse, the record keeps them (`collapse_results`); collapse_note.py says it.
 """
 
 from __future__ import annotations
@@ -21,11 +17,6 @@ from recipes_lib.evaluation.thresholds import FLAT_STD, sigmoid, softmax
 
 if TYPE_CHECKING:
     from recipes_lib.results import RunResults
-
-
-def probabilities(logits: np.ndarray, problem_type: str) -> np.ndarray:
-    """Each class's probability per row: the softmax (single-label) or each label's sigmoid (multi-label)."""
-    return sigmoid(logits) if problem_type == MULTI_LABEL else softmax(logits)
 
 
 def output_variation(logits: np.ndarray, problem_type: str, references=None) -> dict[str, Any]:
@@ -44,7 +35,7 @@ def output_variation(logits: np.ndarray, problem_type: str, references=None) -> 
             "distinct_predictions": distinct,
             "rows": rows,
         }
-    chances = probabilities(logits, problem_type)
+    chances = sigmoid(logits) if problem_type == MULTI_LABEL else softmax(logits)  # each class's, per row
     if problem_type == MULTI_LABEL:
         distinct = len(np.unique(chances >= DEFAULT_THRESHOLD, axis=0))  # the label sets at 0.5
     else:
@@ -74,7 +65,6 @@ def end_of_run_notes(results: RunResults, default_learning_rate: float | None = 
     """The warnings that close a run: a collapsed model's alone (the neglected-class and training-loss notes
     advise a higher rate, which makes a collapse worse); else those two notes. `default_learning_rate`:
     the recipe's (its SPEC's), which the training-loss note compares the run's with."""
-    # Loaded when a run ends.
     from recipes_lib.evaluation.neglected import results_neglect_note
     from recipes_lib.evaluation.training_loss import high_loss_note
 

@@ -6,11 +6,8 @@ import torch
 
 
 def batch_logits(model, encoded, collator, device, batch_size: int, progress: bool = True):
-    """The model's logits for tokenized rows, in input order, batched by `collator` on `device`.
-
-    Columns the model does not take (the label, the text) are dropped first, using the
-    collator's tokenizer's `model_input_names`.
-    """
+    """The model's logits for tokenized rows, in input order, batched by `collator` on `device`; columns the
+    model does not take (the label, the text) dropped first, by the tokenizer's `model_input_names`."""
     from torch.utils.data import DataLoader
     from tqdm.auto import tqdm
 

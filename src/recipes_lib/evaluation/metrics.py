@@ -1,8 +1,5 @@
-"""Evaluation metrics through the `evaluate` library, from modules shipped with this package.
-
-`evaluate.load("accuracy")` fetches its script from the Hub; a local module directory loads offline
-and computes the same thing.
-"""
+"""Evaluation metrics through the `evaluate` library, from modules shipped with this package: a local
+module directory loads offline (`evaluate.load("accuracy")` fetches its script from the Hub)."""
 
 from __future__ import annotations
 
@@ -29,20 +26,11 @@ def load_metric(name: str, config_name: str | None = None) -> evaluate.Evaluatio
 
 
 class TaskMetrics:
-    """`compute_metrics` for the Trainer, for the run's kind of task (tasks.TASK_METRICS).
-
-    - single-label: accuracy and macro-F1 over all classes (a class never predicted still counts);
-    - multi-label: exact-match accuracy, macro- and micro-F1, each class decided by its threshold
-      (0.5 until `thresholds` is set to the tuned ones: the final test split is scored with those);
-    - regression: mean squared error, Pearson and Spearman correlation of the single output.
-
-    Also `output_std` and `distinct_predictions`, how much the outputs vary across the rows
-    (evaluation/collapse.py: a model whose outputs do not depend on the input), and `samples`, the
-    number of predictions the metrics were computed on, after the Trainer gathered them from every process: the validation split's size when each example counted once (none
-    dropped, none counted twice to even out the processes' batches).
-
-    Under --long_text sliding_window the predictions are windows: `document_ids` (the split's
-    document_id column, in order) combines them into one prediction per document first
+    """`compute_metrics` for the Trainer: the task's metrics (tasks.TASK_METRICS; docs/results-format.md says
+    each), multi-label at `thresholds` (0.5 until the tuned ones are set); `output_std` and
+    `distinct_predictions` (evaluation/collapse.py); and `samples`, the predictions gathered from every
+    process (the validation split's size when each example counted once). Under --long_text
+    sliding_window, `document_ids` combines the windows into one prediction per document first
     (evaluation/windows.py), so the metrics and `samples` count documents.
     """
 
@@ -110,7 +98,7 @@ class TaskMetrics:
         predictions = np.argmax(logits, axis=-1)
         scores = {
             "accuracy": self._compute("accuracy", predictions, references),
-            "f1": self._compute(
+            "f1": self._compute(  # over all classes: one never predicted still counts
                 "f1", predictions, references, average="macro", labels=list(range(self.num_labels))
             ),
         }
@@ -129,5 +117,4 @@ class TaskMetrics:
         }
 
     def _compute(self, name: str, predictions, references, **options) -> float:
-        """The figure `name` of the module of that name (each returns its figure under it)."""
         return self.modules[name].compute(predictions=predictions, references=references, **options)[name]

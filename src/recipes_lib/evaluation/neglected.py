@@ -1,8 +1,5 @@
-"""Classes a model never (or almost never) predicts, found in the per-class scores and said in plain words.
-
-A model that ignores a small class can still reach a fine accuracy: the class is a few percent of
-the rows. Macro-F1 drops, but nothing names the class. Crossval's label issues make the same test on
-held-out predictions (crossval/label_issues.py).
+"""Classes a model never (or almost never) predicts, found in the per-class scores and said in plain words:
+a model that ignores a small class can still reach a fine accuracy, and macro-F1 drops without naming it.
 """
 
 from __future__ import annotations
@@ -21,11 +18,8 @@ def neglected_classes(
     confusion_matrix: dict[str, Any] | None = None,
     max_recall: float = NEGLECTED_RECALL,
 ) -> list[dict[str, Any]]:
-    """[{name, support, recall, predicted}] for each class with rows and a recall under `max_recall`.
-
-    `predicted` is how many rows the model gave that class (the confusion matrix's column), or None
-    without a matrix (multi-label).
-    """
+    """[{name, support, recall, predicted}] for each class with rows and a recall under `max_recall`;
+    `predicted`: the rows the model gave that class (the matrix's column), None without one (multi-label)."""
     if not per_class:
         return []
     columns = {}

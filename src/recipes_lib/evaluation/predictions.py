@@ -1,11 +1,7 @@
-"""Predictions as rows, and the per-class scores and confusion matrix of a labelled split.
-
-One format for every place that writes predictions (a run's validation and test splits,
-`recipes-lib predict`), so they can be compared line by line: one JSON object per input row, in
-input order, as docs/results-format.md ("Predict") shows for each kind of task.
-
-`final_outputs` derives, from a run's final per-document predictions, what its record keeps:
-multi-label thresholds, the --decision_threshold figures, the per-class scores and the confusion matrix.
+"""Predictions as rows, one format for every place that writes them (a run's validation and test splits,
+`recipes-lib predict`): one JSON object per input row, in input order (docs/results-format.md, "Predict");
+the per-class scores and confusion matrix of a labelled split; and `final_outputs`, what a run's record
+derives from its final per-document predictions.
 """
 
 from __future__ import annotations
@@ -79,12 +75,9 @@ def _rounded(label_names: list[str], probabilities: np.ndarray) -> dict[str, flo
 def per_class_report(
     predictions: np.ndarray, references: np.ndarray, label_names: list[str]
 ) -> dict[str, Any]:
-    """{"per_class": {name: precision, recall, f1, support}, "confusion_matrix": {labels, matrix}}.
-
-    Rows of the matrix are the true classes, columns the predicted ones, both in id order.
-    Multi-label (0/1 rows for both): per class as a yes/no decision of its own, and no confusion
-    matrix, which needs one true and one predicted class per example.
-    """
+    """{"per_class": {name: precision, recall, f1, support}, "confusion_matrix": {labels, matrix}}: rows the
+    true classes, columns the predicted ones, in id order. Multi-label (0/1 rows): each class a yes/no
+    decision of its own, and no matrix, which needs one true and one predicted class per example."""
     from sklearn.metrics import confusion_matrix, precision_recall_fscore_support
 
     multi_label = np.ndim(references) == 2
@@ -108,7 +101,7 @@ def per_class_report(
     return {"per_class": per_class, "confusion_matrix": {"labels": list(label_names), "matrix": matrix}}
 
 
-def draw_confusion_matrix(report: dict[str, Any], path: str | Path, title: str) -> Path:
+def draw_confusion_matrix(report: dict[str, Any], path: Path, title: str) -> None:
     """The confusion matrix as a PNG: counts in each cell, true classes down, predicted across."""
     import matplotlib
 
@@ -130,11 +123,9 @@ def draw_confusion_matrix(report: dict[str, Any], path: str | Path, title: str) 
             column, row, str(count), ha="center", va="center", color="white" if count > threshold else "black"
         )
     figure.tight_layout()
-    path = Path(path)
     with written_whole(path, "wb") as handle:
         figure.savefig(handle, format="png", dpi=100)
     plt.close(figure)
-    return path
 
 
 @dataclass

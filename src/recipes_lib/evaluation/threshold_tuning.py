@@ -32,12 +32,10 @@ LOW_PREVALENCE = 0.5
 
 def choose_thresholds(probabilities: np.ndarray, references: np.ndarray) -> list[dict]:
     """Per class: {"threshold", "tuned", "why"}: the grid value with the best F1 for that class on these
-    examples, ties going to the value closest to 0.5; 0.5 (tuned False, `why` says) for a class with no
-    positive example here, a class whose probability does not vary across the rows (a threshold on it
-    would mark all rows or none: evaluation/collapse.py), or a class no allowed threshold lifts above
-    marking every row. Refused: a threshold marking NEARLY_EVERY_ROW of the rows with a class under
-    LOW_PREVALENCE of them, and one whose F1 is no better than marking every row.
-    """
+    examples, ties going to the value closest to 0.5, the refused ones (above) left out; 0.5 (tuned False,
+    `why` says) for a class with no positive example here, a class whose probability does not vary across
+    the rows (a threshold on it would mark all rows or none), or a class no allowed threshold lifts above
+    marking every row."""
     probabilities, references = np.asarray(probabilities), np.asarray(references).astype(bool)
     return [
         _choose(probabilities[:, column], references[:, column]) for column in range(probabilities.shape[1])
@@ -80,11 +78,8 @@ def marked_shares(probabilities: np.ndarray, thresholds) -> list[float]:
 
 
 def tune_decision_threshold(logits: np.ndarray, references: np.ndarray) -> float:
-    """The positive class's threshold with the best positive-class F1 on these examples.
-
-    The multi-label rule applied to the one positive class (choose_thresholds): the same grid, ties
-    nearest 0.5, the same refusals, and 0.5 when there is nothing to tune on.
-    """
+    """The positive class's threshold with the best positive-class F1 on these examples: choose_thresholds'
+    rule (grid, ties nearest 0.5, refusals, 0.5 when there is nothing to tune on) on the one class."""
     truth = (np.asarray(references) == POSITIVE_ID)[:, None]
     return tune_thresholds(positive_probabilities(logits)[:, None], truth)[0]
 
@@ -96,8 +91,7 @@ def tune_multi_label(outputs, scorer, names: list[str], collapsed: bool) -> None
     gets no tuned figure."""
     probabilities = sigmoid(outputs.logits)
     if collapsed:
-        why = "the model collapsed: its outputs do not depend on the input"
-        choices = [{"threshold": DEFAULT_THRESHOLD, "tuned": False, "why": why} for _ in names]
+        choices = [_untuned("the model collapsed: its outputs do not depend on the input") for _ in names]
     else:
         choices = choose_thresholds(probabilities, outputs.references)
     outputs.thresholds = [choice["threshold"] for choice in choices]
@@ -163,11 +157,8 @@ def weakest_labels(scores: dict[str, dict[str, Any]], count: int = WEAKEST_SHOWN
 
 
 def decide_binary_threshold(option, names: list[str], tuned_on: str, scorer, outputs) -> None:
-    """--decision_threshold: the positive class's threshold, and validation (and test) scored at 0.5 and at it.
-
-    A tuned threshold scored on the validation split it was tuned on is optimistic, as the
-    multi-label thresholds are; the test split's figures at it are the honest ones.
-    """
+    """--decision_threshold: the positive class's threshold, and validation (and test) scored at 0.5 and at it
+    (a tuned threshold's validation figures are optimistic, the test split's honest)."""
     tuned = option == TUNE and not outputs.results.get("model_collapsed")  # a collapsed model: not tuned
     threshold = tune_decision_threshold(outputs.logits, outputs.references) if tuned else option
     if option == TUNE and not tuned:

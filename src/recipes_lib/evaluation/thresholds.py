@@ -40,8 +40,6 @@ def positive_probabilities(logits: np.ndarray) -> np.ndarray:
 
 
 def binary_decisions(logits: np.ndarray, threshold: float) -> np.ndarray:
-    """Label ids of a two-class model: 1 where the positive class's probability reaches `threshold`.
-
-    At 0.5 these are the argmax decisions (but for exact ties, which argmax gives to class 0).
-    """
+    """Label ids of a two-class model: 1 where the positive class's probability reaches `threshold` (at 0.5
+    the argmax decisions, but for exact ties, which argmax gives to class 0)."""
     return (positive_probabilities(logits) >= threshold).astype(np.int64)

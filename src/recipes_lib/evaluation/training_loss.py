@@ -1,12 +1,8 @@
 """A training loss still high at the end of a run, said once with the figure and what usually helps.
 
 A short run at a low learning rate (2e-5, full fine-tuning's default, on a few thousand rows) can end
-far from fitting its training data: the accuracy looks middling and nothing says why. `train_loss_check` reads the
-losses the Trainer logged: a single-label run whose loss over its last tenth of steps is still above
-HIGH_LOSS_SHARE of chance (log K, the loss of spreading the probability evenly over K classes, where a
-fresh head starts) is flagged, and `high_loss_note` is the end-of-run paragraph. At or below the
-recipe's default learning rate it suggests a higher one; above it, such a loss can be a run that
-diverged, and it says so instead.
+far from fitting its training data: the accuracy looks middling and nothing says why. Chance is log K,
+the loss of spreading the probability evenly over K classes, where a fresh head starts.
 """
 
 from __future__ import annotations

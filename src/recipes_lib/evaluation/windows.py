@@ -1,10 +1,6 @@
-"""A document's windows (--long_text sliding_window) combined into one prediction, so metrics count documents.
-
-A window is scored like any input; a document's logits are then the mean of its windows' logits
-(`--window_pooling mean`, the default: every window votes, a confident one more than an unsure
-one) or their element-wise maximum (`max`: the strongest evidence anywhere in the document wins,
-e.g. one passage that names the class). The same for every kind of task: class logits, the
-multi-label logits before their sigmoid, a regression score.
+"""A document's windows (--long_text sliding_window) combined into one prediction, so metrics count documents
+(docs/data-and-tasks.md): the mean of their logits (every window votes, a confident one more than an
+unsure one) or their element-wise maximum (the strongest evidence anywhere in the document wins).
 """
 
 from __future__ import annotations

@@ -1,8 +1,6 @@
-"""Whether W&B would find an API key, checked locally: no prompt, no network, no training stack.
-
-wandb_run.py asks before a run starts (online only with a key, else offline from the start);
-recipes_workbench/dashboard.py asks before saving a view (without a key it says so instead of failing in wandb.Api).
-It lives apart from wandb_run.py so that `recipes-lib wandb-dashboard` does not import the Trainer.
+"""Whether W&B would find an API key, checked locally: no prompt, no network, no training stack. Asked by
+wandb_run.py before a run starts and by recipes_workbench/dashboard.py before saving a view; apart from
+wandb_run.py so that `recipes-lib wandb-dashboard` does not import the Trainer.
 """
 
 from __future__ import annotations

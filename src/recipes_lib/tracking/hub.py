@@ -1,9 +1,6 @@
-"""Whether a push to the Hugging Face Hub can start: the check `--push_to_hub` makes first, and
-`recipes-lib push` too (tools/push.py).
-
-Both refuse to start without a token or with the Hub switched off (HF_HUB_OFFLINE), saying so in one
-line: the Trainer would otherwise fail deep inside `create_repo` after the model has loaded, or at
-the end of training.
+"""Whether a push to the Hugging Face Hub can start (a token, the Hub not switched off by HF_HUB_OFFLINE):
+the check `--push_to_hub` makes first, and `recipes-lib push` too (tools/push.py). Without it the Trainer
+would fail deep inside `create_repo` after the model has loaded, or at the end of training.
 """
 
 from __future__ import annotations

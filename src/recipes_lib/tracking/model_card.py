@@ -1,10 +1,6 @@
-"""The model card of a finished run: README.md in its output_dir, from results.json alone.
-
-docs/sharing.md ("The model card") says how it is made (`ModelCard.from_template` over
-templates/model_card.md, scores as `EvalResult`s), what it leaves out of the machine it was made on,
-and how `check_card` reads it back offline. This module only decides what goes in: the values,
-worked out from results.json (not the live run, so `recipes-lib push` makes the same card), that
-the template shows.
+"""The model card of a finished run: README.md in its output_dir, from results.json alone (so `recipes-lib
+push` makes the same card). docs/sharing.md ("The model card") says how it is made and read back; this
+module only works out the values the template (templates/model_card.md) shows.
 """
 
 from __future__ import annotations
@@ -22,12 +18,15 @@ from recipes_lib.config.recipe_options import MERGED_SUBDIR
 from recipes_lib.config.tasks import DEFAULT_THRESHOLD, MULTI_LABEL, REGRESSION, SINGLE_LABEL, TASK_METRICS
 from recipes_lib.results import RunResults
 from recipes_lib.tracking.card_usage import usage_values
-from recipes_lib.tracking.names import METRIC_TITLES
-from recipes_lib.whole_files import read_json, write_text_whole
+from recipes_lib.tracking.names import METRIC_TITLES, PER_CLASS_FIELDS
+from recipes_lib.whole_files import write_text_whole
 
 CARD_FILE = "README.md"
 CARD_TAG = "recipes-lib"  # marks a card this module wrote
 TEMPLATE = ("templates", "model_card.md")  # package data of recipes_lib.tracking (setup.cfg)
+# `recipes-lib export` (export/bundle.py, a layer above) keeps a passed export and its gate report here;
+# tests/workbench/test_export.py checks the two agree. A failed export (export.failed/) is never on the card.
+EXPORT_REPORT = ("export", "export_report.json")
 # The Hub's metric ids (evaluate's names) for the metrics the runs report.
 HUB_METRIC_TYPES = {"accuracy": "accuracy", "f1": "f1", "f1_micro": "f1", "f1_positive": "f1"}
 HUB_METRIC_TYPES.update({"mse": "mse", "pearson": "pearsonr", "spearman": "spearmanr"})
@@ -64,10 +63,6 @@ class BaseModel:
     def loadable(self) -> str:
         """What the card's loading code passes to from_pretrained: the Hub id, else the directory's name."""
         return self.hub_id or self.local_name or "BASE_MODEL"
-
-
-def _is_adapter(results: RunResults) -> bool:
-    return results.lora_target_modules is not None
 
 
 def _hub_id(name: str | None) -> str | None:
@@ -143,15 +138,12 @@ def _is_score(value) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and not math.isnan(value)
 
 
-def positive_label(results: RunResults) -> str | None:
-    """A binary task's positive class: the one --decision_threshold names, else the second in id order (id 1)."""
-    names = list(results.per_class or {})
-    return results.positive_label or (names[1] if len(names) == 2 else None)
-
-
 def card_metrics(results: RunResults) -> list[CardMetric]:
     """The scores of the run that describe the saved model, each with its split; those the run has (NaN left out)."""
-    titles = {**METRIC_TITLES, "f1_positive": f"F1 of '{positive_label(results)}'"}
+    # A binary task's positive class: the one --decision_threshold names, else the second in id order (id 1).
+    names = list(results.per_class or {})
+    positive = results.positive_label or (names[1] if len(names) == 2 else None)
+    titles = {**METRIC_TITLES, "f1_positive": f"F1 of '{positive}'"}
     return [
         CardMetric(key, split, metric, titles[metric] + note, args)
         for key, split, metric, note, args in _scores(results)
@@ -188,7 +180,7 @@ def card_data(results: RunResults, model_name: str) -> ModelCardData:
     return ModelCardData(
         model_name=model_name,
         base_model=base_model(results).hub_id,
-        library_name="peft" if _is_adapter(results) else "transformers",
+        library_name="transformers" if results.lora_target_modules is None else "peft",
         pipeline_tag="text-classification",
         tags=[CARD_TAG, results.recipe, results.problem_type.replace("_", "-")],
         datasets=[dataset_type] if dataset_type != "local" else None,
@@ -200,10 +192,11 @@ def card_data(results: RunResults, model_name: str) -> ModelCardData:
 def build_card(
     results: RunResults,
     repo_id: str | None = None,
-    export_report: dict[str, Any] | None = None,
+    export: dict[str, Any] | None = None,
     summary: str | None = None,
 ) -> ModelCard:
-    """The run's card: `repo_id` names the model in the loading code (default: the output_dir's name)."""
+    """The run's card: `repo_id` names the model in the loading code (default: the output_dir's name);
+    `export`: the ONNX export section's values (card_export.export_values)."""
     model_name = (repo_id or _file_name(str(results.output_dir or ".")) or "model").split("/")[-1]
     model_name = model_name if model_name != "." else "model"
     with resources.as_file(resources.files("recipes_lib.tracking").joinpath(*TEMPLATE)) as template:
@@ -211,7 +204,7 @@ def build_card(
             card_data(results, model_name),
             template_path=str(template),
             **_template_values(results, model_name, repo_id, summary),
-            export=_export_values(export_report),
+            export=export,
         )
 
 
@@ -219,10 +212,15 @@ def write_card(
     output_dir: str | Path, results: RunResults, repo_id: str | None = None, summary: str | None = None
 ) -> Path:
     """README.md in output_dir (replacing the one peft writes beside an adapter), checked as it is read back."""
+    report = Path(output_dir).joinpath(*EXPORT_REPORT)
+    export = None
+    if report.is_file():  # the export section's code loads only then
+        from recipes_lib.tracking.card_export import export_values
+
+        export = export_values(report)
     path = Path(output_dir) / CARD_FILE
-    write_text_whole(
-        path, str(build_card(results, repo_id, read_export_report(output_dir), summary)), newline=""
-    )  # as ModelCard.save
+    # newline="": as ModelCard.save writes
+    write_text_whole(path, str(build_card(results, repo_id, export, summary)), newline="")
     check_card(path, results)
     return path
 
@@ -245,59 +243,14 @@ def check_card(path: str | Path, results: RunResults) -> ModelCard:
     return card
 
 
-# `recipes-lib export` (export/bundle.py, a layer above) keeps a passed export and its gate report here;
-# tests/test_model_card.py checks the two agree. A failed export (export.failed/) is never on the card.
-EXPORT_REPORT = ("export", "export_report.json")
-
-
-def read_export_report(output_dir: str | Path) -> dict[str, Any] | None:
-    """The passed export's report in output_dir, or None (no export, or a report that did not pass)."""
-    path = Path(output_dir).joinpath(*EXPORT_REPORT)
-    if not path.is_file():
-        return None
-    report = read_json(path, "the export's gate report", "Run `recipes-lib export` on the run again.")
-    return report if report.get("passed") and report.get("models") else None
-
-
-def _export_values(report: dict[str, Any] | None) -> dict[str, Any] | None:
-    if report is None:
-        return None
-    rows = []
-    int8_weights = report.get("int8_weights")
-    for name, model in report["models"].items():
-        metric = model["metric"]
-        rows.append(
-            {
-                "name": f"{name} ({int8_weights} weights)" if name == "int8" and int8_weights else name,
-                "file": model["file"],
-                "size": f"{model['size_bytes'] / 2**20:.1f} MiB",
-                "agreement": f"{100 * model['agreement']:.2f}% of {model['rows']}",
-                "metric": metric,
-                "onnx": f"{model['onnx'][metric]:.4f}",
-                "pytorch": f"{model['pytorch'][metric]:.4f}",
-                "drop": f"{model['metric_drop_points']:.2f}",
-                "logit": f"{model['max_abs_logit_difference']:.1e}",
-            }
-        )
-    return {
-        "exporter": report.get("exporter"),
-        "exported": report.get("exported"),
-        "rows_from": report.get("rows_from"),
-        "max_drop": report.get("max_metric_drop_points"),
-        "min_agreement": f"{100 * report.get('min_fp32_agreement', 0):g}%",
-        "rows": rows,
-    }
-
-
 # --- what the template shows -------------------------------------------------------------------------
 
 
 def _template_values(
     results: RunResults, model_name: str, repo_id: str | None, summary: str | None
 ) -> dict[str, Any]:
-    """Each value already worded: the template only lays them out."""
+    """Each value already worded (the template shows the record's own fields as `results.*`)."""
     problem_type = results.problem_type
-    threshold = results.decision_threshold
     positive = results.positive_label
     on_hub = repo_id is not None
     # The saved model in the loading code: the Hub repository, or this folder by its name (the card
@@ -305,61 +258,47 @@ def _template_values(
     where = repo_id or model_name
     quantized_base, quantization = _quantized_base(results)
     return {
+        "results": results,
         "title": model_name,
         "base": base_model(results),
-        "recipe": results.recipe,
         "recipe_summary": summary or None,
         "task_words": TASK_WORDS[problem_type],
-        "problem_type": problem_type,
         "is_regression": problem_type == REGRESSION,
         "dataset": _dataset(results)[1],
         "label_names": list(results.per_class or {}),
-        "label_thresholds": results.label_thresholds or None,
         "per_label_rows": _per_label_rows(results),
-        "decision_threshold": threshold,
         "threshold_source": (
             f"tuned on `{_file_name(results.decision_threshold_tuned_on)}` for the best F1 of that class"
             if results.decision_threshold_tuned_on
             else "given"
         ),
-        "positive_label": positive,
         "negative_label": next((name for name in results.per_class or {} if name != positive), "the other"),
         "data_rows": _data_rows(results),
         "training_rows": _training_rows(results),
         "score_rows": _score_rows(results),
         "optimistic": bool(results.label_thresholds or results.decision_threshold_tuned_on),
-        "peak_memory_gib": results.peak_memory_gib,
-        "peak_memory_source": results.peak_memory_source,
-        "peak_memory_reserved_gib": results.peak_memory_reserved_gib,
-        "device": results.device,
         "processes": _processes(results),
-        "precision": results.precision,
-        "precision_reason": results.precision_reason,
-        "quantized_compute_dtype": results.quantized_compute_dtype,
-        "is_adapter": _is_adapter(results),
+        "is_adapter": results.lora_target_modules is not None,
         "where": where,
         "on_hub": on_hub,
         "usage": usage_values(results, where),
         "quantization": quantization,
         "quantized_base": quantized_base,
-        "merged_model": results.merged_model,
         "merged_dir": MERGED_SUBDIR,
         "merged_where": where if on_hub else f"{where}/{MERGED_SUBDIR}",
         "versions": ", ".join(
             f"{name} {version}" for name, version in (results.versions or {}).items() if version
         ),
-        "created_at": results.created_at,
     }
 
 
 def _per_label_rows(results: RunResults) -> list[tuple]:
     if results.problem_type != MULTI_LABEL:
         return []
-    fields = ("precision", "recall", "f1", "support")
     return [
-        (name, *(scores[field] for field in fields))
+        (name, *(scores[field] for field in PER_CLASS_FIELDS))
         for name, scores in (results.per_class or {}).items()
-        if all(field in scores for field in fields)
+        if all(field in scores for field in PER_CLASS_FIELDS)
     ]
 
 

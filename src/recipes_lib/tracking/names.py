@@ -1,19 +1,14 @@
-"""The names a run logs to W&B, defined once: wandb_run.py logs with them, the workbench's dashboard.py
-shows them. A summary key is a results.json key (`Tracker.finish` copies them all); the Trainer's own
-curves are renamed by WandbCallback's `rewrite_logs` ("loss" -> "train/loss"), which the dashboard applies
-too; ThroughputCallback's curves and the end-of-run pictures are named below (docs/wandb.md).
+"""The names a run logs to W&B (docs/wandb.md), defined once: wandb_run.py logs with them, the workbench's
+dashboard.py shows them. A summary key is a results.json key; the Trainer's own curves are named by
+WandbCallback's `rewrite_logs` ("loss" -> "train/loss"), which the dashboard applies too.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-# --- runs ------------------------------------------------------------------------------------------
-
 # The W&B job type of a recipe's run (the dashboard's COMPARE_JOB_TYPE: compare --wandb's run).
 JOB_TYPE = "fine-tune"
-
-# --- curves ---------------------------------------------------------------------------------------
 
 # The x-axis of every curve: WandbCallback makes it the step metric of everything it logs, and
 # ThroughputCallback logs it next to its own figures.
@@ -25,12 +20,10 @@ def eval_key(metric: str) -> str:
     return f"eval_{metric}"
 
 
-# ThroughputCallback, at every training log, over the training steps since the previous one.
+# ThroughputCallback's curves (wandb_run.py).
 SAMPLES_PER_SECOND_CURVE = "throughput/samples_per_second"
 TOKENS_PER_SECOND_CURVE = "throughput/real_tokens_per_second"
 PAD_RATIO_CURVE = "throughput/pad_ratio"
-# wandb_run.memory_figures: what tensors hold now, the allocator's peak counter, what the caching
-# allocator holds (CUDA); the process's peak resident set (CPU).
 CUDA_MEMORY_CURVES = ("memory/allocated_gib", "memory/max_allocated_gib", "memory/reserved_gib")
 CPU_MEMORY_CURVES = ("memory/peak_rss_gib",)
 
@@ -113,12 +106,8 @@ CONFUSION_MATRIX_CHART = Chart(
 )
 PER_CLASS_TABLE = "results/per_class"
 
-# --- recipes-lib sweep ------------------------------------------------------------------------------
-
-# A sweep's trial adds these to its W&B config (tracking/wandb_run.py reads them from the environment
-# variable SWEEP_CONFIG_VARIABLE, which sweep/trials.py sets): the sweep, the trial's phase
-# ("search" or "seeds") and, in the seeds phase, the setting the search chose ("lora lr=0.001"), so a
-# panel can group the runs of each recipe's chosen setting. The config also has learning_rate and seed.
+# A `recipes-lib sweep` trial adds these to its W&B config (docs/wandb.md): wandb_run.py reads them from the
+# environment variable SWEEP_CONFIG_VARIABLE, which sweep/trials.py sets.
 SWEEP_CONFIG_VARIABLE = "RECIPES_WANDB_CONFIG"
 SWEEP = "sweep"
 SWEEP_PHASE = "sweep_phase"

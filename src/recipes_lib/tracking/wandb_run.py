@@ -1,9 +1,6 @@
 """W&B tracking: every recipe logs one comparable run, and no run dies for want of an API key.
-
-docs/wandb.md says what a run is called (project, group, name, tags, config), what it logs (the
-Trainer's curves, throughput/* and memory/* from `ThroughputCallback`, results.json as the summary,
-the pictures at the end) and how it falls back to offline. Every name logged comes from names.py,
-which the dashboard (recipes_workbench/dashboard.py) reads too.
+docs/wandb.md says what a run is called, what it logs and how it falls back to offline; every name
+logged comes from names.py, which the dashboard (recipes_workbench/dashboard.py) reads too.
 """
 
 from __future__ import annotations
@@ -97,12 +94,11 @@ def _format_setting(value: Any) -> str:
 
 def _field_defaults(argument_classes) -> dict[str, Any]:
     defaults = {}
-    for cls in argument_classes:
-        for item in dataclasses.fields(cls):
-            if item.default is not dataclasses.MISSING:
-                defaults[item.name] = item.default
-            elif item.default_factory is not dataclasses.MISSING:
-                defaults[item.name] = item.default_factory()
+    for item in (item for cls in argument_classes for item in dataclasses.fields(cls)):
+        if item.default is not dataclasses.MISSING:
+            defaults[item.name] = item.default
+        elif item.default_factory is not dataclasses.MISSING:
+            defaults[item.name] = item.default_factory()
     return defaults
 
 
@@ -192,12 +188,9 @@ def tracking_requested(training: RecipeTrainingArguments) -> bool:
 
 
 def start_run(identity: RunIdentity, config: dict[str, Any], directory: str | None = None):
-    """wandb.init, online only when it can work. Returns (run or None, why it fell back to offline).
-
-    The mode passed to wandb.init honours WANDB_MODE and `wandb offline` / `wandb disabled`.
-    `directory` (the run's output_dir) holds W&B's files unless WANDB_DIR says where: not the directory
-    the command runs in (a checkout's ./wandb filled with every run).
-    """
+    """wandb.init, online only when it can work (its mode honours WANDB_MODE and `wandb offline`): the run
+    or None, and why it fell back to offline. W&B's files go to `directory` (output_dir) unless WANDB_DIR
+    says where: not to the directory the command runs in (a checkout's ./wandb filled with every run)."""
     with kernels_line_dropped():  # wandb's import reads every loaded module: a deferred bitsandbytes runs
         import wandb
 
@@ -245,12 +238,9 @@ def memory_figures(device: torch.device) -> dict[str, float]:
 
 
 class ThroughputCallback(TrainerCallback):
-    """Logs throughput and memory next to the Trainer's curves, at every training log.
-
-    Each figure covers the training steps since the previous training log (the clock starts at the
-    first step after a log: evaluation and checkpointing are left out). Tokens are the main process's
-    count times the processes; samples are optimizer steps x the global batch.
-    """
+    """Throughput and memory at every training log, over the training steps since the previous one (the
+    clock starts at the first step after a log: evaluation and checkpointing left out). Tokens: the main
+    process's count times the processes; samples: optimizer steps x the global batch."""
 
     def __init__(self, run, tokens):
         self.run = run

@@ -1,9 +1,5 @@
-"""Accuracy as an `evaluate` metric module that ships with recipes_lib, so it loads with no network.
-
-Load it with `evaluate.load(path_to_this_directory)`; `recipes_lib.evaluation.metrics` does that for you.
-`evaluate.load(path_to_this_directory, "multilabel")` takes one 0/1 row per example instead (multi-hot,
-one column per label) and scores exact-match (subset) accuracy: a row counts only if every label in it
-is right.
+"""Accuracy as an `evaluate` metric module that ships with recipes_lib, so it loads with no network
+(recipes_lib.evaluation.metrics loads it); the "multilabel" config scores exact-match (subset) accuracy.
 """
 
 import datasets

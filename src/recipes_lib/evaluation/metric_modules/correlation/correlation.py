@@ -1,9 +1,6 @@
-"""Correlation of predictions with references as an `evaluate` metric module that ships with
-recipes_lib, so it loads with no network.
-
-Two configurations: `evaluate.load(path_to_this_directory, "pearson")` (the default) and
-`evaluate.load(path_to_this_directory, "spearman")`; `recipes_lib.evaluation.metrics` loads them for you. When
-either side is constant the correlation is undefined: the result is nan, with no warning.
+"""Correlation of predictions with references (configs "pearson", the default, and "spearman") as an
+`evaluate` metric module that ships with recipes_lib, so it loads with no network. When either side is
+constant the correlation is undefined: the result is nan, with no warning.
 """
 
 import warnings

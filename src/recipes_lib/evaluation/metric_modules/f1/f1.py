@@ -1,9 +1,6 @@
 """F1 score as an `evaluate` metric module that ships with recipes_lib, so it loads with no network.
-
 `average="macro"` (the default here) is the unweighted mean of per-class F1: a rare class counts as
 much as a frequent one, which is what a classifier comparison on imbalanced data needs.
-`evaluate.load(path_to_this_directory, "multilabel")` takes one 0/1 row per example instead (multi-hot,
-one column per label); 'micro' then pools every label's decisions, 'macro' averages per-label F1.
 """
 
 import datasets

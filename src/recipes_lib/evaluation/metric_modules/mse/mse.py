@@ -1,8 +1,5 @@
 """Mean squared error as an `evaluate` metric module that ships with recipes_lib, so it loads with no
-network.
-
-Load it with `evaluate.load(path_to_this_directory)`; `recipes_lib.evaluation.metrics` does that for you. Values are
-float64 end to end, so the result matches scikit-learn's on the same numbers.
+network. Values are float64 end to end, so the result matches scikit-learn's on the same numbers.
 """
 
 import datasets
