@@ -29,6 +29,17 @@ DEFERRED = {
     "recipes_lib.training.resume": "--resume_from_checkpoint",
     "recipes_lib.typed_json": "the readers of results.json",
     "recipes_lib.evaluation.inference": "distill's teacher and --merge_adapter's scoring",
+    "recipes_lib.run.merged": "--merge_adapter",
+    "recipes_lib.tracking.card_export": "a run whose ONNX export passed its gate",
+    "recipes_lib.tracking.card_windowed": "head_tail and sliding_window runs",
+    "recipes_lib.modeling.load_failures": "a model, config or tokenizer that does not load",
+    "recipes_lib.training.failures": "a save the disk refuses, a diverged run",
+    "recipes_lib.data.multi_label": "multi-label labels",
+    "recipes_lib.data.scores": "regression labels",
+    "recipes_lib.data.label_names": "--label_names_file",
+    "recipes_lib.data.hidden_labels": "a test split",
+    "recipes_lib.data.length_advice": "a split where max_seq_length cuts many examples",
+    "recipes_lib.data.hub_dataset": "--dataset_name",
     "recipes_lib.evaluation.windows": "long texts read as windows",
 }
 # 57 modules, 9,615 lines at session 60 (the first count); lowered as cuts land, so growth fails here.

@@ -77,7 +77,7 @@ RUN_ARTIFACTS = (
     # An old binary threshold would decide a new run's predictions (predict reads it beside the model).
     "decision_threshold.json",
     "README.md",  # the old run's model card
-    # The old model's ONNX export: the new card would show its gate figures (model_card.read_export_report).
+    # The old model's ONNX export: the new card would show its gate figures (tracking/card_export.py).
     "export",
     "export.failed",
 )
