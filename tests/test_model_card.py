@@ -24,6 +24,7 @@ from huggingface_hub import ModelCard, RepoUrl
 from recipes_lib.errors import RecipeError
 from recipes_lib.evaluation.threshold_tuning import tune_decision_threshold
 from recipes_lib.results import RunResults, read_results
+from recipes_lib.tracking import model_card
 from recipes_lib.tracking.model_card import CARD_TAG, EXPORT_REPORT, card_metrics, check_card
 from recipes_workbench.cli.main import main as cli_main
 from tests.helpers.data import COLOURS, NOISE, learnable_rows, multi_label_files, read_jsonl, write_csv
@@ -412,6 +413,9 @@ def test_the_trainers_push_to_hub_ends_with_the_runs_card_and_results(
     tiny_bert, learnable_data, tmp_path, monkeypatch, online
 ):
     hub = StubHub(monkeypatch)
+    builds = []
+    build_card = model_card.build_card
+    monkeypatch.setattr(model_card, "build_card", lambda *a, **k: builds.append(1) or build_card(*a, **k))
     args = run_args(
         tiny_bert,
         learnable_data,
@@ -433,6 +437,7 @@ def test_the_trainers_push_to_hub_ends_with_the_runs_card_and_results(
         results[m.key] for m in card_metrics(record(results))
     ]
     assert (tmp_path / "lora" / "README.md").read_text() == hub.cards[-1]
+    assert len(builds) == 1  # the card pushed is the card written, built once
 
 
 # --- --decision_threshold ---------------------------------------------------------------------------

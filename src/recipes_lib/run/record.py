@@ -23,7 +23,7 @@ from recipes_lib.evaluation.training_loss import train_loss_check
 from recipes_lib.modeling.loading import count_parameters
 from recipes_lib.modeling.optimizers import optimizer_state_summary
 from recipes_lib.results import RESULT_KEYS, RESULTS_FILE, RunResults, library_versions, write_results
-from recipes_lib.tracking.model_card import build_card, write_card
+from recipes_lib.tracking.model_card import write_card
 from recipes_lib.tracking.names import METRIC_TITLES, eval_key
 from recipes_lib.training.run_totals import whole_run_loss
 from recipes_lib.training.trainer import RecipeTrainer, evaluation_in_input_order
@@ -239,13 +239,13 @@ def finish_run(trainer, train_result, evaluation, settings: RunSettings) -> RunR
 def publish_results(trainer, results: RunResults, recipe: RecipeSpec) -> None:
     """The card, the closing lines, and --push_to_hub's second commit (the results and the card; the model
     went when the script saved it). Every process calls it: push_to_hub saves the model again first, a
-    collective step under FSDP and DeepSpeed, and writes a stock Trainer's draft card, so ours is written again."""
+    collective step under FSDP and DeepSpeed, before it uploads the card the main process wrote."""
     output_dir, main = trainer.args.output_dir, trainer.is_world_process_zero()
     # --push_to_hub: the repository the Trainer pushes to, which the card's loading code names.
     repo = getattr(trainer, "hub_model_id", None) if trainer.args.push_to_hub else None
     default_rate = RecipeTrainingArguments.learning_rate  # a recipe whose SPEC leaves it as it is
+    card = write_card(output_dir, results, repo, recipe.summary) if main else None
     if main:
-        write_card(output_dir, results, repo, recipe.summary)
         logger.info(
             "Done: %s, %s samples/s, peak memory %.2f GiB. Model and %s in %s",
             ", ".join(
@@ -263,7 +263,7 @@ def publish_results(trainer, results: RunResults, recipe: RecipeSpec) -> None:
         for note in end_of_run_notes(results, recipe.training_defaults.get("learning_rate", default_rate)):
             logger.warning(note)
     if trainer.args.push_to_hub:
-        trainer.model_card = build_card(results, repo, summary=recipe.summary)
+        # The card as written (built once), put back by create_model_card after push_to_hub saves the model:
+        # peft's adapter save rewrites README.md. Only the main process writes or uploads a card.
+        trainer.model_card = card.read_bytes().decode() if card else None
         trainer.push_to_hub(commit_message="End of training: results and model card")
-        if main:
-            write_card(output_dir, results, repo, recipe.summary)

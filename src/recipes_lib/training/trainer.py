@@ -27,6 +27,7 @@ from recipes_lib.training.safeguards import (
     final_save_or_removed,
     first_non_finite_parameter,
 )
+from recipes_lib.whole_files import write_text_whole
 
 # The private Trainer methods RecipeTrainer overrides for want of a public extension point (each override
 # says why), with their parameters after self. A release that renamed one would skip the override and train
@@ -145,8 +146,8 @@ class RecipeTrainer(Trainer):
         with final_save_or_removed(Path(output_dir or self.args.output_dir)):
             super().save_model(output_dir, _internal_call)
 
-    # The run's own model card (a huggingface_hub ModelCard, tracking/model_card.py), set once the
-    # run's results exist; until then the Trainer's draft.
+    # The text of the run's own model card (tracking/model_card.py), set once the run's results exist;
+    # until then the Trainer's draft.
     model_card = None
 
     # Why an override: push_to_hub writes its draft card between saving and uploading, with no callback between.
@@ -156,7 +157,7 @@ class RecipeTrainer(Trainer):
         if self.model_card is None:
             return super().create_model_card(*args, **kwargs)
         if self.is_world_process_zero():
-            self.model_card.save(Path(self.args.output_dir) / "README.md")
+            write_text_whole(Path(self.args.output_dir) / "README.md", self.model_card, newline="")
         return None
 
     # Why an override: the Trainer deletes old checkpoints inside this method, before on_save runs.
