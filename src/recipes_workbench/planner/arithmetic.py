@@ -1,38 +1,11 @@
 """The byte arithmetic: what each part of a training step's memory holds, from an Encoder and a Setup.
 
-The parts are the five that results.json measures (memory/monitor.py); plan.py adds them up. The
-bytes of weights (fp32, NF4, LLM.int8), gradients, optimizer state (AdamW, 8-bit, paged), ZeRO-Offload
-and the input batch (other) are each a function's docstring below; docs/planner.md sums them up.
-
-Activations (what forward saves for backward, at the peak of backward), per encoder layer, for
-T = batch x length tokens, hidden H, FFN width F, A heads
-(e = 4 B in fp32, 2 B in bf16 or fp16 mixed precision (the same bytes); m = dropout mask: 1 B on CUDA (bool), the tensor's
-own size on CPU, where PyTorch draws a float noise tensor; LayerNorm and residual sums stay fp32):
-
-    attention, eager or math kernel   3 T x H x e  copies of Q, K, V made contiguous for the matmuls
-                                      B x A x S x S x (e + m + e)  softmax output, dropout mask and
-                                                  dropped probabilities (no dropout: softmax only)
-                                      T x H x e   context, input of the output projection
-    attention, fused SDPA kernel      Q, K, V and the output (4 T x H x e) + log-sum-exp (B x A x S x 4 B)
-                                      + the padding mask made float per layer (B x S x S x e)
-    after attention and after FFN     2 x (T x H x m dropout mask + T x H x 4 residual sum kept by
-                                      LayerNorm + T x H LayerNorm output + 2 T x 4 mean/rstd)
-    FFN                               T x F x e GELU input + T x F x e GELU output
-    under bf16 autocast               each linear keeps its own bf16 copy of its input and weight
-
-Adapters (LoRA) freeze the base, so a frozen linear keeps neither its input nor (past layer 0) gradients
-flow into the embeddings; each adapter keeps its dropout mask, its dropped input and its
-T x r down-projection. The peak comes early in backward, in the top layer, when the gradient of
-the FFN (or, for long sequences, of the attention probabilities) joins the saved tensors; that
-transient is added. Gradient checkpointing keeps only each layer's input (T x H x 4) and
-recomputes one layer at a time, so the peak is all layer inputs + one layer + the transient.
-
-Encoder families: the sizes come from each family's config and its model on the meta device
-(encoder.py); what each forward keeps beyond BERT's layer is its FamilyForward (forwards.py), and each
-layer kind has its function below (_deberta_layer_terms, _modernbert_layer_terms, ...).
-
-tests/workbench/test_planner.py checks the prediction against the measured breakdown on CPU, and
-tests/workbench/test_planner_families.py does for every family.
+The parts are the five that results.json measures (memory/monitor.py); plan.py adds them up. Each
+function's docstring gives its bytes; docs/planner.md ("What it counts") has the table of one layer's
+activations, the letters it uses (T, H, F, A, e, m) and what adapters and checkpointing change. Each
+layer kind has its function below (_deberta_layer_terms, _modernbert_layer_terms, ...); what a family's
+forward keeps beyond BERT's layer is its FamilyForward (forwards.py). tests/workbench/test_planner.py
+and tests/workbench/test_planner_families.py check the prediction against measured steps on CPU.
 """
 
 from __future__ import annotations
