@@ -3,7 +3,7 @@
 The parts are the five that results.json measures (memory/monitor.py); plan.py adds them up. Each
 function's docstring gives its bytes; docs/planner.md ("What it counts") has the table of one layer's
 activations, the letters it uses (T, H, F, A, e, m) and what adapters and checkpointing change. Each
-layer kind has its function below (_deberta_layer_terms, _modernbert_layer_terms, ...); what a family's
+layer kind has its function below (_post_norm_layer_terms, _modernbert_layer_terms, ...); what a family's
 forward keeps beyond BERT's layer is its FamilyForward (forwards.py). tests/workbench/test_planner.py
 and tests/workbench/test_planner_families.py check the prediction against measured steps on CPU.
 """
@@ -251,15 +251,23 @@ def _separate_qkv_attention_terms(encoder: Encoder, setup: Setup) -> dict[str, i
 
 
 def _post_norm_layer_terms(encoder: Encoder, setup: Setup) -> dict[str, int]:
-    """BERT's layer, and RoBERTa's, XLM-R's, ELECTRA's, MPNet's, DistilBERT's and ALBERT's: attention
-    and FFN, each followed by dropout, a residual sum and LayerNorm."""
+    """BERT's layer, and RoBERTa's, XLM-R's, ELECTRA's, MPNet's, DistilBERT's, ALBERT's and DeBERTa's
+    (its attention disentangled): attention and FFN, each followed by dropout, a residual sum and LayerNorm."""
     z = _Sizes(encoder, setup)
     T, H, e = z.T, z.H, z.e
-    layer = _separate_qkv_attention_terms(encoder, setup)
+    if encoder.family.layer == DISENTANGLED:
+        layer = _disentangled_attention_terms(encoder, setup)
+    else:
+        layer = _separate_qkv_attention_terms(encoder, setup)
     if encoder.hidden_dropout > 0:
         layer["dropout masks on the hidden states"] = encoder.family.hidden_dropouts * z.mask(T * H, e)
-    layer["residual sums kept by LayerNorm"] = 2 * T * H * 4
-    layer["LayerNorm mean and rstd"] = 2 * 2 * T * 4
+    if encoder.family.layer_norm_ops:
+        # DeBERTa v1: x - mean twice and sqrt(var + eps); and the normalized output when the weight trains.
+        kept = 2 if setup.adapters is not None else 3
+        layer[f"LayerNorm as ops: {kept} x T x H and sqrt(var)"] = 2 * (kept * T * H * 4 + T * 4)
+    else:
+        layer["residual sums kept by LayerNorm"] = 2 * T * H * 4
+        layer["LayerNorm mean and rstd"] = 2 * 2 * T * 4
     layer.update(_ffn_and_linear_terms(encoder, setup))
     return layer
 
@@ -382,8 +390,8 @@ def _lora_terms(encoder: Encoder, setup: Setup) -> dict[str, int]:
     return terms
 
 
-def _deberta_layer_terms(encoder: Encoder, setup: Setup) -> dict[str, int]:
-    """DeBERTa's (v1) and DeBERTa-v2/v3's layer: BERT's, with disentangled attention.
+def _disentangled_attention_terms(encoder: Encoder, setup: Setup) -> dict[str, int]:
+    """DeBERTa's (v1) and DeBERTa-v2/v3's attention: BERT's, disentangled.
 
     The content scores Q K^T get two more: content-to-position, Q against the projected relative
     position embeddings (a table of 2k rows, k = the span: min(S, max_relative_positions), or the
@@ -428,16 +436,6 @@ def _deberta_layer_terms(encoder: Encoder, setup: Setup) -> dict[str, int]:
     layer["V copy"] = T * H * e
     if not frozen_base:
         layer["context (output projection input)"] = T * H * e
-    if encoder.hidden_dropout > 0:
-        layer["dropout masks on the hidden states"] = encoder.family.hidden_dropouts * z.mask(T * H, e)
-    if v1:
-        # x - mean twice and sqrt(var + eps); and the normalized output when the weight trains.
-        kept = 2 if frozen_base else 3
-        layer[f"LayerNorm as ops: {kept} x T x H and sqrt(var)"] = 2 * (kept * T * H * 4 + T * 4)
-    else:
-        layer["residual sums kept by LayerNorm"] = 2 * T * H * 4
-        layer["LayerNorm mean and rstd"] = 2 * 2 * T * 4
-    layer.update(_ffn_and_linear_terms(encoder, setup))
     return layer
 
 
@@ -499,7 +497,6 @@ def _rms_gated_layer_terms(encoder: Encoder, setup: Setup) -> dict[str, int]:
 
 # The layer kinds with arithmetic of their own; every other kind is BERT's post-norm layer.
 _LAYER_TERMS = {
-    DISENTANGLED: _deberta_layer_terms,
     GATED_ROTARY: _modernbert_layer_terms,
     RMS_GATED: _rms_gated_layer_terms,
 }
@@ -624,17 +621,11 @@ def _modernbert_masks(encoder: Encoder, setup: Setup) -> tuple[bool, bool]:
 
 def _modernbert_mask_terms(encoder: Encoder, setup: Setup) -> dict[str, int]:
     """ModernBERT's attention masks (transformers 5.x masking_utils, measured on CPU at 512 to 8,192
-    tokens, benchmarks/long_context.py).
-
-    The forward builds a bool global mask and a bool sliding-window mask (B x S x S each) and holds
-    them to its end. SDPA makes the mask of each layer float (its query's dtype) and keeps it for
-    backward: every layer's under full fine-tuning, the recomputed layer's under checkpointing.
-    Building the sliding-window mask computes |i - j| for every query and key position in int64
-    (1 x 1 x S x S: the difference and its absolute value, 16 B per element, whatever the batch):
-    early in forward, before any layer has kept anything. With few layers at long sequences that is
-    the step's highest moment (a 2-layer model at 8,192 tokens: twice everything the layers keep),
-    so the activations are the larger of the two moments.
-    """
+    tokens, benchmarks/long_context.py): the bool global and sliding-window masks (`_modernbert_masks`)
+    and the float copy of each layer's that SDPA makes (its query's dtype) and keeps for backward:
+    every layer's under full fine-tuning, the recomputed layer's under checkpointing. Building the
+    sliding-window mask is a moment of its own, early in forward (`_modernbert_mask_building`): with
+    few layers at long sequences the step's highest (2 layers at 8,192 tokens: twice what they keep)."""
     z = _Sizes(encoder, setup)
     terms: dict[str, int] = {}
     global_mask, sliding_mask = _modernbert_masks(encoder, setup)
@@ -654,8 +645,9 @@ def _modernbert_mask_terms(encoder: Encoder, setup: Setup) -> dict[str, int]:
 
 def _modernbert_mask_building(encoder: Encoder, setup: Setup, others: int) -> dict[str, int]:
     """What building the sliding-window mask holds beyond the step's other highest moment (`others`:
-    every other activation term): the int64 |i - j| and its difference (16 x S x S), the global mask
-    built before it, the embeddings' output and what the embeddings keep."""
+    every other activation term): the int64 |i - j| and its difference (1 x 1 x S x S each, 16 B an
+    element whatever the batch), the global mask built before it, the embeddings' output and what the
+    embeddings keep."""
     global_mask, sliding_mask = _modernbert_masks(encoder, setup)
     if not sliding_mask:
         return {}

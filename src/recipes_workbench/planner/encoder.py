@@ -1,12 +1,6 @@
-"""What decides an encoder's activation memory, read off its config and its model on the meta device.
-
-`Encoder.from_config` builds the model on PyTorch's meta device (shapes, no memory) and reads the
-sizes: FFN width (DistilBERT's hidden_dim, ModernBERT's gated 2F-wide first linear), embedding width
-(ALBERT and ELECTRA project E up to H), one layer's weights, what the FFN activation keeps (run once:
-ALBERT's gelu_new keeps 4 T x F), the attention kernels the class has (DeBERTa and MPNet: eager only)
-and the linears the adapters wrap ("auto": the family's own). What each family's forward keeps
-beyond that, which neither the config nor the modules say, is its family's row in the planner's
-table (`FamilyForward`, forwards.py).
+"""What decides an encoder's activation memory, read off its config and its model built on PyTorch's
+meta device (shapes, no memory): the `Encoder`'s fields. What a family's forward keeps beyond them,
+which neither the config nor the modules say, is its `FamilyForward` (forwards.py).
 """
 
 from __future__ import annotations
@@ -52,8 +46,7 @@ class RelativePositions:
 
 @dataclass(frozen=True)
 class Encoder:
-    """What decides an encoder's activation memory: sizes from its config, structure from its modules
-    (the module docstring says what `from_config` reads off the meta model)."""
+    """What decides an encoder's activation memory: sizes from its config, structure from its modules."""
 
     model_type: str
     hidden: int

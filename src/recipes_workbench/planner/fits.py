@@ -103,17 +103,14 @@ class ModelFits:
     # The precision it was planned in, with why (its family's own choice), where it is not the table's.
     other_precision: str = ""
 
-    def fits(self, recipe: str, checkpointing: bool, batch: int) -> bool:
-        """Whether `batch` fits: the predicted peak grows with the batch, so up to the largest one does."""
-        return self.max_batch.get((recipe, checkpointing), 0) >= batch
-
     def cheapest(self, recipes: Iterable[str], batch: int) -> str:
         """The first way to train at `batch` that fits, in the order that gives up least: the recipes
         in the registry's order (each trades more for memory than the one before), each without
         activation checkpointing, then with it (which costs time, about a third more compute, not results)."""
         for recipe in recipes:
             for checkpointing in (False, True):
-                if self.fits(recipe, checkpointing, batch):
+                # The predicted peak grows with the batch: every batch up to the largest fits.
+                if self.max_batch.get((recipe, checkpointing), 0) >= batch:
                     return f"{recipe} + ckpt" if checkpointing else recipe
         return "none"
 

@@ -61,16 +61,10 @@ def plan_models(
     num_labels: int = 2,
     precision_for: PrecisionFor | None = None,
 ) -> list[PlanRow]:
-    """A plan and the largest batch that fits, for every model and every {label: shape}.
-
-    `precision_for(model_type)` gives (precision, why) per model, as its recipe would choose for its
-    family; without it every model is planned in the setup's precision.
-
-    Every row that can be planned is; one that cannot says why in its `error`: a config that does
-    not load, a model the planner does not know, adapters that name no layer of the model, or a
-    shape that could not be made (given as the exception that stopped it, e.g. a recipe's options
-    that failed validation).
-    """
+    """A plan and the largest batch that fits, for every model and every {label: shape}, each model in
+    the precision `precision_for(model_type)` gives (without it, the setup's). A row that cannot be
+    planned says why in its `error`: a config that does not load, a model the planner does not know,
+    adapters that name no layer, or a shape given as the exception that stopped it."""
     rows = []
     for model in models:
         try:
