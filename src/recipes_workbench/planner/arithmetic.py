@@ -144,12 +144,10 @@ def gathered_layer_bytes(encoder: Encoder, parameters: Parameters, setup: Setup)
     weight: the model's average (NF4 for a quantized base), at most 2 under bf16 mixed precision,
     which gathers in bf16.
     """
-    H, F = encoder.hidden, encoder.intermediate
-    layer_parameters = encoder.layer_parameters or 4 * (H * H + H) + 2 * H * F + F + H + 4 * H
     bytes_per_weight = (weight_bytes(parameters, setup) - parameters.buffer_bytes) / parameters.total
     if setup.half_precision:
         bytes_per_weight = min(bytes_per_weight, 2)
-    return math.ceil(layer_parameters * bytes_per_weight)
+    return math.ceil(encoder.layer_parameters * bytes_per_weight)
 
 
 # --- activations ------------------------------------------------------------------------------------
@@ -197,7 +195,7 @@ class _Sizes:
         self.B, self.S = setup.batch_size, setup.seq_length
         self.H, self.F, self.A = encoder.hidden, encoder.intermediate, encoder.heads
         self.T = self.B * self.S
-        self.E = encoder.embedding_width
+        self.E = encoder.embedding
         self.P = self.B * self.A * self.S * self.S  # attention probabilities
         self.e = 2 if setup.half_precision else 4
         self.cuda = setup.device == "cuda"
@@ -361,7 +359,7 @@ def _bf16_weight_terms(encoder: Encoder, setup: Setup) -> dict[str, int]:
     if setup.half_precision and not setup.shape.quantized_base:
         # Autocast's bf16 copy of every linear weight, kept for the input gradient. A quantized
         # base's NF4 weights are dequantized again in backward instead.
-        return {f"linear weights, {setup.precision} copies": 2 * _linear_weight_elements(encoder)}
+        return {f"linear weights, {setup.precision} copies": 2 * encoder.layer_linear_weights}
     return {}
 
 
@@ -531,11 +529,6 @@ def activation_terms(encoder: Encoder, setup: Setup) -> dict[str, int]:
     return terms
 
 
-def _linear_weight_elements(encoder: Encoder) -> int:
-    H, F = encoder.hidden, encoder.intermediate
-    return encoder.layer_linear_weights or 4 * H * H + 2 * H * F
-
-
 def _embedding_terms(encoder: Encoder, setup: Setup, trainable: bool) -> dict[str, int]:
     if not trainable:
         return {}  # frozen embeddings: nothing there needs a gradient
@@ -553,7 +546,7 @@ def _embedding_terms(encoder: Encoder, setup: Setup, trainable: bool) -> dict[st
         terms["embeddings: padding mask, float"] = T * 4  # the LayerNorm output is multiplied by it
     if encoder.family.embedding_indices:
         terms["embeddings: position (and token type) ids, int64"] = encoder.family.embedding_indices * T * 8
-    if encoder.embedding_drop > 0 and encoder.family.layer != RMS_GATED:  # EuroBERT: no dropout at all
+    if encoder.embedding_dropout > 0 and encoder.family.layer != RMS_GATED:  # EuroBERT: no dropout at all
         terms["embeddings: dropout mask"] = z.mask(T * E, 4)
     if E != H:  # ALBERT and ELECTRA project the narrower embeddings up to the hidden size
         terms["embeddings: projection input"] = T * E * (2 if setup.half_precision else 4)
