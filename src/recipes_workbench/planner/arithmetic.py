@@ -444,9 +444,7 @@ def _modernbert_layer_terms(encoder: Encoder, setup: Setup) -> dict[str, int]:
     z = _Sizes(encoder, setup)
     B, S, T, H, F, e = z.B, z.S, z.T, z.H, z.F, z.e
     frozen_base = setup.adapters is not None
-    layer: dict[str, int] = {
-        "LayerNorm inputs (the residual stream) + stats": 2 * (T * H * 4 + 2 * T * 4),
-    }
+    layer: dict[str, int] = {"LayerNorm inputs (the residual stream) + stats": 2 * (T * H * 4 + 2 * T * 4)}
     if not frozen_base:
         layer["LayerNorm outputs (Wqkv's and Wi's input)"] = 2 * T * H * e
     if _fused_attention(encoder, setup):
@@ -494,10 +492,7 @@ def _rms_gated_layer_terms(encoder: Encoder, setup: Setup) -> dict[str, int]:
 
 
 # The layer kinds with arithmetic of their own; every other kind is BERT's post-norm layer.
-_LAYER_TERMS = {
-    GATED_ROTARY: _modernbert_layer_terms,
-    RMS_GATED: _rms_gated_layer_terms,
-}
+_LAYER_TERMS = {GATED_ROTARY: _modernbert_layer_terms, RMS_GATED: _rms_gated_layer_terms}
 
 
 def activation_terms(encoder: Encoder, setup: Setup) -> dict[str, int]:

@@ -364,7 +364,6 @@ def catalogue_entry(name: str) -> CatalogueEntry | None:
     return CATALOGUE.get(name) or CATALOGUE.get(_ALIASES.get(name, ""))
 
 
-def catalogue_names(with_aliases: bool = False) -> list[str]:
-    """The Hub ids the catalogue lists (with their aliases, when asked), in its order."""
-    names = list(CATALOGUE)
-    return names + list(_ALIASES) if with_aliases else names
+def catalogue_names() -> list[str]:
+    """The Hub ids the catalogue lists, in its order."""
+    return list(CATALOGUE)

@@ -1,8 +1,5 @@
-"""Model configs for the planner, with no weights: from a local directory or config.json, the Hub
-cache, the catalogue of published encoders (catalogue.py), or the Hub, so `recipes-lib plan`
-answers offline for every catalogue model with nothing downloaded. BERT_FAMILY is BERT at every
-size, for the largest model that fits.
-"""
+"""Model configs for the planner, with no weights (`load_config_and_source` says from where), and
+BERT_FAMILY: BERT at every size, for the largest model that fits."""
 
 from __future__ import annotations
 

@@ -190,11 +190,7 @@ def _batch_cell(row: ModelFits, recipe: str) -> str:
 
 
 def format_fits(
-    rows: list[ModelFits],
-    recipes: Iterable[str],
-    setup: Setup,
-    budget_gib: float,
-    markdown: bool = False,
+    rows: list[ModelFits], recipes: Iterable[str], setup: Setup, budget_gib: float, markdown: bool = False
 ) -> str:
     """One row per model: its parameters, the cheapest recipe that fits at the setup's batch, and
     each recipe's (and technique's, `fits_columns`) largest batch; then what the cells mean and which
