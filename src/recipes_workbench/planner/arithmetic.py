@@ -212,13 +212,10 @@ def layer_activation_terms(encoder: Encoder, setup: Setup) -> dict[str, int]:
 
 
 def _int8_base_terms(encoder: Encoder, setup: Setup) -> dict[str, int]:
-    """An 8-bit LLM.int8 base (base_bits 8) keeps the input of every frozen linear, which a frozen
-    fp32 or NF4 linear does not: bitsandbytes' autograd functions hold it (MatMul8bitFp, the CPU
-    training path, as ctx.A; MatMul8bitLt on CUDA in ctx.tensors). Per token, the layer's distinct
-    linear inputs: the attention input, the context (unless a fused attention kernel keeps it as its
-    output already), the FFN input (H each) and the FFN's hidden activation (F), in fp32, 4 B (the
-    residual stream's dtype; under bf16 autocast on a GPU some are bf16, so this is an upper bound
-    there, not measured)."""
+    """An 8-bit LLM.int8 base (base_bits 8) keeps each frozen linear's distinct input, in fp32 (MatMul8bitFp's
+    ctx.A on CPU, MatMul8bitLt's ctx.tensors on CUDA, where autocast makes some bf16: an upper bound there):
+    per token the attention input, the context unless a fused kernel keeps it, the FFN input (H each)
+    and its hidden activation (F). docs/planner.md ("Memory techniques") says what was measured."""
     if not (setup.shape.quantized_base and setup.shape.base_bits == 8):
         return {}
     inputs = (2 if _fused_attention(encoder, setup) else 3) * encoder.hidden + encoder.intermediate
@@ -294,19 +291,12 @@ def _ffn_terms(encoder: Encoder, setup: Setup) -> dict[str, int]:
     keeps = encoder.activation_keeps
     if encoder.family.layer == GATED_POST_NORM:
         return _gated_ffn_terms(encoder, setup)
-    terms = {
-        "FFN activation input" if keeps == 1 else f"FFN activation: the {keeps} tensors it keeps": keeps
-        * T
-        * F
-        * e
-    }
+    name = "FFN activation input" if keeps == 1 else f"FFN activation: the {keeps} tensors it keeps"
+    terms = {name: keeps * T * F * e}
     if z.cuda and setup.half_precision and keeps == TANH_GELU_AS_OPS_KEEPS:
-        # CUDA autocast runs pow in fp32 (pow is on its fp32 list; CPU autocast's list has no pow),
-        # so the tanh GELU written as ops (ALBERT's gelu_new: x/2 * (1 + tanh(c (x + 0.044715 pow(x, 3)))))
-        # keeps pow's fp32 copy of its input, tanh and 1 + tanh in fp32 there; only x / 2 stays in
-        # the autocast dtype. The H200 run's ALBERT rows were 0.62-0.79 under every recipe from this
-        # (albert-base: 6 T x F bytes x 12 layers = 0.84 GiB of the 0.87 GiB missing under full_ft).
-        # tests/workbench/test_planner.py::test_cuda_autocast_keeps_albert_gelu_new_chain_in_fp32 checks the bytes.
+        # CUDA autocast runs pow in fp32 (CPU autocast does not), so ALBERT's gelu_new, written as ops,
+        # keeps pow's input, tanh and 1 + tanh in fp32 there; only x / 2 in the autocast dtype (docs/planner.md,
+        # "How good it is"; test_planner.py::test_cuda_autocast_keeps_albert_gelu_new_chain_in_fp32).
         terms["FFN activation: pow's chain kept in fp32 by CUDA autocast"] = (
             (TANH_GELU_AS_OPS_KEEPS - 1) * T * F * (4 - e)
         )
@@ -733,9 +723,8 @@ def _backward_transient(encoder: Encoder, setup: Setup, fused: bool) -> int:
 def _pre_norm_transient(encoder: Encoder, setup: Setup, fused: bool) -> int:
     """XLM-R XL's highest moment, beyond everything forward kept (fitted to the CPU order of frees).
 
-    The final LayerNorm and the head come last in forward and go first in backward, so at the top
-    layer's moments they are not there: not made yet at the end of the last layer's forward, freed
-    by its backward. Full fine-tuning: the final LayerNorm's backward (the gradients of the last
+    The final LayerNorm and the head are not there at the top layer's moments (docs/planner.md,
+    "Pre-norm"). Full fine-tuning: the final LayerNorm's backward (the gradients of the last
     hidden states and of its input, T x H each), or the FFN's output linear, whose input gradient
     (T x F) joins the LayerNorm's, with the LayerNorm's input freed. LoRA: the end of the last
     layer's forward (the frozen FFN's outputs, referenced but not kept, and the bool attention
