@@ -137,13 +137,9 @@ def input_bytes(setup: Setup, encoder: Encoder) -> int:
 
 
 def gathered_layer_bytes(encoder: Encoder, parameters: Parameters, setup: Setup) -> int:
-    """One encoder layer's full weights, gathered for compute when the weights are sharded.
-
-    Counted on the meta model's first layer; BERT's: Q, K, V and output projections 4 (H x H + H),
-    FFN H x F + F + F x H + H, two LayerNorms 2 x 2H (bert-base: 7,087,872 parameters). Bytes per
-    weight: the model's average (NF4 for a quantized base), at most 2 under bf16 mixed precision,
-    which gathers in bf16.
-    """
+    """One encoder layer's full weights (counted on the meta model's first layer; bert-base's: 7,087,872),
+    gathered for compute when the weights are sharded, at the model's average bytes per weight (NF4
+    for a quantized base), at most 2 under bf16 mixed precision, which gathers in bf16."""
     bytes_per_weight = (weight_bytes(parameters, setup) - parameters.buffer_bytes) / parameters.total
     if setup.half_precision:
         bytes_per_weight = min(bytes_per_weight, 2)
@@ -663,11 +659,8 @@ def _head_terms(encoder: Encoder, setup: Setup) -> dict[str, int]:
 
 
 def _first_layer_difference(encoder: Encoder, setup: Setup, fused: bool) -> int:
-    """What the first layer keeps less than the others.
-
-    Adapters: the first layer's input needs no gradient (nor, pre-norm, does its first LayerNorm
-    keep it). ModernBERT: its first layer has no LayerNorm before the attention.
-    """
+    """What the first layer keeps less than the others. Adapters: its input needs no gradient (nor,
+    pre-norm, does its first LayerNorm keep it). ModernBERT: it has no LayerNorm before the attention."""
     z = _Sizes(encoder, setup)
     T, H, e = z.T, z.H, z.e
     savings = 0

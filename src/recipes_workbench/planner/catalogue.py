@@ -365,5 +365,4 @@ def catalogue_entry(name: str) -> CatalogueEntry | None:
 
 
 def catalogue_names() -> list[str]:
-    """The Hub ids the catalogue lists, in its order."""
     return list(CATALOGUE)

@@ -1,9 +1,6 @@
-"""What trains in a memory budget: every catalogue model against every recipe, with and without
-activation checkpointing, as `recipes-lib plan --fits` prints it (the README's "What trains in
-24 GB" table).
-
-Every figure is the planner's prediction from the config alone; nothing here has run on a GPU.
-Beside the recipes, the memory techniques the largest encoders need on one GPU (TECHNIQUES).
+"""What trains in a memory budget: every catalogue model against every recipe and the memory techniques
+the largest encoders need on one GPU (TECHNIQUES), with and without activation checkpointing, as
+`recipes-lib plan --fits` prints it. Every figure is predicted from the config alone, none measured.
 """
 
 from __future__ import annotations

@@ -118,7 +118,6 @@ def modules_the_checkpoint_lacks(config, model) -> tuple[str, ...]:
 
 
 def _with_parameters(network) -> set[str]:
-    """The paths of the network's modules with parameters of their own."""
     return {
         path
         for path, module in network.named_modules()
@@ -127,7 +126,6 @@ def _with_parameters(network) -> set[str]:
 
 
 def _outside_base(network) -> set[str]:
-    """The paths of the modules with parameters of their own outside the network's base model."""
     prefix = network.base_model_prefix
     return {
         path

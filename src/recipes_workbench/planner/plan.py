@@ -211,12 +211,9 @@ def _training_state(encoder: Encoder, parameters: Parameters, setup: Setup) -> d
 def largest_batch(
     config, setup: Setup, budget_bytes: int, limit: int = 4096, parameters: Parameters | None = None
 ) -> int:
-    """The largest per-device batch whose predicted peak fits the budget (0: not even batch 1), up to `limit`.
-
-    Every part but the activations is fixed, and the activations grow with the batch, so
-    doubling then bisecting finds the edge in a few dozen evaluations of the arithmetic.
-    `parameters`: as in plan_memory.
-    """
+    """The largest per-device batch whose predicted peak fits the budget (0: not even batch 1), up to
+    `limit` (`parameters`: as in plan_memory). Only the activations grow with the batch, so doubling
+    then bisecting finds the edge in a few dozen evaluations of the arithmetic."""
     parameters = parameters or count_parameters_on_meta(config, setup.shape)
 
     def fits(batch: int) -> bool:
