@@ -87,6 +87,7 @@ def test_a_family_that_overflows_in_fp16_keeps_its_own_precision_on_a_gpu_withou
     assert "fp16 mixed precision (what the recipe picks here: fp16 with loss scaling on Tesla T4" in output
     assert re.search(r"microsoft/deberta-v3-large: planned in fp32 \(what the recipe picks here: deberta-v2 "
                      r"overflows in fp16 on Tesla T4", output)  # fmt: skip
+    assert "bert-base-uncased: planned in" not in output  # planned in the table's fp16: no line of its own
     peaks = {line.split()[0]: line.split()[10] for line in output.splitlines() if " full_ft " in line}
     deberta = load_config("microsoft/deberta-v3-large")
     assert peaks["microsoft/deberta-v3-large"] == f"{plan_memory(deberta, Setup()).total / GIB:.2f}"  # fp32

@@ -10,7 +10,6 @@ from recipes_lib.config.recipe_spec import LoraShape, TrainingShape
 from recipes_lib.units import GIB
 from recipes_workbench.cli.main import main
 from recipes_workbench.planner import (
-    KNOWN_CONFIGS,
     MIN_8BIT_SIZE,
     Encoder,
     Setup,
@@ -19,6 +18,7 @@ from recipes_workbench.planner import (
     load_config,
     plan_memory,
 )
+from recipes_workbench.planner.catalogue import catalogue_entry
 from recipes_workbench.recipes import RECIPES as RECIPE_SPECS
 from tests.helpers.repo import RECIPES
 from tests.helpers.runs import INTO_SECOND_EPOCH, QUICK, run_args, run_in_process
@@ -41,7 +41,8 @@ QLORA = TrainingShape(adapters=LoraShape(), quantized_base=True)
 def _bert_config(name: str):
     from transformers import BertConfig
 
-    return BertConfig(**KNOWN_CONFIGS[name], num_labels=2)
+    values = {key: value for key, value in catalogue_entry(name).values.items() if key != "model_type"}
+    return BertConfig(**values, num_labels=2)
 
 
 @pytest.mark.parametrize("recipe", list(RECIPES))

@@ -210,7 +210,7 @@ def test_the_encoder_reads_each_family_under_its_own_names(family_dirs):
     assert {(e.hidden, e.layers, e.heads, e.intermediate) for e in encoders.values()} == {(32, 2, 2, 64)}
     assert encoders["distilbert"].family.hidden_dropouts == 1  # dropout after the FFN only
     assert encoders["xlm-roberta-xl"].family.layer == "pre-norm"  # LayerNorm before attention and FFN
-    assert encoders["albert"].embedding_width == encoders["electra"].embedding_width == 16  # projected up
+    assert encoders["albert"].embedding == encoders["electra"].embedding == 16  # projected up
     assert encoders["ernie"].family.embedding_indices == 1  # ERNIE 3.0's task type ids (use_task_id)
     assert encoders["albert"].activation_keeps == 4  # gelu_new, written as ops: x, tanh, 1 + tanh, x / 2
     assert encoders["bert"].activation_keeps == 1  # GELU keeps its input

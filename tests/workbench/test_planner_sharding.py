@@ -9,7 +9,8 @@ import pytest
 
 from recipes_lib.config.recipe_spec import LoraShape, TrainingShape
 from recipes_workbench.cli.main import main
-from recipes_workbench.planner import KNOWN_CONFIGS, SHARDED_PARTS, Setup, load_config, plan_memory
+from recipes_workbench.planner import SHARDED_PARTS, Setup, load_config, plan_memory
+from recipes_workbench.planner.catalogue import catalogue_entry
 
 # bert-base: 12 layers of 4 x (768 x 768 + 768) + 2 x 768 x 3072 + 3072 + 768 + 2 x 2 x 768 parameters.
 BERT_BASE_LAYER_PARAMETERS = 7_087_872
@@ -20,7 +21,8 @@ PARTS = ("weights", "gradients", "optimizer_state")
 def bert_base():
     from transformers import BertConfig
 
-    return BertConfig(**KNOWN_CONFIGS["bert-base-uncased"], num_labels=2)
+    values = catalogue_entry("bert-base-uncased").values
+    return BertConfig(**{key: value for key, value in values.items() if key != "model_type"}, num_labels=2)
 
 
 @pytest.mark.parametrize("sharding", list(SHARDED_PARTS))

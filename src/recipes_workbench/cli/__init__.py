@@ -1,5 +1,5 @@
 """The `recipes-lib` command: parses the command line and hands each command to its module (tools/,
-sweep/, recipes_workbench/dashboard.py); nothing else lives here."""
+export/, sweep/, crossval/, recipes_workbench/dashboard.py); nothing else lives here."""
 
 
 def options_of(args, *names: str) -> dict:

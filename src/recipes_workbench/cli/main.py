@@ -1,9 +1,5 @@
 """`recipes-lib` console entry point: tools that work on finished runs, and the memory planner.
 
-This package only parses the command line and hands each command to the module that does it:
-tools/ (compare, show, predict, push, plan), export/ (export), recipes_workbench/dashboard.py (wandb-dashboard),
-sweep/ (sweep).
-
 The commands, one source for the list docs/development.md repeats (tests/workbench/test_docs.py checks both
 against the parser built here):
 

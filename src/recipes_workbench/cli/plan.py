@@ -57,7 +57,6 @@ def add_plan_parser(commands) -> None:
         help="AdamW state bits of nn.Embedding weights, for the recipes with 8-bit optimizer state",
     )
     add_plan_machine_options(plan_parser)
-    add_plan_technique_options(plan_parser)
     plan_parser.add_argument(
         "--no_family", action="store_true", help="skip the largest-BERT-family-configuration answer"
     )
@@ -65,7 +64,8 @@ def add_plan_parser(commands) -> None:
 
 
 def add_plan_machine_options(plan_parser) -> None:
-    """Where and how the run trains: precision, device, memory, processes and their sharding."""
+    """Where and how the run trains: precision, device, memory, processes and their sharding, and the
+    memory techniques of the largest encoders (recipes_workbench/planner/plan.py)."""
     plan_parser.add_argument(
         "--precision",
         choices=["auto", "fp32", "bf16", "fp16"],
@@ -103,10 +103,6 @@ def add_plan_machine_options(plan_parser) -> None:
         help="what the processes shard: none (DDP), zero1, zero2, zero3 (DeepSpeed), fsdp_shard_grad_op, "
         "fsdp_full_shard; each process then holds 1/num_processes of those parts (recipes_workbench/planner/plan.py lists them)",
     )
-
-
-def add_plan_technique_options(plan_parser) -> None:
-    """The memory techniques of the largest encoders, as plan options (recipes_workbench/planner/plan.py)."""
     plan_parser.add_argument(
         "--paged_optimizer",
         action="store_true",

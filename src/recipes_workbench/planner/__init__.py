@@ -6,37 +6,23 @@ parts that results.json measures (memory/monitor.py), plus the CUDA context. doc
 lists the modules, docs/planner.md how it counts.
 """
 
-from recipes_workbench.planner.arithmetic import MIN_8BIT_SIZE, activation_terms, layer_activation_terms
-from recipes_workbench.planner.configs import (
-    BERT_FAMILY,
-    KNOWN_CONFIGS,
-    load_config,
-    load_config_and_source,
-)
-from recipes_workbench.planner.encoder import Encoder, FamilyForward
-from recipes_workbench.planner.parameters import Parameters, count_parameters_on_meta
-from recipes_workbench.planner.plan import MemoryPlan, largest_batch, plan_memory
-from recipes_workbench.planner.report import PLANNING_ERRORS, PlanRow, format_plan, plan_models
+from recipes_workbench.planner.arithmetic import MIN_8BIT_SIZE
+from recipes_workbench.planner.configs import load_config, load_config_and_source
+from recipes_workbench.planner.encoder import Encoder
+from recipes_workbench.planner.parameters import count_parameters_on_meta
+from recipes_workbench.planner.plan import largest_batch, plan_memory
+from recipes_workbench.planner.report import PLANNING_ERRORS, plan_models
 from recipes_workbench.planner.setup import DEFAULT_CUDA_OVERHEAD_GIB, SHARDED_PARTS, Setup
 
 __all__ = [
-    "BERT_FAMILY",
     "DEFAULT_CUDA_OVERHEAD_GIB",
-    "KNOWN_CONFIGS",
     "MIN_8BIT_SIZE",
     "PLANNING_ERRORS",
     "SHARDED_PARTS",
     "Encoder",
-    "FamilyForward",
-    "MemoryPlan",
-    "Parameters",
-    "PlanRow",
     "Setup",
-    "activation_terms",
     "count_parameters_on_meta",
-    "format_plan",
     "largest_batch",
-    "layer_activation_terms",
     "load_config",
     "load_config_and_source",
     "plan_memory",

@@ -1,38 +1,11 @@
 """The byte arithmetic: what each part of a training step's memory holds, from an Encoder and a Setup.
 
-The parts are the five that results.json measures (memory/monitor.py); plan.py adds them up. The
-bytes of weights (fp32, NF4, LLM.int8), gradients, optimizer state (AdamW, 8-bit, paged), ZeRO-Offload
-and the input batch (other) are each a function's docstring below; docs/planner.md sums them up.
-
-Activations (what forward saves for backward, at the peak of backward), per encoder layer, for
-T = batch x length tokens, hidden H, FFN width F, A heads
-(e = 4 B in fp32, 2 B in bf16 or fp16 mixed precision (the same bytes); m = dropout mask: 1 B on CUDA (bool), the tensor's
-own size on CPU, where PyTorch draws a float noise tensor; LayerNorm and residual sums stay fp32):
-
-    attention, eager or math kernel   3 T x H x e  copies of Q, K, V made contiguous for the matmuls
-                                      B x A x S x S x (e + m + e)  softmax output, dropout mask and
-                                                  dropped probabilities (no dropout: softmax only)
-                                      T x H x e   context, input of the output projection
-    attention, fused SDPA kernel      Q, K, V and the output (4 T x H x e) + log-sum-exp (B x A x S x 4 B)
-                                      + the padding mask made float per layer (B x S x S x e)
-    after attention and after FFN     2 x (T x H x m dropout mask + T x H x 4 residual sum kept by
-                                      LayerNorm + T x H LayerNorm output + 2 T x 4 mean/rstd)
-    FFN                               T x F x e GELU input + T x F x e GELU output
-    under bf16 autocast               each linear keeps its own bf16 copy of its input and weight
-
-Adapters (LoRA) freeze the base, so a frozen linear keeps neither its input nor (past layer 0) gradients
-flow into the embeddings; each adapter keeps its dropout mask, its dropped input and its
-T x r down-projection. The peak comes early in backward, in the top layer, when the gradient of
-the FFN (or, for long sequences, of the attention probabilities) joins the saved tensors; that
-transient is added. Gradient checkpointing keeps only each layer's input (T x H x 4) and
-recomputes one layer at a time, so the peak is all layer inputs + one layer + the transient.
-
-Encoder families: the sizes come from each family's config and its model on the meta device
-(encoder.py); what each forward keeps beyond BERT's layer is its FamilyForward (forwards.py), and each
-layer kind has its function below (_deberta_layer_terms, _modernbert_layer_terms, ...).
-
-tests/workbench/test_planner.py checks the prediction against the measured breakdown on CPU, and
-tests/workbench/test_planner_families.py does for every family.
+The parts are the five that results.json measures (memory/monitor.py); plan.py adds them up. Each
+function's docstring gives its bytes; docs/planner.md ("What it counts") has the table of one layer's
+activations, the letters it uses (T, H, F, A, e, m) and what adapters and checkpointing change. Each
+layer kind has its function below (_post_norm_layer_terms, _modernbert_layer_terms, ...); what a family's
+forward keeps beyond BERT's layer is its FamilyForward (forwards.py). tests/workbench/test_planner.py
+and tests/workbench/test_planner_families.py check the prediction against measured steps on CPU.
 """
 
 from __future__ import annotations
@@ -164,19 +137,13 @@ def input_bytes(setup: Setup, encoder: Encoder) -> int:
 
 
 def gathered_layer_bytes(encoder: Encoder, parameters: Parameters, setup: Setup) -> int:
-    """One encoder layer's full weights, gathered for compute when the weights are sharded.
-
-    Counted on the meta model's first layer; BERT's: Q, K, V and output projections 4 (H x H + H),
-    FFN H x F + F + F x H + H, two LayerNorms 2 x 2H (bert-base: 7,087,872 parameters). Bytes per
-    weight: the model's average (NF4 for a quantized base), at most 2 under bf16 mixed precision,
-    which gathers in bf16.
-    """
-    H, F = encoder.hidden, encoder.intermediate
-    layer_parameters = encoder.layer_parameters or 4 * (H * H + H) + 2 * H * F + F + H + 4 * H
+    """One encoder layer's full weights (counted on the meta model's first layer; bert-base's: 7,087,872),
+    gathered for compute when the weights are sharded, at the model's average bytes per weight (NF4
+    for a quantized base), at most 2 under bf16 mixed precision, which gathers in bf16."""
     bytes_per_weight = (weight_bytes(parameters, setup) - parameters.buffer_bytes) / parameters.total
     if setup.half_precision:
         bytes_per_weight = min(bytes_per_weight, 2)
-    return math.ceil(layer_parameters * bytes_per_weight)
+    return math.ceil(encoder.layer_parameters * bytes_per_weight)
 
 
 # --- activations ------------------------------------------------------------------------------------
@@ -224,7 +191,7 @@ class _Sizes:
         self.B, self.S = setup.batch_size, setup.seq_length
         self.H, self.F, self.A = encoder.hidden, encoder.intermediate, encoder.heads
         self.T = self.B * self.S
-        self.E = encoder.embedding_width
+        self.E = encoder.embedding
         self.P = self.B * self.A * self.S * self.S  # attention probabilities
         self.e = 2 if setup.half_precision else 4
         self.cuda = setup.device == "cuda"
@@ -241,13 +208,10 @@ def layer_activation_terms(encoder: Encoder, setup: Setup) -> dict[str, int]:
 
 
 def _int8_base_terms(encoder: Encoder, setup: Setup) -> dict[str, int]:
-    """An 8-bit LLM.int8 base (base_bits 8) keeps the input of every frozen linear, which a frozen
-    fp32 or NF4 linear does not: bitsandbytes' autograd functions hold it (MatMul8bitFp, the CPU
-    training path, as ctx.A; MatMul8bitLt on CUDA in ctx.tensors). Per token, the layer's distinct
-    linear inputs: the attention input, the context (unless a fused attention kernel keeps it as its
-    output already), the FFN input (H each) and the FFN's hidden activation (F), in fp32, 4 B (the
-    residual stream's dtype; under bf16 autocast on a GPU some are bf16, so this is an upper bound
-    there, not measured)."""
+    """An 8-bit LLM.int8 base (base_bits 8) keeps each frozen linear's distinct input, in fp32 (MatMul8bitFp's
+    ctx.A on CPU, MatMul8bitLt's ctx.tensors on CUDA, where autocast makes some bf16: an upper bound there):
+    per token the attention input, the context unless a fused kernel keeps it, the FFN input (H each)
+    and its hidden activation (F). docs/planner.md ("Memory techniques") says what was measured."""
     if not (setup.shape.quantized_base and setup.shape.base_bits == 8):
         return {}
     inputs = (2 if _fused_attention(encoder, setup) else 3) * encoder.hidden + encoder.intermediate
@@ -278,15 +242,23 @@ def _separate_qkv_attention_terms(encoder: Encoder, setup: Setup) -> dict[str, i
 
 
 def _post_norm_layer_terms(encoder: Encoder, setup: Setup) -> dict[str, int]:
-    """BERT's layer, and RoBERTa's, XLM-R's, ELECTRA's, MPNet's, DistilBERT's and ALBERT's: attention
-    and FFN, each followed by dropout, a residual sum and LayerNorm."""
+    """BERT's layer, and RoBERTa's, XLM-R's, ELECTRA's, MPNet's, DistilBERT's, ALBERT's and DeBERTa's
+    (its attention disentangled): attention and FFN, each followed by dropout, a residual sum and LayerNorm."""
     z = _Sizes(encoder, setup)
     T, H, e = z.T, z.H, z.e
-    layer = _separate_qkv_attention_terms(encoder, setup)
+    if encoder.family.layer == DISENTANGLED:
+        layer = _disentangled_attention_terms(encoder, setup)
+    else:
+        layer = _separate_qkv_attention_terms(encoder, setup)
     if encoder.hidden_dropout > 0:
         layer["dropout masks on the hidden states"] = encoder.family.hidden_dropouts * z.mask(T * H, e)
-    layer["residual sums kept by LayerNorm"] = 2 * T * H * 4
-    layer["LayerNorm mean and rstd"] = 2 * 2 * T * 4
+    if encoder.family.layer_norm_ops:
+        # DeBERTa v1: x - mean twice and sqrt(var + eps); and the normalized output when the weight trains.
+        kept = 2 if setup.adapters is not None else 3
+        layer[f"LayerNorm as ops: {kept} x T x H and sqrt(var)"] = 2 * (kept * T * H * 4 + T * 4)
+    else:
+        layer["residual sums kept by LayerNorm"] = 2 * T * H * 4
+        layer["LayerNorm mean and rstd"] = 2 * 2 * T * 4
     layer.update(_ffn_and_linear_terms(encoder, setup))
     return layer
 
@@ -315,19 +287,12 @@ def _ffn_terms(encoder: Encoder, setup: Setup) -> dict[str, int]:
     keeps = encoder.activation_keeps
     if encoder.family.layer == GATED_POST_NORM:
         return _gated_ffn_terms(encoder, setup)
-    terms = {
-        "FFN activation input" if keeps == 1 else f"FFN activation: the {keeps} tensors it keeps": keeps
-        * T
-        * F
-        * e
-    }
+    name = "FFN activation input" if keeps == 1 else f"FFN activation: the {keeps} tensors it keeps"
+    terms = {name: keeps * T * F * e}
     if z.cuda and setup.half_precision and keeps == TANH_GELU_AS_OPS_KEEPS:
-        # CUDA autocast runs pow in fp32 (pow is on its fp32 list; CPU autocast's list has no pow),
-        # so the tanh GELU written as ops (ALBERT's gelu_new: x/2 * (1 + tanh(c (x + 0.044715 pow(x, 3)))))
-        # keeps pow's fp32 copy of its input, tanh and 1 + tanh in fp32 there; only x / 2 stays in
-        # the autocast dtype. The H200 run's ALBERT rows were 0.62-0.79 under every recipe from this
-        # (albert-base: 6 T x F bytes x 12 layers = 0.84 GiB of the 0.87 GiB missing under full_ft).
-        # tests/workbench/test_planner.py::test_cuda_autocast_keeps_albert_gelu_new_chain_in_fp32 checks the bytes.
+        # CUDA autocast runs pow in fp32 (CPU autocast does not), so ALBERT's gelu_new, written as ops,
+        # keeps pow's input, tanh and 1 + tanh in fp32 there; only x / 2 in the autocast dtype (docs/planner.md,
+        # "How good it is"; test_planner.py::test_cuda_autocast_keeps_albert_gelu_new_chain_in_fp32).
         terms["FFN activation: pow's chain kept in fp32 by CUDA autocast"] = (
             (TANH_GELU_AS_OPS_KEEPS - 1) * T * F * (4 - e)
         )
@@ -380,7 +345,7 @@ def _bf16_weight_terms(encoder: Encoder, setup: Setup) -> dict[str, int]:
     if setup.half_precision and not setup.shape.quantized_base:
         # Autocast's bf16 copy of every linear weight, kept for the input gradient. A quantized
         # base's NF4 weights are dequantized again in backward instead.
-        return {f"linear weights, {setup.precision} copies": 2 * _linear_weight_elements(encoder)}
+        return {f"linear weights, {setup.precision} copies": 2 * encoder.layer_linear_weights}
     return {}
 
 
@@ -409,8 +374,8 @@ def _lora_terms(encoder: Encoder, setup: Setup) -> dict[str, int]:
     return terms
 
 
-def _deberta_layer_terms(encoder: Encoder, setup: Setup) -> dict[str, int]:
-    """DeBERTa's (v1) and DeBERTa-v2/v3's layer: BERT's, with disentangled attention.
+def _disentangled_attention_terms(encoder: Encoder, setup: Setup) -> dict[str, int]:
+    """DeBERTa's (v1) and DeBERTa-v2/v3's attention: BERT's, disentangled.
 
     The content scores Q K^T get two more: content-to-position, Q against the projected relative
     position embeddings (a table of 2k rows, k = the span: min(S, max_relative_positions), or the
@@ -455,16 +420,6 @@ def _deberta_layer_terms(encoder: Encoder, setup: Setup) -> dict[str, int]:
     layer["V copy"] = T * H * e
     if not frozen_base:
         layer["context (output projection input)"] = T * H * e
-    if encoder.hidden_dropout > 0:
-        layer["dropout masks on the hidden states"] = encoder.family.hidden_dropouts * z.mask(T * H, e)
-    if v1:
-        # x - mean twice and sqrt(var + eps); and the normalized output when the weight trains.
-        kept = 2 if frozen_base else 3
-        layer[f"LayerNorm as ops: {kept} x T x H and sqrt(var)"] = 2 * (kept * T * H * 4 + T * 4)
-    else:
-        layer["residual sums kept by LayerNorm"] = 2 * T * H * 4
-        layer["LayerNorm mean and rstd"] = 2 * 2 * T * 4
-    layer.update(_ffn_and_linear_terms(encoder, setup))
     return layer
 
 
@@ -475,9 +430,7 @@ def _modernbert_layer_terms(encoder: Encoder, setup: Setup) -> dict[str, int]:
     z = _Sizes(encoder, setup)
     B, S, T, H, F, e = z.B, z.S, z.T, z.H, z.F, z.e
     frozen_base = setup.adapters is not None
-    layer: dict[str, int] = {
-        "LayerNorm inputs (the residual stream) + stats": 2 * (T * H * 4 + 2 * T * 4),
-    }
+    layer: dict[str, int] = {"LayerNorm inputs (the residual stream) + stats": 2 * (T * H * 4 + 2 * T * 4)}
     if not frozen_base:
         layer["LayerNorm outputs (Wqkv's and Wi's input)"] = 2 * T * H * e
     if _fused_attention(encoder, setup):
@@ -525,11 +478,7 @@ def _rms_gated_layer_terms(encoder: Encoder, setup: Setup) -> dict[str, int]:
 
 
 # The layer kinds with arithmetic of their own; every other kind is BERT's post-norm layer.
-_LAYER_TERMS = {
-    DISENTANGLED: _deberta_layer_terms,
-    GATED_ROTARY: _modernbert_layer_terms,
-    RMS_GATED: _rms_gated_layer_terms,
-}
+_LAYER_TERMS = {GATED_ROTARY: _modernbert_layer_terms, RMS_GATED: _rms_gated_layer_terms}
 
 
 def activation_terms(encoder: Encoder, setup: Setup) -> dict[str, int]:
@@ -561,11 +510,6 @@ def activation_terms(encoder: Encoder, setup: Setup) -> dict[str, int]:
     return terms
 
 
-def _linear_weight_elements(encoder: Encoder) -> int:
-    H, F = encoder.hidden, encoder.intermediate
-    return encoder.layer_linear_weights or 4 * H * H + 2 * H * F
-
-
 def _embedding_terms(encoder: Encoder, setup: Setup, trainable: bool) -> dict[str, int]:
     if not trainable:
         return {}  # frozen embeddings: nothing there needs a gradient
@@ -583,7 +527,7 @@ def _embedding_terms(encoder: Encoder, setup: Setup, trainable: bool) -> dict[st
         terms["embeddings: padding mask, float"] = T * 4  # the LayerNorm output is multiplied by it
     if encoder.family.embedding_indices:
         terms["embeddings: position (and token type) ids, int64"] = encoder.family.embedding_indices * T * 8
-    if encoder.embedding_drop > 0 and encoder.family.layer != RMS_GATED:  # EuroBERT: no dropout at all
+    if encoder.embedding_dropout > 0 and encoder.family.layer != RMS_GATED:  # EuroBERT: no dropout at all
         terms["embeddings: dropout mask"] = z.mask(T * E, 4)
     if E != H:  # ALBERT and ELECTRA project the narrower embeddings up to the hidden size
         terms["embeddings: projection input"] = T * E * (2 if setup.half_precision else 4)
@@ -651,17 +595,11 @@ def _modernbert_masks(encoder: Encoder, setup: Setup) -> tuple[bool, bool]:
 
 def _modernbert_mask_terms(encoder: Encoder, setup: Setup) -> dict[str, int]:
     """ModernBERT's attention masks (transformers 5.x masking_utils, measured on CPU at 512 to 8,192
-    tokens, benchmarks/long_context.py).
-
-    The forward builds a bool global mask and a bool sliding-window mask (B x S x S each) and holds
-    them to its end. SDPA makes the mask of each layer float (its query's dtype) and keeps it for
-    backward: every layer's under full fine-tuning, the recomputed layer's under checkpointing.
-    Building the sliding-window mask computes |i - j| for every query and key position in int64
-    (1 x 1 x S x S: the difference and its absolute value, 16 B per element, whatever the batch):
-    early in forward, before any layer has kept anything. With few layers at long sequences that is
-    the step's highest moment (a 2-layer model at 8,192 tokens: twice everything the layers keep),
-    so the activations are the larger of the two moments.
-    """
+    tokens, benchmarks/long_context.py): the bool global and sliding-window masks (`_modernbert_masks`)
+    and the float copy of each layer's that SDPA makes (its query's dtype) and keeps for backward:
+    every layer's under full fine-tuning, the recomputed layer's under checkpointing. Building the
+    sliding-window mask is a moment of its own, early in forward (`_modernbert_mask_building`): with
+    few layers at long sequences the step's highest (2 layers at 8,192 tokens: twice what they keep)."""
     z = _Sizes(encoder, setup)
     terms: dict[str, int] = {}
     global_mask, sliding_mask = _modernbert_masks(encoder, setup)
@@ -681,8 +619,9 @@ def _modernbert_mask_terms(encoder: Encoder, setup: Setup) -> dict[str, int]:
 
 def _modernbert_mask_building(encoder: Encoder, setup: Setup, others: int) -> dict[str, int]:
     """What building the sliding-window mask holds beyond the step's other highest moment (`others`:
-    every other activation term): the int64 |i - j| and its difference (16 x S x S), the global mask
-    built before it, the embeddings' output and what the embeddings keep."""
+    every other activation term): the int64 |i - j| and its difference (1 x 1 x S x S each, 16 B an
+    element whatever the batch), the global mask built before it, the embeddings' output and what the
+    embeddings keep."""
     global_mask, sliding_mask = _modernbert_masks(encoder, setup)
     if not sliding_mask:
         return {}
@@ -720,11 +659,8 @@ def _head_terms(encoder: Encoder, setup: Setup) -> dict[str, int]:
 
 
 def _first_layer_difference(encoder: Encoder, setup: Setup, fused: bool) -> int:
-    """What the first layer keeps less than the others.
-
-    Adapters: the first layer's input needs no gradient (nor, pre-norm, does its first LayerNorm
-    keep it). ModernBERT: its first layer has no LayerNorm before the attention.
-    """
+    """What the first layer keeps less than the others. Adapters: its input needs no gradient (nor,
+    pre-norm, does its first LayerNorm keep it). ModernBERT: it has no LayerNorm before the attention."""
     z = _Sizes(encoder, setup)
     T, H, e = z.T, z.H, z.e
     savings = 0
@@ -780,9 +716,8 @@ def _backward_transient(encoder: Encoder, setup: Setup, fused: bool) -> int:
 def _pre_norm_transient(encoder: Encoder, setup: Setup, fused: bool) -> int:
     """XLM-R XL's highest moment, beyond everything forward kept (fitted to the CPU order of frees).
 
-    The final LayerNorm and the head come last in forward and go first in backward, so at the top
-    layer's moments they are not there: not made yet at the end of the last layer's forward, freed
-    by its backward. Full fine-tuning: the final LayerNorm's backward (the gradients of the last
+    The final LayerNorm and the head are not there at the top layer's moments (docs/planner.md,
+    "Pre-norm"). Full fine-tuning: the final LayerNorm's backward (the gradients of the last
     hidden states and of its input, T x H each), or the FFN's output linear, whose input gradient
     (T x F) joins the LayerNorm's, with the LayerNorm's input freed. LoRA: the end of the last
     layer's forward (the frozen FFN's outputs, referenced but not kept, and the bool attention

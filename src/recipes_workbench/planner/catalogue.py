@@ -1,14 +1,8 @@
-"""The architecture facts of the encoders people fine-tune, by Hub id: config.json values, no weights.
-
-With these, `recipes-lib plan --model NAME` answers offline for every model listed here, on a fresh
-clone with an empty Hugging Face cache. Each entry holds the published config.json values that
-decide the model's size and what its forward keeps (the `transformers.AutoConfig.for_model`
-arguments), the other names people give it, and where the values were checked. What every
-checkpoint of a family shares comes from the family's builder below; everything its config class defaults to already (dropouts, activation,
-layer-norm epsilon) is left out unless the published config differs.
-
-A name that is not here still resolves as before: a local directory or config.json, the Hub cache,
-then the network (configs.load_config_and_source says which it used).
+"""The architecture facts of the encoders people fine-tune, by Hub id: the published config.json values
+(the `AutoConfig.for_model` arguments), no weights, so that `recipes-lib plan --model NAME` answers
+offline on a fresh clone (docs/planner.md, "The catalogue"). A family's builder below holds what all its
+checkpoints share; what its config class defaults to already (dropouts, activation, layer-norm
+epsilon) is left out unless the published config differs.
 """
 
 from __future__ import annotations
@@ -193,10 +187,6 @@ def _mmbert(hidden: int) -> dict[str, Any]:
     return {**_modernbert(256000, hidden, 22, hidden // 64, 1152), "pad_token_id": 0}
 
 
-def _entry(hub_id: str, values: dict[str, Any], checked: str) -> CatalogueEntry:
-    return CatalogueEntry(hub_id, values, checked)
-
-
 def _aliased(hub_id: str, values: dict[str, Any], checked: str) -> CatalogueEntry:
     """A checkpoint also known by its Hub id without the organisation (its pre-2024 id)."""
     return CatalogueEntry(hub_id, values, checked, (hub_id.split("/", 1)[1],))
@@ -309,32 +299,32 @@ _ENTRIES: tuple[CatalogueEntry, ...] = (
     _aliased("microsoft/deberta-v2-xlarge", _deberta_v2_xlarge(layers=24), _DEBERTA_V2_XLARGE),
     _aliased("microsoft/deberta-v2-xxlarge", _deberta_v2_xlarge(layers=48), _PADDLE),
     # ModernBERT
-    _entry("answerdotai/ModernBERT-base", _modernbert(50368, 768, 22, 12, 1152), _MODERNBERT),
-    _entry("answerdotai/ModernBERT-large", _modernbert(50368, 1024, 28, 16, 2624), _MODERNBERT),
+    CatalogueEntry("answerdotai/ModernBERT-base", _modernbert(50368, 768, 22, 12, 1152), _MODERNBERT),
+    CatalogueEntry("answerdotai/ModernBERT-large", _modernbert(50368, 1024, 28, 16, 2624), _MODERNBERT),
     # Ettin encoders (ModernBERT by model_type) and mmBERT (ModernBERT under a 256k vocabulary)
-    _entry("jhu-clsp/ettin-encoder-17m", _ettin(256, 7, 384), _ETTIN.format("very_tiny", "very_tiny")),
-    _entry("jhu-clsp/ettin-encoder-32m", _ettin(384, 10, 576), _ETTIN.format("tiny", "tiny")),
-    _entry("jhu-clsp/ettin-encoder-68m", _ettin(512, 19, 768), _ETTIN.format("mini", "mini")),
-    _entry("jhu-clsp/ettin-encoder-150m", _ettin(768, 22, 1152), _ETTIN.format("base", "base")),
-    _entry("jhu-clsp/ettin-encoder-400m", _ettin(1024, 28, 2624), _ETTIN.format("large", "large")),
-    _entry("jhu-clsp/ettin-encoder-1b", _ettin(1792, 28, 3840), _ETTIN.format("huge", "huge")),
-    _entry("jhu-clsp/mmBERT-small", _mmbert(384), _MMBERT.format("small")),
-    _entry("jhu-clsp/mmBERT-base", _mmbert(768), _MMBERT.format("base")),
+    CatalogueEntry("jhu-clsp/ettin-encoder-17m", _ettin(256, 7, 384), _ETTIN.format("very_tiny", "very_tiny")),
+    CatalogueEntry("jhu-clsp/ettin-encoder-32m", _ettin(384, 10, 576), _ETTIN.format("tiny", "tiny")),
+    CatalogueEntry("jhu-clsp/ettin-encoder-68m", _ettin(512, 19, 768), _ETTIN.format("mini", "mini")),
+    CatalogueEntry("jhu-clsp/ettin-encoder-150m", _ettin(768, 22, 1152), _ETTIN.format("base", "base")),
+    CatalogueEntry("jhu-clsp/ettin-encoder-400m", _ettin(1024, 28, 2624), _ETTIN.format("large", "large")),
+    CatalogueEntry("jhu-clsp/ettin-encoder-1b", _ettin(1792, 28, 3840), _ETTIN.format("huge", "huge")),
+    CatalogueEntry("jhu-clsp/mmBERT-small", _mmbert(384), _MMBERT.format("small")),
+    CatalogueEntry("jhu-clsp/mmBERT-base", _mmbert(768), _MMBERT.format("base")),
     # EuroBERT, GTE (multilingual), NomicBERT: the long-context encoders transformers 5.x ships natively
-    _entry("EuroBERT/EuroBERT-210m", _eurobert(128256, 768, 12, 12, 3072), _EUROBERT_210M),
-    _entry("EuroBERT/EuroBERT-610m", _eurobert(128256, 1152, 26, 18, 4096, num_key_value_heads=6),
+    CatalogueEntry("EuroBERT/EuroBERT-210m", _eurobert(128256, 768, 12, 12, 3072), _EUROBERT_210M),
+    CatalogueEntry("EuroBERT/EuroBERT-610m", _eurobert(128256, 1152, 26, 18, 4096, num_key_value_heads=6),
            _EUROBERT_LARGER.format("610m", 1152, 26, 18, 6, 4096)),
-    _entry("EuroBERT/EuroBERT-2.1B", _eurobert(128256, 2304, 32, 18, 6144, num_key_value_heads=6),
+    CatalogueEntry("EuroBERT/EuroBERT-2.1B", _eurobert(128256, 2304, 32, 18, 6144, num_key_value_heads=6),
            _EUROBERT_LARGER.format("2b", 2304, 32, 18, 6, 6144)),
     CatalogueEntry(
         "alibaba-nlp-community/gte-multilingual-base", _gte(250048, 768, 12, 12, 3072),
         _GTE_MULTILINGUAL, ("Alibaba-NLP/gte-multilingual-base",),
     ),
-    _entry("nomic-ai/nomic-embed-text-v1.5", _nomic_bert(30528, 768, 12, 12, 3072), _NOMIC_EMBED),
+    CatalogueEntry("nomic-ai/nomic-embed-text-v1.5", _nomic_bert(30528, 768, 12, 12, 3072), _NOMIC_EMBED),
     # ELECTRA (the discriminators: the model one fine-tunes), with their embedding width
-    _entry("google/electra-small-discriminator", _electra(30522, 256, 12, 4, 1024, embedding_size=128), _ELECTRA),
-    _entry("google/electra-base-discriminator", _electra(30522, 768, 12, 12, 3072, embedding_size=768), _ELECTRA),
-    _entry("google/electra-large-discriminator", _electra(30522, 1024, 24, 16, 4096, embedding_size=1024), _ELECTRA),
+    CatalogueEntry("google/electra-small-discriminator", _electra(30522, 256, 12, 4, 1024, embedding_size=128), _ELECTRA),
+    CatalogueEntry("google/electra-base-discriminator", _electra(30522, 768, 12, 12, 3072, embedding_size=768), _ELECTRA),
+    CatalogueEntry("google/electra-large-discriminator", _electra(30522, 1024, 24, 16, 4096, embedding_size=1024), _ELECTRA),
     # ALBERT v2
     _aliased("albert/albert-base-v2", _albert(30000, 768, 12, 12, 3072), _ALBERT),
     _aliased("albert/albert-large-v2", _albert(30000, 1024, 24, 16, 4096), _ALBERT),
@@ -343,23 +333,23 @@ _ENTRIES: tuple[CatalogueEntry, ...] = (
     # MPNet
     _aliased("microsoft/mpnet-base", _mpnet(30527, 768, 12, 12, 3072), _MPNET),
     # ERNIE 2.0 (English) and 3.0 (Chinese)
-    _entry("nghuyong/ernie-2.0-base-en", _ernie(30522, 768, 12, 12, 3072), _ERNIE),
-    _entry("nghuyong/ernie-2.0-large-en", _ernie(30522, 1024, 24, 16, 4096), _ERNIE),
-    _entry("nghuyong/ernie-3.0-nano-zh", _ernie_3(312, 4, 1248, task_types=16), _ERNIE),
-    _entry("nghuyong/ernie-3.0-medium-zh", _ernie_3(768, 6, 3072, task_types=16), _ERNIE),
-    _entry("nghuyong/ernie-3.0-base-zh", _ernie_3(768, 12, 3072, task_types=3), _ERNIE_3_BASE),
+    CatalogueEntry("nghuyong/ernie-2.0-base-en", _ernie(30522, 768, 12, 12, 3072), _ERNIE),
+    CatalogueEntry("nghuyong/ernie-2.0-large-en", _ernie(30522, 1024, 24, 16, 4096), _ERNIE),
+    CatalogueEntry("nghuyong/ernie-3.0-nano-zh", _ernie_3(312, 4, 1248, task_types=16), _ERNIE),
+    CatalogueEntry("nghuyong/ernie-3.0-medium-zh", _ernie_3(768, 6, 3072, task_types=16), _ERNIE),
+    CatalogueEntry("nghuyong/ernie-3.0-base-zh", _ernie_3(768, 12, 3072, task_types=3), _ERNIE_3_BASE),
     # Sentence-embedding BERTs (fine-tuned for classification like any BERT)
     _aliased("sentence-transformers/all-MiniLM-L6-v2", _bert(30522, 384, 6, 12, 1536), _MINILM_L6),
     _aliased("sentence-transformers/all-MiniLM-L12-v2", _bert(30522, 384, 12, 12, 1536), _MINILM_L12),
-    _entry("BAAI/bge-small-en-v1.5", _bert(30522, 384, 12, 12, 1536), _EMBEDDING_BERT),
-    _entry("BAAI/bge-base-en-v1.5", _bert(30522, 768, 12, 12, 3072), _EMBEDDING_BERT),
-    _entry("BAAI/bge-large-en-v1.5", _bert(30522, 1024, 24, 16, 4096), _BGE_LARGE),
-    _entry("intfloat/e5-small-v2", _bert(30522, 384, 12, 12, 1536), _EMBEDDING_BERT),
-    _entry("intfloat/e5-base-v2", _bert(30522, 768, 12, 12, 3072), _E5_BASE),
-    _entry("intfloat/e5-large-v2", _bert(30522, 1024, 24, 16, 4096), _EMBEDDING_BERT),
-    _entry("thenlper/gte-small", _bert(30522, 384, 12, 12, 1536), _EMBEDDING_BERT),
-    _entry("thenlper/gte-base", _bert(30522, 768, 12, 12, 3072), _EMBEDDING_BERT),
-    _entry("thenlper/gte-large", _bert(30522, 1024, 24, 16, 4096), _EMBEDDING_BERT),
+    CatalogueEntry("BAAI/bge-small-en-v1.5", _bert(30522, 384, 12, 12, 1536), _EMBEDDING_BERT),
+    CatalogueEntry("BAAI/bge-base-en-v1.5", _bert(30522, 768, 12, 12, 3072), _EMBEDDING_BERT),
+    CatalogueEntry("BAAI/bge-large-en-v1.5", _bert(30522, 1024, 24, 16, 4096), _BGE_LARGE),
+    CatalogueEntry("intfloat/e5-small-v2", _bert(30522, 384, 12, 12, 1536), _EMBEDDING_BERT),
+    CatalogueEntry("intfloat/e5-base-v2", _bert(30522, 768, 12, 12, 3072), _E5_BASE),
+    CatalogueEntry("intfloat/e5-large-v2", _bert(30522, 1024, 24, 16, 4096), _EMBEDDING_BERT),
+    CatalogueEntry("thenlper/gte-small", _bert(30522, 384, 12, 12, 1536), _EMBEDDING_BERT),
+    CatalogueEntry("thenlper/gte-base", _bert(30522, 768, 12, 12, 3072), _EMBEDDING_BERT),
+    CatalogueEntry("thenlper/gte-large", _bert(30522, 1024, 24, 16, 4096), _EMBEDDING_BERT),
 )
 # fmt: on
 
@@ -374,7 +364,5 @@ def catalogue_entry(name: str) -> CatalogueEntry | None:
     return CATALOGUE.get(name) or CATALOGUE.get(_ALIASES.get(name, ""))
 
 
-def catalogue_names(with_aliases: bool = False) -> list[str]:
-    """The Hub ids the catalogue lists (with their aliases, when asked), in its order."""
-    names = list(CATALOGUE)
-    return names + list(_ALIASES) if with_aliases else names
+def catalogue_names() -> list[str]:
+    return list(CATALOGUE)

@@ -1,8 +1,5 @@
-"""Model configs for the planner, with no weights: from a local directory or config.json, the Hub
-cache, the catalogue of published encoders (catalogue.py), or the Hub, so `recipes-lib plan`
-answers offline for every catalogue model with nothing downloaded. BERT_FAMILY is BERT at every
-size, for the largest model that fits.
-"""
+"""Model configs for the planner, with no weights (`load_config_and_source` says from where), and
+BERT_FAMILY: BERT at every size, for the largest model that fits."""
 
 from __future__ import annotations
 
@@ -10,17 +7,9 @@ import json
 from pathlib import Path
 from typing import Any
 
-from recipes_lib.config.family_registry import BERT
 from recipes_lib.errors import ModelError
 from recipes_workbench.planner.catalogue import CATALOGUE, catalogue_entry, catalogue_names
 
-# The catalogue's BERT checkpoints as BertConfig keyword arguments, by Hub id and alias (for
-# callers that build a BertConfig themselves; every other lookup goes through the catalogue).
-KNOWN_CONFIGS: dict[str, dict[str, Any]] = {
-    name: {key: value for key, value in entry.values.items() if key != "model_type"}
-    for name in catalogue_names(with_aliases=True)
-    if (entry := catalogue_entry(name)).model_type == BERT.model_type
-}
 _BERT_UNCASED_VOCAB = CATALOGUE["google-bert/bert-base-uncased"].values["vocab_size"]
 
 # Where a config came from, as the plan says it (the first words are what tests and users read).

@@ -1,12 +1,6 @@
-"""What decides an encoder's activation memory, read off its config and its model on the meta device.
-
-`Encoder.from_config` builds the model on PyTorch's meta device (shapes, no memory) and reads the
-sizes: FFN width (DistilBERT's hidden_dim, ModernBERT's gated 2F-wide first linear), embedding width
-(ALBERT and ELECTRA project E up to H), one layer's weights, what the FFN activation keeps (run once:
-ALBERT's gelu_new keeps 4 T x F), the attention kernels the class has (DeBERTa and MPNet: eager only)
-and the linears the adapters wrap ("auto": the family's own). What each family's forward keeps
-beyond that, which neither the config nor the modules say, is its family's row in the planner's
-table (`FamilyForward`, forwards.py).
+"""What decides an encoder's activation memory, read off its config and its model built on PyTorch's
+meta device (shapes, no memory): the `Encoder`'s fields. What a family's forward keeps beyond them,
+which neither the config nor the modules say, is its `FamilyForward` (forwards.py).
 """
 
 from __future__ import annotations
@@ -52,8 +46,7 @@ class RelativePositions:
 
 @dataclass(frozen=True)
 class Encoder:
-    """What decides an encoder's activation memory: sizes from its config, structure from its modules
-    (the module docstring says what `from_config` reads off the meta model)."""
+    """What decides an encoder's activation memory: sizes from its config, structure from its modules."""
 
     model_type: str
     hidden: int
@@ -63,9 +56,11 @@ class Encoder:
     hidden_dropout: float
     attention_dropout: float
     classifier_dropout: float
-    # The defaults below are BERT's: an Encoder built by hand with the fields above is bert-base-like.
-    embedding: int = 0  # token embedding width; 0: the hidden size
-    embedding_dropout: float | None = None  # None: hidden_dropout
+    embedding_dropout: float
+    embedding: int  # token embedding width (ALBERT and ELECTRA project it up to the hidden size)
+    layer_parameters: int  # one layer's parameters
+    layer_linear_weights: int  # one layer's linear weights
+    # The defaults below are BERT's.
     family: FamilyForward = FamilyForward()
     sdpa: bool = True  # the model class runs PyTorch's SDPA (DeBERTa and MPNet: eager attention only)
     flash_attention: bool = False  # the model class runs FlashAttention 2 (_supports_flash_attn)
@@ -73,8 +68,6 @@ class Encoder:
     activation_keeps: int = 1  # T x F tensors the FFN activation keeps (GELU: its input; tanh-GELU: 4)
     activation_keeps_output: bool = False  # ReLU keeps its output, which the next linear reads anyway
     gated_ffn: bool = False  # the first FFN linear is 2F wide: activation(one half) x the other half
-    layer_parameters: int = 0  # one layer's parameters; 0: BERT's
-    layer_linear_weights: int = 0  # one layer's linear weights; 0: BERT's
     adapters: tuple[Adapter, ...] = ()  # the LoRA-adapted linears of one layer
     head_trains: bool = True  # the head's first linear trains (with adapters: when it is new, or asked)
     relative: RelativePositions | None = None  # DeBERTa
@@ -83,14 +76,6 @@ class Encoder:
     # DeBERTa-v2 xlarge/xxlarge (conv_kernel_size > 0): the weights of the ConvLayer that mixes the
     # embeddings into the first layer's output; 0: none.
     conv_weights: int = 0
-
-    @property
-    def embedding_width(self) -> int:
-        return self.embedding or self.hidden
-
-    @property
-    def embedding_drop(self) -> float:
-        return self.hidden_dropout if self.embedding_dropout is None else self.embedding_dropout
 
     @property
     def adapted_projections(self) -> set[str]:

@@ -1,9 +1,6 @@
-"""What trains in a memory budget: every catalogue model against every recipe, with and without
-activation checkpointing, as `recipes-lib plan --fits` prints it (the README's "What trains in
-24 GB" table).
-
-Every figure is the planner's prediction from the config alone; nothing here has run on a GPU.
-Beside the recipes, the memory techniques the largest encoders need on one GPU (TECHNIQUES).
+"""What trains in a memory budget: every catalogue model against every recipe and the memory techniques
+the largest encoders need on one GPU (TECHNIQUES), with and without activation checkpointing, as
+`recipes-lib plan --fits` prints it. Every figure is predicted from the config alone, none measured.
 """
 
 from __future__ import annotations
@@ -103,17 +100,14 @@ class ModelFits:
     # The precision it was planned in, with why (its family's own choice), where it is not the table's.
     other_precision: str = ""
 
-    def fits(self, recipe: str, checkpointing: bool, batch: int) -> bool:
-        """Whether `batch` fits: the predicted peak grows with the batch, so up to the largest one does."""
-        return self.max_batch.get((recipe, checkpointing), 0) >= batch
-
     def cheapest(self, recipes: Iterable[str], batch: int) -> str:
         """The first way to train at `batch` that fits, in the order that gives up least: the recipes
         in the registry's order (each trades more for memory than the one before), each without
         activation checkpointing, then with it (which costs time, about a third more compute, not results)."""
         for recipe in recipes:
             for checkpointing in (False, True):
-                if self.fits(recipe, checkpointing, batch):
+                # The predicted peak grows with the batch: every batch up to the largest fits.
+                if self.max_batch.get((recipe, checkpointing), 0) >= batch:
                     return f"{recipe} + ckpt" if checkpointing else recipe
         return "none"
 
@@ -193,11 +187,7 @@ def _batch_cell(row: ModelFits, recipe: str) -> str:
 
 
 def format_fits(
-    rows: list[ModelFits],
-    recipes: Iterable[str],
-    setup: Setup,
-    budget_gib: float,
-    markdown: bool = False,
+    rows: list[ModelFits], recipes: Iterable[str], setup: Setup, budget_gib: float, markdown: bool = False
 ) -> str:
     """One row per model: its parameters, the cheapest recipe that fits at the setup's batch, and
     each recipe's (and technique's, `fits_columns`) largest batch; then what the cells mean and which

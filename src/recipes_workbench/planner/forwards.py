@@ -1,11 +1,9 @@
 """What each encoder family's forward keeps for backward that neither its config nor its modules say.
 
-One row per family of config/family_registry.py, keyed by the family's own model_type: the planner's
-per-layer terms (arithmetic.py), read off transformers' modeling_<family>.py (5.x) and checked
-against measured training steps of a tiny model of every family (tests/workbench/test_planner_families.py,
-which also checks that every family has a row). Everything that has a size comes from the config and
-the model built on the meta device (`Encoder.from_config`). Only the planner reads this table: a
-recipe never loads it.
+One row per family of config/family_registry.py, keyed by its model_type, read off transformers'
+modeling_<family>.py (5.x) and checked against measured steps of every family's tiny model
+(tests/workbench/test_planner_families.py, which also checks that every family has a row). Only the
+planner reads this table: a recipe never loads it.
 """
 
 from __future__ import annotations

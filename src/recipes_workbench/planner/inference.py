@@ -1,9 +1,6 @@
-"""The plan of a no-grad forward: distillation's teacher pass, before the student loads.
-
-recipes/distill.py runs its teacher once under torch.inference_mode, then frees it; only then does the
-student load and train, so the run's peak is the larger of two plans: the teacher pass's (weights, one
-layer's moment of a no-grad forward, the batch: no gradients, no optimizer state) and the student's
-training (plan.py). docs/memory.md ("Distillation: the teacher pass and the student") shows both.
+"""The plan of a no-grad forward: distillation's teacher pass, which runs and is freed before the
+student loads, so the run's peak is the larger of the two plans (docs/memory.md, "Distillation: the
+teacher pass and the student").
 """
 
 from __future__ import annotations

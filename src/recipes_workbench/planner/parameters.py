@@ -24,14 +24,9 @@ class Parameters:
 
 
 def count_parameters_on_meta(config, shape: TrainingShape | None = None) -> Parameters:
-    """Build the model a recipe of this shape trains on the meta device and count what it holds, by kind.
-
-    Shapes only, no memory, no download. `.total` and `.trainable` are what
-    `modeling.count_parameters` gives for the real model (a 4-bit base holds the same number of
-    parameters, packed), for every family: the adapters wrap the layers `add_lora` wraps ("auto":
-    the family's own), and train in full what the checkpoint lacks, as in a recipe
-    (`modules_the_checkpoint_lacks`).
-    """
+    """Build the model a recipe of this shape trains on the meta device and count what it holds, by
+    kind: adapters wrap what `add_lora` wraps ("auto": the family's own) and what the checkpoint lacks
+    trains in full, as in a recipe (a 4-bit base holds the same number of parameters, packed)."""
     from recipes_lib.modeling.families import meta_model
 
     shape = shape or TrainingShape()
@@ -123,7 +118,6 @@ def modules_the_checkpoint_lacks(config, model) -> tuple[str, ...]:
 
 
 def _with_parameters(network) -> set[str]:
-    """The paths of the network's modules with parameters of their own."""
     return {
         path
         for path, module in network.named_modules()
@@ -132,7 +126,6 @@ def _with_parameters(network) -> set[str]:
 
 
 def _outside_base(network) -> set[str]:
-    """The paths of the modules with parameters of their own outside the network's base model."""
     prefix = network.base_model_prefix
     return {
         path

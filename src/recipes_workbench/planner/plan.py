@@ -1,18 +1,9 @@
-"""The plan: one model trained one way (a `Setup`), its parts in bytes and the predicted peak, and
-the largest batch that fits a budget.
+"""The plan: one model trained one way (a `Setup`), its parts in bytes and the predicted peak
+(`MemoryPlan.peak_tensors`: which parts meet at it), and the largest batch that fits a budget.
 
-The parts do not all peak at once: the Trainer frees the gradients after every optimizer step, so
-they build up in backward while the activations go. The predicted peak is weights + optimizer
-state + the larger of activations and gradients (both, with gradient accumulation) + the batch,
-plus the CUDA context; the plain sum of the parts is shown as an upper bound.
-
-The batch planned is the longest one (batch x max length), padded, with the optimizer state in
-place, whichever --length_grouping the run uses (a peak batch with no padding leaves out the float
-attention mask planned for fused SDPA: the plan errs high by it, never low). A paged 8-bit AdamW's
-state may leave the GPU during forward and backward and is all back at the optimizer step, so the
-peak is the larger of the two moments (`MemoryPlan.peak_tensors`); DeepSpeed ZeRO-Offload keeps the
-optimizer state, the fp32 master weights and gradients in CPU memory (`host`). docs/planner.md ("How
-good it is", "Memory techniques for the largest encoders") gives what each assumes and what was measured.
+The batch planned is the longest one, padded, with the optimizer state in place; docs/planner.md
+("How good it is", "Memory techniques for the largest encoders") gives what each assumes and what
+was measured.
 """
 
 from __future__ import annotations
@@ -76,7 +67,7 @@ class MemoryPlan:
         they build up in backward as the activations go: the peak holds the larger of the two.
         With gradient accumulation the gradients stay between micro-batches and meet the activations.
         A paged optimizer's state may be on the CPU during forward and backward, and is all on the
-        device at the optimizer step, with the weights and gradients (the module docstring).
+        device at the optimizer step, with the weights and gradients.
         """
         if self.setup.gradient_accumulation_steps > 1 or self.setup.optimizer_offload:
             # ZeRO-Offload's gradient buffers exist from the start of backward (the staging buffer
@@ -220,12 +211,9 @@ def _training_state(encoder: Encoder, parameters: Parameters, setup: Setup) -> d
 def largest_batch(
     config, setup: Setup, budget_bytes: int, limit: int = 4096, parameters: Parameters | None = None
 ) -> int:
-    """The largest per-device batch whose predicted peak fits the budget (0: not even batch 1), up to `limit`.
-
-    Every part but the activations is fixed, and the activations grow with the batch, so
-    doubling then bisecting finds the edge in a few dozen evaluations of the arithmetic.
-    `parameters`: as in plan_memory.
-    """
+    """The largest per-device batch whose predicted peak fits the budget (0: not even batch 1), up to
+    `limit` (`parameters`: as in plan_memory). Only the activations grow with the batch, so doubling
+    then bisecting finds the edge in a few dozen evaluations of the arithmetic."""
     parameters = parameters or count_parameters_on_meta(config, setup.shape)
 
     def fits(batch: int) -> bool:

@@ -61,16 +61,10 @@ def plan_models(
     num_labels: int = 2,
     precision_for: PrecisionFor | None = None,
 ) -> list[PlanRow]:
-    """A plan and the largest batch that fits, for every model and every {label: shape}.
-
-    `precision_for(model_type)` gives (precision, why) per model, as its recipe would choose for its
-    family; without it every model is planned in the setup's precision.
-
-    Every row that can be planned is; one that cannot says why in its `error`: a config that does
-    not load, a model the planner does not know, adapters that name no layer of the model, or a
-    shape that could not be made (given as the exception that stopped it, e.g. a recipe's options
-    that failed validation).
-    """
+    """A plan and the largest batch that fits, for every model and every {label: shape}, each model in
+    the precision `precision_for(model_type)` gives (without it, the setup's). A row that cannot be
+    planned says why in its `error`: a config that does not load, a model the planner does not know,
+    adapters that name no layer, or a shape given as the exception that stopped it."""
     rows = []
     for model in models:
         try:
@@ -236,23 +230,17 @@ def format_sources(rows: list[PlanRow]) -> str:
 
 def format_other_precisions(rows: list[PlanRow], setup: Setup) -> list[str]:
     """A line per model planned in another precision than the table's header says (a family's own choice)."""
-    other = {
-        row.model: row.plan.setup
+    lines = {  # an ordered set: every row of a model is planned in the model's precision
+        f"{row.model}: planned in {row.plan.setup.precision} ({row.plan.setup.precision_reason})": None
         for row in rows
         if row.plan is not None and row.plan.setup.precision != setup.precision
     }
-    return [
-        f"{model}: planned in {planned.precision} ({planned.precision_reason})"
-        for model, planned in other.items()
-    ]
+    return list(lines)
 
 
 def format_plan_table(rows: list[PlanRow], budget_gib: float, markdown: bool = False) -> str:
-    """One row per (model, recipe), in GiB, or MiB when every plan is under 1 GiB (small models).
-
-    A row that could not be planned keeps its place, with "-" for every figure and "not planned"
-    where the verdict goes (`format_not_planned` says why).
-    """
+    """One row per (model, recipe), in GiB, or MiB when every plan is under 1 GiB (small models); a row
+    that could not be planned keeps its place, "-" for every figure and "not planned" for the verdict."""
     planned = [row.plan.total for row in rows if row.plan is not None]
     unit, scale = ("GiB", 1 / GIB) if max(planned, default=0) >= GIB else ("MiB", 1 / MIB)
 
@@ -305,10 +293,8 @@ def format_not_planned(rows: list[PlanRow]) -> list[str]:
 
 
 def format_family(shapes: Mapping[str, TrainingShape | Exception], setup: Setup, budget_gib: float) -> str:
-    """For every {label: shape}: the largest BERT_FAMILY configuration that fits the budget.
-
-    A shape given as an exception (it could not be made) is reported as not planned, as in plan_models.
-    """
+    """For every {label: shape}: the largest BERT_FAMILY configuration that fits the budget (a shape
+    given as an exception, one that could not be made, is reported as not planned, as in plan_models)."""
     lines = [
         f"Largest BERT-family configuration that fits {budget_gib:g} GiB at batch {setup.batch_size} x "
         f"{setup.seq_length} (family: {', '.join(name.split(' (')[0] for name, _ in BERT_FAMILY)}):"

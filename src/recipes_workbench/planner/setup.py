@@ -19,10 +19,8 @@ from recipes_lib.errors import ConfigError
 DEFAULT_CUDA_OVERHEAD_GIB = 0.5
 
 # Several processes (accelerate_configs/): the parts of the training state each process keeps only
-# 1/N of, for N processes; the other parts every process holds in full. Activations belong to each
-# process's own batch, so they never divide. With the weights sharded, each process still gathers the
-# full weights of the layer it computes (FSDP wraps one unit per BertLayer; ZeRO-3 gathers submodules
-# as they run): one encoder layer, in bf16 under mixed precision, is added to the weights. The split
+# 1/N of (docs/multi-gpu.md); activations belong to each process's own batch, so they never divide.
+# Sharded weights add the layer each process gathers to compute (gathered_layer_bytes). The split
 # follows this planner's layout (fp32 weights and gradients, as the Trainer keeps them); DeepSpeed's
 # bf16 mode keeps bf16 weights and gradients and an fp32 master copy in the optimizer state: the same
 # bytes, split differently.
