@@ -1,9 +1,6 @@
-"""The test split of a cross-validation: scored by each fold's model and by the folds together.
-
-Every fold's run scores the --test_file in its own process right after training, so nothing else of
-its model is needed here and the folds' weights can go once they finish (runner.py). Per fold: the
-metric, mean ± std; the ensemble: the folds' probabilities averaged row by row, scored as one model,
-its predictions in OUTPUT_DIR/test_ensemble_predictions.jsonl (docs/crossval.md, "The test split").
+"""The test split of a cross-validation (docs/crossval.md, "The test split"): each fold's run scored the
+--test_file in its own process, so only its predictions are read here: per fold the metric, mean ± std;
+the ensemble the folds' probabilities averaged row by row, scored as one model.
 """
 
 from __future__ import annotations

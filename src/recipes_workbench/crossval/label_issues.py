@@ -1,12 +1,6 @@
-"""`recipes-lib label-issues`: the rows most likely mislabelled, by cleanlab (the 'data-quality' extra), from
-held-out probabilities: a crossval directory's oof_predictions.jsonl (every training row), or a run's
-eval_predictions.jsonl (its validation rows only). Regression has no class probabilities to judge.
-
-The probabilities must be held out (a model's scores of its own training rows are confident about
-whatever it memorised, wrong labels included), and come from a model that learnt: one at chance
-disagrees with most labels, and cleanlab flags its errors as label issues. So `learning_check` compares
-held-out accuracy with the majority-class rate, and `class_check` withholds the rows of a class the
-model (almost) never predicts. docs/crossval.md ("Label issues") says what each file and caution holds.
+"""`recipes-lib label-issues`: the rows most likely mislabelled, by cleanlab, from held-out probabilities
+(a crossval's every training row, or a run's validation rows), with the checks that the model had learnt
+(`learning_check`) and which classes it never predicts (`class_check`): docs/crossval.md, "Label issues".
 """
 
 from __future__ import annotations

@@ -1,10 +1,5 @@
-"""`recipes-lib crossval`: K folds as the sweep's trials, then the out-of-fold predictions and the figures.
-
-The engine is the sweep's (src/recipes_workbench/sweep/): each fold is one trial, its own `accelerate launch`
-of the recipe script (trials.py) with --train_file and --validation_file pointing at the fold's files;
-the study is OUTPUT_DIR/crossval.db (Optuna's RDB storage on SQLite, with its heartbeat), one study whose
-trials are the folds, enqueued in order. Rerunning the same command resumes: a fold a killed run left running is failed
-by the heartbeat and queued again, finished folds are not rerun (study.py, runner.py).
+"""`recipes-lib crossval`: K folds as the sweep's trials (one study in OUTPUT_DIR/crossval.db whose trials
+are the folds, enqueued in order, resumable as a sweep is), then the out-of-fold predictions and the figures.
 """
 
 from __future__ import annotations

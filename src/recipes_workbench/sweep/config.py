@@ -1,10 +1,5 @@
-"""What a sweep is: read from a YAML file (and the flags of `recipes-lib sweep`), checked, and turned
-into each trial's command.
-
-Each recipe gets its own learning-rate search on the validation split at `search_seed`, then the rate
-it chose is repeated over `seeds` (docs/sweeps.md: the file's keys, recipes/sweeps/sweep_demo.yaml an
-example). Every key is checked before anything runs; an unknown or bad one stops the sweep with one
-paragraph naming it and the fix. This module reads and checks only (no torch, no Optuna):
+"""What a sweep is (docs/sweeps.md, "The sweep file"): the YAML file and `recipes-lib sweep`'s flags, every
+key checked before anything runs, and each trial's command. It reads and checks only (no torch, no Optuna):
 `--wandb_sweep` and the parser need nothing more.
 """
 
@@ -511,13 +506,8 @@ def trial_command(config: SweepConfig, recipe: str, lr: float, seed: int, python
 
 
 def crossval_command(config: SweepConfig, recipe: str, lr: float, seed: int, python: str) -> list[str]:
-    """`folds`: the trial as `recipes-lib crossval` of the recipe at its learning rate, in the trial's directory.
-
-    crossval is the same engine one level down: each fold its own `accelerate launch`, its own study in the
-    trial's directory (crossval.db), so a rerun trial resumes at the fold it stopped in. `seed` seeds both
-    the split and every fold's training: the search's trials share one split (their learning rates are
-    compared on the same rows), each seed of the seeds phase draws its own (repeated cross-validation).
-    """
+    """`folds`: the trial as `recipes-lib crossval` of the recipe at its learning rate, in the trial's directory
+    (`seed` seeds the split and the folds' training: docs/crossval.md, "Cross-validated sweep trials")."""
     command = [
         python, "-m", "recipes_workbench.cli", "crossval", recipe,
         "--folds", str(config.folds),
@@ -534,11 +524,8 @@ def crossval_command(config: SweepConfig, recipe: str, lr: float, seed: int, pyt
 
 
 def wandb_sweep_config(config: SweepConfig, recipe: str) -> dict[str, Any]:
-    """A W&B Sweeps config running this recipe's search the way `recipes-lib sweep` launches it.
-
-    W&B's controller knows one program per sweep and no second phase, so it is the search: the
-    learning rates at search_seed (grid) or the range (bayes); the seeds phase is a second sweep.
-    """
+    """A W&B Sweeps config running this recipe's search the way `recipes-lib sweep` launches it. W&B's
+    controller knows one program per sweep and no second phase: the seeds phase is a second sweep."""
     search = config.recipe(recipe).learning_rates
     if search.is_grid:
         learning_rate: dict[str, Any] = {"values": list(search.grid)}

@@ -1,10 +1,5 @@
-"""Trials in parallel: `--workers N` on one machine, `--storage URL` shared between machines.
-
-Each phase (a recipe's search, its seeds; a cross-validation's folds) is one Optuna study: what it has
-left is enqueued (`Study.enqueue_trial`), and N worker threads, each calling `study.optimize(n_trials=1)`
-on the shared storage, take the waiting trials one at a time. A value machines queued twice runs once
-(`claim`: the other copies end PRUNED, unlaunched), and the outputs are written once, by the worker that
-creates the study's report marker (`claim_report`). docs/sweeps.md ("Trials in parallel") has the details.
+"""Trials in parallel, `--workers N` on one machine, `--storage URL` shared between machines: each phase's
+values enqueued in one Optuna study, taken by worker threads (docs/sweeps.md, "Trials in parallel").
 """
 
 from __future__ import annotations

@@ -1,9 +1,6 @@
-"""The sweep's report: per recipe its chosen learning rate and the seeds' spread, each pair of recipes
-tested against the seed-to-seed noise (Welch's t-test, with the difference it could detect); as a
-terminal table, sweep_results.json and sweep_results.png (docs/sweeps.md, "The report").
-
-When search_seed is one of `seeds`, its search trial counts as that seed's trial, and its validation
-figure is then also the one the rate was chosen on (optimistic); the report says so.
+"""The sweep's report (docs/sweeps.md, "The report"): per recipe its chosen learning rate and the seeds'
+spread, each pair of recipes tested against the seed-to-seed noise (Welch's t-test); as a terminal table,
+sweep_results.json and sweep_results.png.
 """
 
 from __future__ import annotations

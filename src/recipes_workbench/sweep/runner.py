@@ -1,11 +1,5 @@
 """The sweep: check, print the plan, run each recipe's search then its chosen learning rate over the
-seeds, report. Rerunning the same command resumes it (docs/sweeps.md, "The study, and resuming").
-
-A grid's points are enqueued one at a time in ascending order, so the trials run in the order they
-were printed and a rerun knows which are left. A trial stopped by Ctrl-C or SIGTERM is recorded as
-interrupted at once and queued again here (prepare_retries); one a killed sweep left running, by the
-heartbeat (study.py). The sweep's own process never touches a GPU: the arguments and the planner are
-checked in a child process (preflight.py), and each trial is its own `accelerate launch` (trials.py).
+seeds, report; rerunning the same command resumes it (docs/sweeps.md, "The study, and resuming").
 """
 
 from __future__ import annotations
@@ -246,16 +240,17 @@ def run_seeds(run: Run, recipe: str, chosen_lr: float) -> None:
     seeds = list(config.seeds_to_run)
     if not seeds:
         return
-    study = open_study(run.storage, name, config, seeds_sampler(seeds))
-    check_search_space(study, {"learning_rate": chosen_lr, "seeds": seeds})
-    prepare_retries(study, run, "seed")
     chosen = f"{recipe} lr={format_lr(chosen_lr)}"
-
-    def make_trial(trial) -> Trial:
-        return run.make_trial(recipe, SEEDS, chosen_lr, trial.suggest_categorical("seed", seeds), chosen)
 
     def seeds_study(slot: int):
         return open_study(run.storage, name, config, seeds_sampler(seeds))
+
+    study = seeds_study(0)
+    check_search_space(study, {"learning_rate": chosen_lr, "seeds": seeds})
+    prepare_retries(study, run, "seed")
+
+    def make_trial(trial) -> Trial:
+        return run.make_trial(recipe, SEEDS, chosen_lr, trial.suggest_categorical("seed", seeds), chosen)
 
     run.drain(run.phase(name, "seed", seeds, 0, seeds_study, make_trial))
 
@@ -294,14 +289,7 @@ def planned_trials(run: Run, preflight: dict[str, dict[str, Any]]) -> list[dict[
 
 
 def _row(recipe, phase, lr, seed, trial=None, skip=None) -> dict[str, Any]:
-    row = {
-        "recipe": recipe,
-        "phase": phase,
-        "learning_rate": lr,
-        "seed": seed,
-        "status": "to run",
-        "value": None,
-    }
+    row = dict(recipe=recipe, phase=phase, learning_rate=lr, seed=seed, status="to run", value=None)
     if trial is not None:
         row.update(status=status_of(trial), value=trial.value, wall_s=trial.user_attrs.get("wall_s"))
     elif skip is not None:

@@ -1,10 +1,6 @@
-"""The sweep's study database, OUTPUT_DIR/sweep.db (Optuna's RDB storage on SQLite), and what the sweep
-and its report read back from it: per recipe a `<recipe>:search` and a `<recipe>:seeds:lr=<lr>` study.
-
-A trial whose sweep died (kill -9, a crash, a lost machine) is Optuna's own business: a trial whose
-heartbeat stopped is failed by Optuna's `fail_stale_trials` and handed to the storage's stale-trial
-callback, RequeueStaleTrials, which stops what still runs of it and queues its parameters again.
-docs/sweeps.md ("The study, and resuming") says what each trial records and how a rerun resumes.
+"""The sweep's study database, OUTPUT_DIR/sweep.db (Optuna's RDB storage), and what the sweep and its
+report read back from it. A trial whose sweep died is failed by Optuna's heartbeat and queued again by
+RequeueStaleTrials (docs/sweeps.md, "The study, and resuming").
 """
 
 from __future__ import annotations

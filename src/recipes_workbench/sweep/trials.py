@@ -1,9 +1,6 @@
-"""One trial of a sweep: its `accelerate launch`, waited for, and its outcome read from its exit code,
-its log and its results.json; and the processes of a trial whose sweep died, stopped.
-
-Nothing is shared between trials in the sweep's process: no model, no data, no CUDA context. Each
-trial is a fresh `accelerate launch` of its recipe script with its own output_dir, log and W&B run;
-the sweep's process only waits for it.
+"""One trial of a sweep: a fresh `accelerate launch` of its recipe script (nothing shared between trials
+in the sweep's process), waited for, its outcome read from its exit code, log and results.json; and the
+processes of a trial whose sweep died, stopped.
 """
 
 from __future__ import annotations
