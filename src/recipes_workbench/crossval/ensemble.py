@@ -30,7 +30,6 @@ ENSEMBLE_HOW = {
 SINGLE_LABEL_HOW = "the mean of the folds' softmax probabilities, the likeliest class predicted"
 
 
-# A finished fold is not rerun: its directory goes first.
 def read_test_predictions(fold_dir: Path) -> list[dict[str, Any]]:
     path = Path(fold_dir) / TEST_PREDICTIONS_FILE
     if not path.is_file():

@@ -14,7 +14,6 @@ from typing import Any
 import numpy as np
 
 from recipes_lib.config.tasks import MULTI_LABEL, REGRESSION
-from recipes_lib.data.files import DELIMITED
 from recipes_lib.errors import ConfigError, DataError
 from recipes_lib.evaluation.neglected import NEGLECTED_RECALL, describe_class
 from recipes_lib.evaluation.predictions import EVAL_PREDICTIONS_FILE
@@ -22,7 +21,13 @@ from recipes_lib.locking import lock_directory
 from recipes_lib.results import RESULTS_FILE as RUN_RESULTS_FILE
 from recipes_lib.results import read_results
 from recipes_lib.whole_files import read_json, write_text_whole
-from recipes_workbench.crossval.folds import TrainingRows, read_labelled_rows, read_training_rows, write_rows
+from recipes_workbench.crossval.folds import (
+    TrainingRows,
+    read_labelled_rows,
+    read_training_rows,
+    write_rows,
+    written_suffix,
+)
 from recipes_workbench.crossval.oof import OOF_FILE, RESULTS_FILE, read_jsonl
 from recipes_workbench.shared import format_table
 
@@ -330,7 +335,7 @@ def _label_issues(directory_path: Path, top: int, drop_to: str | None, drop_most
         write_cleaned(
             rows,
             {predictions[i]["row"] for i in flagged},
-            drop_to or default_cleaned(directory_path, rows.path, held_out.cleaned_stem),
+            drop_to or directory_path / f"{held_out.cleaned_stem}{written_suffix(rows.path)}",
         )
     return 0
 
@@ -347,11 +352,6 @@ def refuse_dropping_most_of_a_class(predictions: list[dict[str, Any]], flagged) 
             "the model has not learnt the class. label_issues.csv is written; read its rows of that class "
             "first, and add --drop_most_of_a_class to write the cleaned file anyway."
         )
-
-
-def default_cleaned(directory: Path, source_file: str, stem: str) -> Path:
-    suffix = Path(source_file).suffix.lower()
-    return directory / f"{stem}{suffix if suffix in DELIMITED or suffix == '.jsonl' else '.jsonl'}"
 
 
 def write_cleaned(training, dropped: set[int], destination: str | Path) -> None:

@@ -332,12 +332,6 @@ def format_report(summary: dict[str, Any], markdown: bool = False) -> str:
     return "\n".join(lines)
 
 
-def write_json(summary: dict[str, Any], output_dir: str | Path) -> Path:
-    return write_text_whole(
-        Path(output_dir) / RESULTS_JSON, json.dumps(summary, indent=2, default=str) + "\n"
-    )
-
-
 def write_chart(summary: dict[str, Any], output_dir: str | Path) -> Path:
     """Three panels: the metric against the learning rate (search), mean ± std per recipe at its chosen
     rate with every seed, and peak memory against the final metric."""
@@ -454,7 +448,8 @@ def report(
     """Print the report, write sweep_results.json and the chart beside the trials; returns the summary."""
     summary = summarize(config, storage, preflight)
     print(format_report(summary))
-    print(f"results: {write_json(summary, config.output_dir)}")
+    text = json.dumps(summary, indent=2, default=str) + "\n"
+    print(f"results: {write_text_whole(Path(config.output_dir) / RESULTS_JSON, text)}")
     if draw:
         print(f"chart: {write_chart(summary, config.output_dir)}")
     return summary

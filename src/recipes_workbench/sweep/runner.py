@@ -313,12 +313,8 @@ def time_estimate(rows: list[dict[str, Any]]) -> tuple[float | None, str]:
     by_recipe: dict[str, list[float]] = {}
     for row in finished:
         by_recipe.setdefault(row["recipe"], []).append(row["wall_s"])
-    total = sum(
-        sum(by_recipe[row["recipe"]]) / len(by_recipe[row["recipe"]])
-        if row["recipe"] in by_recipe
-        else overall
-        for row in todo
-    )
+    means = {recipe: sum(times) / len(times) for recipe, times in by_recipe.items()}
+    total = sum(means.get(row["recipe"], overall) for row in todo)
     guessed = sorted({row["recipe"] for row in todo} - set(by_recipe))
     note = f" ({', '.join(guessed)}: no finished trial yet, at the mean of the others)" if guessed else ""
     return total, f"from the wall time of this sweep's {len(finished)} finished trials, per recipe{note}"

@@ -73,10 +73,6 @@ class RequeueStaleTrials:
                   "(its heartbeat did); it is rerun.")  # fmt: skip
 
 
-def storage_url(config: SweepConfig, file: str = STUDY_FILE) -> str:
-    return f"sqlite:///{(Path(config.output_dir) / file).resolve()}"
-
-
 class ClaimingRDBStorage(optuna.storages.RDBStorage):
     """Optuna's RDBStorage, its trial state changes one at a time among this process's threads.
 
@@ -145,7 +141,7 @@ def open_storage(
     `url`: another database instead (--storage, shared between machines); `parallel`: trials of other
     workers run meanwhile (the longer heartbeat grace period)."""
     optuna.logging.set_verbosity(optuna.logging.ERROR)  # the sweep says what failed, once
-    location = url or storage_url(config, file)
+    location = url or f"sqlite:///{(Path(config.output_dir) / file).resolve()}"
     # SQLite: threads' writes (the heartbeats among them) wait for each other up to 60 s, not 5.
     engine = {"connect_args": {"timeout": 60}} if location.startswith("sqlite") else {}
     # Workers started together on an empty database all create Optuna's tables: all but one of them
@@ -186,10 +182,8 @@ def fail_stale_trials(storage, wait: bool = True) -> None:
         running = [
             study for study in studies if study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))
         ]
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")  # fail_stale_trials is experimental in every Optuna version used
-            for study in running:
-                optuna.storages.fail_stale_trials(study)
+        for study in running:
+            fail_stale_trials_of(study)
         if not running or not wait or time.monotonic() > deadline:
             return
         time.sleep(0.5)
