@@ -59,11 +59,7 @@ def as_logits(probabilities: np.ndarray, task: str) -> np.ndarray:
 
 
 def test_figures(
-    training: TrainingRows,
-    data: dict[str, Any],
-    metric: str,
-    fold_dirs: dict[int, Path],
-    output_dir: Path,
+    training: TrainingRows, data: dict[str, Any], metric: str, fold_dirs: dict[int, Path], output_dir: Path
 ) -> dict[str, Any] | None:
     """The per-fold and ensemble figures of the test split (this module's docstring); None without a test file."""
     test_file = data.get("test_file")
@@ -71,13 +67,10 @@ def test_figures(
         return None
     key = test_metric_of(metric)
     # eval_tuned_* has no test twin (the test split is scored at the tuned thresholds as test_*).
-    per_fold = [
-        read_results(d).value(key) if key in RESULT_KEYS else None for _, d in sorted(fold_dirs.items())
-    ]
+    directories = [directory for _, directory in sorted(fold_dirs.items())]
+    per_fold = [read_results(d).value(key) if key in RESULT_KEYS else None for d in directories]
     task, classes = training.task, [str(name) for name in training.labels.names]
-    folds = [
-        fold_probabilities(read_test_predictions(d), task, classes) for _, d in sorted(fold_dirs.items())
-    ]
+    folds = [fold_probabilities(read_test_predictions(d), task, classes) for d in directories]
     if len({len(fold) for fold in folds}) != 1:
         raise DataError(
             f"The folds' {TEST_PREDICTIONS_FILE} files hold different numbers of rows "
@@ -87,7 +80,7 @@ def test_figures(
     mean = np.mean(folds, axis=0)
     thresholds = None
     if task == MULTI_LABEL:
-        saved = [read_thresholds(d, classes) for _, d in sorted(fold_dirs.items())]
+        saved = [read_thresholds(d, classes) for d in directories]
         thresholds = np.mean([t or [DEFAULT_THRESHOLD] * len(classes) for t in saved], axis=0).tolist()
     logits = as_logits(mean, task)
     write_jsonl(output_dir / ENSEMBLE_FILE, prediction_rows(logits, classes, task, thresholds))

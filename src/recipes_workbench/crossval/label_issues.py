@@ -270,11 +270,9 @@ def label_issues(
     """label_issues.csv in `directory` (a cross-validation's or a run's), the top rows and per-class counts
     printed; with `drop_to` ("" for the default name), the file without the flagged rows. The directory's
     lock is held meanwhile (locking.py): a crossval or run still writing there refuses it."""
-    with lock_directory(directory, "label-issues", stale_advice=STALE_ADVICE):
+    advice = "Rerun the crossval (or resume the run) that wrote there first, so its predictions are whole. "
+    with lock_directory(directory, "label-issues", stale_advice=advice):
         return _label_issues(Path(directory), top, drop_to, drop_most_of_a_class)
-
-
-STALE_ADVICE = "Rerun the crossval (or resume the run) that wrote there first, so its predictions are whole. "
 
 
 def _label_issues(directory_path: Path, top: int, drop_to: str | None, drop_most_of_a_class: bool) -> int:

@@ -217,21 +217,13 @@ def pruning(launch: Callable[[Trial, SweepConfig], Outcome]) -> Callable[[Trial,
 
     def launch_and_prune(trial: Trial, config: SweepConfig) -> Outcome:
         outcome = launch(trial, config)
-        if outcome.status == COMPLETE:
-            prune_fold_model(trial.output_dir)
+        if outcome.status == COMPLETE:  # its weights (full model, adapter, merged model) and checkpoints
+            weights = [path for pattern in RUN_WEIGHTS for path in trial.output_dir.glob(pattern)]
+            for path in [*checkpoints_in(trial.output_dir), *weights]:
+                shutil.rmtree(path) if path.is_dir() else path.unlink()
         return outcome
 
     return launch_and_prune
-
-
-def prune_fold_model(directory: Path) -> list[Path]:
-    """The fold run's weights (full model, adapter, merged model) and checkpoints, deleted; what went."""
-    removed = [*checkpoints_in(directory)]
-    for pattern in RUN_WEIGHTS:
-        removed += directory.glob(pattern)
-    for path in removed:
-        shutil.rmtree(path) if path.is_dir() else path.unlink()
-    return removed
 
 
 def stop_on_bad_input(fold: Trial, outcome: Outcome) -> None:

@@ -483,7 +483,6 @@ def recipe_arguments(config: SweepConfig, recipe: str) -> list[str]:
 
 
 def launch_prefix(config: SweepConfig, python: str | None = None) -> list[str]:
-    """`accelerate launch --config_file CONFIG` (with `python -m` when given the interpreter)."""
     launcher = [python, "-m", "accelerate.commands.launch"] if python else ["accelerate", "launch"]
     return [*launcher, "--config_file", config.accelerate_config]
 
@@ -531,25 +530,21 @@ def wandb_sweep_config(config: SweepConfig, recipe: str) -> dict[str, Any]:
         learning_rate: dict[str, Any] = {"values": list(search.grid)}
     else:
         learning_rate = {"distribution": "log_uniform_values", "min": search.low, "max": search.high}
+    # W&B's ${args} are --learning_rate=... --seed=...; each run replaces the last one's files
+    # (W&B keeps every run), in a directory of its own beside the sweep's.
+    command = [
+        "${env}", *launch_prefix(config), "${program}", *recipe_arguments(config, recipe),
+        "--output_dir", str(Path(config.output_dir) / "wandb-sweep" / recipe),
+        "--overwrite_output_dir", "true",
+        "${args}",
+    ]  # fmt: skip
     sweep = {
         "name": f"{config.group} {recipe}",
         "program": str(Path(config.recipes_dir) / f"{recipe}.py"),
         "method": "grid" if search.is_grid else "bayes",
         "metric": {"name": config.metric, "goal": config.direction},
         "parameters": {"learning_rate": learning_rate, "seed": {"values": [config.search_seed]}},
-        # W&B's ${args} are --learning_rate=... --seed=...; each run replaces the last one's files
-        # (W&B keeps every run), in a directory of its own beside the sweep's.
-        "command": [
-            "${env}",
-            *launch_prefix(config),
-            "${program}",
-            *recipe_arguments(config, recipe),
-            "--output_dir",
-            str(Path(config.output_dir) / "wandb-sweep" / recipe),
-            "--overwrite_output_dir",
-            "true",
-            "${args}",
-        ],  # fmt: skip
+        "command": command,
     }
     if not search.is_grid:
         sweep["run_cap"] = search.trials

@@ -41,7 +41,6 @@ TEST_NAME = "Welch's t-test (scipy.stats.ttest_ind, equal_var=False), two-sided"
 
 
 def trial_record(trial, config: SweepConfig) -> dict[str, Any]:
-    """One trial as the report and sweep_results.json show it."""
     attrs, results = trial.user_attrs, trial.user_attrs.get("results") or {}
     epochs, runtime = results.get("epochs"), results.get("train_runtime_s")
     return {
@@ -76,7 +75,6 @@ def _mean(records: list[dict[str, Any]], key: str) -> float | None:
 
 
 def recipe_summary(config: SweepConfig, recipe: str, storage, preflight: dict[str, Any]) -> dict[str, Any]:
-    """A recipe's search, chosen learning rate, seeds and their spread, memory and time per epoch."""
     search = search_results(study_trials(storage, search_study_name(recipe)))
     summary: dict[str, Any] = {
         "recipe": recipe,

@@ -419,7 +419,6 @@ def with_progress(run: Run, unit: str, total: int, description: str, work: Calla
 
 
 def run_recipes(run: Run, preflight: dict[str, dict[str, Any]]) -> None:
-    """Each recipe in turn: its search, then its chosen learning rate at every seed."""
     for recipe in run.config.recipes:
         if preflight.get(recipe.name, {}).get("fits") is False:
             continue  # skipped before launch, with the planner's prediction as the reason (in the plan)
@@ -441,8 +440,7 @@ def run_sweep(
     workers: Workers = ONE_WORKER,
 ) -> int:
     """The whole sweep: check, print the plan, run what is left (resuming), report (`draw`: with its
-    chart). Returns the exit code. `workers`: trials at once here, and a study shared with other
-    machines (parallel.py); with a shared study the database, not output_dir's lock, keeps trials apart."""
+    chart). Returns the exit code. `workers`: trials at once here, and a study shared with other machines."""
     output_dir = Path(config.output_dir)
     slots = slot_environments(workers.count, config.accelerate_config)
     output_dir.mkdir(parents=True, exist_ok=True)

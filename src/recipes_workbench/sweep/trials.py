@@ -43,8 +43,6 @@ OUT_OF_MEMORY = re.compile(r"OutOfMemoryError|out of memory|CUBLAS_STATUS_ALLOC_
 
 @dataclass
 class Trial:
-    """One trial to launch: the recipe at a learning rate and seed, in its own directory."""
-
     recipe: str
     phase: str
     learning_rate: float
@@ -110,7 +108,6 @@ def failure_reason(exit_code: int, log_text: str) -> str:
 
 
 def read_outcome(trial: Trial, config: SweepConfig, launcher_code: int, wall_s: float) -> Outcome:
-    """The trial's outcome from its exit code, its log and its results.json."""
     log_text = trial.log.read_text(errors="replace") if trial.log.is_file() else ""
     if launcher_code != 0:
         code = recipe_exit_code(launcher_code, log_text)
@@ -195,7 +192,6 @@ def stop_process_tree(process: subprocess.Popen) -> None:
 
 
 def stop_processes(processes: list[psutil.Process], grace_s: float = 20.0) -> None:
-    """SIGTERM to each process, then SIGKILL to whatever is left after the grace period."""
     for member in processes:
         with contextlib.suppress(psutil.Error):
             member.terminate()
