@@ -77,7 +77,6 @@ class HeldOutPredictions:
 
 
 def read_held_out(directory: Path) -> HeldOutPredictions:
-    """A cross-validation's out-of-fold predictions, or a single run's predictions of its validation split."""
     if (directory / RESULTS_FILE).is_file() and (directory / OOF_FILE).is_file():
         return read_crossval(directory)
     if (directory / RUN_RESULTS_FILE).is_file() and (directory / EVAL_PREDICTIONS_FILE).is_file():
@@ -174,11 +173,10 @@ class LearningCheck:
 
     accuracy: float  # prediction == given label (multi-label: the same set of classes)
     majority_rate: float  # the most common given label's (or label set's) share of the rows
-    margin: float = LEARNT_MARGIN
 
     @property
     def learnt(self) -> bool:
-        return self.accuracy > self.majority_rate + self.margin
+        return self.accuracy > self.majority_rate + LEARNT_MARGIN
 
     def caution(self) -> str | None:
         if self.learnt:
@@ -186,7 +184,7 @@ class LearningCheck:
         return (
             f"Caution: the held-out predictions match the given label on {self.accuracy:.1%} of rows; always "
             f"predicting the most common label would match {self.majority_rate:.1%}, and a model that learnt beats "
-            f"that by more than {self.margin * 100:.0f} points. This one has not learnt the task, so most flags are "
+            f"that by more than {LEARNT_MARGIN * 100:.0f} points. This one has not learnt the task, so most flags are "
             "its own errors, not wrong labels. Train longer (more epochs), check the learning rate, and run "
             "label-issues on the new predictions."
         )
@@ -195,7 +193,7 @@ class LearningCheck:
         return {
             "held_out_accuracy": round(self.accuracy, 6),
             "majority_class_rate": round(self.majority_rate, 6),
-            "learnt_margin": self.margin,
+            "learnt_margin": LEARNT_MARGIN,
             "model_learnt": self.learnt,
             "caution": self.caution(),
         }
@@ -219,10 +217,6 @@ class ClassCheck:
     """The classes the held-out model (almost) never predicts, and how many of their rows cleanlab flagged."""
 
     neglected: list[dict[str, Any]]  # neglected_from_label_sets's entries, each with its "flagged" count
-
-    @property
-    def names(self) -> set[str]:
-        return {entry["name"] for entry in self.neglected}
 
     def caution(self) -> str | None:
         if not self.neglected:
@@ -290,8 +284,9 @@ def _label_issues(directory_path: Path, top: int, drop_to: str | None, drop_most
     classes = held_out.classes
     flags, scores = find_issues(held_out.task, classes, predictions)
     by_class = class_check(held_out.task, classes, predictions, flags)
+    neglected = {entry["name"] for entry in by_class.neglected}
     flagged = sorted(
-        (i for i in np.flatnonzero(flags) if not by_class.names & set(predictions[i]["label_classes"])),
+        (i for i in np.flatnonzero(flags) if not neglected & set(predictions[i]["label_classes"])),
         key=lambda i: (scores[i], i),
     )
     lines = [

@@ -20,10 +20,10 @@ from recipes_workbench.shared import format_table, mean_and_std, recipe_colours
 from recipes_workbench.sweep.config import SweepConfig, format_lr
 from recipes_workbench.sweep.study import (
     choose_learning_rate,
+    latest_by_key,
     reason_of,
     search_results,
     search_study_name,
-    seeds_results,
     seeds_study_name,
     status_of,
     study_trials,
@@ -88,10 +88,8 @@ def recipe_summary(config: SweepConfig, recipe: str, storage, preflight: dict[st
         skipped = preflight.get("fits") is False
         summary["status"] = f"skipped: {preflight.get('reason')}" if skipped else "no complete search trial"
         return summary
-    seeds_trials = {
-        t.params.get("seed"): t
-        for t in seeds_results(study_trials(storage, seeds_study_name(recipe, chosen)))
-    }
+    seeds_study = study_trials(storage, seeds_study_name(recipe, chosen))
+    seeds_trials = latest_by_key(seeds_study, lambda trial: trial.params.get("seed"))
     search_trial = next(trial for trial in search if trial.params["learning_rate"] == chosen)
     if config.search_seed in config.seeds:
         seeds_trials[config.search_seed] = search_trial

@@ -212,10 +212,8 @@ def skip_trial(reason: str):
 
 
 def search_sampler(config: SweepConfig, recipe: str, finished: int, slot: int | None = None):
-    """GridSampler for a grid; for a range, TPE seeded from search_seed and the trials already done, so
-    a resumed sweep samples what the uninterrupted one would have. With workers in parallel (`slot`: the
-    worker's), each worker's seed differs and TPE counts running trials as their mean (constant_liar),
-    so two workers do not draw one rate; which rates are drawn then depends on the trials' timing."""
+    """GridSampler for a grid; for a range TPE, seeded so that a resumed sweep draws what the uninterrupted
+    one would have, or per worker (`slot`) with constant_liar (docs/sweeps.md, "Trials in parallel")."""
     search = config.recipe(recipe).learning_rates
     if search.is_grid:
         return optuna.samplers.GridSampler({"learning_rate": list(search.grid)}, seed=config.search_seed)
@@ -312,11 +310,6 @@ def search_results(trials: list) -> list:
     """The latest trial of each learning rate of a search study (a rerun replaces an interrupted one)."""
     latest = latest_by_key(trials, lambda trial: trial.params.get("learning_rate"))
     return [latest[lr] for lr in sorted(lr for lr in latest if lr is not None)]
-
-
-def seeds_results(trials: list) -> list:
-    latest = latest_by_key(trials, lambda trial: trial.params.get("seed"))
-    return [trial for seed, trial in latest.items() if seed is not None]
 
 
 def choose_learning_rate(trials: list, direction: str) -> float | None:

@@ -11,7 +11,6 @@ import os
 import re
 import subprocess
 import time
-from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -164,7 +163,10 @@ def launch_trial(trial: Trial, config: SweepConfig) -> Outcome:
         try:
             code = process.wait()
         except BaseException:  # Ctrl-C or SIGTERM: the trial goes with the sweep
-            stop_process_tree(process)
+            # The launcher and the recipe under it (the single-process launcher does not pass SIGTERM on).
+            with contextlib.suppress(psutil.Error):
+                parent = psutil.Process(process.pid)
+                stop_processes([parent, *parent.children(recursive=True)])
             raise
     return read_outcome(trial, config, code, time.monotonic() - start)
 
@@ -172,9 +174,15 @@ def launch_trial(trial: Trial, config: SweepConfig) -> Outcome:
 def trial_environment(trial: Trial, config: SweepConfig) -> dict[str, str]:
     """This environment, the secret options the trial's command leaves out (--hub_token: HF_TOKEN,
     credentials.py), its worker's settings, and the sweep keys W&B's config gets."""
+    options = (*config.args, *config.recipe(trial.recipe).args)
+    secrets = {
+        ENVIRONMENT_OF[canonical(key)]: " ".join(values)
+        for key, values in options
+        if canonical(key) in ENVIRONMENT_OF
+    }
     return {
         **os.environ,
-        **secrets_environment((*config.args, *config.recipe(trial.recipe).args)),
+        **secrets,
         **trial.environment,
         "PYTHONUNBUFFERED": "1",
         names.SWEEP_CONFIG_VARIABLE: json.dumps(
@@ -182,13 +190,6 @@ def trial_environment(trial: Trial, config: SweepConfig) -> dict[str, str]:
             | ({names.SWEEP_CHOSEN: trial.chosen} if trial.chosen else {})
         ),
     }
-
-
-def stop_process_tree(process: subprocess.Popen) -> None:
-    """The launcher and the recipe under it stopped (the single-process launcher does not pass SIGTERM on)."""
-    with contextlib.suppress(psutil.Error):
-        parent = psutil.Process(process.pid)
-        stop_processes([parent, *parent.children(recursive=True)])
 
 
 def stop_processes(processes: list[psutil.Process], grace_s: float = 20.0) -> None:
@@ -217,12 +218,3 @@ def stop_orphans(output_dir: str | None) -> list[int]:
                 process.kill()
                 killed.append(process.pid)
     return killed
-
-
-def secrets_environment(options: Iterable[tuple[str, tuple[str, ...]]]) -> dict[str, str]:
-    """The environment that carries the secret options left out by `without_secrets` to a child process."""
-    return {
-        ENVIRONMENT_OF[canonical(key)]: " ".join(values)
-        for key, values in options
-        if canonical(key) in ENVIRONMENT_OF
-    }
