@@ -106,7 +106,7 @@ def ensemble_score(
     from recipes_lib.evaluation.metrics import TaskMetrics
 
     name = metric.removeprefix("eval_")
-    test = read_labelled_file({**data, "train_file": data["test_file"]}, training.labels)
+    test = read_labelled_file(data, training.labels)
     if test is None:
         return None
     if len(test) != len(logits):

@@ -83,11 +83,10 @@ def read_labelled_rows(path: str, data: dict[str, Any]) -> TrainingRows:
 
 
 def read_labelled_file(data: dict[str, Any], labels: LabelMapping) -> list | None:
-    """The labels of the file `data["train_file"]` (a test file), encoded with the training file's `labels`
-    (class ids, multi-hot rows, scores); None when it has no label column or a row without a label."""
-    path = data["train_file"]
+    """The labels of the test file `data["test_file"]`, encoded with the training file's `labels` (class
+    ids, multi-hot rows, scores); None when it has no label column or a row without a label."""
     quoting, delimiter = data.get("csv_quoting") or "auto", parse_delimiter(data.get("delimiter"))
-    raw, locate = read_local_files({"test": path}, None, quoting, delimiter)
+    raw, locate = read_local_files({"test": data["test_file"]}, None, quoting, delimiter)
     split, column = raw["test"], data.get("label_column_name") or "label"
     if column not in split.column_names:
         return None
