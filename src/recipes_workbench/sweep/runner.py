@@ -207,14 +207,10 @@ def run_search(run: Run, recipe: str) -> None:
     config, name = run.config, search_study_name(recipe)
     search = config.recipe(recipe).learning_rates
     study = open_study(run.storage, name, config, search_sampler(config, recipe, 0))
-    space = (
-        {"grid": list(search.grid)}
-        if search.is_grid
-        else {"low": search.low, "high": search.high, "trials": search.trials}
-    )
+    grid = list(search.grid) if search.is_grid else None
+    space = {"grid": grid} if grid else {"low": search.low, "high": search.high, "trials": search.trials}
     check_search_space(study, {**space, "seed": config.search_seed})
     prepare_retries(study, run, "learning_rate")
-    grid = list(search.grid) if search.is_grid else None
 
     def make_trial(trial) -> Trial:
         if search.is_grid:
