@@ -1,7 +1,3 @@
-"""`recipes-lib crossval` and `recipes-lib label-issues`: K-fold cross-validation on the sweep's engine,
-out-of-fold predictions, and the rows most likely mislabelled (docs/development.md lists the modules,
-docs/crossval.md the commands).
-
-crossval builds on the sweep (it needs Optuna, the 'sweep' extra); label-issues needs cleanlab, the
-'data-quality' extra.
+"""`recipes-lib crossval` (on the sweep's engine: the 'sweep' extra) and `recipes-lib label-issues` (the
+'data-quality' extra): docs/crossval.md; docs/development.md lists the modules.
 """

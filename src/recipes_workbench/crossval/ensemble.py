@@ -1,9 +1,6 @@
-"""The test split of a cross-validation: scored by each fold's model and by the folds together.
-
-Every fold's run scores the --test_file in its own process right after training, so nothing else of
-its model is needed here and the folds' weights can go once they finish (runner.py). Per fold: the
-metric, mean ± std; the ensemble: the folds' probabilities averaged row by row, scored as one model,
-its predictions in OUTPUT_DIR/test_ensemble_predictions.jsonl (docs/crossval.md, "The test split").
+"""The test split of a cross-validation (docs/crossval.md, "The test split"): each fold's run scored the
+--test_file in its own process, so only its predictions are read here: per fold the metric, mean ± std;
+the ensemble the folds' probabilities averaged row by row, scored as one model.
 """
 
 from __future__ import annotations
@@ -33,7 +30,6 @@ ENSEMBLE_HOW = {
 SINGLE_LABEL_HOW = "the mean of the folds' softmax probabilities, the likeliest class predicted"
 
 
-# A finished fold is not rerun: its directory goes first.
 def read_test_predictions(fold_dir: Path) -> list[dict[str, Any]]:
     path = Path(fold_dir) / TEST_PREDICTIONS_FILE
     if not path.is_file():
@@ -63,11 +59,7 @@ def as_logits(probabilities: np.ndarray, task: str) -> np.ndarray:
 
 
 def test_figures(
-    training: TrainingRows,
-    data: dict[str, Any],
-    metric: str,
-    fold_dirs: dict[int, Path],
-    output_dir: Path,
+    training: TrainingRows, data: dict[str, Any], metric: str, fold_dirs: dict[int, Path], output_dir: Path
 ) -> dict[str, Any] | None:
     """The per-fold and ensemble figures of the test split (this module's docstring); None without a test file."""
     test_file = data.get("test_file")
@@ -75,13 +67,10 @@ def test_figures(
         return None
     key = test_metric_of(metric)
     # eval_tuned_* has no test twin (the test split is scored at the tuned thresholds as test_*).
-    per_fold = [
-        read_results(d).value(key) if key in RESULT_KEYS else None for _, d in sorted(fold_dirs.items())
-    ]
+    directories = [directory for _, directory in sorted(fold_dirs.items())]
+    per_fold = [read_results(d).value(key) if key in RESULT_KEYS else None for d in directories]
     task, classes = training.task, [str(name) for name in training.labels.names]
-    folds = [
-        fold_probabilities(read_test_predictions(d), task, classes) for _, d in sorted(fold_dirs.items())
-    ]
+    folds = [fold_probabilities(read_test_predictions(d), task, classes) for d in directories]
     if len({len(fold) for fold in folds}) != 1:
         raise DataError(
             f"The folds' {TEST_PREDICTIONS_FILE} files hold different numbers of rows "
@@ -91,7 +80,7 @@ def test_figures(
     mean = np.mean(folds, axis=0)
     thresholds = None
     if task == MULTI_LABEL:
-        saved = [read_thresholds(d, classes) for _, d in sorted(fold_dirs.items())]
+        saved = [read_thresholds(d, classes) for d in directories]
         thresholds = np.mean([t or [DEFAULT_THRESHOLD] * len(classes) for t in saved], axis=0).tolist()
     logits = as_logits(mean, task)
     write_jsonl(output_dir / ENSEMBLE_FILE, prediction_rows(logits, classes, task, thresholds))
@@ -117,7 +106,7 @@ def ensemble_score(
     from recipes_lib.evaluation.metrics import TaskMetrics
 
     name = metric.removeprefix("eval_")
-    test = read_labelled_file({**data, "train_file": data["test_file"]}, training.labels)
+    test = read_labelled_file(data, training.labels)
     if test is None:
         return None
     if len(test) != len(logits):

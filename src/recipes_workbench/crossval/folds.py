@@ -48,7 +48,7 @@ class TrainingRows:
         return self.rows[index][self.label_column]
 
 
-def read_training_rows(data: dict[str, Any], cache_dir: str | None = None) -> TrainingRows:
+def read_training_rows(data: dict[str, Any]) -> TrainingRows:
     """The training file named by the recipe's data arguments (`data`: train_file, label_column_name,
     problem_type, label_delimiter, csv_quoting), its labels read by the recipe's own label logic."""
     path = data.get("train_file")
@@ -59,10 +59,10 @@ def read_training_rows(data: dict[str, Any], cache_dir: str | None = None) -> Tr
         )
     if not Path(path).is_file():
         raise ConfigError(f"The training file {path} does not exist; give --train_file an existing file.")
-    return read_labelled_rows(path, data, cache_dir)
+    return read_labelled_rows(path, data)
 
 
-def read_labelled_rows(path: str, data: dict[str, Any], cache_dir: str | None = None) -> TrainingRows:
+def read_labelled_rows(path: str, data: dict[str, Any]) -> TrainingRows:
     """A local file's rows and what their labels mean, read as the recipe reads a training file (`data`:
     the recipe's label_column_name, problem_type, label_delimiter, csv_quoting)."""
     arguments = DataArguments(
@@ -72,7 +72,7 @@ def read_labelled_rows(path: str, data: dict[str, Any], cache_dir: str | None = 
         label_delimiter=data.get("label_delimiter"),
     )
     delimiter = parse_delimiter(data.get("delimiter"))
-    raw, locate = read_local_files({"train": path}, cache_dir, data.get("csv_quoting") or "auto", delimiter)
+    raw, locate = read_local_files({"train": path}, None, data.get("csv_quoting") or "auto", delimiter)
     train = raw["train"]
     # The recipe checks labels on train and validation; every row of this file is both, fold by fold.
     labels = label_mapping(DatasetDict(train=train, validation=train), arguments, locate)
@@ -84,11 +84,10 @@ def read_labelled_rows(path: str, data: dict[str, Any], cache_dir: str | None = 
 
 
 def read_labelled_file(data: dict[str, Any], labels: LabelMapping) -> list | None:
-    """The labels of the file `data["train_file"]` (a test file), encoded with the training file's `labels`
-    (class ids, multi-hot rows, scores); None when it has no label column or a row without a label."""
-    path = data["train_file"]
+    """The labels of the test file `data["test_file"]`, encoded with the training file's `labels` (class
+    ids, multi-hot rows, scores); None when it has no label column or a row without a label."""
     quoting, delimiter = data.get("csv_quoting") or "auto", parse_delimiter(data.get("delimiter"))
-    raw, locate = read_local_files({"test": path}, None, quoting, delimiter)
+    raw, locate = read_local_files({"test": data["test_file"]}, None, quoting, delimiter)
     split, column = raw["test"], data.get("label_column_name") or "label"
     if column not in split.column_names:
         return None
@@ -221,15 +220,16 @@ def check_every_fold_trains_on_every_class(training: TrainingRows, assignment: n
 # --- the files each fold's run reads ------------------------------------------------------------------
 
 
-def fold_dir(output_dir: str | Path, fold: int) -> Path:
-    return Path(output_dir) / FOLDS_DIR / str(fold)
+def written_suffix(path: str) -> str:
+    """The suffix a copy of the file's rows gets: delimited files keep their format, any other is JSON Lines."""
+    suffix = Path(path).suffix.lower()
+    return suffix if suffix in DELIMITED or suffix == ".jsonl" else ".jsonl"
 
 
 def fold_files(training: TrainingRows, output_dir: str | Path, fold: int) -> tuple[Path, Path]:
-    """(train, held_out) of the fold: delimited files keep their format, any other is written as JSON Lines."""
-    suffix = Path(training.path).suffix.lower()
-    suffix = suffix if suffix in DELIMITED or suffix == ".jsonl" else ".jsonl"
-    directory = fold_dir(output_dir, fold)
+    """(train, held_out) of the fold, in the training file's format (written_suffix)."""
+    suffix = written_suffix(training.path)
+    directory = Path(output_dir) / FOLDS_DIR / str(fold)
     return directory / f"{TRAIN_NAME}{suffix}", directory / f"{HELD_OUT_NAME}{suffix}"
 
 
@@ -245,11 +245,6 @@ def write_fold_files(training: TrainingRows, assignment: np.ndarray, output_dir:
             )
     record = {"train_file": training.path, "folds": assignment.tolist()}
     write_text_whole(Path(output_dir) / FOLDS_DIR / "folds.json", json.dumps(record) + "\n")
-
-
-def held_out_rows(assignment: np.ndarray, fold: int) -> list[int]:
-    """The training file's row indices a fold holds out, in file order (the order of its predictions)."""
-    return [int(i) for i in np.flatnonzero(assignment == fold)]
 
 
 def write_rows(

@@ -1,12 +1,6 @@
-"""`recipes-lib label-issues`: the rows most likely mislabelled, by cleanlab (the 'data-quality' extra), from
-held-out probabilities: a crossval directory's oof_predictions.jsonl (every training row), or a run's
-eval_predictions.jsonl (its validation rows only). Regression has no class probabilities to judge.
-
-The probabilities must be held out (a model's scores of its own training rows are confident about
-whatever it memorised, wrong labels included), and come from a model that learnt: one at chance
-disagrees with most labels, and cleanlab flags its errors as label issues. So `learning_check` compares
-held-out accuracy with the majority-class rate, and `class_check` withholds the rows of a class the
-model (almost) never predicts. docs/crossval.md ("Label issues") says what each file and caution holds.
+"""`recipes-lib label-issues`: the rows most likely mislabelled, by cleanlab, from held-out probabilities
+(a crossval's every training row, or a run's validation rows), with the checks that the model had learnt
+(`learning_check`) and which classes it never predicts (`class_check`): docs/crossval.md, "Label issues".
 """
 
 from __future__ import annotations
@@ -20,7 +14,6 @@ from typing import Any
 import numpy as np
 
 from recipes_lib.config.tasks import MULTI_LABEL, REGRESSION
-from recipes_lib.data.files import DELIMITED
 from recipes_lib.errors import ConfigError, DataError
 from recipes_lib.evaluation.neglected import NEGLECTED_RECALL, describe_class
 from recipes_lib.evaluation.predictions import EVAL_PREDICTIONS_FILE
@@ -28,7 +21,13 @@ from recipes_lib.locking import lock_directory
 from recipes_lib.results import RESULTS_FILE as RUN_RESULTS_FILE
 from recipes_lib.results import read_results
 from recipes_lib.whole_files import read_json, write_text_whole
-from recipes_workbench.crossval.folds import TrainingRows, read_labelled_rows, read_training_rows, write_rows
+from recipes_workbench.crossval.folds import (
+    TrainingRows,
+    read_labelled_rows,
+    read_training_rows,
+    write_rows,
+    written_suffix,
+)
 from recipes_workbench.crossval.oof import OOF_FILE, RESULTS_FILE, read_jsonl
 from recipes_workbench.shared import format_table
 
@@ -78,7 +77,6 @@ class HeldOutPredictions:
 
 
 def read_held_out(directory: Path) -> HeldOutPredictions:
-    """A cross-validation's out-of-fold predictions, or a single run's predictions of its validation split."""
     if (directory / RESULTS_FILE).is_file() and (directory / OOF_FILE).is_file():
         return read_crossval(directory)
     if (directory / RUN_RESULTS_FILE).is_file() and (directory / EVAL_PREDICTIONS_FILE).is_file():
@@ -175,11 +173,10 @@ class LearningCheck:
 
     accuracy: float  # prediction == given label (multi-label: the same set of classes)
     majority_rate: float  # the most common given label's (or label set's) share of the rows
-    margin: float = LEARNT_MARGIN
 
     @property
     def learnt(self) -> bool:
-        return self.accuracy > self.majority_rate + self.margin
+        return self.accuracy > self.majority_rate + LEARNT_MARGIN
 
     def caution(self) -> str | None:
         if self.learnt:
@@ -187,7 +184,7 @@ class LearningCheck:
         return (
             f"Caution: the held-out predictions match the given label on {self.accuracy:.1%} of rows; always "
             f"predicting the most common label would match {self.majority_rate:.1%}, and a model that learnt beats "
-            f"that by more than {self.margin * 100:.0f} points. This one has not learnt the task, so most flags are "
+            f"that by more than {LEARNT_MARGIN * 100:.0f} points. This one has not learnt the task, so most flags are "
             "its own errors, not wrong labels. Train longer (more epochs), check the learning rate, and run "
             "label-issues on the new predictions."
         )
@@ -196,7 +193,7 @@ class LearningCheck:
         return {
             "held_out_accuracy": round(self.accuracy, 6),
             "majority_class_rate": round(self.majority_rate, 6),
-            "learnt_margin": self.margin,
+            "learnt_margin": LEARNT_MARGIN,
             "model_learnt": self.learnt,
             "caution": self.caution(),
         }
@@ -220,10 +217,6 @@ class ClassCheck:
     """The classes the held-out model (almost) never predicts, and how many of their rows cleanlab flagged."""
 
     neglected: list[dict[str, Any]]  # neglected_from_label_sets's entries, each with its "flagged" count
-
-    @property
-    def names(self) -> set[str]:
-        return {entry["name"] for entry in self.neglected}
 
     def caution(self) -> str | None:
         if not self.neglected:
@@ -271,11 +264,9 @@ def label_issues(
     """label_issues.csv in `directory` (a cross-validation's or a run's), the top rows and per-class counts
     printed; with `drop_to` ("" for the default name), the file without the flagged rows. The directory's
     lock is held meanwhile (locking.py): a crossval or run still writing there refuses it."""
-    with lock_directory(directory, "label-issues", stale_advice=STALE_ADVICE):
+    advice = "Rerun the crossval (or resume the run) that wrote there first, so its predictions are whole. "
+    with lock_directory(directory, "label-issues", stale_advice=advice):
         return _label_issues(Path(directory), top, drop_to, drop_most_of_a_class)
-
-
-STALE_ADVICE = "Rerun the crossval (or resume the run) that wrote there first, so its predictions are whole. "
 
 
 def _label_issues(directory_path: Path, top: int, drop_to: str | None, drop_most_of_a_class: bool) -> int:
@@ -293,8 +284,9 @@ def _label_issues(directory_path: Path, top: int, drop_to: str | None, drop_most
     classes = held_out.classes
     flags, scores = find_issues(held_out.task, classes, predictions)
     by_class = class_check(held_out.task, classes, predictions, flags)
+    neglected = {entry["name"] for entry in by_class.neglected}
     flagged = sorted(
-        (i for i in np.flatnonzero(flags) if not by_class.names & set(predictions[i]["label_classes"])),
+        (i for i in np.flatnonzero(flags) if not neglected & set(predictions[i]["label_classes"])),
         key=lambda i: (scores[i], i),
     )
     lines = [
@@ -336,7 +328,7 @@ def _label_issues(directory_path: Path, top: int, drop_to: str | None, drop_most
         write_cleaned(
             rows,
             {predictions[i]["row"] for i in flagged},
-            drop_to or default_cleaned(directory_path, rows.path, held_out.cleaned_stem),
+            drop_to or directory_path / f"{held_out.cleaned_stem}{written_suffix(rows.path)}",
         )
     return 0
 
@@ -353,11 +345,6 @@ def refuse_dropping_most_of_a_class(predictions: list[dict[str, Any]], flagged) 
             "the model has not learnt the class. label_issues.csv is written; read its rows of that class "
             "first, and add --drop_most_of_a_class to write the cleaned file anyway."
         )
-
-
-def default_cleaned(directory: Path, source_file: str, stem: str) -> Path:
-    suffix = Path(source_file).suffix.lower()
-    return directory / f"{stem}{suffix if suffix in DELIMITED or suffix == '.jsonl' else '.jsonl'}"
 
 
 def write_cleaned(training, dropped: set[int], destination: str | Path) -> None:

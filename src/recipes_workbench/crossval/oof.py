@@ -15,7 +15,7 @@ import numpy as np
 from recipes_lib.errors import DataError
 from recipes_lib.evaluation.predictions import EVAL_PREDICTIONS_FILE
 from recipes_lib.whole_files import DamagedFileError
-from recipes_workbench.crossval.folds import TrainingRows, held_out_rows
+from recipes_workbench.crossval.folds import TrainingRows
 from recipes_workbench.shared import CROSSVAL_RESULTS_FILE, mean_and_std
 
 OOF_FILE = "oof_predictions.jsonl"
@@ -51,7 +51,7 @@ def out_of_fold_rows(
     """One line per training row, in file order, from the fold that held it out."""
     rows: list[dict[str, Any] | None] = [None] * len(training.rows)
     for fold, directory in sorted(fold_dirs.items()):
-        indices = held_out_rows(assignment, fold)
+        indices = [int(i) for i in np.flatnonzero(assignment == fold)]  # in file order, as its predictions
         for index, predicted in zip(indices, read_fold_predictions(directory, len(indices)), strict=True):
             rows[index] = {"row": index, "fold": fold, "label": training.given_label(index), **predicted}
     missing = [i for i, row in enumerate(rows) if row is None]

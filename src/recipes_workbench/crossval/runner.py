@@ -1,10 +1,5 @@
-"""`recipes-lib crossval`: K folds as the sweep's trials, then the out-of-fold predictions and the figures.
-
-The engine is the sweep's (src/recipes_workbench/sweep/): each fold is one trial, its own `accelerate launch`
-of the recipe script (trials.py) with --train_file and --validation_file pointing at the fold's files;
-the study is OUTPUT_DIR/crossval.db (Optuna's RDB storage on SQLite, with its heartbeat), one study whose
-trials are the folds, enqueued in order. Rerunning the same command resumes: a fold a killed run left running is failed
-by the heartbeat and queued again, finished folds are not rerun (study.py, runner.py).
+"""`recipes-lib crossval`: K folds as the sweep's trials (one study in OUTPUT_DIR/crossval.db whose trials
+are the folds, enqueued in order, resumable as a sweep is), then the out-of-fold predictions and the figures.
 """
 
 from __future__ import annotations
@@ -170,16 +165,20 @@ def run_crossval(
     and crossval_results.json. Returns the exit code. `workers`: folds at once here, and a study shared
     with other machines (sweep/parallel.py), whose output_dir must then be one all of them share."""
     output_dir = Path(settings.output_dir)
-    data = dict(settings.data)
-    training = read_training_rows(data)
+    training = read_training_rows(dict(settings.data))
     assignment, stratified = assign_folds(training, settings.folds, settings.seed, settings.group_column)
     metric = settings.metric or DEFAULT_METRICS.get(training.task, DEFAULT_METRIC)
     config = engine_config(settings, metric)
     slots = slot_environments(workers.count, settings.accelerate_config)
     with resumed_storage(config, workers, "crossval", "fold", STUDY_FILE) as storage:
         folds = list(range(settings.folds))
-        # Every fold is enqueued with its number (enqueue_next), so the sampler never draws: Optuna's default.
-        study = open_study(storage, settings.study_name, config, sampler=None)
+
+        # The folds in ascending order (a retry first), each enqueued with its number: Optuna's default
+        # sampler never draws one. With --workers or --storage several run at once.
+        def fold_study(slot: int):
+            return open_study(storage, settings.study_name, config, sampler=None)
+
+        study = fold_study(0)
         check_search_space(
             study,
             {"folds": settings.folds, "seed": settings.seed, "group_column": settings.group_column,
@@ -187,13 +186,8 @@ def run_crossval(
         )  # fmt: skip
         if not folds_written(training, assignment, output_dir):
             write_fold_files(training, assignment, output_dir)
-        run = Run(
-            config,
-            storage,
-            launch if settings.keep_fold_models else pruning(launch),
-            slots=slots,
-            shared=workers.shared,
-        )
+        launcher = launch if settings.keep_fold_models else pruning(launch)
+        run = Run(config, storage, launcher, slots=slots, shared=workers.shared)
         prepare_retries(study, run, "fold")
         todo = pending(study.get_trials(deepcopy=False), run, settings.study_name, "fold", folds)
         print(
@@ -206,11 +200,6 @@ def run_crossval(
 
         def make_trial(trial) -> Trial:
             return fold_trial(settings, config, training, trial.suggest_categorical("fold", folds))
-
-        # The folds in ascending order (a retry first), each enqueued with its number: Optuna's
-        # default sampler never draws one. With --workers or --storage several run at once.
-        def fold_study(slot: int):
-            return open_study(storage, settings.study_name, config, sampler=None)
 
         phase = run.phase(settings.study_name, "fold", folds, 0, fold_study, make_trial, stop_on_bad_input)
         stopped = with_progress(
@@ -228,21 +217,13 @@ def pruning(launch: Callable[[Trial, SweepConfig], Outcome]) -> Callable[[Trial,
 
     def launch_and_prune(trial: Trial, config: SweepConfig) -> Outcome:
         outcome = launch(trial, config)
-        if outcome.status == COMPLETE:
-            prune_fold_model(trial.output_dir)
+        if outcome.status == COMPLETE:  # its weights (full model, adapter, merged model) and checkpoints
+            weights = [path for pattern in RUN_WEIGHTS for path in trial.output_dir.glob(pattern)]
+            for path in [*checkpoints_in(trial.output_dir), *weights]:
+                shutil.rmtree(path) if path.is_dir() else path.unlink()
         return outcome
 
     return launch_and_prune
-
-
-def prune_fold_model(directory: Path) -> list[Path]:
-    """The fold run's weights (full model, adapter, merged model) and checkpoints, deleted; what went."""
-    removed = [*checkpoints_in(directory)]
-    for pattern in RUN_WEIGHTS:
-        removed += directory.glob(pattern)
-    for path in removed:
-        shutil.rmtree(path) if path.is_dir() else path.unlink()
-    return removed
 
 
 def stop_on_bad_input(fold: Trial, outcome: Outcome) -> None:

@@ -1,16 +1,12 @@
-"""The sweep's check before any trial: each recipe's arguments parsed, its peak memory predicted.
+"""The sweep's check before any trial, in a process of its own (preflight.py says why): each recipe's
+arguments parsed, its peak memory predicted.
 
     python -m recipes_workbench.sweep.check_recipes < request.json > answer.json
 
-`recipes-lib sweep` runs this in a process of its own (preflight.run_preflight), so the sweep's own
-process never touches a GPU: parsing the arguments reads the device (on a GPU that initialises CUDA),
-and nothing of it may outlive the check. The request (preflight.py writes it):
-
-    {"recipes": {"lora": [ARGUMENTS...]}, "memory_budget_gib": 8.0 or null,
-     "num_processes": 1, "sharding": "none"}
-
-The answer, per recipe: the error that stops the sweep (the arguments do not parse), or the planner's
-predicted peak, the budget (`memory_budget_gib`, else the GPU's memory; none on CPU) and whether it fits.
+The request: {"recipes": {"lora": [ARGUMENTS...]}, "memory_budget_gib": 8.0 or null, "num_processes": 1,
+"sharding": "none"}. The answer, per recipe: the error that stops the sweep (the arguments do not parse),
+or the planner's predicted peak, the budget (`memory_budget_gib`, else the GPU's memory; none on CPU) and
+whether it fits.
 """
 
 from __future__ import annotations

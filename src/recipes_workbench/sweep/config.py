@@ -1,10 +1,5 @@
-"""What a sweep is: read from a YAML file (and the flags of `recipes-lib sweep`), checked, and turned
-into each trial's command.
-
-Each recipe gets its own learning-rate search on the validation split at `search_seed`, then the rate
-it chose is repeated over `seeds` (docs/sweeps.md: the file's keys, recipes/sweeps/sweep_demo.yaml an
-example). Every key is checked before anything runs; an unknown or bad one stops the sweep with one
-paragraph naming it and the fix. This module reads and checks only (no torch, no Optuna):
+"""What a sweep is (docs/sweeps.md, "The sweep file"): the YAML file and `recipes-lib sweep`'s flags, every
+key checked before anything runs, and each trial's command. It reads and checks only (no torch, no Optuna):
 `--wandb_sweep` and the parser need nothing more.
 """
 
@@ -488,7 +483,6 @@ def recipe_arguments(config: SweepConfig, recipe: str) -> list[str]:
 
 
 def launch_prefix(config: SweepConfig, python: str | None = None) -> list[str]:
-    """`accelerate launch --config_file CONFIG` (with `python -m` when given the interpreter)."""
     launcher = [python, "-m", "accelerate.commands.launch"] if python else ["accelerate", "launch"]
     return [*launcher, "--config_file", config.accelerate_config]
 
@@ -511,13 +505,8 @@ def trial_command(config: SweepConfig, recipe: str, lr: float, seed: int, python
 
 
 def crossval_command(config: SweepConfig, recipe: str, lr: float, seed: int, python: str) -> list[str]:
-    """`folds`: the trial as `recipes-lib crossval` of the recipe at its learning rate, in the trial's directory.
-
-    crossval is the same engine one level down: each fold its own `accelerate launch`, its own study in the
-    trial's directory (crossval.db), so a rerun trial resumes at the fold it stopped in. `seed` seeds both
-    the split and every fold's training: the search's trials share one split (their learning rates are
-    compared on the same rows), each seed of the seeds phase draws its own (repeated cross-validation).
-    """
+    """`folds`: the trial as `recipes-lib crossval` of the recipe at its learning rate, in the trial's directory
+    (`seed` seeds the split and the folds' training: docs/crossval.md, "Cross-validated sweep trials")."""
     command = [
         python, "-m", "recipes_workbench.cli", "crossval", recipe,
         "--folds", str(config.folds),
@@ -534,35 +523,28 @@ def crossval_command(config: SweepConfig, recipe: str, lr: float, seed: int, pyt
 
 
 def wandb_sweep_config(config: SweepConfig, recipe: str) -> dict[str, Any]:
-    """A W&B Sweeps config running this recipe's search the way `recipes-lib sweep` launches it.
-
-    W&B's controller knows one program per sweep and no second phase, so it is the search: the
-    learning rates at search_seed (grid) or the range (bayes); the seeds phase is a second sweep.
-    """
+    """A W&B Sweeps config running this recipe's search the way `recipes-lib sweep` launches it. W&B's
+    controller knows one program per sweep and no second phase: the seeds phase is a second sweep."""
     search = config.recipe(recipe).learning_rates
     if search.is_grid:
         learning_rate: dict[str, Any] = {"values": list(search.grid)}
     else:
         learning_rate = {"distribution": "log_uniform_values", "min": search.low, "max": search.high}
+    # W&B's ${args} are --learning_rate=... --seed=...; each run replaces the last one's files
+    # (W&B keeps every run), in a directory of its own beside the sweep's.
+    command = [
+        "${env}", *launch_prefix(config), "${program}", *recipe_arguments(config, recipe),
+        "--output_dir", str(Path(config.output_dir) / "wandb-sweep" / recipe),
+        "--overwrite_output_dir", "true",
+        "${args}",
+    ]  # fmt: skip
     sweep = {
         "name": f"{config.group} {recipe}",
         "program": str(Path(config.recipes_dir) / f"{recipe}.py"),
         "method": "grid" if search.is_grid else "bayes",
         "metric": {"name": config.metric, "goal": config.direction},
         "parameters": {"learning_rate": learning_rate, "seed": {"values": [config.search_seed]}},
-        # W&B's ${args} are --learning_rate=... --seed=...; each run replaces the last one's files
-        # (W&B keeps every run), in a directory of its own beside the sweep's.
-        "command": [
-            "${env}",
-            *launch_prefix(config),
-            "${program}",
-            *recipe_arguments(config, recipe),
-            "--output_dir",
-            str(Path(config.output_dir) / "wandb-sweep" / recipe),
-            "--overwrite_output_dir",
-            "true",
-            "${args}",
-        ],  # fmt: skip
+        "command": command,
     }
     if not search.is_grid:
         sweep["run_cap"] = search.trials

@@ -1,17 +1,11 @@
-"""Trials in parallel: `--workers N` on one machine, `--storage URL` shared between machines.
-
-Each phase (a recipe's search, its seeds; a cross-validation's folds) is one Optuna study: what it has
-left is enqueued (`Study.enqueue_trial`), and N worker threads, each calling `study.optimize(n_trials=1)`
-on the shared storage, take the waiting trials one at a time. A value machines queued twice runs once
-(`claim`: the other copies end PRUNED, unlaunched), and the outputs are written once, by the worker that
-creates the study's report marker (`claim_report`). docs/sweeps.md ("Trials in parallel") has the details.
+"""Trials in parallel, `--workers N` on one machine, `--storage URL` shared between machines: each phase's
+values enqueued in one Optuna study, taken by worker threads (docs/sweeps.md, "Trials in parallel").
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
-import shutil
 import subprocess
 import threading
 import time
@@ -56,7 +50,6 @@ ONE_WORKER = Workers()  # the default: one trial at a time, the SQLite file besi
 
 
 def runs_on_cpu(accelerate_config: str) -> bool:
-    """Whether the accelerate config keeps its processes on the CPU (use_cpu: true)."""
     with contextlib.suppress(OSError, yaml.YAMLError):
         values = yaml.safe_load(Path(accelerate_config).read_text()) or {}
         return isinstance(values, dict) and bool(values.get("use_cpu"))
@@ -71,15 +64,12 @@ def visible_gpus() -> list[str]:
         devices = [device.strip() for device in listed.split(",") if device.strip()]
         # CUDA stops at the first invalid entry: "-1" (or "") hides every device.
         return [] if not devices or devices[0].startswith("-") else devices
-    if shutil.which("nvidia-smi") is None:
-        return []
-    try:
+    try:  # no nvidia-smi: FileNotFoundError
         listing = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=60).stdout
     except (OSError, subprocess.SubprocessError):
         return []
-    return [
-        str(index) for index, _ in enumerate(line for line in listing.splitlines() if line.startswith("GPU "))
-    ]
+    count = sum(line.startswith("GPU ") for line in listing.splitlines())
+    return [str(index) for index in range(count)]
 
 
 def cpu_cores() -> int:

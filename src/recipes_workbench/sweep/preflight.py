@@ -1,10 +1,6 @@
-"""The sweep's check before any trial, from the sweep's side: the request for each recipe (its trials'
-arguments, the memory budget, the processes and sharding of the accelerate config), sent to
-check_recipes.py in a process of its own, and the answers read back.
-
-The check parses the recipes' arguments, which reads the device (on a GPU that initialises CUDA), and
-runs the planner: in a child process, so that the sweep's own process never touches a GPU and nothing
-of the check outlives it.
+"""The sweep's check before any trial (the request, sent to check_recipes.py, and its answers): in a child
+process, because parsing the recipes' arguments reads the device (on a GPU that initialises CUDA), so the
+sweep's own process never touches a GPU and nothing of the check outlives it.
 """
 
 from __future__ import annotations
@@ -46,19 +42,14 @@ def run_preflight(config: SweepConfig) -> dict[str, dict[str, Any]]:
     """{recipe: the preflight's answer}; arguments that do not parse stop the sweep here, before any trial."""
     env, processes, sharding = accelerate_settings(config.accelerate_config)
     probe_dir = str(Path(config.output_dir) / "preflight")
+    recipes = {}
+    for recipe in config.recipes:  # each parsed at its first learning rate
+        search = recipe.learning_rates
+        lr = search.grid[0] if search.is_grid else search.low
+        recipes[recipe.name] = [*recipe_arguments(config, recipe.name), "--learning_rate", repr(lr),
+                                "--seed", str(config.search_seed), "--output_dir", probe_dir]  # fmt: skip
     request = {
-        "recipes": {
-            recipe.name: [
-                *recipe_arguments(config, recipe.name),
-                "--learning_rate",
-                repr(_first_lr(config, recipe.name)),
-                "--seed",
-                str(config.search_seed),
-                "--output_dir",
-                probe_dir,
-            ]  # fmt: skip
-            for recipe in config.recipes
-        },
+        "recipes": recipes,
         "memory_budget_gib": config.memory_budget_gib,
         "num_processes": processes,
         "sharding": sharding,
@@ -82,8 +73,3 @@ def run_preflight(config: SweepConfig) -> dict[str, dict[str, Any]]:
                 f"The arguments of {name}'s trials do not parse, so no trial was started: {answer['error']}"
             )
     return answers
-
-
-def _first_lr(config: SweepConfig, recipe: str) -> float:
-    search = config.recipe(recipe).learning_rates
-    return search.grid[0] if search.is_grid else search.low

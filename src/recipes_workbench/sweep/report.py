@@ -1,9 +1,6 @@
-"""The sweep's report: per recipe its chosen learning rate and the seeds' spread, each pair of recipes
-tested against the seed-to-seed noise (Welch's t-test, with the difference it could detect); as a
-terminal table, sweep_results.json and sweep_results.png (docs/sweeps.md, "The report").
-
-When search_seed is one of `seeds`, its search trial counts as that seed's trial, and its validation
-figure is then also the one the rate was chosen on (optimistic); the report says so.
+"""The sweep's report (docs/sweeps.md, "The report"): per recipe its chosen learning rate and the seeds'
+spread, each pair of recipes tested against the seed-to-seed noise (Welch's t-test); as a terminal table,
+sweep_results.json and sweep_results.png.
 """
 
 from __future__ import annotations
@@ -23,10 +20,10 @@ from recipes_workbench.shared import format_table, mean_and_std, recipe_colours
 from recipes_workbench.sweep.config import SweepConfig, format_lr
 from recipes_workbench.sweep.study import (
     choose_learning_rate,
+    latest_by_key,
     reason_of,
     search_results,
     search_study_name,
-    seeds_results,
     seeds_study_name,
     status_of,
     study_trials,
@@ -44,7 +41,6 @@ TEST_NAME = "Welch's t-test (scipy.stats.ttest_ind, equal_var=False), two-sided"
 
 
 def trial_record(trial, config: SweepConfig) -> dict[str, Any]:
-    """One trial as the report and sweep_results.json show it."""
     attrs, results = trial.user_attrs, trial.user_attrs.get("results") or {}
     epochs, runtime = results.get("epochs"), results.get("train_runtime_s")
     return {
@@ -79,7 +75,6 @@ def _mean(records: list[dict[str, Any]], key: str) -> float | None:
 
 
 def recipe_summary(config: SweepConfig, recipe: str, storage, preflight: dict[str, Any]) -> dict[str, Any]:
-    """A recipe's search, chosen learning rate, seeds and their spread, memory and time per epoch."""
     search = search_results(study_trials(storage, search_study_name(recipe)))
     summary: dict[str, Any] = {
         "recipe": recipe,
@@ -93,10 +88,8 @@ def recipe_summary(config: SweepConfig, recipe: str, storage, preflight: dict[st
         skipped = preflight.get("fits") is False
         summary["status"] = f"skipped: {preflight.get('reason')}" if skipped else "no complete search trial"
         return summary
-    seeds_trials = {
-        t.params.get("seed"): t
-        for t in seeds_results(study_trials(storage, seeds_study_name(recipe, chosen)))
-    }
+    seeds_study = study_trials(storage, seeds_study_name(recipe, chosen))
+    seeds_trials = latest_by_key(seeds_study, lambda trial: trial.params.get("seed"))
     search_trial = next(trial for trial in search if trial.params["learning_rate"] == chosen)
     if config.search_seed in config.seeds:
         seeds_trials[config.search_seed] = search_trial
@@ -335,12 +328,6 @@ def format_report(summary: dict[str, Any], markdown: bool = False) -> str:
     return "\n".join(lines)
 
 
-def write_json(summary: dict[str, Any], output_dir: str | Path) -> Path:
-    return write_text_whole(
-        Path(output_dir) / RESULTS_JSON, json.dumps(summary, indent=2, default=str) + "\n"
-    )
-
-
 def write_chart(summary: dict[str, Any], output_dir: str | Path) -> Path:
     """Three panels: the metric against the learning rate (search), mean ± std per recipe at its chosen
     rate with every seed, and peak memory against the final metric."""
@@ -457,7 +444,8 @@ def report(
     """Print the report, write sweep_results.json and the chart beside the trials; returns the summary."""
     summary = summarize(config, storage, preflight)
     print(format_report(summary))
-    print(f"results: {write_json(summary, config.output_dir)}")
+    text = json.dumps(summary, indent=2, default=str) + "\n"
+    print(f"results: {write_text_whole(Path(config.output_dir) / RESULTS_JSON, text)}")
     if draw:
         print(f"chart: {write_chart(summary, config.output_dir)}")
     return summary

@@ -1,11 +1,5 @@
 """The sweep: check, print the plan, run each recipe's search then its chosen learning rate over the
-seeds, report. Rerunning the same command resumes it (docs/sweeps.md, "The study, and resuming").
-
-A grid's points are enqueued one at a time in ascending order, so the trials run in the order they
-were printed and a rerun knows which are left. A trial stopped by Ctrl-C or SIGTERM is recorded as
-interrupted at once and queued again here (prepare_retries); one a killed sweep left running, by the
-heartbeat (study.py). The sweep's own process never touches a GPU: the arguments and the planner are
-checked in a child process (preflight.py), and each trial is its own `accelerate launch` (trials.py).
+seeds, report; rerunning the same command resumes it (docs/sweeps.md, "The study, and resuming").
 """
 
 from __future__ import annotations
@@ -213,14 +207,10 @@ def run_search(run: Run, recipe: str) -> None:
     config, name = run.config, search_study_name(recipe)
     search = config.recipe(recipe).learning_rates
     study = open_study(run.storage, name, config, search_sampler(config, recipe, 0))
-    space = (
-        {"grid": list(search.grid)}
-        if search.is_grid
-        else {"low": search.low, "high": search.high, "trials": search.trials}
-    )
+    grid = list(search.grid) if search.is_grid else None
+    space = {"grid": grid} if grid else {"low": search.low, "high": search.high, "trials": search.trials}
     check_search_space(study, {**space, "seed": config.search_seed})
     prepare_retries(study, run, "learning_rate")
-    grid = list(search.grid) if search.is_grid else None
 
     def make_trial(trial) -> Trial:
         if search.is_grid:
@@ -246,16 +236,17 @@ def run_seeds(run: Run, recipe: str, chosen_lr: float) -> None:
     seeds = list(config.seeds_to_run)
     if not seeds:
         return
-    study = open_study(run.storage, name, config, seeds_sampler(seeds))
-    check_search_space(study, {"learning_rate": chosen_lr, "seeds": seeds})
-    prepare_retries(study, run, "seed")
     chosen = f"{recipe} lr={format_lr(chosen_lr)}"
-
-    def make_trial(trial) -> Trial:
-        return run.make_trial(recipe, SEEDS, chosen_lr, trial.suggest_categorical("seed", seeds), chosen)
 
     def seeds_study(slot: int):
         return open_study(run.storage, name, config, seeds_sampler(seeds))
+
+    study = seeds_study(0)
+    check_search_space(study, {"learning_rate": chosen_lr, "seeds": seeds})
+    prepare_retries(study, run, "seed")
+
+    def make_trial(trial) -> Trial:
+        return run.make_trial(recipe, SEEDS, chosen_lr, trial.suggest_categorical("seed", seeds), chosen)
 
     run.drain(run.phase(name, "seed", seeds, 0, seeds_study, make_trial))
 
@@ -294,14 +285,7 @@ def planned_trials(run: Run, preflight: dict[str, dict[str, Any]]) -> list[dict[
 
 
 def _row(recipe, phase, lr, seed, trial=None, skip=None) -> dict[str, Any]:
-    row = {
-        "recipe": recipe,
-        "phase": phase,
-        "learning_rate": lr,
-        "seed": seed,
-        "status": "to run",
-        "value": None,
-    }
+    row = dict(recipe=recipe, phase=phase, learning_rate=lr, seed=seed, status="to run", value=None)
     if trial is not None:
         row.update(status=status_of(trial), value=trial.value, wall_s=trial.user_attrs.get("wall_s"))
     elif skip is not None:
@@ -325,12 +309,8 @@ def time_estimate(rows: list[dict[str, Any]]) -> tuple[float | None, str]:
     by_recipe: dict[str, list[float]] = {}
     for row in finished:
         by_recipe.setdefault(row["recipe"], []).append(row["wall_s"])
-    total = sum(
-        sum(by_recipe[row["recipe"]]) / len(by_recipe[row["recipe"]])
-        if row["recipe"] in by_recipe
-        else overall
-        for row in todo
-    )
+    means = {recipe: sum(times) / len(times) for recipe, times in by_recipe.items()}
+    total = sum(means.get(row["recipe"], overall) for row in todo)
     guessed = sorted({row["recipe"] for row in todo} - set(by_recipe))
     note = f" ({', '.join(guessed)}: no finished trial yet, at the mean of the others)" if guessed else ""
     return total, f"from the wall time of this sweep's {len(finished)} finished trials, per recipe{note}"
@@ -435,7 +415,6 @@ def with_progress(run: Run, unit: str, total: int, description: str, work: Calla
 
 
 def run_recipes(run: Run, preflight: dict[str, dict[str, Any]]) -> None:
-    """Each recipe in turn: its search, then its chosen learning rate at every seed."""
     for recipe in run.config.recipes:
         if preflight.get(recipe.name, {}).get("fits") is False:
             continue  # skipped before launch, with the planner's prediction as the reason (in the plan)
@@ -457,8 +436,7 @@ def run_sweep(
     workers: Workers = ONE_WORKER,
 ) -> int:
     """The whole sweep: check, print the plan, run what is left (resuming), report (`draw`: with its
-    chart). Returns the exit code. `workers`: trials at once here, and a study shared with other
-    machines (parallel.py); with a shared study the database, not output_dir's lock, keeps trials apart."""
+    chart). Returns the exit code. `workers`: trials at once here, and a study shared with other machines."""
     output_dir = Path(config.output_dir)
     slots = slot_environments(workers.count, config.accelerate_config)
     output_dir.mkdir(parents=True, exist_ok=True)

@@ -1,10 +1,6 @@
-"""The sweep's study database, OUTPUT_DIR/sweep.db (Optuna's RDB storage on SQLite), and what the sweep
-and its report read back from it: per recipe a `<recipe>:search` and a `<recipe>:seeds:lr=<lr>` study.
-
-A trial whose sweep died (kill -9, a crash, a lost machine) is Optuna's own business: a trial whose
-heartbeat stopped is failed by Optuna's `fail_stale_trials` and handed to the storage's stale-trial
-callback, RequeueStaleTrials, which stops what still runs of it and queues its parameters again.
-docs/sweeps.md ("The study, and resuming") says what each trial records and how a rerun resumes.
+"""The sweep's study database, OUTPUT_DIR/sweep.db (Optuna's RDB storage), and what the sweep and its
+report read back from it. A trial whose sweep died is failed by Optuna's heartbeat and queued again by
+RequeueStaleTrials (docs/sweeps.md, "The study, and resuming").
 """
 
 from __future__ import annotations
@@ -77,10 +73,6 @@ class RequeueStaleTrials:
                   "(its heartbeat did); it is rerun.")  # fmt: skip
 
 
-def storage_url(config: SweepConfig, file: str = STUDY_FILE) -> str:
-    return f"sqlite:///{(Path(config.output_dir) / file).resolve()}"
-
-
 class ClaimingRDBStorage(optuna.storages.RDBStorage):
     """Optuna's RDBStorage, its trial state changes one at a time among this process's threads.
 
@@ -149,7 +141,7 @@ def open_storage(
     `url`: another database instead (--storage, shared between machines); `parallel`: trials of other
     workers run meanwhile (the longer heartbeat grace period)."""
     optuna.logging.set_verbosity(optuna.logging.ERROR)  # the sweep says what failed, once
-    location = url or storage_url(config, file)
+    location = url or f"sqlite:///{(Path(config.output_dir) / file).resolve()}"
     # SQLite: threads' writes (the heartbeats among them) wait for each other up to 60 s, not 5.
     engine = {"connect_args": {"timeout": 60}} if location.startswith("sqlite") else {}
     # Workers started together on an empty database all create Optuna's tables: all but one of them
@@ -190,10 +182,8 @@ def fail_stale_trials(storage, wait: bool = True) -> None:
         running = [
             study for study in studies if study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))
         ]
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")  # fail_stale_trials is experimental in every Optuna version used
-            for study in running:
-                optuna.storages.fail_stale_trials(study)
+        for study in running:
+            fail_stale_trials_of(study)
         if not running or not wait or time.monotonic() > deadline:
             return
         time.sleep(0.5)
@@ -222,10 +212,8 @@ def skip_trial(reason: str):
 
 
 def search_sampler(config: SweepConfig, recipe: str, finished: int, slot: int | None = None):
-    """GridSampler for a grid; for a range, TPE seeded from search_seed and the trials already done, so
-    a resumed sweep samples what the uninterrupted one would have. With workers in parallel (`slot`: the
-    worker's), each worker's seed differs and TPE counts running trials as their mean (constant_liar),
-    so two workers do not draw one rate; which rates are drawn then depends on the trials' timing."""
+    """GridSampler for a grid; for a range TPE, seeded so that a resumed sweep draws what the uninterrupted
+    one would have, or per worker (`slot`) with constant_liar (docs/sweeps.md, "Trials in parallel")."""
     search = config.recipe(recipe).learning_rates
     if search.is_grid:
         return optuna.samplers.GridSampler({"learning_rate": list(search.grid)}, seed=config.search_seed)
@@ -322,11 +310,6 @@ def search_results(trials: list) -> list:
     """The latest trial of each learning rate of a search study (a rerun replaces an interrupted one)."""
     latest = latest_by_key(trials, lambda trial: trial.params.get("learning_rate"))
     return [latest[lr] for lr in sorted(lr for lr in latest if lr is not None)]
-
-
-def seeds_results(trials: list) -> list:
-    latest = latest_by_key(trials, lambda trial: trial.params.get("seed"))
-    return [trial for seed, trial in latest.items() if seed is not None]
 
 
 def choose_learning_rate(trials: list, direction: str) -> float | None:

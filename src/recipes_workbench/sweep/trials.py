@@ -1,9 +1,6 @@
-"""One trial of a sweep: its `accelerate launch`, waited for, and its outcome read from its exit code,
-its log and its results.json; and the processes of a trial whose sweep died, stopped.
-
-Nothing is shared between trials in the sweep's process: no model, no data, no CUDA context. Each
-trial is a fresh `accelerate launch` of its recipe script with its own output_dir, log and W&B run;
-the sweep's process only waits for it.
+"""One trial of a sweep: a fresh `accelerate launch` of its recipe script (nothing shared between trials
+in the sweep's process), waited for, its outcome read from its exit code, log and results.json; and the
+processes of a trial whose sweep died, stopped.
 """
 
 from __future__ import annotations
@@ -14,7 +11,6 @@ import os
 import re
 import subprocess
 import time
-from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -46,8 +42,6 @@ OUT_OF_MEMORY = re.compile(r"OutOfMemoryError|out of memory|CUBLAS_STATUS_ALLOC_
 
 @dataclass
 class Trial:
-    """One trial to launch: the recipe at a learning rate and seed, in its own directory."""
-
     recipe: str
     phase: str
     learning_rate: float
@@ -113,7 +107,6 @@ def failure_reason(exit_code: int, log_text: str) -> str:
 
 
 def read_outcome(trial: Trial, config: SweepConfig, launcher_code: int, wall_s: float) -> Outcome:
-    """The trial's outcome from its exit code, its log and its results.json."""
     log_text = trial.log.read_text(errors="replace") if trial.log.is_file() else ""
     if launcher_code != 0:
         code = recipe_exit_code(launcher_code, log_text)
@@ -170,7 +163,10 @@ def launch_trial(trial: Trial, config: SweepConfig) -> Outcome:
         try:
             code = process.wait()
         except BaseException:  # Ctrl-C or SIGTERM: the trial goes with the sweep
-            stop_process_tree(process)
+            # The launcher and the recipe under it (the single-process launcher does not pass SIGTERM on).
+            with contextlib.suppress(psutil.Error):
+                parent = psutil.Process(process.pid)
+                stop_processes([parent, *parent.children(recursive=True)])
             raise
     return read_outcome(trial, config, code, time.monotonic() - start)
 
@@ -178,9 +174,15 @@ def launch_trial(trial: Trial, config: SweepConfig) -> Outcome:
 def trial_environment(trial: Trial, config: SweepConfig) -> dict[str, str]:
     """This environment, the secret options the trial's command leaves out (--hub_token: HF_TOKEN,
     credentials.py), its worker's settings, and the sweep keys W&B's config gets."""
+    options = (*config.args, *config.recipe(trial.recipe).args)
+    secrets = {
+        ENVIRONMENT_OF[canonical(key)]: " ".join(values)
+        for key, values in options
+        if canonical(key) in ENVIRONMENT_OF
+    }
     return {
         **os.environ,
-        **secrets_environment((*config.args, *config.recipe(trial.recipe).args)),
+        **secrets,
         **trial.environment,
         "PYTHONUNBUFFERED": "1",
         names.SWEEP_CONFIG_VARIABLE: json.dumps(
@@ -190,15 +192,7 @@ def trial_environment(trial: Trial, config: SweepConfig) -> dict[str, str]:
     }
 
 
-def stop_process_tree(process: subprocess.Popen) -> None:
-    """The launcher and the recipe under it stopped (the single-process launcher does not pass SIGTERM on)."""
-    with contextlib.suppress(psutil.Error):
-        parent = psutil.Process(process.pid)
-        stop_processes([parent, *parent.children(recursive=True)])
-
-
 def stop_processes(processes: list[psutil.Process], grace_s: float = 20.0) -> None:
-    """SIGTERM to each process, then SIGKILL to whatever is left after the grace period."""
     for member in processes:
         with contextlib.suppress(psutil.Error):
             member.terminate()
@@ -224,12 +218,3 @@ def stop_orphans(output_dir: str | None) -> list[int]:
                 process.kill()
                 killed.append(process.pid)
     return killed
-
-
-def secrets_environment(options: Iterable[tuple[str, tuple[str, ...]]]) -> dict[str, str]:
-    """The environment that carries the secret options left out by `without_secrets` to a child process."""
-    return {
-        ENVIRONMENT_OF[canonical(key)]: " ".join(values)
-        for key, values in options
-        if canonical(key) in ENVIRONMENT_OF
-    }
