@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from recipes_lib.config.tasks import MULTI_LABEL, SINGLE_LABEL
 from recipes_lib.errors import ConfigError, ModelError
 from recipes_lib.evaluation.predictions import DECISION_THRESHOLD_FILE, THRESHOLDS_FILE
 from recipes_lib.modeling.adapters import ADAPTER_CONFIG_FILE, MERGED_SUBDIR, read_base_quantization
@@ -269,6 +270,16 @@ def saved_thresholds(directories, results: RunResults, label_names: list[str]) -
     if usable and not any(threshold_problem(saved[name], exclusive=False) for name in label_names):
         return [float(saved[name]) for name in label_names]
     return None
+
+
+def saved_decisions(directories, results: RunResults, label_names: list[str], problem_type: str):
+    """(multi-label thresholds, binary decision threshold) as the run saved them (saved_thresholds,
+    saved_decision_threshold); None for what the task does not use or the run did not save."""
+    if problem_type == MULTI_LABEL:
+        return saved_thresholds(directories, results, label_names), None
+    if problem_type == SINGLE_LABEL and len(label_names) == 2:
+        return None, saved_decision_threshold(directories, results)
+    return None, None
 
 
 def saved_decision_threshold(directories, results: RunResults) -> float | None:
