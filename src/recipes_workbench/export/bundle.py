@@ -1,12 +1,6 @@
-"""The export directory: the ONNX models and everything that turns their logits into the run's predictions.
-
-OUTPUT_DIR/export/ holds model.onnx (and model.int8.onnx), the tokenizer, config.json (label names,
-problem_type), the run's label_thresholds.json or decision_threshold.json, export_config.json (the
-run's settings predict needs, the exporter used) and export_report.json (the gate's figures, gate.py);
-docs/export.md ("What lands in OUTPUT_DIR/export/") says more.
-
-There is deliberately no results.json: the directory is not a run, and tools that list runs skip it.
-A directory whose gate failed is named export.failed/; predict refuses it.
+"""The export directory: the ONNX models and everything that turns their logits into the run's predictions
+(docs/export.md, "What lands in OUTPUT_DIR/export/"). Deliberately no results.json: it is not a run, and
+tools that list runs skip it. A directory whose gate failed is named export.failed/; predict refuses it.
 """
 
 from __future__ import annotations
@@ -137,11 +131,8 @@ def write_bundle(
 
 
 def settle_export(staging: Path, results_dir: Path, passed: bool) -> Path:
-    """Rename the finished temporary directory: export/ (replacing an earlier one) or export.failed/.
-
-    The bundle is built in `staging` (a hidden directory beside it) and appears whole under its name
-    or not at all: a kill before the rename leaves the earlier export, or none.
-    """
+    """Rename the finished `staging` directory to export/ (replacing an earlier one) or export.failed/: it
+    appears whole under its name or not at all (a kill before the rename leaves the earlier export, or none)."""
     target = results_dir / (EXPORT_SUBDIR if passed else FAILED_SUBDIR)
     # On disk before the name: a machine lost just after the rename must not leave export/ with empty files.
     fsync_tree(staging)
@@ -184,10 +175,8 @@ class ExportedModel:
 
 
 def find_export(path: str | Path) -> ExportedModel | None:
-    """The export at `path` (an export directory, or one of its .onnx files), or None if `path` is not one.
-
-    An export whose gate failed (export.failed/, or a report saying so) is refused with the reason.
-    """
+    """The export at `path` (an export directory, or one of its .onnx files), or None if `path` is not one;
+    one whose gate failed (export.failed/, or a report saying so) is refused with the reason."""
     path = Path(path)
     onnx_path = path if path.suffix == ".onnx" and path.is_file() else path / FP32_MODEL
     directory = onnx_path.parent

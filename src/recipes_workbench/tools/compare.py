@@ -426,10 +426,10 @@ def compare(run_dirs: list[str], chart: str | None = None, markdown: bool = Fals
         print_error(error)
         return 2
     print(comparison_table(runs, run_dirs, markdown))
-    notes = table_notes(runs)
-    different_sets = evaluation_note(runs, run_names(run_dirs))
-    windows = windows_note(runs, run_names(run_dirs))
-    for note in ([different_sets] if different_sets else []) + ([windows] if windows else []) + notes:
+    for note in [evaluation_note(runs, run_names(run_dirs)), windows_note(runs, run_names(run_dirs))]:
+        if note:
+            print(f"{'- ' if markdown else ''}{note}")
+    for note in table_notes(runs):
         print(f"{'- ' if markdown else ''}{note}")
     groups = group_repeats(runs)
     if len(groups) < len(runs):
