@@ -247,39 +247,26 @@ def read_thresholds(directory: str | Path, label_names: list[str]) -> list[float
     return [float(saved[name]) for name in label_names]
 
 
-def saved_thresholds(directories, results: RunResults, label_names: list[str]) -> list[float] | None:
-    """A multi-label run's tuned thresholds: the file saved with its model (the first of `directories`
-    holding one), else results.json's; None where neither has them."""
-    for directory in directories:
-        thresholds = read_thresholds(directory, label_names)
-        if thresholds is not None:
-            return thresholds
-    saved = results.label_thresholds
-    usable = isinstance(saved, dict) and set(saved) == set(label_names)
-    if usable and not any(threshold_problem(saved[name], exclusive=False) for name in label_names):
-        return [float(saved[name]) for name in label_names]
-    return None
-
-
 def saved_decisions(directories, results: RunResults, label_names: list[str], problem_type: str):
-    """(multi-label thresholds, binary decision threshold) as the run saved them (saved_thresholds,
-    saved_decision_threshold); None for what the task does not use or the run did not save."""
+    """(a multi-label run's tuned thresholds, a binary run's --decision_threshold): the file saved with its
+    model (the first of `directories` holding one), else results.json's; None where the task has none or
+    neither has it (a binary run's None: argmax)."""
     if problem_type == MULTI_LABEL:
-        return saved_thresholds(directories, results, label_names), None
-    if problem_type == SINGLE_LABEL and len(label_names) == 2:
-        return None, saved_decision_threshold(directories, results)
+        for directory in directories:
+            if (thresholds := read_thresholds(directory, label_names)) is not None:
+                return thresholds, None
+        saved = results.label_thresholds
+        usable = isinstance(saved, dict) and set(saved) == set(label_names)
+        if usable and not any(threshold_problem(saved[name], exclusive=False) for name in label_names):
+            return [float(saved[name]) for name in label_names], None
+    elif problem_type == SINGLE_LABEL and len(label_names) == 2:
+        for directory in directories:
+            if (threshold := read_decision_threshold(directory)) is not None:
+                return None, threshold
+        saved = results.decision_threshold
+        if isinstance(saved, (int, float)) and 0 < saved < 1:
+            return None, float(saved)
     return None, None
-
-
-def saved_decision_threshold(directories, results: RunResults) -> float | None:
-    """A binary run's --decision_threshold: the file saved with its model (the first of `directories`
-    holding one), else results.json's; None (argmax) where neither has one."""
-    for directory in directories:
-        threshold = read_decision_threshold(directory)
-        if threshold is not None:
-            return threshold
-    saved = results.decision_threshold
-    return float(saved) if isinstance(saved, (int, float)) and 0 < saved < 1 else None
 
 
 def read_decision_threshold(directory: str | Path) -> float | None:

@@ -45,12 +45,7 @@ from recipes_lib.evaluation.windows import combine_windows
 from recipes_lib.modeling.adapters import load_trained_model
 from recipes_lib.modeling.families import profile_for
 from recipes_lib.modeling.weight_files import check_model_files
-from recipes_workbench.export.bundle import (
-    TrainedRun,
-    find_export,
-    find_run,
-    saved_decisions,
-)
+from recipes_workbench.export.bundle import TrainedRun, find_export, find_run, saved_decisions
 from recipes_workbench.export.gate import data_arguments
 from recipes_workbench.shared import print_error
 
