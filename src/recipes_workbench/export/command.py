@@ -1,9 +1,5 @@
-"""`recipes-lib export OUTPUT_DIR`: export, quantize, gate, and only then call the directory export/.
-
-Everything is written to a temporary directory beside the run and renamed at the end: export/ when
-the gate passes (replacing an earlier export only then), export.failed/ when it does not, so a
-failed export never sits where a deployment script looks, and never overwrites a good one.
-"""
+"""`recipes-lib export OUTPUT_DIR`: export, quantize, gate, and only then call the directory export/ (else
+export.failed/: a failed export never sits where a deployment script looks, nor overwrites a good one)."""
 
 from __future__ import annotations
 

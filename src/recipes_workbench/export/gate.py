@@ -1,11 +1,8 @@
 """The quality gate: an exported model against the PyTorch model, on the same held-out rows, before anyone deploys it.
 
-The rows are the run's validation split, read and tokenized as the run read them, or `--eval_file`
-(`gate_rows`). Each exported model's logits are compared with the PyTorch model's on every row
-(`compare`: agreement, the headline metric's drop, the largest logit difference), and `verdict` says
-which check fails; docs/export.md ("The gate") gives the thresholds and the figures behind them.
-First, though, the PyTorch model itself must do better than a constant predictor on the same rows
-(`against_constant`, evaluation/collapse.py): any export of a constant model agrees with it on every row.
+`gate_rows` reads the rows, `compare` scores an export against PyTorch, `verdict` says which check fails
+(docs/export.md, "The gate"); first the PyTorch model must beat a constant predictor (`against_constant`):
+any export of a constant model agrees with it on every row.
 """
 
 from __future__ import annotations
@@ -32,14 +29,10 @@ from recipes_lib.evaluation.windows import combine_windows
 from recipes_workbench.export import MIN_FP32_AGREEMENT, MIN_INT8_AGREEMENT, MIN_INT8_SPEEDUP
 
 HEADLINE_METRIC = {SINGLE_LABEL: "accuracy", MULTI_LABEL: "accuracy", REGRESSION: "pearson"}
-# Regression (issue #55): a score "agrees" when it moves by at most this share of the training labels' range
-# (±0.1 on a 1-5 relatedness scale; bf16's rounding step on a 0-5 score is 0.016 to 0.031, arithmetic from
-# its 8-bit mantissa, not a measurement). The
-# share of the PyTorch scores' std used before was ±0.012 on a 0-5 scale, which bf16 itself missed on 14% of rows.
+# Regression (issue #55; docs/export.md says why these): a score "agrees" when it moves by at most this share
+# of the training labels' range (the PyTorch scores' std used before gave ±0.012 on a 0-5 scale, which bf16
+# itself missed on 14% of rows); the MSE may rise by at most this many percent per point of --max_metric_drop.
 REGRESSION_AGREEMENT_SHARE = 0.025
-# Besides Pearson (the headline) and Spearman, each within --max_metric_drop points, the MSE may rise by at
-# most this many percent per point of --max_metric_drop (2% at the default 0.5): at Pearson 0.8 a 0.5-point
-# drop adds about 2% to the unexplained variance (1 - r^2: 0.360 -> 0.368), so the two limits agree there.
 MSE_RISE_PERCENT_PER_POINT = 4.0
 
 

@@ -95,10 +95,6 @@ def model_to_export(model_dir: str | Path, scratch_dir: str | Path):
     return model.eval(), "the QLoRA adapter merged into its 4-bit base dequantized to fp32"
 
 
-def _parameter_bytes(model) -> int:
-    return sum(parameter.numel() * parameter.element_size() for parameter in model.parameters())
-
-
 def export_onnx(
     model, tokenizer, path: str | Path, exporters: tuple[str, ...] = (DYNAMO, TORCHSCRIPT)
 ) -> str:
@@ -112,7 +108,8 @@ def export_onnx(
     example = {name: example[name] for name in input_names}
     dynamic_axes = {name: {0: "batch", 1: "sequence"} for name in input_names}
     dynamic_axes[LOGITS_OUTPUT] = {0: "batch"}
-    external_data = _parameter_bytes(model) > SINGLE_FILE_LIMIT_BYTES
+    parameter_bytes = sum(parameter.numel() * parameter.element_size() for parameter in model.parameters())
+    external_data = parameter_bytes > SINGLE_FILE_LIMIT_BYTES
     path = Path(path)
     failures = []
     for exporter in exporters:

@@ -1,9 +1,5 @@
-"""Logits of an exported model through ONNX Runtime, batched as predict batches the PyTorch model.
-
-The rows are the tokenized dataset predict and the gate build (data.tokenize); each batch is padded
-to its longest row by the run's collator (data.padding_collator) and fed to the session as int64
-arrays under the graph's own input names.
-"""
+"""Logits of an exported model through ONNX Runtime, batched and padded by the run's collator as predict
+batches the PyTorch model, fed as int64 arrays under the graph's own input names."""
 
 from __future__ import annotations
 

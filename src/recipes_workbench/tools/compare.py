@@ -1,9 +1,6 @@
-"""Several runs side by side: `recipes-lib compare outputs/demo/full_ft outputs/demo/lora ...`.
-
-Each run's results.json as one row of a table, a stacked memory bar per run with its accuracy under
-it (the chart), the repeats of one setting grouped (`setting_key`), and a line saying how the runs'
-evaluation sets differ where they do (`evaluation_sets`); docs/memory.md ("Compare runs") shows it.
-`--wandb` also logs the table and the chart into the runs' W&B group (compare_wandb.py).
+"""Several runs side by side: `recipes-lib compare outputs/demo/full_ft outputs/demo/lora ...` (docs/memory.md,
+"Compare runs"): a table, a chart, the repeats of one setting grouped (`setting_key`), and how the runs'
+evaluation sets differ where they do (`evaluation_sets`); `--wandb` logs them to W&B (compare_wandb.py).
 """
 
 from __future__ import annotations

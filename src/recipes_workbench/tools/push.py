@@ -1,12 +1,5 @@
-"""`recipes-lib push`: a finished run's output_dir to a model repository on the Hugging Face Hub.
-
-    recipes-lib push outputs/demo/lora --repo_id my-name/minilm-tickets-lora [--private]
-
-The model card (README.md) is written again first, with the repository's name in its loading code;
-then the repository is made if it does not exist and the output_dir is uploaded, checkpoints left
-out, as the Trainer's own push leaves them (and its `_*` scratch files). Without a token, in offline
-mode or without a network it stops with one line.
-"""
+"""`recipes-lib push`: a finished run's output_dir to a model repository on the Hugging Face Hub, its card
+written again first with the repository's name (docs/sharing.md, "Pushing a finished run")."""
 
 from __future__ import annotations
 
