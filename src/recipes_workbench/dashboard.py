@@ -263,16 +263,9 @@ def view_spec(view) -> dict[str, Any]:
 def report_blocks_spec(report) -> list[dict[str, Any]]:
     """The report's panels and text blocks as W&B stores them, made offline. (A run set is resolved
     against the server when the report is saved, so the run sets are checked then.)"""
-    ws, wr = workspaces_library()
-    specs = []
-    for block in report.blocks:
-        models = (
-            [panel._to_model() for panel in block.panels]
-            if isinstance(block, wr.PanelGrid)
-            else [block._to_model()]
-        )
-        specs += [model.model_dump(by_alias=True, exclude_none=True) for model in models]
-    return specs
+    _, wr = workspaces_library()
+    parts = [block.panels if isinstance(block, wr.PanelGrid) else [block] for block in report.blocks]
+    return [part._to_model().model_dump(by_alias=True, exclude_none=True) for grid in parts for part in grid]
 
 
 def _first_line(error: BaseException) -> str:

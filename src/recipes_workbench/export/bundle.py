@@ -163,15 +163,13 @@ class ExportedModel:
         return RunResults.from_dict(self.settings["run"])
 
     def describe(self) -> str:
-        return f"ONNX export ({self.onnx_path.name}, {self.made_from()}) of a {self.run_results.recipe or '?'} run"
-
-    def made_from(self) -> str:
-        """How this file was made: the int8 model from its own source (the TorchScript trace, as
+        """Which file, and how it was made: the int8 model from its own source (the TorchScript trace, as
         export_report.json says), model.onnx by the exporter export_config.json names."""
         int8 = (self.report or {}).get("int8") or {}
+        made_from = f"{self.settings.get('exporter', '?')} exporter"
         if self.onnx_path.name == INT8_MODEL and int8.get("made_from"):
-            return f"int8, made from {int8['made_from']}"
-        return f"{self.settings.get('exporter', '?')} exporter"
+            made_from = f"int8, made from {int8['made_from']}"
+        return f"ONNX export ({self.onnx_path.name}, {made_from}) of a {self.run_results.recipe or '?'} run"
 
 
 def find_export(path: str | Path) -> ExportedModel | None:
