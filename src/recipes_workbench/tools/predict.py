@@ -274,20 +274,7 @@ def predict(
         ) from None
     label_names = [model_config.id2label[i] for i in range(model_config.num_labels)]
     problem_type = model_config.problem_type or run.results.problem_type or SINGLE_LABEL
-    saved_in = (run.model_dir, run.results_dir)
-    thresholds, decision_threshold = saved_decisions(saved_in, run.results, label_names, problem_type)
-    if problem_type == MULTI_LABEL and thresholds is None:
-        logger.warning(
-            "No %s in %s: deciding every class at probability 0.5, not at the thresholds the run tuned.",
-            THRESHOLDS_FILE,
-            run.model_dir,
-        )
-        thresholds = [DEFAULT_THRESHOLD] * len(label_names)
-    if decision_threshold is not None:
-        logger.info(
-            "The positive class is predicted at probability %.2f or above (the run's threshold).",
-            decision_threshold,
-        )
+    thresholds, decision_threshold = run_decisions(run, label_names, problem_type)
     logger.info(
         "Predicting %d rows of %s with the %s in %s on %s (text: %s, max_seq_length %d)",
         len(dataset),
@@ -347,6 +334,26 @@ def warn_if_constant(logits, problem_type: str, input_file) -> None:
             input_file,
             variation["output_std"],
         )
+
+
+def run_decisions(run: TrainedRun, label_names: list[str], problem_type: str):
+    """The thresholds the run saved (bundle.saved_decisions), said in the log; a multi-label run without
+    them decides every class at probability 0.5."""
+    saved_in = (run.model_dir, run.results_dir)
+    thresholds, decision_threshold = saved_decisions(saved_in, run.results, label_names, problem_type)
+    if problem_type == MULTI_LABEL and thresholds is None:
+        logger.warning(
+            "No %s in %s: deciding every class at probability 0.5, not at the thresholds the run tuned.",
+            THRESHOLDS_FILE,
+            run.model_dir,
+        )
+        thresholds = [DEFAULT_THRESHOLD] * len(label_names)
+    if decision_threshold is not None:
+        logger.info(
+            "The positive class is predicted at probability %.2f or above (the run's threshold).",
+            decision_threshold,
+        )
+    return thresholds, decision_threshold
 
 
 def write_predictions(run_dir: str, input_file: str, output: str | None = None, **options) -> int:
