@@ -28,6 +28,10 @@ from recipes_workbench.tools.run_labels import (
 )
 
 CHART_FILE = "memory_comparison.png"
+TENSOR_PEAK_NOTE = (
+    "tensor peak: all tensors at once during training; weights ... other: the peak of each kind over the "
+    "training steps, measured on the tensors (they do not all peak together, so they add up to more)."
+)
 # The columns of multi-label and regression metrics (micro-F1, MSE, ...) that `compare` and `show` add
 # when a run has them: (results.json key, title). Last, binary tasks' positive-class F1 (label id 1), as
 # paraphrase benchmarks report it beside accuracy.
@@ -185,16 +189,6 @@ def evaluation_note(runs: list[RunResults], names: list[str]) -> str | None:
         f"Not evaluated on the same set (eval set column: {members}): {'; '.join(differences)}. "
         "Their scores are not like for like; compare runs of one set."
     )
-
-
-def table_notes(runs: list[RunResults]) -> list[str]:
-    sources = sorted({run.peak_memory_source for run in runs if run.peak_memory_source})
-    notes = [f"peak: {source}" for source in sources]
-    notes.append(
-        "tensor peak: all tensors at once during training; weights ... other: the peak of each kind over the "
-        "training steps, measured on the tensors (they do not all peak together, so they add up to more)."
-    )
-    return notes
 
 
 def _chart_metric(runs: list[RunResults]) -> tuple[str, str]:
@@ -423,11 +417,11 @@ def compare(run_dirs: list[str], chart: str | None = None, markdown: bool = Fals
         print_error(error)
         return 2
     print(comparison_table(runs, run_dirs, markdown))
-    for note in [evaluation_note(runs, run_names(run_dirs)), windows_note(runs, run_names(run_dirs))]:
+    peaks = sorted({f"peak: {run.peak_memory_source}" for run in runs if run.peak_memory_source})
+    notes = [evaluation_note(runs, run_names(run_dirs)), windows_note(runs, run_names(run_dirs))]
+    for note in [*notes, *peaks, TENSOR_PEAK_NOTE]:
         if note:
             print(f"{'- ' if markdown else ''}{note}")
-    for note in table_notes(runs):
-        print(f"{'- ' if markdown else ''}{note}")
     groups = group_repeats(runs)
     if len(groups) < len(runs):
         print()
