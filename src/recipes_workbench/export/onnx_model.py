@@ -6,6 +6,7 @@ torch.onnx's exporters, not optimum's (it pins transformers below 4.58); docs/ex
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import warnings
 from pathlib import Path
@@ -72,27 +73,22 @@ def model_to_export(model_dir: str | Path, scratch_dir: str | Path):
 
     model_dir = Path(model_dir)
     if not (model_dir / ADAPTER_CONFIG_FILE).is_file():
-        model = AutoModelForSequenceClassification.from_pretrained(model_dir, dtype=torch.float32)
-        return model.eval(), "the full model"
-    merged_dir = model_dir / MERGED_SUBDIR
-    if (merged_dir / "config.json").is_file():
-        model = AutoModelForSequenceClassification.from_pretrained(merged_dir, dtype=torch.float32)
-        return model.eval(), f"the merged model the run saved ({MERGED_SUBDIR}/)"
-    quantization = read_base_quantization(model_dir)
-    if quantization is None:
+        source, what = model_dir, "the full model"
+    elif (model_dir / MERGED_SUBDIR / "config.json").is_file():
+        source, what = model_dir / MERGED_SUBDIR, f"the merged model the run saved ({MERGED_SUBDIR}/)"
+    elif read_base_quantization(model_dir) is None:
         model = load_trained_model(model_dir, device="cpu").merge_and_unload()
         return model.float().eval(), "the LoRA adapter merged into its base"
-    import json
+    else:
+        from recipes_lib.config.arguments import ModelArguments
 
-    from recipes_lib.config.arguments import ModelArguments
-
-    base = json.loads((model_dir / ADAPTER_CONFIG_FILE).read_text())["base_model_name_or_path"]
-    scratch = Path(scratch_dir) / MERGED_SUBDIR
-    merge_adapter(
-        ModelArguments(model_name_or_path=base), AutoConfig.from_pretrained(model_dir), model_dir, scratch
-    )
-    model = AutoModelForSequenceClassification.from_pretrained(scratch, dtype=torch.float32)
-    return model.eval(), "the QLoRA adapter merged into its 4-bit base dequantized to fp32"
+        base = json.loads((model_dir / ADAPTER_CONFIG_FILE).read_text())["base_model_name_or_path"]
+        source = Path(scratch_dir) / MERGED_SUBDIR
+        what = "the QLoRA adapter merged into its 4-bit base dequantized to fp32"
+        run_config = AutoConfig.from_pretrained(model_dir)
+        merge_adapter(ModelArguments(model_name_or_path=base), run_config, model_dir, source)
+    model = AutoModelForSequenceClassification.from_pretrained(source, dtype=torch.float32)
+    return model.eval(), what
 
 
 def export_onnx(
