@@ -348,6 +348,21 @@ def test_predict_gives_the_evaluation_predictions_for_a_full_model_and_a_merged_
         assert_same_predictions(predict(run_dir, files["validation"], progress=False), evaluated)
 
 
+def test_predict_decides_a_multi_label_run_at_the_thresholds_saved_with_it(multi_label_run, tmp_path):
+    """label_thresholds.json beside the model, not 0.5: at 1.0 for every class, no row gets a class."""
+    import shutil
+
+    from recipes_workbench.tools.predict import predict
+
+    output_dir, results, files = multi_label_run
+    assert any(row["prediction"] for row in read_jsonl(output_dir / "eval_predictions.jsonl"))
+    run = shutil.copytree(output_dir, tmp_path / "run")
+    every_class = dict.fromkeys(results["label_thresholds"], 1.0)
+    (run / "label_thresholds.json").write_text(json.dumps({"thresholds": every_class}))
+    rows = predict(run, files["validation"], progress=False)
+    assert rows and all(row["prediction"] == [] for row in rows)
+
+
 def test_a_multi_label_model_loads_in_a_transformers_pipeline_with_sigmoid_scores(multi_label_run):
     from transformers import pipeline
 

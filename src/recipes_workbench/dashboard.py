@@ -1,13 +1,7 @@
-"""The recipe comparison as a saved W&B view: `recipes-lib wandb-dashboard` (docs/wandb.md lists what each
-section shows), built with W&B's own wandb-workspaces library, the optional extra `dashboard`; `--report`
-also saves a W&B Report with the table and chart `recipes-lib compare RUN... --wandb` logged into the group.
-
-Every name a panel or column shows comes from tracking/names.py, the names tracking/wandb_run.py logs with,
-except the Trainer's own log keys and the names of compare --wandb's run, defined below.
-
-The view is built and checked first, offline (W&B's schema is a pydantic model: a wrong panel or
-setting fails here). Saving it needs an API key and the network; without either the command stops
-with one line that says which, after the check.
+"""The recipe comparison as a saved W&B view (and `--report`, a W&B Report): `recipes-lib wandb-dashboard`,
+built with W&B's own wandb-workspaces library (the extra `dashboard`), checked offline first, then saved;
+docs/wandb.md says what each section shows and what saving needs. Every name a panel shows comes from
+tracking/names.py, but the Trainer's own log keys and the names of compare --wandb's run, defined below.
 """
 
 from __future__ import annotations
@@ -269,16 +263,9 @@ def view_spec(view) -> dict[str, Any]:
 def report_blocks_spec(report) -> list[dict[str, Any]]:
     """The report's panels and text blocks as W&B stores them, made offline. (A run set is resolved
     against the server when the report is saved, so the run sets are checked then.)"""
-    ws, wr = workspaces_library()
-    specs = []
-    for block in report.blocks:
-        models = (
-            [panel._to_model() for panel in block.panels]
-            if isinstance(block, wr.PanelGrid)
-            else [block._to_model()]
-        )
-        specs += [model.model_dump(by_alias=True, exclude_none=True) for model in models]
-    return specs
+    _, wr = workspaces_library()
+    parts = [block.panels if isinstance(block, wr.PanelGrid) else [block] for block in report.blocks]
+    return [part._to_model().model_dump(by_alias=True, exclude_none=True) for grid in parts for part in grid]
 
 
 def _first_line(error: BaseException) -> str:
@@ -343,37 +330,33 @@ def wandb_dashboard(
 ) -> int:
     """`recipes-lib wandb-dashboard`: build and check the view offline, then save it and print its URL."""
     try:  # (bitsandbytes, which wandb-workspaces' pydantic may load, is quieted by the command: cli/main.py)
-        return _wandb_dashboard(project, entity, group, report, spec_file, sweep_metric)
+        # 1. Build and check everything offline (the entity is only known from the server without --entity).
+        view = build_view(project, entity or "", group, sweep_metric)
+        spec = view_spec(view)
+        panels = sum(len(section.panels) for section in view.sections)
+        contents = f"{panels} panels in {len(view.sections)} sections"
+        if report:
+            report_parts = report_blocks_spec(build_report(project, entity or "", group, sweep_metric))
+            contents += f"; a report of {len(report_parts)} panels and blocks"
+        built = f"built the W&B view '{view.name}' ({contents}) and checked it offline"
+        if spec_file:
+            Path(spec_file).write_text(json.dumps(spec, indent=1) + "\n")
+        # 2. Save it: needs an API key and the network.
+        api = connect(built)
+        entity = entity or api.default_entity
+        view = build_view(project, entity, group, sweep_metric)
+        try:
+            existing = _existing_view(api, view)
+            if existing is not None:
+                view._internal_name, view._internal_id = existing
+            view.save()
+            print(f"{'updated' if existing else 'saved'} W&B view: {view.url}")
+            if report:
+                shared = build_report(project, entity, group, sweep_metric).save()
+                print(f"saved W&B report: {shared.url}")
+        except Exception as error:  # the server said no (permissions, no such project): one line
+            raise DashboardError(f"{built}, but W&B did not save it: {_first_line(error)}") from error
+        return 0
     except DashboardError as error:
         print_error(error)
         return 2
-
-
-def _wandb_dashboard(project, entity, group, report, spec_file, sweep_metric=names.ACCURACY) -> int:
-    # 1. Build and check everything offline (the entity is only known from the server without --entity).
-    view = build_view(project, entity or "", group, sweep_metric)
-    spec = view_spec(view)
-    panels = sum(len(section.panels) for section in view.sections)
-    contents = f"{panels} panels in {len(view.sections)} sections"
-    if report:
-        report_parts = report_blocks_spec(build_report(project, entity or "", group, sweep_metric))
-        contents += f"; a report of {len(report_parts)} panels and blocks"
-    built = f"built the W&B view '{view.name}' ({contents}) and checked it offline"
-    if spec_file:
-        Path(spec_file).write_text(json.dumps(spec, indent=1) + "\n")
-    # 2. Save it: needs an API key and the network.
-    api = connect(built)
-    entity = entity or api.default_entity
-    view = build_view(project, entity, group, sweep_metric)
-    try:
-        existing = _existing_view(api, view)
-        if existing is not None:
-            view._internal_name, view._internal_id = existing
-        view.save()
-        print(f"{'updated' if existing else 'saved'} W&B view: {view.url}")
-        if report:
-            shared = build_report(project, entity, group, sweep_metric).save()
-            print(f"saved W&B report: {shared.url}")
-    except Exception as error:  # the server said no (permissions, no such project): one line
-        raise DashboardError(f"{built}, but W&B did not save it: {_first_line(error)}") from error
-    return 0

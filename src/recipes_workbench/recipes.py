@@ -19,28 +19,11 @@ from recipes_lib.config.recipe_options import LoraArguments, QloraArguments
 from recipes_lib.config.recipe_spec import RecipeSpec, TrainingShape
 
 
-def _full_fine_tuning(options: Any) -> TrainingShape:
-    return TrainingShape()
-
-
-def _adamw_8bit_shape(options: Adam8bitArguments) -> TrainingShape:
-    bits, paged = options.embedding_optimizer_bits, options.paged_optimizer
-    return TrainingShape(optimizer_bits=8, embedding_optimizer_bits=bits, paged_optimizer=paged)
-
-
-def _lora_shape(lora: LoraArguments) -> TrainingShape:
-    return TrainingShape(adapters=lora.shape())
-
-
-def _qlora_shape(options: QloraArguments) -> TrainingShape:
-    return TrainingShape(adapters=options.shape(), quantized_base=True, base_bits=options.base_bits)
-
-
 @dataclass(frozen=True)
 class RegisteredRecipe(RecipeSpec):
     """A script's spec and what it trains, for the planner: (its parsed options, or None) -> TrainingShape."""
 
-    shape: Callable[[Any], TrainingShape] = _full_fine_tuning
+    shape: Callable[[Any], TrainingShape] = lambda options: TrainingShape()  # every weight trains
 
     def default_options(self):
         """The recipe's own options at its defaults (the script's, over the dataclass's), or None."""
@@ -71,21 +54,27 @@ RECIPES: dict[str, RegisteredRecipe] = {
             summary="every weight trains, bitsandbytes 8-bit AdamW",
             options=Adam8bitArguments,
             training_defaults={"learning_rate": 2e-5, "embedding_optimizer_bits": 32},
-            shape=_adamw_8bit_shape,
+            shape=lambda options: TrainingShape(
+                optimizer_bits=8,
+                embedding_optimizer_bits=options.embedding_optimizer_bits,
+                paged_optimizer=options.paged_optimizer,
+            ),
         ),
         RegisteredRecipe(
             name="lora",
             summary="frozen encoder; LoRA adapters and the head train",
             options=LoraArguments,
             training_defaults=_ADAPTER_DEFAULTS,
-            shape=_lora_shape,
+            shape=lambda lora: TrainingShape(adapters=lora.shape()),
         ),
         RegisteredRecipe(
             name="qlora",
             summary="LoRA on a 4-bit NF4 base (--base_bits 8: an 8-bit LLM.int8 base)",
             options=QloraArguments,
             training_defaults={**_ADAPTER_DEFAULTS, "base_bits": 4},
-            shape=_qlora_shape,
+            shape=lambda qlora: TrainingShape(
+                adapters=qlora.shape(), quantized_base=True, base_bits=qlora.base_bits
+            ),
         ),
         RegisteredRecipe(
             name="distill",

@@ -1,6 +1,5 @@
 """What the workbench (the planner, sweep, crossval, tools, the dashboard and the command line) shares
-and a recipe run never loads: tables for the terminal or Markdown, and how runs are told apart when
-compared (a finished run's results.json is read back by results.read_results)."""
+and a recipe run never loads: tables for the terminal or Markdown, mean ± std, names and colours."""
 
 from __future__ import annotations
 

@@ -48,6 +48,8 @@ def test_compare_prints_one_row_per_run_and_writes_the_chart(two_runs, capsys):
     ):  # fmt: skip  (a binary task: the positive class's F1, issue #55)
         assert title in header
     assert rows[0].startswith("full_ft") and rows[1].startswith("lora")
+    # Under the table: where "peak" comes from, and what the tensor columns measure.
+    assert "\npeak: process peak RSS" in output and "\ntensor peak: all tensors at once" in output
     chart = two_runs / CHART_FILE
     assert f"chart: {chart}" in output
     import matplotlib.image

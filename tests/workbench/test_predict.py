@@ -108,6 +108,18 @@ def test_predict_on_the_validation_file_gives_the_runs_own_eval_predictions(
     assert_same_rows(rows, expected)
 
 
+def test_a_binary_run_is_predicted_at_the_decision_threshold_saved_with_it(
+    full_ft_run, predict_data, tmp_path
+):
+    """decision_threshold.json beside the model decides the positive class (label id 1), not the argmax."""
+    run = shutil.copytree(full_ft_run, tmp_path / "run")
+    positive = json.loads((run / "config.json").read_text())["id2label"]["1"]
+    assert any(row["prediction"] != positive for row in eval_rows(full_ft_run))  # the argmax's other rows
+    (run / "decision_threshold.json").write_text(json.dumps({"threshold": 0.001}))
+    rows = _predict(run, predict_data["validation"])
+    assert len(rows) == 16 and all(row["prediction"] == positive for row in rows)
+
+
 def test_qlora_output_rebuilds_its_4bit_base_and_the_log_says_what_the_merged_model_is(
     qlora_run, predict_data
 ):

@@ -1,12 +1,6 @@
-"""The export directory: the ONNX models and everything that turns their logits into the run's predictions.
-
-OUTPUT_DIR/export/ holds model.onnx (and model.int8.onnx), the tokenizer, config.json (label names,
-problem_type), the run's label_thresholds.json or decision_threshold.json, export_config.json (the
-run's settings predict needs, the exporter used) and export_report.json (the gate's figures, gate.py);
-docs/export.md ("What lands in OUTPUT_DIR/export/") says more.
-
-There is deliberately no results.json: the directory is not a run, and tools that list runs skip it.
-A directory whose gate failed is named export.failed/; predict refuses it.
+"""The export directory: the ONNX models and everything that turns their logits into the run's predictions
+(docs/export.md, "What lands in OUTPUT_DIR/export/"). Deliberately no results.json: it is not a run, and
+tools that list runs skip it. A directory whose gate failed is named export.failed/; predict refuses it.
 """
 
 from __future__ import annotations
@@ -20,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from recipes_lib.config.tasks import MULTI_LABEL, SINGLE_LABEL
 from recipes_lib.errors import ConfigError, ModelError
 from recipes_lib.evaluation.predictions import DECISION_THRESHOLD_FILE, THRESHOLDS_FILE
 from recipes_lib.modeling.adapters import ADAPTER_CONFIG_FILE, MERGED_SUBDIR, read_base_quantization
@@ -136,11 +131,8 @@ def write_bundle(
 
 
 def settle_export(staging: Path, results_dir: Path, passed: bool) -> Path:
-    """Rename the finished temporary directory: export/ (replacing an earlier one) or export.failed/.
-
-    The bundle is built in `staging` (a hidden directory beside it) and appears whole under its name
-    or not at all: a kill before the rename leaves the earlier export, or none.
-    """
+    """Rename the finished `staging` directory to export/ (replacing an earlier one) or export.failed/: it
+    appears whole under its name or not at all (a kill before the rename leaves the earlier export, or none)."""
     target = results_dir / (EXPORT_SUBDIR if passed else FAILED_SUBDIR)
     # On disk before the name: a machine lost just after the rename must not leave export/ with empty files.
     fsync_tree(staging)
@@ -171,22 +163,18 @@ class ExportedModel:
         return RunResults.from_dict(self.settings["run"])
 
     def describe(self) -> str:
-        return f"ONNX export ({self.onnx_path.name}, {self.made_from()}) of a {self.run_results.recipe or '?'} run"
-
-    def made_from(self) -> str:
-        """How this file was made: the int8 model from its own source (the TorchScript trace, as
+        """Which file, and how it was made: the int8 model from its own source (the TorchScript trace, as
         export_report.json says), model.onnx by the exporter export_config.json names."""
         int8 = (self.report or {}).get("int8") or {}
+        made_from = f"{self.settings.get('exporter', '?')} exporter"
         if self.onnx_path.name == INT8_MODEL and int8.get("made_from"):
-            return f"int8, made from {int8['made_from']}"
-        return f"{self.settings.get('exporter', '?')} exporter"
+            made_from = f"int8, made from {int8['made_from']}"
+        return f"ONNX export ({self.onnx_path.name}, {made_from}) of a {self.run_results.recipe or '?'} run"
 
 
 def find_export(path: str | Path) -> ExportedModel | None:
-    """The export at `path` (an export directory, or one of its .onnx files), or None if `path` is not one.
-
-    An export whose gate failed (export.failed/, or a report saying so) is refused with the reason.
-    """
+    """The export at `path` (an export directory, or one of its .onnx files), or None if `path` is not one;
+    one whose gate failed (export.failed/, or a report saying so) is refused with the reason."""
     path = Path(path)
     onnx_path = path if path.suffix == ".onnx" and path.is_file() else path / FP32_MODEL
     directory = onnx_path.parent
@@ -257,29 +245,26 @@ def read_thresholds(directory: str | Path, label_names: list[str]) -> list[float
     return [float(saved[name]) for name in label_names]
 
 
-def saved_thresholds(directories, results: RunResults, label_names: list[str]) -> list[float] | None:
-    """A multi-label run's tuned thresholds: the file saved with its model (the first of `directories`
-    holding one), else results.json's; None where neither has them."""
-    for directory in directories:
-        thresholds = read_thresholds(directory, label_names)
-        if thresholds is not None:
-            return thresholds
-    saved = results.label_thresholds
-    usable = isinstance(saved, dict) and set(saved) == set(label_names)
-    if usable and not any(threshold_problem(saved[name], exclusive=False) for name in label_names):
-        return [float(saved[name]) for name in label_names]
-    return None
-
-
-def saved_decision_threshold(directories, results: RunResults) -> float | None:
-    """A binary run's --decision_threshold: the file saved with its model (the first of `directories`
-    holding one), else results.json's; None (argmax) where neither has one."""
-    for directory in directories:
-        threshold = read_decision_threshold(directory)
-        if threshold is not None:
-            return threshold
-    saved = results.decision_threshold
-    return float(saved) if isinstance(saved, (int, float)) and 0 < saved < 1 else None
+def saved_decisions(directories, results: RunResults, label_names: list[str], problem_type: str):
+    """(a multi-label run's tuned thresholds, a binary run's --decision_threshold): the file saved with its
+    model (the first of `directories` holding one), else results.json's; None where the task has none or
+    neither has it (a binary run's None: argmax)."""
+    if problem_type == MULTI_LABEL:
+        for directory in directories:
+            if (thresholds := read_thresholds(directory, label_names)) is not None:
+                return thresholds, None
+        saved = results.label_thresholds
+        usable = isinstance(saved, dict) and set(saved) == set(label_names)
+        if usable and not any(threshold_problem(saved[name], exclusive=False) for name in label_names):
+            return [float(saved[name]) for name in label_names], None
+    elif problem_type == SINGLE_LABEL and len(label_names) == 2:
+        for directory in directories:
+            if (threshold := read_decision_threshold(directory)) is not None:
+                return None, threshold
+        saved = results.decision_threshold
+        if isinstance(saved, (int, float)) and 0 < saved < 1:
+            return None, float(saved)
+    return None, None
 
 
 def read_decision_threshold(directory: str | Path) -> float | None:

@@ -1,9 +1,5 @@
-"""`recipes-lib export OUTPUT_DIR`: export, quantize, gate, and only then call the directory export/.
-
-Everything is written to a temporary directory beside the run and renamed at the end: export/ when
-the gate passes (replacing an earlier export only then), export.failed/ when it does not, so a
-failed export never sits where a deployment script looks, and never overwrites a good one.
-"""
+"""`recipes-lib export OUTPUT_DIR`: export, quantize, gate, and only then call the directory export/ (else
+export.failed/: a failed export never sits where a deployment script looks, nor overwrites a good one)."""
 
 from __future__ import annotations
 
@@ -18,7 +14,7 @@ from typing import Any
 
 import torch
 
-from recipes_lib.config.tasks import MULTI_LABEL, SINGLE_LABEL
+from recipes_lib.config.tasks import SINGLE_LABEL
 from recipes_lib.data.tokenize import padding_collator
 from recipes_lib.errors import ConfigError
 from recipes_lib.evaluation.inference import batch_logits
@@ -38,8 +34,7 @@ from recipes_workbench.export.bundle import (
     INT8_MODEL,
     REPORT_FILE,
     find_run,
-    saved_decision_threshold,
-    saved_thresholds,
+    saved_decisions,
     settle_export,
     write_bundle,
 )
@@ -82,15 +77,6 @@ class ExportOutcome:
     @property
     def passed(self) -> bool:
         return not self.failures
-
-
-def _thresholds(directory: Path, results: RunResults, label_names: list[str], problem_type: str):
-    """(multi-label thresholds, binary decision threshold) as predict uses them (the bundle holds the files)."""
-    if problem_type == MULTI_LABEL:
-        return saved_thresholds((directory,), results, label_names), None
-    if problem_type == SINGLE_LABEL and len(label_names) == 2:
-        return None, saved_decision_threshold((directory,), results)
-    return None, None
 
 
 @dataclass(frozen=True)
@@ -185,8 +171,9 @@ def _export(results_dir, model_dir, results, options: ExportOptions) -> ExportOu
         collator = padding_collator(tokenizer, data_arguments(results.config), cpu)
         batch_size, max_metric_drop = options.batch_size, options.max_metric_drop
         reference_logits = batch_logits(reference, rows.encoded, collator, cpu, batch_size, options.progress)
+        # The thresholds as predict uses them (the bundle holds the files).
         decider = Decider(
-            problem_type, label_names, *_thresholds(staging, results, label_names, problem_type)
+            problem_type, label_names, *saved_decisions((staging,), results, label_names, problem_type)
         )
 
         def gate_of(path: Path) -> dict:

@@ -1,11 +1,8 @@
 """The quality gate: an exported model against the PyTorch model, on the same held-out rows, before anyone deploys it.
 
-The rows are the run's validation split, read and tokenized as the run read them, or `--eval_file`
-(`gate_rows`). Each exported model's logits are compared with the PyTorch model's on every row
-(`compare`: agreement, the headline metric's drop, the largest logit difference), and `verdict` says
-which check fails; docs/export.md ("The gate") gives the thresholds and the figures behind them.
-First, though, the PyTorch model itself must do better than a constant predictor on the same rows
-(`against_constant`, evaluation/collapse.py): any export of a constant model agrees with it on every row.
+`gate_rows` reads the rows, `compare` scores an export against PyTorch, `verdict` says which check fails
+(docs/export.md, "The gate"); first the PyTorch model must beat a constant predictor (`against_constant`):
+any export of a constant model agrees with it on every row.
 """
 
 from __future__ import annotations
@@ -21,7 +18,7 @@ from datasets import DatasetDict
 
 from recipes_lib.config.arguments import DataArguments
 from recipes_lib.config.tasks import MULTI_LABEL, REGRESSION, SINGLE_LABEL, TASK_METRICS
-from recipes_lib.data.loading import ClassificationData, load_classification_data
+from recipes_lib.data.loading import load_classification_data
 from recipes_lib.data.long_text import DOCUMENT_COLUMN, LengthsRead
 from recipes_lib.data.tokenize import LABEL_COLUMN, tokenize
 from recipes_lib.errors import ConfigError, DataError
@@ -32,14 +29,10 @@ from recipes_lib.evaluation.windows import combine_windows
 from recipes_workbench.export import MIN_FP32_AGREEMENT, MIN_INT8_AGREEMENT, MIN_INT8_SPEEDUP
 
 HEADLINE_METRIC = {SINGLE_LABEL: "accuracy", MULTI_LABEL: "accuracy", REGRESSION: "pearson"}
-# Regression (issue #55): a score "agrees" when it moves by at most this share of the training labels' range
-# (±0.1 on a 1-5 relatedness scale; bf16's rounding step on a 0-5 score is 0.016 to 0.031, arithmetic from
-# its 8-bit mantissa, not a measurement). The
-# share of the PyTorch scores' std used before was ±0.012 on a 0-5 scale, which bf16 itself missed on 14% of rows.
+# Regression (issue #55; docs/export.md says why these): a score "agrees" when it moves by at most this share
+# of the training labels' range (the PyTorch scores' std used before gave ±0.012 on a 0-5 scale, which bf16
+# itself missed on 14% of rows); the MSE may rise by at most this many percent per point of --max_metric_drop.
 REGRESSION_AGREEMENT_SHARE = 0.025
-# Besides Pearson (the headline) and Spearman, each within --max_metric_drop points, the MSE may rise by at
-# most this many percent per point of --max_metric_drop (2% at the default 0.5): at Pearson 0.8 a 0.5-point
-# drop adds about 2% to the unexplained variance (1 - r^2: 0.360 -> 0.368), so the two limits agree there.
 MSE_RISE_PERCENT_PER_POINT = 4.0
 
 
@@ -94,13 +87,7 @@ def gate_rows(
             f"The gate could not read the run's validation rows ({error}). Pass --eval_file, a labelled file "
             "of held-out rows with the run's text and label columns."
         ) from None
-    validation = ClassificationData(
-        raw=DatasetDict({"validation": data.raw["validation"]}),
-        text_columns=data.text_columns,
-        label_column=data.label_column,
-        labels=data.labels,
-        description=data.description,
-    )
+    validation = dataclasses.replace(data, raw=DatasetDict({"validation": data.raw["validation"]}))
     # Logged under the rows' own name, with the model's limit, and no option the export lacks.
     read = LengthsRead(
         finished_run="the run", names={"validation": Path(eval_file).name if eval_file else "validation"}
@@ -121,14 +108,10 @@ def gate_rows(
     )
     label_range = None
     if data.labels.problem_type == REGRESSION:
-        label_range = _label_range(data.raw["train"][data.label_column])
+        scores = np.asarray([float(v) for v in data.raw["train"][data.label_column] if v is not None])
+        scores = scores[np.isfinite(scores)]
+        label_range = float(scores.max() - scores.min()) if len(scores) else None
     return GateRows(encoded, references, document_ids, data_args.window_pooling, source, label_range)
-
-
-def _label_range(values) -> float | None:
-    scores = np.asarray([float(v) for v in values if v is not None], dtype=np.float64)
-    scores = scores[np.isfinite(scores)]
-    return float(scores.max() - scores.min()) if len(scores) else None
 
 
 def _in_model_order(references: np.ndarray, labels, label_names: list[str]) -> np.ndarray:
@@ -179,11 +162,8 @@ def compare(
     reference_logits: np.ndarray, exported_logits: np.ndarray, rows: GateRows, decider: Decider
 ) -> dict[str, Any]:
     """One exported model against the PyTorch model on `rows`: agreement, metrics, largest logit difference."""
-    largest = (
-        float(np.max(np.abs(reference_logits.astype(np.float64) - exported_logits)))
-        if len(reference_logits)
-        else 0.0
-    )
+    difference = np.abs(reference_logits.astype(np.float64) - exported_logits)
+    largest = float(difference.max()) if len(reference_logits) else 0.0
     reference, exported = rows.per_document(reference_logits), rows.per_document(exported_logits)
     extra = {}
     if decider.problem_type == REGRESSION:
@@ -335,15 +315,9 @@ def verdict(
     min_int8_speedup: float = MIN_INT8_SPEEDUP,
     reference: dict[str, Any] | None = None,
 ) -> list[str]:
-    """What fails the gate, one sentence per failed check (empty: it passes).
-
-    `reference`: against_constant's figures for the PyTorch model: a model no better than a constant
-    fails the gate first, whatever the exports do.
-
-    `results`: {"fp32": compare(...), "int8": ...}; `min_agreement`: the least agreement per model
-    (default: fp32 99%, int8 MIN_INT8_AGREEMENT); `latency`: measure_latency's figures, whose int8
-    median must be more than `min_int8_speedup` times faster than fp32's (0: not checked).
-    """
+    """What fails the gate, one sentence per failed check (empty: it passes): a `reference` (against_constant's
+    figures) no better than a constant first, then each of `results` ({"fp32": compare(...), "int8": ...})
+    against `max_metric_drop` and `min_agreement`, and int8's `latency` median against `min_int8_speedup`."""
     floors = {"fp32": MIN_FP32_AGREEMENT, "int8": MIN_INT8_AGREEMENT, **(min_agreement or {})}
     failures = [failure] if (failure := degenerate_reference(reference)) else []
     for name, result in results.items():

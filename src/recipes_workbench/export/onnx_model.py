@@ -1,14 +1,12 @@
 """A run's model as ONNX: merged first if it is an adapter, exported with torch.onnx, quantized to int8 by ONNX Runtime.
 
-The exporter is `torch.onnx.export(..., dynamo=True)` (torch.export, then onnxscript): optimum's
-exporter pins transformers below 4.58 and cannot serve transformers 5. A family whose graph
-torch.export cannot capture falls back to the TorchScript exporter (`dynamo=False`); the export
-records which one made the file. Both take the batch and the sequence length as dynamic axes.
+torch.onnx's exporters, not optimum's (it pins transformers below 4.58); docs/export.md gives the steps.
 """
 
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import warnings
 from pathlib import Path
@@ -69,52 +67,35 @@ class LogitsOnly(torch.nn.Module):
 
 
 def model_to_export(model_dir: str | Path, scratch_dir: str | Path):
-    """The plain fp32 classifier to export from a run's model directory, and what it is, in words.
-
-    A full model loads as it is. A LoRA adapter is folded into its base (peft's merge_and_unload: the
-    adapter model's outputs to float rounding). A QLoRA adapter is folded into its 4-bit base
-    dequantized to fp32, as --merge_adapter does (modeling.adapters.merge_adapter), written to
-    `scratch_dir` first; a merged/ directory the run already saved is used as it is.
-    """
+    """The plain fp32 classifier to export from a run's model directory, and what it is, in words: an
+    adapter merged into its base (a QLoRA one dequantized, as --merge_adapter does, in `scratch_dir`)."""
     from transformers import AutoConfig, AutoModelForSequenceClassification
 
     model_dir = Path(model_dir)
     if not (model_dir / ADAPTER_CONFIG_FILE).is_file():
-        model = AutoModelForSequenceClassification.from_pretrained(model_dir, dtype=torch.float32)
-        return model.eval(), "the full model"
-    merged_dir = model_dir / MERGED_SUBDIR
-    if (merged_dir / "config.json").is_file():
-        model = AutoModelForSequenceClassification.from_pretrained(merged_dir, dtype=torch.float32)
-        return model.eval(), f"the merged model the run saved ({MERGED_SUBDIR}/)"
-    quantization = read_base_quantization(model_dir)
-    if quantization is None:
+        source, what = model_dir, "the full model"
+    elif (model_dir / MERGED_SUBDIR / "config.json").is_file():
+        source, what = model_dir / MERGED_SUBDIR, f"the merged model the run saved ({MERGED_SUBDIR}/)"
+    elif read_base_quantization(model_dir) is None:
         model = load_trained_model(model_dir, device="cpu").merge_and_unload()
         return model.float().eval(), "the LoRA adapter merged into its base"
-    import json
+    else:
+        from recipes_lib.config.arguments import ModelArguments
 
-    from recipes_lib.config.arguments import ModelArguments
-
-    base = json.loads((model_dir / ADAPTER_CONFIG_FILE).read_text())["base_model_name_or_path"]
-    scratch = Path(scratch_dir) / MERGED_SUBDIR
-    merge_adapter(
-        ModelArguments(model_name_or_path=base), AutoConfig.from_pretrained(model_dir), model_dir, scratch
-    )
-    model = AutoModelForSequenceClassification.from_pretrained(scratch, dtype=torch.float32)
-    return model.eval(), "the QLoRA adapter merged into its 4-bit base dequantized to fp32"
-
-
-def _parameter_bytes(model) -> int:
-    return sum(parameter.numel() * parameter.element_size() for parameter in model.parameters())
+        base = json.loads((model_dir / ADAPTER_CONFIG_FILE).read_text())["base_model_name_or_path"]
+        source = Path(scratch_dir) / MERGED_SUBDIR
+        what = "the QLoRA adapter merged into its 4-bit base dequantized to fp32"
+        run_config = AutoConfig.from_pretrained(model_dir)
+        merge_adapter(ModelArguments(model_name_or_path=base), run_config, model_dir, source)
+    model = AutoModelForSequenceClassification.from_pretrained(source, dtype=torch.float32)
+    return model.eval(), what
 
 
 def export_onnx(
     model, tokenizer, path: str | Path, exporters: tuple[str, ...] = (DYNAMO, TORCHSCRIPT)
 ) -> str:
-    """Write `model` (a sequence classifier) to `path` as ONNX with dynamic batch and sequence axes.
-
-    Returns the exporter that made it: "dynamo", or "torchscript" where torch.export could not
-    capture the model (the reason is logged). Raises ModelError naming both failures if neither can.
-    """
+    """Write `model` (a sequence classifier) to `path` as ONNX with dynamic batch and sequence axes; returns
+    the exporter that made it (the first of `exporters` that can), or a ModelError naming every failure."""
     input_names = list(tokenizer.model_input_names)
     wrapper = LogitsOnly(model, input_names).eval()
     # Two rows of different lengths: padding and a mask that is not all ones are in the traced graph.
@@ -123,7 +104,8 @@ def export_onnx(
     example = {name: example[name] for name in input_names}
     dynamic_axes = {name: {0: "batch", 1: "sequence"} for name in input_names}
     dynamic_axes[LOGITS_OUTPUT] = {0: "batch"}
-    external_data = _parameter_bytes(model) > SINGLE_FILE_LIMIT_BYTES
+    parameter_bytes = sum(parameter.numel() * parameter.element_size() for parameter in model.parameters())
+    external_data = parameter_bytes > SINGLE_FILE_LIMIT_BYTES
     path = Path(path)
     failures = []
     for exporter in exporters:
@@ -164,14 +146,8 @@ def export_onnx(
 
 
 def export_for_int8(model, tokenizer, path: str | Path) -> bool:
-    """The graph int8 is made from: the model traced by the TorchScript exporter with eager attention.
-
-    ONNX Runtime's transformer optimizer recognises that graph's attention (and its embedding layer
-    normalization) and fuses it into one Attention operator per layer, which int8 then runs as one
-    quantized matmul for Q, K and V; in the dynamo exporter's graph, with either attention, it finds
-    the layer norms and GELUs but not the attention. Returns False (the int8 model is then made from
-    model.onnx) where TorchScript cannot export the model; the model's attention is restored after.
-    """
+    """The graph int8 is made from, whose attention ONNX Runtime fuses (docs/export.md, step 1): the
+    TorchScript trace with eager attention, restored after. False where TorchScript cannot export the model."""
     previous = model.config._attn_implementation
     switch = previous != "eager" and getattr(model, "_can_set_attn_implementation", lambda: False)()
     try:
@@ -198,11 +174,8 @@ FUSIONS = ("Attention", "MultiHeadAttention", "SkipLayerNormalization", "EmbedLa
 
 
 class Int8Quantizer:
-    """ONNX Runtime's dynamic int8 quantization, prepared once as ONNX Runtime advises (the graph fused by
-    its transformer optimizer, then its quantization pre-processing), then quantized as often as asked:
-    the sensitivity pass quantizes with different nodes left in fp32. docs/export.md gives the steps.
-    `weights`: "signed" (int8, ONNX Runtime's default, U8S8 matmuls) or "unsigned" (uint8, U8U8).
-    """
+    """ONNX Runtime's dynamic int8 quantization (docs/export.md gives the steps), prepared once, then quantized
+    as often as the sensitivity pass asks. `weights`: "signed" (int8, U8S8 matmuls) or "unsigned" (uint8, U8U8)."""
 
     def __init__(self, source: str | Path, scratch: str | Path, weights: str = "signed", model_config=None):
         source, scratch = Path(source), Path(scratch)

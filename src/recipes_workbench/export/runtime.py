@@ -1,9 +1,5 @@
-"""Logits of an exported model through ONNX Runtime, batched as predict batches the PyTorch model.
-
-The rows are the tokenized dataset predict and the gate build (data.tokenize); each batch is padded
-to its longest row by the run's collator (data.padding_collator) and fed to the session as int64
-arrays under the graph's own input names.
-"""
+"""Logits of an exported model through ONNX Runtime, batched and padded by the run's collator as predict
+batches the PyTorch model, fed as int64 arrays under the graph's own input names."""
 
 from __future__ import annotations
 
@@ -59,12 +55,8 @@ def onnx_logits(session, encoded, collator, batch_size: int, progress: bool = Tr
 
 
 def measure_latency(engines: dict, inputs: list[dict], warmup: int = 3) -> dict:
-    """Batch-1 latency of each engine on the same rows, interleaved: row by row, every engine in turn
-    (in a rotating order), so that a burst of load on a shared machine falls on all of them alike.
-
-    `engines`: name -> a callable taking one row's arrays (batch of 1); `inputs`: those rows.
-    Returns {"rows": n, "median_ms": {name: ms}} (the median over the rows).
-    """
+    """{"rows", "median_ms": {name: ms}}: each of `engines` (callables taking one of `inputs`, a batch of 1)
+    timed row by row, every engine in turn in a rotating order, so a burst of load falls on all alike."""
     import statistics
     import time
 

@@ -36,12 +36,9 @@ def keep_sensitive_nodes(
     gate_of: Callable[[Path], dict],
     passes: Callable[[dict], bool],
 ) -> tuple[dict, dict]:
-    """Keep the most damaging nodes in fp32, one more at a time, until the int8 model passes.
-    Returns its gate figures (gate.compare's) and the quantizer's record with the nodes kept.
-
-    First the search's best choice, all MAX_KEPT nodes kept: when even that fails, the search stops there and
-    says so. A stopping rule, a heuristic: each other choice keeps fewer nodes in fp32, which usually costs
-    more accuracy, not always (issue #55: a score's int8 export searched for 4 minutes to be refused anyway)."""
+    """Keep the most damaging nodes in fp32, one more at a time, until the int8 model passes; returns its gate
+    figures (gate.compare's) and the quantizer's record. All MAX_KEPT kept is tried first, and when even that
+    fails the search stops (a heuristic, docs/export.md: issue #55's export searched 4 minutes to fail anyway)."""
     most = [node for node, _ in ranked[:MAX_KEPT]]
     if not most:
         return None, None

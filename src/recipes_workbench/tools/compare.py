@@ -1,9 +1,6 @@
-"""Several runs side by side: `recipes-lib compare outputs/demo/full_ft outputs/demo/lora ...`.
-
-Each run's results.json as one row of a table, a stacked memory bar per run with its accuracy under
-it (the chart), the repeats of one setting grouped (`setting_key`), and a line saying how the runs'
-evaluation sets differ where they do (`evaluation_sets`); docs/memory.md ("Compare runs") shows it.
-`--wandb` also logs the table and the chart into the runs' W&B group (compare_wandb.py).
+"""Several runs side by side: `recipes-lib compare outputs/demo/full_ft outputs/demo/lora ...` (docs/memory.md,
+"Compare runs"): a table, a chart, the repeats of one setting grouped (`setting_key`), and how the runs'
+evaluation sets differ where they do (`evaluation_sets`); `--wandb` logs them to W&B (compare_wandb.py).
 """
 
 from __future__ import annotations
@@ -22,14 +19,19 @@ from recipes_lib.units import BREAKDOWN_KEYS, GIB, short_model_name
 from recipes_workbench.shared import OTHER_TASK_METRICS, format_table, print_error
 from recipes_workbench.tools.run_labels import (
     alike,
-    documents_per_second,
-    naming_columns,
+    named_columns,
+    number_cell,
+    run_dir_of,
     run_names,
-    windowed,
+    shorten,
     windows_note,
 )
 
 CHART_FILE = "memory_comparison.png"
+TENSOR_PEAK_NOTE = (
+    "tensor peak: all tensors at once during training; weights ... other: the peak of each kind over the "
+    "training steps, measured on the tensors (they do not all peak together, so they add up to more)."
+)
 # The columns of multi-label and regression metrics (micro-F1, MSE, ...) that `compare` and `show` add
 # when a run has them: (results.json key, title). Last, binary tasks' positive-class F1 (label id 1), as
 # paraphrase benchmarks report it beside accuracy.
@@ -68,11 +70,6 @@ def _unit(runs: list[RunResults]) -> tuple[str, float]:
         + [value or 0 for run in runs for value in (run.memory_breakdown_gib or {}).values()]
     )
     return ("GiB", 1.0) if largest >= 1 else ("MiB", 1024.0)
-
-
-def number_cell(value: Any, fmt: str) -> str:
-    """A table cell: the number as `fmt` writes it, "-" where the run has none (compare and show)."""
-    return "-" if value is None else fmt.format(value)
 
 
 def table_columns(unit: str, scale: float) -> list[tuple[str, Callable[[RunResults], str]]]:
@@ -117,11 +114,7 @@ def task_metric_columns(runs: list[RunResults]) -> list[tuple[str, Callable[[Run
 def comparison_table(runs: list[RunResults], run_dirs: list[str], markdown: bool = False) -> str:
     """The table of `runs`, read from `run_dirs` (which name the runs when their settings look alike)."""
     unit, scale = _unit(runs)
-    columns = table_columns(unit, scale) + task_metric_columns(runs)
-    if any(windowed(run) for run in runs):  # samples/s counts windows there: documents beside it
-        speed = [title for title, _ in columns].index("samples/s") + 1
-        columns.insert(speed, ("docs/s", lambda run: number_cell(documents_per_second(run), "{:.1f}")))
-    columns = naming_columns(runs, run_dirs) + columns
+    columns = named_columns(table_columns(unit, scale) + task_metric_columns(runs), runs, run_dirs)
     sets = evaluation_sets(runs)
     if len(sets) > 1:  # mark which set each run was scored on; the note under the table says how they differ
         set_of = {id(run): name for name, members in sets.items() for run in members}
@@ -158,15 +151,8 @@ def evaluation_set(run: RunResults) -> dict[str, Any]:
     }
 
 
-def _set_name(index: int) -> str:
-    return chr(ord("A") + index) if index < 26 else f"S{index + 1}"
-
-
 def evaluation_sets(runs: list[RunResults]) -> dict[str, list[RunResults]]:
-    """The runs grouped by the set they were evaluated on, A, B, ... in order of first appearance.
-
-    Two runs share a set when no part both record differs.
-    """
+    """The runs grouped by the set they were evaluated on (no part both record differs), A, B, ... in order."""
     sets: list[tuple[dict[str, Any], list[RunResults]]] = []
     for run in runs:
         parts = evaluation_set(run)
@@ -178,7 +164,7 @@ def evaluation_sets(runs: list[RunResults]) -> dict[str, list[RunResults]]:
                 break
         else:
             sets.append((parts, [run]))
-    return {_set_name(index): members for index, (_, members) in enumerate(sets)}
+    return {chr(ord("A") + i) if i < 26 else f"S{i + 1}": members for i, (_, members) in enumerate(sets)}
 
 
 def evaluation_note(runs: list[RunResults], names: list[str]) -> str | None:
@@ -194,7 +180,7 @@ def evaluation_note(runs: list[RunResults], names: list[str]) -> str | None:
         values = {name: parts[key] for name, parts in described.items() if parts[key] is not None}
         if len(set(map(str, values.values()))) > 1:
             differences.append(
-                f"{key} " + " vs ".join(f"{name} {_shorten(str(value))}" for name, value in values.items())
+                f"{key} " + " vs ".join(f"{name} {shorten(str(value), 60)}" for name, value in values.items())
             )
     members = "; ".join(
         f"{name} = {', '.join(name_of[id(run)] for run in group)}" for name, group in sets.items()
@@ -205,26 +191,6 @@ def evaluation_note(runs: list[RunResults], names: list[str]) -> str | None:
     )
 
 
-def _shorten(text: str, width: int = 60) -> str:
-    """A long value (a hundred label names) cut to a width the line can carry."""
-    return text if len(text) <= width else text[: width - 3] + "..."
-
-
-def _run_dir(run_dir: str) -> Path:
-    """The run's directory, whether it was given as the directory or as its results.json."""
-    return Path(run_dir) if Path(run_dir).is_dir() else Path(run_dir).parent
-
-
-def table_notes(runs: list[RunResults]) -> list[str]:
-    sources = sorted({run.peak_memory_source for run in runs if run.peak_memory_source})
-    notes = [f"peak: {source}" for source in sources]
-    notes.append(
-        "tensor peak: all tensors at once during training; weights ... other: the peak of each kind over the "
-        "training steps, measured on the tensors (they do not all peak together, so they add up to more)."
-    )
-    return notes
-
-
 def _chart_metric(runs: list[RunResults]) -> tuple[str, str]:
     """The score the chart marks: accuracy (multi-label: exact match), or Pearson when every run is regression."""
     if runs and all(run.problem_type == REGRESSION for run in runs):
@@ -232,14 +198,6 @@ def _chart_metric(runs: list[RunResults]) -> tuple[str, str]:
     if runs and all(run.problem_type == MULTI_LABEL for run in runs):
         return eval_key("accuracy"), "exact match"
     return eval_key("accuracy"), "accuracy"
-
-
-def _run_label(run: RunResults, runs: list[RunResults], name: str | None = None) -> str:
-    if name is not None:  # runs the recipe and model do not tell apart: their directories do
-        return name
-    recipe = str(run.recipe or "?")
-    models = {run.model_name_or_path for run in runs}
-    return recipe if len(models) == 1 else f"{recipe}\n{short_model_name(run.model_name_or_path)}"
 
 
 def write_chart(runs: list[RunResults], path: str | os.PathLike, names: list[str] | None = None) -> Path:
@@ -363,7 +321,12 @@ def _draw_accuracy(accuracy_axis, runs: list[RunResults], positions: list[int], 
     accuracy_axis.tick_params(axis="y", colors="#D55E00")
     accuracy_axis.grid(axis="y", alpha=0.3)
     accuracy_axis.spines[["top", "right"]].set_visible(False)
-    labels = [_run_label(run, runs, names[i] if names else None) for i, run in enumerate(runs)]
+    # Each run's recipe (and model, where they differ); `names` where those do not tell the runs apart.
+    models = {run.model_name_or_path for run in runs}
+    labels = names or [
+        f"{run.recipe or '?'}" + ("" if len(models) == 1 else f"\n{short_model_name(run.model_name_or_path)}")
+        for run in runs
+    ]
     accuracy_axis.set_xticks(positions, labels)
     accuracy_axis.set_xlim(-0.6, len(runs) - 0.4)
 
@@ -382,7 +345,7 @@ def _set_title(memory_axis, runs: list[RunResults]) -> None:
 def runs_home(run_dirs: list[str]) -> Path:
     """The directory that holds all the runs (outputs/demo/ for the demo's runs): what compare writes
     goes there, beside the runs, not into the directory the command runs from."""
-    return Path(os.path.commonpath([str(_run_dir(run_dir).resolve().parent) for run_dir in run_dirs]))
+    return Path(os.path.commonpath([str(run_dir_of(run_dir).resolve().parent) for run_dir in run_dirs]))
 
 
 # --- repeats of one setting: the same run but for its seed ------------------------------------------
@@ -454,11 +417,11 @@ def compare(run_dirs: list[str], chart: str | None = None, markdown: bool = Fals
         print_error(error)
         return 2
     print(comparison_table(runs, run_dirs, markdown))
-    notes = table_notes(runs)
-    different_sets = evaluation_note(runs, run_names(run_dirs))
-    windows = windows_note(runs, run_names(run_dirs))
-    for note in ([different_sets] if different_sets else []) + ([windows] if windows else []) + notes:
-        print(f"{'- ' if markdown else ''}{note}")
+    peaks = sorted({f"peak: {run.peak_memory_source}" for run in runs if run.peak_memory_source})
+    notes = [evaluation_note(runs, run_names(run_dirs)), windows_note(runs, run_names(run_dirs))]
+    for note in [*notes, *peaks, TENSOR_PEAK_NOTE]:
+        if note:
+            print(f"{'- ' if markdown else ''}{note}")
     groups = group_repeats(runs)
     if len(groups) < len(runs):
         print()

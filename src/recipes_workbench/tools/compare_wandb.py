@@ -1,9 +1,6 @@
 """`recipes-lib compare RUN... --wandb`: the compare table (and the chart compare drew) logged into the
-runs' W&B group as one run of job type "compare", beside the runs it compares; the W&B view of
-recipes_workbench/dashboard.py shows it. Offline without an API key, as the recipes' own runs (docs/wandb.md),
-its local files in the directory holding the runs (RUNS/wandb) as a recipe's are in its output_dir/wandb.
-Runs evaluated on different sets keep compare's line saying how (compare.evaluation_note), in the
-comparison run's config as `evaluation_note`: its table has the runs' own columns, so no "eval set" one.
+runs' W&B group as one run of job type "compare" (docs/wandb.md, "compare --wandb"; docs/memory.md: its
+`evaluation_note`, since its table has the runs' own columns, no "eval set" one).
 """
 
 from __future__ import annotations

@@ -50,15 +50,9 @@ def recipe_shapes(recipe: str, args) -> dict:
         raise ConfigError(
             f"--recipe {recipe} is not a recipe of recipes/; use one of {', '.join(RECIPES)}, or all."
         )
-    lora_changes = {
-        field: value
-        for field, value in (
-            ("r", args.lora_r),
-            ("target_modules", _target_modules(args.lora_target_modules)),
-            ("dropout", args.lora_dropout),
-        )
-        if value is not None
-    }
+    target_modules = _target_modules(args.lora_target_modules)
+    given = {"r": args.lora_r, "target_modules": target_modules, "dropout": args.lora_dropout}
+    lora_changes = {field: value for field, value in given.items() if value is not None}
     shapes = {}
     for name, spec in RECIPES.items():
         if recipe not in ("all", name):

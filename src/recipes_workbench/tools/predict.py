@@ -2,17 +2,10 @@
 
     recipes-lib predict outputs/demo/lora --input new_texts.csv --output predictions.jsonl
 
-Works on every kind of run output: a full model (full_ft, adamw_8bit), a LoRA adapter, a merged
-model (OUTPUT_DIR/merged) and a QLoRA adapter, which runs on its 4-bit NF4 base as it was evaluated
-(adapters.load_trained_model). Everything that shapes an input is taken from the run, so that the
-validation file gives the run's own eval_predictions.jsonl: the text columns, max_seq_length and
-padding settings from results.json's "config", the tokenizer saved with the model, and the
-precision the run evaluated in (autocast on the GPU, when predicting on the kind of device the run
-used). Inputs are tokenized as in training (data.tokenize) and batched with dynamic padding
-(data.padding_collator). The rows come out in input order, in the one format of evaluation/predictions.py.
-
-An export made by `recipes-lib export` (OUTPUT_DIR/export, or one of its .onnx files) runs in ONNX
-Runtime on the CPU instead, with the run's settings carried in its export_config.json (export/bundle.py).
+Every kind of run output (a full model, a LoRA or QLoRA adapter, merged/) loads as the run evaluated it
+(adapters.load_trained_model), and everything that shapes an input comes from the run (results.json's
+"config", its tokenizer, its precision), so that the validation file gives the run's own
+eval_predictions.jsonl. An export (OUTPUT_DIR/export, or one of its .onnx files) runs in ONNX Runtime.
 """
 
 from __future__ import annotations
@@ -52,13 +45,7 @@ from recipes_lib.evaluation.windows import combine_windows
 from recipes_lib.modeling.adapters import load_trained_model
 from recipes_lib.modeling.families import profile_for
 from recipes_lib.modeling.weight_files import check_model_files
-from recipes_workbench.export.bundle import (
-    TrainedRun,
-    find_export,
-    find_run,
-    saved_decision_threshold,
-    saved_thresholds,
-)
+from recipes_workbench.export.bundle import TrainedRun, find_export, find_run, saved_decisions
 from recipes_workbench.export.gate import data_arguments
 from recipes_workbench.shared import print_error
 
@@ -151,13 +138,8 @@ def reading_options(run: TrainedRun, **given: str | None) -> dict[str, Any]:
 def text_columns(
     run: TrainedRun, dataset, input_path: str | Path, named_here: str | None = None, delimiter: str = "auto"
 ) -> tuple[str, ...]:
-    """The columns the run read its texts from (or the input's columns `named_here`, --text_column_names),
-    checked against the input's columns.
-
-    The run names them in its config (--text_column_names) or, when it found them itself, in
-    results.json's "text_columns"; a run that recorded neither took the training data's string
-    columns other than the label, and the same rule is applied to the input.
-    """
+    """The columns the run read its texts from (its --text_column_names, else results.json's "text_columns",
+    else the input's string columns but the label, as the run took them), or the input's `named_here`."""
     found = dataset.column_names
     named = run.config.get("text_column_names")
     label_column = run.config.get("label_column_name", "label")
@@ -236,18 +218,9 @@ def row_ids(dataset, id_column: str | None, input_path, delimiter: str = "auto")
     return dataset[id_column]
 
 
-def choose_device(device: str | torch.device | None = None) -> torch.device:
-    if device is not None:
-        return torch.device(device)
-    return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-
-
 def _autocast(run: TrainedRun, device: torch.device):
-    """The run's mixed precision, where predictions run on the kind of device the run evaluated on.
-
-    The Trainer evaluates under autocast in bf16/fp16; elsewhere (a GPU run predicted on a CPU,
-    where bf16 can be tens of times slower) predictions run in fp32.
-    """
+    """The run's mixed precision (the Trainer's autocast) on the kind of device the run evaluated on; elsewhere
+    fp32 (bf16 on a CPU can be tens of times slower than the GPU run it came from)."""
     run_device = str(run.results.device or "cpu").split(":")[0].split(" ")[0]
     precision = (run.results.precision or "fp32") if run_device == device.type else "fp32"
     return autocast_for(precision, device.type)
@@ -287,7 +260,9 @@ def predict(
     bound = data_args.max_text_chars if max_text_chars is None else max_text_chars
     refuse_oversized_texts({"input": dataset}, tuple(columns), bound, {"input": Path(input_file).name}, {})
     ids = row_ids(dataset, id_column, input_file, delimiter) if with_ids or id_column else None
-    device = torch.device("cpu") if exported is not None else choose_device(device)  # ONNX Runtime: CPU
+    if device is None or exported is not None:  # an export runs in ONNX Runtime, on the CPU
+        device = "cuda" if exported is None and torch.cuda.is_available() else "cpu"
+    device = torch.device(device)
     check_model_files(run.model_dir)  # a damaged config or weights file: one paragraph naming it
     try:
         tokenizer = AutoTokenizer.from_pretrained(run.model_dir)
@@ -299,9 +274,7 @@ def predict(
         ) from None
     label_names = [model_config.id2label[i] for i in range(model_config.num_labels)]
     problem_type = model_config.problem_type or run.results.problem_type or SINGLE_LABEL
-    thresholds = run_thresholds(run, label_names) if problem_type == MULTI_LABEL else None
-    binary = problem_type == SINGLE_LABEL and len(label_names) == 2
-    decision_threshold = run_decision_threshold(run) if binary else None
+    thresholds, decision_threshold = run_decisions(run, label_names, problem_type)
     logger.info(
         "Predicting %d rows of %s with the %s in %s on %s (text: %s, max_seq_length %d)",
         len(dataset),
@@ -314,15 +287,14 @@ def predict(
     )
 
     encoded = encode_input(dataset, columns, input_file, tokenizer, model_config, data_args)
+    collator = padding_collator(tokenizer, data_args, device)
     if exported is not None:
         from recipes_workbench.export.runtime import onnx_logits, onnx_session
 
-        collator = padding_collator(tokenizer, data_args, device)
         logits = onnx_logits(onnx_session(exported.onnx_path), encoded, collator, batch_size, progress)
     else:
         model = load_trained_model(run.model_dir, device=device).eval()
         with _autocast(run, device):
-            collator = padding_collator(tokenizer, data_args, device)
             logits = batch_logits(model, encoded, collator, device, batch_size, progress)
     if DOCUMENT_COLUMN in encoded.column_names:  # --long_text sliding_window: one row per document
         document_ids = encoded.data.column(DOCUMENT_COLUMN).to_numpy()
@@ -333,9 +305,8 @@ def predict(
 
 
 def encode_input(dataset, columns, input_file, tokenizer, model_config, data_args):
-    """The input tokenized exactly as the run did (data.tokenize: truncation, max_seq_length, pairs), as an
-    unlabelled split. Its lengths are logged as the input file's, with the model's limit, and with no
-    option predict lacks."""
+    """The input tokenized as the run tokenized (data.tokenize), an unlabelled split; its lengths logged as the
+    input file's, with the model's limit and no option predict lacks."""
     label_names = [model_config.id2label[i] for i in range(model_config.num_labels)]
     data = ClassificationData(
         raw=DatasetDict({"test": dataset}),
@@ -365,27 +336,24 @@ def warn_if_constant(logits, problem_type: str, input_file) -> None:
         )
 
 
-def run_thresholds(run: TrainedRun, label_names: list[str]) -> list[float]:
-    """A multi-label run's tuned thresholds: saved next to its model (and in results.json); else 0.5 each."""
-    thresholds = saved_thresholds((run.model_dir, run.results_dir), run.results, label_names)
-    if thresholds is not None:
-        return thresholds
-    logger.warning(
-        "No %s in %s: deciding every class at probability 0.5, not at the thresholds the run tuned.",
-        THRESHOLDS_FILE,
-        run.model_dir,
-    )
-    return [DEFAULT_THRESHOLD] * len(label_names)
-
-
-def run_decision_threshold(run: TrainedRun) -> float | None:
-    """A binary run's --decision_threshold: saved next to its model (and in results.json); else None (argmax)."""
-    threshold = saved_decision_threshold((run.model_dir, run.results_dir), run.results)
-    if threshold is not None:
-        logger.info(
-            "The positive class is predicted at probability %.2f or above (the run's threshold).", threshold
+def run_decisions(run: TrainedRun, label_names: list[str], problem_type: str):
+    """The thresholds the run saved (bundle.saved_decisions), said in the log; a multi-label run without
+    them decides every class at probability 0.5."""
+    saved_in = (run.model_dir, run.results_dir)
+    thresholds, decision_threshold = saved_decisions(saved_in, run.results, label_names, problem_type)
+    if problem_type == MULTI_LABEL and thresholds is None:
+        logger.warning(
+            "No %s in %s: deciding every class at probability 0.5, not at the thresholds the run tuned.",
+            THRESHOLDS_FILE,
+            run.model_dir,
         )
-    return threshold
+        thresholds = [DEFAULT_THRESHOLD] * len(label_names)
+    if decision_threshold is not None:
+        logger.info(
+            "The positive class is predicted at probability %.2f or above (the run's threshold).",
+            decision_threshold,
+        )
+    return thresholds, decision_threshold
 
 
 def write_predictions(run_dir: str, input_file: str, output: str | None = None, **options) -> int:

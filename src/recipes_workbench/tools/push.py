@@ -1,12 +1,5 @@
-"""`recipes-lib push`: a finished run's output_dir to a model repository on the Hugging Face Hub.
-
-    recipes-lib push outputs/demo/lora --repo_id my-name/minilm-tickets-lora [--private]
-
-The model card (README.md) is written again first, with the repository's name in its loading code;
-then the repository is made if it does not exist and the output_dir is uploaded, checkpoints left
-out, as the Trainer's own push leaves them (and its `_*` scratch files). Without a token, in offline
-mode or without a network it stops with one line.
-"""
+"""`recipes-lib push`: a finished run's output_dir to a model repository on the Hugging Face Hub, its card
+written again first with the repository's name (docs/sharing.md, "Pushing a finished run")."""
 
 from __future__ import annotations
 
@@ -52,11 +45,8 @@ def files_to_push(output_dir: str | Path) -> list[str]:
 def push_run(
     output_dir: str | Path, repo_id: str, token: str | None = None, private: bool | None = None
 ) -> tuple[str, list[str]]:
-    """Upload a finished run (model, card, results) to the model repository `repo_id`, made if missing.
-
-    The card is written again first, naming `repo_id` in its loading code. Returns the repository's
-    URL and the files uploaded.
-    """
+    """Upload a finished run (model, card, results) to the model repository `repo_id`, made if missing, its
+    card written again first naming `repo_id`; returns the repository's URL and the files uploaded."""
     from huggingface_hub import HfApi
 
     output_dir = Path(output_dir)
@@ -76,18 +66,13 @@ def push_run(
         write_card(output_dir, results, repo_id, recipe_summary(results.recipe))
         try:
             return upload(HfApi(token=token), output_dir, repo_id, private)
-        except BaseException:  # the card names a repository that did not get the run: the old one back
-            restore(card, previous_card)
+        except BaseException:  # the card names a repository that did not get the run: the old one back, whole
+            if previous_card is None:
+                card.unlink(missing_ok=True)
+            else:
+                with written_whole(card, "wb") as file:
+                    file.write(previous_card)
             raise
-
-
-def restore(path: Path, content: bytes | None) -> None:
-    """`path` as it was: `content`, whole, or no file when there was none."""
-    if content is None:
-        path.unlink(missing_ok=True)
-        return
-    with written_whole(path, "wb") as file:
-        file.write(content)
 
 
 STALE_ADVICE = "Resume or rerun the command that was writing there first, so the run is whole. "

@@ -27,11 +27,25 @@ SLIDING_WINDOW = "sliding_window"  # data/long_text.py's mode whose rows are win
 WIDEST_DIFFERENCES = 60  # characters of the "differs" cell; the rest is cut with "..."
 
 
+def run_dir_of(run_dir: str) -> Path:
+    """The run's directory, whether it was given as the directory or as its results.json."""
+    return Path(run_dir) if Path(run_dir).is_dir() else Path(run_dir).parent
+
+
 def run_names(run_dirs: list[str]) -> list[str]:
     """Each run's directory name (its path when two share a name)."""
-    directories = [Path(d) if Path(d).is_dir() else Path(d).parent for d in run_dirs]
-    names = [directory.name for directory in directories]
+    names = [run_dir_of(run_dir).name for run_dir in run_dirs]
     return names if len(set(names)) == len(names) else [str(run_dir) for run_dir in run_dirs]
+
+
+def shorten(text: str, width: int) -> str:
+    """A long value (a hundred label names, many options) cut to a width its cell or line can carry."""
+    return text if len(text) <= width else text[: width - 3] + "..."
+
+
+def number_cell(value: Any, fmt: str) -> str:
+    """A table cell: the number as `fmt` writes it, "-" where the run has none (compare and show)."""
+    return "-" if value is None else fmt.format(value)
 
 
 def _value(value: Any) -> str:
@@ -65,11 +79,23 @@ def naming_columns(
 
         def differences(run: RunResults) -> str:
             config = run.config or {}
-            text = " ".join(f"{key}={_value(config.get(key))}" for key in options)
-            return text if len(text) <= WIDEST_DIFFERENCES else text[: WIDEST_DIFFERENCES - 3] + "..."
+            return shorten(
+                " ".join(f"{key}={_value(config.get(key))}" for key in options), WIDEST_DIFFERENCES
+            )
 
         columns.append(("differs", differences))
     return columns
+
+
+def named_columns(
+    columns: list[tuple[str, Callable[[RunResults], str]]], runs: list[RunResults], run_dirs: list[str]
+) -> list[tuple[str, Callable[[RunResults], str]]]:
+    """A table's `columns` (compare's, show's) with docs/s beside samples/s where a run counts windows,
+    and the naming columns first."""
+    if any(windowed(run) for run in runs):
+        speed = [title for title, _ in columns].index("samples/s") + 1
+        columns.insert(speed, ("docs/s", lambda run: number_cell(documents_per_second(run), "{:.1f}")))
+    return naming_columns(runs, run_dirs) + columns
 
 
 def windowed(run: RunResults) -> bool:

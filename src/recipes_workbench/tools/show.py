@@ -4,14 +4,8 @@ from __future__ import annotations
 
 from recipes_lib.units import short_model_name
 from recipes_workbench.shared import format_table, print_error
-from recipes_workbench.tools.compare import TASK_METRIC_COLUMNS, CompareError, load_runs, number_cell
-from recipes_workbench.tools.run_labels import (
-    documents_per_second,
-    naming_columns,
-    run_names,
-    windowed,
-    windows_note,
-)
+from recipes_workbench.tools.compare import CompareError, load_runs, task_metric_columns
+from recipes_workbench.tools.run_labels import named_columns, number_cell, run_names, windows_note
 
 # (results.json key, column title, format)
 SHOW_COLUMNS = (
@@ -36,22 +30,15 @@ def show(run_dirs: list[str]) -> int:
         print_error(error)
         return 2
     memory_note = runs[-1].peak_memory_source
-    # Multi-label and regression runs add their metrics (micro-F1; MSE, Pearson, Spearman) after macro-F1.
-    extra = [
-        (key, title, "{:.4f}")
-        for key, title in TASK_METRIC_COLUMNS
-        if any(run.value(key) is not None for run in runs)
-    ]
-    columns = [*SHOW_COLUMNS[:4], *extra, *SHOW_COLUMNS[4:]]
     cells = [
-        (title, lambda run, key=key, fmt=fmt: number_cell(run.value(key), fmt)) for key, title, fmt in columns
+        (title, lambda run, key=key, fmt=fmt: number_cell(run.value(key), fmt))
+        for key, title, fmt in SHOW_COLUMNS
     ]
     # The model by name (a local path's directory, or the one above a `model/` folder): the path is in results.json.
     cells[1] = ("model", lambda run: short_model_name(run.model_name_or_path))
-    if any(windowed(run) for run in runs):  # samples/s counts windows there: documents beside it
-        speed = [title for title, _ in cells].index("samples/s") + 1
-        cells.insert(speed, ("docs/s", lambda run: number_cell(documents_per_second(run), "{:.1f}")))
-    cells = naming_columns(runs, run_dirs) + cells
+    # Multi-label and regression runs add their metrics (micro-F1; MSE, Pearson, Spearman) after macro-F1.
+    cells[4:4] = task_metric_columns(runs)
+    cells = named_columns(cells, runs, run_dirs)
     print(format_table([title for title, _ in cells], [[cell(run) for _, cell in cells] for run in runs]))
     windows = windows_note(runs, run_names(run_dirs))
     if windows:
