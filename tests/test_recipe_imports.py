@@ -45,9 +45,13 @@ from tests.helpers.repo import REPO_ROOT
 # require_version, what only --class_weights, --split_column, regression, resume, threshold tuning,
 # a collapse note or the workbench uses loads where it is used or moved to the workbench, and docstrings
 # that restated a field's help or the code were cut. Measured by the LOADED script below.
+# 49 modules, 6,939 lines after session 61: multi-label and score labels, label names, a Hub dataset, a
+# test split's hidden labels, the length advice, load and save failures and the merged model's scoring
+# load where used; the label column reader became a module of its own (data/label_column.py, the 49th)
+# that labels.py and the deferred label modules share. Measured by the LOADED script below.
 # A bound, so that what a recipe does not use creeping back fails.
-FULL_FT_MAX_MODULES = 48
-FULL_FT_MAX_LINES = 7_696
+FULL_FT_MAX_MODULES = 49
+FULL_FT_MAX_LINES = 6_939
 
 LOADED = """
 import importlib.util, json, pathlib, sys

@@ -218,7 +218,7 @@ def _export(results_dir, model_dir, results, options: ExportOptions) -> ExportOu
 
 
 def _card_with_export(results_dir: Path, results: RunResults) -> None:
-    """The run's model card again, now with the export's gate figures (model_card.read_export_report).
+    """The run's model card again, now with the export's gate figures (tracking/card_export.py).
     The export stands whatever happens here: a card that cannot be written is a warning."""
     from recipes_lib.tracking.model_card import write_card
     from recipes_workbench.recipes import recipe_summary
