@@ -5,6 +5,7 @@ fails here, not in a user's run."""
 from __future__ import annotations
 
 import ast
+import re
 from collections import Counter
 from pathlib import Path
 
@@ -16,6 +17,8 @@ from tests.helpers.runs import QUICK, run_args, run_in_process
 
 LIBRARY = REPO_ROOT / "src" / "recipes_lib"
 READ_BY = [*sorted(LIBRARY.rglob("*.py")), REPO_ROOT / "benchmarks" / "publish.py"]
+# The model card's template reads the record as `results` (build_card passes it under that name).
+CARD_TEMPLATE = LIBRARY / "tracking" / "templates" / "model_card.md"
 RECORD_MODULE = LIBRARY / "results.py"
 # What the record offers besides its fields.
 METHODS = {name for name in vars(RunResults) if not name.startswith("_") and name not in RESULT_KEYS}
@@ -80,10 +83,23 @@ def record_reads(path: Path) -> tuple[list[str], Counter]:
     return problems, fields
 
 
+def template_reads(path: Path) -> tuple[list[str], Counter]:
+    """(the `results.X` reads inside the template's {{ }} and {% %} tags that the record does not answer,
+    the fields read): Jinja renders a misspelt field as nothing, so only this check sees one."""
+    problems, fields = [], Counter()
+    for tag in re.findall(r"\{[{%](.*?)[%}]\}", path.read_text(), flags=re.DOTALL):
+        for name in re.findall(r"\bresults\.(\w+)", tag):
+            if name not in RESULT_KEYS and name not in METHODS:
+                problems.append(f"{path.relative_to(REPO_ROOT)}: results.{name} is no field of RunResults")
+            fields[name] += 1
+    return problems, fields
+
+
 def test_every_field_a_module_reads_of_the_record_is_one_it_has():
     """Mutations tried: model_card's `results.positive_label` renamed `results.positive_labels`, and
-    compare's `group[0].recipe` written `group[0]["recipe"]`: each fails here."""
-    problems, fields = [], Counter()
+    compare's `group[0].recipe` written `group[0]["recipe"]`, the card template's `results.precision` written
+    `results.precisions`: each fails here."""
+    problems, fields = template_reads(CARD_TEMPLATE)
     for path in READ_BY:
         found, read = record_reads(path)
         problems += found

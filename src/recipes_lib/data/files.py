@@ -2,7 +2,7 @@
 
 A delimited file's delimiter comes from its first lines' content; it is read both ways, quoted and
 GLUE's unquoted, streaming, and one plausible reading decides (two that disagree: data/quoting.py, or
-the run asks for `--csv_quoting`), never a guess. docs/data-and-tasks.md, "Local files", says how.
+the run asks for `--csv_quoting`), never a guess. docs/data-and-tasks.md, "Where the data comes from", says how.
 """
 
 from __future__ import annotations

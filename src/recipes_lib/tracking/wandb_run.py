@@ -94,11 +94,12 @@ def _format_setting(value: Any) -> str:
 
 def _field_defaults(argument_classes) -> dict[str, Any]:
     defaults = {}
-    for item in (item for cls in argument_classes for item in dataclasses.fields(cls)):
-        if item.default is not dataclasses.MISSING:
-            defaults[item.name] = item.default
-        elif item.default_factory is not dataclasses.MISSING:
-            defaults[item.name] = item.default_factory()
+    for cls in argument_classes:
+        for item in dataclasses.fields(cls):
+            if item.default is not dataclasses.MISSING:
+                defaults[item.name] = item.default
+            elif item.default_factory is not dataclasses.MISSING:
+                defaults[item.name] = item.default_factory()
     return defaults
 
 

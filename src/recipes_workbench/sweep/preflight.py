@@ -46,8 +46,10 @@ def run_preflight(config: SweepConfig) -> dict[str, dict[str, Any]]:
     for recipe in config.recipes:  # each parsed at its first learning rate
         search = recipe.learning_rates
         lr = search.grid[0] if search.is_grid else search.low
-        recipes[recipe.name] = [*recipe_arguments(config, recipe.name), "--learning_rate", repr(lr),
-                                "--seed", str(config.search_seed), "--output_dir", probe_dir]  # fmt: skip
+        recipes[recipe.name] = [
+            *recipe_arguments(config, recipe.name),
+            *("--learning_rate", repr(lr), "--seed", str(config.search_seed), "--output_dir", probe_dir),
+        ]
     request = {
         "recipes": recipes,
         "memory_budget_gib": config.memory_budget_gib,
