@@ -4,12 +4,12 @@ it carries do not creep back up."""
 
 from __future__ import annotations
 
-import os
 import re
 import subprocess
 import sys
 
 from tests.helpers.repo import REPO_ROOT
+from tests.helpers.wandb_runs import isolated_wandb_env
 
 # Each loads where the option or command that needs it runs, never in a default run of full_ft.
 DEFERRED = {
@@ -48,13 +48,9 @@ MAX_LINES = 8_626
 
 
 def test_a_default_full_ft_run_loads_none_of_what_it_skips_and_stays_within_its_lines(tmp_path):
-    environment = {
-        **os.environ,
-        "HF_HUB_OFFLINE": "1",
-        "TRANSFORMERS_OFFLINE": "1",
-        "HF_DATASETS_OFFLINE": "1",
-    }
-    environment.update(WANDB_MODE="offline", WANDB_DIR=str(tmp_path), OMP_NUM_THREADS="1")
+    # Without the W&B variables an earlier in-process run of this worker left (its service's socket).
+    offline = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
+    environment = isolated_wandb_env(tmp_path, WANDB_MODE="offline", OMP_NUM_THREADS="1", **offline)
     command = [sys.executable, "tools/run_loaded_lines.py", "full_ft", str(tmp_path / "run"), "-v"]
     done = subprocess.run(
         command, cwd=REPO_ROOT, env=environment, capture_output=True, text=True, timeout=600
