@@ -5,10 +5,10 @@ fails here, not in a user's run."""
 from __future__ import annotations
 
 import ast
-import re
 from collections import Counter
 from pathlib import Path
 
+import jinja2
 import pytest
 
 from recipes_lib.results import RESULT_KEYS, RESULTS_FILE, RunResults
@@ -84,14 +84,20 @@ def record_reads(path: Path) -> tuple[list[str], Counter]:
 
 
 def template_reads(path: Path) -> tuple[list[str], Counter]:
-    """(the `results.X` reads inside the template's {{ }} and {% %} tags that the record does not answer,
-    the fields read): Jinja renders a misspelt field as nothing, so only this check sees one."""
+    """(the template's reads of `results` that the record does not answer, the fields read), from Jinja's own
+    parse of it: Jinja renders a misspelt field as nothing, so only this check sees one."""
     problems, fields = [], Counter()
-    for tag in re.findall(r"\{[{%](.*?)[%}]\}", path.read_text(), flags=re.DOTALL):
-        for name in re.findall(r"\bresults\.(\w+)", tag):
-            if name not in RESULT_KEYS and name not in METHODS:
-                problems.append(f"{path.relative_to(REPO_ROOT)}: results.{name} is no field of RunResults")
-            fields[name] += 1
+    where = path.relative_to(REPO_ROOT)
+    tree = jinja2.Environment().parse(path.read_text())
+    for node in tree.find_all((jinja2.nodes.Getattr, jinja2.nodes.Getitem)):
+        if not (isinstance(node.node, jinja2.nodes.Name) and node.node.name == "results"):
+            continue
+        if isinstance(node, jinja2.nodes.Getitem):
+            problems.append(f"{where}: results[...] reads the record by key; read its field")
+        elif node.attr not in RESULT_KEYS and node.attr not in METHODS:
+            problems.append(f"{where}: results.{node.attr} is no field of RunResults")
+        else:
+            fields[node.attr] += 1
     return problems, fields
 
 
